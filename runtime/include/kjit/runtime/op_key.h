@@ -1,0 +1,204 @@
+// OpKey: the exact signature of an operator call, which kjit's cache is keyed by.
+//
+// Two calls share a kernel only if everything that can change the right kernel
+// or its result is equal: the op's schema name and overload; for every argument,
+// tensors by dtype, sizes, strides, storage offset and data-pointer alignment,
+// scalars by exact value, lists element by element, None as None; the GPU arch;
+// and the numerics settings that change results (TF32, reduced-precision
+// reductions, determinism).
+//
+// A key holds one or more calls. One call is the common case. Several calls form
+// a small graph, for fusion of op chains that eager PyTorch runs as separate
+// kernels (pow -> mean -> rsqrt -> mul): an argument may then be a ValueRef to an
+// earlier call's output, and the graph is keyed exactly as a single call is.
+//
+// Canonical encoding (version 1), all integers little-endian:
+//   "KJK" 0x01                      magic and encoding version
+//   u16 arch   u32 numerics         arch = major*10+minor; numerics = Numerics bits
+//   varint call_count, then per call:
+//     string op   string overload   varint arg_count   arg...
+//   string = varint length, bytes (UTF-8, no NUL)
+//   arg    = u8 ArgTag, then by tag:
+//     None: nothing            Bool: u8 0|1          Int: zigzag varint
+//     Double: u64 IEEE-754 bits (every NaN encoded as 0x7ff8000000000000; -0.0 kept)
+//     String: string           ScalarType: u8 DType
+//     IntList: varint n, n zigzag varints      DoubleList: varint n, n u64
+//     Tensor: u8 DType, varint ndim, ndim varint sizes, ndim zigzag strides,
+//             varint storage_offset, u8 alignment (1, 2, 4, 8 or 16)
+//     TensorList: varint n, n times (u8 ArgTag::kTensor, tensor payload)
+//     ValueRef: varint call, varint output   (call < index of the current call)
+//   Varints are LEB128 with no redundant bytes. Every key has exactly one
+//   encoding: Decode rejects any byte string that is not the encoding of what it
+//   decodes to. The hash is XXH3-128 of the encoding.
+//
+// The encoding changes only with a new version byte; caches key on it, so a
+// change must come with a migration.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "kjit/runtime/hash.h"
+#include "kjit/runtime/status.h"
+
+namespace kjit {
+
+// Element types, with wire codes that never change (not c10::ScalarType's).
+enum class DType : uint8_t {
+  kBool = 1,
+  kUInt8 = 2,
+  kInt8 = 3,
+  kInt16 = 4,
+  kInt32 = 5,
+  kInt64 = 6,
+  kFloat16 = 7,
+  kBFloat16 = 8,
+  kFloat32 = 9,
+  kFloat64 = 10,
+  kComplex64 = 11,
+  kComplex128 = 12,
+  kFloat8E4M3FN = 13,
+  kFloat8E5M2 = 14,
+  kUInt16 = 15,
+  kUInt32 = 16,
+  kUInt64 = 17,
+};
+inline constexpr uint8_t kMaxDTypeCode = 17;
+
+size_t DTypeSize(DType t);            // bytes per element
+std::string_view DTypeName(DType t);  // "f32", "bf16", "i64", ...
+Result<DType> ParseDType(std::string_view name);
+
+// Numerics settings that change a kernel's results; bits of OpKey::numerics.
+enum Numerics : uint32_t {
+  kNumericsDefault = 0,
+  kAllowTF32Matmul = 1u << 0,          // torch.backends.cuda.matmul.allow_tf32
+  kAllowTF32Cudnn = 1u << 1,           // torch.backends.cudnn.allow_tf32
+  kAllowFP16ReducedReduction = 1u << 2,  // ...allow_fp16_reduced_precision_reduction
+  kAllowBF16ReducedReduction = 1u << 3,  // ...allow_bf16_reduced_precision_reduction
+  kDeterministic = 1u << 4,            // torch.use_deterministic_algorithms(True)
+};
+inline constexpr uint32_t kKnownNumericsBits = (1u << 5) - 1;
+
+enum class ArgTag : uint8_t {
+  kNone = 0,
+  kBool = 1,
+  kInt = 2,
+  kDouble = 3,
+  kString = 4,
+  kScalarType = 5,
+  kIntList = 6,
+  kDoubleList = 7,
+  kTensor = 8,
+  kTensorList = 9,
+  kValueRef = 10,
+};
+
+struct TensorDesc {
+  DType dtype = DType::kFloat32;
+  std::vector<int64_t> sizes;
+  std::vector<int64_t> strides;  // in elements, as PyTorch reports them
+  int64_t storage_offset = 0;    // in elements
+  uint8_t alignment = 16;        // largest power of two <= 16 dividing the data address
+
+  // The alignment field for a data pointer.
+  static uint8_t AlignmentOf(uintptr_t address);
+  // A contiguous (row-major) descriptor, 16-byte aligned, offset 0.
+  static TensorDesc Contiguous(DType dtype, std::vector<int64_t> sizes);
+
+  int64_t numel() const;
+  bool is_contiguous() const;  // row-major dense, as torch's is_contiguous()
+  friend bool operator==(const TensorDesc&, const TensorDesc&) = default;
+};
+
+struct NoneArg {
+  friend bool operator==(NoneArg, NoneArg) = default;
+};
+
+// An output of an earlier call in the same key (fusion graphs).
+struct ValueRef {
+  uint32_t call = 0;
+  uint32_t output = 0;
+  friend bool operator==(const ValueRef&, const ValueRef&) = default;
+};
+
+using IntList = std::vector<int64_t>;
+using DoubleList = std::vector<double>;
+using TensorList = std::vector<TensorDesc>;
+
+// One argument. The alternatives map one-to-one onto ArgTag.
+using Arg = std::variant<NoneArg, bool, int64_t, double, std::string, DType, IntList, DoubleList, TensorDesc,
+                         TensorList, ValueRef>;
+
+ArgTag TagOf(const Arg& arg);
+
+struct OpCall {
+  std::string op;        // schema name with namespace: "aten::_softmax"
+  std::string overload;  // "" for the default overload, else e.g. "dim_IntList"
+  std::vector<Arg> args;
+  friend bool operator==(const OpCall&, const OpCall&);
+};
+
+struct OpKey {
+  std::vector<OpCall> calls;
+  uint16_t arch = 0;      // 90 for sm_90
+  uint32_t numerics = 0;  // Numerics bits
+
+  static OpKey Single(std::string op, std::string overload, std::vector<Arg> args, uint16_t arch,
+                      uint32_t numerics = kNumericsDefault);
+
+  std::string Encode() const;                         // canonical bytes
+  static Result<OpKey> Decode(std::string_view bytes);  // inverse of Encode; strict
+  Hash128 Hash() const;                               // HashBytes(Encode())
+  // "aten::_softmax(f32[64,1048576], -1, False) sm_90". Not parsed back: use
+  // Encode/Decode (or the hash) to move keys around.
+  std::string ToString() const;
+
+  friend bool operator==(const OpKey&, const OpKey&);
+};
+
+// Writes the canonical encoding directly, without building an OpKey, for the
+// per-call path of the shim. Callers must follow the grammar above (BeginKey,
+// then for each call BeginCall and exactly arg_count arguments); Finish checks
+// the counts. OpKey::Encode is implemented with it, so both produce the same bytes.
+class KeyWriter {
+ public:
+  // Appends to *out; the string is cleared first and its capacity reused.
+  explicit KeyWriter(std::string* out);
+
+  void BeginKey(uint16_t arch, uint32_t numerics, uint32_t call_count);
+  void BeginCall(std::string_view op, std::string_view overload, uint32_t arg_count);
+  void None();
+  void Bool(bool v);
+  void Int(int64_t v);
+  void Double(double v);
+  void String(std::string_view v);
+  void ScalarType(DType t);
+  void IntList(std::span<const int64_t> v);
+  void DoubleList(std::span<const double> v);
+  void Tensor(DType dtype, std::span<const int64_t> sizes, std::span<const int64_t> strides, int64_t storage_offset,
+              uint8_t alignment);
+  void BeginTensorList(uint32_t count);  // then `count` Tensor() calls
+  void Ref(uint32_t call, uint32_t output);
+
+  // OK if every declared call and argument was written.
+  Status Finish() const;
+
+ private:
+  void Byte(uint8_t b) { out_->push_back(static_cast<char>(b)); }
+  void Varint(uint64_t v);
+  void Fixed(uint64_t v, int bytes);
+  void CountArg();
+  std::string* out_;
+  uint32_t calls_left_ = 0;
+  uint32_t args_left_ = 0;
+  uint32_t list_left_ = 0;
+  bool bad_ = false;
+};
+
+}  // namespace kjit

@@ -1,0 +1,202 @@
+#include "kjit/runtime/op_key.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <random>
+
+#include "sample_keys.h"
+
+namespace kjit {
+namespace {
+
+using testing::KitchenSinkKey;
+using testing::SoftmaxKey;
+
+TEST(OpKey, RoundTripsThroughEncoding) {
+  for (const OpKey& key : {SoftmaxKey(), KitchenSinkKey()}) {
+    const std::string bytes = key.Encode();
+    auto decoded = OpKey::Decode(bytes);
+    ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+    EXPECT_EQ(*decoded, key);
+    EXPECT_EQ(decoded->Encode(), bytes);
+    EXPECT_EQ(decoded->Hash(), key.Hash());
+    EXPECT_EQ(decoded->ToString(), key.ToString());
+  }
+}
+
+TEST(OpKey, KeyWriterMatchesEncode) {
+  std::string bytes;
+  KeyWriter w(&bytes);
+  const auto t = TensorDesc::Contiguous(DType::kFloat32, {64, 1048576});
+  w.BeginKey(90, kNumericsDefault, 1);
+  w.BeginCall("aten::_softmax", "", 3);
+  w.Tensor(t.dtype, t.sizes, t.strides, t.storage_offset, t.alignment);
+  w.Int(-1);
+  w.Bool(false);
+  ASSERT_TRUE(w.Finish().ok());
+  EXPECT_EQ(bytes, SoftmaxKey().Encode());
+}
+
+TEST(OpKey, KeyWriterCatchesMiscounts) {
+  std::string bytes;
+  KeyWriter w(&bytes);
+  w.BeginKey(90, 0, 1);
+  w.BeginCall("aten::relu", "", 2);
+  w.Int(1);
+  EXPECT_FALSE(w.Finish().ok());  // one argument missing
+  w.Int(2);
+  EXPECT_TRUE(w.Finish().ok());
+  w.Int(3);
+  EXPECT_FALSE(w.Finish().ok());  // one too many
+}
+
+// The hash of a key is part of the on-disk format: it must never change for
+// the same key. These values were computed once by this code and are the
+// contract from now on; if this test fails, the encoding or hash changed and
+// every existing cache is invalid.
+TEST(OpKey, HashIsStableAcrossBuilds) {
+  EXPECT_EQ(SoftmaxKey().Hash().ToHex(), "c97c4393cb47064a169d4bec25de480d");
+  EXPECT_EQ(KitchenSinkKey().Hash().ToHex(), "b30731a7055da8884169c16f83ba2f9d");
+}
+
+TEST(OpKey, HashIsStableAcrossProcesses) {
+  FILE* p = popen(KJIT_KEY_TOOL, "r");
+  ASSERT_NE(p, nullptr);
+  char line1[64] = {0}, line2[64] = {0};
+  ASSERT_EQ(std::fscanf(p, "%63s %63s", line1, line2), 2);
+  ASSERT_EQ(pclose(p), 0);
+  EXPECT_EQ(std::string(line1), SoftmaxKey().Hash().ToHex());
+  EXPECT_EQ(std::string(line2), KitchenSinkKey().Hash().ToHex());
+}
+
+TEST(OpKey, EveryFieldChangesTheHash) {
+  const OpKey base = SoftmaxKey();
+  std::vector<OpKey> variants;
+  auto vary = [&](auto&& edit) {
+    OpKey k = base;
+    edit(k);
+    variants.push_back(k);
+  };
+  auto t = [](OpKey& k) -> TensorDesc& { return std::get<TensorDesc>(k.calls[0].args[0]); };
+  vary([](OpKey& k) { k.calls[0].op = "aten::_log_softmax"; });
+  vary([](OpKey& k) { k.calls[0].overload = "out"; });
+  vary([](OpKey& k) { k.arch = 100; });
+  vary([](OpKey& k) { k.numerics = kAllowTF32Matmul; });
+  vary([&](OpKey& k) { t(k).dtype = DType::kBFloat16; });
+  vary([&](OpKey& k) { t(k).sizes[1] = 1048575; });
+  vary([&](OpKey& k) { t(k).strides = {1, 64}; });
+  vary([&](OpKey& k) { t(k).storage_offset = 1; });
+  vary([&](OpKey& k) { t(k).alignment = 8; });
+  vary([](OpKey& k) { k.calls[0].args[1] = int64_t{1}; });
+  vary([](OpKey& k) { k.calls[0].args[1] = -1.0; });  // same value, other type
+  vary([](OpKey& k) { k.calls[0].args[2] = true; });
+  vary([](OpKey& k) { k.calls[0].args.pop_back(); });
+  vary([](OpKey& k) { k.calls[0].args.push_back(NoneArg{}); });
+  std::vector<Hash128> hashes{base.Hash()};
+  for (const auto& v : variants) hashes.push_back(v.Hash());
+  for (size_t i = 0; i < hashes.size(); ++i) {
+    for (size_t j = i + 1; j < hashes.size(); ++j) EXPECT_NE(hashes[i], hashes[j]) << i << " vs " << j;
+  }
+}
+
+TEST(OpKey, DoublesAreKeyedByExactValue) {
+  auto key = [](double v) { return OpKey::Single("aten::mul", "Scalar", {v}, 90); };
+  EXPECT_NE(key(0.0).Hash(), key(-0.0).Hash());
+  EXPECT_NE(key(0.1).Hash(), key(std::nextafter(0.1, 1.0)).Hash());
+  // Every NaN is the same key: ops treat all NaN payloads alike.
+  EXPECT_EQ(key(std::nan("1")).Hash(), key(-std::numeric_limits<double>::quiet_NaN()).Hash());
+  EXPECT_EQ(key(std::nan("1")), key(std::nan("2")));
+}
+
+TEST(OpKey, TextForm) {
+  EXPECT_EQ(SoftmaxKey().ToString(), "aten::_softmax(f32[64,1048576], -1, False) sm_90");
+  EXPECT_EQ(KitchenSinkKey().ToString(),
+            "%0 = aten::pow.Tensor_Scalar(bf16[8,3,5]{1,40,8}+3@a2, 2.0); "
+            "%1 = aten::mean.dim(%0.0, [-1, 1, -9223372036854775808], True, None, dtype=f32); "
+            "%2 = aten::custom('tanh', -0.0, inf, [1.5, -0.0, nan], [f16[0,7], i64[]], %1.0, 9223372036854775807)"
+            " sm_90 tf32 deterministic");
+}
+
+TEST(OpKey, DecodeRejectsEveryTruncation) {
+  const std::string bytes = KitchenSinkKey().Encode();
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    auto r = OpKey::Decode(std::string_view(bytes).substr(0, n));
+    EXPECT_FALSE(r.ok()) << "prefix of " << n << " bytes decoded";
+    if (!r.ok()) {
+      EXPECT_EQ(r.status().code(), StatusCode::kCorruption);
+    }
+  }
+}
+
+TEST(OpKey, DecodeRejectsNonCanonicalBytes) {
+  const std::string good = SoftmaxKey().Encode();
+  EXPECT_FALSE(OpKey::Decode(good + '\0').ok());  // trailing byte
+  std::string bad_magic = good;
+  bad_magic[0] = 'X';
+  EXPECT_FALSE(OpKey::Decode(bad_magic).ok());
+  std::string bad_version = good;
+  bad_version[3] = 2;
+  auto v = OpKey::Decode(bad_version);
+  ASSERT_FALSE(v.ok());
+  EXPECT_NE(v.status().message().find("version 2"), std::string::npos);
+  // A redundant varint byte: call count 1 written as 0x81 0x00.
+  std::string padded = good.substr(0, 10) + "\x81" + std::string(1, '\0') + good.substr(11);
+  EXPECT_FALSE(OpKey::Decode(padded).ok());
+}
+
+TEST(OpKey, DecodeSurvivesRandomCorruption) {
+  // Flipping bytes must give either an error or a key that re-encodes to exactly
+  // the corrupted bytes; never a crash, never two encodings for one key.
+  const std::string good = KitchenSinkKey().Encode();
+  std::mt19937 rng(12345);
+  for (int i = 0; i < 20000; ++i) {
+    std::string bytes = good;
+    const int flips = 1 + static_cast<int>(rng() % 3);
+    for (int f = 0; f < flips; ++f) bytes[rng() % bytes.size()] = static_cast<char>(rng() & 0xff);
+    auto r = OpKey::Decode(bytes);
+    if (r.ok()) {
+      EXPECT_EQ(r->Encode(), bytes);
+    }
+  }
+}
+
+TEST(OpKey, DecodeBoundsHostileCounts) {
+  // A header claiming 2^40 calls must fail fast, not allocate.
+  std::string bytes = "KJK\x01";
+  bytes += std::string("\x5a\x00\x00\x00\x00\x00", 6);
+  bytes += "\x80\x80\x80\x80\x80\x20";
+  auto r = OpKey::Decode(bytes);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("too large"), std::string::npos) << r.status().message();
+}
+
+TEST(TensorDesc, ContiguityAndAlignment) {
+  auto t = TensorDesc::Contiguous(DType::kFloat32, {4, 1, 5});
+  EXPECT_EQ(t.strides, (std::vector<int64_t>{5, 5, 1}));
+  EXPECT_TRUE(t.is_contiguous());
+  t.strides[1] = 999;  // size-1 dims do not matter
+  EXPECT_TRUE(t.is_contiguous());
+  t.strides = {1, 4, 4};
+  EXPECT_FALSE(t.is_contiguous());
+  EXPECT_EQ(t.numel(), 20);
+  EXPECT_EQ(TensorDesc::AlignmentOf(0x1000), 16);
+  EXPECT_EQ(TensorDesc::AlignmentOf(0x1008), 8);
+  EXPECT_EQ(TensorDesc::AlignmentOf(0x1002), 2);
+  EXPECT_EQ(TensorDesc::AlignmentOf(0x1001), 1);
+}
+
+TEST(DType, NamesRoundTrip) {
+  for (uint8_t c = 1; c <= kMaxDTypeCode; ++c) {
+    const auto t = static_cast<DType>(c);
+    EXPECT_GT(DTypeSize(t), 0u);
+    auto back = ParseDType(DTypeName(t));
+    ASSERT_TRUE(back.ok()) << DTypeName(t);
+    EXPECT_EQ(*back, t);
+  }
+  EXPECT_FALSE(ParseDType("float").ok());
+}
+
+}  // namespace
+}  // namespace kjit
