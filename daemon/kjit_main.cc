@@ -1,0 +1,161 @@
+// kjit: the command-line tool.
+//
+//   kjit device [--ordinal N] [--bandwidth] [--remeasure]   what the GPU is
+//   kjit compile FILE.cu [--arch 90] [--ptx] [-o OUT] [-O OPT]...   NVRTC, like kjit does it
+//   kjit key show HEX                                         print an encoded OpKey
+//   kjit key example                                          print a sample key, encoded
+//
+// Exit status: 0 on success, 1 when the operation failed, 2 on bad usage.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <iostream>
+
+#include "kjit/runtime/compiler.h"
+#include "kjit/runtime/gpu.h"
+#include "kjit/runtime/op_key.h"
+#include "kjit/runtime/paths.h"
+
+namespace {
+
+int Report(const kjit::Status& s) {
+  std::cerr << "kjit: " << s.ToString() << "\n";
+  return 1;
+}
+
+std::string ToHexBytes(std::string_view bytes) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : bytes) {
+    out += kDigits[c >> 4];
+    out += kDigits[c & 0xf];
+  }
+  return out;
+}
+
+kjit::Result<std::string> FromHexBytes(std::string_view hex) {
+  if (hex.size() % 2 != 0) return kjit::InvalidArgument("hex text has an odd number of digits");
+  std::string out;
+  for (size_t i = 0; i < hex.size(); i += 2) {
+    auto digit = [](char c) -> int {
+      if (c >= '0' && c <= '9') return c - '0';
+      if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+      if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+      return -1;
+    };
+    const int hi = digit(hex[i]), lo = digit(hex[i + 1]);
+    if (hi < 0 || lo < 0) return kjit::InvalidArgument("not a hex digit at position " + std::to_string(i));
+    out += static_cast<char>(hi * 16 + lo);
+  }
+  return out;
+}
+
+int CmdDevice(int ordinal, bool bandwidth, bool remeasure) {
+  auto ctx = kjit::PrimaryContext::Retain(ordinal);
+  if (!ctx.ok()) return Report(ctx.status());
+  const auto& driver = ctx->driver();
+  std::cout << "driver: " << driver.library() << ", CUDA " << driver.version() / 1000 << "."
+            << (driver.version() % 1000) / 10 << ", " << driver.device_count() << " device(s)\n";
+  std::cout << ctx->info().ToString();
+  if (bandwidth || remeasure) {
+    if (remeasure) std::cerr << "measuring device-to-device copy bandwidth...\n";
+    auto bw = kjit::DeviceCopyBandwidth(*ctx, remeasure);
+    if (!bw.ok()) return Report(bw.status());
+    std::printf("  copy bandwidth        %.3f TB/s (median of %d copies of %llu MiB; range %.3f-%.3f)%s\n",
+                bw->bytes_per_second / 1e12, bw->runs, static_cast<unsigned long long>(bw->buffer_bytes >> 20),
+                bw->min_bytes_per_second / 1e12, bw->max_bytes_per_second / 1e12,
+                bw->from_cache ? " [remembered]" : "");
+  }
+  return 0;
+}
+
+int CmdCompile(const std::string& file, int arch, bool arch_specific, bool ptx, const std::string& out,
+               const std::vector<std::string>& options, const std::vector<std::string>& names) {
+  auto source = kjit::ReadFile(file);
+  if (!source.ok()) return Report(source.status());
+  kjit::CompileRequest req;
+  req.source = *source;
+  req.program_name = file;
+  req.arch = arch;
+  req.arch_specific = arch_specific;
+  req.options = options;
+  req.name_expressions = names;
+  req.want_ptx = ptx;
+  kjit::Compiler compiler;
+  auto r = compiler.Compile(req);
+  if (!r.ok()) return Report(r.status());
+  const auto& res = **r;
+  if (!res.log.empty()) std::cerr << res.log << "\n";
+  std::printf("compiled %s for sm_%d%s in %.1f ms: %zu-byte CUBIN\n", file.c_str(), arch, arch_specific ? "a" : "",
+              static_cast<double>(res.compile_time.count()) / 1000.0, res.cubin.size());
+  for (const auto& [expr, lowered] : res.lowered_names) std::printf("  %s -> %s\n", expr.c_str(), lowered.c_str());
+  if (!out.empty()) {
+    if (auto s = kjit::WriteFileAtomic(out, ptx ? res.ptx : res.cubin); !s.ok()) return Report(s);
+    std::printf("wrote %s\n", out.c_str());
+  } else if (ptx) {
+    std::cout << res.ptx;
+  }
+  return 0;
+}
+
+int CmdKeyShow(const std::string& hex) {
+  auto bytes = FromHexBytes(hex);
+  if (!bytes.ok()) return Report(bytes.status());
+  auto key = kjit::OpKey::Decode(*bytes);
+  if (!key.ok()) return Report(key.status());
+  std::cout << key->ToString() << "\nhash " << key->Hash().ToHex() << "\n";
+  return 0;
+}
+
+int CmdKeyExample() {
+  const auto key = kjit::OpKey::Single(
+      "aten::_softmax", "", {kjit::TensorDesc::Contiguous(kjit::DType::kFloat32, {64, 1048576}), int64_t{-1}, false},
+      90);
+  std::cout << key.ToString() << "\nhash " << key.Hash().ToHex() << "\nencoded " << ToHexBytes(key.Encode()) << "\n";
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"kjit: inspect GPUs, compile kernels and read kernel-cache keys"};
+  app.require_subcommand(1);
+
+  auto* device = app.add_subcommand("device", "Show the GPU's facts (and its measured copy bandwidth)");
+  int ordinal = 0;
+  bool bandwidth = false, remeasure = false;
+  device->add_option("--ordinal", ordinal, "GPU index, as CUDA_VISIBLE_DEVICES leaves them")->capture_default_str();
+  device->add_flag("--bandwidth", bandwidth, "Show device-to-device copy bandwidth (measured once, then remembered)");
+  device->add_flag("--remeasure", remeasure, "Measure the copy bandwidth again");
+
+  auto* compile = app.add_subcommand("compile", "Compile a CUDA C++ file with NVRTC, as kjit does (no GPU needed)");
+  std::string file, out;
+  int arch = 90;
+  bool arch_specific = false, ptx = false;
+  std::vector<std::string> options, names;
+  compile->add_option("file", file, "CUDA C++ source")->required()->check(CLI::ExistingFile);
+  compile->add_option("--arch", arch, "Compute capability, e.g. 90 for sm_90")->capture_default_str();
+  compile->add_flag("--arch-specific", arch_specific, "Target sm_XXa (wgmma, setmaxnreg)");
+  compile->add_flag("--ptx", ptx, "Emit PTX (printed, or written with -o)");
+  compile->add_option("-o,--output", out, "Write the CUBIN (or PTX with --ptx) here");
+  compile->add_option("-O,--option", options, "Extra NVRTC option, repeatable (e.g. -O=-use_fast_math)");
+  compile->add_option("-n,--name", names, "Name expression to instantiate, repeatable (e.g. 'k<float>')");
+
+  auto* key = app.add_subcommand("key", "Read OpKeys, the kernel cache's keys");
+  key->require_subcommand(1);
+  auto* key_show = key->add_subcommand("show", "Decode a hex-encoded OpKey and print it and its hash");
+  std::string hex;
+  key_show->add_option("hex", hex, "The key's canonical bytes, in hex")->required();
+  auto* key_example = key->add_subcommand("example", "Print a sample key, its hash and its encoding");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  if (*device) return CmdDevice(ordinal, bandwidth, remeasure);
+  if (*compile) return CmdCompile(file, arch, arch_specific, ptx, out, options, names);
+  if (*key_show) return CmdKeyShow(hex);
+  if (*key_example) return CmdKeyExample();
+  return 2;
+}

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Run ON THE GPU MACHINE, from the repo root, through the device tool:
+#
+#   run(command="bash scripts/gpu-run.sh", carry=[".gpu-debs"])
+#
+# (Here, first: scripts/fetch-gpu-debs.sh.) Unpacks the carried Debian packages
+# into a private prefix, builds kjit against that machine's own toolchain and
+# PyTorch, runs every test (the `gpu` ones must pass there, not skip), the
+# example, `kjit device`, and the benchmarks. Logs and results go to $OUT:
+#   build.log  tests.log  device.txt  bench.json  bench.md  summary.txt
+# Set KJIT_GPU_RUN_SKIP_BENCH=1 to skip the benchmarks.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-/tmp/kjit-gpu-out}"
+mkdir -p "$OUT"
+summary="$OUT/summary.txt"
+: > "$summary"
+note() { echo "$*" | tee -a "$summary"; }
+
+prefix=/tmp/kjit-deps
+if [[ ! -d .gpu-debs ]] || ! ls .gpu-debs/*.deb >/dev/null 2>&1; then
+  note "FAIL: no .gpu-debs/: run scripts/fetch-gpu-debs.sh here first and pass carry=[\".gpu-debs\"]"
+  exit 1
+fi
+mkdir -p "$prefix"
+for f in .gpu-debs/*.deb; do dpkg -x "$f" "$prefix"; done
+export LD_LIBRARY_PATH="$prefix/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+torch_prefix="$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null || true)"
+
+note "host: $(hostname); $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -1)"
+note "toolchain: $(g++ --version | head -1); $(cmake --version | head -1); $(nvcc --version | grep -o 'release [0-9.]*')"
+note "torch: $(python3 -c 'import torch; print(torch.__version__)' 2>&1 | tail -1); commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+
+build=build-gpu
+t0=$(date +%s)
+{
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKJIT_WERROR=OFF \
+    -DCMAKE_PREFIX_PATH="$prefix/usr;$prefix/usr/lib/x86_64-linux-gnu/cmake;$prefix/usr/share/cmake;$torch_prefix" \
+    -DCMAKE_INCLUDE_PATH="$prefix/usr/include" && cmake --build "$build" -j "$(nproc)"
+} > "$OUT/build.log" 2>&1
+rc=$?
+note "build: rc=$rc in $(( $(date +%s) - t0 )) s; warnings: $(grep -c 'warning:' "$OUT/build.log")"
+grep 'warning:' "$OUT/build.log" | sort -u | head -20 | tee -a "$summary"
+if [[ $rc -ne 0 ]]; then tail -40 "$OUT/build.log"; exit 1; fi
+
+"$build/daemon/kjit" device --remeasure > "$OUT/device.txt" 2>&1
+note "kjit device: rc=$?"; cat "$OUT/device.txt"
+
+(cd "$build" && ctest --output-on-failure -j 4 --timeout 300) > "$OUT/tests.log" 2>&1
+rc_tests=$?
+note "ctest (all): rc=$rc_tests; $(grep -E 'tests passed' "$OUT/tests.log")"
+grep -E "Failed|Skipped|Not Run" "$OUT/tests.log" | tee -a "$summary"
+# GPU tests must run here: a skip on the GPU machine is a failure.
+(cd "$build" && ctest -L gpu --output-on-failure) > "$OUT/tests-gpu.log" 2>&1
+skipped_gpu=$(grep -c "Skipped" "$OUT/tests-gpu.log")
+note "gpu-labelled tests: $(grep -E 'tests passed' "$OUT/tests-gpu.log"); skipped: $skipped_gpu"
+
+"$build/examples/compile_and_run/kjit_example_compile_and_run" 2>&1 | tail -3 | tee -a "$summary"
+
+if [[ "${KJIT_GPU_RUN_SKIP_BENCH:-0}" != 1 ]]; then
+  "$build/benchmarks/kjit_bench_runtime" --benchmark_repetitions=5 --benchmark_report_aggregates_only=true \
+    --benchmark_out="$OUT/bench.json" --benchmark_out_format=json > "$OUT/bench.txt" 2>&1
+  note "benchmarks: rc=$?"
+  python3 scripts/bench_to_markdown.py "$OUT/bench.json" > "$OUT/bench.md" && cat "$OUT/bench.md"
+fi
+[[ $rc_tests -eq 0 && $skipped_gpu -eq 0 ]]

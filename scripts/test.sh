@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Sets up, builds and runs every test: the README's test command and what CI runs.
+#
+#   scripts/test.sh [--no-sanitize]
+#
+# Two builds: build/ (RelWithDebInfo) runs all tests; build-asan/ runs the CPU
+# tests again under AddressSanitizer and UndefinedBehaviorSanitizer. Tests that
+# need a GPU are labelled `gpu` and are reported as skipped, with their reason,
+# where there is none.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+sanitize=1
+for arg in "$@"; do
+  case "$arg" in
+    --no-sanitize) sanitize=0 ;;
+    -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "test.sh: unknown argument '$arg' (see --help)" >&2; exit 2 ;;
+  esac
+done
+
+bash scripts/setup-deps.sh
+jobs="${KJIT_JOBS:-$(nproc)}"
+
+echo "[test] configure and build build/"
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build -j "$jobs"
+echo "[test] run all tests (GPU tests skip without a GPU)"
+(cd build && ctest --output-on-failure -j "$jobs" --timeout 600)
+
+if ((sanitize)); then
+  echo "[test] configure and build build-asan/ (ASan + UBSan)"
+  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DKJIT_SANITIZE=ON -DKJIT_BUILD_BENCHMARKS=OFF >/dev/null
+  cmake --build build-asan -j "$jobs"
+  echo "[test] run CPU tests under sanitizers"
+  (cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j "$jobs" -L cpu --timeout 600)
+fi

@@ -1,0 +1,3 @@
+extern "C" __global__ void k(float* x) {
+  x[0] = not_declared;
+}
