@@ -452,6 +452,7 @@ std::string OpKey::ToString() const {
       {kAllowFP16ReducedReduction, "fp16_reduced_reduction"},
       {kAllowBF16ReducedReduction, "bf16_reduced_reduction"},
       {kDeterministic, "deterministic"},
+      {kAllowBF16Matmul, "bf16_matmul"},
   };
   for (const auto& [bit, name] : kFlags) {
     if (numerics & bit) {
@@ -466,16 +467,22 @@ std::string OpKey::ToString() const {
 
 KeyWriter::KeyWriter(std::string* out) : out_(out) { out_->clear(); }
 
+// Varint and Fixed build their bytes locally and append once per field.
 void KeyWriter::Varint(uint64_t v) {
+  char buf[10];
+  size_t n = 0;
   while (v >= 0x80) {
-    Byte(static_cast<uint8_t>(v | 0x80));
+    buf[n++] = static_cast<char>(v | 0x80);
     v >>= 7;
   }
-  Byte(static_cast<uint8_t>(v));
+  buf[n++] = static_cast<char>(v);
+  out_->append(buf, n);
 }
 
 void KeyWriter::Fixed(uint64_t v, int bytes) {
-  for (int i = 0; i < bytes; ++i) Byte(static_cast<uint8_t>(v >> (8 * i)));
+  char buf[8];
+  for (int i = 0; i < bytes; ++i) buf[i] = static_cast<char>(v >> (8 * i));
+  out_->append(buf, static_cast<size_t>(bytes));
 }
 
 void KeyWriter::CountArg() {

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
 
 namespace kjit {
 namespace {
@@ -37,7 +38,7 @@ TEST(Paths, AtomicWriteThenRead) {
   EXPECT_EQ(*back, std::string("second\0with nul", 15));
   EXPECT_EQ(ReadFile(dir + "/missing").status().code(), StatusCode::kNotFound);
   EXPECT_FALSE(WriteFileAtomic(dir + "/no/such/dir/file", "x").ok());
-  std::system(("rm -rf " + dir).c_str());
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

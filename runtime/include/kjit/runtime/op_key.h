@@ -82,8 +82,9 @@ enum Numerics : uint32_t {
   kAllowFP16ReducedReduction = 1u << 2,  // ...allow_fp16_reduced_precision_reduction
   kAllowBF16ReducedReduction = 1u << 3,  // ...allow_bf16_reduced_precision_reduction
   kDeterministic = 1u << 4,            // torch.use_deterministic_algorithms(True)
+  kAllowBF16Matmul = 1u << 5,          // float32 matmul precision "medium": bf16 inside
 };
-inline constexpr uint32_t kKnownNumericsBits = (1u << 5) - 1;
+inline constexpr uint32_t kKnownNumericsBits = (1u << 6) - 1;
 
 enum class ArgTag : uint8_t {
   kNone = 0,

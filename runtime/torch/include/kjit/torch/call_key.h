@@ -1,0 +1,54 @@
+// The bridge from PyTorch's boxed calls to kjit's OpKey.
+//
+// This is the only part of runtime/ that includes LibTorch, and it is its own
+// target (kjit_torch): kjit_runtime and anything preloaded into arbitrary
+// processes must not pull libtorch in. The shim's PyTorch adapter and the
+// evaluator use it to key a call exactly as the cache keys it.
+//
+// A call is keyed from its schema (name, overload, argument types) and the
+// IValues on the stack. Argument values map as follows:
+//   Tensor                 -> TensorDesc (dtype, sizes, strides, offset, alignment)
+//   undefined Tensor, None -> None
+//   bool / int / float     -> Bool / Int / Double (a Scalar keeps its C++ type)
+//   int that the schema types as ScalarType -> ScalarType
+//   str                    -> String
+//   int[] / float[]        -> IntList / DoubleList
+//   Tensor[]               -> TensorList
+// Anything else (complex scalars, devices, generators, lists of optional
+// tensors, ...) yields kInvalidArgument: such a call is not keyed, and the
+// caller runs PyTorch's own kernel.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/function_schema.h>
+#include <ATen/core/ivalue.h>
+#include <c10/core/ScalarType.h>
+
+#include <span>
+#include <string>
+
+#include "kjit/runtime/op_key.h"
+#include "kjit/runtime/status.h"
+
+namespace kjit::torch {
+
+// kjit's dtype for a PyTorch scalar type; kInvalidArgument for types kjit does not key (quantized, ...).
+Result<DType> DTypeOf(c10::ScalarType type);
+
+// A tensor's layout. Needs no device synchronisation: reads metadata and the data pointer only.
+// The tensor must be defined and strided (dense); others are kInvalidArgument.
+Result<TensorDesc> DescribeTensor(const at::Tensor& tensor);
+
+// The numerics settings in force (TF32, reduced-precision reductions, determinism).
+uint32_t CurrentNumerics();
+
+// Writes the canonical key of one call into *out (reusing its capacity) without
+// building an OpKey. `args` are the call's arguments, in schema order.
+Status WriteCallKey(const c10::FunctionSchema& schema, std::span<const c10::IValue> args, uint16_t arch,
+                    uint32_t numerics, std::string* out);
+
+// The same key as an OpKey, for inspection and tests.
+Result<OpKey> CallKey(const c10::FunctionSchema& schema, std::span<const c10::IValue> args, uint16_t arch,
+                      uint32_t numerics);
+
+}  // namespace kjit::torch

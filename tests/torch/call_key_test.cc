@@ -1,0 +1,134 @@
+// The PyTorch bridge on CPU tensors: keys depend on tensor metadata only, so
+// this runs without a GPU and checks what the shim will compute per call.
+#include "kjit/torch/call_key.h"
+
+#include <ATen/Context.h>
+#include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace kjit::torch {
+namespace {
+
+const c10::FunctionSchema& Schema(const char* name, const char* overload) {
+  return c10::Dispatcher::singleton().findSchemaOrThrow(name, overload).schema();
+}
+
+TEST(TorchBridge, DTypesMap) {
+  EXPECT_EQ(*DTypeOf(c10::ScalarType::Float), DType::kFloat32);
+  EXPECT_EQ(*DTypeOf(c10::ScalarType::BFloat16), DType::kBFloat16);
+  EXPECT_EQ(*DTypeOf(c10::ScalarType::Half), DType::kFloat16);
+  EXPECT_EQ(*DTypeOf(c10::ScalarType::Long), DType::kInt64);
+  EXPECT_EQ(*DTypeOf(c10::ScalarType::Bool), DType::kBool);
+  auto q = DTypeOf(c10::ScalarType::QInt8);
+  ASSERT_FALSE(q.ok());
+  EXPECT_EQ(q.status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(TorchBridge, DescribesLayouts) {
+  at::Tensor t = at::randn({4, 6});
+  auto d = DescribeTensor(t);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->dtype, DType::kFloat32);
+  EXPECT_EQ(d->sizes, (std::vector<int64_t>{4, 6}));
+  EXPECT_EQ(d->strides, (std::vector<int64_t>{6, 1}));
+  EXPECT_EQ(d->alignment, 16);
+  EXPECT_TRUE(d->is_contiguous());
+
+  auto tr = DescribeTensor(t.t());
+  ASSERT_TRUE(tr.ok());
+  EXPECT_EQ(tr->strides, (std::vector<int64_t>{1, 6}));
+  EXPECT_FALSE(tr->is_contiguous());
+
+  auto sliced = DescribeTensor(t.narrow(1, 1, 3));  // starts one float in: 4-byte aligned
+  ASSERT_TRUE(sliced.ok());
+  EXPECT_EQ(sliced->storage_offset, 1);
+  EXPECT_EQ(sliced->alignment, 4);
+
+  auto half = DescribeTensor(at::zeros({3, 5}, at::kHalf).narrow(1, 2, 2));
+  ASSERT_TRUE(half.ok());
+  EXPECT_EQ(half->alignment, 4);
+
+  auto empty = DescribeTensor(at::empty({0, 3}));
+  ASSERT_TRUE(empty.ok());
+  EXPECT_EQ(empty->numel(), 0);
+  EXPECT_FALSE(DescribeTensor(at::Tensor()).ok());
+}
+
+TEST(TorchBridge, SoftmaxCallKey) {
+  at::Tensor x = at::randn({64, 128});
+  std::vector<c10::IValue> args{x, int64_t{-1}, false};
+  auto key = CallKey(Schema("aten::_softmax", ""), args, 90, kNumericsDefault);
+  ASSERT_TRUE(key.ok()) << key.status().ToString();
+  EXPECT_EQ(key->ToString(), "aten::_softmax(f32[64,128], -1, False) sm_90");
+  const OpKey expected =
+      OpKey::Single("aten::_softmax", "", {TensorDesc::Contiguous(DType::kFloat32, {64, 128}), int64_t{-1}, false}, 90);
+  EXPECT_EQ(*key, expected);
+  EXPECT_EQ(key->Hash(), expected.Hash());
+
+  // The same call on other data of the same layout has the same key.
+  std::vector<c10::IValue> again{at::randn({64, 128}), int64_t{-1}, false};
+  EXPECT_EQ(CallKey(Schema("aten::_softmax", ""), again, 90, 0)->Hash(), expected.Hash());
+  // A transposed input does not.
+  std::vector<c10::IValue> transposed{at::randn({128, 64}).t(), int64_t{-1}, false};
+  EXPECT_NE(CallKey(Schema("aten::_softmax", ""), transposed, 90, 0)->Hash(), expected.Hash());
+}
+
+TEST(TorchBridge, ScalarTypesScalarsStringsAndLists) {
+  at::Tensor x = at::randn({8, 16}, at::kBFloat16);
+  std::vector<c10::IValue> sum_args{x, c10::IValue(std::vector<int64_t>{1}), true,
+                                    c10::IValue(static_cast<int64_t>(c10::ScalarType::Float))};
+  auto sum = CallKey(Schema("aten::sum", "dim_IntList"), sum_args, 90, 0);
+  ASSERT_TRUE(sum.ok()) << sum.status().ToString();
+  EXPECT_EQ(sum->ToString(), "aten::sum.dim_IntList(bf16[8,16], [1], True, dtype=f32) sm_90");
+
+  std::vector<c10::IValue> add_args{x, x, c10::IValue(c10::Scalar(2.5))};
+  auto add = CallKey(Schema("aten::add", "Tensor"), add_args, 90, 0);
+  ASSERT_TRUE(add.ok()) << add.status().ToString();
+  EXPECT_EQ(add->ToString(), "aten::add.Tensor(bf16[8,16], bf16[8,16], 2.5) sm_90");
+  add_args[2] = c10::IValue(c10::Scalar(int64_t{2}));
+  EXPECT_EQ(CallKey(Schema("aten::add", "Tensor"), add_args, 90, 0)->ToString(),
+            "aten::add.Tensor(bf16[8,16], bf16[8,16], 2) sm_90");
+
+  std::vector<c10::IValue> gelu_args{x, c10::IValue(std::string("tanh"))};
+  EXPECT_EQ(CallKey(Schema("aten::gelu", ""), gelu_args, 90, 0)->ToString(), "aten::gelu(bf16[8,16], 'tanh') sm_90");
+
+  std::vector<c10::IValue> cat_args{c10::IValue(std::vector<at::Tensor>{at::randn({2, 3}), at::randn({4, 3})}),
+                                    int64_t{0}};
+  EXPECT_EQ(CallKey(Schema("aten::cat", ""), cat_args, 90, 0)->ToString(), "aten::cat([f32[2,3], f32[4,3]], 0) sm_90");
+
+  std::vector<c10::IValue> ln_args{x, c10::IValue(std::vector<int64_t>{16}), c10::IValue(), c10::IValue(), 1e-5};
+  EXPECT_EQ(CallKey(Schema("aten::native_layer_norm", ""), ln_args, 90, 0)->ToString(),
+            "aten::native_layer_norm(bf16[8,16], [16], None, None, 1.0000000000000001e-05) sm_90");
+}
+
+TEST(TorchBridge, DeclinesWhatItCannotKey) {
+  std::vector<c10::IValue> empty_args{c10::IValue(std::vector<int64_t>{2, 2}), c10::IValue(), c10::IValue(),
+                                      c10::IValue(c10::Device(c10::kCPU)), c10::IValue(), c10::IValue()};
+  auto k = CallKey(Schema("aten::empty", "memory_format"), empty_args, 90, 0);
+  ASSERT_FALSE(k.ok());
+  EXPECT_EQ(k.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(k.status().message().find("device"), std::string::npos) << k.status().message();
+
+  std::vector<c10::IValue> too_few{at::randn({2})};
+  EXPECT_FALSE(CallKey(Schema("aten::_softmax", ""), too_few, 90, 0).ok());
+
+  std::vector<c10::IValue> quantized{at::quantize_per_tensor(at::randn({4}), 0.1, 0, at::kQInt8), int64_t{0}, false};
+  EXPECT_FALSE(CallKey(Schema("aten::_softmax", ""), quantized, 90, 0).ok());
+}
+
+TEST(TorchBridge, NumericsFollowTorchSettings) {
+  auto& ctx = at::globalContext();
+  const bool tf32 = ctx.allowTF32CuBLAS();
+  ctx.setAllowTF32CuBLAS(false);
+  const uint32_t off = CurrentNumerics();
+  EXPECT_EQ(off & kAllowTF32Matmul, 0u);
+  ctx.setAllowTF32CuBLAS(true);
+  EXPECT_NE(CurrentNumerics() & kAllowTF32Matmul, 0u);
+  ctx.setAllowTF32CuBLAS(tf32);
+}
+
+}  // namespace
+}  // namespace kjit::torch
