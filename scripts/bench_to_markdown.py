@@ -1,37 +1,55 @@
 #!/usr/bin/env python3
-"""Turns a Google Benchmark JSON file into a markdown table (median rows).
+"""Turns Google Benchmark JSON files into one markdown table.
 
-    scripts/bench_to_markdown.py bench.json > table.md
+    scripts/bench_to_markdown.py bench.json [more.json ...] > table.md
+
+With --benchmark_repetitions, each row gives the median of the repetitions and
+their range; without, the single run.
 """
 import json
+import statistics
 import sys
+from collections import OrderedDict
+
+
+def fmt(ns: float) -> str:
+    for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
+        if ns >= scale:
+            return f"{ns / scale:.3g} {unit}"
+    return f"{ns:.3g} ns"
+
+
+def to_ns(value: float, unit: str) -> float:
+    return value * {"ns": 1, "us": 1e3, "ms": 1e6, "s": 1e9}[unit]
 
 
 def main() -> int:
-    if len(sys.argv) != 2 or sys.argv[1] in ("-h", "--help"):
+    if len(sys.argv) < 2 or sys.argv[1] in ("-h", "--help"):
         print(__doc__.strip())
-        return 0 if len(sys.argv) == 2 else 2
-    with open(sys.argv[1]) as f:
-        data = json.load(f)
-    ctx = data.get("context", {})
-    print(f"Host: {ctx.get('host_name', '?')}, {ctx.get('num_cpus', '?')} CPUs, "
-          f"date {ctx.get('date', '?')}, build {ctx.get('library_build_type', '?')}\n")
-    print("| benchmark | median | cv | iterations | note |")
-    print("|---|---:|---:|---:|---|")
-    cvs = {b["run_name"]: b for b in data["benchmarks"] if b.get("aggregate_name") == "cv"}
-    for b in data["benchmarks"]:
-        if b.get("error_occurred"):
-            print(f"| {b['name']} | - | - | - | skipped: {b.get('error_message', '')[:80]} |")
-            continue
-        if b.get("run_type") == "aggregate" and b.get("aggregate_name") != "median":
-            continue
-        unit = b.get("time_unit", "ns")
-        cv = cvs.get(b.get("run_name"), {}).get("real_time")
-        cv_text = f"{cv * 100:.1f}%" if isinstance(cv, float) else "-"
-        extra = ", ".join(f"{k}={v:.0f}" for k, v in b.items()
-                          if k in ("cubin_bytes",))
-        print(f"| {b.get('run_name', b['name'])} | {b['real_time']:.3g} {unit} | {cv_text} | "
-              f"{b.get('iterations', '-')} | {extra} |")
+        return 0 if len(sys.argv) >= 2 else 2
+    rows = OrderedDict()
+    errors = OrderedDict()
+    context = None
+    for path in sys.argv[1:]:
+        with open(path) as f:
+            data = json.load(f)
+        context = context or data.get("context", {})
+        for b in data["benchmarks"]:
+            name = b.get("run_name", b["name"])
+            if b.get("error_occurred"):
+                errors[name] = b.get("error_message", "")
+                continue
+            if b.get("run_type") == "aggregate":
+                continue
+            rows.setdefault(name, []).append(to_ns(b["real_time"], b.get("time_unit", "ns")))
+    print(f"Host: {context.get('host_name', '?')}, {context.get('num_cpus', '?')} CPUs, "
+          f"{context.get('date', '?')}\n")
+    print("| benchmark | median | min | max | repetitions |")
+    print("|---|---:|---:|---:|---:|")
+    for name, times in rows.items():
+        print(f"| {name} | {fmt(statistics.median(times))} | {fmt(min(times))} | {fmt(max(times))} | {len(times)} |")
+    for name, message in errors.items():
+        print(f"| {name} | skipped: {message[:100]} | | | |")
     return 0
 
 

@@ -7,7 +7,7 @@
 # into a private prefix, builds kjit against that machine's own toolchain and
 # PyTorch, runs every test (the `gpu` ones must pass there, not skip), the
 # example, `kjit device`, and the benchmarks. Logs and results go to $OUT:
-#   build.log  tests.log  device.txt  bench.json  bench.md  summary.txt
+#   build.log  tests.log  tests-gpu.log  device.txt  bench.json  bench-torch.json  bench.md  summary.txt
 # Set KJIT_GPU_RUN_SKIP_BENCH=1 to skip the benchmarks.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -58,9 +58,13 @@ note "gpu-labelled tests: $(grep -E 'tests passed' "$OUT/tests-gpu.log"); skippe
 "$build/examples/compile_and_run/kjit_example_compile_and_run" 2>&1 | tail -3 | tee -a "$summary"
 
 if [[ "${KJIT_GPU_RUN_SKIP_BENCH:-0}" != 1 ]]; then
-  "$build/benchmarks/kjit_bench_runtime" --benchmark_repetitions=5 --benchmark_report_aggregates_only=true \
+  "$build/benchmarks/kjit_bench_runtime" --benchmark_repetitions=7 \
     --benchmark_out="$OUT/bench.json" --benchmark_out_format=json > "$OUT/bench.txt" 2>&1
-  note "benchmarks: rc=$?"
-  python3 scripts/bench_to_markdown.py "$OUT/bench.json" > "$OUT/bench.md" && cat "$OUT/bench.md"
+  note "runtime benchmarks: rc=$?"
+  "$build/benchmarks/kjit_bench_torch" --benchmark_repetitions=7 \
+    --benchmark_out="$OUT/bench-torch.json" --benchmark_out_format=json >> "$OUT/bench.txt" 2>&1
+  note "torch benchmarks: rc=$?"
+  python3 scripts/bench_to_markdown.py "$OUT/bench.json" "$OUT/bench-torch.json" > "$OUT/bench.md"
+  cat "$OUT/bench.md"
 fi
 [[ $rc_tests -eq 0 && $skipped_gpu -eq 0 ]]
