@@ -12,7 +12,8 @@
 namespace {
 
 void BM_TorchLayerNormCallKeyAndHash(benchmark::State& state) {
-  const auto& schema = c10::Dispatcher::singleton().findSchemaOrThrow("aten::native_layer_norm", "").schema();
+  const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::native_layer_norm", "");
+  const c10::FunctionSchema& schema = op.schema();
   at::Tensor x = at::empty({65536, 1024}, at::kBFloat16);
   at::Tensor w = at::empty({1024}, at::kBFloat16);
   std::vector<c10::IValue> args{x, c10::IValue(std::vector<int64_t>{1024}), w, w, 1e-5};
@@ -26,7 +27,8 @@ void BM_TorchLayerNormCallKeyAndHash(benchmark::State& state) {
 BENCHMARK(BM_TorchLayerNormCallKeyAndHash);
 
 void BM_TorchSoftmaxCallKeyAndHash(benchmark::State& state) {
-  const auto& schema = c10::Dispatcher::singleton().findSchemaOrThrow("aten::_softmax", "").schema();
+  const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::_softmax", "");
+  const c10::FunctionSchema& schema = op.schema();
   std::vector<c10::IValue> args{at::empty({64, 1048576}), int64_t{-1}, false};
   std::string buffer;
   buffer.reserve(256);

@@ -60,7 +60,7 @@ Status WriteArg(KeyWriter& w, const c10::Argument& schema_arg, const c10::IValue
   } else if (v.isTensorList()) {
     const auto list = v.toTensorList();
     w.BeginTensorList(static_cast<uint32_t>(list.size()));
-    for (const at::Tensor& t : list) {
+    for (at::Tensor t : list) {  // elements are proxies: take each as a (refcounted) value
       if (!t.defined()) return InvalidArgument("undefined tensor inside a tensor list");
       KJIT_RETURN_IF_ERROR(WriteTensor(w, t));
     }
