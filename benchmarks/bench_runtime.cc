@@ -171,6 +171,23 @@ BENCHMARK(BM_NvrtcCompileLarge)->Unit(benchmark::kMillisecond)->Iterations(3);
 
 // ---- launch overhead
 
+// The checks Function::Launch adds before cuLaunchKernel, alone (no GPU needed).
+void BM_CheckLaunchConfig(benchmark::State& state) {
+  LaunchLimits limits;
+  limits.max_threads_per_block = 1024;
+  limits.max_block_dim[0] = limits.max_block_dim[1] = 1024;
+  limits.max_block_dim[2] = 64;
+  limits.max_grid_dim[0] = 2147483647;
+  limits.max_grid_dim[1] = limits.max_grid_dim[2] = 65535;
+  limits.max_shared_bytes_optin = 232448;
+  LaunchConfig cfg{{4096, 1, 1}, {256, 1, 1}, 1024};
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(&cfg);
+    benchmark::DoNotOptimize(CheckLaunchConfig(cfg, limits));
+  }
+}
+BENCHMARK(BM_CheckLaunchConfig);
+
 struct LaunchFixture {
   std::optional<PrimaryContext> context;
   std::optional<ContextGuard> guard;

@@ -1,8 +1,8 @@
 #include "kjit/runtime/op_key.h"
 
 #include <bit>
+#include <charconv>
 #include <cmath>
-#include <cstdio>
 #include <cstring>
 #include <type_traits>
 
@@ -184,8 +184,8 @@ std::string DoubleText(double v) {
   if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
   if (v == 0) return std::signbit(v) ? "-0.0" : "0.0";
   char buf[40];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  std::string s = buf;
+  const auto end = std::to_chars(buf, buf + sizeof buf, v).ptr;  // shortest text that reads back exactly
+  std::string s(buf, end);
   if (s.find_first_of(".eE") == std::string::npos) s += ".0";  // keep doubles visibly doubles
   return s;
 }

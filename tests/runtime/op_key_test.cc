@@ -116,6 +116,11 @@ TEST(OpKey, DoublesAreKeyedByExactValue) {
   // Every NaN is the same key: ops treat all NaN payloads alike.
   EXPECT_EQ(key(std::nan("1")).Hash(), key(-std::numeric_limits<double>::quiet_NaN()).Hash());
   EXPECT_EQ(key(std::nan("1")), key(std::nan("2")));
+  // The text form is the shortest decimal that reads back as the same double.
+  EXPECT_EQ(key(0.1).ToString(), "aten::mul.Scalar(0.1) sm_90");
+  EXPECT_EQ(key(1e-5).ToString(), "aten::mul.Scalar(1e-05) sm_90");
+  EXPECT_EQ(key(std::nextafter(0.1, 1.0)).ToString(), "aten::mul.Scalar(0.10000000000000002) sm_90");
+  EXPECT_EQ(key(3.0).ToString(), "aten::mul.Scalar(3.0) sm_90");
 }
 
 TEST(OpKey, TextForm) {
