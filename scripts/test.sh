@@ -27,6 +27,12 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j "$jobs"
 echo "[test] run all tests (GPU tests skip without a GPU)"
 (cd build && ctest --output-on-failure -j "$jobs" --timeout 600)
+# CTest lists skipped tests without their reasons; print each distinct reason once.
+reasons=$(grep -h -A1 ': Skipped$' build/Testing/Temporary/LastTest.log 2>/dev/null | grep -v -e ': Skipped$' -e '^--$' | sort | uniq -c || true)
+if [[ -n "$reasons" ]]; then
+  echo "[test] skipped tests, by reason (count, reason):"
+  echo "$reasons"
+fi
 
 if ((sanitize)); then
   echo "[test] configure and build build-asan/ (ASan + UBSan)"
