@@ -14,7 +14,7 @@ pkgs=(
   libcli11-dev libxxhash-dev
   libzmq3-dev libzmq5 libsodium23 libpgm-5.3-0 libnorm1 cppzmq-dev
   libmsgpack-cxx-dev libtbb-dev libtbb12 libtbbmalloc2 libtbbbind-2-5 libhwloc15
-  libsqlite3-dev
+  libsqlite3-dev libsqlite3-0 nlohmann-json3-dev
 )
 mkdir -p .gpu-debs
 cd .gpu-debs

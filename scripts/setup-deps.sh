@@ -4,7 +4,7 @@
 #   scripts/setup-deps.sh [--no-torch]
 #
 # Debian packages: the build tools and libraries (ZeroMQ, msgpack-c, oneTBB,
-# SQLite, GoogleTest, Google Benchmark, CLI11, xxHash). LibTorch: PyPI's
+# SQLite, GoogleTest, Google Benchmark, CLI11, xxHash, nlohmann/json). LibTorch: PyPI's
 # torch==2.11.0 wheel (the GPU machine's version), unpacked into .deps/torch
 # without its Python dependencies: kjit uses only its C++ headers, libraries and
 # CMake config. The CUDA 13 toolkit is expected at /usr/local/cuda (or
@@ -27,7 +27,7 @@ say() { printf '[setup] %s\n' "$*"; }
 packages=(
   build-essential cmake ninja-build pkg-config python3-pip
   libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libtbb-dev libsqlite3-dev
-  libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev libxxhash-dev
+  libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev libxxhash-dev nlohmann-json3-dev
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -1,0 +1,233 @@
+// The on-disk kernel cache: SQLite in WAL mode, shared by every process of a user.
+//
+// Contract:
+// - Many processes may open the same file and read and write at once. Every
+//   write is one transaction: a record is stored whole or not at all, also if
+//   the writer is killed. A writer that finds the database locked retries for
+//   `busy_timeout`, then returns kUnavailable ("database locked").
+// - Lookup serves only records with status kVerified whose arch and toolchain
+//   equal the reader's, and re-checks the CUBIN checksum before serving: a
+//   record that fails it is quarantined (status kQuarantined, with the reason)
+//   and never served again. Lookup does not write otherwise; use counts and
+//   per-key hit/miss counters arrive in batches through RecordUses.
+// - The total size of stored kernels is kept under a limit (default 1 GiB) by
+//   evicting the least recently used records when an insert goes over it.
+// - Opening a file that is not a kjit cache, or one written by a newer kjit
+//   (schema version above kSchemaVersion), fails with a clear error and leaves
+//   the file untouched. Older schema versions are migrated on open.
+// - The file also holds, for the daemon and the RL policy, the task queue, the
+//   measurement history of every evaluated candidate, and policy checkpoints.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kjit/cache/record.h"
+#include "kjit/runtime/status.h"
+
+namespace kjit::cache {
+
+inline constexpr int kSchemaVersion = 1;
+
+// $KJIT_CACHE if set, else <kjit::CacheDir()>/cache.db ($XDG_CACHE_HOME/kjit/cache.db).
+std::string DefaultCachePath();
+
+struct OpenOptions {
+  std::string path;          // empty: DefaultCachePath()
+  bool read_only = false;    // never writes (no quarantine, no migration); fails if the file is missing
+  bool create = true;        // create the file (and its directory) if missing
+  std::chrono::milliseconds busy_timeout{5000};
+  uint64_t default_size_limit_bytes = 1ull << 30;  // used when a new file is created
+};
+
+// Who is asking: a record is served only to a reader with the same arch and toolchain.
+struct ReaderContext {
+  int arch = 0;
+  Toolchain toolchain;
+};
+
+// What the shim needs to launch a cached kernel.
+struct ServedKernel {
+  int64_t id = 0;
+  std::string cubin;
+  std::string entry_point;
+  LaunchShape launch;
+};
+
+// One line of `kjit cache ls`.
+struct RecordSummary {
+  int64_t id = 0;
+  Hash128 key_hash;
+  std::string key_text;
+  std::string op;
+  int arch = 0;
+  RecordStatus status = RecordStatus::kCandidate;
+  double median_us = 0;
+  double baseline_us = 0;
+  double speedup = 0;
+  uint64_t size_bytes = 0;
+  int64_t created_unix_ms = 0;
+  int64_t last_used_unix_ms = 0;
+  uint64_t use_count = 0;
+};
+
+struct ListFilter {
+  std::string op;  // exact op name ("aten::_softmax"); empty: any
+  std::optional<RecordStatus> status;
+  std::optional<int> arch;
+  enum class SortBy { kSpeedup, kLastUse, kSize, kCreated } sort = SortBy::kCreated;
+  bool descending = true;
+  int limit = 0;  // 0: no limit
+};
+
+struct CacheStats {
+  uint64_t records = 0;
+  uint64_t by_status[4] = {0, 0, 0, 0};  // indexed by RecordStatus
+  uint64_t bytes = 0;                    // sum of KernelRecord::size_bytes
+  uint64_t size_limit_bytes = 0;
+  uint64_t file_bytes = 0;  // the database file, WAL included
+  uint64_t keys_seen = 0;   // keys with hit/miss counters
+  uint64_t hits = 0;
+  uint64_t misses = 0;
+  std::vector<RecordSummary> best;  // verified records with the highest speedups
+  double hit_rate() const { return hits + misses ? static_cast<double>(hits) / static_cast<double>(hits + misses) : 0; }
+};
+
+// A batch of use counts from one process (the shim flushes these now and then).
+struct UseReport {
+  Hash128 key_hash;
+  int64_t record_id = 0;  // the record served on hits; 0 if none
+  uint64_t hits = 0;
+  uint64_t misses = 0;
+  std::string key_text;   // recorded the first time a key is seen
+};
+
+struct VerifyReport {
+  uint64_t checked = 0;
+  bool integrity_ok = true;        // PRAGMA integrity_check
+  std::string integrity_message;   // its first lines when not ok
+  struct Problem {
+    int64_t id;
+    std::string key_text;
+    std::string reason;
+  };
+  std::vector<Problem> quarantined;  // records newly quarantined by this run
+  std::vector<Problem> mismatched;   // arch/toolchain differ from the context given (not quarantined)
+};
+
+struct EvictReport {
+  uint64_t removed = 0;
+  uint64_t freed_bytes = 0;
+  uint64_t remaining_bytes = 0;
+};
+
+struct ImportReport {
+  uint64_t imported = 0;
+  uint64_t duplicates = 0;  // same key and CUBIN checksum already present
+  std::vector<std::string> rejected;  // one reason per record that failed its checks
+};
+
+// Daemon task queue (issue 4). States: "queued", "running", "done", "failed".
+struct Task {
+  int64_t id = 0;
+  std::string key_bytes;
+  Hash128 key_hash;
+  int priority = 0;
+  std::string state;
+  int attempts = 0;
+  std::string detail;
+  int64_t created_unix_ms = 0;
+  int64_t updated_unix_ms = 0;
+};
+
+// One evaluated candidate, whatever its outcome (issue 8 learns from these).
+struct Measurement {
+  int64_t id = 0;
+  Hash128 key_hash;
+  std::string key_bytes;
+  DesignPoint design;
+  std::string outcome;  // "verified", "slower", "wrong", "compile_error", "fault", "timeout", ...
+  double median_us = 0;
+  double baseline_us = 0;
+  double reward = 0;
+  std::string detail;
+  int64_t created_unix_ms = 0;
+};
+
+struct PolicyCheckpoint {
+  int64_t id = 0;
+  std::string version;
+  std::string blob;
+  Hash128 checksum;  // filled in by PutCheckpoint
+  std::string status;  // "good" or "set_aside"
+  int64_t created_unix_ms = 0;
+};
+
+class KernelCache {
+ public:
+  static Result<std::unique_ptr<KernelCache>> Open(const OpenOptions& options = {});
+  ~KernelCache();
+  KernelCache(const KernelCache&) = delete;
+  KernelCache& operator=(const KernelCache&) = delete;
+
+  const std::string& path() const;
+  int schema_version() const;
+
+  // ---- kernels
+  // Derives key_hash, key_text, op, arch from key_bytes (which must decode as an
+  // OpKey), computes checksums, stores it in one transaction and evicts LRU
+  // records if the size limit is exceeded. Returns the id. created_unix_ms and
+  // last_used_unix_ms are kept if set (imports, reproducible samples), else now.
+  Result<int64_t> Insert(KernelRecord record);
+  Status SetStatus(int64_t id, RecordStatus status, const std::string& reason);
+  Result<KernelRecord> Get(int64_t id) const;
+  Status Remove(int64_t id);
+
+  // The shim's read path. NotFound (with the reason in the message) when no
+  // record may be served for this key and reader.
+  Result<ServedKernel> Lookup(const Hash128& key_hash, const ReaderContext& reader);
+  Status RecordUses(std::span<const UseReport> uses);
+
+  // Record ids for a record id ("42") or a key-hash prefix of at least 4 hex digits.
+  Result<std::vector<int64_t>> Resolve(const std::string& id_or_hash_prefix) const;
+  Result<std::vector<RecordSummary>> List(const ListFilter& filter = {}) const;
+  Result<CacheStats> Stats(int best_n = 5) const;
+
+  // Re-checks every record's checksums (quarantining failures) and runs
+  // PRAGMA integrity_check; with a reader, also lists records whose arch or
+  // toolchain differ from it.
+  Result<VerifyReport> Verify(const ReaderContext* reader = nullptr);
+  Result<EvictReport> Evict(uint64_t target_bytes);
+  Status SetSizeLimit(uint64_t bytes);
+  uint64_t size_limit() const;
+
+  // One portable file (itself a kjit cache database) holding the records that
+  // pass `filter` (by default: verified ones). Import checks every record's
+  // checksums and key before it takes it.
+  Result<uint64_t> Export(const std::string& file, const ListFilter& filter) const;
+  Result<ImportReport> Import(const std::string& file);
+
+  // ---- for the daemon and the policy
+  Result<int64_t> EnqueueTask(const std::string& key_bytes, int priority, const std::string& detail = "");
+  Result<std::optional<Task>> ClaimNextTask();  // highest priority, oldest first; marks it running
+  Status FinishTask(int64_t id, bool ok, const std::string& detail);
+  Result<std::vector<Task>> ListTasks(const std::string& state = "") const;
+  Result<int64_t> AddMeasurement(Measurement m);
+  Result<std::vector<Measurement>> ListMeasurements(const std::string& family = "", int limit = 0) const;
+  Result<int64_t> PutCheckpoint(PolicyCheckpoint checkpoint);
+  // The newest checkpoint whose status is "good" and whose checksum holds;
+  // checkpoints that fail their checksum are set aside on the way.
+  Result<PolicyCheckpoint> LatestGoodCheckpoint();
+
+ private:
+  struct Impl;
+  explicit KernelCache(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kjit::cache

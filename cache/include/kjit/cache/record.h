@@ -1,0 +1,123 @@
+// What the kernel cache stores about one kernel.
+//
+// A KernelRecord is everything needed to serve a kernel (its OpKey, CUBIN and
+// launch configuration), to trust it (verification evidence, checksums,
+// toolchain versions) and to learn from it (design point, policy version,
+// timings against PyTorch's own kernel). The cache writes a record whole or not
+// at all, and serves it only when its status is kVerified, its checksums hold,
+// and its arch and toolchain match the reader's.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kjit/runtime/hash.h"
+#include "kjit/runtime/status.h"
+
+namespace kjit::cache {
+
+enum class RecordStatus : int {
+  kCandidate = 0,    // compiled, not yet verified: never served
+  kVerified = 1,     // matched PyTorch and was faster: served
+  kRejected = 2,     // failed verification or was not faster: kept for learning, never served
+  kQuarantined = 3,  // failed a checksum or check after it was stored: never served
+};
+std::string_view RecordStatusName(RecordStatus s);  // "verified", ...
+Result<RecordStatus> ParseRecordStatus(std::string_view name);
+
+struct LaunchShape {
+  uint32_t grid[3] = {1, 1, 1};
+  uint32_t block[3] = {1, 1, 1};
+  uint32_t dynamic_shared_bytes = 0;
+  friend bool operator==(const LaunchShape&, const LaunchShape&) = default;
+};
+
+// Where a kernel came from in its design space.
+struct DesignPoint {
+  std::string family;                       // e.g. "softmax"
+  std::map<std::string, std::string> knobs;  // e.g. {"threads_per_row": "256", "vector_width": "4"}
+  std::string policy_version;               // the policy that proposed it, e.g. "expert-default" or "ppo-17"
+  friend bool operator==(const DesignPoint&, const DesignPoint&) = default;
+};
+
+struct Timing {
+  double median_us = 0;
+  double spread_us = 0;  // interquartile range of the runs
+  int runs = 0;
+  std::string device;    // e.g. "NVIDIA H200 GPU-6d75a55a-..."
+  int sm_clock_khz = 0;  // 0 if not known
+  int memory_clock_khz = 0;
+  friend bool operator==(const Timing&, const Timing&) = default;
+};
+
+struct Verification {
+  std::vector<uint64_t> seeds;
+  std::vector<std::string> input_kinds;  // "normal", "uniform", "large", "small", ...
+  std::vector<std::string> edge_cases_passed;  // "nan", "inf", "neg_zero", "empty", "non_contiguous", "unaligned"
+  double max_abs_error = 0;
+  double max_rel_error = 0;
+  double atol = 0;
+  double rtol = 0;
+  friend bool operator==(const Verification&, const Verification&) = default;
+};
+
+// The versions that produced the CUBIN. A record is served only to readers with the same ones.
+struct Toolchain {
+  int driver_version = 0;  // cuDriverGetVersion, e.g. 13000
+  int nvrtc_major = 0;
+  int nvrtc_minor = 0;
+  int codegen_version = 0;  // kjit's code generator version for the family
+  friend bool operator==(const Toolchain&, const Toolchain&) = default;
+  std::string ToString() const;  // "driver 13.0, nvrtc 13.0, codegen 1"
+};
+
+struct KernelRecord {
+  int64_t id = 0;  // assigned by the cache; 0 before insertion
+
+  // The key. key_bytes is OpKey::Encode(); key_hash and key_text are derived from it on insert.
+  std::string key_bytes;
+  Hash128 key_hash;
+  std::string key_text;
+  std::string op;  // the first call's op name, for filtering
+  int arch = 0;    // the key's arch, for filtering
+
+  // The kernel.
+  std::string source;
+  std::vector<std::string> compile_options;
+  std::string entry_point;  // symbol in the CUBIN
+  std::string cubin;
+  LaunchShape launch;
+  DesignPoint design;
+
+  Timing timing;    // the candidate
+  Timing baseline;  // PyTorch's own kernel, same run
+  Verification verification;
+  Toolchain toolchain;
+
+  RecordStatus status = RecordStatus::kCandidate;
+  std::string status_reason;  // why it was rejected or quarantined
+  int64_t created_unix_ms = 0;
+  int64_t last_used_unix_ms = 0;
+  uint64_t use_count = 0;
+
+  // Checksums, filled in by the cache on insert: of the CUBIN, and of every
+  // immutable field (key, source, options, entry, launch, CUBIN checksum, toolchain).
+  Hash128 cubin_checksum;
+  Hash128 record_checksum;
+
+  double speedup() const { return timing.median_us > 0 ? baseline.median_us / timing.median_us : 0; }
+  uint64_t size_bytes() const { return cubin.size() + source.size() + key_bytes.size(); }
+
+  // Recomputes the checksums from the fields. The serve checksum covers what
+  // Lookup hands out (key, entry point, launch shape, toolchain, CUBIN checksum),
+  // so the read path can check it without parsing the rest; the record checksum
+  // covers every immutable field, the serve checksum included.
+  Hash128 ComputeCubinChecksum() const;
+  Hash128 ComputeServeChecksum() const;
+  Hash128 ComputeRecordChecksum() const;
+};
+
+}  // namespace kjit::cache

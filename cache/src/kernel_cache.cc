@@ -1,0 +1,1044 @@
+#include "kjit/cache/kernel_cache.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cctype>
+#include <mutex>
+
+#include "kjit/runtime/op_key.h"
+#include "kjit/runtime/paths.h"
+#include "record_json.h"
+#include "sqlite.h"
+
+namespace kjit::cache {
+namespace {
+
+using sql::Database;
+using sql::Statement;
+using sql::Transaction;
+
+constexpr const char* kMagic = "kjit-cache";
+
+// Version 1 of the schema. A later version appends a migration to kMigrations
+// (never edits this text), so that every earlier file can be brought forward.
+constexpr const char* kSchemaV1 = R"sql(
+CREATE TABLE meta (name TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+
+CREATE TABLE kernels (
+  id INTEGER PRIMARY KEY,
+  key_hash BLOB NOT NULL,
+  key_bytes BLOB NOT NULL,
+  key_text TEXT NOT NULL,
+  op TEXT NOT NULL,
+  arch INTEGER NOT NULL,
+  status INTEGER NOT NULL,
+  status_reason TEXT NOT NULL DEFAULT '',
+  source TEXT NOT NULL,
+  compile_options TEXT NOT NULL,
+  entry_point TEXT NOT NULL,
+  grid_x INTEGER NOT NULL, grid_y INTEGER NOT NULL, grid_z INTEGER NOT NULL,
+  block_x INTEGER NOT NULL, block_y INTEGER NOT NULL, block_z INTEGER NOT NULL,
+  dynamic_shared_bytes INTEGER NOT NULL,
+  family TEXT NOT NULL,
+  policy_version TEXT NOT NULL,
+  design TEXT NOT NULL,
+  timing TEXT NOT NULL,
+  baseline TEXT NOT NULL,
+  median_us REAL NOT NULL,
+  baseline_us REAL NOT NULL,
+  verification TEXT NOT NULL,
+  driver_version INTEGER NOT NULL,
+  nvrtc_major INTEGER NOT NULL,
+  nvrtc_minor INTEGER NOT NULL,
+  codegen_version INTEGER NOT NULL,
+  cubin BLOB NOT NULL,
+  cubin_checksum BLOB NOT NULL,
+  serve_checksum BLOB NOT NULL,
+  record_checksum BLOB NOT NULL,
+  size_bytes INTEGER NOT NULL,
+  created_ms INTEGER NOT NULL,
+  last_used_ms INTEGER NOT NULL,
+  use_count INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX kernels_by_key ON kernels (key_hash, status);
+CREATE INDEX kernels_by_last_use ON kernels (last_used_ms);
+
+CREATE TABLE key_stats (
+  key_hash BLOB PRIMARY KEY,
+  key_text TEXT NOT NULL,
+  hits INTEGER NOT NULL,
+  misses INTEGER NOT NULL,
+  last_seen_ms INTEGER NOT NULL
+) WITHOUT ROWID;
+
+CREATE TABLE tasks (
+  id INTEGER PRIMARY KEY,
+  key_hash BLOB NOT NULL,
+  key_bytes BLOB NOT NULL,
+  priority INTEGER NOT NULL,
+  state TEXT NOT NULL,
+  attempts INTEGER NOT NULL DEFAULT 0,
+  detail TEXT NOT NULL DEFAULT '',
+  created_ms INTEGER NOT NULL,
+  updated_ms INTEGER NOT NULL
+);
+CREATE INDEX tasks_queue ON tasks (state, priority DESC, id);
+
+CREATE TABLE measurements (
+  id INTEGER PRIMARY KEY,
+  key_hash BLOB NOT NULL,
+  key_bytes BLOB NOT NULL,
+  family TEXT NOT NULL,
+  policy_version TEXT NOT NULL,
+  design TEXT NOT NULL,
+  outcome TEXT NOT NULL,
+  median_us REAL NOT NULL,
+  baseline_us REAL NOT NULL,
+  reward REAL NOT NULL,
+  detail TEXT NOT NULL,
+  created_ms INTEGER NOT NULL
+);
+CREATE INDEX measurements_by_family ON measurements (family, id);
+
+CREATE TABLE policy_checkpoints (
+  id INTEGER PRIMARY KEY,
+  version TEXT NOT NULL,
+  blob BLOB NOT NULL,
+  checksum BLOB NOT NULL,
+  status TEXT NOT NULL,
+  created_ms INTEGER NOT NULL
+);
+)sql";
+
+// kMigrations[v] brings a file from schema version v to v + 1. Version 0 is
+// an empty file.
+constexpr const char* kMigrations[] = {kSchemaV1};
+static_assert(std::size(kMigrations) == kSchemaVersion, "one migration per schema version");
+
+// Every column of `kernels`, in a fixed order that ReadRecord expects.
+constexpr const char* kKernelColumns =
+    "id, key_hash, key_bytes, key_text, op, arch, status, status_reason, source, compile_options, entry_point, "
+    "grid_x, grid_y, grid_z, block_x, block_y, block_z, dynamic_shared_bytes, family, policy_version, design, "
+    "timing, baseline, median_us, baseline_us, verification, driver_version, nvrtc_major, nvrtc_minor, "
+    "codegen_version, cubin, cubin_checksum, serve_checksum, record_checksum, size_bytes, created_ms, "
+    "last_used_ms, use_count";
+
+constexpr const char* kSummaryColumns =
+    "id, key_hash, key_text, op, arch, status, median_us, baseline_us, "
+    "CASE WHEN median_us > 0 THEN baseline_us / median_us ELSE 0 END AS speedup, size_bytes, created_ms, "
+    "last_used_ms, use_count";
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string HashBlob(const Hash128& h) {
+  std::string b(16, '\0');
+  for (int i = 0; i < 8; ++i) {
+    b[static_cast<size_t>(i)] = static_cast<char>(h.high >> (56 - 8 * i));
+    b[static_cast<size_t>(8 + i)] = static_cast<char>(h.low >> (56 - 8 * i));
+  }
+  return b;
+}
+
+Hash128 BlobHash(std::string_view b) {
+  Hash128 h;
+  if (b.size() != 16) return h;
+  for (int i = 0; i < 8; ++i) {
+    h.high = (h.high << 8) | static_cast<unsigned char>(b[static_cast<size_t>(i)]);
+    h.low = (h.low << 8) | static_cast<unsigned char>(b[static_cast<size_t>(8 + i)]);
+  }
+  return h;
+}
+
+bool FileExists(const std::string& path) {
+  struct stat st{};
+  return stat(path.c_str(), &st) == 0;
+}
+
+uint64_t FileSize(const std::string& path) {
+  struct stat st{};
+  return stat(path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+}
+
+std::string ParentDir(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos || slash == 0 ? std::string() : path.substr(0, slash);
+}
+
+// Reads a full row selected with kKernelColumns.
+Result<KernelRecord> ReadRecord(const Statement& s) {
+  KernelRecord r;
+  int c = 0;
+  r.id = s.Int(c++);
+  r.key_hash = BlobHash(s.BlobView(c++));
+  r.key_bytes = s.Blob(c++);
+  r.key_text = s.Text(c++);
+  r.op = s.Text(c++);
+  r.arch = static_cast<int>(s.Int(c++));
+  r.status = static_cast<RecordStatus>(s.Int(c++));
+  r.status_reason = s.Text(c++);
+  r.source = s.Text(c++);
+  KJIT_ASSIGN_OR_RETURN(r.compile_options, OptionsFromJson(s.Text(c++)));
+  r.entry_point = s.Text(c++);
+  for (auto& g : r.launch.grid) g = static_cast<uint32_t>(s.Int(c++));
+  for (auto& b : r.launch.block) b = static_cast<uint32_t>(s.Int(c++));
+  r.launch.dynamic_shared_bytes = static_cast<uint32_t>(s.Int(c++));
+  c += 2;  // family, policy_version: copies of what `design` holds
+  KJIT_ASSIGN_OR_RETURN(r.design, DesignFromJson(s.Text(c++)));
+  KJIT_ASSIGN_OR_RETURN(r.timing, TimingFromJson(s.Text(c++)));
+  KJIT_ASSIGN_OR_RETURN(r.baseline, TimingFromJson(s.Text(c++)));
+  c += 2;  // median_us, baseline_us: copies for sorting
+  KJIT_ASSIGN_OR_RETURN(r.verification, VerificationFromJson(s.Text(c++)));
+  r.toolchain.driver_version = static_cast<int>(s.Int(c++));
+  r.toolchain.nvrtc_major = static_cast<int>(s.Int(c++));
+  r.toolchain.nvrtc_minor = static_cast<int>(s.Int(c++));
+  r.toolchain.codegen_version = static_cast<int>(s.Int(c++));
+  r.cubin = s.Blob(c++);
+  r.cubin_checksum = BlobHash(s.BlobView(c++));
+  c++;  // serve_checksum: checked by CheckRecord against the recomputed one
+  r.record_checksum = BlobHash(s.BlobView(c++));
+  c++;  // size_bytes
+  r.created_unix_ms = s.Int(c++);
+  r.last_used_unix_ms = s.Int(c++);
+  r.use_count = static_cast<uint64_t>(s.Int(c++));
+  return r;
+}
+
+// OK if every checksum of a stored record holds; else why not.
+Status CheckRecord(const KernelRecord& r, std::string_view stored_serve_checksum) {
+  if (r.ComputeCubinChecksum() != r.cubin_checksum) return Corruption("CUBIN checksum mismatch");
+  if (r.ComputeServeChecksum() != BlobHash(stored_serve_checksum)) return Corruption("serve checksum mismatch");
+  if (r.ComputeRecordChecksum() != r.record_checksum) return Corruption("record checksum mismatch");
+  auto key = OpKey::Decode(r.key_bytes);
+  if (!key.ok()) return Corruption("stored key does not decode: " + key.status().message());
+  if (key->Hash() != r.key_hash) return Corruption("stored key hash does not match its key");
+  return Status::Ok();
+}
+
+std::string MismatchReason(int arch, const Toolchain& have, const ReaderContext& reader) {
+  if (arch != reader.arch) {
+    return "built for sm_" + std::to_string(arch) + ", reader is sm_" + std::to_string(reader.arch);
+  }
+  if (!(have == reader.toolchain)) {
+    return "built with " + have.ToString() + ", reader has " + reader.toolchain.ToString();
+  }
+  return "";
+}
+
+// WHERE clause and bindings shared by List and Export.
+struct Filter {
+  std::string where = " WHERE 1";
+  std::vector<std::string> texts;
+  std::vector<int64_t> ints;
+  std::vector<bool> is_text;
+};
+
+Filter MakeFilter(const ListFilter& f) {
+  Filter out;
+  if (!f.op.empty()) {
+    out.where += " AND op = ?";
+    out.texts.push_back(f.op);
+    out.is_text.push_back(true);
+  }
+  if (f.status) {
+    out.where += " AND status = ?";
+    out.ints.push_back(static_cast<int64_t>(*f.status));
+    out.is_text.push_back(false);
+  }
+  if (f.arch) {
+    out.where += " AND arch = ?";
+    out.ints.push_back(*f.arch);
+    out.is_text.push_back(false);
+  }
+  return out;
+}
+
+void BindFilter(Statement& s, const Filter& f, int first = 1) {
+  size_t t = 0, i = 0;
+  for (size_t k = 0; k < f.is_text.size(); ++k) {
+    if (f.is_text[k]) {
+      s.BindText(first + static_cast<int>(k), f.texts[t++]);
+    } else {
+      s.Bind(first + static_cast<int>(k), f.ints[i++]);
+    }
+  }
+}
+
+RecordSummary ReadSummary(const Statement& s) {
+  RecordSummary r;
+  r.id = s.Int(0);
+  r.key_hash = BlobHash(s.BlobView(1));
+  r.key_text = s.Text(2);
+  r.op = s.Text(3);
+  r.arch = static_cast<int>(s.Int(4));
+  r.status = static_cast<RecordStatus>(s.Int(5));
+  r.median_us = s.Double(6);
+  r.baseline_us = s.Double(7);
+  r.speedup = s.Double(8);
+  r.size_bytes = static_cast<uint64_t>(s.Int(9));
+  r.created_unix_ms = s.Int(10);
+  r.last_used_unix_ms = s.Int(11);
+  r.use_count = static_cast<uint64_t>(s.Int(12));
+  return r;
+}
+
+}  // namespace
+
+std::string DefaultCachePath() {
+  if (const char* p = std::getenv("KJIT_CACHE"); p != nullptr && *p != '\0') return p;
+  return CacheDir() + "/cache.db";
+}
+
+struct KernelCache::Impl {
+  std::string path;
+  bool read_only = false;
+  int version = 0;
+  uint64_t size_limit = 0;
+  mutable std::mutex mu;  // one connection; statements are not shared across threads
+  Database db;
+  std::optional<Statement> lookup;  // prepared once: the read path runs it per key
+
+  Status Migrate(int from, uint64_t default_limit);
+  Result<uint64_t> TotalBytes();
+  Result<EvictReport> EvictLocked(uint64_t target);
+  Result<int64_t> InsertLocked(KernelRecord r, bool keep_checksums);
+  Status Quarantine(int64_t id, const std::string& reason);
+};
+
+KernelCache::KernelCache(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+KernelCache::~KernelCache() = default;
+
+const std::string& KernelCache::path() const { return impl_->path; }
+int KernelCache::schema_version() const { return impl_->version; }
+uint64_t KernelCache::size_limit() const { return impl_->size_limit; }
+
+Status KernelCache::Impl::Migrate(int from, uint64_t default_limit) {
+  KJIT_ASSIGN_OR_RETURN(Transaction txn, Transaction::Begin(db));
+  // Re-read inside the write lock: another process may have migrated meanwhile.
+  int current = from;
+  {
+    KJIT_ASSIGN_OR_RETURN(Statement has_meta,
+                          db.Prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'"));
+    KJIT_ASSIGN_OR_RETURN(bool meta_exists, has_meta.Step());
+    if (meta_exists) {
+      KJIT_ASSIGN_OR_RETURN(Statement s, db.Prepare("SELECT value FROM meta WHERE name = 'schema_version'"));
+      KJIT_ASSIGN_OR_RETURN(bool row, s.Step());
+      if (row) current = std::atoi(s.Text(0).c_str());
+    }
+  }
+  if (current >= kSchemaVersion) return txn.Commit();  // another process got here first
+  for (int v = current; v < kSchemaVersion; ++v) {
+    KJIT_RETURN_IF_ERROR(db.Exec(kMigrations[v]).WithContext("migrating the cache schema from version " +
+                                                              std::to_string(v)));
+  }
+  if (current == 0) {
+    KJIT_ASSIGN_OR_RETURN(Statement s, db.Prepare("INSERT INTO meta (name, value) VALUES (?, ?)"));
+    const std::pair<std::string, std::string> rows[] = {{"magic", kMagic},
+                                                        {"size_limit_bytes", std::to_string(default_limit)},
+                                                        {"created_ms", std::to_string(NowMs())}};
+    for (const auto& [k, v] : rows) {
+      s.BindText(1, k).BindText(2, v);
+      KJIT_RETURN_IF_ERROR(s.Run());
+      s.Reset();
+    }
+  }
+  KJIT_ASSIGN_OR_RETURN(
+      Statement set, db.Prepare("INSERT OR REPLACE INTO meta (name, value) VALUES ('schema_version', ?)"));
+  set.BindText(1, std::to_string(kSchemaVersion));
+  KJIT_RETURN_IF_ERROR(set.Run());
+  return txn.Commit();
+}
+
+Result<std::unique_ptr<KernelCache>> KernelCache::Open(const OpenOptions& options) {
+  auto impl = std::make_unique<Impl>();
+  impl->path = options.path.empty() ? DefaultCachePath() : options.path;
+  impl->read_only = options.read_only;
+  const bool exists = FileExists(impl->path);
+  if (!exists && (options.read_only || !options.create)) {
+    return NotFound("no kernel cache at " + impl->path +
+                    " (nothing has been cached yet; set KJIT_CACHE or --cache to use another file)");
+  }
+  if (!exists) {
+    const std::string dir = ParentDir(impl->path);
+    if (!dir.empty()) KJIT_RETURN_IF_ERROR(MakeDirectories(dir, 0700));
+  }
+  const int flags = options.read_only ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
+  KJIT_ASSIGN_OR_RETURN(impl->db, Database::Open(impl->path, flags, options.busy_timeout));
+  Database& db = impl->db;
+
+  // Is this a kjit cache, and of which version? Any read fails on a file that
+  // is not an SQLite database at all.
+  std::vector<std::string> tables;
+  {
+    auto s = db.Prepare("SELECT name FROM sqlite_master WHERE type = 'table'");
+    if (!s.ok()) return s.status().WithContext(impl->path + " is not a kjit cache");
+    while (true) {
+      auto row = s->Step();
+      if (!row.ok()) return row.status().WithContext(impl->path + " is not a kjit cache");
+      if (!*row) break;
+      tables.push_back(s->Text(0));
+    }
+  }
+  int version = 0;
+  if (!tables.empty()) {
+    const bool has_meta = std::find(tables.begin(), tables.end(), "meta") != tables.end();
+    std::string magic, version_text, limit_text;
+    if (has_meta) {
+      KJIT_ASSIGN_OR_RETURN(Statement s, db.Prepare("SELECT name, value FROM meta"));
+      while (true) {
+        KJIT_ASSIGN_OR_RETURN(bool row, s.Step());
+        if (!row) break;
+        const std::string name = s.Text(0);
+        if (name == "magic") magic = s.Text(1);
+        if (name == "schema_version") version_text = s.Text(1);
+        if (name == "size_limit_bytes") limit_text = s.Text(1);
+      }
+    }
+    if (magic != kMagic || version_text.empty()) {
+      return Corruption(impl->path + " is an SQLite database but not a kjit cache (no kjit meta table)");
+    }
+    version = std::atoi(version_text.c_str());
+    if (version > kSchemaVersion) {
+      return Status(StatusCode::kInvalidArgument,
+                    impl->path + " has cache schema version " + std::to_string(version) + "; this kjit reads up to " +
+                        std::to_string(kSchemaVersion) + ". Update kjit, or point KJIT_CACHE at another file.");
+    }
+    impl->size_limit = std::strtoull(limit_text.c_str(), nullptr, 10);
+  }
+  if (version < kSchemaVersion) {
+    if (options.read_only) {
+      return Status(StatusCode::kInvalidArgument, impl->path + " has cache schema version " + std::to_string(version) +
+                                                      " and must be migrated; open it once without read-only");
+    }
+    // WAL lets readers go on while one process writes; NORMAL sync keeps the
+    // file consistent after a crash at the price of possibly losing the last
+    // commits on power loss, which a cache can afford.
+    if (version == 0) KJIT_RETURN_IF_ERROR(db.Exec("PRAGMA journal_mode = WAL"));
+    KJIT_RETURN_IF_ERROR(impl->Migrate(version, options.default_size_limit_bytes));
+    if (version == 0) impl->size_limit = options.default_size_limit_bytes;
+  }
+  if (!options.read_only) KJIT_RETURN_IF_ERROR(db.Exec("PRAGMA synchronous = NORMAL"));
+  impl->version = kSchemaVersion;
+  return std::unique_ptr<KernelCache>(new KernelCache(std::move(impl)));
+}
+
+// ---------------------------------------------------------------- kernels
+
+Result<uint64_t> KernelCache::Impl::TotalBytes() {
+  KJIT_ASSIGN_OR_RETURN(Statement s, db.Prepare("SELECT COALESCE(SUM(size_bytes), 0) FROM kernels"));
+  KJIT_ASSIGN_OR_RETURN(bool row, s.Step());
+  return row ? static_cast<uint64_t>(s.Int(0)) : 0;
+}
+
+Result<EvictReport> KernelCache::Impl::EvictLocked(uint64_t target) {
+  EvictReport rep;
+  KJIT_ASSIGN_OR_RETURN(uint64_t total, TotalBytes());
+  if (total > target) {
+    KJIT_ASSIGN_OR_RETURN(Statement s, db.Prepare("SELECT id, size_bytes FROM kernels ORDER BY last_used_ms, id"));
+    std::vector<int64_t> victims;
+    while (total > target) {
+      KJIT_ASSIGN_OR_RETURN(bool row, s.Step());
+      if (!row) break;
+      victims.push_back(s.Int(0));
+      const auto bytes = static_cast<uint64_t>(s.Int(1));
+      total -= std::min(total, bytes);
+      rep.freed_bytes += bytes;
+    }
+    KJIT_ASSIGN_OR_RETURN(Statement del, db.Prepare("DELETE FROM kernels WHERE id = ?"));
+    for (int64_t id : victims) {
+      del.Bind(1, id);
+      KJIT_RETURN_IF_ERROR(del.Run());
+      del.Reset();
+    }
+    rep.removed = victims.size();
+  }
+  rep.remaining_bytes = total;
+  return rep;
+}
+
+Result<int64_t> KernelCache::Impl::InsertLocked(KernelRecord r, bool keep_checksums) {
+  KJIT_ASSIGN_OR_RETURN(OpKey key, OpKey::Decode(r.key_bytes));
+  r.key_hash = key.Hash();
+  r.key_text = key.ToString();
+  r.op = key.calls.front().op;
+  r.arch = key.arch;
+  const int64_t now = NowMs();
+  if (r.created_unix_ms == 0) r.created_unix_ms = now;
+  if (r.last_used_unix_ms == 0) r.last_used_unix_ms = r.created_unix_ms;
+  if (!keep_checksums) {
+    r.cubin_checksum = r.ComputeCubinChecksum();
+    r.record_checksum = r.ComputeRecordChecksum();
+  }
+  const Hash128 serve = r.ComputeServeChecksum();
+
+  std::string placeholders = "NULL";
+  for (int i = 0; i < 37; ++i) placeholders += ", ?";
+  KJIT_ASSIGN_OR_RETURN(Statement ins,
+                        db.Prepare(std::string("INSERT INTO kernels (") + kKernelColumns + ") VALUES (" + placeholders + ")"));
+  int c = 1;
+  ins.BindBlob(c++, HashBlob(r.key_hash));
+  ins.BindBlob(c++, r.key_bytes);
+  ins.BindText(c++, r.key_text);
+  ins.BindText(c++, r.op);
+  ins.Bind(c++, int64_t{r.arch});
+  ins.Bind(c++, static_cast<int64_t>(r.status));
+  ins.BindText(c++, r.status_reason);
+  ins.BindText(c++, r.source);
+  ins.BindText(c++, OptionsToJson(r.compile_options).dump());
+  ins.BindText(c++, r.entry_point);
+  for (uint32_t g : r.launch.grid) ins.Bind(c++, int64_t{g});
+  for (uint32_t b : r.launch.block) ins.Bind(c++, int64_t{b});
+  ins.Bind(c++, int64_t{r.launch.dynamic_shared_bytes});
+  ins.BindText(c++, r.design.family);
+  ins.BindText(c++, r.design.policy_version);
+  ins.BindText(c++, ToJson(r.design).dump());
+  ins.BindText(c++, ToJson(r.timing).dump());
+  ins.BindText(c++, ToJson(r.baseline).dump());
+  ins.Bind(c++, r.timing.median_us);
+  ins.Bind(c++, r.baseline.median_us);
+  ins.BindText(c++, ToJson(r.verification).dump());
+  ins.Bind(c++, int64_t{r.toolchain.driver_version});
+  ins.Bind(c++, int64_t{r.toolchain.nvrtc_major});
+  ins.Bind(c++, int64_t{r.toolchain.nvrtc_minor});
+  ins.Bind(c++, int64_t{r.toolchain.codegen_version});
+  ins.BindBlob(c++, r.cubin);
+  ins.BindBlob(c++, HashBlob(r.cubin_checksum));
+  ins.BindBlob(c++, HashBlob(serve));
+  ins.BindBlob(c++, HashBlob(r.record_checksum));
+  ins.Bind(c++, static_cast<int64_t>(r.size_bytes()));
+  ins.Bind(c++, r.created_unix_ms);
+  ins.Bind(c++, r.last_used_unix_ms);
+  ins.Bind(c++, static_cast<int64_t>(r.use_count));
+  KJIT_RETURN_IF_ERROR(ins.Run());
+  return db.LastInsertId();
+}
+
+Result<int64_t> KernelCache::Insert(KernelRecord record) {
+  if (impl_->read_only) return InvalidArgument("the kernel cache was opened read-only");
+  std::lock_guard lock(impl_->mu);
+  KJIT_ASSIGN_OR_RETURN(Transaction txn, Transaction::Begin(impl_->db));
+  KJIT_ASSIGN_OR_RETURN(int64_t id, impl_->InsertLocked(std::move(record), /*keep_checksums=*/false));
+  if (impl_->size_limit > 0) KJIT_RETURN_IF_ERROR(impl_->EvictLocked(impl_->size_limit).status());
+  KJIT_RETURN_IF_ERROR(txn.Commit());
+  return id;
+}
+
+Status KernelCache::Impl::Quarantine(int64_t id, const std::string& reason) {
+  if (read_only) return Status::Ok();  // a read-only reader skips the record; a writer will mark it
+  KJIT_ASSIGN_OR_RETURN(Statement s, db.Prepare("UPDATE kernels SET status = ?, status_reason = ? WHERE id = ?"));
+  s.Bind(1, static_cast<int64_t>(RecordStatus::kQuarantined)).BindText(2, reason).Bind(3, id);
+  return s.Run();
+}
+
+Status KernelCache::SetStatus(int64_t id, RecordStatus status, const std::string& reason) {
+  if (impl_->read_only) return InvalidArgument("the kernel cache was opened read-only");
+  std::lock_guard lock(impl_->mu);
+  KJIT_ASSIGN_OR_RETURN(Statement s, impl_->db.Prepare("UPDATE kernels SET status = ?, status_reason = ? WHERE id = ?"));
+  s.Bind(1, static_cast<int64_t>(status)).BindText(2, reason).Bind(3, id);
+  KJIT_RETURN_IF_ERROR(s.Run());
+  if (impl_->db.Changes() == 0) return NotFound("no kernel record " + std::to_string(id));
+  return Status::Ok();
+}
+
+Result<KernelRecord> KernelCache::Get(int64_t id) const {
+  std::lock_guard lock(impl_->mu);
+  KJIT_ASSIGN_OR_RETURN(Statement s,
+                        impl_->db.Prepare(std::string("SELECT ") + kKernelColumns + " FROM kernels WHERE id = ?"));
+  s.Bind(1, id);
+  KJIT_ASSIGN_OR_RETURN(bool row, s.Step());
+  if (!row) return NotFound("no kernel record " + std::to_string(id));
+  return ReadRecord(s);
+}
+
+Status KernelCache::Remove(int64_t id) {
+  if (impl_->read_only) return InvalidArgument("the kernel cache was opened read-only");
+  std::lock_guard lock(impl_->mu);
+  KJIT_ASSIGN_OR_RETURN(Statement s, impl_->db.Prepare("DELETE FROM kernels WHERE id = ?"));
+  s.Bind(1, id);
+  KJIT_RETURN_IF_ERROR(s.Run());
+  if (impl_->db.Changes() == 0) return NotFound("no kernel record " + std::to_string(id));
+  return Status::Ok();
+}
+
+Result<ServedKernel> KernelCache::Lookup(const Hash128& key_hash, const ReaderContext& reader) {
+  std::lock_guard lock(impl_->mu);
+  if (!impl_->lookup) {
+    KJIT_ASSIGN_OR_RETURN(
+        impl_->lookup,
+        impl_->db.Prepare("SELECT id, key_bytes, entry_point, grid_x, grid_y, grid_z, block_x, block_y, block_z, "
+                          "dynamic_shared_bytes, arch, driver_version, nvrtc_major, nvrtc_minor, codegen_version, "
+                          "cubin, cubin_checksum, serve_checksum FROM kernels WHERE key_hash = ? AND status = 1 "
+                          "ORDER BY median_us, id"));
+  }
+  Statement& s = *impl_->lookup;
+  s.Reset();
+  s.BindBlob(1, HashBlob(key_hash));
+  std::string why_not;
+  std::vector<std::pair<int64_t, std::string>> bad;
+  std::optional<ServedKernel> served;
+  while (!served) {
+    auto row = s.Step();
+    if (!row.ok()) {
+      s.Reset();
+      return row.status();
+    }
+    if (!*row) break;
+    KernelRecord r;
+    r.key_bytes = s.Blob(1);
+    r.entry_point = s.Text(2);
+    for (int i = 0; i < 3; ++i) r.launch.grid[i] = static_cast<uint32_t>(s.Int(3 + i));
+    for (int i = 0; i < 3; ++i) r.launch.block[i] = static_cast<uint32_t>(s.Int(6 + i));
+    r.launch.dynamic_shared_bytes = static_cast<uint32_t>(s.Int(9));
+    r.arch = static_cast<int>(s.Int(10));
+    r.toolchain = {static_cast<int>(s.Int(11)), static_cast<int>(s.Int(12)), static_cast<int>(s.Int(13)),
+                   static_cast<int>(s.Int(14))};
+    const std::string mismatch = MismatchReason(r.arch, r.toolchain, reader);
+    if (!mismatch.empty()) {
+      why_not = mismatch;
+      continue;
+    }
+    const std::string_view cubin = s.BlobView(15);
+    r.cubin_checksum = BlobHash(s.BlobView(16));
+    if (HashBytes(cubin) != r.cubin_checksum) {
+      bad.emplace_back(s.Int(0), "CUBIN checksum mismatch");
+      continue;
+    }
+    if (r.ComputeServeChecksum() != BlobHash(s.BlobView(17))) {
+      bad.emplace_back(s.Int(0), "serve checksum mismatch");
+      continue;
+    }
+    served = ServedKernel{s.Int(0), std::string(cubin), std::move(r.entry_point), r.launch};
+  }
+  s.Reset();
+  for (const auto& [id, reason] : bad) {
+    KJIT_RETURN_IF_ERROR(impl_->Quarantine(id, reason + " (found by lookup)"));
+    why_not = "a record failed its checksum and was quarantined";
+  }
+  if (served) return *served;
+  return NotFound(why_not.empty() ? "no verified kernel for this key" : "no kernel served: " + why_not);
+}
+
+Status KernelCache::RecordUses(std::span<const UseReport> uses) {
+  if (impl_->read_only) return InvalidArgument("the kernel cache was opened read-only");
+  if (uses.empty()) return Status::Ok();
+  std::lock_guard lock(impl_->mu);
+  KJIT_ASSIGN_OR_RETURN(Transaction txn, Transaction::Begin(impl_->db));
+  KJIT_ASSIGN_OR_RETURN(Statement stats,
+                        impl_->db.Prepare("INSERT INTO key_stats (key_hash, key_text, hits, misses, last_seen_ms) "
+                                          "VALUES (?, ?, ?, ?, ?) ON CONFLICT (key_hash) DO UPDATE SET "
+                                          "hits = hits + excluded.hits, misses = misses + excluded.misses, "
+                                          "last_seen_ms = excluded.last_seen_ms, key_text = CASE WHEN "
+                                          "excluded.key_text != '' THEN excluded.key_text ELSE key_text END"));
+  KJIT_ASSIGN_OR_RETURN(Statement used, impl_->db.Prepare("UPDATE kernels SET use_count = use_count + ?, "
+                                                          "last_used_ms = ? WHERE id = ?"));
+  const int64_t now = NowMs();
+  for (const auto& u : uses) {
+    stats.BindBlob(1, HashBlob(u.key_hash)).BindText(2, u.key_text);
+    stats.Bind(3, static_cast<int64_t>(u.hits)).Bind(4, static_cast<int64_t>(u.misses)).Bind(5, now);
+    KJIT_RETURN_IF_ERROR(stats.Run());
+    stats.Reset();
+    if (u.record_id != 0 && u.hits > 0) {
+      used.Bind(1, static_cast<int64_t>(u.hits)).Bind(2, now).Bind(3, u.record_id);
+      KJIT_RETURN_IF_ERROR(used.Run());
+      used.Reset();
+    }
+  }
+  return txn.Commit();
+}
+
+Result<std::vector<int64_t>> KernelCache::Resolve(const std::string& text) const {
+  if (text.empty()) return InvalidArgument("empty record key");
+  std::lock_guard lock(impl_->mu);
+  std::vector<int64_t> ids;
+  if (std::all_of(text.begin(), text.end(), [](unsigned char c) { return std::isdigit(c); }) && text.size() < 12) {
+    KJIT_ASSIGN_OR_RETURN(Statement s, impl_->db.Prepare("SELECT id FROM kernels WHERE id = ?"));
+    s.Bind(1, static_cast<int64_t>(std::stoll(text)));
+    KJIT_ASSIGN_OR_RETURN(bool row, s.Step());
+    if (row) ids.push_back(s.Int(0));
+    if (!ids.empty()) return ids;
+  }
+  if (text.size() < 4 || text.size() > 32 ||
+      !std::all_of(text.begin(), text.end(), [](unsigned char c) { return std::isxdigit(c); })) {
+    if (ids.empty()) return NotFound("no record matches '" + text + "' (give a record id or 4+ hex digits of a key hash)");
+  }
+  std::string upper = text;
+  for (auto& ch : upper) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  KJIT_ASSIGN_OR_RETURN(Statement s, impl_->db.Prepare("SELECT id FROM kernels WHERE hex(key_hash) LIKE ? ORDER BY id"));
+  s.BindText(1, upper + "%");
+  while (true) {
+    KJIT_ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row) break;
+    ids.push_back(s.Int(0));
+  }
+  if (ids.empty()) return NotFound("no record matches '" + text + "'");
+  return ids;
+}
+
+Result<std::vector<RecordSummary>> KernelCache::List(const ListFilter& filter) const {
+  std::lock_guard lock(impl_->mu);
+  const Filter f = MakeFilter(filter);
+  std::string order;
+  switch (filter.sort) {
+    case ListFilter::SortBy::kSpeedup: order = "speedup"; break;
+    case ListFilter::SortBy::kLastUse: order = "last_used_ms"; break;
+    case ListFilter::SortBy::kSize: order = "size_bytes"; break;
+    case ListFilter::SortBy::kCreated: order = "created_ms"; break;
+  }
+  const char* dir = filter.descending ? " DESC" : " ASC";
+  std::string q = std::string("SELECT ") + kSummaryColumns + " FROM kernels" + f.where + " ORDER BY " + order + dir +
+                  ", id" + dir;
+  if (filter.limit > 0) q += " LIMIT " + std::to_string(filter.limit);
+  KJIT_ASSIGN_OR_RETURN(Statement s, impl_->db.Prepare(q));
+  BindFilter(s, f);
+  std::vector<RecordSummary> out;
+  while (true) {
+    KJIT_ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row) break;
+    out.push_back(ReadSummary(s));
+  }
+  return out;
+}
+
+Result<CacheStats> KernelCache::Stats(int best_n) const {
+  CacheStats st;
+  {
+    std::lock_guard lock(impl_->mu);
+    KJIT_ASSIGN_OR_RETURN(Statement s, impl_->db.Prepare(
+                                           "SELECT status, COUNT(*), COALESCE(SUM(size_bytes), 0) FROM kernels "
+                                           "GROUP BY status"));
+    while (true) {
+      KJIT_ASSIGN_OR_RETURN(bool row, s.Step());
+      if (!row) break;
+      const int64_t status = s.Int(0);
+      if (status >= 0 && status < 4) st.by_status[status] = static_cast<uint64_t>(s.Int(1));
+      st.records += static_cast<uint64_t>(s.Int(1));
+      st.bytes += static_cast<uint64_t>(s.Int(2));
+    }
+    KJIT_ASSIGN_OR_RETURN(Statement k, impl_->db.Prepare(
+                                           "SELECT COUNT(*), COALESCE(SUM(hits), 0), COALESCE(SUM(misses), 0) FROM "
+                                           "key_stats"));
+    KJIT_ASSIGN_OR_RETURN(bool row, k.Step());
+    if (row) {
+      st.keys_seen = static_cast<uint64_t>(k.Int(0));
+      st.hits = static_cast<uint64_t>(k.Int(1));
+      st.misses = static_cast<uint64_t>(k.Int(2));
+    }
+  }
+  st.size_limit_bytes = impl_->size_limit;
+  st.file_bytes = FileSize(impl_->path) + FileSize(impl_->path + "-wal");
+  ListFilter best;
+  best.status = RecordStatus::kVerified;
+  best.sort = ListFilter::SortBy::kSpeedup;
+  best.limit = best_n;
+  KJIT_ASSIGN_OR_RETURN(st.best, List(best));
+  return st;
+}
+
+Result<VerifyReport> KernelCache::Verify(const ReaderContext* reader) {
+  VerifyReport rep;
+  std::lock_guard lock(impl_->mu);
+  {
+    KJIT_ASSIGN_OR_RETURN(Statement s, impl_->db.Prepare("PRAGMA integrity_check"));
+    std::string message;
+    while (true) {
+      KJIT_ASSIGN_OR_RETURN(bool row, s.Step());
+      if (!row) break;
+      const std::string line = s.Text(0);
+      if (line != "ok") {
+        rep.integrity_ok = false;
+        if (message.size() < 2000) message += line + "\n";
+      }
+    }
+    rep.integrity_message = message;
+  }
+  KJIT_ASSIGN_OR_RETURN(Statement s, impl_->db.Prepare(std::string("SELECT ") + kKernelColumns +
+                                                       " FROM kernels ORDER BY id"));
+  std::vector<VerifyReport::Problem> bad;
+  while (true) {
+    KJIT_ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row) break;
+    ++rep.checked;
+    const int64_t id = s.Int(0);
+    const std::string key_text = s.Text(3);
+    const auto status = static_cast<RecordStatus>(s.Int(6));
+    auto record = ReadRecord(s);
+    Status check = record.ok() ? CheckRecord(*record, s.BlobView(32)) : record.status();
+    if (!check.ok()) {
+      if (status != RecordStatus::kQuarantined) bad.push_back({id, key_text, check.message()});
+      continue;
+    }
+    if (reader != nullptr) {
+      const std::string mismatch = MismatchReason(record->arch, record->toolchain, *reader);
+      if (!mismatch.empty()) rep.mismatched.push_back({id, key_text, mismatch});
+    }
+  }
+  for (const auto& p : bad) KJIT_RETURN_IF_ERROR(impl_->Quarantine(p.id, p.reason + " (found by verify)"));
+  rep.quarantined = std::move(bad);
+  return rep;
+}
+
+Result<EvictReport> KernelCache::Evict(uint64_t target_bytes) {
+  if (impl_->read_only) return InvalidArgument("the kernel cache was opened read-only");
+  std::lock_guard lock(impl_->mu);
+  KJIT_ASSIGN_OR_RETURN(Transaction txn, Transaction::Begin(impl_->db));
+  KJIT_ASSIGN_OR_RETURN(EvictReport rep, impl_->EvictLocked(target_bytes));
+  KJIT_RETURN_IF_ERROR(txn.Commit());
+  return rep;
+}
+
+Status KernelCache::SetSizeLimit(uint64_t bytes) {
+  if (impl_->read_only) return InvalidArgument("the kernel cache was opened read-only");
+  std::lock_guard lock(impl_->mu);
+  KJIT_ASSIGN_OR_RETURN(Statement s,
+                        impl_->db.Prepare("INSERT OR REPLACE INTO meta (name, value) VALUES ('size_limit_bytes', ?)"));
+  s.BindText(1, std::to_string(bytes));
+  KJIT_RETURN_IF_ERROR(s.Run());
+  impl_->size_limit = bytes;
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------- export / import
+
+Result<uint64_t> KernelCache::Export(const std::string& file, const ListFilter& filter) const {
+  if (FileExists(file)) return InvalidArgument(file + " already exists; export writes a new file");
+  OpenOptions o;
+  o.path = file;
+  KJIT_ASSIGN_OR_RETURN(auto target, Open(o));  // a new cache file with the current schema
+  // The copy runs on the target's connection, reading this cache through
+  // ATTACH, so it works also when this cache was opened read-only.
+  Impl& t = *target->impl_;
+  std::lock_guard lock(t.mu);
+  KJIT_ASSIGN_OR_RETURN(Statement attach, t.db.Prepare("ATTACH DATABASE ? AS export_source"));
+  attach.BindText(1, impl_->path);
+  KJIT_RETURN_IF_ERROR(attach.Run());
+  const Filter f = MakeFilter(filter);
+  Status copied = [&]() -> Status {
+    KJIT_ASSIGN_OR_RETURN(Statement copy, t.db.Prepare(std::string("INSERT INTO main.kernels SELECT ") +
+                                                       kKernelColumns + " FROM export_source.kernels" + f.where));
+    BindFilter(copy, f);
+    return copy.Run();
+  }();
+  const uint64_t n = copied.ok() ? static_cast<uint64_t>(t.db.Changes()) : 0;
+  KJIT_RETURN_IF_ERROR(t.db.Exec("DETACH DATABASE export_source"));
+  KJIT_RETURN_IF_ERROR(copied);
+  return n;
+}
+
+Result<ImportReport> KernelCache::Import(const std::string& file) {
+  if (impl_->read_only) return InvalidArgument("the kernel cache was opened read-only");
+  OpenOptions o;
+  o.path = file;
+  o.read_only = true;
+  auto source = Open(o);
+  if (!source.ok()) return source.status().WithContext("cannot import " + file);
+  if ((*source)->path() == impl_->path) return InvalidArgument("cannot import a cache into itself");
+
+  ImportReport rep;
+  std::vector<KernelRecord> good;
+  {
+    std::lock_guard lock((*source)->impl_->mu);
+    KJIT_ASSIGN_OR_RETURN(Statement s, (*source)->impl_->db.Prepare(std::string("SELECT ") + kKernelColumns +
+                                                                     " FROM kernels ORDER BY id"));
+    while (true) {
+      KJIT_ASSIGN_OR_RETURN(bool row, s.Step());
+      if (!row) break;
+      const std::string key_text = s.Text(3);
+      auto record = ReadRecord(s);
+      Status check = record.ok() ? CheckRecord(*record, s.BlobView(32)) : record.status();
+      if (check.ok() && record->status == RecordStatus::kQuarantined) check = Corruption("it is quarantined");
+      if (!check.ok()) {
+        rep.rejected.push_back(key_text + ": " + check.message());
+        continue;
+      }
+      good.push_back(std::move(*record));
+    }
+  }
+  std::lock_guard lock(impl_->mu);
+  KJIT_ASSIGN_OR_RETURN(Transaction txn, Transaction::Begin(impl_->db));
+  KJIT_ASSIGN_OR_RETURN(Statement dup, impl_->db.Prepare("SELECT 1 FROM kernels WHERE key_hash = ? AND "
+                                                         "cubin_checksum = ? AND record_checksum = ?"));
+  for (auto& r : good) {
+    dup.BindBlob(1, HashBlob(r.key_hash)).BindBlob(2, HashBlob(r.cubin_checksum)).BindBlob(3, HashBlob(r.record_checksum));
+    KJIT_ASSIGN_OR_RETURN(bool exists, dup.Step());
+    dup.Reset();
+    if (exists) {
+      ++rep.duplicates;
+      continue;
+    }
+    r.use_count = 0;
+    KJIT_RETURN_IF_ERROR(impl_->InsertLocked(std::move(r), /*keep_checksums=*/true).status());
+    ++rep.imported;
+  }
+  if (impl_->size_limit > 0) KJIT_RETURN_IF_ERROR(impl_->EvictLocked(impl_->size_limit).status());
+  KJIT_RETURN_IF_ERROR(txn.Commit());
+  return rep;
+}
+
+// ---------------------------------------------------------------- tasks, measurements, checkpoints
+
+Result<int64_t> KernelCache::EnqueueTask(const std::string& key_bytes, int priority, const std::string& detail) {
+  KJIT_ASSIGN_OR_RETURN(OpKey key, OpKey::Decode(key_bytes));
+  std::lock_guard lock(impl_->mu);
+  KJIT_ASSIGN_OR_RETURN(Statement s, impl_->db.Prepare(
+                                         "INSERT INTO tasks (key_hash, key_bytes, priority, state, detail, "
+                                         "created_ms, updated_ms) VALUES (?, ?, ?, 'queued', ?, ?, ?)"));
+  const int64_t now = NowMs();
+  s.BindBlob(1, HashBlob(key.Hash())).BindBlob(2, key_bytes).Bind(3, int64_t{priority}).BindText(4, detail);
+  s.Bind(5, now).Bind(6, now);
+  KJIT_RETURN_IF_ERROR(s.Run());
+  return impl_->db.LastInsertId();
+}
+
+namespace {
+constexpr const char* kTaskColumns =
+    "id, key_bytes, key_hash, priority, state, attempts, detail, created_ms, updated_ms";
+Task ReadTask(const Statement& s) {
+  Task t;
+  t.id = s.Int(0);
+  t.key_bytes = s.Blob(1);
+  t.key_hash = BlobHash(s.BlobView(2));
+  t.priority = static_cast<int>(s.Int(3));
+  t.state = s.Text(4);
+  t.attempts = static_cast<int>(s.Int(5));
+  t.detail = s.Text(6);
+  t.created_unix_ms = s.Int(7);
+  t.updated_unix_ms = s.Int(8);
+  return t;
+}
+}  // namespace
+
+Result<std::optional<Task>> KernelCache::ClaimNextTask() {
+  std::lock_guard lock(impl_->mu);
+  KJIT_ASSIGN_OR_RETURN(Transaction txn, Transaction::Begin(impl_->db));
+  KJIT_ASSIGN_OR_RETURN(Statement s, impl_->db.Prepare(std::string("SELECT ") + kTaskColumns +
+                                                       " FROM tasks WHERE state = 'queued' ORDER BY priority DESC, "
+                                                       "id LIMIT 1"));
+  KJIT_ASSIGN_OR_RETURN(bool row, s.Step());
+  if (!row) return std::optional<Task>();
+  Task t = ReadTask(s);
+  KJIT_ASSIGN_OR_RETURN(Statement u, impl_->db.Prepare("UPDATE tasks SET state = 'running', attempts = attempts + 1, "
+                                                       "updated_ms = ? WHERE id = ?"));
+  u.Bind(1, NowMs()).Bind(2, t.id);
+  KJIT_RETURN_IF_ERROR(u.Run());
+  KJIT_RETURN_IF_ERROR(txn.Commit());
+  t.state = "running";
+  ++t.attempts;
+  return std::optional<Task>(std::move(t));
+}
+
+Status KernelCache::FinishTask(int64_t id, bool ok, const std::string& detail) {
+  std::lock_guard lock(impl_->mu);
+  KJIT_ASSIGN_OR_RETURN(Statement s,
+                        impl_->db.Prepare("UPDATE tasks SET state = ?, detail = ?, updated_ms = ? WHERE id = ?"));
+  s.BindText(1, ok ? "done" : "failed").BindText(2, detail).Bind(3, NowMs()).Bind(4, id);
+  KJIT_RETURN_IF_ERROR(s.Run());
+  if (impl_->db.Changes() == 0) return NotFound("no task " + std::to_string(id));
+  return Status::Ok();
+}
+
+Result<std::vector<Task>> KernelCache::ListTasks(const std::string& state) const {
+  std::lock_guard lock(impl_->mu);
+  KJIT_ASSIGN_OR_RETURN(Statement s, impl_->db.Prepare(std::string("SELECT ") + kTaskColumns +
+                                                       " FROM tasks WHERE ? = '' OR state = ? ORDER BY id"));
+  s.BindText(1, state).BindText(2, state);
+  std::vector<Task> out;
+  while (true) {
+    KJIT_ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row) break;
+    out.push_back(ReadTask(s));
+  }
+  return out;
+}
+
+Result<int64_t> KernelCache::AddMeasurement(Measurement m) {
+  KJIT_ASSIGN_OR_RETURN(OpKey key, OpKey::Decode(m.key_bytes));
+  std::lock_guard lock(impl_->mu);
+  KJIT_ASSIGN_OR_RETURN(Statement s, impl_->db.Prepare(
+                                         "INSERT INTO measurements (key_hash, key_bytes, family, policy_version, "
+                                         "design, outcome, median_us, baseline_us, reward, detail, created_ms) "
+                                         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"));
+  s.BindBlob(1, HashBlob(key.Hash())).BindBlob(2, m.key_bytes).BindText(3, m.design.family);
+  s.BindText(4, m.design.policy_version).BindText(5, ToJson(m.design).dump()).BindText(6, m.outcome);
+  s.Bind(7, m.median_us).Bind(8, m.baseline_us).Bind(9, m.reward).BindText(10, m.detail);
+  s.Bind(11, m.created_unix_ms != 0 ? m.created_unix_ms : NowMs());
+  KJIT_RETURN_IF_ERROR(s.Run());
+  return impl_->db.LastInsertId();
+}
+
+Result<std::vector<Measurement>> KernelCache::ListMeasurements(const std::string& family, int limit) const {
+  std::lock_guard lock(impl_->mu);
+  std::string q =
+      "SELECT id, key_hash, key_bytes, design, outcome, median_us, baseline_us, reward, detail, created_ms FROM "
+      "measurements WHERE ? = '' OR family = ? ORDER BY id";
+  if (limit > 0) q += " LIMIT " + std::to_string(limit);
+  KJIT_ASSIGN_OR_RETURN(Statement s, impl_->db.Prepare(q));
+  s.BindText(1, family).BindText(2, family);
+  std::vector<Measurement> out;
+  while (true) {
+    KJIT_ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row) break;
+    Measurement m;
+    m.id = s.Int(0);
+    m.key_hash = BlobHash(s.BlobView(1));
+    m.key_bytes = s.Blob(2);
+    KJIT_ASSIGN_OR_RETURN(m.design, DesignFromJson(s.Text(3)));
+    m.outcome = s.Text(4);
+    m.median_us = s.Double(5);
+    m.baseline_us = s.Double(6);
+    m.reward = s.Double(7);
+    m.detail = s.Text(8);
+    m.created_unix_ms = s.Int(9);
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+Result<int64_t> KernelCache::PutCheckpoint(PolicyCheckpoint c) {
+  std::lock_guard lock(impl_->mu);
+  KJIT_ASSIGN_OR_RETURN(Statement s, impl_->db.Prepare("INSERT INTO policy_checkpoints (version, blob, checksum, "
+                                                       "status, created_ms) VALUES (?, ?, ?, ?, ?)"));
+  s.BindText(1, c.version).BindBlob(2, c.blob).BindBlob(3, HashBlob(HashBytes(c.blob)));
+  s.BindText(4, c.status.empty() ? "good" : c.status).Bind(5, c.created_unix_ms != 0 ? c.created_unix_ms : NowMs());
+  KJIT_RETURN_IF_ERROR(s.Run());
+  return impl_->db.LastInsertId();
+}
+
+Result<PolicyCheckpoint> KernelCache::LatestGoodCheckpoint() {
+  std::lock_guard lock(impl_->mu);
+  KJIT_ASSIGN_OR_RETURN(Statement s, impl_->db.Prepare("SELECT id, version, blob, checksum, status, created_ms FROM "
+                                                       "policy_checkpoints WHERE status = 'good' ORDER BY id DESC"));
+  std::vector<int64_t> bad;
+  std::optional<PolicyCheckpoint> found;
+  while (!found) {
+    KJIT_ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row) break;
+    PolicyCheckpoint c;
+    c.id = s.Int(0);
+    c.version = s.Text(1);
+    c.blob = s.Blob(2);
+    c.checksum = BlobHash(s.BlobView(3));
+    c.status = s.Text(4);
+    c.created_unix_ms = s.Int(5);
+    if (HashBytes(c.blob) != c.checksum) {
+      bad.push_back(c.id);
+      continue;
+    }
+    found = std::move(c);
+  }
+  s.Reset();
+  if (!impl_->read_only && !bad.empty()) {
+    KJIT_ASSIGN_OR_RETURN(Statement u, impl_->db.Prepare("UPDATE policy_checkpoints SET status = 'set_aside' WHERE id = ?"));
+    for (int64_t id : bad) {
+      u.Bind(1, id);
+      KJIT_RETURN_IF_ERROR(u.Run());
+      u.Reset();
+    }
+  }
+  if (!found) return NotFound("no good policy checkpoint");
+  return *found;
+}
+
+}  // namespace kjit::cache

@@ -1,0 +1,387 @@
+#include "kjit/cache/kernel_cache.h"
+
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+
+#include <fstream>
+
+#include "cache_test_util.h"
+
+namespace kjit::cache {
+namespace {
+
+using namespace testing;
+
+TEST(KernelCache, CreatesAFreshCacheAtTheCurrentSchema) {
+  TempDir dir;
+  auto cache = OpenOrDie(dir.file("sub/dir/cache.db"));
+  EXPECT_EQ(cache->schema_version(), kSchemaVersion);
+  EXPECT_EQ(cache->size_limit(), 1ull << 30);
+  auto stats = cache->Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->records, 0u);
+}
+
+TEST(KernelCache, DefaultPathFollowsEnvironment) {
+  setenv("KJIT_CACHE", "/x/mine.db", 1);
+  EXPECT_EQ(DefaultCachePath(), "/x/mine.db");
+  unsetenv("KJIT_CACHE");
+  setenv("KJIT_CACHE_DIR", "/x/dir", 1);
+  EXPECT_EQ(DefaultCachePath(), "/x/dir/cache.db");
+  unsetenv("KJIT_CACHE_DIR");
+}
+
+TEST(KernelCache, InsertThenGetKeepsEveryField) {
+  TempDir dir;
+  auto cache = OpenOrDie(dir.file("c.db"));
+  KernelRecord in = MakeRecord(1024);
+  auto id = cache->Insert(in);
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  auto out = cache->Get(*id);
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_EQ(out->key_bytes, in.key_bytes);
+  EXPECT_EQ(out->key_text, "aten::_softmax(f32[64,1024], -1, False) sm_90");
+  EXPECT_EQ(out->key_hash, OpKey::Decode(in.key_bytes)->Hash());
+  EXPECT_EQ(out->op, "aten::_softmax");
+  EXPECT_EQ(out->arch, 90);
+  EXPECT_EQ(out->source, in.source);
+  EXPECT_EQ(out->compile_options, in.compile_options);
+  EXPECT_EQ(out->entry_point, in.entry_point);
+  EXPECT_EQ(out->cubin, in.cubin);
+  EXPECT_EQ(out->launch, in.launch);
+  EXPECT_EQ(out->design, in.design);
+  EXPECT_EQ(out->timing, in.timing);
+  EXPECT_EQ(out->baseline, in.baseline);
+  EXPECT_EQ(out->verification, in.verification);
+  EXPECT_EQ(out->toolchain, in.toolchain);
+  EXPECT_EQ(out->status, RecordStatus::kVerified);
+  EXPECT_GT(out->created_unix_ms, 0);
+  EXPECT_EQ(out->cubin_checksum, HashBytes(in.cubin));
+  EXPECT_EQ(out->record_checksum, out->ComputeRecordChecksum());
+  EXPECT_DOUBLE_EQ(out->speedup(), 2.0);
+}
+
+TEST(KernelCache, RejectsARecordWhoseKeyDoesNotDecode) {
+  TempDir dir;
+  auto cache = OpenOrDie(dir.file("c.db"));
+  KernelRecord r = MakeRecord(1);
+  r.key_bytes = "garbage";
+  EXPECT_EQ(cache->Insert(r).status().code(), StatusCode::kCorruption);
+}
+
+TEST(KernelCache, LookupServesOnlyVerifiedMatchingRecords) {
+  TempDir dir;
+  auto cache = OpenOrDie(dir.file("c.db"));
+  const Hash128 key = OpKey::Decode(KeyBytes(2048))->Hash();
+  EXPECT_EQ(cache->Lookup(key, kReader).status().code(), StatusCode::kNotFound);
+
+  KernelRecord candidate = MakeRecord(2048, 4096, 1.0);
+  candidate.status = RecordStatus::kCandidate;
+  ASSERT_TRUE(cache->Insert(candidate).ok());
+  EXPECT_EQ(cache->Lookup(key, kReader).status().code(), StatusCode::kNotFound);
+
+  auto slow = cache->Insert(MakeRecord(2048, 4096, 20.0));
+  auto fast = cache->Insert(MakeRecord(2048, 4096, 5.0));
+  ASSERT_TRUE(slow.ok() && fast.ok());
+  auto served = cache->Lookup(key, kReader);
+  ASSERT_TRUE(served.ok()) << served.status().ToString();
+  EXPECT_EQ(served->id, *fast);  // the fastest verified record
+  EXPECT_EQ(served->cubin, Pattern(2048, 4096));
+  EXPECT_EQ(served->entry_point, "softmax_2048");
+  EXPECT_EQ(served->launch.block[0], 256u);
+
+  ReaderContext other_arch = kReader;
+  other_arch.arch = 100;
+  auto a = cache->Lookup(key, other_arch);
+  ASSERT_EQ(a.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(a.status().message().find("sm_90"), std::string::npos) << a.status().message();
+
+  ReaderContext other_nvrtc = kReader;
+  other_nvrtc.toolchain.nvrtc_minor = 1;
+  auto b = cache->Lookup(key, other_nvrtc);
+  ASSERT_EQ(b.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(b.status().message().find("nvrtc 13.0"), std::string::npos) << b.status().message();
+
+  ReaderContext other_driver = kReader;
+  other_driver.toolchain.driver_version = 12080;
+  EXPECT_EQ(cache->Lookup(key, other_driver).status().code(), StatusCode::kNotFound);
+}
+
+TEST(KernelCache, UseCountsAndHitMissCounters) {
+  TempDir dir;
+  auto cache = OpenOrDie(dir.file("c.db"));
+  auto id = cache->Insert(MakeRecord(64));
+  ASSERT_TRUE(id.ok());
+  const Hash128 hit_key = OpKey::Decode(KeyBytes(64))->Hash();
+  const Hash128 miss_key = OpKey::Decode(KeyBytes(65))->Hash();
+  std::vector<UseReport> uses = {{hit_key, *id, 10, 0, "k64"}, {miss_key, 0, 0, 3, "k65"}};
+  ASSERT_TRUE(cache->RecordUses(uses).ok());
+  ASSERT_TRUE(cache->RecordUses(uses).ok());
+  auto rec = cache->Get(*id);
+  ASSERT_TRUE(rec.ok());
+  EXPECT_EQ(rec->use_count, 20u);
+  auto stats = cache->Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->keys_seen, 2u);
+  EXPECT_EQ(stats->hits, 20u);
+  EXPECT_EQ(stats->misses, 6u);
+  EXPECT_NEAR(stats->hit_rate(), 20.0 / 26.0, 1e-12);
+}
+
+TEST(KernelCache, ListFiltersAndSorts) {
+  TempDir dir;
+  auto cache = OpenOrDie(dir.file("c.db"));
+  for (int i = 1; i <= 5; ++i) {
+    KernelRecord r = MakeRecord(i * 100, static_cast<size_t>(1000 * i), 10.0 / i);
+    r.baseline.median_us = 10.0;  // speedup i
+    if (i == 5) r.status = RecordStatus::kRejected;
+    ASSERT_TRUE(cache->Insert(r).ok());
+  }
+  ListFilter f;
+  f.sort = ListFilter::SortBy::kSize;
+  auto all = cache->List(f);
+  ASSERT_TRUE(all.ok());
+  ASSERT_EQ(all->size(), 5u);
+  EXPECT_GT((*all)[0].size_bytes, (*all)[4].size_bytes);
+
+  f.status = RecordStatus::kVerified;
+  f.sort = ListFilter::SortBy::kSpeedup;
+  f.limit = 2;
+  auto best = cache->List(f);
+  ASSERT_TRUE(best.ok());
+  ASSERT_EQ(best->size(), 2u);
+  EXPECT_NEAR((*best)[0].speedup, 4.0, 1e-9);  // the rejected 5x one is filtered out
+  EXPECT_EQ((*best)[0].key_text, "aten::_softmax(f32[64,400], -1, False) sm_90");
+  EXPECT_NEAR((*best)[1].speedup, 3.0, 1e-9);
+
+  ListFilter none;
+  none.op = "aten::gelu";
+  EXPECT_TRUE(cache->List(none)->empty());
+  ListFilter arch;
+  arch.arch = 80;
+  EXPECT_TRUE(cache->List(arch)->empty());
+}
+
+TEST(KernelCache, ResolvesIdsAndHashPrefixes) {
+  TempDir dir;
+  auto cache = OpenOrDie(dir.file("c.db"));
+  auto id = cache->Insert(MakeRecord(777));
+  ASSERT_TRUE(id.ok());
+  const std::string hex = OpKey::Decode(KeyBytes(777))->Hash().ToHex();
+  EXPECT_EQ(*cache->Resolve(std::to_string(*id)), std::vector<int64_t>{*id});
+  EXPECT_EQ(*cache->Resolve(hex.substr(0, 8)), std::vector<int64_t>{*id});
+  EXPECT_EQ(*cache->Resolve(hex), std::vector<int64_t>{*id});
+  EXPECT_EQ(cache->Resolve("zzzz").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(cache->Resolve("999999").status().code(), StatusCode::kNotFound);
+}
+
+TEST(KernelCache, RemoveAndSetStatus) {
+  TempDir dir;
+  auto cache = OpenOrDie(dir.file("c.db"));
+  auto id = cache->Insert(MakeRecord(5));
+  ASSERT_TRUE(id.ok());
+  const Hash128 key = OpKey::Decode(KeyBytes(5))->Hash();
+  ASSERT_TRUE(cache->SetStatus(*id, RecordStatus::kRejected, "slower on re-measure").ok());
+  EXPECT_FALSE(cache->Lookup(key, kReader).ok());
+  EXPECT_EQ(cache->Get(*id)->status_reason, "slower on re-measure");
+  ASSERT_TRUE(cache->Remove(*id).ok());
+  EXPECT_EQ(cache->Remove(*id).code(), StatusCode::kNotFound);
+  EXPECT_EQ(cache->SetStatus(*id, RecordStatus::kVerified, "").code(), StatusCode::kNotFound);
+}
+
+TEST(KernelCache, EvictsLeastRecentlyUsedPastTheLimit) {
+  TempDir dir;
+  auto cache = OpenOrDie(dir.file("c.db"));
+  const uint64_t each = MakeRecord(1, 10000).size_bytes();
+  ASSERT_TRUE(cache->SetSizeLimit(each * 3 + each / 2).ok());
+  std::vector<int64_t> ids;
+  for (int i = 1; i <= 3; ++i) {
+    KernelRecord r = MakeRecord(i, 10000);
+    r.created_unix_ms = 1000 * i;  // oldest first
+    ids.push_back(*cache->Insert(r));
+  }
+  // Using record 1 makes record 2 the least recently used.
+  const Hash128 key1 = OpKey::Decode(KeyBytes(1))->Hash();
+  ASSERT_TRUE(cache->RecordUses(std::vector<UseReport>{{key1, ids[0], 1, 0, ""}}).ok());
+  ASSERT_TRUE(cache->Insert(MakeRecord(4, 10000)).ok());  // over the limit now
+  EXPECT_TRUE(cache->Get(ids[0]).ok());
+  EXPECT_EQ(cache->Get(ids[1]).status().code(), StatusCode::kNotFound);
+  EXPECT_TRUE(cache->Get(ids[2]).ok());
+  EXPECT_LE(cache->Stats()->bytes, cache->size_limit());
+
+  auto rep = cache->Evict(0);
+  ASSERT_TRUE(rep.ok());
+  EXPECT_EQ(rep->removed, 3u);
+  EXPECT_EQ(rep->remaining_bytes, 0u);
+  EXPECT_EQ(cache->Stats()->records, 0u);
+}
+
+TEST(KernelCache, RefusesFilesThatAreNotKjitCaches) {
+  TempDir dir;
+  {
+    std::ofstream(dir.file("junk.db")) << "this is not an sqlite database, just text that is long enough......";
+  }
+  OpenOptions o;
+  o.path = dir.file("junk.db");
+  auto junk = KernelCache::Open(o);
+  ASSERT_FALSE(junk.ok());
+  EXPECT_NE(junk.status().message().find("not a kjit cache"), std::string::npos) << junk.status().ToString();
+
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(dir.file("other.db").c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "CREATE TABLE photos(id INTEGER)", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(db);
+  o.path = dir.file("other.db");
+  auto other = KernelCache::Open(o);
+  ASSERT_FALSE(other.ok());
+  EXPECT_NE(other.status().message().find("not a kjit cache"), std::string::npos) << other.status().ToString();
+
+  o.path = dir.file("missing.db");
+  o.read_only = true;
+  EXPECT_EQ(KernelCache::Open(o).status().code(), StatusCode::kNotFound);
+}
+
+TEST(KernelCache, RefusesANewerSchemaAndLeavesItAlone) {
+  TempDir dir;
+  const std::string path = dir.file("c.db");
+  OpenOrDie(path);
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "UPDATE meta SET value = '99' WHERE name = 'schema_version'", nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  OpenOptions o;
+  o.path = path;
+  auto c = KernelCache::Open(o);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("schema version 99"), std::string::npos) << c.status().message();
+  EXPECT_NE(c.status().message().find("Update kjit"), std::string::npos);
+}
+
+TEST(KernelCache, MigratesAnEmptyFileAndReopensWithoutChange) {
+  TempDir dir;
+  const std::string path = dir.file("c.db");
+  {
+    std::ofstream touch(path);  // a zero-byte file is an empty database: version 0
+  }
+  {
+    auto c = OpenOrDie(path);
+    EXPECT_EQ(c->schema_version(), kSchemaVersion);
+    ASSERT_TRUE(c->Insert(MakeRecord(3)).ok());
+  }
+  auto again = OpenOrDie(path, /*read_only=*/true);
+  EXPECT_EQ(again->Stats()->records, 1u);
+}
+
+TEST(KernelCache, ExportImportRoundTrip) {
+  TempDir dir;
+  auto src = OpenOrDie(dir.file("src.db"));
+  for (int i = 1; i <= 4; ++i) {
+    KernelRecord r = MakeRecord(i * 10);
+    if (i == 4) r.status = RecordStatus::kRejected;
+    ASSERT_TRUE(src->Insert(r).ok());
+  }
+  ListFilter verified;
+  verified.status = RecordStatus::kVerified;
+  auto n = src->Export(dir.file("out.kjit"), verified);
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_EQ(*n, 3u);
+  EXPECT_FALSE(src->Export(dir.file("out.kjit"), verified).ok());  // never overwrites
+
+  auto dst = OpenOrDie(dir.file("dst.db"));
+  auto rep = dst->Import(dir.file("out.kjit"));
+  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  EXPECT_EQ(rep->imported, 3u);
+  EXPECT_TRUE(rep->rejected.empty());
+  auto served = dst->Lookup(OpKey::Decode(KeyBytes(20))->Hash(), kReader);
+  ASSERT_TRUE(served.ok()) << served.status().ToString();
+  EXPECT_EQ(served->cubin, Pattern(20, 4096));
+
+  auto again = dst->Import(dir.file("out.kjit"));
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->imported, 0u);
+  EXPECT_EQ(again->duplicates, 3u);
+
+  // A read-only source can be exported too.
+  auto ro = OpenOrDie(dir.file("src.db"), /*read_only=*/true);
+  EXPECT_EQ(*ro->Export(dir.file("out2.kjit"), ListFilter{}), 4u);
+}
+
+TEST(KernelCache, ImportRejectsTamperedRecordsAndNonCaches) {
+  TempDir dir;
+  auto src = OpenOrDie(dir.file("src.db"));
+  ASSERT_TRUE(src->Insert(MakeRecord(1)).ok());
+  ASSERT_TRUE(src->Insert(MakeRecord(2)).ok());
+  ASSERT_TRUE(src->Export(dir.file("out.kjit"), ListFilter{}).ok());
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(dir.file("out.kjit").c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "UPDATE kernels SET source = source || '// evil' WHERE entry_point = 'softmax_2'",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  auto dst = OpenOrDie(dir.file("dst.db"));
+  auto rep = dst->Import(dir.file("out.kjit"));
+  ASSERT_TRUE(rep.ok());
+  EXPECT_EQ(rep->imported, 1u);
+  ASSERT_EQ(rep->rejected.size(), 1u);
+  EXPECT_NE(rep->rejected[0].find("record checksum"), std::string::npos) << rep->rejected[0];
+
+  {
+    std::ofstream(dir.file("notes.txt")) << "hello";
+  }
+  auto bad = dst->Import(dir.file("notes.txt"));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("cannot import"), std::string::npos);
+}
+
+TEST(KernelCache, TaskQueueMeasurementsAndCheckpoints) {
+  TempDir dir;
+  auto cache = OpenOrDie(dir.file("c.db"));
+  ASSERT_TRUE(cache->EnqueueTask(KeyBytes(1), 1).ok());
+  auto urgent = cache->EnqueueTask(KeyBytes(2), 9, "hot key");
+  ASSERT_TRUE(urgent.ok());
+  EXPECT_FALSE(cache->EnqueueTask("junk", 1).ok());
+  auto first = cache->ClaimNextTask();
+  ASSERT_TRUE(first.ok() && first->has_value());
+  EXPECT_EQ((*first)->id, *urgent);
+  EXPECT_EQ((*first)->state, "running");
+  ASSERT_TRUE(cache->FinishTask(*urgent, true, "verified 2.1x").ok());
+  EXPECT_EQ(cache->ListTasks("done")->size(), 1u);
+  EXPECT_EQ(cache->ListTasks("queued")->size(), 1u);
+  ASSERT_TRUE(cache->ClaimNextTask()->has_value());
+  EXPECT_FALSE(cache->ClaimNextTask()->has_value());
+
+  Measurement m;
+  m.key_bytes = KeyBytes(1);
+  m.design = MakeRecord(1).design;
+  m.outcome = "wrong";
+  m.detail = "max abs error 3.0 at element 17";
+  ASSERT_TRUE(cache->AddMeasurement(m).ok());
+  m.outcome = "verified";
+  m.reward = 0.7;
+  ASSERT_TRUE(cache->AddMeasurement(m).ok());
+  auto ms = cache->ListMeasurements("softmax");
+  ASSERT_TRUE(ms.ok());
+  ASSERT_EQ(ms->size(), 2u);
+  EXPECT_EQ((*ms)[1].outcome, "verified");
+  EXPECT_EQ((*ms)[1].design, m.design);
+  EXPECT_TRUE(cache->ListMeasurements("layer_norm")->empty());
+
+  EXPECT_EQ(cache->LatestGoodCheckpoint().status().code(), StatusCode::kNotFound);
+  ASSERT_TRUE(cache->PutCheckpoint({0, "ppo-1", "weights-1", {}, "", 0}).ok());
+  auto second = cache->PutCheckpoint({0, "ppo-2", "weights-2", {}, "", 0});
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(cache->LatestGoodCheckpoint()->version, "ppo-2");
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(dir.file("c.db").c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "UPDATE policy_checkpoints SET blob = 'tampered' WHERE version = 'ppo-2'", nullptr,
+                         nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  auto good = cache->LatestGoodCheckpoint();
+  ASSERT_TRUE(good.ok());
+  EXPECT_EQ(good->version, "ppo-1");  // ppo-2 failed its checksum and was set aside
+}
+
+}  // namespace
+}  // namespace kjit::cache
