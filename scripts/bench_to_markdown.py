@@ -12,6 +12,10 @@ import sys
 from collections import OrderedDict
 
 
+# Counters worth showing in the table, where a benchmark reports them.
+NOTED_COUNTERS = ("p50_us", "p99_us", "max_us", "records", "cubin_bytes")
+
+
 def fmt(ns: float) -> str:
     for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
         if ns >= scale:
@@ -28,6 +32,7 @@ def main() -> int:
         print(__doc__.strip())
         return 0 if len(sys.argv) >= 2 else 2
     rows = OrderedDict()
+    notes = {}
     errors = OrderedDict()
     context = None
     for path in sys.argv[1:]:
@@ -42,14 +47,18 @@ def main() -> int:
             if b.get("run_type") == "aggregate":
                 continue
             rows.setdefault(name, []).append(to_ns(b["real_time"], b.get("time_unit", "ns")))
+            extra = [f"{k}={b[k]:.3g}" for k in NOTED_COUNTERS if k in b]
+            if extra:
+                notes[name] = ", ".join(extra)
     print(f"Host: {context.get('host_name', '?')}, {context.get('num_cpus', '?')} CPUs, "
           f"{context.get('date', '?')}\n")
-    print("| benchmark | median | min | max | repetitions |")
-    print("|---|---:|---:|---:|---:|")
+    print("| benchmark | median | min | max | repetitions | counters (last repetition) |")
+    print("|---|---:|---:|---:|---:|---|")
     for name, times in rows.items():
-        print(f"| {name} | {fmt(statistics.median(times))} | {fmt(min(times))} | {fmt(max(times))} | {len(times)} |")
+        print(f"| {name} | {fmt(statistics.median(times))} | {fmt(min(times))} | {fmt(max(times))} | "
+              f"{len(times)} | {notes.get(name, '')} |")
     for name, message in errors.items():
-        print(f"| {name} | skipped: {message[:100]} | | | |")
+        print(f"| {name} | skipped: {message[:100]} | | | | |")
     return 0
 
 

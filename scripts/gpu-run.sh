@@ -7,7 +7,8 @@
 # into a private prefix, builds kjit against that machine's own toolchain and
 # PyTorch, runs every test (the `gpu` ones must pass there, not skip), the
 # example, `kjit device`, and the benchmarks. Logs and results go to $OUT:
-#   build.log  tests.log  tests-gpu.log  device.txt  bench.json  bench-torch.json  bench.md  summary.txt
+#   summary.txt  build.log  tests.log  bench.md  bench.json  bench-torch.json  bench-cache.json  run.log
+# (at most 8 files come back from the device tool)
 # Set KJIT_GPU_RUN_SKIP_BENCH=1 to skip the benchmarks.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -43,28 +44,33 @@ note "build: rc=$rc in $(( $(date +%s) - t0 )) s; warnings: $(grep -c 'warning:'
 grep 'warning:' "$OUT/build.log" | sort -u | head -20 | tee -a "$summary"
 if [[ $rc -ne 0 ]]; then tail -40 "$OUT/build.log"; exit 1; fi
 
-"$build/daemon/kjit" device --remeasure > "$OUT/device.txt" 2>&1
-note "kjit device: rc=$?"; cat "$OUT/device.txt"
+"$build/daemon/kjit" device --remeasure > /tmp/kjit-device.txt 2>&1
+note "kjit device: rc=$?"; tee -a "$summary" < /tmp/kjit-device.txt
 
 (cd "$build" && ctest --output-on-failure -j 4 --timeout 300) > "$OUT/tests.log" 2>&1
 rc_tests=$?
 note "ctest (all): rc=$rc_tests; $(grep -E 'tests passed' "$OUT/tests.log")"
 grep -E "Failed|Skipped|Not Run" "$OUT/tests.log" | tee -a "$summary"
 # GPU tests must run here: a skip on the GPU machine is a failure.
-(cd "$build" && ctest -L gpu --output-on-failure) > "$OUT/tests-gpu.log" 2>&1
-skipped_gpu=$(grep -c "Skipped" "$OUT/tests-gpu.log")
-note "gpu-labelled tests: $(grep -E 'tests passed' "$OUT/tests-gpu.log"); skipped: $skipped_gpu"
+(cd "$build" && ctest -L gpu --output-on-failure) > /tmp/kjit-tests-gpu.log 2>&1
+cat /tmp/kjit-tests-gpu.log >> "$OUT/tests.log"
+skipped_gpu=$(grep -c "Skipped" /tmp/kjit-tests-gpu.log)
+note "gpu-labelled tests: $(grep -E 'tests passed' /tmp/kjit-tests-gpu.log); skipped: $skipped_gpu"
 
 "$build/examples/compile_and_run/kjit_example_compile_and_run" 2>&1 | tail -3 | tee -a "$summary"
 
 if [[ "${KJIT_GPU_RUN_SKIP_BENCH:-0}" != 1 ]]; then
   "$build/benchmarks/kjit_bench_runtime" --benchmark_repetitions=7 \
-    --benchmark_out="$OUT/bench.json" --benchmark_out_format=json > "$OUT/bench.txt" 2>&1
+    --benchmark_out="$OUT/bench.json" --benchmark_out_format=json > "$OUT/run.log" 2>&1
   note "runtime benchmarks: rc=$?"
   "$build/benchmarks/kjit_bench_torch" --benchmark_repetitions=7 \
-    --benchmark_out="$OUT/bench-torch.json" --benchmark_out_format=json >> "$OUT/bench.txt" 2>&1
+    --benchmark_out="$OUT/bench-torch.json" --benchmark_out_format=json >> "$OUT/run.log" 2>&1
   note "torch benchmarks: rc=$?"
-  python3 scripts/bench_to_markdown.py "$OUT/bench.json" "$OUT/bench-torch.json" > "$OUT/bench.md"
+  "$build/benchmarks/kjit_bench_cache" --records 100000 \
+    --benchmark_out="$OUT/bench-cache.json" --benchmark_out_format=json >> "$OUT/run.log" 2>&1
+  note "cache benchmarks: rc=$?"
+  python3 scripts/bench_to_markdown.py "$OUT/bench.json" "$OUT/bench-torch.json" "$OUT/bench-cache.json" \
+    > "$OUT/bench.md"
   cat "$OUT/bench.md"
 fi
 [[ $rc_tests -eq 0 && $skipped_gpu -eq 0 ]]
