@@ -4,6 +4,7 @@
 //   kjit compile FILE.cu [--arch 90] [--ptx] [-o OUT] [-O OPT]...   NVRTC, like kjit does it
 //   kjit key show HEX                                         print an encoded OpKey
 //   kjit key example                                          print a sample key, encoded
+//   kjit cache path|ls|show|stats|rm|evict|verify|export|import   the kernel cache (cache_commands.h)
 //
 // Exit status: 0 on success, 1 when the operation failed, 2 on bad usage.
 #include <CLI/CLI.hpp>
@@ -11,6 +12,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "cache_commands.h"
 #include "kjit/runtime/compiler.h"
 #include "kjit/runtime/gpu.h"
 #include "kjit/runtime/op_key.h"
@@ -118,7 +120,7 @@ int CmdKeyExample() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"kjit: inspect GPUs, compile kernels and read kernel-cache keys"};
+  CLI::App app{"kjit: inspect GPUs, compile kernels, read kernel-cache keys and maintain the kernel cache"};
   app.require_subcommand(1);
 
   auto* device = app.add_subcommand("device", "Show the GPU's facts (and its measured copy bandwidth)");
@@ -148,6 +150,8 @@ int main(int argc, char** argv) {
   key_show->add_option("hex", hex, "The key's canonical bytes, in hex")->required();
   auto* key_example = key->add_subcommand("example", "Print a sample key, its hash and its encoding");
 
+  kjit::cli::CacheCommands cache_commands(app);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -157,5 +161,6 @@ int main(int argc, char** argv) {
   if (*compile) return CmdCompile(file, arch, arch_specific, ptx, out, options, names);
   if (*key_show) return CmdKeyShow(hex);
   if (*key_example) return CmdKeyExample();
+  if (cache_commands.chosen()) return cache_commands.Run();
   return 2;
 }

@@ -1,0 +1,864 @@
+#include "cache_commands.h"
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <iostream>
+#include <iterator>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kjit/cache/kernel_cache.h"
+#include "kjit/cache/record.h"
+
+namespace kjit::cli {
+
+using kjit::cache::KernelCache;
+using kjit::cache::KernelRecord;
+using kjit::cache::ListFilter;
+using kjit::cache::RecordStatus;
+using kjit::cache::RecordSummary;
+using Json = nlohmann::ordered_json;  // keeps fields in declaration order, so output reads like the structs
+
+struct CacheCommands::Options {
+  CLI::App* cache = nullptr;
+  CLI::App* path = nullptr;
+  CLI::App* ls = nullptr;
+  CLI::App* show = nullptr;
+  CLI::App* stats = nullptr;
+  CLI::App* rm = nullptr;
+  CLI::App* evict = nullptr;
+  CLI::App* verify = nullptr;
+  CLI::App* export_ = nullptr;
+  CLI::App* import = nullptr;
+
+  std::string cache_path;  // empty: DefaultCachePath(), resolved when a command runs
+  bool json = false;
+
+  std::string ls_op, ls_status, ls_sort = "created";
+  CLI::Option* ls_arch_option = nullptr;
+  int ls_arch = 0;
+  bool ls_ascending = false;
+  int ls_limit = 0;
+
+  std::string show_key;
+  std::vector<std::string> rm_keys;
+  std::string evict_to;
+
+  CLI::Option* verify_arch_option = nullptr;
+  int verify_arch = 0;
+  int verify_driver = 0;
+  std::string verify_nvrtc;
+  int verify_codegen = 0;
+
+  std::string export_file, export_status = "verified", export_op;
+  std::string import_file;
+};
+
+namespace {
+
+// Every command's output ends up in golden files: formatting must not depend on locale or clock.
+[[gnu::format(printf, 1, 2)]] std::string Format(const char* format, ...) {
+  va_list args, args_again;
+  va_start(args, format);
+  va_copy(args_again, args);
+  const int n = std::vsnprintf(nullptr, 0, format, args);
+  va_end(args);
+  std::string out(n > 0 ? static_cast<size_t>(n) : 0, '\0');
+  if (n > 0) std::vsnprintf(out.data(), out.size() + 1, format, args_again);
+  va_end(args_again);
+  return out;
+}
+
+std::string HumanBytes(uint64_t bytes) {
+  if (bytes < 1024) return std::to_string(bytes) + " B";
+  static constexpr const char* kUnits[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  double value = static_cast<double>(bytes) / 1024.0;
+  size_t unit = 0;
+  while (value >= 1024.0 && unit + 1 < std::size(kUnits)) {
+    value /= 1024.0;
+    ++unit;
+  }
+  return Format("%.1f %s", value, kUnits[unit]);
+}
+
+std::string UtcTime(int64_t unix_ms) {
+  if (unix_ms <= 0) return "never";
+  const std::time_t seconds = static_cast<std::time_t>(unix_ms / 1000);
+  std::tm utc{};
+  if (gmtime_r(&seconds, &utc) == nullptr) return "?";
+  char buffer[32];
+  const size_t n = std::strftime(buffer, sizeof buffer, "%Y-%m-%dT%H:%M:%SZ", &utc);
+  return std::string(buffer, n);
+}
+
+std::string SpeedupText(double speedup) { return speedup > 0 ? Format("%.2fx", speedup) : "-"; }
+std::string MicrosText(double us) { return us > 0 ? Format("%.2f", us) : "-"; }
+std::string ShortHash(const Hash128& h) { return h.ToHex().substr(0, 12); }
+std::string StatusName(RecordStatus s) { return std::string(kjit::cache::RecordStatusName(s)); }
+
+std::string Join(const std::vector<std::string>& items, const std::string& separator) {
+  std::string out;
+  for (size_t i = 0; i < items.size(); ++i) out += (i ? separator : "") + items[i];
+  return out;
+}
+
+std::string HexBytes(std::string_view bytes) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : bytes) {
+    out += kDigits[c >> 4];
+    out += kDigits[c & 0xf];
+  }
+  return out;
+}
+
+std::string OrNone(const std::string& s) { return s.empty() ? "(none)" : s; }
+
+// Plain bytes, or a binary K/M/G/T multiple ("512M", "1.5G", "4KiB").
+Result<uint64_t> ParseSize(const std::string& text) {
+  size_t pos = 0;
+  while (pos < text.size() && (std::isdigit(static_cast<unsigned char>(text[pos])) || text[pos] == '.')) ++pos;
+  const std::string number = text.substr(0, pos);
+  std::string suffix = text.substr(pos);
+  for (char& c : suffix) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (number.empty() || std::count(number.begin(), number.end(), '.') > 1 || number == ".") {
+    return InvalidArgument("'" + text + "' is not a size (bytes, or a number with K, M, G or T)");
+  }
+  double multiplier = 1;
+  if (suffix.empty() || suffix == "B") {
+    multiplier = 1;
+  } else if (suffix == "K" || suffix == "KB" || suffix == "KIB") {
+    multiplier = 0x1p10;
+  } else if (suffix == "M" || suffix == "MB" || suffix == "MIB") {
+    multiplier = 0x1p20;
+  } else if (suffix == "G" || suffix == "GB" || suffix == "GIB") {
+    multiplier = 0x1p30;
+  } else if (suffix == "T" || suffix == "TB" || suffix == "TIB") {
+    multiplier = 0x1p40;
+  } else {
+    return InvalidArgument("'" + text + "': unknown size suffix '" + text.substr(pos) + "' (use K, M, G or T)");
+  }
+  // Integers are parsed exactly; only fractional sizes go through a double.
+  if (number.find('.') == std::string::npos) {
+    uint64_t value = 0;
+    for (char c : number) {
+      const uint64_t digit = static_cast<uint64_t>(c - '0');
+      if (value > (UINT64_MAX - digit) / 10) return InvalidArgument("'" + text + "' is too large");
+      value = value * 10 + digit;
+    }
+    const auto factor = static_cast<uint64_t>(multiplier);
+    if (factor != 0 && value > UINT64_MAX / factor) return InvalidArgument("'" + text + "' is too large");
+    return value * factor;
+  }
+  const double value = std::strtod(number.c_str(), nullptr) * multiplier;
+  if (!(value < 0x1p64)) return InvalidArgument("'" + text + "' is too large");
+  return static_cast<uint64_t>(std::floor(value));
+}
+
+// CLI11 validators return an empty string when the value is fine.
+CLI::Validator SizeValidator() {
+  return CLI::Validator(
+      [](std::string& text) {
+        auto size = ParseSize(text);
+        return size.ok() ? std::string() : size.status().message();
+      },
+      "");
+}
+
+Result<std::pair<int, int>> ParseMajorMinor(const std::string& text) {
+  int major = 0, minor = 0;
+  char extra = 0;
+  if (std::sscanf(text.c_str(), "%d.%d%c", &major, &minor, &extra) != 2 || major < 0 || minor < 0) {
+    return InvalidArgument("'" + text + "' is not a MAJOR.MINOR version such as 13.0");
+  }
+  return std::pair{major, minor};
+}
+
+CLI::Validator VersionValidator() {
+  return CLI::Validator(
+      [](std::string& text) {
+        auto version = ParseMajorMinor(text);
+        return version.ok() ? std::string() : version.status().message();
+      },
+      "");
+}
+
+// ---- tables
+
+struct Column {
+  std::string header;
+  bool right_aligned = false;
+};
+
+// Drops whole UTF-8 sequences only, so a cut key never ends in half a character.
+std::string Truncate(const std::string& text, size_t width) {
+  if (text.size() <= width) return text;
+  if (width <= 3) return text.substr(0, width);
+  size_t cut = width - 3;
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+  return text.substr(0, cut) + "...";
+}
+
+// The last column is the free text (key or op): it gets what is left of `max_width` and is never padded,
+// so lines carry no trailing blanks.
+void PrintTable(std::ostream& out, const std::vector<Column>& columns, const std::vector<std::vector<std::string>>& rows,
+                size_t max_width = 120) {
+  std::vector<size_t> widths(columns.size());
+  for (size_t c = 0; c < columns.size(); ++c) {
+    widths[c] = columns[c].header.size();
+    for (const auto& row : rows) widths[c] = std::max(widths[c], row[c].size());
+  }
+  size_t used = 0;
+  for (size_t c = 0; c + 1 < columns.size(); ++c) used += widths[c] + 2;
+  const size_t last_width = std::max<size_t>(max_width > used ? max_width - used : 0, 24);
+  auto print_row = [&](const std::vector<std::string>& cells) {
+    std::string line;
+    for (size_t c = 0; c < columns.size(); ++c) {
+      if (c + 1 == columns.size()) {
+        line += Truncate(cells[c], last_width);
+        break;
+      }
+      const std::string& cell = cells[c];
+      const std::string pad(widths[c] - cell.size(), ' ');
+      line += columns[c].right_aligned ? pad + cell : cell + pad;
+      line += "  ";
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    out << line << "\n";
+  };
+  std::vector<std::string> headers;
+  for (const auto& column : columns) headers.push_back(column.header);
+  print_row(headers);
+  for (const auto& row : rows) print_row(row);
+}
+
+// ---- JSON
+
+std::string DumpJson(const Json& j) {
+  // Key text and sources are user data: replace invalid UTF-8 rather than throw.
+  return j.dump(2, ' ', false, Json::error_handler_t::replace);
+}
+
+Json SummaryJson(const RecordSummary& s) {
+  return Json{{"id", s.id},
+              {"key_hash", s.key_hash.ToHex()},
+              {"key_text", s.key_text},
+              {"op", s.op},
+              {"arch", s.arch},
+              {"status", StatusName(s.status)},
+              {"median_us", s.median_us},
+              {"baseline_us", s.baseline_us},
+              {"speedup", s.speedup},
+              {"size_bytes", s.size_bytes},
+              {"created_unix_ms", s.created_unix_ms},
+              {"last_used_unix_ms", s.last_used_unix_ms},
+              {"use_count", s.use_count}};
+}
+
+Json TimingJson(const kjit::cache::Timing& t) {
+  return Json{{"median_us", t.median_us},       {"spread_us", t.spread_us},       {"runs", t.runs},
+              {"device", t.device},             {"sm_clock_khz", t.sm_clock_khz}, {"memory_clock_khz", t.memory_clock_khz}};
+}
+
+Json RecordJson(const KernelRecord& r) {
+  Json knobs = Json::object();
+  for (const auto& [name, value] : r.design.knobs) knobs[name] = value;
+  const auto& v = r.verification;
+  const auto& tc = r.toolchain;
+  return Json{
+      {"id", r.id},
+      {"key_hash", r.key_hash.ToHex()},
+      {"key_text", r.key_text},
+      {"key_bytes", HexBytes(r.key_bytes)},  // what `kjit key show` takes
+      {"op", r.op},
+      {"arch", r.arch},
+      {"status", StatusName(r.status)},
+      {"status_reason", r.status_reason},
+      {"design", {{"family", r.design.family}, {"knobs", knobs}, {"policy_version", r.design.policy_version}}},
+      {"timing", TimingJson(r.timing)},
+      {"baseline", TimingJson(r.baseline)},
+      {"speedup", r.speedup()},
+      {"verification",
+       {{"seeds", v.seeds},
+        {"input_kinds", v.input_kinds},
+        {"edge_cases_passed", v.edge_cases_passed},
+        {"max_abs_error", v.max_abs_error},
+        {"max_rel_error", v.max_rel_error},
+        {"atol", v.atol},
+        {"rtol", v.rtol}}},
+      {"toolchain",
+       {{"driver_version", tc.driver_version},
+        {"nvrtc_major", tc.nvrtc_major},
+        {"nvrtc_minor", tc.nvrtc_minor},
+        {"codegen_version", tc.codegen_version}}},
+      {"launch",
+       {{"grid", {r.launch.grid[0], r.launch.grid[1], r.launch.grid[2]}},
+        {"block", {r.launch.block[0], r.launch.block[1], r.launch.block[2]}},
+        {"dynamic_shared_bytes", r.launch.dynamic_shared_bytes}}},
+      {"entry_point", r.entry_point},
+      {"compile_options", r.compile_options},
+      {"cubin", {{"size_bytes", r.cubin.size()}, {"checksum", r.cubin_checksum.ToHex()}}},
+      {"record_checksum", r.record_checksum.ToHex()},
+      {"size_bytes", r.size_bytes()},
+      {"created_unix_ms", r.created_unix_ms},
+      {"last_used_unix_ms", r.last_used_unix_ms},
+      {"use_count", r.use_count},
+      {"source", r.source},
+  };
+}
+
+// ---- opening the cache and naming records
+
+int Report(const Status& s) {
+  std::cerr << "kjit: " << s.ToString() << "\n";
+  return 1;
+}
+
+bool FileExists(const std::string& path) {
+  std::error_code error;
+  return std::filesystem::exists(path, error);
+}
+
+std::string CachePath(const CacheCommands::Options& o) {
+  return o.cache_path.empty() ? kjit::cache::DefaultCachePath() : o.cache_path;
+}
+
+enum class Access {
+  kRead,            // never writes; the file must exist
+  kWrite,           // may write; the file must exist
+  kWriteOrCreate,   // may write; creates the file if missing
+};
+
+// Null after printing why: a missing file gets its own message because "unable to open
+// database file" would not tell a new user that nothing has been cached yet.
+std::unique_ptr<KernelCache> OpenOrReport(const CacheCommands::Options& o, Access access) {
+  kjit::cache::OpenOptions options;
+  options.path = CachePath(o);
+  options.read_only = access == Access::kRead;
+  options.create = access == Access::kWriteOrCreate;
+  if (!options.create && !FileExists(options.path)) {
+    std::cerr << "kjit: no kernel cache at " << options.path
+              << " (nothing has been cached yet; set KJIT_CACHE or --cache to use another)\n";
+    return nullptr;
+  }
+  auto cache = KernelCache::Open(options);
+  if (!cache.ok()) {
+    Report(cache.status());
+    return nullptr;
+  }
+  return std::move(cache).value();
+}
+
+std::string DescribeRecord(const KernelCache& cache, int64_t id) {
+  auto record = cache.Get(id);
+  if (!record.ok()) return "#" + std::to_string(id);
+  return Format("#%lld  %s  %-11s  ", static_cast<long long>(id), ShortHash(record->key_hash).c_str(),
+                StatusName(record->status).c_str()) +
+         record->key_text;
+}
+
+// The single record `key` (an id or a key-hash prefix) names; otherwise prints why and returns nothing.
+std::optional<int64_t> ResolveOneOrReport(const KernelCache& cache, const std::string& key) {
+  auto ids = cache.Resolve(key);
+  if (!ids.ok() && ids.status().code() == StatusCode::kInvalidArgument) {
+    std::cerr << "kjit: no record matches '" << key << "': " << ids.status().message() << "\n";
+    return std::nullopt;
+  }
+  if (!ids.ok() && ids.status().code() != StatusCode::kNotFound) {
+    Report(ids.status());
+    return std::nullopt;
+  }
+  if (!ids.ok() || ids->empty()) {
+    const bool looks_like_a_key =
+        std::all_of(key.begin(), key.end(), [](unsigned char c) { return std::isxdigit(c); }) &&
+        (key.size() >= 4 || std::all_of(key.begin(), key.end(), [](unsigned char c) { return std::isdigit(c); }));
+    std::cerr << "kjit: no record matches '" << key << "'"
+              << (looks_like_a_key ? "" : " (give a record id or at least 4 hex digits of a key hash)") << "\n";
+    return std::nullopt;
+  }
+  if (ids->size() > 1) {
+    std::cerr << "kjit: '" << key << "' matches " << ids->size() << " records; give more of the hash or an id:\n";
+    for (int64_t id : *ids) std::cerr << "  " << DescribeRecord(cache, id) << "\n";
+    return std::nullopt;
+  }
+  return ids->front();
+}
+
+std::optional<RecordStatus> StatusFilter(const std::string& name) {
+  if (name.empty() || name == "any") return std::nullopt;
+  auto status = kjit::cache::ParseRecordStatus(name);
+  return status.ok() ? std::optional(*status) : std::nullopt;  // the option's validator already rejected others
+}
+
+// ---- the commands
+
+int CmdPath(const CacheCommands::Options& o) {
+  const std::string path = CachePath(o);
+  const bool exists = FileExists(path);
+  if (o.json) {
+    std::cout << DumpJson(Json{{"path", path}, {"exists", exists}}) << "\n";
+  } else {
+    std::cout << path << "\n" << (exists ? "exists" : "does not exist yet (the first cached kernel creates it)") << "\n";
+  }
+  return 0;
+}
+
+int CmdList(const CacheCommands::Options& o) {
+  auto cache = OpenOrReport(o, Access::kRead);
+  if (!cache) return 1;
+  ListFilter filter;
+  filter.op = o.ls_op;
+  filter.status = StatusFilter(o.ls_status);
+  if (o.ls_arch_option->count() > 0) filter.arch = o.ls_arch;
+  if (o.ls_sort == "speedup") filter.sort = ListFilter::SortBy::kSpeedup;
+  if (o.ls_sort == "last-use") filter.sort = ListFilter::SortBy::kLastUse;
+  if (o.ls_sort == "size") filter.sort = ListFilter::SortBy::kSize;
+  if (o.ls_sort == "created") filter.sort = ListFilter::SortBy::kCreated;
+  filter.descending = !o.ls_ascending;
+  filter.limit = o.ls_limit;
+  auto summaries = cache->List(filter);
+  if (!summaries.ok()) return Report(summaries.status());
+
+  if (o.json) {
+    Json all = Json::array();
+    for (const auto& s : *summaries) all.push_back(SummaryJson(s));
+    std::cout << DumpJson(all) << "\n";
+    return 0;
+  }
+  if (summaries->empty()) {
+    std::cout << "no records" << (filter.op.empty() && !filter.status && !filter.arch ? "" : " match") << "\n";
+    return 0;
+  }
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& s : *summaries) {
+    rows.push_back({std::to_string(s.id), ShortHash(s.key_hash), StatusName(s.status), SpeedupText(s.speedup),
+                    MicrosText(s.median_us), HumanBytes(s.size_bytes), UtcTime(s.last_used_unix_ms),
+                    std::to_string(s.use_count), s.key_text});
+  }
+  PrintTable(std::cout,
+             {{"ID", true},
+              {"KEY", false},
+              {"STATUS", false},
+              {"SPEEDUP", true},
+              {"MEDIAN(us)", true},
+              {"SIZE", true},
+              {"LAST USE", false},
+              {"USES", true},
+              {"OP / KEY", false}},
+             rows);
+  return 0;
+}
+
+void PrintTiming(const char* title, const kjit::cache::Timing& t) {
+  std::cout << title << "\n";
+  std::cout << "  median        " << MicrosText(t.median_us) << " us (spread " << Format("%.2f", t.spread_us)
+            << " us, " << t.runs << " runs)\n";
+  std::cout << "  device        " << OrNone(t.device) << "\n";
+  std::cout << "  clocks        ";
+  if (t.sm_clock_khz > 0 || t.memory_clock_khz > 0) {
+    std::cout << "sm " << (t.sm_clock_khz > 0 ? Format("%d MHz", t.sm_clock_khz / 1000) : "unknown") << ", memory "
+              << (t.memory_clock_khz > 0 ? Format("%d MHz", t.memory_clock_khz / 1000) : "unknown") << "\n";
+  } else {
+    std::cout << "unknown\n";
+  }
+}
+
+void PrintRecord(const KernelRecord& r) {
+  std::vector<std::string> knobs, seeds;
+  for (const auto& [name, value] : r.design.knobs) knobs.push_back(name + "=" + value);
+  for (uint64_t seed : r.verification.seeds) seeds.push_back(std::to_string(seed));
+  const auto& v = r.verification;
+  const auto& l = r.launch;
+  const bool cubin_checksum_holds = r.ComputeCubinChecksum() == r.cubin_checksum;
+  const bool record_checksum_holds = r.ComputeRecordChecksum() == r.record_checksum;
+
+  std::cout << "record          " << r.id << "\n"
+            << "key             " << r.key_text << "\n"
+            << "key hash        " << r.key_hash.ToHex() << "\n"
+            << "op              " << r.op << "\n"
+            << "arch            sm_" << r.arch << "\n"
+            << "status          " << StatusName(r.status) << "\n"
+            << "reason          " << OrNone(r.status_reason) << "\n"
+            << "speedup         " << SpeedupText(r.speedup()) << "\n"
+            << "design\n"
+            << "  family        " << OrNone(r.design.family) << "\n"
+            << "  knobs         " << OrNone(Join(knobs, ", ")) << "\n"
+            << "  policy        " << OrNone(r.design.policy_version) << "\n";
+  PrintTiming("timing (kjit kernel)", r.timing);
+  PrintTiming("baseline (PyTorch's kernel)", r.baseline);
+  std::cout << "verification\n"
+            << "  seeds         " << OrNone(Join(seeds, ", ")) << "\n"
+            << "  input kinds   " << OrNone(Join(v.input_kinds, ", ")) << "\n"
+            << "  edge cases    " << OrNone(Join(v.edge_cases_passed, ", ")) << "\n"
+            << "  max error     " << Format("abs %.3g, rel %.3g", v.max_abs_error, v.max_rel_error) << "\n"
+            << "  tolerance     " << Format("atol %.3g, rtol %.3g", v.atol, v.rtol) << "\n"
+            << "toolchain       " << r.toolchain.ToString() << "\n"
+            << "launch          "
+            << Format("grid (%u, %u, %u), block (%u, %u, %u), ", l.grid[0], l.grid[1], l.grid[2], l.block[0],
+                      l.block[1], l.block[2])
+            << "dynamic shared " << HumanBytes(l.dynamic_shared_bytes) << "\n"
+            << "entry point     " << OrNone(r.entry_point) << "\n"
+            << "compile options " << OrNone(Join(r.compile_options, " ")) << "\n"
+            << "cubin           " << HumanBytes(r.cubin.size()) << " (" << r.cubin.size() << " bytes), checksum "
+            << r.cubin_checksum.ToHex() << (cubin_checksum_holds ? " (holds)" : " (DOES NOT MATCH the CUBIN)") << "\n"
+            << "record checksum " << r.record_checksum.ToHex()
+            << (record_checksum_holds ? " (holds)" : " (DOES NOT MATCH the record)") << "\n"
+            << "size            " << HumanBytes(r.size_bytes()) << " (" << r.size_bytes() << " bytes)\n"
+            << "created         " << UtcTime(r.created_unix_ms) << "\n"
+            << "last used       " << UtcTime(r.last_used_unix_ms) << "\n"
+            << "uses            " << r.use_count << "\n";
+
+  std::vector<std::string> lines;
+  size_t start = 0;
+  while (start < r.source.size()) {
+    const size_t end = r.source.find('\n', start);
+    if (end == std::string::npos) {
+      lines.push_back(r.source.substr(start));
+      break;
+    }
+    lines.push_back(r.source.substr(start, end - start));
+    start = end + 1;
+  }
+  std::cout << "\nsource (" << lines.size() << (lines.size() == 1 ? " line" : " lines") << ")\n";
+  const int number_width = static_cast<int>(std::to_string(lines.size()).size());
+  for (size_t i = 0; i < lines.size(); ++i) {
+    // Blank lines get no separator blank, so that no output line ends in whitespace.
+    std::cout << Format("%*zu |", number_width, i + 1) << (lines[i].empty() ? "" : " ") << lines[i] << "\n";
+  }
+}
+
+int CmdShow(const CacheCommands::Options& o) {
+  auto cache = OpenOrReport(o, Access::kRead);
+  if (!cache) return 1;
+  const auto id = ResolveOneOrReport(*cache, o.show_key);
+  if (!id) return 1;
+  auto record = cache->Get(*id);
+  if (!record.ok()) return Report(record.status());
+  if (o.json) {
+    std::cout << DumpJson(RecordJson(*record)) << "\n";
+  } else {
+    PrintRecord(*record);
+  }
+  return 0;
+}
+
+int CmdStats(const CacheCommands::Options& o) {
+  auto cache = OpenOrReport(o, Access::kRead);
+  if (!cache) return 1;
+  auto stats = cache->Stats(5);
+  if (!stats.ok()) return Report(stats.status());
+  const auto& s = *stats;
+  static constexpr RecordStatus kStatuses[] = {RecordStatus::kVerified, RecordStatus::kCandidate,
+                                               RecordStatus::kRejected, RecordStatus::kQuarantined};
+  if (o.json) {
+    Json by_status = Json::object();
+    for (RecordStatus status : kStatuses) by_status[StatusName(status)] = s.by_status[static_cast<int>(status)];
+    Json best = Json::array();
+    for (const auto& summary : s.best) best.push_back(SummaryJson(summary));
+    std::cout << DumpJson(Json{{"path", cache->path()},
+                               {"schema_version", cache->schema_version()},
+                               {"records", s.records},
+                               {"by_status", by_status},
+                               {"bytes", s.bytes},
+                               {"size_limit_bytes", s.size_limit_bytes},
+                               {"file_bytes", s.file_bytes},
+                               {"keys_seen", s.keys_seen},
+                               {"hits", s.hits},
+                               {"misses", s.misses},
+                               {"hit_rate", s.hit_rate()},
+                               {"best", best}})
+              << "\n";
+    return 0;
+  }
+  std::vector<std::string> counts;
+  for (RecordStatus status : kStatuses) {
+    counts.push_back(std::to_string(s.by_status[static_cast<int>(status)]) + " " + StatusName(status));
+  }
+  const double percent_of_limit =
+      s.size_limit_bytes ? 100.0 * static_cast<double>(s.bytes) / static_cast<double>(s.size_limit_bytes) : 0;
+  std::cout << "cache       " << cache->path() << " (schema " << cache->schema_version() << ")\n"
+            << "records     " << s.records << ": " << Join(counts, ", ") << "\n"
+            << "kernels     " << HumanBytes(s.bytes) << " of " << HumanBytes(s.size_limit_bytes) << " limit ("
+            << Format("%.1f%%", percent_of_limit) << ")\n"
+            << "file        " << HumanBytes(s.file_bytes) << " (database and WAL)\n"
+            << "keys seen   " << s.keys_seen << "\n"
+            << "lookups     " << s.hits << " hits, " << s.misses << " misses, hit rate "
+            << Format("%.1f%%", 100.0 * s.hit_rate()) << "\n";
+  std::cout << "\nbest verified speedups\n";
+  if (s.best.empty()) {
+    std::cout << "  (no verified kernels yet)\n";
+    return 0;
+  }
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& b : s.best) {
+    rows.push_back({std::to_string(b.id), ShortHash(b.key_hash), SpeedupText(b.speedup), MicrosText(b.median_us),
+                    MicrosText(b.baseline_us), b.key_text});
+  }
+  PrintTable(std::cout,
+             {{"ID", true}, {"KEY", false}, {"SPEEDUP", true}, {"MEDIAN(us)", true}, {"PYTORCH(us)", true},
+              {"OP / KEY", false}},
+             rows);
+  return 0;
+}
+
+int CmdRemove(const CacheCommands::Options& o) {
+  auto cache = OpenOrReport(o, Access::kWrite);
+  if (!cache) return 1;
+  bool failed = false;
+  std::vector<int64_t> ids;
+  for (const auto& key : o.rm_keys) {
+    const auto id = ResolveOneOrReport(*cache, key);
+    if (!id) {
+      failed = true;
+    } else if (std::find(ids.begin(), ids.end(), *id) == ids.end()) {
+      ids.push_back(*id);
+    }
+  }
+  Json removed = Json::array();
+  for (int64_t id : ids) {
+    // Described before removal: afterwards there is nothing left to describe.
+    const std::string description = DescribeRecord(*cache, id);
+    if (auto s = cache->Remove(id); !s.ok()) {
+      failed = true;
+      Report(s);
+      continue;
+    }
+    if (o.json) {
+      removed.push_back(id);
+    } else {
+      std::cout << "removed " << description << "\n";
+    }
+  }
+  if (o.json) std::cout << DumpJson(Json{{"removed", removed}, {"ok", !failed}}) << "\n";
+  return failed ? 1 : 0;
+}
+
+int CmdEvict(const CacheCommands::Options& o) {
+  auto target = ParseSize(o.evict_to);
+  if (!target.ok()) return Report(target.status());  // the option's validator makes this unreachable
+  auto cache = OpenOrReport(o, Access::kWrite);
+  if (!cache) return 1;
+  auto report = cache->Evict(*target);
+  if (!report.ok()) return Report(report.status());
+  if (o.json) {
+    std::cout << DumpJson(Json{{"target_bytes", *target},
+                               {"removed", report->removed},
+                               {"freed_bytes", report->freed_bytes},
+                               {"remaining_bytes", report->remaining_bytes}})
+              << "\n";
+    return 0;
+  }
+  std::cout << "evicted " << report->removed << (report->removed == 1 ? " record" : " records") << ", freed "
+            << HumanBytes(report->freed_bytes) << " (" << report->freed_bytes << " bytes); "
+            << HumanBytes(report->remaining_bytes) << " (" << report->remaining_bytes << " bytes) remain\n";
+  return 0;
+}
+
+Json ProblemsJson(const std::vector<kjit::cache::VerifyReport::Problem>& problems) {
+  Json all = Json::array();
+  for (const auto& p : problems) all.push_back(Json{{"id", p.id}, {"key_text", p.key_text}, {"reason", p.reason}});
+  return all;
+}
+
+int CmdVerify(const CacheCommands::Options& o) {
+  std::optional<kjit::cache::ReaderContext> reader;
+  if (o.verify_arch_option->count() > 0) {
+    auto nvrtc = ParseMajorMinor(o.verify_nvrtc);
+    if (!nvrtc.ok()) return Report(nvrtc.status());  // the option's validator makes this unreachable
+    reader.emplace();
+    reader->arch = o.verify_arch;
+    reader->toolchain.driver_version = o.verify_driver;
+    reader->toolchain.nvrtc_major = nvrtc->first;
+    reader->toolchain.nvrtc_minor = nvrtc->second;
+    reader->toolchain.codegen_version = o.verify_codegen;
+  }
+  auto cache = OpenOrReport(o, Access::kWrite);
+  if (!cache) return 1;
+  auto report = cache->Verify(reader ? &*reader : nullptr);
+  if (!report.ok()) return Report(report.status());
+  const auto& r = *report;
+  const bool healthy = r.integrity_ok && r.quarantined.empty();
+  if (o.json) {
+    Json out{{"checked", r.checked},
+             {"integrity_ok", r.integrity_ok},
+             {"integrity_message", r.integrity_message},
+             {"quarantined", ProblemsJson(r.quarantined)}};
+    if (reader) out["mismatched"] = ProblemsJson(r.mismatched);
+    out["ok"] = healthy;
+    std::cout << DumpJson(out) << "\n";
+    return healthy ? 0 : 1;
+  }
+  std::cout << "checked " << r.checked << (r.checked == 1 ? " record" : " records") << "\n";
+  if (r.integrity_ok) {
+    std::cout << "database integrity: ok\n";
+  } else {
+    std::cout << "database integrity: FAILED\n";
+    size_t start = 0;
+    while (start < r.integrity_message.size()) {
+      size_t end = r.integrity_message.find('\n', start);
+      if (end == std::string::npos) end = r.integrity_message.size();
+      std::cout << "  " << r.integrity_message.substr(start, end - start) << "\n";
+      start = end + 1;
+    }
+  }
+  std::cout << "quarantined now: " << r.quarantined.size() << "\n";
+  for (const auto& p : r.quarantined) std::cout << "  #" << p.id << "  " << p.key_text << ": " << p.reason << "\n";
+  if (reader) {
+    std::cout << "not served to sm_" << reader->arch << " with " << reader->toolchain.ToString() << ": "
+              << r.mismatched.size() << "\n";
+    for (const auto& p : r.mismatched) std::cout << "  #" << p.id << "  " << p.key_text << ": " << p.reason << "\n";
+  }
+  return healthy ? 0 : 1;
+}
+
+int CmdExport(const CacheCommands::Options& o) {
+  auto cache = OpenOrReport(o, Access::kRead);
+  if (!cache) return 1;
+  ListFilter filter;
+  filter.status = StatusFilter(o.export_status);
+  filter.op = o.export_op;
+  auto written = cache->Export(o.export_file, filter);
+  if (!written.ok()) return Report(written.status());
+  if (o.json) {
+    std::cout << DumpJson(Json{{"file", o.export_file}, {"exported", *written}}) << "\n";
+  } else {
+    std::cout << "exported " << *written << (*written == 1 ? " record" : " records") << " to " << o.export_file
+              << "\n";
+  }
+  return 0;
+}
+
+int CmdImport(const CacheCommands::Options& o) {
+  auto cache = OpenOrReport(o, Access::kWriteOrCreate);
+  if (!cache) return 1;
+  auto report = cache->Import(o.import_file);
+  if (!report.ok()) return Report(report.status());
+  const auto& r = *report;
+  if (o.json) {
+    std::cout << DumpJson(Json{{"file", o.import_file},
+                               {"imported", r.imported},
+                               {"duplicates", r.duplicates},
+                               {"rejected", r.rejected}})
+              << "\n";
+  } else {
+    std::cout << "imported " << r.imported << ", duplicates " << r.duplicates << ", rejected " << r.rejected.size()
+              << "\n";
+    for (const auto& reason : r.rejected) std::cout << "  rejected: " << reason << "\n";
+  }
+  return r.rejected.empty() ? 0 : 1;
+}
+
+int Dispatch(const CacheCommands::Options& o) {
+  if (*o.path) return CmdPath(o);
+  if (*o.ls) return CmdList(o);
+  if (*o.show) return CmdShow(o);
+  if (*o.stats) return CmdStats(o);
+  if (*o.rm) return CmdRemove(o);
+  if (*o.evict) return CmdEvict(o);
+  if (*o.verify) return CmdVerify(o);
+  if (*o.export_) return CmdExport(o);
+  if (*o.import) return CmdImport(o);
+  return 2;
+}
+
+}  // namespace
+
+CacheCommands::CacheCommands(CLI::App& app) : options_(std::make_unique<Options>()) {
+  Options& o = *options_;
+  o.cache = app.add_subcommand("cache", "Inspect and maintain the kernel cache");
+  o.cache->require_subcommand(1);
+  o.cache->add_option("--cache", o.cache_path, "Cache file (default: $KJIT_CACHE, else $XDG_CACHE_HOME/kjit/cache.db)")
+      ->type_name("PATH");
+  o.cache->add_flag("--json", o.json, "Machine-readable output");
+
+  const std::vector<std::string> statuses = {"candidate", "verified", "rejected", "quarantined"};
+  auto add = [&](const char* name, const char* description) {
+    CLI::App* sub = o.cache->add_subcommand(name, description);
+    // So that `kjit cache ls --json` works as well as `kjit cache --json ls`.
+    sub->fallthrough();
+    sub->footer("Also accepted here: --cache PATH and --json (see kjit cache --help).");
+    return sub;
+  };
+
+  o.path = add("path", "Print where the cache file is and whether it exists");
+
+  o.ls = add("ls", "List the cached kernels");
+  o.ls->add_option("--op", o.ls_op, "Only this op (exact schema name, e.g. aten::_softmax)")->type_name("OP");
+  o.ls->add_option("--status", o.ls_status, "Only records with this status")->check(CLI::IsMember(statuses));
+  o.ls_arch_option = o.ls->add_option("--arch", o.ls_arch, "Only this arch (e.g. 90 for sm_90)");
+  o.ls->add_option("--sort", o.ls_sort, "Order by")
+      ->check(CLI::IsMember({"speedup", "last-use", "size", "created"}))
+      ->capture_default_str();
+  o.ls->add_flag("--asc", o.ls_ascending, "Ascending order (default: descending)");
+  o.ls->add_option("--limit", o.ls_limit, "At most this many records (0: all)")->check(CLI::NonNegativeNumber);
+
+  o.show = add("show", "Print everything stored about one kernel, its source with line numbers last");
+  o.show->add_option("key", o.show_key, "Record id, or a prefix (at least 4 hex digits) of the key hash")
+      ->required()
+      ->type_name("KEY");
+
+  o.stats = add("stats", "Counts, sizes, hit rate and the best speedups");
+
+  o.rm = add("rm", "Remove records");
+  o.rm->add_option("keys", o.rm_keys, "Record ids or key-hash prefixes")->required()->type_name("KEY");
+
+  o.evict = add("evict", "Remove least recently used records until the kernels fit in SIZE");
+  o.evict->add_option("--to", o.evict_to, "Target size: bytes, or with K, M, G suffix (KiB-based: 512M, 1.5G)")
+      ->required()
+      ->type_name("SIZE")
+      ->check(SizeValidator());
+
+  o.verify = add("verify", "Re-check every record's checksums (quarantining failures) and the database's integrity");
+  o.verify_arch_option =
+      o.verify->add_option("--arch", o.verify_arch, "Also list records a reader with this arch would not be served");
+  auto* driver = o.verify->add_option("--driver", o.verify_driver, "The reader's CUDA driver version (e.g. 13000)");
+  auto* nvrtc = o.verify->add_option("--nvrtc", o.verify_nvrtc, "The reader's NVRTC version (e.g. 13.0)")
+                    ->type_name("MAJ.MIN")
+                    ->check(VersionValidator());
+  auto* codegen = o.verify->add_option("--codegen", o.verify_codegen, "The reader's code generator version");
+  // A reader is served only on an exact toolchain match, so a partial context would report everything.
+  o.verify_arch_option->needs(driver)->needs(nvrtc)->needs(codegen);
+  driver->needs(o.verify_arch_option);
+  nvrtc->needs(o.verify_arch_option);
+  codegen->needs(o.verify_arch_option);
+
+  std::vector<std::string> export_statuses = statuses;
+  export_statuses.push_back("any");
+  o.export_ = add("export", "Write records to a portable file (itself a kernel cache)");
+  o.export_->add_option("file", o.export_file, "Output file (must not exist yet)")->required()->type_name("FILE");
+  o.export_->add_option("--status", o.export_status, "Only records with this status")
+      ->check(CLI::IsMember(export_statuses))
+      ->capture_default_str();
+  o.export_->add_option("--op", o.export_op, "Only this op (exact schema name)")->type_name("OP");
+
+  o.import = add("import", "Add the records of an exported file, checking each one");
+  o.import->add_option("file", o.import_file, "File written by `kjit cache export`")
+      ->required()
+      ->check(CLI::ExistingFile);
+}
+
+CacheCommands::~CacheCommands() = default;
+
+bool CacheCommands::chosen() const { return static_cast<bool>(*options_->cache); }
+
+int CacheCommands::Run() {
+  // The standard library and nlohmann/json throw (allocation, filesystem); none of it may reach main.
+  try {
+    return Dispatch(*options_);
+  } catch (const std::exception& e) {
+    std::cerr << "kjit: internal: " << e.what() << "\n";
+    return 1;
+  }
+}
+
+}  // namespace kjit::cli
