@@ -112,16 +112,6 @@ std::string Join(const std::vector<std::string>& items, const std::string& separ
   return out;
 }
 
-std::string HexBytes(std::string_view bytes) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : bytes) {
-    out += kDigits[c >> 4];
-    out += kDigits[c & 0xf];
-  }
-  return out;
-}
-
 std::string OrNone(const std::string& s) { return s.empty() ? "(none)" : s; }
 
 // Plain bytes, or a binary K/M/G/T multiple ("512M", "1.5G", "4KiB").
@@ -279,7 +269,7 @@ Json RecordJson(const KernelRecord& r) {
       {"id", r.id},
       {"key_hash", r.key_hash.ToHex()},
       {"key_text", r.key_text},
-      {"key_bytes", HexBytes(r.key_bytes)},  // what `kjit key show` takes
+      {"key_bytes", kjit::HexEncode(r.key_bytes)},  // what `kjit key show` takes
       {"op", r.op},
       {"arch", r.arch},
       {"status", StatusName(r.status)},

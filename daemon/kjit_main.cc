@@ -25,33 +25,6 @@ int Report(const kjit::Status& s) {
   return 1;
 }
 
-std::string ToHexBytes(std::string_view bytes) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : bytes) {
-    out += kDigits[c >> 4];
-    out += kDigits[c & 0xf];
-  }
-  return out;
-}
-
-kjit::Result<std::string> FromHexBytes(std::string_view hex) {
-  if (hex.size() % 2 != 0) return kjit::InvalidArgument("hex text has an odd number of digits");
-  std::string out;
-  for (size_t i = 0; i < hex.size(); i += 2) {
-    auto digit = [](char c) -> int {
-      if (c >= '0' && c <= '9') return c - '0';
-      if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-      if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-      return -1;
-    };
-    const int hi = digit(hex[i]), lo = digit(hex[i + 1]);
-    if (hi < 0 || lo < 0) return kjit::InvalidArgument("not a hex digit at position " + std::to_string(i));
-    out += static_cast<char>(hi * 16 + lo);
-  }
-  return out;
-}
-
 int CmdDevice(int ordinal, bool bandwidth, bool remeasure) {
   auto ctx = kjit::PrimaryContext::Retain(ordinal);
   if (!ctx.ok()) return Report(ctx.status());
@@ -101,7 +74,7 @@ int CmdCompile(const std::string& file, int arch, bool arch_specific, bool ptx, 
 }
 
 int CmdKeyShow(const std::string& hex) {
-  auto bytes = FromHexBytes(hex);
+  auto bytes = kjit::HexDecode(hex);
   if (!bytes.ok()) return Report(bytes.status());
   auto key = kjit::OpKey::Decode(*bytes);
   if (!key.ok()) return Report(key.status());
@@ -113,7 +86,7 @@ int CmdKeyExample() {
   const auto key = kjit::OpKey::Single(
       "aten::_softmax", "", {kjit::TensorDesc::Contiguous(kjit::DType::kFloat32, {64, 1048576}), int64_t{-1}, false},
       90);
-  std::cout << key.ToString() << "\nhash " << key.Hash().ToHex() << "\nencoded " << ToHexBytes(key.Encode()) << "\n";
+  std::cout << key.ToString() << "\nhash " << key.Hash().ToHex() << "\nencoded " << kjit::HexEncode(key.Encode()) << "\n";
   return 0;
 }
 

@@ -44,6 +44,29 @@ Result<Hash128> Hash128::FromHex(std::string_view hex) {
   return h;
 }
 
+std::string HexEncode(std::string_view bytes) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(bytes.size() * 2);
+  for (unsigned char c : bytes) {
+    out += kDigits[c >> 4];
+    out += kDigits[c & 0xf];
+  }
+  return out;
+}
+
+Result<std::string> HexDecode(std::string_view hex) {
+  if (hex.size() % 2 != 0) return InvalidArgument("hex text has an odd number of digits");
+  std::string out;
+  out.reserve(hex.size() / 2);
+  for (size_t i = 0; i < hex.size(); i += 2) {
+    const int hi = HexValue(hex[i]), lo = HexValue(hex[i + 1]);
+    if (hi < 0 || lo < 0) return InvalidArgument("not a hex digit at position " + std::to_string(hi < 0 ? i : i + 1));
+    out += static_cast<char>(hi * 16 + lo);
+  }
+  return out;
+}
+
 Hash128 HashBytes(const void* data, size_t size) {
   XXH128_hash_t h = XXH3_128bits(data, size);
   return Hash128{h.high64, h.low64};

@@ -29,6 +29,11 @@ struct Hash128 {
   static Result<Hash128> FromHex(std::string_view hex);
 };
 
+// Bytes as lower-case hex ("kjit" -> "6b6a6974"), and back; FromHex rejects
+// odd lengths and non-hex digits.
+std::string HexEncode(std::string_view bytes);
+Result<std::string> HexDecode(std::string_view hex);
+
 Hash128 HashBytes(const void* data, size_t size);
 inline Hash128 HashBytes(std::string_view bytes) { return HashBytes(bytes.data(), bytes.size()); }
 
