@@ -119,9 +119,19 @@ CREATE TABLE policy_checkpoints (
 );
 )sql";
 
+// Version 2: the task queue learns expected gain (misses merge into one task per key).
+constexpr const char* kSchemaV2 = R"sql(
+ALTER TABLE tasks ADD COLUMN calls INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE tasks ADD COLUMN observed_us REAL NOT NULL DEFAULT 0;
+ALTER TABLE tasks ADD COLUMN expected_gain_us REAL NOT NULL DEFAULT 0;
+DROP INDEX tasks_queue;
+CREATE INDEX tasks_queue ON tasks (state, priority DESC, expected_gain_us DESC, id);
+CREATE INDEX tasks_by_key ON tasks (key_hash, state);
+)sql";
+
 // kMigrations[v] brings a file from schema version v to v + 1. Version 0 is
 // an empty file.
-constexpr const char* kMigrations[] = {kSchemaV1};
+constexpr const char* kMigrations[] = {kSchemaV1, kSchemaV2};
 static_assert(std::size(kMigrations) == kSchemaVersion, "one migration per schema version");
 
 // Every column of `kernels`, in a fixed order that ReadRecord expects.
@@ -309,7 +319,7 @@ struct KernelCache::Impl {
   Database db;
   std::optional<Statement> lookup;  // prepared once: the read path runs it per key
 
-  Status Migrate(int from, uint64_t default_limit);
+  Status Migrate(int from, uint64_t default_limit, int to = kSchemaVersion);
   Result<uint64_t> TotalBytes();
   Result<EvictReport> EvictLocked(uint64_t target);
   Result<int64_t> InsertLocked(KernelRecord r, bool keep_checksums);
@@ -323,7 +333,7 @@ const std::string& KernelCache::path() const { return impl_->path; }
 int KernelCache::schema_version() const { return impl_->version; }
 uint64_t KernelCache::size_limit() const { return impl_->size_limit; }
 
-Status KernelCache::Impl::Migrate(int from, uint64_t default_limit) {
+Status KernelCache::Impl::Migrate(int from, uint64_t default_limit, int to) {
   KJIT_ASSIGN_OR_RETURN(Transaction txn, Transaction::Begin(db));
   // Re-read inside the write lock: another process may have migrated meanwhile.
   int current = from;
@@ -337,8 +347,8 @@ Status KernelCache::Impl::Migrate(int from, uint64_t default_limit) {
       if (row) current = std::atoi(s.Text(0).c_str());
     }
   }
-  if (current >= kSchemaVersion) return txn.Commit();  // another process got here first
-  for (int v = current; v < kSchemaVersion; ++v) {
+  if (current >= to) return txn.Commit();  // another process got here first
+  for (int v = current; v < to; ++v) {
     KJIT_RETURN_IF_ERROR(db.Exec(kMigrations[v]).WithContext("migrating the cache schema from version " +
                                                               std::to_string(v)));
   }
@@ -356,9 +366,20 @@ Status KernelCache::Impl::Migrate(int from, uint64_t default_limit) {
   }
   KJIT_ASSIGN_OR_RETURN(
       Statement set, db.Prepare("INSERT OR REPLACE INTO meta (name, value) VALUES ('schema_version', ?)"));
-  set.BindText(1, std::to_string(kSchemaVersion));
+  set.BindText(1, std::to_string(to));
   KJIT_RETURN_IF_ERROR(set.Run());
   return txn.Commit();
+}
+
+Status KernelCache::CreateAtSchemaVersion(const std::string& path, int version) {
+  if (version < 1 || version > kSchemaVersion) return InvalidArgument("no schema version " + std::to_string(version));
+  if (FileExists(path)) return InvalidArgument(path + " exists");
+  Impl impl;
+  impl.path = path;
+  KJIT_ASSIGN_OR_RETURN(impl.db, Database::Open(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE,
+                                                std::chrono::milliseconds(5000)));
+  KJIT_RETURN_IF_ERROR(impl.db.Exec("PRAGMA journal_mode = WAL"));
+  return impl.Migrate(0, 1ull << 30, version);
 }
 
 Result<std::unique_ptr<KernelCache>> KernelCache::Open(const OpenOptions& options) {
@@ -894,22 +915,13 @@ Result<ImportReport> KernelCache::Import(const std::string& file) {
 
 // ---------------------------------------------------------------- tasks, measurements, checkpoints
 
-Result<int64_t> KernelCache::EnqueueTask(const std::string& key_bytes, int priority, const std::string& detail) {
-  KJIT_ASSIGN_OR_RETURN(OpKey key, OpKey::Decode(key_bytes));
-  std::lock_guard lock(impl_->mu);
-  KJIT_ASSIGN_OR_RETURN(Statement s, impl_->db.Prepare(
-                                         "INSERT INTO tasks (key_hash, key_bytes, priority, state, detail, "
-                                         "created_ms, updated_ms) VALUES (?, ?, ?, 'queued', ?, ?, ?)"));
-  const int64_t now = NowMs();
-  s.BindBlob(1, HashBlob(key.Hash())).BindBlob(2, key_bytes).Bind(3, int64_t{priority}).BindText(4, detail);
-  s.Bind(5, now).Bind(6, now);
-  KJIT_RETURN_IF_ERROR(s.Run());
-  return impl_->db.LastInsertId();
-}
-
 namespace {
+
 constexpr const char* kTaskColumns =
-    "id, key_bytes, key_hash, priority, state, attempts, detail, created_ms, updated_ms";
+    "id, key_bytes, key_hash, priority, state, attempts, detail, calls, observed_us, expected_gain_us, created_ms, "
+    "updated_ms";
+constexpr const char* kTaskOrder = " ORDER BY priority DESC, expected_gain_us DESC, id";
+
 Task ReadTask(const Statement& s) {
   Task t;
   t.id = s.Int(0);
@@ -919,18 +931,96 @@ Task ReadTask(const Statement& s) {
   t.state = s.Text(4);
   t.attempts = static_cast<int>(s.Int(5));
   t.detail = s.Text(6);
-  t.created_unix_ms = s.Int(7);
-  t.updated_unix_ms = s.Int(8);
+  t.calls = static_cast<uint64_t>(s.Int(7));
+  t.observed_us = s.Double(8);
+  t.expected_gain_us = s.Double(9);
+  t.created_unix_ms = s.Int(10);
+  t.updated_unix_ms = s.Int(11);
   return t;
 }
+
+// Opens a task for the key or merges into its open one, in one transaction so
+// that two processes reporting the same key at once still make one task.
+Result<TaskMerge> MergeTask(Database& db, const std::string& key_bytes, uint64_t calls, double observed_us,
+                            int priority, const std::string& detail) {
+  KJIT_ASSIGN_OR_RETURN(OpKey key, OpKey::Decode(key_bytes));
+  const std::string hash = HashBlob(key.Hash());
+  const int64_t now = NowMs();
+  KJIT_ASSIGN_OR_RETURN(Transaction txn, Transaction::Begin(db));
+  KJIT_ASSIGN_OR_RETURN(Statement find, db.Prepare("SELECT id, calls, observed_us, priority FROM tasks WHERE "
+                                                   "key_hash = ? AND state IN ('queued', 'running') ORDER BY id "
+                                                   "LIMIT 1"));
+  find.BindBlob(1, hash);
+  KJIT_ASSIGN_OR_RETURN(bool open, find.Step());
+  TaskMerge out;
+  if (open) {
+    out.task_id = find.Int(0);
+    out.merged = true;
+    const auto old_calls = static_cast<uint64_t>(find.Int(1));
+    const uint64_t total = old_calls + calls;
+    // The mean time per call over every call reported so far.
+    const double mean = total > 0 ? (find.Double(2) * static_cast<double>(old_calls) +
+                                     observed_us * static_cast<double>(calls)) /
+                                        static_cast<double>(total)
+                                  : 0.0;
+    const int new_priority = std::max(priority, static_cast<int>(find.Int(3)));
+    find.Reset();
+    KJIT_ASSIGN_OR_RETURN(Statement up, db.Prepare("UPDATE tasks SET calls = ?, observed_us = ?, expected_gain_us = "
+                                                   "?, priority = ?, detail = CASE WHEN ? != '' THEN ? ELSE detail "
+                                                   "END, updated_ms = ? WHERE id = ?"));
+    up.Bind(1, static_cast<int64_t>(total)).Bind(2, mean).Bind(3, mean * static_cast<double>(total));
+    up.Bind(4, int64_t{new_priority}).BindText(5, detail).BindText(6, detail).Bind(7, now).Bind(8, out.task_id);
+    KJIT_RETURN_IF_ERROR(up.Run());
+  } else {
+    find.Reset();
+    KJIT_ASSIGN_OR_RETURN(Statement ins, db.Prepare("INSERT INTO tasks (key_hash, key_bytes, priority, state, detail, "
+                                                    "calls, observed_us, expected_gain_us, created_ms, updated_ms) "
+                                                    "VALUES (?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?)"));
+    ins.BindBlob(1, hash).BindBlob(2, key_bytes).Bind(3, int64_t{priority}).BindText(4, detail);
+    ins.Bind(5, static_cast<int64_t>(calls)).Bind(6, observed_us).Bind(7, observed_us * static_cast<double>(calls));
+    ins.Bind(8, now).Bind(9, now);
+    KJIT_RETURN_IF_ERROR(ins.Run());
+    out.task_id = db.LastInsertId();
+  }
+  KJIT_RETURN_IF_ERROR(txn.Commit());
+  return out;
+}
+
 }  // namespace
+
+Result<TaskMerge> KernelCache::AddMiss(const std::string& key_bytes, uint64_t calls, double observed_us) {
+  if (impl_->read_only) return InvalidArgument("the kernel cache was opened read-only");
+  if (!(observed_us >= 0)) return InvalidArgument("observed time must be a non-negative number");
+  std::lock_guard lock(impl_->mu);
+  return MergeTask(impl_->db, key_bytes, calls, observed_us, 0, "");
+}
+
+Result<TaskMerge> KernelCache::SubmitTask(const std::string& key_bytes, int priority, const std::string& detail) {
+  if (impl_->read_only) return InvalidArgument("the kernel cache was opened read-only");
+  std::lock_guard lock(impl_->mu);
+  return MergeTask(impl_->db, key_bytes, 0, 0.0, priority, detail);
+}
+
+Result<int64_t> KernelCache::EnqueueTask(const std::string& key_bytes, int priority, const std::string& detail) {
+  KJIT_ASSIGN_OR_RETURN(TaskMerge m, SubmitTask(key_bytes, priority, detail));
+  return m.task_id;
+}
+
+Result<Task> KernelCache::GetTask(int64_t id) const {
+  std::lock_guard lock(impl_->mu);
+  KJIT_ASSIGN_OR_RETURN(Statement s,
+                        impl_->db.Prepare(std::string("SELECT ") + kTaskColumns + " FROM tasks WHERE id = ?"));
+  s.Bind(1, id);
+  KJIT_ASSIGN_OR_RETURN(bool row, s.Step());
+  if (!row) return NotFound("no task " + std::to_string(id));
+  return ReadTask(s);
+}
 
 Result<std::optional<Task>> KernelCache::ClaimNextTask() {
   std::lock_guard lock(impl_->mu);
   KJIT_ASSIGN_OR_RETURN(Transaction txn, Transaction::Begin(impl_->db));
   KJIT_ASSIGN_OR_RETURN(Statement s, impl_->db.Prepare(std::string("SELECT ") + kTaskColumns +
-                                                       " FROM tasks WHERE state = 'queued' ORDER BY priority DESC, "
-                                                       "id LIMIT 1"));
+                                                       " FROM tasks WHERE state = 'queued'" + kTaskOrder + " LIMIT 1"));
   KJIT_ASSIGN_OR_RETURN(bool row, s.Step());
   if (!row) return std::optional<Task>();
   Task t = ReadTask(s);
@@ -954,10 +1044,11 @@ Status KernelCache::FinishTask(int64_t id, bool ok, const std::string& detail) {
   return Status::Ok();
 }
 
-Result<std::vector<Task>> KernelCache::ListTasks(const std::string& state) const {
+Result<std::vector<Task>> KernelCache::ListTasks(const std::string& state, int limit) const {
   std::lock_guard lock(impl_->mu);
-  KJIT_ASSIGN_OR_RETURN(Statement s, impl_->db.Prepare(std::string("SELECT ") + kTaskColumns +
-                                                       " FROM tasks WHERE ? = '' OR state = ? ORDER BY id"));
+  std::string q = std::string("SELECT ") + kTaskColumns + " FROM tasks WHERE ? = '' OR state = ?" + kTaskOrder;
+  if (limit > 0) q += " LIMIT " + std::to_string(limit);
+  KJIT_ASSIGN_OR_RETURN(Statement s, impl_->db.Prepare(q));
   s.BindText(1, state).BindText(2, state);
   std::vector<Task> out;
   while (true) {

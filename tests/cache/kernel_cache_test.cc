@@ -383,5 +383,90 @@ TEST(KernelCache, TaskQueueMeasurementsAndCheckpoints) {
   EXPECT_EQ(good->version, "ppo-1");  // ppo-2 failed its checksum and was set aside
 }
 
+TEST(KernelCache, MissesMergeIntoOneTaskOrderedByExpectedGain) {
+  TempDir dir;
+  auto cache = OpenOrDie(dir.file("c.db"));
+  auto a = cache->AddMiss(KeyBytes(1), 100, 10.0);  // 1000 us to gain
+  auto b = cache->AddMiss(KeyBytes(2), 10, 500.0);  // 5000 us
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_FALSE(a->merged);
+  auto a2 = cache->AddMiss(KeyBytes(1), 300, 30.0);  // now 400 calls at a mean of 25 us: 10000 us
+  ASSERT_TRUE(a2.ok());
+  EXPECT_TRUE(a2->merged);
+  EXPECT_EQ(a2->task_id, a->task_id);
+  auto task = cache->GetTask(a->task_id);
+  ASSERT_TRUE(task.ok());
+  EXPECT_EQ(task->calls, 400u);
+  EXPECT_DOUBLE_EQ(task->observed_us, 25.0);
+  EXPECT_DOUBLE_EQ(task->expected_gain_us, 10000.0);
+  auto queue = cache->ListTasks("queued");
+  ASSERT_TRUE(queue.ok());
+  ASSERT_EQ(queue->size(), 2u);
+  EXPECT_EQ((*queue)[0].id, a->task_id);  // the larger expected gain first
+  // A submission for a queued key merges too, and its priority wins.
+  auto sub = cache->SubmitTask(KeyBytes(2), 5, "user asked");
+  ASSERT_TRUE(sub.ok());
+  EXPECT_TRUE(sub->merged);
+  EXPECT_EQ(sub->task_id, b->task_id);
+  EXPECT_EQ((*cache->ClaimNextTask())->id, b->task_id);
+  // A running task still absorbs misses; once done, a new miss opens a new task.
+  EXPECT_TRUE(cache->AddMiss(KeyBytes(2), 1, 1.0)->merged);
+  ASSERT_TRUE(cache->FinishTask(b->task_id, true, "ok").ok());
+  auto fresh = cache->AddMiss(KeyBytes(2), 1, 1.0);
+  ASSERT_TRUE(fresh.ok());
+  EXPECT_FALSE(fresh->merged);
+  EXPECT_NE(fresh->task_id, b->task_id);
+  EXPECT_FALSE(cache->AddMiss(KeyBytes(3), 1, -1.0).ok());
+}
+
+TEST(KernelCache, MigratesVersion1KeepingItsData) {
+  TempDir dir;
+  const std::string path = dir.file("v1.db");
+  ASSERT_TRUE(KernelCache::CreateAtSchemaVersion(path, 1).ok());
+  {
+    // A version-1 task row, written as version 1 wrote them.
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    sqlite3_stmt* st = nullptr;
+    ASSERT_EQ(sqlite3_prepare_v2(db,
+                                 "INSERT INTO tasks (key_hash, key_bytes, priority, state, created_ms, updated_ms) "
+                                 "VALUES (?, ?, 3, 'queued', 1, 1)",
+                                 -1, &st, nullptr),
+              SQLITE_OK);
+    const std::string key = KeyBytes(9);
+    const Hash128 h = OpKey::Decode(key)->Hash();
+    std::string hash(16, '\0');
+    for (int i = 0; i < 8; ++i) {
+      hash[static_cast<size_t>(i)] = static_cast<char>(h.high >> (56 - 8 * i));
+      hash[static_cast<size_t>(8 + i)] = static_cast<char>(h.low >> (56 - 8 * i));
+    }
+    sqlite3_bind_blob(st, 1, hash.data(), 16, SQLITE_TRANSIENT);
+    sqlite3_bind_blob(st, 2, key.data(), static_cast<int>(key.size()), SQLITE_TRANSIENT);
+    ASSERT_EQ(sqlite3_step(st), SQLITE_DONE);
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+  }
+  OpenOptions ro;
+  ro.path = path;
+  ro.read_only = true;
+  auto refused = KernelCache::Open(ro);  // a reader must not migrate
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("must be migrated"), std::string::npos);
+
+  auto cache = OpenOrDie(path);
+  EXPECT_EQ(cache->schema_version(), kSchemaVersion);
+  auto tasks = cache->ListTasks();
+  ASSERT_TRUE(tasks.ok());
+  ASSERT_EQ(tasks->size(), 1u);
+  EXPECT_EQ((*tasks)[0].priority, 3);
+  EXPECT_EQ((*tasks)[0].calls, 0u);
+  auto merged = cache->AddMiss(KeyBytes(9), 7, 2.0);  // the version-2 columns work on old rows
+  ASSERT_TRUE(merged.ok());
+  EXPECT_TRUE(merged->merged);
+  EXPECT_EQ(cache->GetTask((*tasks)[0].id)->calls, 7u);
+  ASSERT_TRUE(cache->Insert(MakeRecord(9)).ok());
+  EXPECT_TRUE(cache->Verify()->quarantined.empty());
+}
+
 }  // namespace
 }  // namespace kjit::cache

@@ -32,7 +32,7 @@
 
 namespace kjit::cache {
 
-inline constexpr int kSchemaVersion = 1;
+inline constexpr int kSchemaVersion = 2;
 
 // $KJIT_CACHE if set, else <kjit::CacheDir()>/cache.db ($XDG_CACHE_HOME/kjit/cache.db).
 std::string DefaultCachePath();
@@ -132,7 +132,10 @@ struct ImportReport {
   std::vector<std::string> rejected;  // one reason per record that failed its checks
 };
 
-// Daemon task queue (issue 4). States: "queued", "running", "done", "failed".
+// The daemon's task queue. States: "queued", "running", "done", "failed".
+// Queued tasks are ordered by priority, then expected gain (calls x time per
+// call: what a faster kernel could save), then age. One key has at most one
+// open (queued or running) task: further misses and submissions merge into it.
 struct Task {
   int64_t id = 0;
   std::string key_bytes;
@@ -141,8 +144,16 @@ struct Task {
   std::string state;
   int attempts = 0;
   std::string detail;
+  uint64_t calls = 0;         // misses reported for the key
+  double observed_us = 0;     // mean time per call of PyTorch's kernel, as the clients saw it
+  double expected_gain_us = 0;
   int64_t created_unix_ms = 0;
   int64_t updated_unix_ms = 0;
+};
+
+struct TaskMerge {
+  int64_t task_id = 0;
+  bool merged = false;  // joined an open task for the same key
 };
 
 // One evaluated candidate, whatever its outcome (issue 8 learns from these).
@@ -171,6 +182,8 @@ struct PolicyCheckpoint {
 class KernelCache {
  public:
   static Result<std::unique_ptr<KernelCache>> Open(const OpenOptions& options = {});
+  // Creates a new cache file at an older schema version, for migration tests.
+  static Status CreateAtSchemaVersion(const std::string& path, int version);
   ~KernelCache();
   KernelCache(const KernelCache&) = delete;
   KernelCache& operator=(const KernelCache&) = delete;
@@ -182,7 +195,8 @@ class KernelCache {
   // Derives key_hash, key_text, op, arch from key_bytes (which must decode as an
   // OpKey), computes checksums, stores it in one transaction and evicts LRU
   // records if the size limit is exceeded. Returns the id. created_unix_ms and
-  // last_used_unix_ms are kept if set (imports, reproducible samples), else now.
+  // last_used_unix_ms are kept if set (imports, reproducible samples), else
+  // now; status and use_count are stored as given.
   Result<int64_t> Insert(KernelRecord record);
   Status SetStatus(int64_t id, RecordStatus status, const std::string& reason);
   Result<KernelRecord> Get(int64_t id) const;
@@ -213,10 +227,16 @@ class KernelCache {
   Result<ImportReport> Import(const std::string& file);
 
   // ---- for the daemon and the policy
+  // A client ran PyTorch's kernel `calls` times for this key, `observed_us` each:
+  // adds to the key's open task, or opens one.
+  Result<TaskMerge> AddMiss(const std::string& key_bytes, uint64_t calls, double observed_us);
+  // Asks for a key to be tuned; merges into an open task, raising its priority.
+  Result<TaskMerge> SubmitTask(const std::string& key_bytes, int priority, const std::string& detail = "");
   Result<int64_t> EnqueueTask(const std::string& key_bytes, int priority, const std::string& detail = "");
-  Result<std::optional<Task>> ClaimNextTask();  // highest priority, oldest first; marks it running
+  Result<std::optional<Task>> ClaimNextTask();  // the queue's first; marks it running
   Status FinishTask(int64_t id, bool ok, const std::string& detail);
-  Result<std::vector<Task>> ListTasks(const std::string& state = "") const;
+  Result<Task> GetTask(int64_t id) const;
+  Result<std::vector<Task>> ListTasks(const std::string& state = "", int limit = 0) const;  // queue order
   Result<int64_t> AddMeasurement(Measurement m);
   Result<std::vector<Measurement>> ListMeasurements(const std::string& family = "", int limit = 0) const;
   Result<int64_t> PutCheckpoint(PolicyCheckpoint checkpoint);
