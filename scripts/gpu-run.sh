@@ -71,6 +71,12 @@ if [[ "${KJIT_GPU_RUN_SKIP_BENCH:-0}" != 1 ]]; then
   note "cache benchmarks: rc=$?"
   python3 scripts/bench_to_markdown.py "$OUT/bench.json" "$OUT/bench-torch.json" "$OUT/bench-cache.json" \
     > "$OUT/bench.md"
+  echo -e "\nkjitd load test (kjit_bench_ipc):\n" >> "$OUT/bench.md"
+  for clients in 1 8; do
+    "$build/benchmarks/kjit_bench_ipc" --kjitd "$build/daemon/kjitd" --clients $clients --requests 2000 \
+      2>>"$OUT/run.log" | tail -n $([[ $clients == 1 ]] && echo 3 || echo 1) >> "$OUT/bench.md"
+  done
+  note "ipc load test: rc=$?"
   cat "$OUT/bench.md"
 fi
 [[ $rc_tests -eq 0 && $skipped_gpu -eq 0 ]]

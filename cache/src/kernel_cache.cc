@@ -271,6 +271,11 @@ Filter MakeFilter(const ListFilter& f) {
     out.ints.push_back(*f.arch);
     out.is_text.push_back(false);
   }
+  if (f.after_id > 0) {
+    out.where += " AND id > ?";
+    out.ints.push_back(f.after_id);
+    out.is_text.push_back(false);
+  }
   return out;
 }
 

@@ -83,6 +83,7 @@ struct ListFilter {
   enum class SortBy { kSpeedup, kLastUse, kSize, kCreated } sort = SortBy::kCreated;
   bool descending = true;
   int limit = 0;  // 0: no limit
+  int64_t after_id = 0;  // only records with a larger id (newer ones): for watching the cache
 };
 
 struct CacheStats {

@@ -1,0 +1,128 @@
+#include "config.h"
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "kjit/cache/kernel_cache.h"
+#include "kjit/ipc/endpoint.h"
+#include "kjit/runtime/hash.h"
+
+namespace kjit::daemon {
+namespace {
+
+std::string Trim(const std::string& s) {
+  const size_t b = s.find_first_not_of(" \t\r");
+  if (b == std::string::npos) return "";
+  const size_t e = s.find_last_not_of(" \t\r");
+  return s.substr(b, e - b + 1);
+}
+
+std::string EnvName(const std::string& key) {
+  std::string v = "KJITD_";
+  for (char c : key) v += static_cast<char>(c == '-' ? '_' : std::toupper(static_cast<unsigned char>(c)));
+  return v;
+}
+
+}  // namespace
+
+const std::vector<std::pair<std::string, std::string>>& ConfigKeys() {
+  static const std::vector<std::pair<std::string, std::string>> keys = {
+      {"endpoint", "where clients connect (ipc://... in a private directory by default)"},
+      {"announce_endpoint", "where kjitd publishes newly verified kernels"},
+      {"tcp_endpoint", "optional tcp://host:port; needs curve_secret_key_file"},
+      {"curve_secret_key_file", "file holding the server's CURVE secret key (Z85, 40 characters)"},
+      {"cache", "the kernel cache database"},
+      {"pid_file", "pid file; also what keeps one kjitd per endpoint"},
+      {"log_file", "where logs go when detached (JSON lines); empty: stderr"},
+      {"log_level", "error, warn, info or debug"},
+      {"watch_interval_ms", "how often kjitd looks for newly verified kernels to announce"},
+  };
+  return keys;
+}
+
+std::string DefaultConfigFile() {
+  if (const char* c = std::getenv("KJIT_CONFIG"); c != nullptr && *c != '\0') return c;
+  if (const char* x = std::getenv("XDG_CONFIG_HOME"); x != nullptr && *x != '\0') return std::string(x) + "/kjit/kjitd.conf";
+  if (const char* h = std::getenv("HOME"); h != nullptr && *h != '\0') return std::string(h) + "/.config/kjit/kjitd.conf";
+  return "";
+}
+
+std::string DaemonConfig::ToString() const {
+  std::ostringstream out;
+  for (const auto& [key, help] : ConfigKeys()) {
+    const Value& v = values.at(key);
+    out << key << " = " << v.value << "    # " << v.source << "\n";
+  }
+  return out.str();
+}
+
+Result<DaemonConfig> LoadConfig(const std::string& file, bool file_required,
+                                const std::map<std::string, std::string>& flags) {
+  DaemonConfig c;
+  auto set = [&](const std::string& k, const std::string& v, const std::string& source) { c.values[k] = {v, source}; };
+  const std::string endpoint_default = ipc::DefaultEndpoint();
+  set("endpoint", endpoint_default, std::getenv("KJIT_ENDPOINT") ? "env KJIT_ENDPOINT" : "default");
+  set("announce_endpoint", ipc::DefaultAnnounceEndpoint(), "default");
+  set("tcp_endpoint", "", "default");
+  set("curve_secret_key_file", "", "default");
+  set("cache", cache::DefaultCachePath(), std::getenv("KJIT_CACHE") ? "env KJIT_CACHE" : "default");
+  set("pid_file", "", "default");  // derived from the endpoint below
+  set("log_file", "", "default");
+  set("log_level", "info", "default");
+  set("watch_interval_ms", "1000", "default");
+
+  if (!file.empty()) {
+    std::ifstream in(file);
+    if (!in) {
+      if (file_required) return NotFound("cannot read the configuration file " + file);
+    } else {
+      std::string line;
+      int number = 0;
+      while (std::getline(in, line)) {
+        ++number;
+        line = Trim(line.substr(0, line.find('#')));
+        if (line.empty()) continue;
+        const size_t eq = line.find('=');
+        const std::string where = file + ":" + std::to_string(number);
+        if (eq == std::string::npos) return InvalidArgument(where + ": expected 'key = value', got '" + line + "'");
+        const std::string key = Trim(line.substr(0, eq));
+        if (!c.values.count(key)) return InvalidArgument(where + ": unknown key '" + key + "' (see kjitd --help)");
+        set(key, Trim(line.substr(eq + 1)), "file " + file);
+      }
+    }
+  }
+  for (const auto& [key, help] : ConfigKeys()) {
+    const std::string var = EnvName(key);
+    if (const char* v = std::getenv(var.c_str()); v != nullptr) set(key, v, "env " + var);
+  }
+  for (const auto& [key, value] : flags) {
+    if (!c.values.count(key)) return InvalidArgument("unknown configuration key '" + key + "'");
+    set(key, value, "flag");
+  }
+  if (c.values["pid_file"].value.empty()) {
+    // One kjitd per endpoint: the default endpoint has the default pid file,
+    // any other gets its own, named after the endpoint.
+    const std::string ep = c.values["endpoint"].value;
+    const std::string pid = ep == ipc::DefaultEndpoint()
+                                ? ipc::DefaultPidFile()
+                                : ipc::RuntimeDir() + "/kjitd-" + HashBytes(ep).ToHex().substr(0, 12) + ".pid";
+    c.values["pid_file"] = {pid, "derived from endpoint"};
+  }
+  const std::string& level = c.values["log_level"].value;
+  if (level != "error" && level != "warn" && level != "info" && level != "debug") {
+    return InvalidArgument("log_level must be error, warn, info or debug, not '" + level + "'");
+  }
+  const std::string& interval = c.values["watch_interval_ms"].value;
+  if (interval.empty() || interval.find_first_not_of("0123456789") != std::string::npos || std::stoll(interval) < 10) {
+    return InvalidArgument("watch_interval_ms must be a whole number of milliseconds, at least 10");
+  }
+  if (!c.values["tcp_endpoint"].value.empty() && c.values["curve_secret_key_file"].value.empty()) {
+    return InvalidArgument("tcp_endpoint " + c.values["tcp_endpoint"].value +
+                           " is set without curve_secret_key_file: kjitd refuses to listen on TCP without CURVE "
+                           "encryption and authentication (make keys with `kjit daemon keygen`)");
+  }
+  return c;
+}
+
+}  // namespace kjit::daemon

@@ -1,0 +1,326 @@
+#include "server.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <zmq.hpp>
+
+#include "kjit/ipc/endpoint.h"
+#include "kjit/runtime/op_key.h"
+
+namespace kjit::daemon {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string IsoNow() {
+  const auto now = std::chrono::system_clock::now();
+  const std::time_t t = std::chrono::system_clock::to_time_t(now);
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+                tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<int>(ms));
+  return buf;
+}
+
+ipc::TaskInfo ToInfo(const cache::Task& t) {
+  ipc::TaskInfo i;
+  i.id = t.id;
+  i.key_hash = t.key_hash.ToHex();
+  auto key = OpKey::Decode(t.key_bytes);
+  i.key_text = key.ok() ? key->ToString() : "(undecodable key)";
+  i.state = t.state;
+  i.priority = t.priority;
+  i.calls = t.calls;
+  i.observed_us = t.observed_us;
+  i.expected_gain_us = t.expected_gain_us;
+  i.attempts = t.attempts;
+  i.detail = t.detail;
+  i.created_unix_ms = t.created_unix_ms;
+  i.updated_unix_ms = t.updated_unix_ms;
+  return i;
+}
+
+// Binds an ipc:// endpoint's socket file inside a private directory.
+Status PrepareEndpoint(const std::string& endpoint) {
+  if (endpoint.rfind("ipc://", 0) != 0) return Status::Ok();
+  const std::string path = endpoint.substr(6);
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos || slash == 0) return Status::Ok();
+  return ipc::EnsurePrivateRuntimeDir(path.substr(0, slash));
+}
+
+}  // namespace
+
+int Log::Rank(const std::string& level) {
+  if (level == "error") return 0;
+  if (level == "warn") return 1;
+  if (level == "debug") return 3;
+  return 2;
+}
+
+void Log::Write(const char* level, const std::string& event, const std::map<std::string, std::string>& fields) {
+  if (Rank(level) > level_) return;
+  nlohmann::ordered_json j;
+  j["ts"] = IsoNow();
+  j["level"] = level;
+  j["event"] = event;
+  for (const auto& [k, v] : fields) j[k] = v;
+  std::fprintf(stderr, "%s\n", j.dump().c_str());
+  std::fflush(stderr);
+}
+
+struct Server::Impl {
+  Impl(DaemonConfig c, std::unique_ptr<cache::KernelCache> k, Log& l)
+      : config(std::move(c)), cache(std::move(k)), log(l) {}
+  DaemonConfig config;
+  std::unique_ptr<cache::KernelCache> cache;
+  Log& log;
+  zmq::context_t ctx{1};
+  std::optional<zmq::socket_t> router;  // the local endpoint
+  std::optional<zmq::socket_t> tcp;     // optional, CURVE only
+  std::optional<zmq::socket_t> publisher;
+  std::map<std::string, double> counters;
+  Clock::time_point started = Clock::now();
+  int64_t announced_up_to = 0;  // highest record id already announced
+  Server* owner = nullptr;      // for Handle()
+
+  Status Serve(zmq::socket_t& socket, bool* shutdown);
+  void AnnounceNewKernels();
+};
+
+Server::Server(DaemonConfig config, std::unique_ptr<cache::KernelCache> cache, Log& log)
+    : impl_(std::make_unique<Impl>(std::move(config), std::move(cache), log)) {}
+
+Server::~Server() = default;
+
+Status Server::Bind() {
+  Impl& s = *impl_;
+  const std::string endpoint = s.config.Get("endpoint");
+  const std::string announce = s.config.Get("announce_endpoint");
+  KJIT_RETURN_IF_ERROR(PrepareEndpoint(endpoint));
+  KJIT_RETURN_IF_ERROR(PrepareEndpoint(announce));
+  try {
+    s.router.emplace(s.ctx, zmq::socket_type::router);
+    // The reply to a shutdown request is sent just before exit: let it leave.
+    s.router->set(zmq::sockopt::linger, 1000);
+    // Oversized messages never reach the decoder: ZeroMQ drops the peer instead.
+    s.router->set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(ipc::kMaxMessageBytes) + 1024);
+    s.router->bind(endpoint);
+    s.publisher.emplace(s.ctx, zmq::socket_type::pub);
+    s.publisher->set(zmq::sockopt::linger, 0);
+    s.publisher->bind(announce);
+    const std::string tcp = s.config.Get("tcp_endpoint");
+    if (!tcp.empty()) {
+      std::ifstream key_file(s.config.Get("curve_secret_key_file"));
+      std::string secret;
+      std::getline(key_file, secret);
+      if (secret.size() != 40) {
+        return InvalidArgument("curve_secret_key_file " + s.config.Get("curve_secret_key_file") +
+                               " must hold a 40-character Z85 CURVE secret key (make one with `kjit daemon keygen`)");
+      }
+      s.tcp.emplace(s.ctx, zmq::socket_type::router);
+      s.tcp->set(zmq::sockopt::linger, 0);
+      s.tcp->set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(ipc::kMaxMessageBytes) + 1024);
+      s.tcp->set(zmq::sockopt::curve_server, 1);
+      s.tcp->set(zmq::sockopt::curve_secretkey, secret);
+      s.tcp->bind(tcp);
+    }
+  } catch (const zmq::error_t& e) {
+    return Status(StatusCode::kIOError, std::string("cannot listen: ") + e.what() + " (endpoint " + endpoint + ")");
+  }
+  // Kernels already in the cache were announced by an earlier run, or never need to be.
+  cache::ListFilter newest;
+  newest.limit = 1;
+  newest.sort = cache::ListFilter::SortBy::kCreated;
+  if (auto last = s.cache->List(newest); last.ok() && !last->empty()) s.announced_up_to = (*last)[0].id;
+  return Status::Ok();
+}
+
+void Server::Impl::AnnounceNewKernels() {
+  cache::ListFilter f;
+  f.status = cache::RecordStatus::kVerified;
+  f.after_id = announced_up_to;
+  f.sort = cache::ListFilter::SortBy::kCreated;
+  f.descending = false;
+  auto fresh = cache->List(f);
+  if (!fresh.ok()) {
+    log.Write("warn", "announce_scan_failed", {{"error", fresh.status().ToString()}});
+    return;
+  }
+  for (const auto& r : *fresh) {
+    ipc::Announce a{r.arch, r.key_hash.ToHex(), r.id};
+    const std::string topic = ipc::AnnounceTopic(a);
+    const std::string bytes = ipc::Encode(ipc::Envelope{ipc::kProtocolVersion, 0, a});
+    try {
+      publisher->send(zmq::buffer(topic), zmq::send_flags::sndmore);
+      publisher->send(zmq::buffer(bytes), zmq::send_flags::none);
+    } catch (const zmq::error_t&) {
+    }
+    counters["kernels_announced"] += 1;
+    log.Write("info", "kernel_announced", {{"record", std::to_string(r.id)}, {"key", r.key_text}});
+    announced_up_to = std::max(announced_up_to, r.id);
+  }
+}
+
+ipc::Body Server::Handle(const ipc::Body& request, bool* shutdown_requested) {
+  Impl& s = *impl_;
+  auto fail = [&](const Status& st) -> ipc::Body {
+    s.counters["errors"] += 1;
+    return ipc::ToError(st);
+  };
+  return std::visit(
+      [&](const auto& r) -> ipc::Body {
+        using T = std::decay_t<decltype(r)>;
+        if constexpr (std::is_same_v<T, ipc::Hello>) {
+          s.log.Write("info", "client_hello", {{"client", r.client}, {"pid", std::to_string(r.pid)}});
+          ipc::HelloReply h;
+          h.server = "kjitd/0.1";
+          h.capabilities = {"lookup", "report_miss", "tasks", "stats", "announce"};
+          h.announce_endpoint = s.config.Get("announce_endpoint");
+          return h;
+        } else if constexpr (std::is_same_v<T, ipc::Lookup>) {
+          auto key = OpKey::Decode(r.key_bytes);
+          if (!key.ok()) return fail(key.status());
+          cache::ReaderContext reader{r.arch, {r.driver_version, r.nvrtc_major, r.nvrtc_minor, r.codegen_version}};
+          auto served = s.cache->Lookup(key->Hash(), reader);
+          ipc::LookupReply reply;
+          if (!served.ok()) {
+            if (served.status().code() != StatusCode::kNotFound) return fail(served.status());
+            s.counters["lookup_misses"] += 1;
+            reply.reason = served.status().message();
+            return reply;
+          }
+          s.counters["lookup_hits"] += 1;
+          reply.found = true;
+          reply.record_id = served->id;
+          reply.cubin = std::move(served->cubin);
+          reply.entry_point = std::move(served->entry_point);
+          for (int i = 0; i < 3; ++i) {
+            reply.grid[i] = served->launch.grid[i];
+            reply.block[i] = served->launch.block[i];
+          }
+          reply.dynamic_shared_bytes = served->launch.dynamic_shared_bytes;
+          return reply;
+        } else if constexpr (std::is_same_v<T, ipc::ReportMiss>) {
+          auto merged = s.cache->AddMiss(r.key_bytes, r.calls, r.observed_us);
+          if (!merged.ok()) return fail(merged.status());
+          s.counters["misses_reported"] += 1;
+          s.counters[merged->merged ? "tasks_merged" : "tasks_created"] += 1;
+          return ipc::TaskAck{merged->task_id, merged->merged};
+        } else if constexpr (std::is_same_v<T, ipc::SubmitTask>) {
+          auto merged = s.cache->SubmitTask(r.key_bytes, r.priority, r.detail);
+          if (!merged.ok()) return fail(merged.status());
+          s.counters["tasks_submitted"] += 1;
+          s.log.Write("info", "task_submitted", {{"task", std::to_string(merged->task_id)}});
+          return ipc::TaskAck{merged->task_id, merged->merged};
+        } else if constexpr (std::is_same_v<T, ipc::TaskStatus>) {
+          auto t = s.cache->GetTask(r.task_id);
+          if (!t.ok()) return fail(t.status());
+          return ipc::TaskStatusReply{ToInfo(*t)};
+        } else if constexpr (std::is_same_v<T, ipc::ListTasks>) {
+          // A reply holds at most kMaxCollectionSize tasks, or no client could decode it.
+          const uint32_t cap = static_cast<uint32_t>(ipc::kMaxCollectionSize);
+          auto ts = s.cache->ListTasks(r.state, static_cast<int>(r.limit == 0 ? cap : std::min(r.limit, cap)));
+          if (!ts.ok()) return fail(ts.status());
+          ipc::ListTasksReply reply;
+          for (const auto& t : *ts) reply.tasks.push_back(ToInfo(t));
+          return reply;
+        } else if constexpr (std::is_same_v<T, ipc::Stats>) {
+          ipc::StatsReply reply;
+          reply.counters = s.counters;
+          reply.counters["uptime_s"] = std::chrono::duration<double>(Clock::now() - s.started).count();
+          reply.counters["pid"] = static_cast<double>(getpid());
+          if (auto queued = s.cache->ListTasks("queued"); queued.ok()) {
+            reply.counters["tasks_queued"] = static_cast<double>(queued->size());
+          }
+          return reply;
+        } else if constexpr (std::is_same_v<T, ipc::Shutdown>) {
+          s.log.Write("info", "shutdown_requested");
+          *shutdown_requested = true;
+          return ipc::Ack{};
+        } else if constexpr (std::is_same_v<T, ipc::OpenEpisode> || std::is_same_v<T, ipc::SubmitCandidate> ||
+                             std::is_same_v<T, ipc::CloseEpisode>) {
+          return fail(Status(StatusCode::kUnavailable,
+                             "the agent environment needs the evaluator, which is not running in this kjitd yet"));
+        } else {
+          return fail(InvalidArgument(std::string("kjitd does not accept ") + std::string(ipc::TypeName(r)) +
+                                      " as a request"));
+        }
+      },
+      request);
+}
+
+Status Server::Impl::Serve(zmq::socket_t& socket, bool* shutdown) {
+  // ROUTER frames: [peer identity][empty delimiter][envelope].
+  std::vector<zmq::message_t> frames;
+  while (true) {
+    zmq::message_t frame;
+    if (!socket.recv(frame, zmq::recv_flags::dontwait)) break;
+    const bool more = frame.more();
+    frames.push_back(std::move(frame));
+    if (!more) break;
+  }
+  if (frames.size() < 2) return Status::Ok();
+  counters["requests"] += 1;
+  const zmq::message_t& payload = frames.back();
+  uint64_t id = 0;
+  auto envelope = ipc::Decode(std::string_view(static_cast<const char*>(payload.data()), payload.size()), &id);
+  ipc::Body reply;
+  if (!envelope.ok()) {
+    counters["malformed"] += 1;
+    log.Write("warn", "malformed_request", {{"error", envelope.status().message()}});
+    reply = ipc::ToError(envelope.status());
+  } else {
+    counters[std::string("requests_") + std::string(ipc::TypeName(envelope->body))] += 1;
+    reply = owner->Handle(envelope->body, shutdown);
+  }
+  std::string bytes = ipc::Encode(ipc::Envelope{ipc::kProtocolVersion, id, reply});
+  if (bytes.size() > ipc::kMaxMessageBytes) {
+    counters["errors"] += 1;
+    bytes = ipc::Encode(ipc::Envelope{
+        ipc::kProtocolVersion, id,
+        ipc::ToError(Status(StatusCode::kInternal, "the reply would exceed the protocol's message size limit"))});
+  }
+  try {
+    for (size_t i = 0; i + 1 < frames.size(); ++i) socket.send(frames[i], zmq::send_flags::sndmore);
+    socket.send(zmq::buffer(bytes), zmq::send_flags::dontwait);
+  } catch (const zmq::error_t& e) {
+    log.Write("warn", "reply_failed", {{"error", e.what()}});
+  }
+  return Status::Ok();
+}
+
+Status Server::Run(std::atomic<bool>& stop, std::atomic<bool>& reload, const std::function<void()>& on_reload) {
+  Impl& s = *impl_;
+  s.owner = this;
+  const auto watch = std::chrono::milliseconds(std::stoll(s.config.Get("watch_interval_ms")));
+  auto next_watch = Clock::now();
+  bool shutdown = false;
+  while (!stop.load() && !shutdown) {
+    if (reload.exchange(false)) on_reload();
+    zmq::pollitem_t items[2] = {{static_cast<void*>(*s.router), 0, ZMQ_POLLIN, 0},
+                                {s.tcp ? static_cast<void*>(*s.tcp) : nullptr, 0, ZMQ_POLLIN, 0}};
+    try {
+      zmq::poll(items, s.tcp ? 2 : 1, std::chrono::milliseconds(100));
+    } catch (const zmq::error_t& e) {
+      if (e.num() == EINTR) continue;  // a signal: look at the flags
+      return Status(StatusCode::kIOError, std::string("poll failed: ") + e.what());
+    }
+    if (items[0].revents & ZMQ_POLLIN) KJIT_RETURN_IF_ERROR(s.Serve(*s.router, &shutdown));
+    if (s.tcp && (items[1].revents & ZMQ_POLLIN)) KJIT_RETURN_IF_ERROR(s.Serve(*s.tcp, &shutdown));
+    if (Clock::now() >= next_watch) {
+      s.AnnounceNewKernels();
+      next_watch = Clock::now() + watch;
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace kjit::daemon

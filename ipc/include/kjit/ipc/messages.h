@@ -1,0 +1,202 @@
+// The messages kjitd and its clients exchange, and their wire encoding.
+//
+// Every message is one msgpack map, the envelope:
+//   {"v": <protocol version>, "type": <type name>, "id": <request id>, "body": <map>}
+// A request's reply carries the same id. A reply is either the request's own
+// reply type or an Error. Unknown versions, unknown types, missing or mistyped
+// fields, trailing bytes and messages over kMaxMessageBytes are decoding errors,
+// answered with an Error reply: never a crash. Fields a decoder does not know are
+// ignored, so a newer client may add optional fields within a version.
+// ipc/PROTOCOL.md describes every message for clients in other languages.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "kjit/runtime/status.h"
+
+namespace kjit::ipc {
+
+inline constexpr uint32_t kProtocolVersion = 1;
+// Large enough for a candidate's source and a CUBIN; anything larger is refused unread.
+inline constexpr size_t kMaxMessageBytes = 16u << 20;
+// Most elements in one array or entries in one map, and most levels of nested
+// arrays and maps (envelope > body > tasks > task): a decoder allocates for a
+// declared count before reading the elements, so hostile counts are refused.
+// A sender keeps lists, such as list_tasks_reply.tasks, within kMaxCollectionSize.
+inline constexpr size_t kMaxCollectionSize = 1u << 16;
+inline constexpr size_t kMaxNesting = 4;
+
+// ---- requests and their replies
+
+struct Hello {  // -> HelloReply
+  std::string client;  // e.g. "kjit-shim/0.1", "kjit-cli/0.1", "my-agent/2"
+  uint32_t pid = 0;
+  std::vector<std::string> capabilities;
+};
+struct HelloReply {
+  std::string server;  // e.g. "kjitd/0.1"
+  uint32_t protocol_version = kProtocolVersion;
+  std::vector<std::string> capabilities;  // e.g. "lookup", "report_miss", "agent_env"
+  std::string announce_endpoint;          // where to SUBscribe for announcements
+};
+
+// The kernel for a key, for a reader with this arch and toolchain.
+struct Lookup {  // -> LookupReply
+  std::string key_bytes;  // OpKey::Encode()
+  int32_t arch = 0;
+  int32_t driver_version = 0;
+  int32_t nvrtc_major = 0;
+  int32_t nvrtc_minor = 0;
+  int32_t codegen_version = 0;
+};
+struct LookupReply {
+  bool found = false;
+  int64_t record_id = 0;
+  std::string cubin;
+  std::string entry_point;
+  uint32_t grid[3] = {1, 1, 1};
+  uint32_t block[3] = {1, 1, 1};
+  uint32_t dynamic_shared_bytes = 0;
+  std::string reason;  // why not found
+};
+
+// A key the client ran PyTorch's own kernel for: `calls` calls since its last
+// report, taking `observed_us` each on average. Misses of one key merge into one task.
+struct ReportMiss {  // -> TaskAck
+  std::string key_bytes;
+  uint64_t calls = 0;
+  double observed_us = 0;
+};
+struct SubmitTask {  // -> TaskAck
+  std::string key_bytes;
+  int32_t priority = 0;
+  std::string detail;
+};
+struct TaskAck {
+  int64_t task_id = 0;
+  bool merged = false;  // true if it joined an existing queued task
+};
+
+struct TaskInfo {
+  int64_t id = 0;
+  std::string key_hash;  // 32 hex digits
+  std::string key_text;
+  std::string state;  // queued, running, done, failed
+  int32_t priority = 0;
+  uint64_t calls = 0;
+  double observed_us = 0;
+  double expected_gain_us = 0;  // calls x time per call: the queue's order
+  int32_t attempts = 0;
+  std::string detail;
+  int64_t created_unix_ms = 0;
+  int64_t updated_unix_ms = 0;
+};
+struct TaskStatus {  // -> TaskStatusReply
+  int64_t task_id = 0;
+};
+struct TaskStatusReply {
+  TaskInfo task;
+};
+struct ListTasks {  // -> ListTasksReply
+  std::string state;   // "" for all
+  uint32_t limit = 0;  // 0 for no limit
+};
+struct ListTasksReply {
+  std::vector<TaskInfo> tasks;
+};
+
+struct Stats {};  // -> StatsReply
+struct StatsReply {
+  std::map<std::string, double> counters;  // e.g. "requests", "misses_reported", "tasks_queued", "uptime_s"
+};
+
+struct Shutdown {};  // -> Ack; kjitd finishes the trial in flight and exits
+struct Ack {};
+
+// ---- agent environment: an external agent writes kernels against kjit's verifier
+
+struct OpenEpisode {  // -> Observation
+  std::string key_bytes;  // the task, as an OpKey
+};
+struct Observation {
+  int64_t episode_id = 0;
+  std::string key_text;
+  std::string op;
+  std::vector<std::string> inputs;  // one line per argument, as in the key's text form
+  double baseline_us = 0;           // PyTorch's kernel, measured by the evaluator
+  std::map<std::string, std::string> device;  // name, arch, sm_count, l2_bytes, copy_bandwidth, ...
+};
+struct SubmitCandidate {  // -> CandidateResult
+  int64_t episode_id = 0;
+  std::string source;  // CUDA C++ for NVRTC
+  std::string entry_point;
+  std::vector<std::string> options;
+  uint32_t grid[3] = {1, 1, 1};
+  uint32_t block[3] = {1, 1, 1};
+  uint32_t dynamic_shared_bytes = 0;
+};
+struct CandidateResult {
+  bool compiled = false;
+  std::string compile_log;
+  bool verified = false;
+  std::string verdict;  // why it failed, or "verified"
+  double median_us = 0;
+  double baseline_us = 0;
+  double reward = 0;
+};
+struct CloseEpisode {  // -> Ack
+  int64_t episode_id = 0;
+};
+
+// ---- replies that any request may get, and announcements
+
+struct Error {
+  std::string code;  // a StatusCodeName: "invalid_argument", "not_found", "unavailable", ...
+  std::string message;
+};
+
+// Published on the announce socket when a kernel is verified; topic is
+// "sm_<arch>/<key hash hex>" so a subscriber can filter by arch and key.
+struct Announce {
+  int32_t arch = 0;
+  std::string key_hash;  // 32 hex digits
+  int64_t record_id = 0;
+};
+
+using Body = std::variant<Hello, HelloReply, Lookup, LookupReply, ReportMiss, SubmitTask, TaskAck, TaskStatus,
+                          TaskStatusReply, ListTasks, ListTasksReply, Stats, StatsReply, Shutdown, Ack, OpenEpisode,
+                          Observation, SubmitCandidate, CandidateResult, CloseEpisode, Error, Announce>;
+
+// The wire name of each body type: "hello", "hello_reply", "lookup", ...
+std::string_view TypeName(const Body& body);
+
+struct Envelope {
+  uint32_t version = kProtocolVersion;
+  uint64_t id = 0;
+  Body body;
+};
+
+// msgpack bytes of an envelope.
+std::string Encode(const Envelope& envelope);
+
+// Strict decoding: kInvalidArgument with a message naming the problem (bad
+// msgpack, too large, wrong version, unknown type, missing or mistyped field,
+// trailing bytes). When the envelope's id could be read, *id_out receives it so
+// the error reply can carry it.
+Result<Envelope> Decode(std::string_view bytes, uint64_t* id_out = nullptr);
+
+// An Error reply for a failed Status.
+Error ToError(const Status& status);
+// Back to a Status (unknown codes become kInternal).
+Status FromError(const Error& error);
+
+// Topic for an announcement: "sm_90/<hash>".
+std::string AnnounceTopic(const Announce& announce);
+
+}  // namespace kjit::ipc

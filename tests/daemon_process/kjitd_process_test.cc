@@ -1,0 +1,255 @@
+// A real kjitd in a child process, driven through the client library.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+#include <zmq.hpp>
+
+#include "kjit/cache/kernel_cache.h"
+#include "kjit/ipc/client.h"
+#include "kjit/runtime/op_key.h"
+#include "kjitd_harness.h"
+
+namespace kjit {
+namespace {
+
+using testing::KjitdHarness;
+
+std::string KeyBytes(int64_t cols) {
+  return OpKey::Single("aten::_softmax", "", {TensorDesc::Contiguous(DType::kFloat32, {64, cols}), int64_t{-1}, false},
+                       90)
+      .Encode();
+}
+
+ipc::Client MakeClient(const KjitdHarness& h, size_t queue = 4096) {
+  ipc::ClientOptions o;
+  o.endpoint = h.endpoint();
+  o.request_timeout = std::chrono::milliseconds(1000);
+  o.retry_interval = std::chrono::milliseconds(50);
+  o.miss_queue_capacity = queue;
+  return ipc::Client(o);
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+cache::KernelRecord VerifiedRecord(int64_t cols) {
+  cache::KernelRecord r;
+  r.key_bytes = KeyBytes(cols);
+  r.source = "extern \"C\" __global__ void k(float*) {}";
+  r.entry_point = "k";
+  r.cubin = std::string(512, 'c');
+  r.launch.grid[0] = 7;
+  r.launch.block[0] = 128;
+  r.timing.median_us = 1;
+  r.baseline.median_us = 2;
+  r.toolchain = {13000, 13, 0, 1};
+  r.status = cache::RecordStatus::kVerified;
+  return r;
+}
+
+TEST(Kjitd, AnswersEveryRequest) {
+  KjitdHarness h(KJIT_KJITD);
+  ASSERT_TRUE(h.Start()) << ReadFile(h.log_path());
+  ipc::Client c = MakeClient(h);
+
+  auto hello = c.Hello();
+  ASSERT_TRUE(hello.ok()) << hello.status().ToString() << "\n" << ReadFile(h.log_path());
+  EXPECT_EQ(hello->protocol_version, ipc::kProtocolVersion);
+  EXPECT_EQ(hello->announce_endpoint, h.announce_endpoint());
+
+  auto task = c.Submit(KeyBytes(100), 2, "please");
+  ASSERT_TRUE(task.ok()) << task.status().ToString();
+  EXPECT_FALSE(task->merged);
+  auto again = c.Submit(KeyBytes(100), 1);
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->merged);
+  EXPECT_EQ(again->task_id, task->task_id);
+  auto info = c.GetTask(task->task_id);
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->state, "queued");
+  EXPECT_EQ(info->priority, 2);
+  EXPECT_EQ(info->key_text, "aten::_softmax(f32[64,100], -1, False) sm_90");
+  EXPECT_EQ(c.GetTask(999).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(c.Submit("not a key", 0).status().code(), StatusCode::kCorruption);
+
+  ipc::Lookup lookup{KeyBytes(200), 90, 13000, 13, 0, 1};
+  auto miss = c.Lookup(lookup);
+  ASSERT_TRUE(miss.ok());
+  EXPECT_FALSE(miss->found);
+  {
+    cache::OpenOptions o;
+    o.path = h.cache_path();
+    auto writer = cache::KernelCache::Open(o);
+    ASSERT_TRUE(writer.ok());
+    ASSERT_TRUE((*writer)->Insert(VerifiedRecord(200)).ok());
+  }
+  auto hit = c.Lookup(lookup);
+  ASSERT_TRUE(hit.ok()) << hit.status().ToString();
+  ASSERT_TRUE(hit->found) << hit->reason;
+  EXPECT_EQ(hit->cubin, std::string(512, 'c'));
+  EXPECT_EQ(hit->grid[0], 7u);
+  EXPECT_EQ(hit->block[0], 128u);
+
+  EXPECT_EQ(c.Call(ipc::OpenEpisode{KeyBytes(1)}).status().code(), StatusCode::kUnavailable);
+
+  auto tasks = c.ListTasks("queued");
+  ASSERT_TRUE(tasks.ok());
+  EXPECT_EQ(tasks->size(), 1u);
+  auto stats = c.Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_GE(stats->counters["requests"], 8.0);
+  EXPECT_EQ(stats->counters["lookup_hits"], 1.0);
+  EXPECT_EQ(stats->counters["tasks_queued"], 1.0);
+
+  ASSERT_TRUE(c.Shutdown().ok());
+  const int status = h.Wait();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_FALSE(std::filesystem::exists(h.pid_file()));
+}
+
+TEST(Kjitd, MalformedAndWrongVersionRequestsGetErrorReplies) {
+  KjitdHarness h(KJIT_KJITD);
+  ASSERT_TRUE(h.Start()) << ReadFile(h.log_path());
+  zmq::context_t ctx;
+  zmq::socket_t s(ctx, zmq::socket_type::dealer);
+  s.set(zmq::sockopt::linger, 0);
+  s.set(zmq::sockopt::rcvtimeo, 3000);
+  s.connect(h.endpoint());
+  auto exchange = [&](const std::string& payload) -> Result<ipc::Envelope> {
+    s.send(zmq::message_t(), zmq::send_flags::sndmore);
+    s.send(zmq::buffer(payload), zmq::send_flags::none);
+    zmq::message_t delimiter, reply;
+    if (!s.recv(delimiter) || !s.recv(reply)) return Status(StatusCode::kUnavailable, "no reply");
+    return ipc::Decode(std::string_view(static_cast<const char*>(reply.data()), reply.size()));
+  };
+  for (const std::string& bad : {std::string("\xc1"), std::string("garbage bytes"), std::string()}) {
+    auto r = exchange(bad);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    const auto* err = std::get_if<ipc::Error>(&r->body);
+    ASSERT_NE(err, nullptr);
+    EXPECT_EQ(err->code, "invalid_argument");
+  }
+  ipc::Envelope future{ipc::kProtocolVersion, 77, ipc::Stats{}};
+  std::string bytes = ipc::Encode(future);
+  future.version = 99;
+  // Re-encoding with another version: the daemon must answer, with an error naming it.
+  auto r = exchange(ipc::Encode(future));
+  ASSERT_TRUE(r.ok());
+  const auto* err = std::get_if<ipc::Error>(&r->body);
+  ASSERT_NE(err, nullptr);
+  EXPECT_NE(err->message.find("99"), std::string::npos) << err->message;
+  EXPECT_EQ(r->id, 77u);
+  // And it still serves well-formed requests.
+  auto ok = exchange(bytes);
+  ASSERT_TRUE(ok.ok());
+  EXPECT_TRUE(std::holds_alternative<ipc::StatsReply>(ok->body));
+}
+
+TEST(Kjitd, ClientsCarryOnWhileKjitdIsKilledAndLoseNoAcknowledgedReport) {
+  KjitdHarness h(KJIT_KJITD);
+  ASSERT_TRUE(h.Start()) << ReadFile(h.log_path());
+  ipc::Client c = MakeClient(h, /*queue=*/256);
+  constexpr int kKeys = 40;
+  for (int i = 0; i < 400; ++i) c.ReportMiss(KeyBytes(1000 + i % kKeys), 1, 5.0);
+  ASSERT_TRUE(c.Flush(std::chrono::seconds(20)).ok());
+
+  h.Kill(SIGKILL);
+  // kjitd is gone: reports are queued or dropped, never blocking; requests fail fast.
+  for (int i = 0; i < 2000; ++i) c.ReportMiss(KeyBytes(1000 + i % kKeys), 1, 5.0);
+  auto down = c.Stats();
+  ASSERT_FALSE(down.ok());
+  EXPECT_EQ(down.status().code(), StatusCode::kUnavailable);
+  const ipc::ClientCounters during = c.counters();
+  EXPECT_GT(during.misses_dropped, 0u);  // the queue of 256 overflowed
+  EXPECT_LE(during.queue_depth, 256u);
+
+  ASSERT_TRUE(h.Start()) << ReadFile(h.log_path());  // same cache file: the queue survives
+  ASSERT_TRUE(c.Flush(std::chrono::seconds(30)).ok());
+  const ipc::ClientCounters after = c.counters();
+  // Every report was either queued and then acknowledged, or dropped because the queue was full.
+  EXPECT_EQ(after.misses_acked, after.misses_queued);
+  EXPECT_EQ(after.misses_acked + after.misses_dropped, 2400u);
+  auto tasks = c.ListTasks("queued");
+  ASSERT_TRUE(tasks.ok());
+  EXPECT_EQ(tasks->size(), static_cast<size_t>(kKeys));  // misses of one key merged into one task
+  uint64_t calls = 0;
+  for (const auto& t : *tasks) calls += t.calls;
+  // Every acknowledged report is on disk (a report committed just before the
+  // kill but not acknowledged is sent again, so there may be more, never fewer).
+  EXPECT_GE(calls, after.misses_acked);
+  EXPECT_GT(after.reconnects, 0u);
+}
+
+TEST(Kjitd, AnnouncesNewlyVerifiedKernels) {
+  KjitdHarness h(KJIT_KJITD, {"--watch-interval-ms", "50"});
+  ASSERT_TRUE(h.Start()) << ReadFile(h.log_path());
+  zmq::context_t ctx;
+  zmq::socket_t sub(ctx, zmq::socket_type::sub);
+  sub.set(zmq::sockopt::linger, 0);
+  sub.set(zmq::sockopt::rcvtimeo, 5000);
+  sub.set(zmq::sockopt::subscribe, "sm_90/");
+  sub.connect(h.announce_endpoint());
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // let the subscription reach kjitd
+  int64_t id = 0;
+  {
+    cache::OpenOptions o;
+    o.path = h.cache_path();
+    auto writer = cache::KernelCache::Open(o);
+    ASSERT_TRUE(writer.ok());
+    auto candidate = VerifiedRecord(301);
+    candidate.status = cache::RecordStatus::kCandidate;  // not announced
+    ASSERT_TRUE((*writer)->Insert(candidate).ok());
+    id = *(*writer)->Insert(VerifiedRecord(302));
+  }
+  zmq::message_t topic, payload;
+  ASSERT_TRUE(sub.recv(topic)) << "no announcement within 5 s";
+  ASSERT_TRUE(sub.recv(payload));
+  const std::string hash = OpKey::Decode(KeyBytes(302))->Hash().ToHex();
+  EXPECT_EQ(topic.to_string(), "sm_90/" + hash);
+  auto env = ipc::Decode(std::string_view(static_cast<const char*>(payload.data()), payload.size()));
+  ASSERT_TRUE(env.ok());
+  const auto* a = std::get_if<ipc::Announce>(&env->body);
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a->record_id, id);
+  EXPECT_EQ(a->key_hash, hash);
+}
+
+TEST(Kjitd, SighupReloadsAndSigtermStopsCleanly) {
+  KjitdHarness h(KJIT_KJITD);
+  std::filesystem::create_directories(h.dir() + "/config/kjit");
+  std::ofstream(h.dir() + "/config/kjit/kjitd.conf") << "log_level = info\n";
+  ASSERT_TRUE(h.Start()) << ReadFile(h.log_path());
+  std::ofstream(h.dir() + "/config/kjit/kjitd.conf") << "# now chattier\nlog_level = debug\n";
+  kill(h.pid(), SIGHUP);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (ReadFile(h.log_path()).find("\"reloaded\"") == std::string::npos &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_NE(ReadFile(h.log_path()).find("\"log_level\":\"debug\""), std::string::npos) << ReadFile(h.log_path());
+  const int status = h.Kill(SIGTERM);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  EXPECT_NE(ReadFile(h.log_path()).find("\"stopped\""), std::string::npos);
+  EXPECT_FALSE(std::filesystem::exists(h.pid_file()));
+}
+
+TEST(Kjitd, OneInstancePerEndpoint) {
+  KjitdHarness h(KJIT_KJITD);
+  ASSERT_TRUE(h.Start()) << ReadFile(h.log_path());
+  const std::string cmd = std::string(KJIT_KJITD) + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  char buf[512] = {0};
+  const size_t n = fread(buf, 1, sizeof buf - 1, p);
+  const int rc = pclose(p);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(std::string(buf, n).find("already running"), std::string::npos) << std::string(buf, n);
+}
+
+}  // namespace
+}  // namespace kjit
