@@ -25,7 +25,7 @@ say() { printf '[setup] %s\n' "$*"; }
 
 # --- Debian packages
 packages=(
-  build-essential cmake ninja-build pkg-config python3-pip
+  build-essential cmake ninja-build pkg-config python3-pip clang libclang-rt-14-dev
   libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libtbb-dev libsqlite3-dev
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev libxxhash-dev nlohmann-json3-dev
 )

@@ -3,8 +3,9 @@
 #
 #   scripts/test.sh [--no-sanitize]
 #
-# Two builds: build/ (RelWithDebInfo) runs all tests; build-asan/ runs the CPU
-# tests again under AddressSanitizer and UndefinedBehaviorSanitizer. Tests that
+# Three builds: build/ (RelWithDebInfo) runs all tests; build-fuzz/ (clang)
+# fuzzes the kjitd protocol decoder with libFuzzer for 30 s; build-asan/ runs
+# the CPU tests again under AddressSanitizer and UndefinedBehaviorSanitizer. Tests that
 # need a GPU are labelled `gpu` and are reported as skipped, with their reason,
 # where there is none.
 set -euo pipefail
@@ -33,6 +34,9 @@ if [[ -n "$reasons" ]]; then
   echo "[test] skipped tests, by reason (count, reason):"
   echo "$reasons"
 fi
+
+echo "[test] libFuzzer on the kjitd protocol decoder, 30 s"
+bash scripts/fuzz-ipc.sh 30
 
 if ((sanitize)); then
   echo "[test] configure and build build-asan/ (ASan + UBSan)"
