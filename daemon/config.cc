@@ -100,6 +100,14 @@ Result<DaemonConfig> LoadConfig(const std::string& file, bool file_required,
     if (!c.values.count(key)) return InvalidArgument("unknown configuration key '" + key + "'");
     set(key, value, "flag");
   }
+  if (c.values["announce_endpoint"].source == "default" &&
+      c.values["endpoint"].value != ipc::DefaultEndpoint()) {
+    // Each kjitd needs its own announce socket, or a second one would take over the first one's.
+    const std::string ep = c.values["endpoint"].value;
+    c.values["announce_endpoint"] = {
+        "ipc://" + ipc::RuntimeDir() + "/kjitd-announce-" + HashBytes(ep).ToHex().substr(0, 12) + ".sock",
+        "derived from endpoint"};
+  }
   if (c.values["pid_file"].value.empty()) {
     // One kjitd per endpoint: the default endpoint has the default pid file,
     // any other gets its own, named after the endpoint.
@@ -120,7 +128,7 @@ Result<DaemonConfig> LoadConfig(const std::string& file, bool file_required,
   if (!c.values["tcp_endpoint"].value.empty() && c.values["curve_secret_key_file"].value.empty()) {
     return InvalidArgument("tcp_endpoint " + c.values["tcp_endpoint"].value +
                            " is set without curve_secret_key_file: kjitd refuses to listen on TCP without CURVE "
-                           "encryption and authentication (make keys with `kjit daemon keygen`)");
+                           "encryption (make keys with `kjit daemon keygen`)");
   }
   return c;
 }

@@ -5,14 +5,19 @@
 //   kjit key show HEX                                         print an encoded OpKey
 //   kjit key example                                          print a sample key, encoded
 //   kjit cache path|ls|show|stats|rm|evict|verify|export|import   the kernel cache (cache_commands.h)
+//   kjit daemon start|stop|status|keygen                      run kjitd (daemon_commands.h)
+//   kjit tasks [--state S] [--json]                           kjitd's task queue
+//   kjit submit KEYHEX|--example [--priority N]               ask kjitd to optimise a key
 //
-// Exit status: 0 on success, 1 when the operation failed, 2 on bad usage.
+// Exit status: 0 on success, 1 when the operation failed, 2 on bad usage
+// (and 3 from `kjit daemon status` when kjitd is not running).
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
 #include <iostream>
 
 #include "cache_commands.h"
+#include "daemon_commands.h"
 #include "kjit/runtime/compiler.h"
 #include "kjit/runtime/gpu.h"
 #include "kjit/runtime/op_key.h"
@@ -83,9 +88,7 @@ int CmdKeyShow(const std::string& hex) {
 }
 
 int CmdKeyExample() {
-  const auto key = kjit::OpKey::Single(
-      "aten::_softmax", "", {kjit::TensorDesc::Contiguous(kjit::DType::kFloat32, {64, 1048576}), int64_t{-1}, false},
-      90);
+  const auto key = kjit::cli::ExampleKey();
   std::cout << key.ToString() << "\nhash " << key.Hash().ToHex() << "\nencoded " << kjit::HexEncode(key.Encode()) << "\n";
   return 0;
 }
@@ -93,7 +96,7 @@ int CmdKeyExample() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"kjit: inspect GPUs, compile kernels, read kernel-cache keys and maintain the kernel cache"};
+  CLI::App app{"kjit: inspect GPUs, compile kernels, read kernel-cache keys, maintain the kernel cache and run kjitd"};
   app.require_subcommand(1);
 
   auto* device = app.add_subcommand("device", "Show the GPU's facts (and its measured copy bandwidth)");
@@ -124,6 +127,7 @@ int main(int argc, char** argv) {
   auto* key_example = key->add_subcommand("example", "Print a sample key, its hash and its encoding");
 
   kjit::cli::CacheCommands cache_commands(app);
+  kjit::cli::DaemonCommands daemon_commands(app);
 
   try {
     app.parse(argc, argv);
@@ -135,5 +139,6 @@ int main(int argc, char** argv) {
   if (*key_show) return CmdKeyShow(hex);
   if (*key_example) return CmdKeyExample();
   if (cache_commands.chosen()) return cache_commands.Run();
+  if (daemon_commands.chosen()) return daemon_commands.Run();
   return 2;
 }

@@ -108,8 +108,9 @@ Status Server::Bind() {
   KJIT_RETURN_IF_ERROR(PrepareEndpoint(announce));
   try {
     s.router.emplace(s.ctx, zmq::socket_type::router);
-    // The reply to a shutdown request is sent just before exit: let it leave.
-    s.router->set(zmq::sockopt::linger, 1000);
+    // The reply to a shutdown request is sent just before exit: give it time to
+    // leave even on a loaded machine (a peer that is gone costs this much at exit).
+    s.router->set(zmq::sockopt::linger, 5000);
     // Oversized messages never reach the decoder: ZeroMQ drops the peer instead.
     s.router->set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(ipc::kMaxMessageBytes) + 1024);
     s.router->bind(endpoint);
