@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
-#include <cstdarg>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
@@ -19,6 +18,7 @@
 
 #include "kjit/cache/kernel_cache.h"
 #include "kjit/cache/record.h"
+#include "cli_format.h"
 
 namespace kjit::cli {
 
@@ -27,7 +27,6 @@ using kjit::cache::KernelRecord;
 using kjit::cache::ListFilter;
 using kjit::cache::RecordStatus;
 using kjit::cache::RecordSummary;
-using Json = nlohmann::ordered_json;  // keeps fields in declaration order, so output reads like the structs
 
 struct CacheCommands::Options {
   CLI::App* cache = nullptr;
@@ -66,30 +65,6 @@ struct CacheCommands::Options {
 
 namespace {
 
-// Every command's output ends up in golden files: formatting must not depend on locale or clock.
-[[gnu::format(printf, 1, 2)]] std::string Format(const char* format, ...) {
-  va_list args, args_again;
-  va_start(args, format);
-  va_copy(args_again, args);
-  const int n = std::vsnprintf(nullptr, 0, format, args);
-  va_end(args);
-  std::string out(n > 0 ? static_cast<size_t>(n) : 0, '\0');
-  if (n > 0) std::vsnprintf(out.data(), out.size() + 1, format, args_again);
-  va_end(args_again);
-  return out;
-}
-
-std::string HumanBytes(uint64_t bytes) {
-  if (bytes < 1024) return std::to_string(bytes) + " B";
-  static constexpr const char* kUnits[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-  double value = static_cast<double>(bytes) / 1024.0;
-  size_t unit = 0;
-  while (value >= 1024.0 && unit + 1 < std::size(kUnits)) {
-    value /= 1024.0;
-    ++unit;
-  }
-  return Format("%.1f %s", value, kUnits[unit]);
-}
 
 std::string UtcTime(int64_t unix_ms) {
   if (unix_ms <= 0) return "never";
@@ -102,7 +77,6 @@ std::string UtcTime(int64_t unix_ms) {
 }
 
 std::string SpeedupText(double speedup) { return speedup > 0 ? Format("%.2fx", speedup) : "-"; }
-std::string MicrosText(double us) { return us > 0 ? Format("%.2f", us) : "-"; }
 std::string ShortHash(const Hash128& h) { return h.ToHex().substr(0, 12); }
 std::string StatusName(RecordStatus s) { return std::string(kjit::cache::RecordStatusName(s)); }
 
@@ -183,61 +157,8 @@ CLI::Validator VersionValidator() {
       "");
 }
 
-// ---- tables
-
-struct Column {
-  std::string header;
-  bool right_aligned = false;
-};
-
-// Drops whole UTF-8 sequences only, so a cut key never ends in half a character.
-std::string Truncate(const std::string& text, size_t width) {
-  if (text.size() <= width) return text;
-  if (width <= 3) return text.substr(0, width);
-  size_t cut = width - 3;
-  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
-  return text.substr(0, cut) + "...";
-}
-
-// The last column is the free text (key or op): it gets what is left of `max_width` and is never padded,
-// so lines carry no trailing blanks.
-void PrintTable(std::ostream& out, const std::vector<Column>& columns, const std::vector<std::vector<std::string>>& rows,
-                size_t max_width = 120) {
-  std::vector<size_t> widths(columns.size());
-  for (size_t c = 0; c < columns.size(); ++c) {
-    widths[c] = columns[c].header.size();
-    for (const auto& row : rows) widths[c] = std::max(widths[c], row[c].size());
-  }
-  size_t used = 0;
-  for (size_t c = 0; c + 1 < columns.size(); ++c) used += widths[c] + 2;
-  const size_t last_width = std::max<size_t>(max_width > used ? max_width - used : 0, 24);
-  auto print_row = [&](const std::vector<std::string>& cells) {
-    std::string line;
-    for (size_t c = 0; c < columns.size(); ++c) {
-      if (c + 1 == columns.size()) {
-        line += Truncate(cells[c], last_width);
-        break;
-      }
-      const std::string& cell = cells[c];
-      const std::string pad(widths[c] - cell.size(), ' ');
-      line += columns[c].right_aligned ? pad + cell : cell + pad;
-      line += "  ";
-    }
-    while (!line.empty() && line.back() == ' ') line.pop_back();
-    out << line << "\n";
-  };
-  std::vector<std::string> headers;
-  for (const auto& column : columns) headers.push_back(column.header);
-  print_row(headers);
-  for (const auto& row : rows) print_row(row);
-}
-
 // ---- JSON
 
-std::string DumpJson(const Json& j) {
-  // Key text and sources are user data: replace invalid UTF-8 rather than throw.
-  return j.dump(2, ' ', false, Json::error_handler_t::replace);
-}
 
 Json SummaryJson(const RecordSummary& s) {
   return Json{{"id", s.id},
@@ -309,10 +230,6 @@ Json RecordJson(const KernelRecord& r) {
 
 // ---- opening the cache and naming records
 
-int Report(const Status& s) {
-  std::cerr << "kjit: " << s.ToString() << "\n";
-  return 1;
-}
 
 bool FileExists(const std::string& path) {
   std::error_code error;
@@ -445,7 +362,7 @@ int CmdList(const CacheCommands::Options& o) {
               {"LAST USE", false},
               {"USES", true},
               {"OP / KEY", false}},
-             rows);
+             rows, TableWidth());
   return 0;
 }
 
@@ -597,7 +514,7 @@ int CmdStats(const CacheCommands::Options& o) {
   PrintTable(std::cout,
              {{"ID", true}, {"KEY", false}, {"SPEEDUP", true}, {"MEDIAN(us)", true}, {"PYTORCH(us)", true},
               {"OP / KEY", false}},
-             rows);
+             rows, TableWidth());
   return 0;
 }
 

@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -17,7 +16,6 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
-#include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -30,15 +28,16 @@
 #include <thread>
 #include <vector>
 
+#include "cli_format.h"
 #include "config.h"
 #include "kjit/cache/kernel_cache.h"
 #include "kjit/ipc/client.h"
 #include "kjit/ipc/endpoint.h"
+#include "kjit/ipc/task_info.h"
 #include "kjit/runtime/hash.h"
 
 namespace kjit::cli {
 
-using Json = nlohmann::ordered_json;  // keeps fields in declaration order
 using Clock = std::chrono::steady_clock;
 
 OpKey ExampleKey() {
@@ -81,22 +80,7 @@ using Options = DaemonCommands::Options;
 
 // ---- output
 
-[[gnu::format(printf, 1, 2)]] std::string Format(const char* format, ...) {
-  va_list args, args_again;
-  va_start(args, format);
-  va_copy(args_again, args);
-  const int n = std::vsnprintf(nullptr, 0, format, args);
-  va_end(args);
-  std::string out(n > 0 ? static_cast<size_t>(n) : 0, '\0');
-  if (n > 0) std::vsnprintf(out.data(), out.size() + 1, format, args_again);
-  va_end(args_again);
-  return out;
-}
 
-int Report(const Status& s) {
-  std::cerr << "kjit: " << s.ToString() << "\n";
-  return 1;
-}
 
 // A failure that is not a Status from below: says what happened and what to do.
 int Fail(const std::string& message) {
@@ -104,7 +88,6 @@ int Fail(const std::string& message) {
   return 1;
 }
 
-std::string DumpJson(const Json& j) { return j.dump(2, ' ', false, Json::error_handler_t::replace); }
 
 // Counters are doubles on the wire; most are counts, shown without decimals.
 bool IsWhole(double v) { return std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 1e15; }
@@ -115,7 +98,6 @@ std::string NumberText(double v) {
 
 Json NumberJson(double v) { return IsWhole(v) ? Json(static_cast<int64_t>(v)) : Json(v); }
 
-std::string MicrosText(double us) { return us > 0 ? Format("%.2f", us) : "-"; }
 
 std::string DurationText(double seconds) {
   if (!(seconds >= 0)) return "?";
@@ -125,58 +107,6 @@ std::string DurationText(double seconds) {
   if (h > 0) return Format("%lldh %02lldm %02llds", h, m, s);
   if (m > 0) return Format("%lldm %02llds", m, s);
   return Format("%.1fs", seconds);
-}
-
-// Drops whole UTF-8 sequences only, so a cut key never ends in half a character.
-std::string Truncate(const std::string& text, size_t width) {
-  if (text.size() <= width) return text;
-  if (width <= 3) return text.substr(0, width);
-  size_t cut = width - 3;
-  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
-  return text.substr(0, cut) + "...";
-}
-
-struct Column {
-  std::string header;
-  bool right_aligned = false;
-};
-
-// As `kjit cache ls`: the last column is free text, cut to what is left of `max_width`, never padded.
-// 120 columns, as `kjit cache ls`; a wider terminal gets its width.
-size_t TableWidth() {
-  winsize size{};
-  if (isatty(STDOUT_FILENO) && ioctl(STDOUT_FILENO, TIOCGWINSZ, &size) == 0 && size.ws_col > 120) return size.ws_col;
-  return 120;
-}
-
-void PrintTable(const std::vector<Column>& columns, const std::vector<std::vector<std::string>>& rows) {
-  const size_t max_width = TableWidth();
-  std::vector<size_t> widths(columns.size());
-  for (size_t c = 0; c < columns.size(); ++c) {
-    widths[c] = columns[c].header.size();
-    for (const auto& row : rows) widths[c] = std::max(widths[c], row[c].size());
-  }
-  size_t used = 0;
-  for (size_t c = 0; c + 1 < columns.size(); ++c) used += widths[c] + 2;
-  const size_t last_width = std::max<size_t>(max_width > used ? max_width - used : 0, 24);
-  auto print_row = [&](const std::vector<std::string>& cells) {
-    std::string line;
-    for (size_t c = 0; c < columns.size(); ++c) {
-      if (c + 1 == columns.size()) {
-        line += Truncate(cells[c], last_width);
-        break;
-      }
-      const std::string pad(widths[c] - cells[c].size(), ' ');
-      line += columns[c].right_aligned ? pad + cells[c] : cells[c] + pad;
-      line += "  ";
-    }
-    while (!line.empty() && line.back() == ' ') line.pop_back();
-    std::cout << line << "\n";
-  };
-  std::vector<std::string> headers;
-  for (const auto& column : columns) headers.push_back(column.header);
-  print_row(headers);
-  for (const auto& row : rows) print_row(row);
 }
 
 // ---- talking to kjitd
@@ -682,25 +612,6 @@ Json TaskJson(const ipc::TaskInfo& t) {
               {"updated_unix_ms", t.updated_unix_ms}};
 }
 
-// The same view of a task as kjitd gives, from a cache record.
-ipc::TaskInfo FromCacheTask(const cache::Task& t) {
-  ipc::TaskInfo i;
-  i.id = t.id;
-  i.key_hash = t.key_hash.ToHex();
-  auto key = OpKey::Decode(t.key_bytes);
-  i.key_text = key.ok() ? key->ToString() : "(undecodable key)";
-  i.state = t.state;
-  i.priority = t.priority;
-  i.calls = t.calls;
-  i.observed_us = t.observed_us;
-  i.expected_gain_us = t.expected_gain_us;
-  i.attempts = t.attempts;
-  i.detail = t.detail;
-  i.created_unix_ms = t.created_unix_ms;
-  i.updated_unix_ms = t.updated_unix_ms;
-  return i;
-}
-
 void PrintTasks(const Options& o, const std::vector<ipc::TaskInfo>& tasks) {
   if (o.json) {
     Json all = Json::array();
@@ -718,7 +629,7 @@ void PrintTasks(const Options& o, const std::vector<ipc::TaskInfo>& tasks) {
                     MicrosText(t.observed_us), MicrosText(t.expected_gain_us), std::to_string(t.attempts),
                     t.key_hash.substr(0, 12), t.key_text});
   }
-  PrintTable({{"ID", true},
+  PrintTable(std::cout, {{"ID", true},
               {"STATE", false},
               {"PRIORITY", true},
               {"CALLS", true},
@@ -727,7 +638,7 @@ void PrintTasks(const Options& o, const std::vector<ipc::TaskInfo>& tasks) {
               {"ATTEMPTS", true},
               {"KEY", false},
               {"OP / KEY", false}},
-             rows);
+             rows, TableWidth());
 }
 
 int CmdTasks(const Options& o) {
@@ -758,7 +669,7 @@ int CmdTasks(const Options& o) {
   if (!stored.ok()) return Report(stored.status());
   std::cerr << "(kjitd is not running; read from the cache file " << options.path << ")\n";
   std::vector<ipc::TaskInfo> infos;
-  for (const auto& t : *stored) infos.push_back(FromCacheTask(t));
+  for (const auto& t : *stored) infos.push_back(ipc::ToTaskInfo(t));
   PrintTasks(o, infos);
   return 0;
 }

@@ -10,6 +10,7 @@
 #include <zmq.hpp>
 
 #include "kjit/ipc/endpoint.h"
+#include "kjit/ipc/task_info.h"
 #include "kjit/runtime/op_key.h"
 
 namespace kjit::daemon {
@@ -27,24 +28,6 @@ std::string IsoNow() {
   std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
                 tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<int>(ms));
   return buf;
-}
-
-ipc::TaskInfo ToInfo(const cache::Task& t) {
-  ipc::TaskInfo i;
-  i.id = t.id;
-  i.key_hash = t.key_hash.ToHex();
-  auto key = OpKey::Decode(t.key_bytes);
-  i.key_text = key.ok() ? key->ToString() : "(undecodable key)";
-  i.state = t.state;
-  i.priority = t.priority;
-  i.calls = t.calls;
-  i.observed_us = t.observed_us;
-  i.expected_gain_us = t.expected_gain_us;
-  i.attempts = t.attempts;
-  i.detail = t.detail;
-  i.created_unix_ms = t.created_unix_ms;
-  i.updated_unix_ms = t.updated_unix_ms;
-  return i;
 }
 
 // Binds an ipc:// endpoint's socket file inside a private directory.
@@ -224,14 +207,14 @@ ipc::Body Server::Handle(const ipc::Body& request, bool* shutdown_requested) {
         } else if constexpr (std::is_same_v<T, ipc::TaskStatus>) {
           auto t = s.cache->GetTask(r.task_id);
           if (!t.ok()) return fail(t.status());
-          return ipc::TaskStatusReply{ToInfo(*t)};
+          return ipc::TaskStatusReply{ipc::ToTaskInfo(*t)};
         } else if constexpr (std::is_same_v<T, ipc::ListTasks>) {
           // A reply holds at most kMaxCollectionSize tasks, or no client could decode it.
           const uint32_t cap = static_cast<uint32_t>(ipc::kMaxCollectionSize);
           auto ts = s.cache->ListTasks(r.state, static_cast<int>(r.limit == 0 ? cap : std::min(r.limit, cap)));
           if (!ts.ok()) return fail(ts.status());
           ipc::ListTasksReply reply;
-          for (const auto& t : *ts) reply.tasks.push_back(ToInfo(t));
+          for (const auto& t : *ts) reply.tasks.push_back(ipc::ToTaskInfo(t));
           return reply;
         } else if constexpr (std::is_same_v<T, ipc::Stats>) {
           ipc::StatsReply reply;
