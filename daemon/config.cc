@@ -32,6 +32,8 @@ const std::vector<std::pair<std::string, std::string>>& ConfigKeys() {
       {"announce_endpoint", "where kjitd publishes newly verified kernels"},
       {"tcp_endpoint", "optional tcp://host:port; needs curve_secret_key_file"},
       {"curve_secret_key_file", "file holding the server's CURVE secret key (Z85, 40 characters)"},
+      {"curve_authorized_keys_file",
+       "client public keys (Z85, one per line) allowed on tcp_endpoint; empty: any client that knows the server key"},
       {"cache", "the kernel cache database"},
       {"pid_file", "pid file; also what keeps one kjitd per endpoint"},
       {"log_file", "where logs go when detached (JSON lines); empty: stderr"},
@@ -66,6 +68,7 @@ Result<DaemonConfig> LoadConfig(const std::string& file, bool file_required,
   set("announce_endpoint", ipc::DefaultAnnounceEndpoint(), "default");
   set("tcp_endpoint", "", "default");
   set("curve_secret_key_file", "", "default");
+  set("curve_authorized_keys_file", "", "default");
   set("cache", cache::DefaultCachePath(), std::getenv("KJIT_CACHE") ? "env KJIT_CACHE" : "default");
   set("pid_file", "", "default");  // derived from the endpoint below
   set("log_file", "", "default");

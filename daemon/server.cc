@@ -6,6 +6,9 @@
 #include <cstdio>
 #include <ctime>
 #include <fstream>
+#include <future>
+#include <set>
+#include <thread>
 #include <nlohmann/json.hpp>
 #include <zmq.hpp>
 
@@ -59,9 +62,92 @@ void Log::Write(const char* level, const std::string& event, const std::map<std:
   std::fflush(stderr);
 }
 
+namespace {
+
+// Reads Z85 CURVE public keys, one per line; a line starting with '#' is a
+// comment ('#' is also a Z85 digit, so it cannot end a line's key).
+Result<std::set<std::string>> ReadAuthorizedKeys(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return NotFound("cannot read curve_authorized_keys_file " + path);
+  std::set<std::string> keys;
+  std::string line;
+  int number = 0;
+  while (std::getline(in, line)) {
+    ++number;
+    while (!line.empty() && (line.back() == ' ' || line.back() == '\r' || line.back() == '\t')) line.pop_back();
+    while (!line.empty() && (line.front() == ' ' || line.front() == '\t')) line.erase(0, 1);
+    if (line.empty() || line.front() == '#') continue;
+    if (line.size() != 40) {
+      return InvalidArgument(path + ":" + std::to_string(number) + ": a CURVE public key is 40 Z85 characters");
+    }
+    keys.insert(line);
+  }
+  return keys;
+}
+
+// The ZeroMQ authentication (ZAP) handler: admits a CURVE client only if its
+// public key is in `allowed`. Runs until the context is shut down.
+void ZapLoop(zmq::context_t& ctx, const std::set<std::string>& allowed, Log& log, std::promise<Status>& bound) {
+  zmq::socket_t rep(ctx, zmq::socket_type::rep);
+  try {
+    rep.set(zmq::sockopt::linger, 0);
+    rep.bind("inproc://zeromq.zap.01");
+  } catch (const zmq::error_t& e) {
+    bound.set_value(Status(StatusCode::kIOError, std::string("cannot start CURVE authentication: ") + e.what()));
+    return;
+  }
+  bound.set_value(Status::Ok());
+  while (true) {
+    std::vector<zmq::message_t> request;
+    try {
+      do {
+        zmq::message_t frame;
+        if (!rep.recv(frame)) break;
+        request.push_back(std::move(frame));
+      } while (request.back().more());
+    } catch (const zmq::error_t& e) {
+      if (e.num() == ETERM) return;
+      continue;
+    }
+    // Request: version, request id, domain, address, identity, mechanism, client key.
+    bool ok = false;
+    std::string client = "?";
+    if (request.size() >= 7 && request[5].to_string() == "CURVE" && request[6].size() == 32) {
+      char z85[41] = {0};
+      zmq_z85_encode(z85, static_cast<const uint8_t*>(request[6].data()), 32);
+      client = z85;
+      ok = allowed.count(client) > 0;
+    }
+    if (!ok) log.Write("warn", "client_refused", {{"key", client}});
+    const std::string request_id = request.size() > 1 ? request[1].to_string() : "";
+    try {
+      rep.send(zmq::str_buffer("1.0"), zmq::send_flags::sndmore);
+      rep.send(zmq::buffer(request_id), zmq::send_flags::sndmore);
+      rep.send(zmq::buffer(std::string(ok ? "200" : "400")), zmq::send_flags::sndmore);
+      rep.send(zmq::buffer(std::string(ok ? "OK" : "client key not authorized")), zmq::send_flags::sndmore);
+      rep.send(zmq::buffer(ok ? client : std::string()), zmq::send_flags::sndmore);
+      rep.send(zmq::str_buffer(""), zmq::send_flags::none);
+    } catch (const zmq::error_t& e) {
+      if (e.num() == ETERM) return;
+    }
+  }
+}
+
+}  // namespace
+
 struct Server::Impl {
   Impl(DaemonConfig c, std::unique_ptr<cache::KernelCache> k, Log& l)
       : config(std::move(c)), cache(std::move(k)), log(l) {}
+  ~Impl() {
+    // Sockets first, then wake the authentication thread out of its recv.
+    router.reset();
+    tcp.reset();
+    publisher.reset();
+    if (zap.joinable()) {
+      ctx.shutdown();
+      zap.join();
+    }
+  }
   DaemonConfig config;
   std::unique_ptr<cache::KernelCache> cache;
   Log& log;
@@ -69,6 +155,8 @@ struct Server::Impl {
   std::optional<zmq::socket_t> router;  // the local endpoint
   std::optional<zmq::socket_t> tcp;     // optional, CURVE only
   std::optional<zmq::socket_t> publisher;
+  std::set<std::string> authorized_keys;  // CURVE client keys admitted on tcp
+  std::thread zap;                         // the authentication handler, when keys are configured
   std::map<std::string, double> counters;
   Clock::time_point started = Clock::now();
   int64_t announced_up_to = 0;  // highest record id already announced
@@ -109,7 +197,16 @@ Status Server::Bind() {
         return InvalidArgument("curve_secret_key_file " + s.config.Get("curve_secret_key_file") +
                                " must hold a 40-character Z85 CURVE secret key (make one with `kjit daemon keygen`)");
       }
+      const std::string authorized = s.config.Get("curve_authorized_keys_file");
+      if (!authorized.empty()) {
+        KJIT_ASSIGN_OR_RETURN(s.authorized_keys, ReadAuthorizedKeys(authorized));
+        std::promise<Status> bound;
+        auto ready = bound.get_future();
+        s.zap = std::thread([&s, &bound] { ZapLoop(s.ctx, s.authorized_keys, s.log, bound); });
+        KJIT_RETURN_IF_ERROR(ready.get());
+      }
       s.tcp.emplace(s.ctx, zmq::socket_type::router);
+      s.tcp->set(zmq::sockopt::zap_domain, std::string("kjit"));
       s.tcp->set(zmq::sockopt::linger, 0);
       s.tcp->set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(ipc::kMaxMessageBytes) + 1024);
       s.tcp->set(zmq::sockopt::curve_server, 1);
@@ -287,7 +384,12 @@ Status Server::Run(std::atomic<bool>& stop, std::atomic<bool>& reload, const std
   const auto watch = std::chrono::milliseconds(std::stoll(s.config.Get("watch_interval_ms")));
   auto next_watch = Clock::now();
   bool shutdown = false;
-  while (!stop.load() && !shutdown) {
+  // After a shutdown request, kjitd keeps serving briefly so that its reply is
+  // read before the connection closes (closing right away lost it now and then
+  // on a loaded machine, linger notwithstanding).
+  std::optional<Clock::time_point> drain_until;
+  while (!stop.load() && !(drain_until && Clock::now() >= *drain_until)) {
+    if (shutdown && !drain_until) drain_until = Clock::now() + std::chrono::milliseconds(300);
     if (reload.exchange(false)) on_reload();
     zmq::pollitem_t items[2] = {{static_cast<void*>(*s.router), 0, ZMQ_POLLIN, 0},
                                 {s.tcp ? static_cast<void*>(*s.tcp) : nullptr, 0, ZMQ_POLLIN, 0}};

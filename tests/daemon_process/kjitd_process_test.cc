@@ -240,6 +240,44 @@ TEST(Kjitd, SighupReloadsAndSigtermStopsCleanly) {
   EXPECT_FALSE(std::filesystem::exists(h.pid_file()));
 }
 
+struct KeyPair {
+  std::string public_key, secret_key;
+};
+KeyPair MakeKeys() {
+  char pub[41] = {0}, sec[41] = {0};
+  zmq_curve_keypair(pub, sec);
+  return {pub, sec};
+}
+
+TEST(Kjitd, TcpAdmitsOnlyAuthorizedCurveClients) {
+  const KeyPair server = MakeKeys(), allowed = MakeKeys(), stranger = MakeKeys();
+  char tmpl[] = "/tmp/kjitd-keys-XXXXXX";
+  const std::string keys = mkdtemp(tmpl);
+  std::ofstream(keys + "/server.key") << server.secret_key << "\n";
+  std::ofstream(keys + "/authorized") << "# the one client allowed\n" << allowed.public_key << "\n";
+  const std::string tcp = "tcp://127.0.0.1:" + std::to_string(20000 + getpid() % 20000);
+  KjitdHarness h(KJIT_KJITD, {"--tcp-endpoint", tcp, "--curve-secret-key-file", keys + "/server.key",
+                              "--curve-authorized-keys-file", keys + "/authorized"});
+  ASSERT_TRUE(h.Start()) << ReadFile(h.log_path());
+  auto client = [&](const KeyPair& k) {
+    ipc::ClientOptions o;
+    o.endpoint = tcp;
+    o.request_timeout = std::chrono::milliseconds(3000);
+    o.server_public_key = server.public_key;
+    o.public_key = k.public_key;
+    o.secret_key = k.secret_key;
+    return o;
+  };
+  ipc::Client good(client(allowed));
+  auto hello = good.Hello();
+  EXPECT_TRUE(hello.ok()) << hello.status().ToString() << "\n" << ReadFile(h.log_path());
+  ipc::Client bad(client(stranger));
+  auto refused = bad.Hello();
+  EXPECT_EQ(refused.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(ReadFile(h.log_path()).find("client_refused"), std::string::npos);
+  std::filesystem::remove_all(keys);
+}
+
 TEST(Kjitd, OneInstancePerEndpoint) {
   KjitdHarness h(KJIT_KJITD);
   ASSERT_TRUE(h.Start()) << ReadFile(h.log_path());
