@@ -246,21 +246,20 @@ enum class Access {
   kWriteOrCreate,   // may write; creates the file if missing
 };
 
-// Null after printing why: a missing file gets its own message because "unable to open
-// database file" would not tell a new user that nothing has been cached yet.
+// Null after printing why. A missing file is not an error in the usual sense
+// (nothing has been cached yet), so Open's explanation is printed without the code.
 std::unique_ptr<KernelCache> OpenOrReport(const CacheCommands::Options& o, Access access) {
   kjit::cache::OpenOptions options;
   options.path = CachePath(o);
   options.read_only = access == Access::kRead;
   options.create = access == Access::kWriteOrCreate;
-  if (!options.create && !FileExists(options.path)) {
-    std::cerr << "kjit: no kernel cache at " << options.path
-              << " (nothing has been cached yet; set KJIT_CACHE or --cache to use another)\n";
-    return nullptr;
-  }
   auto cache = KernelCache::Open(options);
   if (!cache.ok()) {
-    Report(cache.status());
+    if (cache.status().code() == kjit::StatusCode::kNotFound) {
+      std::cerr << "kjit: " << cache.status().message() << "\n";
+    } else {
+      Report(cache.status());
+    }
     return nullptr;
   }
   return std::move(cache).value();

@@ -17,6 +17,7 @@
 #include <iostream>
 
 #include "cache_commands.h"
+#include "cli_format.h"
 #include "daemon_commands.h"
 #include "kjit/runtime/compiler.h"
 #include "kjit/runtime/gpu.h"
@@ -25,10 +26,7 @@
 
 namespace {
 
-int Report(const kjit::Status& s) {
-  std::cerr << "kjit: " << s.ToString() << "\n";
-  return 1;
-}
+using kjit::cli::Report;
 
 int CmdDevice(int ordinal, bool bandwidth, bool remeasure) {
   auto ctx = kjit::PrimaryContext::Retain(ordinal);

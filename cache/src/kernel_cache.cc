@@ -394,7 +394,7 @@ Result<std::unique_ptr<KernelCache>> KernelCache::Open(const OpenOptions& option
   const bool exists = FileExists(impl->path);
   if (!exists && (options.read_only || !options.create)) {
     return NotFound("no kernel cache at " + impl->path +
-                    " (nothing has been cached yet; set KJIT_CACHE or --cache to use another file)");
+                    " (nothing has been cached yet; set KJIT_CACHE or --cache to use another)");
   }
   if (!exists) {
     const std::string dir = ParentDir(impl->path);
