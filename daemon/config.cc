@@ -39,6 +39,13 @@ const std::vector<std::pair<std::string, std::string>>& ConfigKeys() {
       {"log_file", "where logs go when detached (JSON lines); empty: stderr"},
       {"log_level", "error, warn, info or debug"},
       {"watch_interval_ms", "how often kjitd looks for newly verified kernels to announce"},
+      {"evaluator", "the evaluator worker program; 'auto': kjit-evaluator beside kjitd"},
+      {"devices", "GPUs to evaluate on: 'all', or ordinals and UUIDs separated by commas"},
+      {"when", "when to run trials: idle (only while a GPU is idle enough), always, or never"},
+      {"idle_max_utilization", "a GPU is idle while other processes use at most this many percent of it"},
+      {"idle_min_free_memory", "... and at least this fraction of its memory is free"},
+      {"idle_settle_ms", "... and both have held for this long"},
+      {"memory_cap_fraction", "a trial may use at most this fraction of the GPU's free memory"},
   };
   return keys;
 }
@@ -74,6 +81,13 @@ Result<DaemonConfig> LoadConfig(const std::string& file, bool file_required,
   set("log_file", "", "default");
   set("log_level", "info", "default");
   set("watch_interval_ms", "1000", "default");
+  set("evaluator", "auto", "default");
+  set("devices", "all", "default");
+  set("when", "idle", "default");
+  set("idle_max_utilization", "10", "default");
+  set("idle_min_free_memory", "0.25", "default");
+  set("idle_settle_ms", "2000", "default");
+  set("memory_cap_fraction", "0.5", "default");
 
   if (!file.empty()) {
     std::ifstream in(file);
@@ -127,6 +141,20 @@ Result<DaemonConfig> LoadConfig(const std::string& file, bool file_required,
   const std::string& interval = c.values["watch_interval_ms"].value;
   if (interval.empty() || interval.find_first_not_of("0123456789") != std::string::npos || std::stoll(interval) < 10) {
     return InvalidArgument("watch_interval_ms must be a whole number of milliseconds, at least 10");
+  }
+  const std::string& when = c.values["when"].value;
+  if (when != "idle" && when != "always" && when != "never") {
+    return InvalidArgument("when must be idle, always or never, not '" + when + "'");
+  }
+  for (const char* key : {"idle_max_utilization", "idle_min_free_memory", "memory_cap_fraction", "idle_settle_ms"}) {
+    const std::string& v = c.values[key].value;
+    char* end = nullptr;
+    const double x = std::strtod(v.c_str(), &end);
+    const double most = std::string(key) == "idle_max_utilization" ? 100 : std::string(key) == "idle_settle_ms" ? 1e9 : 1;
+    if (v.empty() || end == nullptr || *end != '\0' || !(x >= 0) || x > most) {
+      return InvalidArgument(std::string(key) + " must be a number from 0 to " + (most == 1 ? "1" : most == 100 ? "100" : "1e9") +
+                             ", not '" + v + "'");
+    }
   }
   if (!c.values["tcp_endpoint"].value.empty() && c.values["curve_secret_key_file"].value.empty()) {
     return InvalidArgument("tcp_endpoint " + c.values["tcp_endpoint"].value +

@@ -12,7 +12,11 @@
 #include <nlohmann/json.hpp>
 #include <zmq.hpp>
 
+#include "evaluator_pool.h"
 #include "kjit/ipc/endpoint.h"
+#include "kjit/policy/reward.h"
+#include "kjit/runtime/compiler.h"
+#include "kjit/runtime/driver.h"
 #include "kjit/ipc/task_info.h"
 #include "kjit/runtime/op_key.h"
 
@@ -162,8 +166,31 @@ struct Server::Impl {
   int64_t announced_up_to = 0;  // highest record id already announced
   Server* owner = nullptr;      // for Handle()
 
+  // The agent environment: episodes over the evaluator workers.
+  struct ReplyRoute {
+    zmq::socket_t* socket = nullptr;
+    std::vector<std::string> frames;  // ROUTER routing frames, then the empty delimiter
+    uint64_t id = 0;
+  };
+  struct Episode {
+    std::string key_bytes;
+    OpKey key;
+    BaselineResult baseline;
+    bool ready = false;
+  };
+  std::unique_ptr<EvaluatorPool> pool;
+  std::string pool_error;  // why there is no pool, when there is none
+  std::map<int64_t, Episode> episodes;
+  int64_t next_episode = 1;
+  // Set while Serve handles a request, for the handlers that answer later.
+  ReplyRoute* current_route = nullptr;
+
   Status Serve(zmq::socket_t& socket, bool* shutdown);
   void AnnounceNewKernels();
+  void Reply(const ReplyRoute& route, const ipc::Body& body);
+  ipc::Body OpenEpisode(const ipc::OpenEpisode& r);
+  ipc::Body SubmitCandidate(const ipc::SubmitCandidate& r);
+  void Record(const Episode& e, const CandidateSpec& c, const Verdict& v);
 };
 
 Server::Server(DaemonConfig config, std::unique_ptr<cache::KernelCache> cache, Log& log)
@@ -216,6 +243,14 @@ Status Server::Bind() {
   } catch (const zmq::error_t& e) {
     return Status(StatusCode::kIOError, std::string("cannot listen: ") + e.what() + " (endpoint " + endpoint + ")");
   }
+  auto pool_options = PoolOptionsFromConfig(s.config);
+  if (pool_options.ok()) {
+    s.pool = std::make_unique<EvaluatorPool>(std::move(*pool_options), s.log, s.counters);
+    s.pool->Start();
+  } else {
+    s.pool_error = "no evaluator: " + pool_options.status().ToString();
+    s.log.Write("warn", "evaluator_unavailable", {{"reason", s.pool_error}});
+  }
   // Kernels already in the cache were announced by an earlier run, or never need to be.
   cache::ListFilter newest;
   newest.limit = 1;
@@ -264,6 +299,7 @@ ipc::Body Server::Handle(const ipc::Body& request, bool* shutdown_requested) {
           ipc::HelloReply h;
           h.server = "kjitd/0.1";
           h.capabilities = {"lookup", "report_miss", "tasks", "stats", "announce"};
+          if (s.pool && s.pool->Available().ok()) h.capabilities.push_back("agent_env");
           h.announce_endpoint = s.config.Get("announce_endpoint");
           return h;
         } else if constexpr (std::is_same_v<T, ipc::Lookup>) {
@@ -318,6 +354,7 @@ ipc::Body Server::Handle(const ipc::Body& request, bool* shutdown_requested) {
           reply.counters = s.counters;
           reply.counters["uptime_s"] = std::chrono::duration<double>(Clock::now() - s.started).count();
           reply.counters["pid"] = static_cast<double>(getpid());
+          if (s.pool) reply.counters["trials_queued"] = static_cast<double>(s.pool->queued());
           if (auto queued = s.cache->ListTasks("queued"); queued.ok()) {
             reply.counters["tasks_queued"] = static_cast<double>(queued->size());
           }
@@ -326,10 +363,15 @@ ipc::Body Server::Handle(const ipc::Body& request, bool* shutdown_requested) {
           s.log.Write("info", "shutdown_requested");
           *shutdown_requested = true;
           return ipc::Ack{};
-        } else if constexpr (std::is_same_v<T, ipc::OpenEpisode> || std::is_same_v<T, ipc::SubmitCandidate> ||
-                             std::is_same_v<T, ipc::CloseEpisode>) {
-          return fail(Status(StatusCode::kUnavailable,
-                             "the agent environment needs the evaluator, which is not running in this kjitd yet"));
+        } else if constexpr (std::is_same_v<T, ipc::OpenEpisode>) {
+          return s.OpenEpisode(r);
+        } else if constexpr (std::is_same_v<T, ipc::SubmitCandidate>) {
+          return s.SubmitCandidate(r);
+        } else if constexpr (std::is_same_v<T, ipc::CloseEpisode>) {
+          if (s.episodes.erase(r.episode_id) == 0) {
+            return fail(NotFound("no open episode " + std::to_string(r.episode_id)));
+          }
+          return ipc::Ack{};
         } else {
           return fail(InvalidArgument(std::string("kjitd does not accept ") + std::string(ipc::TypeName(r)) +
                                       " as a request"));
@@ -354,14 +396,26 @@ Status Server::Impl::Serve(zmq::socket_t& socket, bool* shutdown) {
   uint64_t id = 0;
   auto envelope = ipc::Decode(std::string_view(static_cast<const char*>(payload.data()), payload.size()), &id);
   ipc::Body reply;
+  ReplyRoute route{&socket, {}, id};
+  for (size_t i = 0; i + 1 < frames.size(); ++i) route.frames.push_back(frames[i].to_string());
   if (!envelope.ok()) {
     counters["malformed"] += 1;
     log.Write("warn", "malformed_request", {{"error", envelope.status().message()}});
     reply = ipc::ToError(envelope.status());
   } else {
     counters[std::string("requests_") + std::string(ipc::TypeName(envelope->body))] += 1;
+    current_route = &route;
     reply = owner->Handle(envelope->body, shutdown);
+    current_route = nullptr;
+    // A handler that answers later takes the route and clears route.socket.
+    if (std::holds_alternative<ipc::Ack>(reply) && route.socket == nullptr) return Status::Ok();
   }
+  Reply(route, reply);
+  return Status::Ok();
+}
+
+void Server::Impl::Reply(const ReplyRoute& route, const ipc::Body& reply) {
+  const uint64_t id = route.id;
   std::string bytes = ipc::Encode(ipc::Envelope{ipc::kProtocolVersion, id, reply});
   if (bytes.size() > ipc::kMaxMessageBytes) {
     counters["errors"] += 1;
@@ -370,12 +424,149 @@ Status Server::Impl::Serve(zmq::socket_t& socket, bool* shutdown) {
         ipc::ToError(Status(StatusCode::kInternal, "the reply would exceed the protocol's message size limit"))});
   }
   try {
-    for (size_t i = 0; i + 1 < frames.size(); ++i) socket.send(frames[i], zmq::send_flags::sndmore);
-    socket.send(zmq::buffer(bytes), zmq::send_flags::dontwait);
+    for (const std::string& f : route.frames) route.socket->send(zmq::buffer(f), zmq::send_flags::sndmore);
+    route.socket->send(zmq::buffer(bytes), zmq::send_flags::dontwait);
   } catch (const zmq::error_t& e) {
     log.Write("warn", "reply_failed", {{"error", e.what()}});
   }
-  return Status::Ok();
+}
+
+// ---- the agent environment
+
+ipc::Body Server::Impl::OpenEpisode(const ipc::OpenEpisode& r) {
+  if (!pool) return ipc::ToError(Status(StatusCode::kUnavailable, pool_error));
+  auto key = OpKey::Decode(r.key_bytes);
+  if (!key.ok()) return ipc::ToError(key.status());
+  if (Status st = pool->Available(key->arch); !st.ok()) return ipc::ToError(st);
+  const int64_t episode_id = next_episode++;
+  Episode& e = episodes[episode_id];
+  e.key_bytes = r.key_bytes;
+  e.key = *key;
+  ReplyRoute route = *current_route;
+  current_route->socket = nullptr;
+  BaselineRequest request;
+  request.key_bytes = r.key_bytes;
+  pool->SubmitBaseline(std::move(request), key->arch, [this, episode_id, route](const BaselineResult& b) {
+    auto it = episodes.find(episode_id);
+    if (!b.error_code.empty() || it == episodes.end()) {
+      if (it != episodes.end()) episodes.erase(it);
+      const StatusCode code = b.backoff ? StatusCode::kUnavailable : StatusCode::kInvalidArgument;
+      Reply(route, ipc::ToError(Status(code, "cannot measure PyTorch's kernel for this key: " + b.error)));
+      return;
+    }
+    Episode& ep = it->second;
+    ep.baseline = b;
+    ep.ready = true;
+    ipc::Observation o;
+    o.episode_id = episode_id;
+    o.key_text = ep.key.ToString();
+    o.op = ep.key.calls[0].op;
+    for (const Arg& a : ep.key.calls[0].args) {
+      OpKey one = OpKey::Single("x", "", {a}, ep.key.arch);
+      std::string text = one.ToString();
+      const size_t open = text.find('('), close = text.rfind(')');
+      o.inputs.push_back(open != std::string::npos && close != std::string::npos ? text.substr(open + 1, close - open - 1)
+                                                                                : text);
+    }
+    o.baseline_us = b.timing.median_us;
+    o.device["baseline_spread_us"] = std::to_string(b.timing.spread_us);
+    o.device["floor_us"] = std::to_string(b.roofline.floor_us);
+    o.device["bytes"] = std::to_string(static_cast<uint64_t>(b.roofline.bytes));
+    std::string outputs;
+    for (const std::string& out : b.outputs) outputs += (outputs.empty() ? "" : ", ") + out;
+    o.device["outputs"] = outputs;
+    o.device["arch"] = std::to_string(ep.key.arch);
+    o.device["kernel_abi"] = "1: input tensor pointers in argument order (null for None), then output pointers";
+    log.Write("info", "episode_opened", {{"episode", std::to_string(episode_id)}, {"key", o.key_text},
+                                          {"baseline_us", std::to_string(o.baseline_us)}});
+    Reply(route, o);
+  });
+  return ipc::Ack{};
+}
+
+ipc::Body Server::Impl::SubmitCandidate(const ipc::SubmitCandidate& r) {
+  auto it = episodes.find(r.episode_id);
+  if (it == episodes.end() || !it->second.ready) {
+    return ipc::ToError(NotFound("no open episode " + std::to_string(r.episode_id) + " (open_episode first)"));
+  }
+  if (!pool) return ipc::ToError(Status(StatusCode::kUnavailable, pool_error));
+  EvaluateRequest request;
+  request.key_bytes = it->second.key_bytes;
+  CandidateSpec& c = request.candidate;
+  c.source = r.source;
+  c.entry_point = r.entry_point;
+  c.options = r.options;
+  for (int i = 0; i < 3; ++i) {
+    c.launch.grid[i] = r.grid[i];
+    c.launch.block[i] = r.block[i];
+  }
+  c.launch.dynamic_shared_bytes = r.dynamic_shared_bytes;
+  c.design.family = "agent";
+  c.design.policy_version = "external-agent";
+  ReplyRoute route = *current_route;
+  current_route->socket = nullptr;
+  const int64_t episode_id = r.episode_id;
+  const int arch = it->second.key.arch;
+  pool->SubmitEvaluate(std::move(request), arch, [this, route, episode_id, c](const Verdict& v) {
+    ipc::CandidateResult result;
+    result.compiled = v.compiled;
+    result.compile_log = v.compile_log;
+    result.verified = v.outcome == policy::OutcomeName(policy::Outcome::kVerified);
+    result.verdict = v.outcome + ": " + v.reason;
+    result.median_us = v.timing.median_us;
+    result.baseline_us = v.baseline.median_us;
+    result.reward = v.reward;
+    auto e = episodes.find(episode_id);
+    if (e != episodes.end()) Record(e->second, c, v);
+    log.Write("info", "trial", {{"episode", std::to_string(episode_id)}, {"outcome", v.outcome},
+                                 {"reason", v.reason.substr(0, 300)}, {"median_us", std::to_string(v.timing.median_us)},
+                                 {"baseline_us", std::to_string(v.baseline.median_us)},
+                                 {"accepted", v.accepted ? "yes" : "no"}, {"total_ms", std::to_string(v.total_ms)}});
+    Reply(route, result);
+  });
+  return ipc::Ack{};
+}
+
+void Server::Impl::Record(const Episode& e, const CandidateSpec& c, const Verdict& v) {
+  if (v.outcome == policy::OutcomeName(policy::Outcome::kResourceBackoff)) return;
+  cache::Measurement m;
+  m.key_hash = e.key.Hash();
+  m.key_bytes = e.key_bytes;
+  m.design = c.design;
+  m.outcome = v.outcome == policy::OutcomeName(policy::Outcome::kVerified) && !v.accepted ? "slower" : v.outcome;
+  m.median_us = v.timing.median_us;
+  m.baseline_us = v.baseline.median_us;
+  m.reward = v.reward;
+  m.detail = v.reason.substr(0, 2000);
+  if (auto id = cache->AddMeasurement(m); !id.ok()) {
+    log.Write("warn", "measurement_not_stored", {{"error", id.status().ToString()}});
+  }
+  if (!v.accepted) return;
+  cache::KernelRecord rec;
+  rec.key_bytes = e.key_bytes;
+  rec.source = c.source;
+  rec.compile_options = c.options;
+  rec.entry_point = c.entry_point;
+  rec.cubin = v.cubin;
+  rec.launch = c.launch;
+  rec.design = c.design;
+  rec.timing = {v.timing.median_us, v.timing.spread_us, v.timing.runs, "", 0, 0};
+  rec.baseline = {v.baseline.median_us, v.baseline.spread_us, v.baseline.runs, "", 0, 0};
+  rec.verification = v.verification;
+  const auto nvrtc = Compiler::NvrtcVersion();
+  rec.toolchain = {0, nvrtc.first, nvrtc.second, 0};
+  if (auto driver = Driver::Get(); driver.ok()) rec.toolchain.driver_version = (*driver)->version();
+  rec.status = cache::RecordStatus::kVerified;
+  rec.status_reason = "verified against PyTorch, " + std::to_string(v.baseline.median_us / v.timing.median_us) +
+                      "x faster";
+  auto id = cache->Insert(std::move(rec));
+  if (!id.ok()) {
+    log.Write("warn", "kernel_not_stored", {{"error", id.status().ToString()}});
+    return;
+  }
+  counters["kernels_verified"] += 1;
+  log.Write("info", "kernel_verified", {{"record", std::to_string(*id)}, {"key", e.key.ToString()}});
+  AnnounceNewKernels();
 }
 
 Status Server::Run(std::atomic<bool>& stop, std::atomic<bool>& reload, const std::function<void()>& on_reload) {
@@ -391,16 +582,23 @@ Status Server::Run(std::atomic<bool>& stop, std::atomic<bool>& reload, const std
   while (!stop.load() && !(drain_until && Clock::now() >= *drain_until)) {
     if (shutdown && !drain_until) drain_until = Clock::now() + std::chrono::milliseconds(300);
     if (reload.exchange(false)) on_reload();
-    zmq::pollitem_t items[2] = {{static_cast<void*>(*s.router), 0, ZMQ_POLLIN, 0},
-                                {s.tcp ? static_cast<void*>(*s.tcp) : nullptr, 0, ZMQ_POLLIN, 0}};
+    std::vector<zmq::pollitem_t> items = {{static_cast<void*>(*s.router), 0, ZMQ_POLLIN, 0},
+                                          {s.tcp ? static_cast<void*>(*s.tcp) : nullptr, -1, ZMQ_POLLIN, 0}};
+    const std::vector<int> worker_fds = s.pool ? s.pool->Fds() : std::vector<int>{};
+    for (int fd : worker_fds) items.push_back({nullptr, fd, ZMQ_POLLIN, 0});
     try {
-      zmq::poll(items, s.tcp ? 2 : 1, std::chrono::milliseconds(100));
+      // The tcp slot is polled as an empty item when there is no tcp socket.
+      zmq::poll(items.data(), items.size(), std::chrono::milliseconds(100));
     } catch (const zmq::error_t& e) {
       if (e.num() == EINTR) continue;  // a signal: look at the flags
       return Status(StatusCode::kIOError, std::string("poll failed: ") + e.what());
     }
     if (items[0].revents & ZMQ_POLLIN) KJIT_RETURN_IF_ERROR(s.Serve(*s.router, &shutdown));
     if (s.tcp && (items[1].revents & ZMQ_POLLIN)) KJIT_RETURN_IF_ERROR(s.Serve(*s.tcp, &shutdown));
+    for (size_t i = 0; i < worker_fds.size(); ++i) {
+      if (items[2 + i].revents & (ZMQ_POLLIN | ZMQ_POLLERR)) s.pool->OnReadable(worker_fds[i]);
+    }
+    if (s.pool) s.pool->Tick();
     if (Clock::now() >= next_watch) {
       s.AnnounceNewKernels();
       next_watch = Clock::now() + watch;

@@ -9,7 +9,8 @@
 # example, `kjit device`, and the benchmarks. Logs and results go to $OUT:
 #   summary.txt  build.log  tests.log  bench.md  bench.json  bench-torch.json  bench-cache.json  run.log
 # (at most 8 files come back from the device tool)
-# Set KJIT_GPU_RUN_SKIP_BENCH=1 to skip the benchmarks.
+# Set KJIT_GPU_RUN_SKIP_BENCH=1 to skip the benchmarks, KJIT_GPU_RUN_SKIP_TESTS=1 to skip
+# the tests (a second call on a warm machine reuses build-gpu/).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/kjit-gpu-out}"
@@ -47,6 +48,8 @@ if [[ $rc -ne 0 ]]; then tail -40 "$OUT/build.log"; exit 1; fi
 "$build/daemon/kjit" device --remeasure > /tmp/kjit-device.txt 2>&1
 note "kjit device: rc=$?"; tee -a "$summary" < /tmp/kjit-device.txt
 
+rc_tests=0; skipped_gpu=0
+if [[ "${KJIT_GPU_RUN_SKIP_TESTS:-0}" != 1 ]]; then
 (cd "$build" && ctest --output-on-failure -j 4 --timeout 300) > "$OUT/tests.log" 2>&1
 rc_tests=$?
 note "ctest (all): rc=$rc_tests; $(grep -E 'tests passed' "$OUT/tests.log")"
@@ -56,6 +59,7 @@ grep -E "Failed|Skipped|Not Run" "$OUT/tests.log" | tee -a "$summary"
 cat /tmp/kjit-tests-gpu.log >> "$OUT/tests.log"
 skipped_gpu=$(grep -c "Skipped" /tmp/kjit-tests-gpu.log)
 note "gpu-labelled tests: $(grep -E 'tests passed' /tmp/kjit-tests-gpu.log); skipped: $skipped_gpu"
+fi
 
 "$build/examples/compile_and_run/kjit_example_compile_and_run" 2>&1 | tail -3 | tee -a "$summary"
 
@@ -77,6 +81,9 @@ if [[ "${KJIT_GPU_RUN_SKIP_BENCH:-0}" != 1 ]]; then
       2>>"$OUT/run.log" | tail -n $([[ $clients == 1 ]] && echo 3 || echo 1) >> "$OUT/bench.md"
   done
   note "ipc load test: rc=$?"
+  echo -e "\nEvaluator timing noise and cost (kjit_bench_evaluator):\n" >> "$OUT/bench.md"
+  "$build/benchmarks/kjit_bench_evaluator" --repeats 5 >> "$OUT/bench.md" 2>>"$OUT/run.log"
+  note "evaluator benchmark: rc=$?"
   cat "$OUT/bench.md"
 fi
 [[ $rc_tests -eq 0 && $skipped_gpu -eq 0 ]]

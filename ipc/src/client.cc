@@ -238,6 +238,18 @@ Result<StatsReply> Client::Stats() { return Expect<StatsReply>(Call(ipc::Stats{}
 
 Status Client::Shutdown() { return Expect<Ack>(Call(ipc::Shutdown{}), "shutdown").status(); }
 
+Result<Observation> Client::OpenEpisode(const std::string& key_bytes) {
+  return Expect<Observation>(Call(ipc::OpenEpisode{key_bytes}), "open_episode");
+}
+
+Result<CandidateResult> Client::SubmitCandidate(const ipc::SubmitCandidate& candidate) {
+  return Expect<CandidateResult>(Call(candidate), "submit_candidate");
+}
+
+Status Client::CloseEpisode(int64_t episode_id) {
+  return Expect<Ack>(Call(ipc::CloseEpisode{episode_id}), "close_episode").status();
+}
+
 bool Client::ReportMiss(std::string key_bytes, uint64_t calls, double observed_us) {
   {
     std::lock_guard lock(impl_->mu);

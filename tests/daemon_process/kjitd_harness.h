@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -51,7 +52,11 @@ class KjitdHarness {
     if (pid_ == 0) {
       const int log = open(log_path().c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
       if (log >= 0) dup2(log, STDERR_FILENO);
+      // No evaluator workers unless a test asks for them with its own --when.
       std::vector<std::string> args = {kjitd_};
+      if (std::find(extra_.begin(), extra_.end(), "--when") == extra_.end()) {
+        args.insert(args.end(), {"--when", "never"});
+      }
       args.insert(args.end(), extra_.begin(), extra_.end());
       std::vector<char*> argv;
       for (auto& a : args) argv.push_back(a.data());

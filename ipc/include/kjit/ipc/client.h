@@ -65,6 +65,14 @@ class Client {
   Result<StatsReply> Stats();
   Status Shutdown();
 
+  // The agent environment. open_episode measures PyTorch's kernel and
+  // submit_candidate compiles, verifies and times a kernel on the GPU: each can
+  // take seconds to minutes (a busy GPU delays them), so give this client a
+  // request_timeout to match.
+  Result<Observation> OpenEpisode(const std::string& key_bytes);
+  Result<CandidateResult> SubmitCandidate(const ipc::SubmitCandidate& candidate);
+  Status CloseEpisode(int64_t episode_id);
+
   // Never blocks. Returns false if the report was dropped because the queue is full.
   bool ReportMiss(std::string key_bytes, uint64_t calls, double observed_us);
   // Waits until every queued report is acknowledged, or the timeout passes (kUnavailable).

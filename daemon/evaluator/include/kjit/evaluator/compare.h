@@ -1,0 +1,84 @@
+// How a candidate's outputs are judged against PyTorch's.
+//
+// kClose follows torch.testing.assert_close: |actual - expected| <= atol +
+// rtol * |expected| elementwise, with the default tolerances per dtype (float16
+// 1e-3/1e-5, bfloat16 1.6e-2/1e-5, float32 1.3e-6/1e-5, float64 1e-7/1e-7,
+// integers and bool exact); NaN must appear where, and only where, the
+// reference has NaN; infinities must match exactly; -0.0 equals 0.0. kBitwise
+// requires every byte of every element to be equal.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <string>
+
+#include "kjit/evaluator/op_traits.h"
+#include "kjit/runtime/op_key.h"
+#include "kjit/runtime/status.h"
+
+namespace kjit::eval {
+
+struct Tolerance {
+  double atol = 0;
+  double rtol = 0;
+  bool bitwise = false;
+};
+
+// assert_close's defaults for a dtype; exact for integer and bool types.
+Tolerance DefaultTolerance(DType dtype);
+// The tolerance for an output of an op with `traits`: overrides, bitwise policy, or the default.
+// The atol/rtol overrides apply to float outputs only; integer and bool outputs stay exact.
+Tolerance ToleranceFor(DType dtype, const OpTraits& traits);
+
+struct Comparison {
+  bool ok = false;
+  int64_t mismatches = 0;      // elements outside tolerance
+  int64_t first_mismatch = -1;  // flat (row-major) index of the first, -1 if none
+  double actual_at_first = 0;
+  double expected_at_first = 0;
+  double max_abs_error = 0;  // over finite pairs
+  double max_rel_error = 0;  // over finite pairs whose expected value is not 0
+  std::string reason;  // empty when ok, else e.g. "12 of 4096 elements differ; first at [3, 17]: 0.5 vs 0.25 (atol 1e-05, rtol 1.3e-06)"
+};
+
+// Compares two tensors of the same dtype and sizes (strides may differ). Works
+// on any device (expected is moved to actual's if they differ); sizes or dtype
+// that differ are a failed comparison, not an error. Complex values are compared
+// part by part. Float values are compared in float64, integers as int64.
+Comparison Compare(const at::Tensor& actual, const at::Tensor& expected, const Tolerance& tolerance);
+
+// True if every element's bytes are equal (same dtype and sizes required).
+bool BitwiseEqual(const at::Tensor& a, const at::Tensor& b);
+
+// Poison patterns written over the whole storage of an output before a
+// candidate runs, so elements it does not write show up.
+enum class Poison {
+  kNaN,     // all bytes 0xFF: a NaN in every float type, -1 in signed integers
+  kFinite,  // all bytes 0x5A: a finite value in float32/float64 (a NaN-free pattern
+            // for the places where the reference itself is NaN); 0x5A5A in
+            // float16/bfloat16 is finite too
+};
+// Fills every byte of `tensor`'s storage (not just the view) with the pattern.
+// Asynchronous on a GPU (stream-ordered like any ATen op). If the device is
+// broken (a sticky CUDA error) it does nothing: the launch that follows fails too.
+void PoisonStorage(const at::Tensor& tensor, Poison poison);
+
+// An output tensor laid out like `like` (sizes, strides, dtype, device; storage
+// offset 0 and 16-byte aligned, as PyTorch allocates outputs) inside a storage
+// with guard bytes on both sides, so writes just outside it can be seen. The
+// tensor has a storage of its own (PoisonStorage on it leaves the guards alone)
+// and starts poisoned with Poison::kNaN. GuardsIntact is false if any guard
+// byte changed since MakeGuarded or the last ResetGuarded.
+struct GuardedTensor {
+  at::Tensor tensor;   // the view handed to the candidate
+  at::Tensor storage;  // uint8 bytes: guard | tensor storage | guard
+  int64_t guard_bytes = 0;          // after the tensor; before it, tensor_offset_bytes
+  int64_t tensor_offset_bytes = 0;  // guard_bytes rounded up to a multiple of 16
+};
+Result<GuardedTensor> MakeGuarded(const at::Tensor& like, int64_t guard_bytes = 4096);
+// Re-fills the guards (pattern 0xA5) and poisons the tensor's own bytes.
+void ResetGuarded(const GuardedTensor& guarded, Poison poison);
+bool GuardsIntact(const GuardedTensor& guarded);
+
+}  // namespace kjit::eval

@@ -1,0 +1,94 @@
+// The evaluator: PyTorch's kernel for an OpKey as reference and baseline, and
+// the compile -> verify -> time pipeline every candidate kernel goes through.
+//
+// It runs inside a worker process (kjit-evaluator), one per GPU, because a
+// candidate that faults destroys the CUDA context of the process it runs in.
+// After a verdict with context_lost, the process must exit.
+//
+// Verification (every step must pass; the first failure is the verdict):
+//   1. The source compiles with NVRTC for the device's arch, the entry point
+//      exists and the launch fits the device and the kernel's limits.
+//   2. For each input set (3 fresh random sets: normal, uniform, large; then
+//      the edge sets: small magnitudes with subnormals, and special values NaN,
+//      +-Inf, -0.0 where the op's traits allow), with seeds drawn fresh for this
+//      evaluation: PyTorch's kernel computes the reference; the candidate runs
+//      twice, its outputs (inside guard bytes) poisoned first with a NaN pattern,
+//      then with a finite one. Elements equal to the poison both times were not
+//      written; guard bytes or inputs that changed mean out-of-bounds writes;
+//      the two runs must agree bitwise unless the op is declared
+//      nondeterministic; each run must match the reference (compare.h).
+//   3. Timing (profile below) runs on a set the candidate has not seen, and the
+//      outputs of its last timed run must match the reference again: a kernel
+//      that changes behaviour across calls (state kept in device globals) fails.
+//
+// Profile: L2 is flushed (a write of twice its size) before every timed run,
+// which also keeps the GPU busy while the next launch is queued so host launch
+// overhead is not measured. Candidate and baseline are timed alternately in
+// the same loop with CUDA events, after a warm-up, in batches until the 95%
+// confidence interval of both medians is within `target_ci_rel` or a run or
+// time budget is spent. Median, interquartile spread and CI are reported.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "kjit/runtime/op_key.h"
+#include "kjit/runtime/status.h"
+#include "worker_protocol.h"
+
+namespace kjit::eval {
+
+struct EvaluatorOptions {
+  int device = 0;  // CUDA ordinal (after CUDA_VISIBLE_DEVICES)
+  int random_sets = 3;
+  int warmup_runs = 3;
+  int min_runs = 20;
+  int max_runs = 500;
+  double target_ci_rel = 0.01;
+  std::chrono::milliseconds timing_budget{3000};
+  // A kernel run longer than max(min_run_deadline, run_deadline_factor x the
+  // baseline) is a hang.
+  std::chrono::milliseconds min_run_deadline{2000};
+  double run_deadline_factor = 1000;
+};
+
+class Evaluator {
+ public:
+  // Loads PyTorch's CUDA backend and the driver, retains the device's primary
+  // context and makes a stream PyTorch and kjit share. kUnavailable/kNoDevice
+  // with the reason when there is no usable GPU.
+  static Result<std::unique_ptr<Evaluator>> Create(const EvaluatorOptions& options);
+  ~Evaluator();
+
+  const daemon::WorkerDevice& device() const;
+
+  // Called before each phase with its name and the wall-clock deadline the
+  // supervisor should enforce.
+  using ProgressFn = std::function<void(const std::string& phase, std::chrono::milliseconds deadline)>;
+
+  // Times PyTorch's own kernel for the key.
+  daemon::BaselineResult Baseline(const daemon::BaselineRequest& request, const ProgressFn& progress);
+
+  // The whole pipeline for one candidate. Never throws; failures are verdicts.
+  daemon::Verdict Evaluate(const daemon::EvaluateRequest& request, const ProgressFn& progress);
+
+  // True once a candidate has faulted: the CUDA context is unusable and the process must exit.
+  bool context_lost() const;
+
+ private:
+  struct Impl;
+  explicit Evaluator(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Statistics of a list of run times (microseconds): median, interquartile
+// range, min, max, and the 95% CI half-width of the median relative to it (from
+// order statistics: ranks n/2 -+ 0.98 sqrt(n)). Exposed for tests.
+daemon::TimingStats Summarize(std::vector<double> runs_us);
+
+// "ptxas info : Used 32 registers, 8 bytes spill stores, ..." -> spill bytes, or -1.
+int ParseSpillBytes(const std::string& compile_log);
+
+}  // namespace kjit::eval

@@ -1,0 +1,75 @@
+// Inputs for an OpKey: tensors whose dtype, sizes, strides, storage offset and
+// data-pointer alignment are exactly the key's, filled from a chosen value
+// distribution, and the boxed-call arguments (IValues) that carry them.
+//
+// The same seed always yields the same values (on any device), so a failing
+// case can be reproduced and reported by (kind, seed).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/function_schema.h>
+#include <ATen/core/ivalue.h>
+#include <c10/core/Device.h>
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "kjit/evaluator/op_traits.h"
+#include "kjit/runtime/op_key.h"
+#include "kjit/runtime/status.h"
+
+namespace kjit::eval {
+
+// Value distributions for floating-point tensors. Integer and bool tensors
+// draw from their IntDomain (default: [-8, 8) for signed, [0, 16) for unsigned,
+// {0, 1} for bool) whatever the kind.
+enum class InputKind {
+  kNormal,   // standard normal
+  kUniform,  // uniform in [-1, 1) (rounding to float16/bfloat16 may reach 1)
+  kLarge,    // large magnitudes for the dtype, both signs, finite: |x| in [2^10, 2^14] for
+             // float16 (a sum of two stays finite), [2^13, 2^20] for bfloat16 and float32,
+             // [2^20, 2^40] for float64
+  kSmall,    // tiny magnitudes, subnormals of the dtype included: from the least subnormal up
+             // to 2^-8 (float16), 2^-110 (bfloat16, float32), 2^-1000 (float64)
+  kSpecial,  // normal values with NaN, +Inf, -Inf and -0.0 scattered in (1/32 of the elements
+             // each), each present if the view covers at least 4 distinct elements
+};
+std::string_view InputKindName(InputKind kind);  // "normal", "uniform", "large", "small", "special"
+
+// A tensor laid out exactly as `desc` on `device`: same dtype, sizes, strides,
+// storage offset, and a data pointer whose alignment (TensorDesc::AlignmentOf)
+// equals desc.alignment (an empty tensor's data pointer is null and reads as 16
+// whatever desc says). The storage holds exactly the elements up to the view's
+// last one and is filled whole (elements outside the view too). Values follow
+// `kind` for float16/bfloat16/float32/float64 tensors; integer and bool tensors
+// follow `domain` when given (it must fit the dtype), their default otherwise.
+// Other dtypes (complex, float8) are kInvalidArgument. Values are drawn on the
+// CPU and copied, so they do not depend on `device`.
+Result<at::Tensor> MakeTensor(const TensorDesc& desc, c10::Device device, InputKind kind, uint64_t seed,
+                              const IntDomain* domain = nullptr);
+
+// The boxed-call arguments of `call`, in schema order, typed as `schema` wants
+// them (a DType becomes a ScalarType int, an int list an int list, a Double a
+// double, None None, ...). Tensors are made with MakeTensor, each with a seed
+// derived from `seed` and its argument index; integer tensor domains come from
+// `traits` (traits.special_values is the caller's to act on: `kind` is used as
+// given). An integer where the schema wants a float becomes a float, and a
+// tensor list for a Tensor?[] parameter a list of optional tensors. A call with
+// a ValueRef argument (fusion graphs) is kInvalidArgument here.
+Result<std::vector<c10::IValue>> MakeArguments(const c10::FunctionSchema& schema, const OpCall& call,
+                                               const OpTraits& traits, c10::Device device, InputKind kind,
+                                               uint64_t seed);
+
+// The schema of a call's op: kNotFound if no such operator/overload is registered.
+Result<c10::FunctionSchema> FindSchema(const OpCall& call);
+
+// Every tensor in `args` (tensor lists flattened), in order.
+std::vector<at::Tensor> TensorsIn(const std::vector<c10::IValue>& args);
+
+// Deep copies of `args`: tensors cloned with identical layout (sizes, strides,
+// storage offset and alignment) and storage bytes (outside the view too, up to
+// the view's last element), everything else copied.
+Result<std::vector<c10::IValue>> CloneArguments(const std::vector<c10::IValue>& args);
+
+}  // namespace kjit::eval

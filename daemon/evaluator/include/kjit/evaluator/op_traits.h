@@ -1,0 +1,62 @@
+// What the evaluator must know about an op beyond its schema: which argument
+// values are valid, whether special floating-point values are meaningful, how
+// results are compared, and how many bytes and FLOPs its floor is made of.
+//
+// Op families (policy/) declare traits for the ops they serve; any aten op
+// without a declaration gets DefaultOpTraits(), which is right for ops whose
+// tensor arguments may hold any value.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "kjit/runtime/op_key.h"
+
+namespace kjit::eval {
+
+// Integer tensor arguments with a restricted domain (class indices, gather
+// indices, masks) hold values in [low, high). `high` may refer to a size of
+// another argument: if size_of_arg >= 0, high = sizes of that argument at dim
+// size_of_dim (negative dims count from the end).
+struct IntDomain {
+  int64_t low = 0;
+  int64_t high = 2;
+  int size_of_arg = -1;
+  int size_of_dim = 0;
+};
+
+// How candidate outputs are compared with the reference's.
+enum class ComparePolicy {
+  kClose,    // torch.testing.assert_close's rule and default tolerances per dtype
+  kBitwise,  // every byte equal
+};
+
+struct OpTraits {
+  // Per argument index of the (first) call.
+  std::map<int, IntDomain> int_domains;
+  // NaN, +-Inf and -0.0 are meaningful inputs (false for ops whose PyTorch
+  // kernel's result on them is unspecified).
+  bool special_values = true;
+  ComparePolicy compare = ComparePolicy::kClose;
+  // Overrides of the assert_close tolerances, for ops whose reference itself
+  // is only that accurate (long fp32 reductions in a different order).
+  std::optional<double> atol;
+  std::optional<double> rtol;
+  // Results may differ bitwise between two runs on the same inputs (atomics).
+  bool nondeterministic = false;
+  // FLOPs of one call, for the compute floor; 0 if the op is memory-bound.
+  double flops = 0;
+};
+
+OpTraits DefaultOpTraits();
+
+// The traits for an op ("aten::_softmax"): a declared one, else DefaultOpTraits().
+// Thread-safe.
+OpTraits TraitsFor(std::string_view op);
+// Declares (or replaces) the traits of an op. Thread-safe.
+void DeclareOpTraits(std::string op, OpTraits traits);
+
+}  // namespace kjit::eval

@@ -1,0 +1,726 @@
+#include "kjit/evaluator/evaluator.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+#include <c10/util/Exception.h>
+#include <torch/version.h>
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <regex>
+#include <thread>
+
+#include "kjit/evaluator/compare.h"
+#include "kjit/evaluator/inputs.h"
+#include "kjit/evaluator/op_traits.h"
+#include "kjit/policy/reward.h"
+#include "kjit/runtime/compiler.h"
+#include "kjit/runtime/device.h"
+#include "kjit/runtime/gpu.h"
+#include "kjit/torch/call_key.h"
+
+namespace kjit::eval {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using daemon::BaselineResult;
+using daemon::TimingStats;
+using daemon::Verdict;
+using policy::Outcome;
+
+double MsSince(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+std::string DescribeTensorText(const at::Tensor& t) {
+  auto dtype = kjit::torch::DTypeOf(t.scalar_type());
+  std::string s = dtype.ok() ? std::string(DTypeName(*dtype)) : std::string(c10::toString(t.scalar_type()));
+  s += "[";
+  for (int64_t i = 0; i < t.dim(); ++i) s += (i ? "," : "") + std::to_string(t.size(i));
+  s += "]";
+  return s;
+}
+
+// Loads libtorch_cuda.so from beside libtorch_cpu.so, which registers PyTorch's
+// CUDA kernels, allocator and stream pool. kjit links only the CPU library so
+// that its binaries build and start on machines with a CPU-only PyTorch.
+Status LoadTorchCuda() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&at::globalContext), &info) == 0 || info.dli_fname == nullptr) {
+    return Status(StatusCode::kUnavailable, "cannot find where libtorch_cpu.so was loaded from");
+  }
+  std::string dir = info.dli_fname;
+  dir = dir.substr(0, dir.rfind('/') + 1);
+  const std::string path = dir + "libtorch_cuda.so";
+  if (dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL) == nullptr) {
+    const char* error = dlerror();
+    return Status(StatusCode::kUnavailable, std::string("PyTorch's CUDA backend could not be loaded (") +
+                                                (error ? error : path) + "). The evaluator needs a PyTorch built with CUDA, with its CUDA libraries installed");
+  }
+  return Status::Ok();
+}
+
+// The CUDA errors after which the context is unusable.
+bool IsStickyError(CUresult r) {
+  switch (r) {
+    case CUDA_ERROR_ILLEGAL_ADDRESS:
+    case CUDA_ERROR_MISALIGNED_ADDRESS:
+    case CUDA_ERROR_ILLEGAL_INSTRUCTION:
+    case CUDA_ERROR_INVALID_ADDRESS_SPACE:
+    case CUDA_ERROR_INVALID_PC:
+    case CUDA_ERROR_LAUNCH_FAILED:
+    case CUDA_ERROR_ASSERT:
+    case CUDA_ERROR_HARDWARE_STACK_ERROR:
+    case CUDA_ERROR_LAUNCH_TIMEOUT:
+    case CUDA_ERROR_ECC_UNCORRECTABLE:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Where a candidate run ended when it did not end well.
+struct RunFailure {
+  Outcome outcome;
+  std::string reason;
+};
+
+// A boolean tensor: which elements of `t` have every byte equal to `byte`.
+at::Tensor ElementsWithPattern(const at::Tensor& t, uint8_t byte) {
+  const at::Tensor bytes = t.contiguous().view(at::kByte).reshape({t.numel(), static_cast<int64_t>(t.element_size())});
+  return bytes.eq(byte).all(1);
+}
+
+std::string MultiIndex(const at::Tensor& t, int64_t flat) {
+  std::vector<int64_t> index(static_cast<size_t>(t.dim()));
+  for (int64_t d = t.dim() - 1; d >= 0; --d) {
+    const int64_t size = std::max<int64_t>(t.size(d), 1);
+    index[static_cast<size_t>(d)] = flat % size;
+    flat /= size;
+  }
+  std::string s = "[";
+  for (size_t i = 0; i < index.size(); ++i) s += (i ? ", " : "") + std::to_string(index[i]);
+  return s + "]";
+}
+
+}  // namespace
+
+daemon::TimingStats Summarize(std::vector<double> runs) {
+  TimingStats t;
+  if (runs.empty()) return t;
+  std::sort(runs.begin(), runs.end());
+  const size_t n = runs.size();
+  auto at_fraction = [&](double q) {
+    const double pos = q * static_cast<double>(n - 1);
+    const size_t lo = static_cast<size_t>(std::floor(pos));
+    const size_t hi = std::min(lo + 1, n - 1);
+    return runs[lo] + (runs[hi] - runs[lo]) * (pos - static_cast<double>(lo));
+  };
+  t.runs = static_cast<int>(n);
+  t.median_us = at_fraction(0.5);
+  t.spread_us = at_fraction(0.75) - at_fraction(0.25);
+  t.min_us = runs.front();
+  t.max_us = runs.back();
+  // Distribution-free 95% interval of the median: ranks n/2 -+ 1.96 sqrt(n)/2.
+  const double half = 0.98 * std::sqrt(static_cast<double>(n));
+  const double mid = static_cast<double>(n - 1) / 2;
+  const size_t lo = static_cast<size_t>(std::max(0.0, std::floor(mid - half)));
+  const size_t hi = static_cast<size_t>(std::min(static_cast<double>(n - 1), std::ceil(mid + half)));
+  t.ci_rel = t.median_us > 0 ? (runs[hi] - runs[lo]) / 2 / t.median_us : 0;
+  return t;
+}
+
+int ParseSpillBytes(const std::string& log) {
+  static const std::regex spill(R"((\d+) bytes spill stores)");
+  std::smatch m;
+  int total = -1;
+  auto begin = log.cbegin();
+  while (std::regex_search(begin, log.cend(), m, spill)) {
+    total = std::max(total, 0) + std::stoi(m[1].str());
+    begin = m.suffix().first;
+  }
+  return total;
+}
+
+struct Evaluator::Impl {
+  EvaluatorOptions options;
+  daemon::WorkerDevice device;
+  std::optional<PrimaryContext> context;
+  std::optional<ContextGuard> context_guard;
+  c10::Device torch_device{c10::kCUDA, 0};
+  CUstream stream = nullptr;
+  std::optional<DeviceBuffer> flush;
+  std::vector<Event> events;
+  Compiler compiler;
+  bool lost = false;
+  std::mt19937_64 seeds{std::random_device{}()};
+
+  const Driver& driver() const { return context->driver(); }
+
+  // Everything a verification or timing run needs for one input set.
+  struct InputSet {
+    InputKind kind = InputKind::kNormal;
+    uint64_t seed = 0;
+    std::vector<c10::IValue> args;
+    std::vector<at::Tensor> reference;  // PyTorch's outputs
+  };
+
+  struct Prepared {
+    OpKey key;
+    c10::FunctionSchema schema;
+    c10::OperatorHandle handle;
+    OpTraits traits;
+  };
+
+  Result<Prepared> Prepare(const std::string& key_bytes) {
+    KJIT_ASSIGN_OR_RETURN(OpKey key, OpKey::Decode(key_bytes));
+    if (key.calls.size() != 1) return InvalidArgument("keys of several calls (fusion graphs) are not evaluated yet");
+    if (key.arch != device.arch) {
+      return InvalidArgument("the key is for sm_" + std::to_string(key.arch) + ", this GPU is sm_" +
+                             std::to_string(device.arch));
+    }
+    const OpCall& call = key.calls[0];
+    KJIT_ASSIGN_OR_RETURN(c10::FunctionSchema schema, FindSchema(call));
+    if (schema.is_mutable()) {
+      return InvalidArgument(call.op + " writes to its arguments; in-place and out= ops are not evaluated yet");
+    }
+    auto handle = c10::Dispatcher::singleton().findSchema({call.op, call.overload});
+    if (!handle) return NotFound("no operator " + call.op + "." + call.overload);
+    OpTraits traits = TraitsFor(call.op);
+    return Prepared{std::move(key), std::move(schema), *handle, std::move(traits)};
+  }
+
+  std::vector<at::Tensor> CallReference(const Prepared& p, const std::vector<c10::IValue>& args) {
+    std::vector<c10::IValue> stack(args.begin(), args.end());
+    p.handle.callBoxed(&stack);
+    std::vector<at::Tensor> outs;
+    for (const c10::IValue& v : stack) {
+      if (v.isTensor()) {
+        outs.push_back(v.toTensor());
+      } else if (v.isTensorList()) {
+        for (const at::Tensor& t : v.toTensorVector()) outs.push_back(t);
+      } else {
+        throw std::runtime_error("the op returned a " + v.tagKind() + "; only tensors are evaluated");
+      }
+    }
+    return outs;
+  }
+
+  Result<InputSet> MakeSet(const Prepared& p, InputKind kind, uint64_t seed) {
+    InputSet set;
+    set.kind = kind;
+    set.seed = seed;
+    KJIT_ASSIGN_OR_RETURN(set.args, MakeArguments(p.schema, p.key.calls[0], p.traits, torch_device, kind, seed));
+    set.reference = CallReference(p, set.args);
+    return set;
+  }
+
+  // The kernel's parameter values (ABI v1, worker_protocol.h): input tensor
+  // pointers in argument order, null for absent optional tensors, then outputs.
+  std::vector<CUdeviceptr> Params(const Prepared& p, const std::vector<c10::IValue>& args,
+                                  const std::vector<GuardedTensor>& outs) {
+    std::vector<CUdeviceptr> values;
+    for (size_t i = 0; i < args.size(); ++i) {
+      const c10::IValue& v = args[i];
+      const auto& type = p.schema.arguments()[i].type();
+      if (v.isTensor()) {
+        values.push_back(reinterpret_cast<CUdeviceptr>(v.toTensor().data_ptr()));
+      } else if (v.isTensorList()) {
+        for (const at::Tensor& t : v.toTensorVector()) values.push_back(reinterpret_cast<CUdeviceptr>(t.data_ptr()));
+      } else if (v.isNone() && type->kind() == c10::TypeKind::OptionalType &&
+                 type->castRaw<c10::OptionalType>()->getElementType()->kind() == c10::TypeKind::TensorType) {
+        values.push_back(0);
+      }
+    }
+    for (const GuardedTensor& g : outs) values.push_back(reinterpret_cast<CUdeviceptr>(g.tensor.data_ptr()));
+    return values;
+  }
+
+  // Waits for `event` with a deadline, so a kernel that never ends is found.
+  std::optional<RunFailure> Wait(const Event& event, std::chrono::milliseconds deadline, const std::string& what) {
+    const auto until = Clock::now() + deadline;
+    const auto& api = driver().api();
+    while (true) {
+      const CUresult r = api.cuEventQuery(event.get());
+      if (r == CUDA_SUCCESS) return std::nullopt;
+      if (r != CUDA_ERROR_NOT_READY) {
+        if (IsStickyError(r)) lost = true;
+        return RunFailure{Outcome::kFault, what + " faulted: " + DescribeCuResult(&driver(), r)};
+      }
+      if (Clock::now() > until) {
+        lost = true;  // the kernel is still running; only ending the process stops it
+        return RunFailure{Outcome::kHang, what + " did not finish within " + std::to_string(deadline.count()) + " ms"};
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+
+  std::optional<RunFailure> Launch(const Function& fn, const LaunchConfig& config, std::vector<CUdeviceptr>& values) {
+    std::vector<void*> params;
+    for (CUdeviceptr& v : values) params.push_back(&v);
+    params.push_back(nullptr);
+    Status st = fn.Launch(config, stream, params.data());
+    if (!st.ok()) return RunFailure{Outcome::kLaunchError, st.ToString()};
+    return std::nullopt;
+  }
+
+  std::optional<RunFailure> RunOnce(const Function& fn, const LaunchConfig& config, std::vector<CUdeviceptr> values,
+                                    std::chrono::milliseconds deadline) {
+    if (auto f = Launch(fn, config, values)) return f;
+    if (Status st = events[0].Record(stream); !st.ok()) return RunFailure{Outcome::kFault, st.ToString()};
+    return Wait(events[0], deadline, "the candidate");
+  }
+
+  Status FlushL2(uint32_t value) {
+    return driver().Check(driver().api().cuMemsetD32Async(flush->get(), value, flush->size() / 4, stream),
+                          "cuMemsetD32Async (L2 flush)");
+  }
+
+  std::chrono::milliseconds RunDeadline(double baseline_us) const {
+    const auto scaled = std::chrono::milliseconds(static_cast<int64_t>(baseline_us * options.run_deadline_factor / 1000));
+    return std::max(options.min_run_deadline, scaled);
+  }
+
+  double BytesOf(const at::Tensor& t) const {
+    // Storage elements a view can reach; an expanded (stride 0) input is read once.
+    int64_t extent = t.numel() > 0 ? 1 : 0;
+    if (t.numel() > 0) {
+      for (int64_t d = 0; d < t.dim(); ++d) extent += (t.size(d) - 1) * t.stride(d);
+    }
+    return static_cast<double>(std::min(extent, t.numel()) * static_cast<int64_t>(t.element_size()));
+  }
+
+  daemon::Roofline Floor(const Prepared& p, const InputSet& set) const {
+    daemon::Roofline r;
+    for (const at::Tensor& t : TensorsIn(set.args)) r.bytes += BytesOf(t);
+    for (const at::Tensor& t : set.reference) r.bytes += BytesOf(t);
+    r.flops = p.traits.flops;
+    const double bw_us = device.copy_bandwidth_bytes_per_s > 0 ? r.bytes / device.copy_bandwidth_bytes_per_s * 1e6 : 0;
+    // FP32 FMA peak of the SMs: 128 lanes x 2 FLOPs per clock (Hopper and Ampere).
+    const double peak = static_cast<double>(device.sm_count) * 128 * 2 * device.sm_clock_khz * 1e3;
+    const double flop_us = (r.flops > 0 && peak > 0) ? r.flops / peak * 1e6 : 0;
+    r.floor_us = std::max(bw_us, flop_us);
+    return r;
+  }
+
+  void FinishRoofline(daemon::Roofline& r, double measured_us) const {
+    if (measured_us <= 0) return;
+    if (device.copy_bandwidth_bytes_per_s > 0) {
+      r.bandwidth_fraction = r.bytes / (measured_us * 1e-6) / device.copy_bandwidth_bytes_per_s;
+    }
+    const double peak = static_cast<double>(device.sm_count) * 128 * 2 * device.sm_clock_khz * 1e3;
+    if (r.flops > 0 && peak > 0) r.flop_fraction = r.flops / (measured_us * 1e-6) / peak;
+  }
+
+  uint64_t EstimateBytes(const Prepared& p) const {
+    double bytes = 0;
+    for (const Arg& a : p.key.calls[0].args) {
+      if (const auto* t = std::get_if<TensorDesc>(&a)) bytes += static_cast<double>(t->numel() * DTypeSize(t->dtype));
+      if (const auto* l = std::get_if<TensorList>(&a)) {
+        for (const auto& t : *l) bytes += static_cast<double>(t.numel() * DTypeSize(t.dtype));
+      }
+    }
+    // Arguments, their pristine copy, reference and candidate outputs of two
+    // sets (outputs assumed no larger than inputs), plus the comparison's float64 temporaries.
+    return static_cast<uint64_t>(bytes * 12);
+  }
+
+  // Times `run_candidate` (may be empty) and `run_reference` alternately, after a flush each.
+  struct TimedPair {
+    std::vector<double> candidate_us;
+    std::vector<double> reference_us;
+    std::optional<RunFailure> failure;
+  };
+  TimedPair TimeLoop(const std::function<std::optional<RunFailure>()>& run_candidate,
+                     const std::function<void()>& run_reference, std::chrono::milliseconds deadline) {
+    TimedPair out;
+    const bool with_candidate = static_cast<bool>(run_candidate);
+    const auto& api = driver().api();
+    for (int i = 0; i < options.warmup_runs; ++i) {
+      if (with_candidate) {
+        if (auto f = run_candidate()) {
+          out.failure = f;
+          return out;
+        }
+      }
+      run_reference();
+    }
+    const auto started = Clock::now();
+    constexpr int kBatch = 10;
+    uint32_t flush_value = 1;
+    while (true) {
+      // Events 0..4*kBatch-1: per iteration, candidate start/end and reference start/end.
+      for (int b = 0; b < kBatch; ++b) {
+        const Event* e = &events[static_cast<size_t>(1 + 4 * b)];
+        const bool candidate_first = (out.reference_us.size() + static_cast<size_t>(b)) % 2 == 0;
+        auto time_candidate = [&]() -> std::optional<RunFailure> {
+          if (!with_candidate) return std::nullopt;
+          (void)FlushL2(flush_value++);
+          (void)e[0].Record(stream);
+          if (auto f = run_candidate()) return f;
+          (void)e[1].Record(stream);
+          return std::nullopt;
+        };
+        auto time_reference = [&] {
+          (void)FlushL2(flush_value++);
+          (void)e[2].Record(stream);
+          run_reference();
+          (void)e[3].Record(stream);
+        };
+        if (candidate_first) {
+          if (auto f = time_candidate()) {
+            out.failure = f;
+            return out;
+          }
+          time_reference();
+        } else {
+          time_reference();
+          if (auto f = time_candidate()) {
+            out.failure = f;
+            return out;
+          }
+        }
+      }
+      if (auto f = Wait(events[static_cast<size_t>(4 * kBatch)], deadline * kBatch * 2, "a timed run")) {
+        out.failure = f;
+        return out;
+      }
+      for (int b = 0; b < kBatch; ++b) {
+        const Event* e = &events[static_cast<size_t>(1 + 4 * b)];
+        float ms = 0;
+        if (with_candidate && api.cuEventElapsedTime(&ms, e[0].get(), e[1].get()) == CUDA_SUCCESS) {
+          out.candidate_us.push_back(ms * 1000.0);
+        }
+        if (api.cuEventElapsedTime(&ms, e[2].get(), e[3].get()) == CUDA_SUCCESS) out.reference_us.push_back(ms * 1000.0);
+      }
+      const int n = static_cast<int>(out.reference_us.size());
+      if (n >= options.max_runs || Clock::now() - started > options.timing_budget) break;
+      if (n >= options.min_runs) {
+        const bool ref_ok = Summarize(out.reference_us).ci_rel <= options.target_ci_rel;
+        const bool cand_ok = !with_candidate || Summarize(out.candidate_us).ci_rel <= options.target_ci_rel;
+        if (ref_ok && cand_ok) break;
+      }
+    }
+    return out;
+  }
+};
+
+Evaluator::Evaluator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Evaluator::~Evaluator() = default;
+
+const daemon::WorkerDevice& Evaluator::device() const { return impl_->device; }
+bool Evaluator::context_lost() const { return impl_->lost; }
+
+Result<std::unique_ptr<Evaluator>> Evaluator::Create(const EvaluatorOptions& options) {
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  KJIT_RETURN_IF_ERROR(LoadTorchCuda());
+  try {
+    c10::impl::VirtualGuardImpl guard(c10::DeviceType::CUDA);
+    const auto count = guard.deviceCount();
+    if (count <= 0) return Status(StatusCode::kNoDevice, "PyTorch sees no CUDA device");
+    if (options.device < 0 || options.device >= count) {
+      return Status(StatusCode::kNoDevice, "device " + std::to_string(options.device) + " does not exist (" +
+                                               std::to_string(count) + " visible)");
+    }
+    impl->torch_device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(options.device));
+    guard.setDevice(impl->torch_device);
+    // A pool stream of the lowest priority, made PyTorch's current stream so
+    // that its kernels and kjit's are ordered on one queue.
+    c10::Stream s = guard.getStreamFromGlobalPool(impl->torch_device, /*isHighPriority=*/false);
+    guard.exchangeStream(s);
+    impl->stream = static_cast<CUstream>(s.native_handle());
+    // PyTorch creates the primary context lazily: make it exist before the driver looks for it.
+    (void)at::empty({1}, at::TensorOptions().device(impl->torch_device));
+  } catch (const std::exception& e) {
+    return Status(StatusCode::kUnavailable, std::string("PyTorch could not use the GPU: ") + e.what());
+  }
+  KJIT_ASSIGN_OR_RETURN(PrimaryContext ctx, PrimaryContext::Retain(options.device));
+  impl->context.emplace(std::move(ctx));
+  KJIT_ASSIGN_OR_RETURN(ContextGuard cg, ContextGuard::Push(*impl->context));
+  impl->context_guard.emplace(std::move(cg));
+  const DeviceInfo& info = impl->context->info();
+  daemon::WorkerDevice& d = impl->device;
+  d.ordinal = options.device;
+  d.name = info.name;
+  d.uuid = info.uuid;
+  d.arch = info.arch();
+  d.sm_count = info.sm_count;
+  d.sm_clock_khz = info.sm_clock_khz;
+  d.memory_clock_khz = info.memory_clock_khz;
+  d.l2_bytes = static_cast<uint64_t>(info.l2_bytes);
+  d.driver_version = impl->context->driver().version();
+  std::tie(d.nvrtc_major, d.nvrtc_minor) = Compiler::NvrtcVersion();
+  d.torch_version = TORCH_VERSION;
+  d.pid = static_cast<uint32_t>(getpid());
+  KJIT_ASSIGN_OR_RETURN(CopyBandwidth bw, DeviceCopyBandwidth(*impl->context));
+  d.copy_bandwidth_bytes_per_s = bw.bytes_per_second;
+  KJIT_ASSIGN_OR_RETURN(DeviceBuffer flush,
+                        DeviceBuffer::Allocate(*impl->context, std::max<uint64_t>(2 * d.l2_bytes, 64u << 20)));
+  impl->flush.emplace(std::move(flush));
+  for (int i = 0; i < 1 + 4 * 10 + 1; ++i) {
+    KJIT_ASSIGN_OR_RETURN(Event e, Event::Create(*impl->context));
+    impl->events.push_back(std::move(e));
+  }
+  return std::unique_ptr<Evaluator>(new Evaluator(std::move(impl)));
+}
+
+daemon::BaselineResult Evaluator::Baseline(const daemon::BaselineRequest& request, const ProgressFn& progress) {
+  Impl& s = *impl_;
+  BaselineResult result;
+  result.id = request.id;
+  auto fail = [&](const Status& st) {
+    result.error_code = std::string(StatusCodeName(st.code()));
+    result.error = st.message();
+    return result;
+  };
+  try {
+    auto prepared = s.Prepare(request.key_bytes);
+    if (!prepared.ok()) return fail(prepared.status());
+    if (request.memory_cap_bytes > 0 && s.EstimateBytes(*prepared) > request.memory_cap_bytes) {
+      result.backoff = true;
+      return fail(Status(StatusCode::kUnavailable, "the inputs need more GPU memory than the cap allows now"));
+    }
+    progress("baseline", s.options.min_run_deadline * 20);
+    auto set = s.MakeSet(*prepared, InputKind::kNormal, s.seeds());
+    if (!set.ok()) return fail(set.status());
+    for (const at::Tensor& t : set->reference) result.outputs.push_back(DescribeTensorText(t));
+    result.roofline = s.Floor(*prepared, *set);
+    auto timed = s.TimeLoop({}, [&] { (void)s.CallReference(*prepared, set->args); }, s.options.min_run_deadline);
+    if (timed.failure) return fail(Status(StatusCode::kCudaError, timed.failure->reason));
+    result.timing = Summarize(timed.reference_us);
+    s.FinishRoofline(result.roofline, result.timing.median_us);
+  } catch (const c10::OutOfMemoryError& e) {
+    result.backoff = true;
+    return fail(Status(StatusCode::kUnavailable, std::string("out of GPU memory: ") + e.what_without_backtrace()));
+  } catch (const c10::Error& e) {
+    return fail(Status(StatusCode::kInvalidArgument, std::string("PyTorch: ") + e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    return fail(Internal(e.what()));
+  }
+  return result;
+}
+
+daemon::Verdict Evaluator::Evaluate(const daemon::EvaluateRequest& request, const ProgressFn& progress) {
+  Impl& s = *impl_;
+  const auto started = Clock::now();
+  Verdict v;
+  v.id = request.id;
+  auto finish = [&](Outcome outcome, std::string reason) {
+    v.outcome = std::string(policy::OutcomeName(outcome));
+    v.reason = std::move(reason);
+    v.reward = policy::Reward(policy::TrialOutcome{outcome, v.timing.median_us, v.baseline.median_us});
+    v.accepted = outcome == Outcome::kVerified &&
+                 policy::Accept(v.timing.median_us, v.timing.spread_us, v.baseline.median_us, v.baseline.spread_us);
+    if (outcome != Outcome::kVerified) v.cubin.clear();
+    v.total_ms = MsSince(started);
+    v.worker_exits = s.lost;
+    return v;
+  };
+  try {
+    auto prepared = s.Prepare(request.key_bytes);
+    if (!prepared.ok()) return finish(Outcome::kResourceBackoff, "cannot evaluate this key: " + prepared.status().ToString());
+    const Impl::Prepared& p = *prepared;
+    if (request.memory_cap_bytes > 0 && s.EstimateBytes(p) > request.memory_cap_bytes) {
+      return finish(Outcome::kResourceBackoff, "the inputs need more GPU memory than the cap allows now");
+    }
+
+    // 1. Compile, load, check the launch.
+    progress("compile", std::chrono::minutes(2));
+    const daemon::CandidateSpec& c = request.candidate;
+    CompileRequest creq;
+    creq.source = c.source;
+    creq.program_name = "candidate.cu";
+    creq.arch = s.device.arch;
+    creq.options = c.options;
+    creq.options.push_back("--ptxas-options=-v");
+    auto compiled = s.compiler.Compile(creq);
+    if (!compiled.ok()) {
+      v.compile_log = compiled.status().message();
+      return finish(Outcome::kCompileError, "compile error: " + compiled.status().message());
+    }
+    v.compiled = true;
+    v.compile_log = (*compiled)->log;
+    v.compile_ms = static_cast<double>((*compiled)->compile_time.count()) / 1000.0;
+    v.resources.spill_bytes = ParseSpillBytes(v.compile_log);
+    auto module = Module::Load(*s.context, (*compiled)->cubin);
+    if (!module.ok()) return finish(Outcome::kLaunchError, "module load: " + module.status().ToString());
+    auto fn = module->GetFunction(c.entry_point);
+    if (!fn.ok()) return finish(Outcome::kLaunchError, fn.status().ToString());
+    const LaunchLimits& limits = fn->limits();
+    v.resources.registers = limits.registers_per_thread;
+    v.resources.local_bytes = limits.local_bytes_per_thread;
+    v.resources.static_shared_bytes = limits.static_shared_bytes;
+    v.resources.max_threads_per_block = limits.max_threads_per_block;
+    LaunchConfig config;
+    config.grid = {c.launch.grid[0], c.launch.grid[1], c.launch.grid[2]};
+    config.block = {c.launch.block[0], c.launch.block[1], c.launch.block[2]};
+    config.dynamic_shared_bytes = c.launch.dynamic_shared_bytes;
+    if (Status st = CheckLaunchConfig(config, limits); !st.ok()) return finish(Outcome::kLaunchError, st.ToString());
+    v.cubin = (*compiled)->cubin;
+
+    progress("verify", std::chrono::minutes(2));
+    std::vector<std::pair<InputKind, std::string>> kinds;
+    const InputKind random_kinds[] = {InputKind::kNormal, InputKind::kUniform, InputKind::kLarge};
+    for (int i = 0; i < s.options.random_sets; ++i) kinds.push_back({random_kinds[i % 3], ""});
+    kinds.push_back({InputKind::kSmall, "subnormal"});
+    bool any_float_input = false;
+    bool non_contiguous = false, unaligned = false, empty = false;
+    for (const Arg& a : p.key.calls[0].args) {
+      if (const auto* t = std::get_if<TensorDesc>(&a)) {
+        any_float_input |= t->dtype == DType::kFloat16 || t->dtype == DType::kBFloat16 || t->dtype == DType::kFloat32 ||
+                           t->dtype == DType::kFloat64;
+        non_contiguous |= !t->is_contiguous();
+        unaligned |= t->alignment < 16;
+        empty |= t->numel() == 0;
+      }
+    }
+    if (p.traits.special_values && any_float_input) kinds.push_back({InputKind::kSpecial, "nan_inf_neg_zero"});
+
+    std::chrono::milliseconds deadline = s.options.min_run_deadline;
+    bool deadline_known = false;
+    std::optional<std::vector<at::Tensor>> previous_reference;
+    bool reference_changes = false;
+    for (const auto& [kind, edge_name] : kinds) {
+      const uint64_t seed = s.seeds();
+      auto set = s.MakeSet(p, kind, seed);
+      if (!set.ok()) return finish(Outcome::kResourceBackoff, "cannot build inputs: " + set.status().ToString());
+      const std::string where = std::string(InputKindName(kind)) + " inputs (seed " + std::to_string(seed) + ")";
+      if (previous_reference && previous_reference->size() == set->reference.size()) {
+        for (size_t i = 0; i < set->reference.size(); ++i) {
+          if (!BitwiseEqual(set->reference[i], (*previous_reference)[i])) reference_changes = true;
+        }
+      }
+      previous_reference = set->reference;
+      if (!deadline_known) {
+        deadline_known = true;
+        // The reference's time bounds how long a candidate run may take.
+        const auto t0 = Clock::now();
+        (void)s.CallReference(p, set->args);
+        (void)s.events[0].Record(s.stream);
+        if (auto f = s.Wait(s.events[0], std::chrono::minutes(1), "the reference")) {
+          return finish(Outcome::kResourceBackoff, f->reason);
+        }
+        deadline = s.RunDeadline(MsSince(t0) * 1000.0);
+      }
+      auto pristine = CloneArguments(set->args);
+      if (!pristine.ok()) return finish(Outcome::kResourceBackoff, pristine.status().ToString());
+      std::vector<GuardedTensor> outs;
+      for (const at::Tensor& r : set->reference) {
+        auto g = MakeGuarded(r);
+        if (!g.ok()) return finish(Outcome::kResourceBackoff, g.status().ToString());
+        outs.push_back(std::move(*g));
+      }
+      std::vector<at::Tensor> runs[2];
+      const Poison poisons[2] = {Poison::kNaN, Poison::kFinite};
+      for (int run = 0; run < 2; ++run) {
+        for (const GuardedTensor& g : outs) ResetGuarded(g, poisons[run]);
+        if (auto f = s.RunOnce(*fn, config, s.Params(p, set->args, outs), deadline)) {
+          return finish(f->outcome, f->reason + " on " + where);
+        }
+        for (size_t i = 0; i < outs.size(); ++i) {
+          if (!GuardsIntact(outs[i])) {
+            return finish(Outcome::kOutOfBounds, "wrote outside output " + std::to_string(i) + " on " + where);
+          }
+          runs[run].push_back(outs[i].tensor.clone());
+        }
+      }
+      const std::vector<at::Tensor> inputs = TensorsIn(set->args);
+      const std::vector<at::Tensor> originals = TensorsIn(*pristine);
+      for (size_t i = 0; i < inputs.size(); ++i) {
+        if (!BitwiseEqual(inputs[i], originals[i])) {
+          return finish(Outcome::kOutOfBounds, "modified input tensor " + std::to_string(i) + " on " + where);
+        }
+      }
+      for (size_t i = 0; i < outs.size(); ++i) {
+        const at::Tensor unwritten =
+            ElementsWithPattern(runs[0][i], 0xFF).logical_and(ElementsWithPattern(runs[1][i], 0x5A));
+        const int64_t count = unwritten.sum().item<int64_t>();
+        if (count > 0) {
+          const int64_t first = unwritten.nonzero().min().item<int64_t>();
+          return finish(Outcome::kUnwrittenOutput, std::to_string(count) + " of " + std::to_string(runs[0][i].numel()) +
+                                                       " elements of output " + std::to_string(i) +
+                                                       " were never written (first at " +
+                                                       MultiIndex(runs[0][i], first) + ") on " + where);
+        }
+        if (!p.traits.nondeterministic && !BitwiseEqual(runs[0][i], runs[1][i])) {
+          return finish(Outcome::kNondeterministic,
+                        "two runs on the same inputs gave different output " + std::to_string(i) + " on " + where +
+                            " (a data race, or uninitialised memory read)");
+        }
+        auto dtype = kjit::torch::DTypeOf(set->reference[i].scalar_type());
+        const Tolerance tol = ToleranceFor(dtype.ok() ? *dtype : DType::kFloat32, p.traits);
+        for (int run = 0; run < 2; ++run) {
+          const Comparison cmp = Compare(runs[run][i], set->reference[i], tol);
+          if (!cmp.ok) return finish(Outcome::kWrongResult, "output " + std::to_string(i) + " on " + where + ": " + cmp.reason);
+          v.verification.max_abs_error = std::max(v.verification.max_abs_error, cmp.max_abs_error);
+          v.verification.max_rel_error = std::max(v.verification.max_rel_error, cmp.max_rel_error);
+        }
+        if (i == 0) {
+          v.verification.atol = tol.atol;
+          v.verification.rtol = tol.rtol;
+        }
+      }
+      v.verification.seeds.push_back(seed);
+      v.verification.input_kinds.push_back(std::string(InputKindName(kind)));
+      if (!edge_name.empty()) v.verification.edge_cases_passed.push_back(edge_name);
+    }
+    if (non_contiguous) v.verification.edge_cases_passed.push_back("non_contiguous");
+    if (unaligned) v.verification.edge_cases_passed.push_back("unaligned");
+    if (empty) v.verification.edge_cases_passed.push_back("empty");
+    if (!reference_changes && kinds.size() > 1) {
+      // Every input set gave the reference the same output: the checks above
+      // could not tell a kernel that ignores its inputs from a correct one.
+      v.verification.edge_cases_passed.push_back("input_independent_output");
+    }
+
+    // 3. Time on unseen inputs, interleaved with the reference.
+    const uint64_t seed = s.seeds();
+    auto set = s.MakeSet(p, InputKind::kNormal, seed);
+    if (!set.ok()) return finish(Outcome::kResourceBackoff, set.status().ToString());
+    std::vector<GuardedTensor> outs;
+    for (const at::Tensor& r : set->reference) {
+      auto g = MakeGuarded(r);
+      if (!g.ok()) return finish(Outcome::kResourceBackoff, g.status().ToString());
+      ResetGuarded(*g, Poison::kNaN);
+      outs.push_back(std::move(*g));
+    }
+    std::vector<CUdeviceptr> values = s.Params(p, set->args, outs);
+    auto timed = [&]() -> std::optional<RunFailure> { return s.Launch(*fn, config, values); };
+    progress("time", std::chrono::milliseconds(s.options.timing_budget * 3 + deadline * 40));
+    auto pair = s.TimeLoop(timed, [&] { (void)s.CallReference(p, set->args); }, deadline);
+    if (pair.failure) return finish(pair.failure->outcome, pair.failure->reason + " while timing");
+    if (auto f = s.Wait(s.events[0], deadline, "the candidate")) return finish(f->outcome, f->reason);
+    v.timing = Summarize(pair.candidate_us);
+    v.baseline = Summarize(pair.reference_us);
+    v.roofline = s.Floor(p, *set);
+    s.FinishRoofline(v.roofline, v.timing.median_us);
+    for (size_t i = 0; i < outs.size(); ++i) {
+      auto dtype = kjit::torch::DTypeOf(set->reference[i].scalar_type());
+      const Comparison cmp =
+          Compare(outs[i].tensor, set->reference[i], ToleranceFor(dtype.ok() ? *dtype : DType::kFloat32, p.traits));
+      if (!cmp.ok || !GuardsIntact(outs[i])) {
+        return finish(Outcome::kStateful, "after " + std::to_string(v.timing.runs + s.options.warmup_runs) +
+                                              " calls on unseen inputs (seed " + std::to_string(seed) +
+                                              ") output " + std::to_string(i) + " no longer matches: " +
+                                              (cmp.ok ? "guard bytes changed" : cmp.reason));
+      }
+    }
+    return finish(Outcome::kVerified, "verified");
+  } catch (const c10::OutOfMemoryError& e) {
+    return finish(Outcome::kResourceBackoff, std::string("out of GPU memory: ") + e.what_without_backtrace());
+  } catch (const c10::Error& e) {
+    // After a candidate faults, PyTorch's next call reports the sticky error.
+    if (std::string(e.what()).find("illegal") != std::string::npos) s.lost = true;
+    return finish(s.lost ? Outcome::kFault : Outcome::kResourceBackoff,
+                  std::string("PyTorch: ") + e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    return finish(Outcome::kResourceBackoff, std::string("internal error: ") + e.what());
+  }
+}
+
+}  // namespace kjit::eval

@@ -1,0 +1,38 @@
+#include "kjit/evaluator/op_traits.h"
+
+#include <mutex>
+#include <utility>
+
+namespace kjit::eval {
+namespace {
+
+struct Registry {
+  std::mutex mu;
+  std::map<std::string, OpTraits, std::less<>> traits;
+};
+
+// Leaked on purpose: op families may declare traits from static initializers
+// and workers may look them up during exit, in any order.
+Registry& GetRegistry() {
+  static auto* registry = new Registry;
+  return *registry;
+}
+
+}  // namespace
+
+OpTraits DefaultOpTraits() { return OpTraits{}; }
+
+OpTraits TraitsFor(std::string_view op) {
+  Registry& r = GetRegistry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto it = r.traits.find(op);
+  return it == r.traits.end() ? DefaultOpTraits() : it->second;
+}
+
+void DeclareOpTraits(std::string op, OpTraits traits) {
+  Registry& r = GetRegistry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.traits.insert_or_assign(std::move(op), std::move(traits));
+}
+
+}  // namespace kjit::eval

@@ -1,0 +1,119 @@
+// kjit-evaluator: one per GPU, started and supervised by kjitd. Evaluates the
+// baselines and candidates kjitd sends on file descriptor 3 (worker_protocol.h)
+// and exits when told to, when kjitd goes away, or after a candidate has
+// destroyed its CUDA context.
+#include <signal.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+
+#include "kjit/evaluator/evaluator.h"
+#include "kjit/runtime/device.h"
+#include "kjit/runtime/driver.h"
+#include "worker_protocol.h"
+
+namespace {
+
+using namespace kjit;
+
+int Serve(int fd, const eval::EvaluatorOptions& options) {
+  auto send = [fd](const daemon::WorkerMessage& m) {
+    Status st = daemon::WriteFrame(fd, daemon::EncodeWorkerMessage(m));
+    if (!st.ok()) {
+      std::fprintf(stderr, "kjit-evaluator: %s; exiting\n", st.ToString().c_str());
+      std::_Exit(1);
+    }
+  };
+  auto evaluator = eval::Evaluator::Create(options);
+  if (!evaluator.ok()) {
+    send(daemon::Unavailable{evaluator.status().ToString()});
+    return 3;
+  }
+  send(daemon::Hello{(*evaluator)->device()});
+  while (true) {
+    auto frame = daemon::ReadFrameBlocking(fd);
+    if (!frame.ok()) return 0;  // kjitd closed the channel
+    auto message = daemon::DecodeWorkerMessage(*frame);
+    if (!message.ok()) {
+      std::fprintf(stderr, "kjit-evaluator: %s\n", message.status().ToString().c_str());
+      return 2;
+    }
+    if (std::holds_alternative<daemon::Exit>(*message)) return 0;
+    uint64_t id = 0;
+    auto progress = [&](const std::string& phase, std::chrono::milliseconds deadline) {
+      send(daemon::Progress{id, phase, deadline.count()});
+    };
+    if (const auto* b = std::get_if<daemon::BaselineRequest>(&*message)) {
+      id = b->id;
+      send((*evaluator)->Baseline(*b, progress));
+    } else if (const auto* e = std::get_if<daemon::EvaluateRequest>(&*message)) {
+      id = e->id;
+      send((*evaluator)->Evaluate(*e, progress));
+    } else {
+      std::fprintf(stderr, "kjit-evaluator: unexpected message from kjitd\n");
+      return 2;
+    }
+    // A faulted or hung kernel leaves the context unusable: only a new process can go on.
+    if ((*evaluator)->context_lost()) std::_Exit(4);
+  }
+}
+
+// A CUDA ordinal from "0" or from a UUID ("GPU-8f6c..."): UUIDs name the same
+// GPU whatever CUDA_VISIBLE_DEVICES does to the numbering.
+Result<int> ResolveDevice(const std::string& name) {
+  if (!name.empty() && name.find_first_not_of("0123456789") == std::string::npos) return std::stoi(name);
+  KJIT_ASSIGN_OR_RETURN(const Driver* driver, Driver::Get());
+  for (int i = 0; i < driver->device_count(); ++i) {
+    auto info = QueryDevice(*driver, i);
+    if (info.ok() && info->uuid == name) return i;
+  }
+  return Status(StatusCode::kNoDevice, "no visible GPU has UUID " + name);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "kjit-evaluator: compiles, verifies and times candidate kernels on one GPU for kjitd.\n"
+      "kjitd starts one per GPU; it talks on file descriptor 3. Run by hand with --probe to see\n"
+      "whether this machine can evaluate kernels."};
+  eval::EvaluatorOptions options;
+  bool probe = false;
+  int fd = daemon::kWorkerFd;
+  std::string device = "0";
+  app.add_option("--device", device, "CUDA device: an ordinal (after CUDA_VISIBLE_DEVICES) or a UUID")
+      ->capture_default_str();
+  app.add_option("--fd", fd, "file descriptor of the channel to kjitd")->capture_default_str();
+  app.add_flag("--probe", probe, "set up the GPU, print the device as kjitd would see it, and exit");
+  app.add_option("--max-runs", options.max_runs, "most timed runs per kernel")->capture_default_str();
+  app.add_option("--target-ci", options.target_ci_rel, "stop timing when the median's 95% CI is this tight")
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  auto ordinal = ResolveDevice(device);
+  if (ordinal.ok()) options.device = *ordinal;
+
+  if (probe) {
+    if (!ordinal.ok()) {
+      std::printf("%s\n", daemon::EncodeWorkerMessage(daemon::Unavailable{ordinal.status().ToString()}).c_str());
+      return 3;
+    }
+    auto evaluator = eval::Evaluator::Create(options);
+    if (!evaluator.ok()) {
+      std::printf("%s\n", daemon::EncodeWorkerMessage(daemon::Unavailable{evaluator.status().ToString()}).c_str());
+      return 3;
+    }
+    std::printf("%s\n", daemon::EncodeWorkerMessage(daemon::Hello{(*evaluator)->device()}).c_str());
+    return 0;
+  }
+  // kjitd gone means nobody wants the answers: do not outlive it.
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() == 1) return 0;
+  signal(SIGPIPE, SIG_IGN);
+  if (!ordinal.ok()) {
+    (void)daemon::WriteFrame(fd, daemon::EncodeWorkerMessage(daemon::Unavailable{ordinal.status().ToString()}));
+    return 3;
+  }
+  return Serve(fd, options);
+}

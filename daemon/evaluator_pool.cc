@@ -1,0 +1,485 @@
+#include "evaluator_pool.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <climits>
+#include <cstring>
+#include <sstream>
+
+#include "config.h"
+#include "kjit/policy/reward.h"
+#include "kjit/runtime/device.h"
+#include "kjit/runtime/driver.h"
+#include "kjit/runtime/nvml.h"
+#include "server.h"
+
+extern char** environ;
+
+namespace kjit::daemon {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string DescribeExit(int status) {
+  if (WIFEXITED(status)) {
+    const int code = WEXITSTATUS(status);
+    if (code == 4) return "exited after its CUDA context was lost (code 4)";
+    return "exited with code " + std::to_string(code);
+  }
+  if (WIFSIGNALED(status)) {
+    const int sig = WTERMSIG(status);
+    return std::string("killed by signal ") + std::to_string(sig) + " (" + strsignal(sig) + ")";
+  }
+  return "ended";
+}
+
+std::string SelfDirectory() {
+  char buf[PATH_MAX];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return ".";
+  std::string path(buf, static_cast<size_t>(n));
+  return path.substr(0, path.rfind('/'));
+}
+
+}  // namespace
+
+Result<PoolOptions> PoolOptionsFromConfig(const DaemonConfig& config) {
+  PoolOptions o;
+  o.worker_path = config.Get("evaluator");
+  if (o.worker_path == "auto") o.worker_path = SelfDirectory() + "/kjit-evaluator";
+  KJIT_ASSIGN_OR_RETURN(o.when, ParseRunWhen(config.Get("when")));
+  o.idle.max_utilization_percent = std::stod(config.Get("idle_max_utilization"));
+  o.idle.min_free_memory_fraction = std::stod(config.Get("idle_min_free_memory"));
+  o.idle.memory_cap_fraction = std::stod(config.Get("memory_cap_fraction"));
+  o.idle.settle_ms = static_cast<int>(std::stod(config.Get("idle_settle_ms")));
+  const std::string devices = config.Get("devices");
+  if (devices != "all") {
+    std::stringstream in(devices);
+    std::string item;
+    while (std::getline(in, item, ',')) {
+      if (!item.empty()) o.devices.push_back(item);
+    }
+    return o;
+  }
+  auto driver = Driver::Get();
+  if (!driver.ok()) return driver.status();
+  for (int i = 0; i < (*driver)->device_count(); ++i) o.devices.push_back(std::to_string(i));
+  return o;
+}
+
+struct EvaluatorPool::Job {
+  uint64_t id = 0;
+  int arch = 0;
+  std::optional<BaselineRequest> baseline;
+  std::optional<EvaluateRequest> evaluate;
+  BaselineDone baseline_done;
+  VerdictDone verdict_done;
+
+  // Ends the job without a worker's answer.
+  void Fail(policy::Outcome outcome, const std::string& reason) {
+    if (baseline) {
+      BaselineResult r;
+      r.id = id;
+      r.error_code = outcome == policy::Outcome::kResourceBackoff ? "unavailable" : "internal";
+      r.error = reason;
+      r.backoff = outcome == policy::Outcome::kResourceBackoff;
+      baseline_done(r);
+    } else {
+      Verdict v;
+      v.id = id;
+      v.outcome = std::string(policy::OutcomeName(outcome));
+      v.reason = reason;
+      v.reward = policy::Reward(policy::TrialOutcome{outcome, 0, 0});
+      verdict_done(v);
+    }
+  }
+};
+
+struct EvaluatorPool::Worker {
+  enum class State { kStopped, kStarting, kReady, kBusy, kExiting, kUnavailable };
+  std::string device;  // as configured
+  std::string ordinal;  // what --device gets
+  State state = State::kStopped;
+  pid_t pid = -1;
+  int fd = -1;
+  FrameReader reader;
+  std::optional<WorkerDevice> info;
+  std::unique_ptr<Job> job;
+  Clock::time_point deadline;
+  std::string phase;
+  Clock::time_point restart_at;
+  std::string last_error;
+  int starts = 0;
+  IdleTracker idle;
+
+  static const char* Name(State s) {
+    switch (s) {
+      case State::kStopped: return "stopped";
+      case State::kStarting: return "starting";
+      case State::kReady: return "ready";
+      case State::kBusy: return "busy";
+      case State::kExiting: return "exiting";
+      case State::kUnavailable: return "unavailable";
+    }
+    return "?";
+  }
+};
+
+EvaluatorPool::EvaluatorPool(PoolOptions options, Log& log, std::map<std::string, double>& counters)
+    : options_(std::move(options)), log_(log), counters_(counters) {
+  for (const std::string& d : options_.devices) {
+    auto w = std::make_unique<Worker>();
+    w->device = d;
+    w->ordinal = d;
+    workers_.push_back(std::move(w));
+  }
+  if (options_.when == RunWhen::kIdle) {
+    auto nvml = Nvml::Load();
+    if (nvml.ok()) {
+      nvml_ = *nvml;
+    } else {
+      nvml_error_ = nvml.status().ToString();
+    }
+  }
+}
+
+EvaluatorPool::~EvaluatorPool() {
+  for (auto& w : workers_) {
+    if (w->fd >= 0) {
+      (void)WriteFrame(w->fd, EncodeWorkerMessage(Exit{}));
+      close(w->fd);
+      w->fd = -1;
+    }
+  }
+  const auto until = Clock::now() + std::chrono::seconds(2);
+  for (auto& w : workers_) {
+    if (w->pid <= 0) continue;
+    int status = 0;
+    while (waitpid(w->pid, &status, WNOHANG) == 0) {
+      if (Clock::now() > until) {
+        kill(w->pid, SIGKILL);
+        waitpid(w->pid, &status, 0);
+        break;
+      }
+      usleep(10000);
+    }
+    w->pid = -1;
+    if (w->job) w->job->Fail(policy::Outcome::kResourceBackoff, "kjitd stopped");
+  }
+  for (auto& job : queue_) job->Fail(policy::Outcome::kResourceBackoff, "kjitd stopped");
+}
+
+void EvaluatorPool::Start() {
+  if (options_.when == RunWhen::kNever) {
+    log_.Write("info", "evaluator_disabled", {{"reason", "--when never"}});
+    return;
+  }
+  for (auto& w : workers_) Spawn(*w);
+}
+
+void EvaluatorPool::Spawn(Worker& w) {
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+    w.last_error = std::string("socketpair: ") + std::strerror(errno);
+    w.state = Worker::State::kStopped;
+    w.restart_at = Clock::now() + options_.unavailable_pause;
+    return;
+  }
+  // The child's end must not already be fd 3: dup2 onto itself would keep close-on-exec.
+  const int child_end = fcntl(sv[1], F_DUPFD_CLOEXEC, 10);
+  close(sv[1]);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, child_end, kWorkerFd);
+  std::vector<std::string> args = {options_.worker_path, "--device", w.ordinal};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = -1;
+  const int rc = posix_spawn(&pid, options_.worker_path.c_str(), &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  close(child_end);
+  if (rc != 0) {
+    close(sv[0]);
+    w.last_error = "cannot start the evaluator " + options_.worker_path + ": " + std::strerror(rc) +
+                   " (set `evaluator` in kjitd's configuration)";
+    w.state = Worker::State::kUnavailable;
+    w.restart_at = Clock::now() + options_.unavailable_pause;
+    log_.Write("warn", "evaluator_spawn_failed", {{"device", w.device}, {"error", w.last_error}});
+    return;
+  }
+  fcntl(sv[0], F_SETFL, fcntl(sv[0], F_GETFL) | O_NONBLOCK);
+  w.pid = pid;
+  w.fd = sv[0];
+  w.reader = FrameReader();
+  w.state = Worker::State::kStarting;
+  w.deadline = Clock::now() + options_.startup_deadline;
+  w.phase = "startup";
+  ++w.starts;
+  counters_["evaluator_starts"] += 1;
+  log_.Write("info", "evaluator_started", {{"device", w.device}, {"pid", std::to_string(pid)}});
+}
+
+Status EvaluatorPool::Available(int arch) const {
+  if (options_.when == RunWhen::kNever) {
+    return Status(StatusCode::kUnavailable, "evaluation is disabled (kjitd --when never)");
+  }
+  if (workers_.empty()) return Status(StatusCode::kUnavailable, "no GPU is configured for evaluation");
+  std::string reasons;
+  for (const auto& w : workers_) {
+    // A stopped worker that has run before is between a crash and its restart.
+    const bool alive = w->state != Worker::State::kUnavailable && (w->state != Worker::State::kStopped || w->starts > 0);
+    const bool arch_ok = arch == 0 || !w->info || w->info->arch == arch;
+    if (alive && arch_ok) return Status::Ok();
+    if (!reasons.empty()) reasons += "; ";
+    reasons += "gpu " + w->device + ": ";
+    if (!arch_ok) {
+      reasons += "is sm_" + std::to_string(w->info->arch);
+    } else {
+      reasons += w->last_error.empty() ? std::string(Worker::Name(w->state)) : w->last_error;
+    }
+  }
+  return Status(StatusCode::kUnavailable, "no evaluator can take this job (" + reasons + ")");
+}
+
+void EvaluatorPool::SubmitBaseline(BaselineRequest request, int arch, BaselineDone done) {
+  auto job = std::make_unique<Job>();
+  job->id = request.id = next_id_++;
+  job->arch = arch;
+  job->baseline = std::move(request);
+  job->baseline_done = std::move(done);
+  if (Status st = Available(arch); !st.ok()) return job->Fail(policy::Outcome::kResourceBackoff, st.message());
+  queue_.push_back(std::move(job));
+  Dispatch();
+}
+
+void EvaluatorPool::SubmitEvaluate(EvaluateRequest request, int arch, VerdictDone done) {
+  auto job = std::make_unique<Job>();
+  job->id = request.id = next_id_++;
+  job->arch = arch;
+  job->evaluate = std::move(request);
+  job->verdict_done = std::move(done);
+  if (Status st = Available(arch); !st.ok()) return job->Fail(policy::Outcome::kResourceBackoff, st.message());
+  queue_.push_back(std::move(job));
+  Dispatch();
+}
+
+std::vector<int> EvaluatorPool::Fds() const {
+  std::vector<int> fds;
+  for (const auto& w : workers_) {
+    if (w->fd >= 0) fds.push_back(w->fd);
+  }
+  return fds;
+}
+
+void EvaluatorPool::OnReadable(int fd) {
+  for (auto& wp : workers_) {
+    Worker& w = *wp;
+    if (w.fd != fd) continue;
+    Status st = w.reader.ReadAvailable(fd);
+    while (auto frame = w.reader.Next()) {
+      auto message = DecodeWorkerMessage(*frame);
+      if (!message.ok()) {
+        Lost(w, "sent a malformed message: " + message.status().message(), false);
+        return;
+      }
+      Handle(w, *message);
+      if (w.fd < 0) return;
+    }
+    if (!st.ok()) {
+      // The channel closed: the worker is exiting or gone.
+      close(w.fd);
+      w.fd = -1;
+      Reap(w);
+    }
+    return;
+  }
+}
+
+void EvaluatorPool::Handle(Worker& w, const WorkerMessage& message) {
+  if (const auto* h = std::get_if<Hello>(&message)) {
+    w.info = h->device;
+    w.state = Worker::State::kReady;
+    w.last_error.clear();
+    log_.Write("info", "evaluator_ready",
+               {{"device", w.device}, {"name", h->device.name}, {"uuid", h->device.uuid},
+                {"arch", std::to_string(h->device.arch)}, {"pid", std::to_string(h->device.pid)},
+                {"torch", h->device.torch_version}});
+  } else if (const auto* u = std::get_if<Unavailable>(&message)) {
+    w.last_error = u->reason;
+    w.state = Worker::State::kUnavailable;
+    log_.Write("warn", "evaluator_unavailable", {{"device", w.device}, {"reason", u->reason}});
+  } else if (const auto* p = std::get_if<Progress>(&message)) {
+    w.phase = p->phase;
+    w.deadline = Clock::now() + std::chrono::milliseconds(p->deadline_ms);
+  } else if (const auto* b = std::get_if<BaselineResult>(&message)) {
+    if (!w.job || !w.job->baseline || w.job->id != b->id) return Lost(w, "answered a job it was not given", false);
+    auto job = std::move(w.job);
+    w.state = Worker::State::kReady;
+    counters_["baselines_measured"] += 1;
+    job->baseline_done(*b);
+  } else if (const auto* v = std::get_if<Verdict>(&message)) {
+    if (!w.job || !w.job->evaluate || w.job->id != v->id) return Lost(w, "answered a job it was not given", false);
+    auto job = std::move(w.job);
+    w.state = v->worker_exits ? Worker::State::kExiting : Worker::State::kReady;
+    counters_["trials"] += 1;
+    counters_["trials_" + v->outcome] += 1;
+    job->verdict_done(*v);
+  } else {
+    Lost(w, "sent a message only kjitd sends", false);
+  }
+}
+
+void EvaluatorPool::Reap(Worker& w) {
+  if (w.pid <= 0) return;
+  int status = 0;
+  pid_t r = waitpid(w.pid, &status, WNOHANG);
+  if (r == 0) {
+    // The channel closed but the process lingers: it is not coming back.
+    kill(w.pid, SIGKILL);
+    r = waitpid(w.pid, &status, 0);
+  }
+  const std::string how = r == w.pid ? DescribeExit(status) : "vanished";
+  w.pid = -1;
+  if (w.fd >= 0) {
+    close(w.fd);
+    w.fd = -1;
+  }
+  if (w.job) {
+    counters_["trials"] += 1;
+    counters_["trials_fault"] += 1;
+    auto job = std::move(w.job);
+    job->Fail(policy::Outcome::kFault, "the evaluator worker " + how + " during " + w.phase);
+  }
+  if (w.state == Worker::State::kUnavailable) {
+    w.restart_at = Clock::now() + options_.unavailable_pause;
+    return;
+  }
+  if (w.state != Worker::State::kExiting) {
+    counters_["evaluator_crashes"] += 1;
+    log_.Write("warn", "evaluator_died", {{"device", w.device}, {"how", how}, {"phase", w.phase}});
+    if (!w.info) w.last_error = "the evaluator " + how + " before it was ready";
+  }
+  w.state = w.info || w.state == Worker::State::kExiting ? Worker::State::kStopped : Worker::State::kUnavailable;
+  w.restart_at = Clock::now() + (w.state == Worker::State::kStopped ? options_.restart_pause : options_.unavailable_pause);
+}
+
+void EvaluatorPool::Lost(Worker& w, const std::string& why, bool hang) {
+  log_.Write("warn", hang ? "evaluator_hung" : "evaluator_lost", {{"device", w.device}, {"why", why}});
+  if (w.pid > 0) kill(w.pid, SIGKILL);
+  if (w.job) {
+    counters_["trials"] += 1;
+    counters_[hang ? "trials_hang" : "trials_fault"] += 1;
+    auto job = std::move(w.job);
+    job->Fail(hang ? policy::Outcome::kHang : policy::Outcome::kFault, why);
+  }
+  w.state = Worker::State::kExiting;  // restart after the reap, without counting a crash twice
+  if (hang) counters_["evaluator_kills"] += 1;
+  Reap(w);
+}
+
+bool EvaluatorPool::GpuIdle(Worker& w, uint64_t* memory_cap) {
+  Result<GpuSample> sample = Status(StatusCode::kUnavailable, nvml_error_.empty() ? "NVML not loaded" : nvml_error_);
+  if (nvml_ && w.info) {
+    SampleOptions so;
+    so.exclude_pids = {static_cast<uint32_t>(w.pid)};
+    sample = nvml_->Sample(w.info->uuid, so);
+  }
+  const IdleDecision d = w.idle.Update(options_.when, options_.idle, sample);
+  *memory_cap = d.memory_cap_bytes;
+  if (!d.run) {
+    if (w.phase != "waiting for idle") log_.Write("debug", "evaluator_waits", {{"device", w.device}, {"reason", d.reason}});
+    w.phase = "waiting for idle";
+    w.last_error = d.reason;
+  }
+  return d.run;
+}
+
+void EvaluatorPool::Dispatch() {
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    Job& job = **it;
+    Worker* chosen = nullptr;
+    for (auto& w : workers_) {
+      if (w->state != Worker::State::kReady || !w->info) continue;
+      if (job.arch != 0 && w->info->arch != job.arch) continue;
+      uint64_t cap = 0;
+      if (!GpuIdle(*w, &cap)) continue;
+      if (job.baseline) job.baseline->memory_cap_bytes = cap;
+      if (job.evaluate) job.evaluate->memory_cap_bytes = cap;
+      chosen = w.get();
+      break;
+    }
+    if (chosen == nullptr) {
+      ++it;
+      continue;
+    }
+    const std::string frame = job.baseline ? EncodeWorkerMessage(*job.baseline) : EncodeWorkerMessage(*job.evaluate);
+    chosen->job = std::move(*it);
+    it = queue_.erase(it);
+    chosen->state = Worker::State::kBusy;
+    chosen->phase = "queued in worker";
+    chosen->deadline = Clock::now() + std::chrono::seconds(30);
+    if (Status st = WriteFrame(chosen->fd, frame); !st.ok()) {
+      Lost(*chosen, st.message(), false);
+    }
+  }
+}
+
+void EvaluatorPool::Tick() {
+  const auto now = Clock::now();
+  for (auto& wp : workers_) {
+    Worker& w = *wp;
+    switch (w.state) {
+      case Worker::State::kStopped:
+      case Worker::State::kUnavailable:
+        if (w.pid > 0) Reap(w);
+        if (now >= w.restart_at && options_.when != RunWhen::kNever && w.pid <= 0) Spawn(w);
+        break;
+      case Worker::State::kStarting:
+      case Worker::State::kBusy:
+        if (now > w.deadline) {
+          Lost(w, "the evaluator did not finish " + w.phase + " in time; killed it", w.state == Worker::State::kBusy);
+        }
+        break;
+      case Worker::State::kExiting:
+        if (w.fd < 0) Reap(w);
+        break;
+      case Worker::State::kReady:
+        break;
+    }
+  }
+  // Jobs for an arch no worker can serve any more end now, not never.
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    if (Status st = Available((*it)->arch); !st.ok()) {
+      (*it)->Fail(policy::Outcome::kResourceBackoff, st.message());
+      it = queue_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  Dispatch();
+}
+
+std::map<std::string, std::string> EvaluatorPool::Describe() const {
+  std::map<std::string, std::string> out;
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    const Worker& w = *workers_[i];
+    const std::string p = "gpu" + w.device + ".";
+    out[p + "state"] = Worker::Name(w.state);
+    out[p + "phase"] = w.phase;
+    out[p + "starts"] = std::to_string(w.starts);
+    if (w.info) {
+      out[p + "name"] = w.info->name;
+      out[p + "arch"] = std::to_string(w.info->arch);
+    }
+    if (!w.last_error.empty()) out[p + "note"] = w.last_error;
+  }
+  return out;
+}
+
+}  // namespace kjit::daemon

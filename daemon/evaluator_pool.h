@@ -1,0 +1,101 @@
+// kjitd's evaluator workers: one kjit-evaluator process per GPU, supervised.
+//
+// The pool starts a worker per configured GPU and hands it one job at a time
+// (a baseline or a candidate), queued jobs going to a worker of the key's arch
+// whose GPU is idle enough (runtime/idle.h). It never blocks: kjitd's request
+// loop polls the workers' channels (Fds) and calls Tick often.
+//
+// A worker that dies (a candidate faulted, or it crashed) fails its job with
+// outcome "fault" and the reason (exit code or signal) and is restarted after a
+// short pause. A job phase that outlives the deadline the worker announced is a
+// hang: the worker is killed (SIGKILL) and restarted. A worker that reports it
+// cannot run (no GPU, CPU-only PyTorch) is retried after a longer pause, and
+// its reason is what Available() says.
+#pragma once
+
+#include <chrono>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kjit/runtime/idle.h"
+#include "kjit/runtime/status.h"
+#include "worker_protocol.h"
+
+namespace kjit {
+class Nvml;
+}
+
+namespace kjit::daemon {
+
+class Log;
+
+struct PoolOptions {
+  std::string worker_path;          // kjit-evaluator
+  std::vector<std::string> devices;  // CUDA ordinals ("0") or UUIDs; a UUID is resolved through the driver
+  RunWhen when = RunWhen::kIdle;
+  IdleThresholds idle;
+  std::chrono::milliseconds restart_pause{1000};
+  std::chrono::milliseconds unavailable_pause{60000};
+  std::chrono::milliseconds startup_deadline{180000};
+};
+
+// Options from kjitd's configuration: the `evaluator`, `devices`, `when` and idle keys.
+struct DaemonConfig;
+Result<PoolOptions> PoolOptionsFromConfig(const DaemonConfig& config);
+
+class EvaluatorPool {
+ public:
+  using BaselineDone = std::function<void(const BaselineResult&)>;
+  using VerdictDone = std::function<void(const Verdict&)>;
+
+  EvaluatorPool(PoolOptions options, Log& log, std::map<std::string, double>& counters);
+  ~EvaluatorPool();  // asks workers to exit, then kills what is left
+  EvaluatorPool(const EvaluatorPool&) = delete;
+  EvaluatorPool& operator=(const EvaluatorPool&) = delete;
+
+  // Starts the workers (no-op for --when never).
+  void Start();
+
+  // OK if some worker of `arch` (0: any) is running or starting; otherwise why not.
+  Status Available(int arch = 0) const;
+
+  // Queues a job. The callback runs from Tick or OnReadable, exactly once.
+  void SubmitBaseline(BaselineRequest request, int arch, BaselineDone done);
+  void SubmitEvaluate(EvaluateRequest request, int arch, VerdictDone done);
+
+  // The channels to poll for reading, and what to do when one is readable.
+  std::vector<int> Fds() const;
+  void OnReadable(int fd);
+  // Watchdog, reaping, restarts, dispatch. Call at least every 100 ms.
+  void Tick();
+
+  // Per worker: "gpu0.state" and so on, for stats.
+  std::map<std::string, std::string> Describe() const;
+  size_t queued() const { return queue_.size(); }
+
+ private:
+  struct Job;
+  struct Worker;
+  void Spawn(Worker& w);
+  void Handle(Worker& w, const WorkerMessage& message);
+  void Lost(Worker& w, const std::string& why, bool hang);
+  void Reap(Worker& w);
+  void Dispatch();
+  bool GpuIdle(Worker& w, uint64_t* memory_cap);
+
+  PoolOptions options_;
+  Log& log_;
+  std::map<std::string, double>& counters_;
+  std::vector<std::unique_ptr<Worker>> workers_;
+  std::deque<std::unique_ptr<Job>> queue_;
+  std::shared_ptr<Nvml> nvml_;
+  std::string nvml_error_;
+  uint64_t next_id_ = 1;
+};
+
+}  // namespace kjit::daemon

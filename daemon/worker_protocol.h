@@ -1,0 +1,181 @@
+// What kjitd and an evaluator worker say to each other.
+//
+// kjitd starts one worker process per GPU (kjit-evaluator) with a socket on
+// file descriptor 3. Both sides send frames: a 4-byte little-endian length,
+// then that many bytes of JSON (one object with a "type"). JSON because this
+// channel is private to one host and one build, and readable in a log; the
+// public protocol (ipc/) is msgpack.
+//
+//   worker -> kjitd   hello      {device}            once, when the GPU and PyTorch are ready
+//                     unavailable {reason}           instead of hello; the worker then exits
+//   kjitd -> worker   baseline   {id, key, memory_cap_bytes}
+//                     evaluate   {id, key, candidate, memory_cap_bytes}
+//                     exit       {}
+//   worker -> kjitd   progress   {id, phase, deadline_ms}  before each phase; kjitd kills the
+//                                                     worker if the phase outlives its deadline
+//                     baseline_result {id, ...}
+//                     verdict    {id, ...}           worker_exits: the worker's CUDA context is
+//                                                     gone (a fault) and it exits after this
+//
+// A verdict's outcome is a policy::Outcome name; kjitd adds the outcomes a
+// worker cannot report itself (fault when it died, hang when it was killed).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string_view>
+#include <variant>
+#include <string>
+#include <vector>
+
+#include "kjit/cache/record.h"
+#include "kjit/runtime/status.h"
+
+namespace kjit::daemon {
+
+inline constexpr size_t kMaxWorkerFrameBytes = 64u << 20;
+inline constexpr int kWorkerFd = 3;
+
+// A kernel to evaluate, and the calling convention it follows (kernel ABI v1):
+// its parameters are one device pointer per tensor argument of the key's call,
+// in argument order (tensor lists flattened, an absent optional tensor passed
+// as a null pointer), then one pointer per output tensor of the op, in the order
+// PyTorch returns them. Each pointer addresses the view's first element (the
+// storage offset applied). Sizes, strides and scalars are the key's, fixed: the
+// source is specialised to them. Outputs are laid out as PyTorch's own kernel
+// lays them out.
+struct CandidateSpec {
+  std::string source;
+  std::string entry_point;  // extern "C" symbol
+  std::vector<std::string> options;
+  cache::LaunchShape launch;
+  cache::DesignPoint design;
+};
+
+struct TimingStats {
+  double median_us = 0;
+  double spread_us = 0;    // interquartile range
+  double ci_rel = 0;       // half-width of the median's 95% confidence interval, relative to the median
+  double min_us = 0;
+  double max_us = 0;
+  int runs = 0;
+};
+
+struct WorkerDevice {
+  int ordinal = 0;
+  std::string name;
+  std::string uuid;
+  int arch = 0;
+  int sm_count = 0;
+  int sm_clock_khz = 0;
+  int memory_clock_khz = 0;
+  double copy_bandwidth_bytes_per_s = 0;
+  uint64_t l2_bytes = 0;
+  int driver_version = 0;
+  int nvrtc_major = 0;
+  int nvrtc_minor = 0;
+  std::string torch_version;
+  uint32_t pid = 0;
+};
+
+struct KernelResources {
+  int registers = 0;
+  int spill_bytes = 0;        // spill stores reported by ptxas, or -1 if unknown
+  int local_bytes = 0;        // per thread
+  int static_shared_bytes = 0;
+  int max_threads_per_block = 0;
+};
+
+struct Roofline {
+  double bytes = 0;       // bytes an ideal kernel moves: inputs read once, outputs written once
+  double flops = 0;       // from the op's traits; 0 if unknown or memory-bound
+  double floor_us = 0;    // max(bytes / copy bandwidth, flops / peak)
+  double bandwidth_fraction = 0;  // achieved bytes/s over the copy bandwidth
+  double flop_fraction = 0;
+};
+
+struct BaselineRequest {
+  uint64_t id = 0;
+  std::string key_bytes;
+  uint64_t memory_cap_bytes = 0;  // 0: no cap
+};
+
+struct BaselineResult {
+  uint64_t id = 0;
+  std::string error_code;  // empty on success; a StatusCodeName otherwise
+  std::string error;
+  TimingStats timing;
+  Roofline roofline;
+  std::vector<std::string> outputs;  // one line per output, e.g. "f32[64,1024]"
+  bool backoff = false;  // not enough memory or GPU busy: retry later
+};
+
+struct EvaluateRequest {
+  uint64_t id = 0;
+  std::string key_bytes;
+  CandidateSpec candidate;
+  uint64_t memory_cap_bytes = 0;
+};
+
+struct Verdict {
+  uint64_t id = 0;
+  std::string outcome;  // policy::OutcomeName
+  std::string reason;   // why it failed; "verified" when it did not
+  bool compiled = false;
+  std::string compile_log;
+  double compile_ms = 0;
+  KernelResources resources;
+  std::string cubin;  // set when verified
+  cache::Verification verification;
+  TimingStats timing;
+  TimingStats baseline;
+  Roofline roofline;
+  double reward = 0;
+  bool accepted = false;
+  double total_ms = 0;  // the whole evaluation, compile included
+  bool worker_exits = false;
+};
+
+struct Progress {
+  uint64_t id = 0;
+  std::string phase;  // "compile", "verify", "time"
+  int64_t deadline_ms = 0;
+};
+
+struct Hello {
+  WorkerDevice device;
+};
+struct Unavailable {
+  std::string reason;
+};
+struct Exit {};
+
+using WorkerMessage = std::variant<Hello, Unavailable, BaselineRequest, BaselineResult, EvaluateRequest, Verdict,
+                                   Progress, Exit>;
+
+// JSON text of a message, and back. Decoding is strict about types and
+// requires "type"; unknown fields are ignored.
+std::string EncodeWorkerMessage(const WorkerMessage& message);
+Result<WorkerMessage> DecodeWorkerMessage(std::string_view json);
+
+// Writes one frame, retrying short writes; kIOError if the peer is gone.
+Status WriteFrame(int fd, std::string_view payload);
+
+// Accumulates bytes from a non-blocking fd and yields whole frames.
+class FrameReader {
+ public:
+  // Reads what is available. kIOError at end of file or on error (the peer is gone);
+  // kCorruption for a frame over kMaxWorkerFrameBytes.
+  Status ReadAvailable(int fd);
+  // The next whole frame, if one has arrived.
+  std::optional<std::string> Next();
+
+ private:
+  std::string buffer_;
+};
+
+// Blocking read of exactly one frame (the worker's side).
+Result<std::string> ReadFrameBlocking(int fd);
+
+}  // namespace kjit::daemon

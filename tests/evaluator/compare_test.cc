@@ -1,0 +1,342 @@
+// The comparison rules, poisoning and guarded outputs, on CPU tensors.
+#include "kjit/evaluator/compare.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+namespace kjit::eval {
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+at::Tensor Values(std::vector<double> v, at::ScalarType type = at::kFloat) {
+  return at::tensor(v, at::kDouble).to(type);
+}
+
+Comparison Close(const at::Tensor& actual, const at::Tensor& expected, DType dtype = DType::kFloat32) {
+  return Compare(actual, expected, DefaultTolerance(dtype));
+}
+
+TEST(Tolerance, Defaults) {
+  const auto check = [](DType d, double atol, double rtol) {
+    const Tolerance t = DefaultTolerance(d);
+    EXPECT_EQ(t.atol, atol) << DTypeName(d);
+    EXPECT_EQ(t.rtol, rtol) << DTypeName(d);
+    EXPECT_FALSE(t.bitwise);
+  };
+  check(DType::kFloat16, 1e-5, 1e-3);
+  check(DType::kBFloat16, 1e-5, 1.6e-2);
+  check(DType::kFloat32, 1e-5, 1.3e-6);
+  check(DType::kFloat64, 1e-7, 1e-7);
+  check(DType::kComplex64, 1e-5, 1.3e-6);
+  check(DType::kInt64, 0, 0);
+  check(DType::kBool, 0, 0);
+  check(DType::kUInt8, 0, 0);
+}
+
+TEST(Tolerance, ForTraits) {
+  OpTraits traits;
+  traits.atol = 1e-3;
+  traits.rtol = 1e-4;
+  Tolerance t = ToleranceFor(DType::kFloat32, traits);
+  EXPECT_EQ(t.atol, 1e-3);
+  EXPECT_EQ(t.rtol, 1e-4);
+  traits.atol.reset();
+  EXPECT_EQ(ToleranceFor(DType::kFloat16, traits).atol, 1e-5);
+  EXPECT_EQ(ToleranceFor(DType::kFloat16, traits).rtol, 1e-4);
+  // Integer outputs stay exact whatever the float overrides.
+  EXPECT_EQ(ToleranceFor(DType::kInt64, traits).rtol, 0);
+  EXPECT_EQ(ToleranceFor(DType::kBool, traits).rtol, 0);
+  // float8 is exact by default (as in assert_close) but a float: overrides apply.
+  EXPECT_EQ(DefaultTolerance(DType::kFloat8E4M3FN).rtol, 0);
+  EXPECT_EQ(ToleranceFor(DType::kFloat8E4M3FN, traits).rtol, 1e-4);
+  traits.compare = ComparePolicy::kBitwise;
+  EXPECT_TRUE(ToleranceFor(DType::kFloat32, traits).bitwise);
+  EXPECT_TRUE(ToleranceFor(DType::kInt32, traits).bitwise);
+  EXPECT_FALSE(ToleranceFor(DType::kFloat32, DefaultOpTraits()).bitwise);
+}
+
+TEST(Compare, Identical) {
+  at::Tensor x = at::randn({16, 33});
+  for (const Tolerance& t : {DefaultTolerance(DType::kFloat32), Tolerance{0, 0, true}}) {
+    Comparison c = Compare(x, x.clone(), t);
+    EXPECT_TRUE(c.ok) << c.reason;
+    EXPECT_EQ(c.mismatches, 0);
+    EXPECT_EQ(c.first_mismatch, -1);
+    EXPECT_EQ(c.max_abs_error, 0);
+    EXPECT_TRUE(c.reason.empty());
+  }
+}
+
+// One element at `expected` against one at `actual`, in `type`, with that dtype's defaults.
+bool Within(double actual, double expected, at::ScalarType type, DType dtype) {
+  return Close(Values({actual}, type), Values({expected}, type), dtype).ok;
+}
+
+TEST(Compare, DefaultTolerancePerDType) {
+  // float16 at 1: tolerance 1e-5 + 1e-3 = 1.01e-3; one ulp is 2^-10 = 9.8e-4.
+  EXPECT_TRUE(Within(1 + std::ldexp(1.0, -10), 1, at::kHalf, DType::kFloat16));
+  EXPECT_FALSE(Within(1 + std::ldexp(1.0, -9), 1, at::kHalf, DType::kFloat16));
+  // bfloat16 at 1: 1.601e-2; one ulp is 2^-7 = 7.8e-3.
+  EXPECT_TRUE(Within(1 + std::ldexp(1.0, -6), 1, at::kBFloat16, DType::kBFloat16));
+  EXPECT_FALSE(Within(1 + 3 * std::ldexp(1.0, -7), 1, at::kBFloat16, DType::kBFloat16));
+  // float32 at 1: 1.13e-5.
+  EXPECT_TRUE(Within(1 + 1e-5, 1, at::kFloat, DType::kFloat32));
+  EXPECT_FALSE(Within(1 + 1.3e-5, 1, at::kFloat, DType::kFloat32));
+  // float32 near 0: atol decides.
+  EXPECT_TRUE(Within(9e-6, 0, at::kFloat, DType::kFloat32));
+  EXPECT_FALSE(Within(1.1e-5, 0, at::kFloat, DType::kFloat32));
+  // float32 at 1e6: rtol decides (1.3 + 1e-5).
+  EXPECT_TRUE(Within(1e6 + 1.25, 1e6, at::kFloat, DType::kFloat32));
+  EXPECT_FALSE(Within(1e6 + 1.5, 1e6, at::kFloat, DType::kFloat32));
+  // float64 at 1: 2e-7.
+  EXPECT_TRUE(Within(1 + 1.9e-7, 1, at::kDouble, DType::kFloat64));
+  EXPECT_FALSE(Within(1 + 2.1e-7, 1, at::kDouble, DType::kFloat64));
+  // The rule is relative to the expected value, not the actual one.
+  const Tolerance loose{0, 0.5, false};
+  EXPECT_TRUE(Compare(Values({1.5}), Values({1}), loose).ok);
+  EXPECT_FALSE(Compare(Values({1}), Values({0.6}), loose).ok);
+}
+
+TEST(Compare, NaNPositions) {
+  const at::Tensor expected = Values({1, kNaN, 3});
+  EXPECT_TRUE(Close(Values({1, kNaN, 3}), expected).ok);
+  // NaN where the reference has a number.
+  Comparison c = Close(Values({kNaN, kNaN, 3}), expected);
+  EXPECT_FALSE(c.ok);
+  EXPECT_EQ(c.mismatches, 1);
+  EXPECT_EQ(c.first_mismatch, 0);
+  EXPECT_TRUE(std::isnan(c.actual_at_first));
+  EXPECT_NE(c.reason.find("nan vs 1"), std::string::npos) << c.reason;
+  // A number where the reference has NaN.
+  c = Close(Values({1, 2, 3}), expected);
+  EXPECT_FALSE(c.ok);
+  EXPECT_EQ(c.first_mismatch, 1);
+  EXPECT_TRUE(std::isnan(c.expected_at_first));
+  // Errors are over finite pairs only.
+  EXPECT_EQ(c.max_abs_error, 0);
+}
+
+TEST(Compare, Infinities) {
+  EXPECT_TRUE(Close(Values({kInf, -kInf, 1}), Values({kInf, -kInf, 1})).ok);
+  EXPECT_FALSE(Close(Values({-kInf}), Values({kInf})).ok);
+  EXPECT_FALSE(Close(Values({kInf}), Values({-kInf})).ok);
+  // atol + rtol * inf is inf: a finite value must still not pass for an infinite one.
+  EXPECT_FALSE(Close(Values({1e30}), Values({kInf})).ok);
+  EXPECT_FALSE(Close(Values({kInf}), Values({1e30})).ok);
+  EXPECT_FALSE(Close(Values({kNaN}), Values({kInf})).ok);
+  Comparison c = Compare(Values({1, 2}, at::kHalf), Values({1, kInf}, at::kHalf), DefaultTolerance(DType::kFloat16));
+  EXPECT_FALSE(c.ok);
+  EXPECT_EQ(c.first_mismatch, 1);
+  EXPECT_EQ(c.expected_at_first, kInf);
+}
+
+TEST(Compare, NegativeZero) {
+  for (at::ScalarType type : {at::kHalf, at::kBFloat16, at::kFloat, at::kDouble}) {
+    const at::Tensor pos = Values({0.0, 1}, type);
+    const at::Tensor neg = Values({-0.0, 1}, type);
+    EXPECT_TRUE(Compare(neg, pos, Tolerance{}).ok) << type;  // even with no tolerance at all
+    Comparison c = Compare(neg, pos, Tolerance{0, 0, true});
+    EXPECT_FALSE(c.ok) << type;
+    EXPECT_EQ(c.first_mismatch, 0);
+    EXPECT_NE(c.reason.find("bitwise"), std::string::npos) << c.reason;
+    EXPECT_FALSE(BitwiseEqual(neg, pos));
+    EXPECT_TRUE(BitwiseEqual(neg, neg.clone()));
+  }
+  Comparison c = Compare(Values({-0.0}, at::kHalf), Values({0.0}, at::kHalf), Tolerance{0, 0, true});
+  EXPECT_NE(c.reason.find("-0 (0x8000) vs 0 (0x0000)"), std::string::npos) << c.reason;
+}
+
+TEST(Compare, BitwiseNaNPayloads) {
+  // Two NaNs with different bits are close, not bitwise equal.
+  at::Tensor a = at::tensor({0x7fc00000}, at::kInt).view(at::kFloat);
+  at::Tensor b = at::tensor({0x7fc00001}, at::kInt).view(at::kFloat);
+  EXPECT_TRUE(Close(a, b).ok);
+  EXPECT_FALSE(Compare(a, b, Tolerance{0, 0, true}).ok);
+}
+
+TEST(Compare, IntegersExact) {
+  const at::Tensor e = at::tensor({1, 2, 3}, at::kLong);
+  EXPECT_TRUE(Compare(e.clone(), e, DefaultTolerance(DType::kInt64)).ok);
+  Comparison c = Compare(at::tensor({1, 2, 4}, at::kLong), e, DefaultTolerance(DType::kInt64));
+  EXPECT_FALSE(c.ok);
+  EXPECT_EQ(c.first_mismatch, 2);
+  EXPECT_EQ(c.actual_at_first, 4);
+  EXPECT_EQ(c.expected_at_first, 3);
+  EXPECT_EQ(c.max_abs_error, 1);
+  EXPECT_NE(c.reason.find("(exact)"), std::string::npos) << c.reason;
+  // Beyond float64's integers: 2^53 + 1 against 2^53.
+  const int64_t big = int64_t{1} << 53;
+  EXPECT_FALSE(Compare(at::tensor({big + 1}, at::kLong), at::tensor({big}, at::kLong), Tolerance{}).ok);
+  const at::Tensor flags = at::tensor({1, 0, 1}, at::kInt).to(at::kBool);
+  EXPECT_TRUE(Compare(flags.clone(), flags, DefaultTolerance(DType::kBool)).ok);
+  EXPECT_FALSE(Compare(flags.logical_not(), flags, DefaultTolerance(DType::kBool)).ok);
+  const at::Tensor bytes = at::tensor({200, 3}, at::kInt).to(at::kByte);
+  EXPECT_FALSE(Compare(bytes, bytes.flip(0), DefaultTolerance(DType::kUInt8)).ok);
+  // Unsigned types beyond uint8 have few ATen kernels; conversions are enough.
+  for (at::ScalarType type : {at::kUInt16, at::kUInt32, at::kUInt64}) {
+    const at::Tensor u = at::tensor({1, 2}, at::kLong).to(type);
+    EXPECT_TRUE(Compare(at::tensor({1, 2}, at::kLong).to(type), u, Tolerance{}).ok) << type;
+    Comparison cu = Compare(at::tensor({1, 5}, at::kLong).to(type), u, Tolerance{});
+    EXPECT_EQ(cu.first_mismatch, 1) << cu.reason;
+    EXPECT_TRUE(BitwiseEqual(u, at::tensor({1, 2}, at::kLong).to(type))) << type;
+  }
+}
+
+TEST(Compare, SizesAndDTypesMustMatch) {
+  Comparison c = Close(at::zeros({2, 3}), at::zeros({3, 2}));
+  EXPECT_FALSE(c.ok);
+  EXPECT_NE(c.reason.find("sizes differ"), std::string::npos) << c.reason;
+  EXPECT_NE(c.reason.find("[2, 3]"), std::string::npos) << c.reason;
+  c = Close(at::zeros({4}), at::zeros({4}, at::kDouble));
+  EXPECT_FALSE(c.ok);
+  EXPECT_NE(c.reason.find("dtypes differ"), std::string::npos) << c.reason;
+  EXPECT_FALSE(BitwiseEqual(at::zeros({2, 3}), at::zeros({6})));
+  EXPECT_FALSE(Close(at::Tensor(), at::zeros({1})).ok);
+  EXPECT_TRUE(Close(at::zeros({0, 5}), at::ones({0, 5})).ok);
+  EXPECT_TRUE(Close(at::Tensor(), at::Tensor()).ok);
+}
+
+TEST(Compare, StridesAndMultiIndex) {
+  const at::Tensor expected = at::randn({8, 20});
+  const at::Tensor actual = expected.t().contiguous().t();  // same values, column-major
+  ASSERT_FALSE(actual.is_contiguous());
+  EXPECT_TRUE(Close(actual, expected).ok);
+  EXPECT_TRUE(BitwiseEqual(actual, expected));
+
+  actual[3][17] = 100;
+  actual[5][2] = 100;  // later in row-major order, earlier in memory
+  Comparison c = Close(actual, expected);
+  EXPECT_FALSE(c.ok);
+  EXPECT_EQ(c.mismatches, 2);
+  EXPECT_EQ(c.first_mismatch, 3 * 20 + 17);
+  EXPECT_EQ(c.actual_at_first, 100);
+  EXPECT_EQ(c.expected_at_first, expected[3][17].item<float>());
+  EXPECT_NE(c.reason.find("2 of 160 elements differ; first at [3, 17]: 100 vs "), std::string::npos) << c.reason;
+  EXPECT_NE(c.reason.find("(atol 1e-05, rtol 1.3e-06)"), std::string::npos) << c.reason;
+  c = Compare(actual, expected, Tolerance{0, 0, true});
+  EXPECT_EQ(c.first_mismatch, 3 * 20 + 17);
+  EXPECT_NE(c.reason.find("first at [3, 17]"), std::string::npos) << c.reason;
+
+  // A 0-dim tensor, and an expanded expected one.
+  EXPECT_FALSE(Close(at::scalar_tensor(1.0), at::scalar_tensor(2.0)).ok);
+  EXPECT_TRUE(Close(at::ones({4, 3}), at::ones({3}).expand({4, 3})).ok);
+}
+
+TEST(Compare, ErrorStatistics) {
+  Comparison c = Close(Values({1, 2.5, 0.001, kInf}), Values({1, 2, 0, kInf}));
+  EXPECT_FALSE(c.ok);
+  EXPECT_EQ(c.mismatches, 2);
+  EXPECT_DOUBLE_EQ(c.max_abs_error, 0.5);
+  EXPECT_DOUBLE_EQ(c.max_rel_error, 0.25);  // over pairs with a nonzero expected value
+  EXPECT_NE(c.reason.find("max abs error 0.5, max rel error 0.25"), std::string::npos) << c.reason;
+}
+
+TEST(Compare, Complex) {
+  const at::Tensor e = at::randn({5}, at::kComplexFloat);
+  EXPECT_TRUE(Compare(e.clone(), e, DefaultTolerance(DType::kComplex64)).ok);
+  at::Tensor a = e.clone();
+  a[3] = c10::complex<float>(7, 7);
+  Comparison c = Compare(a, e, DefaultTolerance(DType::kComplex64));
+  EXPECT_FALSE(c.ok);
+  EXPECT_EQ(c.mismatches, 1);
+  EXPECT_EQ(c.first_mismatch, 3);
+  EXPECT_NE(c.reason.find("(7, 7) vs"), std::string::npos) << c.reason;
+}
+
+// --- Poison and guards.
+
+at::Tensor BytesOf(const at::Tensor& t) {
+  const auto nbytes = static_cast<int64_t>(t.storage().nbytes());
+  return at::empty({0}, at::kByte).set_(t.storage(), 0, {nbytes}, {1});
+}
+
+TEST(Poison, NaNEverywhere) {
+  at::Tensor base = at::randn({6, 10});
+  at::Tensor view = base.narrow(1, 2, 3);  // the poison covers the whole storage, not just the view
+  PoisonStorage(view, Poison::kNaN);
+  EXPECT_TRUE(base.isnan().all().item<bool>());
+  for (at::ScalarType type : {at::kHalf, at::kBFloat16, at::kDouble}) {
+    at::Tensor t = at::zeros({7, 3}, type);
+    PoisonStorage(t.t(), Poison::kNaN);
+    EXPECT_TRUE(t.isnan().all().item<bool>()) << type;
+  }
+  at::Tensor ints = at::zeros({5}, at::kInt);
+  PoisonStorage(ints, Poison::kNaN);
+  EXPECT_TRUE(ints.eq(-1).all().item<bool>());
+  PoisonStorage(at::Tensor(), Poison::kNaN);  // nothing to do
+  PoisonStorage(at::empty({0}), Poison::kNaN);
+}
+
+TEST(Poison, FiniteIsFinite) {
+  for (at::ScalarType type : {at::kHalf, at::kBFloat16, at::kFloat, at::kDouble}) {
+    at::Tensor t = at::full({4, 4}, kNaN, type);
+    PoisonStorage(t, Poison::kFinite);
+    EXPECT_TRUE(t.isfinite().all().item<bool>()) << type;
+    EXPECT_TRUE(BytesOf(t).eq(0x5A).all().item<bool>()) << type;
+  }
+}
+
+TEST(Guarded, LayoutAndGuards) {
+  const at::Tensor like = at::randn({5, 7}).t();  // strides {1, 7}
+  auto g = MakeGuarded(like, 100);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  EXPECT_EQ(g->tensor.sizes(), like.sizes());
+  EXPECT_EQ(g->tensor.strides(), like.strides());
+  EXPECT_EQ(g->tensor.scalar_type(), like.scalar_type());
+  EXPECT_EQ(g->tensor.storage_offset(), 0);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(g->tensor.data_ptr()) % 16, 0u);
+  EXPECT_GE(g->tensor_offset_bytes, g->guard_bytes);
+  EXPECT_EQ(g->storage.numel(), g->tensor_offset_bytes + 35 * 4 + g->guard_bytes);
+  EXPECT_TRUE(g->tensor.isnan().all().item<bool>());  // poisoned from the start
+  EXPECT_TRUE(GuardsIntact(*g));
+
+  // Writing every element of the view is fine.
+  g->tensor.fill_(1);
+  EXPECT_TRUE(GuardsIntact(*g));
+
+  // One element past the end is not.
+  at::Tensor past = at::from_blob(g->tensor.data_ptr(), {36}, at::kFloat);
+  past[35] = 2.0f;
+  EXPECT_FALSE(GuardsIntact(*g));
+
+  ResetGuarded(*g, Poison::kFinite);
+  EXPECT_TRUE(GuardsIntact(*g));
+  EXPECT_TRUE(g->tensor.isfinite().all().item<bool>());
+  EXPECT_FALSE(g->tensor.eq(1).any().item<bool>());
+
+  // One byte before the start is not either.
+  g->storage[g->tensor_offset_bytes - 1] = 0;
+  EXPECT_FALSE(GuardsIntact(*g));
+  ResetGuarded(*g, Poison::kNaN);
+  EXPECT_TRUE(GuardsIntact(*g));
+  EXPECT_TRUE(g->tensor.isnan().all().item<bool>());
+
+  // PoisonStorage on the handed-out tensor stays inside it.
+  PoisonStorage(g->tensor, Poison::kFinite);
+  EXPECT_TRUE(GuardsIntact(*g));
+}
+
+TEST(Guarded, EdgeCases) {
+  auto empty = MakeGuarded(at::empty({0, 3}));
+  ASSERT_TRUE(empty.ok());
+  EXPECT_EQ(empty->tensor.numel(), 0);
+  EXPECT_TRUE(GuardsIntact(*empty));
+  auto expanded = MakeGuarded(at::ones({3}, at::kHalf).expand({4, 3}), 16);
+  ASSERT_TRUE(expanded.ok());
+  EXPECT_EQ(expanded->tensor.strides(), (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(expanded->storage.numel(), 16 + 3 * 2 + 16);
+  EXPECT_TRUE(GuardsIntact(*expanded));
+  EXPECT_FALSE(MakeGuarded(at::Tensor()).ok());
+  EXPECT_FALSE(MakeGuarded(at::ones({2}), -1).ok());
+  EXPECT_FALSE(GuardsIntact(GuardedTensor{}));
+}
+
+}  // namespace
+}  // namespace kjit::eval

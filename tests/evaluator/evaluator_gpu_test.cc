@@ -1,0 +1,192 @@
+// The real evaluator behind a real kjitd, on a GPU: a gallery of deliberately
+// broken candidates, each rejected with the right reason while kjitd keeps
+// running, and correct candidates accepted. Skipped, with the reason, where
+// the evaluator cannot run (no GPU, or a CPU-only PyTorch).
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "kjit/ipc/client.h"
+#include "kjit/runtime/op_key.h"
+#include "kjitd_harness.h"
+
+namespace kjit {
+namespace {
+
+using testing::KjitdHarness;
+
+constexpr int64_t kRows = 4096, kCols = 1027;  // odd: no kernel gets a multiple of its vector width for free
+constexpr int64_t kN = kRows * kCols;
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// relu as a candidate writes it: `body` computes out[i] from v = x[i].
+std::string Relu(const std::string& body, const std::string& prelude = "") {
+  return prelude + "extern \"C\" __global__ void k(const float* __restrict__ x, float* __restrict__ out) {\n"
+                   "  const long long n = " + std::to_string(kN) + "LL;\n"
+                   "  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
+                   "  if (i >= n) return;\n"
+                   "  float v = x[i];\n" + body + "\n}\n";
+}
+
+class EvaluatorGallery : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    harness_ = new KjitdHarness(KJIT_KJITD, {"--evaluator", KJIT_EVALUATOR, "--devices", "0", "--when", "always"});
+    ASSERT_TRUE(harness_->Start()) << ReadFile(harness_->log_path());
+    ipc::ClientOptions o;
+    o.endpoint = harness_->endpoint();
+    o.request_timeout = std::chrono::milliseconds(300000);
+    client_ = new ipc::Client(o);
+    const std::string relu = OpKey::Single("aten::relu", "", {TensorDesc::Contiguous(DType::kFloat32, {kRows, kCols})}, 90).Encode();
+    auto obs = client_->OpenEpisode(relu);
+    if (!obs.ok()) {
+      skip_reason_ = "the evaluator cannot run here: " + obs.status().ToString();
+      return;
+    }
+    relu_episode_ = obs->episode_id;
+    baseline_us_ = obs->baseline_us;
+  }
+  static void TearDownTestSuite() {
+    delete client_;
+    delete harness_;
+  }
+  void SetUp() override {
+    if (!skip_reason_.empty()) GTEST_SKIP() << skip_reason_;
+  }
+
+  static ipc::CandidateResult Submit(int64_t episode, const std::string& source, uint32_t grid, uint32_t block = 256) {
+    ipc::SubmitCandidate c;
+    c.episode_id = episode;
+    c.source = source;
+    c.entry_point = "k";
+    c.grid[0] = grid;
+    c.block[0] = block;
+    auto r = client_->SubmitCandidate(c);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    // kjitd keeps answering whatever the candidate did.
+    EXPECT_TRUE(client_->Hello().ok());
+    return r.ok() ? *r : ipc::CandidateResult{};
+  }
+  static ipc::CandidateResult SubmitRelu(const std::string& source) {
+    return Submit(relu_episode_, source, static_cast<uint32_t>((kN + 255) / 256));
+  }
+
+  static KjitdHarness* harness_;
+  static ipc::Client* client_;
+  static std::string skip_reason_;
+  static int64_t relu_episode_;
+  static double baseline_us_;
+};
+KjitdHarness* EvaluatorGallery::harness_ = nullptr;
+ipc::Client* EvaluatorGallery::client_ = nullptr;
+std::string EvaluatorGallery::skip_reason_;
+int64_t EvaluatorGallery::relu_episode_ = 0;
+double EvaluatorGallery::baseline_us_ = 0;
+
+#define EXPECT_VERDICT(result, outcome) \
+  EXPECT_EQ((result).verdict.rfind(outcome ":", 0), 0u) << "verdict: " << (result).verdict
+
+TEST_F(EvaluatorGallery, CorrectKernelIsVerified) {
+  EXPECT_GT(baseline_us_, 0);
+  auto r = SubmitRelu(Relu("  out[i] = (v > 0.f || v != v) ? v : 0.f;"));
+  EXPECT_TRUE(r.compiled);
+  EXPECT_TRUE(r.verified) << r.verdict;
+  EXPECT_GT(r.median_us, 0);
+  EXPECT_GT(r.baseline_us, 0);
+}
+
+TEST_F(EvaluatorGallery, CompileErrorIsReportedWithTheLog) {
+  auto r = SubmitRelu(Relu("  out[i] = not_declared;"));
+  EXPECT_FALSE(r.compiled);
+  EXPECT_VERDICT(r, "compile_error");
+  EXPECT_NE(r.compile_log.find("not_declared"), std::string::npos) << r.compile_log;
+}
+
+TEST_F(EvaluatorGallery, WrongOnlyOnNaNIsRejected) {
+  // fmaxf drops NaN: right on every ordinary input, wrong on the special-values set.
+  auto r = SubmitRelu(Relu("  out[i] = fmaxf(v, 0.f);"));
+  EXPECT_VERDICT(r, "wrong_result");
+  EXPECT_NE(r.verdict.find("special"), std::string::npos) << r.verdict;
+}
+
+TEST_F(EvaluatorGallery, SkippedElementsAreRejected) {
+  auto r = SubmitRelu(Relu("  if (i == n - 1) return;\n  out[i] = (v > 0.f || v != v) ? v : 0.f;"));
+  EXPECT_VERDICT(r, "unwritten_output");
+}
+
+TEST_F(EvaluatorGallery, ReadingAStaleOutputIsRejected) {
+  // Keeps whatever the output buffer held when it looks like a number.
+  auto r = SubmitRelu(Relu("  if (out[i] == out[i]) return;\n  out[i] = (v > 0.f || v != v) ? v : 0.f;"));
+  EXPECT_VERDICT(r, "unwritten_output");
+}
+
+TEST_F(EvaluatorGallery, OutOfBoundsWriteIsRejected) {
+  auto r = SubmitRelu(Relu("  out[i] = (v > 0.f || v != v) ? v : 0.f;\n  if (i == n - 1) out[n + 3] = 0.f;"));
+  EXPECT_VERDICT(r, "out_of_bounds");
+}
+
+TEST_F(EvaluatorGallery, WritingAnInputIsRejected) {
+  auto r = SubmitRelu(Relu("  out[i] = (v > 0.f || v != v) ? v : 0.f;\n  if (i == 0) ((float*)x)[0] = 1.f;"));
+  EXPECT_VERDICT(r, "out_of_bounds");
+}
+
+TEST_F(EvaluatorGallery, StateKeptBetweenCallsIsRejected) {
+  // Correct for its first 25 calls, then returns zeros: verification (10
+  // runs) cannot see it; the check after timing (23 or more runs) must.
+  auto r = SubmitRelu(Relu(
+      "  if (i == 0) atomicAdd(&calls, 1);\n"
+      "  out[i] = calls > 25 ? 0.f : ((v > 0.f || v != v) ? v : 0.f);",
+      "__device__ int calls = 0;\n"));
+  EXPECT_VERDICT(r, "stateful");
+}
+
+TEST_F(EvaluatorGallery, DataRaceIsRejected) {
+  // Each thread writes out[] from its partner warp's shared-memory slot with no
+  // barrier between the partner's write and its read; odd warps are slowed so
+  // the read comes first and sees whatever the slot held before.
+  auto r = SubmitRelu(Relu(
+      "  __shared__ float s[256];\n"
+      "  const int t = threadIdx.x;\n"
+      "  if ((t / 32) % 2) __nanosleep(20000);\n"
+      "  s[t] = (v > 0.f || v != v) ? v : 0.f;\n"
+      "  const long long o = (long long)blockIdx.x * blockDim.x + (t ^ 32);\n"
+      "  if (o < n) out[o] = s[t ^ 32];"));
+  EXPECT_FALSE(r.verified) << r.verdict;
+  EXPECT_TRUE(r.verdict.rfind("wrong_result:", 0) == 0 || r.verdict.rfind("nondeterministic:", 0) == 0 ||
+              r.verdict.rfind("unwritten_output:", 0) == 0)
+      << r.verdict;
+}
+
+TEST_F(EvaluatorGallery, TrapIsAFaultAndTheNextCandidateRuns) {
+  auto r = SubmitRelu(Relu("  if (i == 12345) asm volatile(\"trap;\");\n  out[i] = v;"));
+  EXPECT_VERDICT(r, "fault");
+  auto ok = SubmitRelu(Relu("  out[i] = (v > 0.f || v != v) ? v : 0.f;"));
+  EXPECT_TRUE(ok.verified) << ok.verdict << "\n" << ReadFile(harness_->log_path());
+}
+
+TEST_F(EvaluatorGallery, IllegalAddressIsAFault) {
+  auto r = SubmitRelu(Relu("  out[i + (1LL << 40)] = v;"));
+  EXPECT_VERDICT(r, "fault");
+}
+
+TEST_F(EvaluatorGallery, HangIsStoppedByTheWatchdog) {
+  auto r = SubmitRelu(Relu("  volatile int spin = 1;\n  while (spin) {}\n  out[i] = v;"));
+  EXPECT_VERDICT(r, "hang");
+  auto ok = SubmitRelu(Relu("  out[i] = (v > 0.f || v != v) ? v : 0.f;"));
+  EXPECT_TRUE(ok.verified) << ok.verdict;
+}
+
+TEST_F(EvaluatorGallery, LaunchBeyondTheDeviceLimitsIsALaunchError) {
+  auto r = Submit(relu_episode_, Relu("  out[i] = v;"), 1, 4096);
+  EXPECT_VERDICT(r, "launch_error");
+}
+
+}  // namespace
+}  // namespace kjit
