@@ -89,7 +89,7 @@ class PidFile {
 // original process waits for that line, prints it and exits.
 void Detach(int* ready_fd) {
   int fds[2];
-  if (pipe(fds) != 0) {
+  if (pipe2(fds, O_CLOEXEC) != 0) {
     std::perror("kjitd: pipe");
     std::exit(1);
   }

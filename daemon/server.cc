@@ -245,8 +245,9 @@ Status Server::Bind() {
   }
   auto pool_options = PoolOptionsFromConfig(s.config);
   if (pool_options.ok()) {
+    // Workers start in Run: after kjitd has detached and redirected its
+    // output, so they inherit neither the start-up pipe nor the terminal.
     s.pool = std::make_unique<EvaluatorPool>(std::move(*pool_options), s.log, s.counters);
-    s.pool->Start();
   } else {
     s.pool_error = "no evaluator: " + pool_options.status().ToString();
     s.log.Write("warn", "evaluator_unavailable", {{"reason", s.pool_error}});
@@ -572,6 +573,7 @@ void Server::Impl::Record(const Episode& e, const CandidateSpec& c, const Verdic
 Status Server::Run(std::atomic<bool>& stop, std::atomic<bool>& reload, const std::function<void()>& on_reload) {
   Impl& s = *impl_;
   s.owner = this;
+  if (s.pool) s.pool->Start();
   const auto watch = std::chrono::milliseconds(std::stoll(s.config.Get("watch_interval_ms")));
   auto next_watch = Clock::now();
   bool shutdown = false;

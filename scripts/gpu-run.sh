@@ -57,7 +57,7 @@ grep -E "Failed|Skipped|Not Run" "$OUT/tests.log" | tee -a "$summary"
 # GPU tests must run here: a skip on the GPU machine is a failure.
 (cd "$build" && ctest -L gpu --output-on-failure) > /tmp/kjit-tests-gpu.log 2>&1
 cat /tmp/kjit-tests-gpu.log >> "$OUT/tests.log"
-skipped_gpu=$(grep -c "Skipped" /tmp/kjit-tests-gpu.log)
+skipped_gpu=$(grep -c "\*\*\*Skipped" /tmp/kjit-tests-gpu.log)
 note "gpu-labelled tests: $(grep -E 'tests passed' /tmp/kjit-tests-gpu.log); skipped: $skipped_gpu"
 fi
 

@@ -177,7 +177,8 @@ TEST_F(EvaluatorGallery, IllegalAddressIsAFault) {
 }
 
 TEST_F(EvaluatorGallery, HangIsStoppedByTheWatchdog) {
-  auto r = SubmitRelu(Relu("  volatile int spin = 1;\n  while (spin) {}\n  out[i] = v;"));
+  // A flag in device memory that nothing clears: the loop cannot be optimised away.
+  auto r = SubmitRelu(Relu("  while (spin) {}\n  out[i] = v;", "__device__ volatile int spin = 1;\n"));
   EXPECT_VERDICT(r, "hang");
   auto ok = SubmitRelu(Relu("  out[i] = (v > 0.f || v != v) ? v : 0.f;"));
   EXPECT_TRUE(ok.verified) << ok.verdict;

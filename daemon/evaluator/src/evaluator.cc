@@ -95,6 +95,14 @@ at::Tensor ElementsWithPattern(const at::Tensor& t, uint8_t byte) {
   return bytes.eq(byte).all(1);
 }
 
+// Which elements of two same-shaped tensors are bitwise equal.
+at::Tensor SameElements(const at::Tensor& a, const at::Tensor& b) {
+  const int64_t size = static_cast<int64_t>(a.element_size());
+  const at::Tensor x = a.contiguous().view(at::kByte).reshape({a.numel(), size});
+  const at::Tensor y = b.contiguous().view(at::kByte).reshape({b.numel(), size});
+  return x.eq(y).all(1);
+}
+
 std::string MultiIndex(const at::Tensor& t, int64_t flat) {
   std::vector<int64_t> index(static_cast<size_t>(t.dim()));
   for (int64_t d = t.dim() - 1; d >= 0; --d) {
@@ -637,8 +645,12 @@ daemon::Verdict Evaluator::Evaluate(const daemon::EvaluateRequest& request, cons
         }
       }
       for (size_t i = 0; i < outs.size(); ++i) {
-        const at::Tensor unwritten =
-            ElementsWithPattern(runs[0][i], 0xFF).logical_and(ElementsWithPattern(runs[1][i], 0x5A));
+        // Unwritten in a run: the element still holds that run's poison, and
+        // the other run (other poison) disagrees, so it is not a computed value.
+        const at::Tensor same = SameElements(runs[0][i], runs[1][i]);
+        const at::Tensor unwritten = ElementsWithPattern(runs[0][i], 0xFF)
+                                         .logical_or(ElementsWithPattern(runs[1][i], 0x5A))
+                                         .logical_and(same.logical_not());
         const int64_t count = unwritten.sum().item<int64_t>();
         if (count > 0) {
           const int64_t first = unwritten.nonzero().min().item<int64_t>();
