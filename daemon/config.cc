@@ -46,6 +46,7 @@ const std::vector<std::pair<std::string, std::string>>& ConfigKeys() {
       {"idle_min_free_memory", "... and at least this fraction of its memory is free"},
       {"idle_settle_ms", "... and both have held for this long"},
       {"memory_cap_fraction", "a trial may use at most this fraction of the GPU's free memory"},
+      {"compare", "how candidate outputs are compared: close (torch.testing.assert_close) or bitwise"},
   };
   return keys;
 }
@@ -88,6 +89,7 @@ Result<DaemonConfig> LoadConfig(const std::string& file, bool file_required,
   set("idle_min_free_memory", "0.25", "default");
   set("idle_settle_ms", "2000", "default");
   set("memory_cap_fraction", "0.5", "default");
+  set("compare", "close", "default");
 
   if (!file.empty()) {
     std::ifstream in(file);
@@ -145,6 +147,9 @@ Result<DaemonConfig> LoadConfig(const std::string& file, bool file_required,
   const std::string& when = c.values["when"].value;
   if (when != "idle" && when != "always" && when != "never") {
     return InvalidArgument("when must be idle, always or never, not '" + when + "'");
+  }
+  if (c.values["compare"].value != "close" && c.values["compare"].value != "bitwise") {
+    return InvalidArgument("compare must be close or bitwise, not '" + c.values["compare"].value + "'");
   }
   for (const char* key : {"idle_max_utilization", "idle_min_free_memory", "memory_cap_fraction", "idle_settle_ms"}) {
     const std::string& v = c.values[key].value;

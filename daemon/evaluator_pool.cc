@@ -57,6 +57,7 @@ Result<PoolOptions> PoolOptionsFromConfig(const DaemonConfig& config) {
   o.idle.min_free_memory_fraction = std::stod(config.Get("idle_min_free_memory"));
   o.idle.memory_cap_fraction = std::stod(config.Get("memory_cap_fraction"));
   o.idle.settle_ms = static_cast<int>(std::stod(config.Get("idle_settle_ms")));
+  o.worker_args = {"--compare", config.Get("compare")};
   const std::string devices = config.Get("devices");
   if (devices != "all") {
     std::stringstream in(devices);
@@ -75,6 +76,8 @@ Result<PoolOptions> PoolOptionsFromConfig(const DaemonConfig& config) {
 struct EvaluatorPool::Job {
   uint64_t id = 0;
   int arch = 0;
+  int backoffs = 0;               // times the GPU was short of memory for it
+  Clock::time_point not_before;  // after a backoff, when to try again
   std::optional<BaselineRequest> baseline;
   std::optional<EvaluateRequest> evaluate;
   BaselineDone baseline_done;
@@ -88,7 +91,7 @@ struct EvaluatorPool::Job {
       r.error_code = outcome == policy::Outcome::kResourceBackoff ? "unavailable" : "internal";
       r.error = reason;
       r.backoff = outcome == policy::Outcome::kResourceBackoff;
-      baseline_done(r);
+      baseline_done(r, WorkerDevice{});
     } else {
       Verdict v;
       v.id = id;
@@ -197,6 +200,7 @@ void EvaluatorPool::Spawn(Worker& w) {
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, child_end, kWorkerFd);
   std::vector<std::string> args = {options_.worker_path, "--device", w.ordinal};
+  args.insert(args.end(), options_.worker_args.begin(), options_.worker_args.end());
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -321,18 +325,31 @@ void EvaluatorPool::Handle(Worker& w, const WorkerMessage& message) {
     if (!w.job || !w.job->baseline || w.job->id != b->id) return Lost(w, "answered a job it was not given", false);
     auto job = std::move(w.job);
     w.state = Worker::State::kReady;
+    if (b->backoff && Requeue(job)) return;
     counters_["baselines_measured"] += 1;
-    job->baseline_done(*b);
+    job->baseline_done(*b, *w.info);
   } else if (const auto* v = std::get_if<Verdict>(&message)) {
     if (!w.job || !w.job->evaluate || w.job->id != v->id) return Lost(w, "answered a job it was not given", false);
     auto job = std::move(w.job);
     w.state = v->worker_exits ? Worker::State::kExiting : Worker::State::kReady;
+    if (v->retry_later && Requeue(job)) return;
     counters_["trials"] += 1;
     counters_["trials_" + v->outcome] += 1;
     job->verdict_done(*v);
   } else {
     Lost(w, "sent a message only kjitd sends", false);
   }
+}
+
+bool EvaluatorPool::Requeue(std::unique_ptr<Job>& job) {
+  // Memory that is short now is usually back in seconds: retry for about a minute.
+  constexpr int kMostBackoffs = 12;
+  if (job->backoffs >= kMostBackoffs) return false;
+  ++job->backoffs;
+  job->not_before = Clock::now() + std::chrono::seconds(5);
+  counters_["jobs_backed_off"] += 1;
+  queue_.push_back(std::move(job));
+  return true;
 }
 
 void EvaluatorPool::Reap(Worker& w) {
@@ -403,6 +420,10 @@ bool EvaluatorPool::GpuIdle(Worker& w, uint64_t* memory_cap) {
 void EvaluatorPool::Dispatch() {
   for (auto it = queue_.begin(); it != queue_.end();) {
     Job& job = **it;
+    if (Clock::now() < job.not_before) {
+      ++it;
+      continue;
+    }
     Worker* chosen = nullptr;
     for (auto& w : workers_) {
       if (w->state != Worker::State::kReady || !w->info) continue;

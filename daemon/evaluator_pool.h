@@ -36,7 +36,8 @@ class Log;
 
 struct PoolOptions {
   std::string worker_path;          // kjit-evaluator
-  std::vector<std::string> devices;  // CUDA ordinals ("0") or UUIDs; a UUID is resolved through the driver
+  std::vector<std::string> devices;  // CUDA ordinals ("0") or UUIDs; a UUID is resolved by the worker
+  std::vector<std::string> worker_args;  // more arguments for every worker, e.g. {"--compare", "bitwise"}
   RunWhen when = RunWhen::kIdle;
   IdleThresholds idle;
   std::chrono::milliseconds restart_pause{1000};
@@ -50,7 +51,7 @@ Result<PoolOptions> PoolOptionsFromConfig(const DaemonConfig& config);
 
 class EvaluatorPool {
  public:
-  using BaselineDone = std::function<void(const BaselineResult&)>;
+  using BaselineDone = std::function<void(const BaselineResult&, const WorkerDevice&)>;
   using VerdictDone = std::function<void(const Verdict&)>;
 
   EvaluatorPool(PoolOptions options, Log& log, std::map<std::string, double>& counters);
@@ -85,6 +86,9 @@ class EvaluatorPool {
   void Handle(Worker& w, const WorkerMessage& message);
   void Lost(Worker& w, const std::string& why, bool hang);
   void Reap(Worker& w);
+  // Puts a job that met a resource backoff back in the queue for later; false
+  // (and the job untouched) once it has waited long enough.
+  bool Requeue(std::unique_ptr<Job>& job);
   void Dispatch();
   bool GpuIdle(Worker& w, uint64_t* memory_cap);
 

@@ -447,7 +447,8 @@ ipc::Body Server::Impl::OpenEpisode(const ipc::OpenEpisode& r) {
   current_route->socket = nullptr;
   BaselineRequest request;
   request.key_bytes = r.key_bytes;
-  pool->SubmitBaseline(std::move(request), key->arch, [this, episode_id, route](const BaselineResult& b) {
+  pool->SubmitBaseline(std::move(request), key->arch, [this, episode_id, route](const BaselineResult& b,
+                                                                                 const WorkerDevice& device) {
     auto it = episodes.find(episode_id);
     if (!b.error_code.empty() || it == episodes.end()) {
       if (it != episodes.end()) episodes.erase(it);
@@ -477,6 +478,12 @@ ipc::Body Server::Impl::OpenEpisode(const ipc::OpenEpisode& r) {
     for (const std::string& out : b.outputs) outputs += (outputs.empty() ? "" : ", ") + out;
     o.device["outputs"] = outputs;
     o.device["arch"] = std::to_string(ep.key.arch);
+    o.device["name"] = device.name;
+    o.device["uuid"] = device.uuid;
+    o.device["sm_count"] = std::to_string(device.sm_count);
+    o.device["sm_clock_khz"] = std::to_string(device.sm_clock_khz);
+    o.device["l2_bytes"] = std::to_string(device.l2_bytes);
+    o.device["copy_bandwidth_bytes_per_s"] = std::to_string(static_cast<uint64_t>(device.copy_bandwidth_bytes_per_s));
     o.device["kernel_abi"] = "1: input tensor pointers in argument order (null for None), then output pointers";
     log.Write("info", "episode_opened", {{"episode", std::to_string(episode_id)}, {"key", o.key_text},
                                           {"baseline_us", std::to_string(o.baseline_us)}});
@@ -517,6 +524,19 @@ ipc::Body Server::Impl::SubmitCandidate(const ipc::SubmitCandidate& r) {
     result.median_us = v.timing.median_us;
     result.baseline_us = v.baseline.median_us;
     result.reward = v.reward;
+    result.profile = {{"registers", v.resources.registers},
+                      {"spill_bytes", v.resources.spill_bytes},
+                      {"local_bytes", v.resources.local_bytes},
+                      {"static_shared_bytes", v.resources.static_shared_bytes},
+                      {"compile_ms", v.compile_ms},
+                      {"evaluation_ms", v.total_ms},
+                      {"runs", v.timing.runs},
+                      {"spread_us", v.timing.spread_us},
+                      {"baseline_spread_us", v.baseline.spread_us},
+                      {"floor_us", v.roofline.floor_us},
+                      {"bandwidth_fraction", v.roofline.bandwidth_fraction},
+                      {"flop_fraction", v.roofline.flop_fraction},
+                      {"accepted", v.accepted ? 1.0 : 0.0}};
     auto e = episodes.find(episode_id);
     if (e != episodes.end()) Record(e->second, c, v);
     log.Write("info", "trial", {{"episode", std::to_string(episode_id)}, {"outcome", v.outcome},
@@ -538,7 +558,18 @@ void Server::Impl::Record(const Episode& e, const CandidateSpec& c, const Verdic
   m.median_us = v.timing.median_us;
   m.baseline_us = v.baseline.median_us;
   m.reward = v.reward;
-  m.detail = v.reason.substr(0, 2000);
+  // The profile beside the reason, for the policy's features.
+  nlohmann::json detail = {{"reason", v.reason.substr(0, 2000)},
+                           {"registers", v.resources.registers},
+                           {"spill_bytes", v.resources.spill_bytes},
+                           {"static_shared_bytes", v.resources.static_shared_bytes},
+                           {"spread_us", v.timing.spread_us},
+                           {"baseline_spread_us", v.baseline.spread_us},
+                           {"floor_us", v.roofline.floor_us},
+                           {"bandwidth_fraction", v.roofline.bandwidth_fraction},
+                           {"launch", {c.launch.grid[0], c.launch.grid[1], c.launch.grid[2], c.launch.block[0],
+                                       c.launch.block[1], c.launch.block[2], c.launch.dynamic_shared_bytes}}};
+  m.detail = detail.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   if (auto id = cache->AddMeasurement(m); !id.ok()) {
     log.Write("warn", "measurement_not_stored", {{"error", id.status().ToString()}});
   }

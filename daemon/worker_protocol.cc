@@ -164,7 +164,8 @@ json Encode(const WorkerMessage& message) {
                   {"reward", m.reward},
                   {"accepted", m.accepted},
                   {"total_ms", m.total_ms},
-                  {"worker_exits", m.worker_exits}};
+                  {"worker_exits", m.worker_exits},
+                  {"retry_later", m.retry_later}};
         } else if constexpr (std::is_same_v<T, Progress>) {
           return {{"type", "progress"}, {"id", m.id}, {"phase", m.phase}, {"deadline_ms", m.deadline_ms}};
         } else {
@@ -247,6 +248,7 @@ WorkerMessage DecodeJson(const json& j) {
     v.accepted = j.at("accepted").get<bool>();
     v.total_ms = j.at("total_ms").get<double>();
     v.worker_exits = j.at("worker_exits").get<bool>();
+    v.retry_later = j.at("retry_later").get<bool>();
     return v;
   }
   if (type == "progress") {

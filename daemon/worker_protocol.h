@@ -135,6 +135,7 @@ struct Verdict {
   bool accepted = false;
   double total_ms = 0;  // the whole evaluation, compile included
   bool worker_exits = false;
+  bool retry_later = false;  // resource_backoff that may pass (memory short now): kjitd retries the job
 };
 
 struct Progress {

@@ -87,10 +87,15 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--fd", fd, "file descriptor of the channel to kjitd")->capture_default_str();
   app.add_flag("--probe", probe, "set up the GPU, print the device as kjitd would see it, and exit");
+  std::string compare = "close";
+  app.add_option("--compare", compare, "output comparison for every op: close (assert_close, or the op's own rule) or bitwise")
+      ->check(CLI::IsMember({"close", "bitwise"}))
+      ->capture_default_str();
   app.add_option("--max-runs", options.max_runs, "most timed runs per kernel")->capture_default_str();
   app.add_option("--target-ci", options.target_ci_rel, "stop timing when the median's 95% CI is this tight")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  options.bitwise = compare == "bitwise";
   auto ordinal = ResolveDevice(device);
   if (ordinal.ok()) options.device = *ordinal;
 

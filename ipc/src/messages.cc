@@ -237,6 +237,7 @@ struct Schema<CandidateResult> {
     visit("median_us", m.median_us);
     visit("baseline_us", m.baseline_us);
     visit("reward", m.reward);
+    visit("profile", m.profile);
   }
 };
 template <>

@@ -136,6 +136,21 @@ TEST(KjitdEvaluator, CrashHangAndFaultEachFailOneTrialAndKjitdGoesOn) {
   EXPECT_EQ(stats->counters["trials_verified"], 1);
 }
 
+TEST(KjitdEvaluator, ShortOfMemoryTrialsWaitAndRetry) {
+  KjitdHarness h(KJIT_KJITD, FakeFlags());
+  ASSERT_TRUE(h.Start()) << ReadFile(h.log_path());
+  auto c = MakeClient(h);
+  auto obs = c.OpenEpisode(KeyBytes());
+  ASSERT_TRUE(obs.ok()) << obs.status().ToString();
+  auto r = c.SubmitCandidate(Candidate(obs->episode_id, "backoff-once"));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->verified) << r->verdict;
+  auto stats = c.Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->counters["jobs_backed_off"], 1);
+  EXPECT_EQ(stats->counters["trials"], 1);  // a backoff is not a trial
+}
+
 TEST(KjitdEvaluator, WorkerThatCannotRunIsReportedWithItsReason) {
   setenv("FAKE_EVALUATOR_UNAVAILABLE", "no_device: PyTorch sees no CUDA device", 1);
   KjitdHarness h(KJIT_KJITD, FakeFlags());

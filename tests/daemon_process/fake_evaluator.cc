@@ -3,7 +3,8 @@
 // replies, cache inserts) is tested on CPU machines. A candidate's source says
 // what to do: "ok" (verified, 2x faster), "slow" (verified, not faster),
 // "wrong", "crash" (abort), "hang" (stop answering past its deadline),
-// "fault" (report a fault and exit, as after an illegal address).
+// "fault" (report a fault and exit, as after an illegal address), "backoff-once"
+// (short of memory the first time, verified the next).
 // FAKE_EVALUATOR_UNAVAILABLE=<reason> makes it refuse to start.
 #include <signal.h>
 #include <sys/prctl.h>
@@ -23,7 +24,10 @@ void Send(const WorkerMessage& m) {
 }
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  // kjitd passes --device N --compare MODE; the fake ignores them.
+  (void)argc;
+  (void)argv;
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (const char* why = std::getenv("FAKE_EVALUATOR_UNAVAILABLE")) {
     Send(Unavailable{why});
@@ -35,6 +39,7 @@ int main() {
   d.arch = 90;
   d.pid = static_cast<uint32_t>(getpid());
   Send(Hello{d});
+  int backoffs = 0;
   while (true) {
     auto frame = ReadFrameBlocking(kWorkerFd);
     if (!frame.ok()) return 0;
@@ -68,6 +73,16 @@ int main() {
       v.reward = std::log(v.baseline.median_us / v.timing.median_us);
       v.accepted = what == "ok";
       v.verification.seeds = {1, 2, 3};
+    } else if (what == "backoff-once" && backoffs++ == 0) {
+      v.outcome = "resource_backoff";
+      v.reason = "the inputs need more GPU memory than the cap allows now";
+      v.retry_later = true;
+    } else if (what == "backoff-once") {
+      v.outcome = "verified";
+      v.reason = "verified";
+      v.timing.median_us = 1.0;
+      v.cubin = "FAKE-CUBIN";
+      v.accepted = true;
     } else if (what == "wrong") {
       v.outcome = "wrong_result";
       v.reason = "output 0 differs";

@@ -88,7 +88,8 @@ std::vector<Envelope> SampleMessages() {
   SetTriple(candidate.block, 128, 2, 1);
   candidate.dynamic_shared_bytes = 1024;
   add(candidate);
-  add(CandidateResult{true, "warning: unused variable", false, "wrong result at element 17", 700.5, 812.25, -1.25});
+  add(CandidateResult{true, "warning: unused variable", false, "wrong result at element 17", 700.5, 812.25, -1.25,
+                      {{"registers", 32}, {"bandwidth_fraction", 0.875}}});
   add(CloseEpisode{77});
   add(Error{"not_found", "no task 9"});
   add(Announce{90, "c97c4393cb47064a169d4bec25de480d", 31337});
@@ -218,6 +219,7 @@ void ExpectSame(const CandidateResult& a, const CandidateResult& b) {
   ExpectSameDouble(a.median_us, b.median_us, "median_us");
   ExpectSameDouble(a.baseline_us, b.baseline_us, "baseline_us");
   ExpectSameDouble(a.reward, b.reward, "reward");
+  EXPECT_EQ(a.profile, b.profile);
 }
 void ExpectSame(const CloseEpisode& a, const CloseEpisode& b) { EXPECT_EQ(a.episode_id, b.episode_id); }
 void ExpectSame(const Error& a, const Error& b) {

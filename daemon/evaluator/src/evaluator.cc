@@ -199,6 +199,7 @@ struct Evaluator::Impl {
     auto handle = c10::Dispatcher::singleton().findSchema({call.op, call.overload});
     if (!handle) return NotFound("no operator " + call.op + "." + call.overload);
     OpTraits traits = TraitsFor(call.op);
+    if (options.bitwise) traits.compare = ComparePolicy::kBitwise;
     return Prepared{std::move(key), std::move(schema), *handle, std::move(traits)};
   }
 
@@ -534,6 +535,7 @@ daemon::Verdict Evaluator::Evaluate(const daemon::EvaluateRequest& request, cons
     if (!prepared.ok()) return finish(Outcome::kResourceBackoff, "cannot evaluate this key: " + prepared.status().ToString());
     const Impl::Prepared& p = *prepared;
     if (request.memory_cap_bytes > 0 && s.EstimateBytes(p) > request.memory_cap_bytes) {
+      v.retry_later = true;
       return finish(Outcome::kResourceBackoff, "the inputs need more GPU memory than the cap allows now");
     }
 
@@ -724,6 +726,7 @@ daemon::Verdict Evaluator::Evaluate(const daemon::EvaluateRequest& request, cons
     }
     return finish(Outcome::kVerified, "verified");
   } catch (const c10::OutOfMemoryError& e) {
+    v.retry_later = true;
     return finish(Outcome::kResourceBackoff, std::string("out of GPU memory: ") + e.what_without_backtrace());
   } catch (const c10::Error& e) {
     // After a candidate faults, PyTorch's next call reports the sticky error.

@@ -149,6 +149,11 @@ struct CandidateResult {
   double median_us = 0;
   double baseline_us = 0;
   double reward = 0;
+  // What the evaluator measured besides the verdict: registers, spill_bytes,
+  // local_bytes, static_shared_bytes, compile_ms, evaluation_ms, runs,
+  // spread_us, baseline_spread_us, floor_us, bandwidth_fraction, flop_fraction,
+  // accepted (1 if the kernel entered the cache). Keys may be added.
+  std::map<std::string, double> profile;
 };
 struct CloseEpisode {  // -> Ack
   int64_t episode_id = 0;

@@ -52,6 +52,8 @@ struct EvaluatorOptions {
   // baseline) is a hang.
   std::chrono::milliseconds min_run_deadline{2000};
   double run_deadline_factor = 1000;
+  // Compare every op's outputs bitwise, whatever its traits say.
+  bool bitwise = false;
 };
 
 class Evaluator {
