@@ -355,7 +355,13 @@ ipc::Body Server::Handle(const ipc::Body& request, bool* shutdown_requested) {
           reply.counters = s.counters;
           reply.counters["uptime_s"] = std::chrono::duration<double>(Clock::now() - s.started).count();
           reply.counters["pid"] = static_cast<double>(getpid());
-          if (s.pool) reply.counters["trials_queued"] = static_cast<double>(s.pool->queued());
+          if (s.pool) {
+            reply.counters["trials_queued"] = static_cast<double>(s.pool->queued());
+            // "evaluators_ready": 1 and so on, one count per worker state.
+            for (const auto& [k, v] : s.pool->Describe()) {
+              if (k.size() > 6 && k.compare(k.size() - 6, 6, ".state") == 0) reply.counters["evaluators_" + v] += 1;
+            }
+          }
           if (auto queued = s.cache->ListTasks("queued"); queued.ok()) {
             reply.counters["tasks_queued"] = static_cast<double>(queued->size());
           }

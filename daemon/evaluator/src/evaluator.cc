@@ -616,6 +616,9 @@ daemon::Verdict Evaluator::Evaluate(const daemon::EvaluateRequest& request, cons
           return finish(Outcome::kResourceBackoff, f->reason);
         }
         deadline = s.RunDeadline(MsSince(t0) * 1000.0);
+        // kjitd's watchdog, now that the reference's time is known: every
+        // remaining run at its deadline, plus time to build and compare inputs.
+        progress("verify", deadline * static_cast<int>(2 * kinds.size()) + std::chrono::seconds(60));
       }
       auto pristine = CloneArguments(set->args);
       if (!pristine.ok()) return finish(Outcome::kResourceBackoff, pristine.status().ToString());
