@@ -16,7 +16,7 @@
 
 #include "kjit/evaluator/compare.h"
 #include "kjit/evaluator/inputs.h"
-#include "kjit/evaluator/op_traits.h"
+#include "kjit/policy/op_traits.h"
 #include "kjit/policy/reward.h"
 #include "kjit/runtime/compiler.h"
 #include "kjit/runtime/device.h"

@@ -13,11 +13,19 @@
 #include <cstdint>
 #include <string>
 
-#include "kjit/evaluator/op_traits.h"
+#include "kjit/policy/op_traits.h"
 #include "kjit/runtime/op_key.h"
 #include "kjit/runtime/status.h"
 
 namespace kjit::eval {
+
+// Op traits are declared by op families in policy/.
+using policy::ComparePolicy;
+using policy::DeclareOpTraits;
+using policy::DefaultOpTraits;
+using policy::IntDomain;
+using policy::OpTraits;
+using policy::TraitsFor;
 
 struct Tolerance {
   double atol = 0;

@@ -15,11 +15,19 @@
 #include <string_view>
 #include <vector>
 
-#include "kjit/evaluator/op_traits.h"
+#include "kjit/policy/op_traits.h"
 #include "kjit/runtime/op_key.h"
 #include "kjit/runtime/status.h"
 
 namespace kjit::eval {
+
+// Op traits are declared by op families in policy/.
+using policy::ComparePolicy;
+using policy::DeclareOpTraits;
+using policy::DefaultOpTraits;
+using policy::IntDomain;
+using policy::OpTraits;
+using policy::TraitsFor;
 
 // Value distributions for floating-point tensors. Integer and bool tensors
 // draw from their IntDomain (default: [-8, 8) for signed, [0, 16) for unsigned,

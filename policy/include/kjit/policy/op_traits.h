@@ -15,7 +15,7 @@
 
 #include "kjit/runtime/op_key.h"
 
-namespace kjit::eval {
+namespace kjit::policy {
 
 // Integer tensor arguments with a restricted domain (class indices, gather
 // indices, masks) hold values in [low, high). `high` may refer to a size of
@@ -59,4 +59,4 @@ OpTraits TraitsFor(std::string_view op);
 // Declares (or replaces) the traits of an op. Thread-safe.
 void DeclareOpTraits(std::string op, OpTraits traits);
 
-}  // namespace kjit::eval
+}  // namespace kjit::policy

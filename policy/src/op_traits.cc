@@ -1,9 +1,9 @@
-#include "kjit/evaluator/op_traits.h"
+#include "kjit/policy/op_traits.h"
 
 #include <mutex>
 #include <utility>
 
-namespace kjit::eval {
+namespace kjit::policy {
 namespace {
 
 struct Registry {
@@ -35,4 +35,4 @@ void DeclareOpTraits(std::string op, OpTraits traits) {
   r.traits.insert_or_assign(std::move(op), std::move(traits));
 }
 
-}  // namespace kjit::eval
+}  // namespace kjit::policy
