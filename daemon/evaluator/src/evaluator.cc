@@ -557,8 +557,14 @@ daemon::Verdict Evaluator::Evaluate(const daemon::EvaluateRequest& request, cons
     v.compile_log = (*compiled)->log;
     v.compile_ms = static_cast<double>((*compiled)->compile_time.count()) / 1000.0;
     v.resources.spill_bytes = ParseSpillBytes(v.compile_log);
-    auto module = Module::Load(*s.context, (*compiled)->cubin);
-    if (!module.ok()) return finish(Outcome::kLaunchError, "module load: " + module.status().ToString());
+    auto loaded = Module::Load(*s.context, (*compiled)->cubin);
+    if (!loaded.ok()) return finish(Outcome::kLaunchError, "module load: " + loaded.status().ToString());
+    // Unloading a module waits for its kernels: after a hang that would never
+    // return, so a module whose kernel took the context down is left to the process exit.
+    auto keep_if_lost = [&s](Module* m) {
+      if (!s.lost) delete m;
+    };
+    std::unique_ptr<Module, decltype(keep_if_lost)> module(new Module(std::move(*loaded)), keep_if_lost);
     auto fn = module->GetFunction(c.entry_point);
     if (!fn.ok()) return finish(Outcome::kLaunchError, fn.status().ToString());
     const LaunchLimits& limits = fn->limits();
