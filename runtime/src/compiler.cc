@@ -44,12 +44,22 @@ bool IsDirectory(const std::string& path) {
   return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+// The toolkit's include folder, and its CCCL folder where the toolkit keeps
+// libcu++ apart (CUDA 13: include/cccl), which <cooperative_groups.h> needs.
+std::vector<std::string> ToolkitIncludeDirs(const std::string& include) {
+  std::vector<std::string> dirs = {include};
+  if (IsDirectory(include + "/cccl")) dirs.push_back(include + "/cccl");
+  return dirs;
+}
+
 std::vector<std::string> DefaultIncludeDirs() {
   for (const char* var : {"KJIT_CUDA_HOME", "CUDA_HOME", "CUDA_PATH"}) {
     const char* v = std::getenv(var);
-    if (v != nullptr && *v != '\0' && IsDirectory(std::string(v) + "/include")) return {std::string(v) + "/include"};
+    if (v != nullptr && *v != '\0' && IsDirectory(std::string(v) + "/include")) {
+      return ToolkitIncludeDirs(std::string(v) + "/include");
+    }
   }
-  if (IsDirectory("/usr/local/cuda/include")) return {"/usr/local/cuda/include"};
+  if (IsDirectory("/usr/local/cuda/include")) return ToolkitIncludeDirs("/usr/local/cuda/include");
   return {};
 }
 

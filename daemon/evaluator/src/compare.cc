@@ -199,6 +199,11 @@ Tolerance ToleranceFor(DType dtype, const OpTraits& traits) {
     default:
       break;
   }
+  if (auto it = traits.tolerance_by_dtype.find(dtype); it != traits.tolerance_by_dtype.end()) {
+    t.atol = it->second.atol;
+    t.rtol = it->second.rtol;
+    return t;
+  }
   if (traits.atol) t.atol = *traits.atol;
   if (traits.rtol) t.rtol = *traits.rtol;
   return t;

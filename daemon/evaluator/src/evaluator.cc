@@ -17,6 +17,7 @@
 #include "kjit/evaluator/compare.h"
 #include "kjit/evaluator/inputs.h"
 #include "kjit/policy/op_traits.h"
+#include "kjit/policy/design_space.h"
 #include "kjit/policy/reward.h"
 #include "kjit/runtime/compiler.h"
 #include "kjit/runtime/device.h"
@@ -427,6 +428,8 @@ bool Evaluator::context_lost() const { return impl_->lost; }
 Result<std::unique_ptr<Evaluator>> Evaluator::Create(const EvaluatorOptions& options) {
   auto impl = std::make_unique<Impl>();
   impl->options = options;
+  // The op families declare their ops' traits (domains, tolerances) on first use.
+  (void)policy::Families();
   KJIT_RETURN_IF_ERROR(LoadTorchCuda());
   try {
     c10::impl::VirtualGuardImpl guard(c10::DeviceType::CUDA);

@@ -45,6 +45,13 @@ struct OpTraits {
   // is only that accurate (long fp32 reductions in a different order).
   std::optional<double> atol;
   std::optional<double> rtol;
+  // Per output dtype, instead of the above: for ops where one pair cannot fit
+  // every dtype (softmax holds float16 to 1e-3 relative and float32 to 1e-5).
+  struct Tolerance {
+    double atol = 0;
+    double rtol = 0;
+  };
+  std::map<DType, Tolerance> tolerance_by_dtype;
   // Results may differ bitwise between two runs on the same inputs (atomics).
   bool nondeterministic = false;
   // FLOPs of one call, for the compute floor; 0 if the op is memory-bound.

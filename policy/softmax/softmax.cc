@@ -1,0 +1,592 @@
+#include "softmax/softmax.h"
+
+#include <algorithm>
+#include <sstream>
+
+namespace kjit::policy {
+namespace {
+
+enum Strategy : int64_t {
+  kWarp = 0,
+  kRegs = 1,
+  kSmem = 2,
+  kOnline = 3,
+  kCluster = 4,
+  kClusterSmem = 5,
+  kColumns = 6,
+  kColumnsRegs = 7,
+};
+
+constexpr int64_t kMaxRegisterFloats = 64;  // per thread, for the row-in-registers strategies
+constexpr int64_t kReductionScratch = 1024;  // shared bytes kept for block reductions
+
+struct SoftmaxProblem : Problem {
+  bool log = false;
+  DType in = DType::kFloat32;
+  DType out = DType::kFloat32;
+  int64_t outer = 1, len = 1, inner = 1;
+  int alignment = 16;  // of the input's data pointer
+  int64_t rows() const { return outer * inner; }
+};
+
+const char* CType(DType t) {
+  switch (t) {
+    case DType::kFloat16: return "__half";
+    case DType::kBFloat16: return "__nv_bfloat16";
+    default: return "float";
+  }
+}
+
+int64_t Ceil(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// The device code every strategy shares: types, conversions, vector access, reductions.
+constexpr const char* kIncludes = R"(
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+// (Cluster intrinsics are built in for sm_90: no <cooperative_groups.h>, which costs 1.5 s to compile.)
+// NVRTC has no <cmath>: the special values by their bits.
+#define KJIT_INF __int_as_float(0x7f800000)
+#define KJIT_NAN __int_as_float(0x7fc00000)
+)";
+
+constexpr const char* kPrelude = R"(
+
+__device__ __forceinline__ float to_f(float x) { return x; }
+__device__ __forceinline__ float to_f(__half x) { return __half2float(x); }
+__device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <typename T> __device__ __forceinline__ T from_f(float x);
+template <> __device__ __forceinline__ float from_f<float>(float x) { return x; }
+template <> __device__ __forceinline__ __half from_f<__half>(float x) { return __float2half_rn(x); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+
+template <int BYTES> struct RawOf;
+template <> struct RawOf<2> { typedef unsigned short T; };
+template <> struct RawOf<4> { typedef unsigned int T; };
+template <> struct RawOf<8> { typedef uint2 T; };
+template <> struct RawOf<16> { typedef uint4 T; };
+
+// VEC consecutive elements at p (aligned to their total size), as floats.
+template <bool STREAM>
+__device__ __forceinline__ void load_vec(const in_t* p, float (&f)[VEC]) {
+  typedef typename RawOf<sizeof(in_t) * VEC>::T Raw;
+  Raw raw;
+  if (STREAM) raw = __ldcs(reinterpret_cast<const Raw*>(p));
+  else raw = *reinterpret_cast<const Raw*>(p);
+  const in_t* e = reinterpret_cast<const in_t*>(&raw);
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) f[i] = to_f(e[i]);
+}
+__device__ __forceinline__ void store_vec(out_t* p, const float (&f)[VEC]) {
+  typedef typename RawOf<sizeof(out_t) * VEC>::T Raw;
+  Raw raw;
+  out_t* e = reinterpret_cast<out_t*>(&raw);
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) e[i] = from_f<out_t>(f[i]);
+  if (HINT) __stcs(reinterpret_cast<Raw*>(p), raw);
+  else *reinterpret_cast<Raw*>(p) = raw;
+}
+
+// Running max m and sum s of exp(x - m). Matches PyTorch on special values:
+// NaN anywhere, or +Inf (exp(inf - inf)), makes the sum NaN; -Inf adds nothing.
+struct MS { float m; float s; };
+__device__ __forceinline__ void ms_add(MS& a, float x) {
+  if (x > a.m) {
+    a.s = (a.m == -KJIT_INF ? 0.f : a.s * expf(a.m - x)) + 1.f;
+    a.m = x;
+  } else if (x != x) {
+    a.s = KJIT_NAN;
+  } else if (x != -KJIT_INF) {
+    a.s += expf(x - a.m);
+  }
+}
+__device__ __forceinline__ MS ms_merge(MS a, MS b) {
+  MS r;
+  r.m = fmaxf(a.m, b.m);
+  if (a.m != a.m || b.m != b.m) r.m = KJIT_NAN;
+  const float sa = a.m == r.m ? a.s : a.s * expf(a.m - r.m);
+  const float sb = b.m == r.m ? b.s : b.s * expf(b.m - r.m);
+  r.s = sa + sb;
+  return r;
+}
+__device__ __forceinline__ MS ms_final(MS a) {
+  if (a.m == KJIT_INF) a.s = KJIT_NAN;  // PyTorch sums exp(inf - inf)
+  return a;
+}
+__device__ __forceinline__ MS warp_ms(MS v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    MS w;
+    w.m = __shfl_xor_sync(0xffffffffu, v.m, o);
+    w.s = __shfl_xor_sync(0xffffffffu, v.s, o);
+    v = ms_merge(v, w);
+  }
+  return v;
+}
+// All threads of the block get the merged value. `red` holds 2 * 32 floats.
+__device__ __forceinline__ MS block_ms(MS v, float* red) {
+  v = warp_ms(v);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) { red[warp] = v.m; red[32 + warp] = v.s; }
+  __syncthreads();
+  if (warp == 0) {
+    MS w;
+    w.m = lane < (int)(blockDim.x / 32) ? red[lane] : -KJIT_INF;
+    w.s = lane < (int)(blockDim.x / 32) ? red[32 + lane] : 0.f;
+    w = warp_ms(w);
+    if (lane == 0) { red[0] = w.m; red[32] = w.s; }
+  }
+  __syncthreads();
+  MS r;
+  r.m = red[0];
+  r.s = red[32];
+  __syncthreads();
+  return r;
+}
+__device__ __forceinline__ float out_value(float x, MS ms) {
+  if (LOG) return x - ms.m - logf(ms.s);
+  return expf(x - ms.m) / ms.s;
+}
+)";
+
+class Softmax final : public Family {
+ public:
+  std::string_view name() const override { return "softmax"; }
+  int codegen_version() const override { return 1; }
+  std::vector<std::string> ops() const override { return {"aten::_softmax", "aten::_log_softmax"}; }
+
+  OpTraits traits(std::string_view op) const override {
+    OpTraits t;
+    if (op == "aten::_softmax") {
+      // softmax of a long row is ~1/len per element: assert_close's atol of
+      // 1e-5 would accept any output for rows past ~1e5, so softmax is held to
+      // relative error (float32 allows for a different summation order).
+      t.tolerance_by_dtype[DType::kFloat32] = {1e-30, 1e-5};
+      t.tolerance_by_dtype[DType::kFloat16] = {1e-7, 1e-3};
+      t.tolerance_by_dtype[DType::kBFloat16] = {1e-30, 1.6e-2};
+    }
+    return t;
+  }
+
+  std::vector<OpKey> SampleKeys() const override {
+    auto key = [](const char* op, DType dt, std::vector<int64_t> sizes, int64_t dim, bool half_to_float) {
+      return OpKey::Single(op, "", {TensorDesc::Contiguous(dt, std::move(sizes)), dim, half_to_float}, 90);
+    };
+    return {
+        key("aten::_softmax", DType::kFloat32, {4096, 16384}, -1, false),
+        key("aten::_softmax", DType::kFloat32, {64, 1048576}, -1, false),
+        key("aten::_softmax", DType::kFloat32, {262144, 256}, 1, false),
+        key("aten::_softmax", DType::kFloat16, {1000, 1000}, -1, true),
+        key("aten::_log_softmax", DType::kBFloat16, {8192, 50257}, -1, false),
+        key("aten::_softmax", DType::kFloat32, {32, 1000, 64}, 1, false),
+        key("aten::_log_softmax", DType::kFloat16, {128, 24, 96}, 1, false),
+    };
+  }
+
+  Result<std::unique_ptr<Problem>> Match(const OpKey& key) const override {
+    if (key.calls.size() != 1) return InvalidArgument("a single call is needed");
+    const OpCall& c = key.calls[0];
+    auto p = std::make_unique<SoftmaxProblem>();
+    if (c.op == "aten::_log_softmax") {
+      p->log = true;
+    } else if (c.op != "aten::_softmax") {
+      return InvalidArgument("not a softmax");
+    }
+    if (!c.overload.empty() || c.args.size() != 3) return InvalidArgument("unexpected overload or arguments");
+    const auto* x = std::get_if<TensorDesc>(&c.args[0]);
+    const auto* dim = std::get_if<int64_t>(&c.args[1]);
+    const auto* half_to_float = std::get_if<bool>(&c.args[2]);
+    if (!x || !dim || !half_to_float) return InvalidArgument("arguments are not (Tensor, int, bool)");
+    if (x->dtype != DType::kFloat32 && x->dtype != DType::kFloat16 && x->dtype != DType::kBFloat16) {
+      return InvalidArgument("dtype " + std::string(DTypeName(x->dtype)) + " is not served");
+    }
+    if (*half_to_float && x->dtype == DType::kFloat32) return InvalidArgument("half_to_float needs a half input");
+    if (!x->is_contiguous()) return InvalidArgument("non-contiguous inputs are declined");
+    if (x->numel() == 0) return InvalidArgument("empty inputs are left to PyTorch");
+    const int64_t nd = static_cast<int64_t>(x->sizes.size());
+    int64_t d = *dim < 0 ? *dim + std::max<int64_t>(nd, 1) : *dim;
+    if (d < 0 || d >= std::max<int64_t>(nd, 1)) return InvalidArgument("dim out of range");
+    for (int64_t i = 0; i < nd; ++i) {
+      if (i < d) p->outer *= x->sizes[i];
+      if (i == d) p->len = x->sizes[i];
+      if (i > d) p->inner *= x->sizes[i];
+    }
+    if (p->outer * p->len * p->inner > (int64_t{1} << 40)) return InvalidArgument("too large");
+    p->in = x->dtype;
+    p->out = *half_to_float ? DType::kFloat32 : x->dtype;
+    p->alignment = x->alignment;
+    p->op = c.op;
+    std::ostringstream desc;
+    desc << (p->log ? "log_softmax " : "softmax ") << DTypeName(p->in) << "->" << DTypeName(p->out) << " outer=" << p->outer
+         << " len=" << p->len << " inner=" << p->inner;
+    p->description = desc.str();
+    return std::unique_ptr<Problem>(std::move(p));
+  }
+
+  Space MakeSpace(const Problem&, const DeviceFacts&) const override {
+    Space s;
+    s.family = "softmax";
+    s.knobs = {
+        {"strategy", {kWarp, kRegs, kSmem, kOnline, kCluster, kClusterSmem, kColumns, kColumnsRegs},
+         "0 warp/row, 1 block/row in registers, 2 block/row in shared memory, 3 block/row online, 4 cluster/row "
+         "online, 5 cluster/row in shared memory, 6 columns online, 7 columns in registers"},
+        {"threads", {32, 64, 128, 256, 512, 1024}, "threads per block"},
+        {"vec", {1, 2, 4, 8}, "elements per vector load and store"},
+        {"cluster", {1, 2, 4, 8}, "blocks per row (cluster strategies)"},
+        {"unroll", {1, 2, 4}, "unrolling of the streaming loops (online strategies)"},
+        {"hint", {0, 1}, "1: streaming cache hints (evict-first) on the last read and on stores"},
+    };
+    return s;
+  }
+
+  Status Check(const Problem& problem, const Point& pt, const DeviceFacts& dev) const override {
+    const auto& p = static_cast<const SoftmaxProblem&>(problem);
+    const int64_t strategy = pt.at("strategy"), threads = pt.at("threads"), vec = pt.at("vec"),
+                  cluster = pt.at("cluster"), unroll = pt.at("unroll");
+    const int64_t in_size = static_cast<int64_t>(DTypeSize(p.in)), out_size = static_cast<int64_t>(DTypeSize(p.out));
+    const bool columns = strategy == kColumns || strategy == kColumnsRegs;
+    const bool clustered = strategy == kCluster || strategy == kClusterSmem;
+    const bool online = strategy == kOnline || strategy == kCluster || strategy == kColumns;
+    if (columns != (p.inner > 1)) return InvalidArgument(columns ? "columns need dim not last" : "rows need dim last");
+    if (clustered != (cluster > 1)) return InvalidArgument("cluster > 1 exactly for the cluster strategies");
+    if (clustered && (dev.arch < 90 || cluster > dev.max_cluster_size)) return InvalidArgument("no such cluster here");
+    if (!online && unroll != 1) return InvalidArgument("unroll applies to the online loops only");
+    if (threads > dev.max_threads_per_block) return InvalidArgument("too many threads");
+    if (vec * in_size > 16 || vec * out_size > 16) return InvalidArgument("vector wider than 16 bytes");
+    if (vec * in_size > p.alignment) return InvalidArgument("input not aligned for the vector");
+    const int64_t vec_extent = columns ? p.inner : p.len;  // vectors run along the contiguous dim
+    if (vec_extent % vec != 0) return InvalidArgument("vector does not divide the contiguous extent");
+    const int64_t smem_cap = dev.max_shared_bytes_per_block - kReductionScratch;
+    switch (strategy) {
+      case kWarp:
+        if (Ceil(p.len, 32 * vec) * vec > kMaxRegisterFloats) return InvalidArgument("row too long for a warp");
+        break;
+      case kRegs:
+        if (threads < 64) return InvalidArgument("use the warp strategy");
+        if (Ceil(p.len, threads * vec) * vec > kMaxRegisterFloats) return InvalidArgument("row too long for registers");
+        if (p.len < threads * vec / 2) return InvalidArgument("most threads would idle");
+        break;
+      case kSmem:
+        if (threads < 64) return InvalidArgument("use the warp strategy");
+        if (p.len * 4 > smem_cap) return InvalidArgument("row larger than shared memory");
+        if (p.len < threads * vec) return InvalidArgument("row shorter than one pass");
+        break;
+      case kOnline:
+        if (threads < 64) return InvalidArgument("use the warp strategy");
+        if (p.len < threads * vec) return InvalidArgument("row shorter than one pass");
+        break;
+      case kCluster:
+      case kClusterSmem: {
+        if (threads < 128) return InvalidArgument("cluster blocks need at least 128 threads");
+        if (p.len % (cluster * vec) != 0) return InvalidArgument("row does not split evenly");
+        const int64_t part = p.len / cluster;
+        if (part < threads * vec) return InvalidArgument("row part shorter than one pass");
+        if (strategy == kClusterSmem && part * 4 > smem_cap) return InvalidArgument("row part larger than shared memory");
+        break;
+      }
+      case kColumns:
+        break;
+      case kColumnsRegs:
+        if (p.len * vec > kMaxRegisterFloats) return InvalidArgument("column too long for registers");
+        break;
+      default:
+        return InvalidArgument("unknown strategy");
+    }
+    if (!columns && strategy != kWarp && !clustered && p.rows() > int64_t{2147483647}) return InvalidArgument("grid");
+    return Status::Ok();
+  }
+
+  Point ExpertDefault(const Problem& problem, const DeviceFacts& dev) const override {
+    const auto& p = static_cast<const SoftmaxProblem&>(problem);
+    // Widest vector that is valid: 16-byte accesses where the layout allows.
+    auto widest = [&](Point pt) {
+      for (int64_t v : {8, 4, 2, 1}) {
+        pt["vec"] = v;
+        if (Check(problem, pt, dev).ok()) return pt;
+      }
+      return pt;
+    };
+    Point pt{{"strategy", kOnline}, {"threads", 256}, {"vec", 1}, {"cluster", 1}, {"unroll", 1}, {"hint", 0}};
+    if (p.inner > 1) {
+      pt["strategy"] = p.len <= 16 ? kColumnsRegs : kColumns;
+      pt["threads"] = 256;
+      Point w = widest(pt);
+      if (Check(problem, w, dev).ok()) return w;
+      pt["strategy"] = kColumns;
+      return widest(pt);
+    }
+    const std::vector<Point> tries = {
+        {{"strategy", kWarp}, {"threads", 128}, {"vec", 1}, {"cluster", 1}, {"unroll", 1}, {"hint", 0}},
+        {{"strategy", kRegs}, {"threads", 256}, {"vec", 1}, {"cluster", 1}, {"unroll", 1}, {"hint", 0}},
+        {{"strategy", kRegs}, {"threads", 512}, {"vec", 1}, {"cluster", 1}, {"unroll", 1}, {"hint", 0}},
+        {{"strategy", kRegs}, {"threads", 1024}, {"vec", 1}, {"cluster", 1}, {"unroll", 1}, {"hint", 0}},
+    };
+    for (const Point& t : tries) {
+      Point w = widest(t);
+      if (Check(problem, w, dev).ok()) return w;
+    }
+    // Long rows: too few of them to fill the GPU one block each -> split each over a cluster.
+    if (p.rows() < 2 * dev.sm_count) {
+      Point c{{"strategy", kCluster}, {"threads", 512}, {"vec", 1}, {"cluster", 8}, {"unroll", 1}, {"hint", 1}};
+      Point w = widest(c);
+      if (Check(problem, w, dev).ok()) return w;
+    }
+    Point s{{"strategy", kSmem}, {"threads", 512}, {"vec", 1}, {"cluster", 1}, {"unroll", 1}, {"hint", 0}};
+    Point w = widest(s);
+    if (Check(problem, w, dev).ok()) return w;
+    Point o{{"strategy", kOnline}, {"threads", 512}, {"vec", 1}, {"cluster", 1}, {"unroll", 1}, {"hint", 1}};
+    return widest(o);
+  }
+
+  Result<Candidate> Generate(const Problem& problem, const Point& pt, const DeviceFacts& dev) const override {
+    KJIT_RETURN_IF_ERROR(Check(problem, pt, dev));
+    const auto& p = static_cast<const SoftmaxProblem&>(problem);
+    const int64_t strategy = pt.at("strategy"), threads = pt.at("threads"), vec = pt.at("vec"),
+                  cluster = pt.at("cluster"), unroll = pt.at("unroll"), hint = pt.at("hint");
+    std::ostringstream src;
+    src << "// kjit softmax family, codegen " << codegen_version() << ": " << p.description << "\n// point "
+        << PointToString(pt) << "\n" << kIncludes;
+    src << "typedef " << CType(p.in) << " in_t;\ntypedef " << CType(p.out) << " out_t;\n";
+    src << "#define VEC " << vec << "\n#define HINT " << hint << "\n#define LOG " << (p.log ? 1 : 0) << "\n";
+    src << "constexpr long long OUTER = " << p.outer << "LL, LEN = " << p.len << "LL, INNER = " << p.inner << "LL;\n";
+    src << "constexpr int THREADS = " << threads << ", CLUSTER = " << cluster << ";\n#define UNROLL " << unroll << "\n";
+    src << kPrelude;
+    Candidate c;
+    c.entry_point = "kjit_softmax";
+    c.launch.block[0] = static_cast<uint32_t>(threads);
+    const int64_t rows = p.rows();
+    switch (strategy) {
+      case kWarp: {
+        const int64_t items = Ceil(p.len, 32 * vec);
+        src << "constexpr int ITEMS = " << items << ";\n" << R"(
+extern "C" __global__ void __launch_bounds__(THREADS) kjit_softmax(const in_t* __restrict__ x, out_t* __restrict__ y) {
+  const long long row = (long long)blockIdx.x * (THREADS / 32) + threadIdx.x / 32;
+  if (row >= OUTER) return;
+  const int lane = threadIdx.x % 32;
+  const in_t* xr = x + row * LEN;
+  out_t* yr = y + row * LEN;
+  float v[ITEMS][VEC];
+  MS ms = {-KJIT_INF, 0.f};
+#pragma unroll
+  for (int i = 0; i < ITEMS; ++i) {
+    const long long col = ((long long)i * 32 + lane) * VEC;
+    if (col < LEN) {
+      load_vec<false>(xr + col, v[i]);
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) ms_add(ms, v[i][k]);
+    }
+  }
+  ms = ms_final(warp_ms(ms));
+#pragma unroll
+  for (int i = 0; i < ITEMS; ++i) {
+    const long long col = ((long long)i * 32 + lane) * VEC;
+    if (col < LEN) {
+      float o[VEC];
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) o[k] = out_value(v[i][k], ms);
+      store_vec(yr + col, o);
+    }
+  }
+}
+)";
+        c.launch.grid[0] = static_cast<uint32_t>(Ceil(rows, threads / 32));
+        break;
+      }
+      case kRegs: {
+        const int64_t items = Ceil(p.len, threads * vec);
+        src << "constexpr int ITEMS = " << items << ";\n" << R"(
+extern "C" __global__ void __launch_bounds__(THREADS) kjit_softmax(const in_t* __restrict__ x, out_t* __restrict__ y) {
+  __shared__ float red[64];
+  const long long row = blockIdx.x;
+  const in_t* xr = x + row * LEN;
+  out_t* yr = y + row * LEN;
+  float v[ITEMS][VEC];
+  MS ms = {-KJIT_INF, 0.f};
+#pragma unroll
+  for (int i = 0; i < ITEMS; ++i) {
+    const long long col = ((long long)i * THREADS + threadIdx.x) * VEC;
+    if (col < LEN) {
+      load_vec<false>(xr + col, v[i]);
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) ms_add(ms, v[i][k]);
+    }
+  }
+  ms = ms_final(block_ms(ms, red));
+#pragma unroll
+  for (int i = 0; i < ITEMS; ++i) {
+    const long long col = ((long long)i * THREADS + threadIdx.x) * VEC;
+    if (col < LEN) {
+      float o[VEC];
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) o[k] = out_value(v[i][k], ms);
+      store_vec(yr + col, o);
+    }
+  }
+}
+)";
+        c.launch.grid[0] = static_cast<uint32_t>(rows);
+        break;
+      }
+      case kSmem:
+      case kOnline: {
+        const bool staged = strategy == kSmem;
+        src << "#define STAGED " << (staged ? 1 : 0) << "\n" << R"(
+extern "C" __global__ void __launch_bounds__(THREADS) kjit_softmax(const in_t* __restrict__ x, out_t* __restrict__ y) {
+  __shared__ float red[64];
+  extern __shared__ float row_buf[];
+  const long long row = blockIdx.x;
+  const in_t* xr = x + row * LEN;
+  out_t* yr = y + row * LEN;
+  MS ms = {-KJIT_INF, 0.f};
+#pragma unroll UNROLL
+  for (long long col = (long long)threadIdx.x * VEC; col < LEN; col += (long long)THREADS * VEC) {
+    float v[VEC];
+    load_vec<false>(xr + col, v);
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) {
+      ms_add(ms, v[k]);
+      if (STAGED) row_buf[col + k] = v[k];
+    }
+  }
+  ms = ms_final(block_ms(ms, red));
+#pragma unroll UNROLL
+  for (long long col = (long long)threadIdx.x * VEC; col < LEN; col += (long long)THREADS * VEC) {
+    float v[VEC];
+    if (STAGED) {
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) v[k] = row_buf[col + k];
+    } else {
+      load_vec<HINT>(xr + col, v);
+    }
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) v[k] = out_value(v[k], ms);
+    store_vec(yr + col, v);
+  }
+}
+)";
+        c.launch.grid[0] = static_cast<uint32_t>(rows);
+        if (staged) c.launch.dynamic_shared_bytes = static_cast<uint32_t>(p.len * 4);
+        break;
+      }
+      case kCluster:
+      case kClusterSmem: {
+        const bool staged = strategy == kClusterSmem;
+        src << "#define STAGED " << (staged ? 1 : 0) << "\nconstexpr long long PART = LEN / CLUSTER;\n" << R"(
+extern "C" __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(THREADS)
+kjit_softmax(const in_t* __restrict__ x, out_t* __restrict__ y) {
+  __shared__ float red[64];
+  __shared__ float part_ms[2];
+  extern __shared__ float row_buf[];
+  const long long row = blockIdx.x / CLUSTER;
+  const long long begin = (long long)__clusterRelativeBlockRank() * PART;
+  const in_t* xr = x + row * LEN + begin;
+  out_t* yr = y + row * LEN + begin;
+  MS ms = {-KJIT_INF, 0.f};
+#pragma unroll UNROLL
+  for (long long col = (long long)threadIdx.x * VEC; col < PART; col += (long long)THREADS * VEC) {
+    float v[VEC];
+    load_vec<false>(xr + col, v);
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) {
+      ms_add(ms, v[k]);
+      if (STAGED) row_buf[col + k] = v[k];
+    }
+  }
+  ms = block_ms(ms, red);
+  if (threadIdx.x == 0) { part_ms[0] = ms.m; part_ms[1] = ms.s; }
+  // Cluster barrier (release/acquire): every block's part_ms is written.
+  __cluster_barrier_arrive();
+  __cluster_barrier_wait();
+  MS all = {-KJIT_INF, 0.f};
+  for (int r = 0; r < CLUSTER; ++r) {
+    const float* other = (const float*)__cluster_map_shared_rank((void*)part_ms, r);
+    MS o = {other[0], other[1]};
+    all = ms_merge(all, o);
+  }
+  all = ms_final(all);
+  // No block leaves while others still read its part_ms.
+  __cluster_barrier_arrive();
+  __cluster_barrier_wait();
+#pragma unroll UNROLL
+  for (long long col = (long long)threadIdx.x * VEC; col < PART; col += (long long)THREADS * VEC) {
+    float v[VEC];
+    if (STAGED) {
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) v[k] = row_buf[col + k];
+    } else {
+      load_vec<HINT>(xr + col, v);
+    }
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) v[k] = out_value(v[k], all);
+    store_vec(yr + col, v);
+  }
+}
+)";
+        c.launch.grid[0] = static_cast<uint32_t>(rows * cluster);
+        if (staged) c.launch.dynamic_shared_bytes = static_cast<uint32_t>(p.len / cluster * 4);
+        break;
+      }
+      case kColumns:
+      case kColumnsRegs: {
+        const bool cached = strategy == kColumnsRegs;
+        src << "#define CACHED " << (cached ? 1 : 0) << "\nconstexpr int CLEN = " << (cached ? p.len : 1) << ";\n"
+            << R"(
+// A thread owns VEC adjacent columns (o, i..i+VEC) of the [OUTER, LEN, INNER] view.
+extern "C" __global__ void __launch_bounds__(THREADS) kjit_softmax(const in_t* __restrict__ x, out_t* __restrict__ y) {
+  const long long t = (long long)blockIdx.x * THREADS + threadIdx.x;
+  const long long groups = INNER / VEC;
+  if (t >= OUTER * groups) return;
+  const long long o = t / groups, i = (t % groups) * VEC;
+  const in_t* xc = x + o * LEN * INNER + i;
+  out_t* yc = y + o * LEN * INNER + i;
+  MS ms[VEC];
+  float cache[CLEN][VEC];
+#pragma unroll
+  for (int k = 0; k < VEC; ++k) ms[k] = MS{-KJIT_INF, 0.f};
+#pragma unroll UNROLL
+  for (long long j = 0; j < LEN; ++j) {
+    float v[VEC];
+    load_vec<false>(xc + j * INNER, v);
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) {
+      ms_add(ms[k], v[k]);
+      if (CACHED) cache[CACHED ? j : 0][k] = v[k];
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < VEC; ++k) ms[k] = ms_final(ms[k]);
+#pragma unroll UNROLL
+  for (long long j = 0; j < LEN; ++j) {
+    float v[VEC];
+    if (CACHED) {
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) v[k] = cache[CACHED ? j : 0][k];
+    } else {
+      load_vec<HINT>(xc + j * INNER, v);
+    }
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) v[k] = out_value(v[k], ms[k]);
+    store_vec(yc + j * INNER, v);
+  }
+}
+)";
+        c.launch.grid[0] = static_cast<uint32_t>(Ceil(p.outer * (p.inner / vec), threads));
+        break;
+      }
+      default:
+        return InvalidArgument("unknown strategy");
+    }
+    c.source = src.str();
+    c.options = {"--std=c++17", "--diag-suppress=177"};  // 177: a constant this strategy does not use
+    c.design = ToDesignPoint("softmax", pt, "");
+    return c;
+  }
+};
+
+}  // namespace
+
+const Family* SoftmaxFamily() {
+  static const Softmax family;
+  return &family;
+}
+
+}  // namespace kjit::policy

@@ -1,0 +1,26 @@
+// The softmax family: aten::_softmax and aten::_log_softmax over any dim of a
+// contiguous float32, float16 or bfloat16 tensor (half_to_float included),
+// accumulating in float32.
+//
+// The key is seen as [outer, len, inner] around the softmax dim. Strategies
+// (the `strategy` knob):
+//   0 warp      one warp per row, the row in registers (short rows)
+//   1 regs      one block per row, the row in registers
+//   2 smem      one block per row, the row staged in shared memory: one read
+//   3 online    one block per row, online max/sum then a second read to write
+//   4 cluster   a row split across a thread-block cluster, online per block,
+//               partial max/sum exchanged through distributed shared memory;
+//               for long rows and few of them (64 x 1M)
+//   5 cluster_smem  as 4, each block's part of the row staged in shared memory: one read
+//   6 columns   dim not last: a thread per (outer, inner) column, online, two reads
+//   7 columns_regs  as 6, the column in registers: one read (short columns)
+// Non-contiguous inputs are declined.
+#pragma once
+
+#include "kjit/policy/design_space.h"
+
+namespace kjit::policy {
+
+const Family* SoftmaxFamily();
+
+}  // namespace kjit::policy

@@ -1,0 +1,20 @@
+// The op families kjit knows. A new family is a folder under policy/ and one line here.
+#include "kjit/policy/design_space.h"
+#include "softmax/softmax.h"
+
+namespace kjit::policy {
+
+const std::vector<const Family*>& Families() {
+  static const std::vector<const Family*> families = [] {
+    std::vector<const Family*> f;
+    f.push_back(SoftmaxFamily());
+    // Each family declares what the evaluator must know about its ops.
+    for (const Family* family : f) {
+      for (const std::string& op : family->ops()) DeclareOpTraits(op, family->traits(op));
+    }
+    return f;
+  }();
+  return families;
+}
+
+}  // namespace kjit::policy

@@ -1,0 +1,192 @@
+// Every op family's design space, on CPU: sample keys match, the expert
+// default is valid, invalid points are refused, and the generated kernels
+// compile with NVRTC for sm_90: every valid point where the space is small,
+// otherwise a pairwise cover (every value of every knob and every pair of
+// values occurring together); KJIT_FULL_SWEEP=1 compiles every valid point.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "kjit/policy/design_space.h"
+#include "kjit/runtime/compiler.h"
+
+namespace kjit::policy {
+namespace {
+
+// A family with at most this many valid points over its sample keys compiles
+// all of them here (about 90 ms each on one core, NVRTC serialises within a
+// process: some 2 minutes); a larger one compiles a pairwise cover here and
+// everything in the GPU script's full sweep (KJIT_FULL_SWEEP=1).
+constexpr size_t kCompileAllUpTo = 1500;
+
+struct SweepResult {
+  size_t compiled = 0;
+  std::vector<std::string> failures;
+};
+
+SweepResult CompileAll(const Family& family, const Problem& problem, const std::vector<Point>& points,
+                       const DeviceFacts& device) {
+  static Compiler compiler;
+  SweepResult result;
+  std::mutex mu;
+  std::atomic<size_t> next{0};
+  const unsigned workers = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  for (unsigned w = 0; w < workers; ++w) {
+    pool.emplace_back([&] {
+      for (size_t i = next++; i < points.size(); i = next++) {
+        auto candidate = family.Generate(problem, points[i], device);
+        std::string failure;
+        if (!candidate.ok()) {
+          failure = candidate.status().ToString();
+        } else {
+          CompileRequest request;
+          request.source = candidate->source;
+          request.program_name = std::string(family.name()) + ".cu";
+          request.arch = 90;
+          request.options = candidate->options;
+          auto compiled = compiler.Compile(request);
+          if (!compiled.ok()) failure = compiled.status().ToString().substr(0, 3000);
+          const auto& l = candidate->launch;
+          if (l.grid[0] == 0 || l.block[0] == 0 || l.block[0] * l.block[1] * l.block[2] > 1024 ||
+              l.dynamic_shared_bytes > static_cast<uint32_t>(device.max_shared_bytes_per_block)) {
+            failure += " launch shape out of limits";
+          }
+        }
+        std::lock_guard<std::mutex> lock(mu);
+        if (failure.empty()) {
+          ++result.compiled;
+        } else {
+          result.failures.push_back(PointToString(points[i]) + ": " + failure);
+        }
+      }
+    });
+  }
+  for (auto& t : pool) t.join();
+  return result;
+}
+
+class SpaceTest : public ::testing::TestWithParam<const Family*> {};
+
+TEST_P(SpaceTest, SampleKeysMatchAndDefaultsAreValid) {
+  const Family& f = *GetParam();
+  const DeviceFacts device = DeviceFacts::H200();
+  ASSERT_FALSE(f.SampleKeys().empty());
+  for (const OpKey& key : f.SampleKeys()) {
+    auto problem = f.Match(key);
+    ASSERT_TRUE(problem.ok()) << key.ToString() << ": " << problem.status().ToString();
+    const Point def = f.ExpertDefault(**problem, device);
+    EXPECT_TRUE(f.Check(**problem, def, device).ok())
+        << (*problem)->description << ": default " << PointToString(def) << ": "
+        << f.Check(**problem, def, device).ToString();
+    auto found = FindFamily(key);
+    ASSERT_TRUE(found.ok()) << found.status().ToString();
+    EXPECT_EQ(found->family, &f);
+    // Every knob of the space is in every point, and nothing else.
+    const Space space = f.MakeSpace(**problem, device);
+    EXPECT_EQ(def.size(), space.knobs.size());
+    for (const Knob& k : space.knobs) EXPECT_TRUE(def.count(k.name)) << k.name;
+  }
+}
+
+TEST_P(SpaceTest, InvalidPointsAreRefusedWithAReason) {
+  const Family& f = *GetParam();
+  const DeviceFacts device = DeviceFacts::H200();
+  size_t refused = 0;
+  for (const OpKey& key : f.SampleKeys()) {
+    auto problem = f.Match(key);
+    ASSERT_TRUE(problem.ok());
+    const Space space = f.MakeSpace(**problem, device);
+    const std::vector<Point> valid = ValidPoints(f, **problem, device);
+    EXPECT_FALSE(valid.empty()) << (*problem)->description;
+    EXPECT_LT(valid.size(), space.size()) << "a space with no invalid point has no rules";
+    // Walk the cross product once more: a refused point says why, and Generate refuses it too.
+    Point p;
+    for (const Knob& k : space.knobs) p[k.name] = k.values.back();
+    Status st = f.Check(**problem, p, device);
+    if (!st.ok()) {
+      ++refused;
+      EXPECT_FALSE(st.message().empty());
+      EXPECT_FALSE(f.Generate(**problem, p, device).ok());
+    }
+  }
+  EXPECT_GT(refused, 0u);
+}
+
+TEST_P(SpaceTest, EveryPointCompilesForSm90) {
+  const Family& f = *GetParam();
+  const DeviceFacts device = DeviceFacts::H200();
+  const bool full = std::getenv("KJIT_FULL_SWEEP") != nullptr;
+  size_t total_valid = 0, total_compiled = 0;
+  for (const OpKey& key : f.SampleKeys()) {
+    auto problem = f.Match(key);
+    ASSERT_TRUE(problem.ok());
+    total_valid += ValidPoints(f, **problem, device).size();
+  }
+  const bool all = full || total_valid <= kCompileAllUpTo;
+  total_valid = 0;
+  const auto started = std::chrono::steady_clock::now();
+  for (const OpKey& key : f.SampleKeys()) {
+    auto problem = f.Match(key);
+    ASSERT_TRUE(problem.ok());
+    const std::vector<Point> valid = ValidPoints(f, **problem, device);
+    const std::vector<Point> points = all ? valid : PairwiseCover(f, **problem, device);
+    const SweepResult r = CompileAll(f, **problem, points, device);
+    total_valid += valid.size();
+    total_compiled += r.compiled;
+    std::printf("[ sweep ] %s: %zu valid points, compiled %zu (%s)\n", (*problem)->description.c_str(),
+                valid.size(), r.compiled, all ? "all" : "pairwise cover");
+    for (const std::string& failure : r.failures) ADD_FAILURE() << (*problem)->description << ": " << failure;
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  std::printf("[ sweep ] %s: %zu valid points over %zu keys, %zu compiled in %.1f s\n", std::string(f.name()).c_str(),
+              total_valid, f.SampleKeys().size(), total_compiled, seconds);
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, SpaceTest, ::testing::ValuesIn(Families()),
+                         [](const ::testing::TestParamInfo<const Family*>& param_info) {
+                           return std::string(param_info.param->name());
+                         });
+
+TEST(SoftmaxSpace, DeclinesWhatItCannotServe) {
+  auto decline = [](std::vector<Arg> args) {
+    return FindFamily(OpKey::Single("aten::_softmax", "", std::move(args), 90)).status();
+  };
+  TensorDesc transposed = TensorDesc::Contiguous(DType::kFloat32, {64, 128});
+  transposed.strides = {1, 64};
+  Status st = decline({transposed, int64_t{-1}, false});
+  EXPECT_EQ(st.code(), StatusCode::kNotFound);
+  EXPECT_NE(st.message().find("non-contiguous"), std::string::npos) << st.message();
+  st = decline({TensorDesc::Contiguous(DType::kFloat64, {4, 4}), int64_t{-1}, false});
+  EXPECT_NE(st.message().find("not served"), std::string::npos) << st.message();
+  st = decline({TensorDesc::Contiguous(DType::kFloat32, {4, 4}), int64_t{-1}, true});
+  EXPECT_NE(st.message().find("half_to_float"), std::string::npos) << st.message();
+  st = decline({TensorDesc::Contiguous(DType::kFloat32, {0, 4}), int64_t{-1}, false});
+  EXPECT_EQ(st.code(), StatusCode::kNotFound);
+  EXPECT_EQ(FindFamily(OpKey::Single("aten::relu", "", {TensorDesc::Contiguous(DType::kFloat32, {4})}, 90))
+                .status()
+                .code(),
+            StatusCode::kNotFound);
+}
+
+TEST(SoftmaxSpace, LongFewRowsSplitAcrossAClusterByDefault) {
+  const Family& f = *FindFamily(OpKey::Single("aten::_softmax", "",
+                                              {TensorDesc::Contiguous(DType::kFloat32, {64, 1048576}), int64_t{-1},
+                                               false},
+                                              90))
+                         ->family;
+  auto problem = f.Match(OpKey::Single("aten::_softmax", "",
+                                       {TensorDesc::Contiguous(DType::kFloat32, {64, 1048576}), int64_t{-1}, false}, 90));
+  ASSERT_TRUE(problem.ok());
+  const Point p = f.ExpertDefault(**problem, DeviceFacts::H200());
+  EXPECT_EQ(p.at("strategy"), 4) << PointToString(p);
+  EXPECT_EQ(p.at("vec"), 4) << PointToString(p);
+}
+
+}  // namespace
+}  // namespace kjit::policy
