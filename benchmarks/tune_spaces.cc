@@ -68,6 +68,8 @@ int main(int argc, char** argv) {
   app.add_option("--skip", skip, "skip the first N evaluations (to get past a fault)");
   app.add_option("--dataset", dataset, "append every measurement here as JSON lines");
   CLI11_PARSE(app, argc, argv);
+  // A run may be cut off (a fault, a time limit): every line must already be out.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
 
   auto evaluator = eval::Evaluator::Create(eval::EvaluatorOptions{});
   if (!evaluator.ok()) {
