@@ -43,5 +43,5 @@ if ((sanitize)); then
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DKJIT_SANITIZE=ON -DKJIT_BUILD_BENCHMARKS=OFF >/dev/null
   cmake --build build-asan -j "$jobs"
   echo "[test] run CPU tests under sanitizers"
-  (cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j "$jobs" -L cpu --timeout 600)
+  (cd build-asan && ASAN_OPTIONS=detect_leaks=1 KJIT_SPACE_SWEEP=cover ctest --output-on-failure -j "$jobs" -L cpu --timeout 600)
 fi

@@ -15,6 +15,7 @@ enum Strategy : int64_t {
   kClusterSmem = 5,
   kColumns = 6,
   kColumnsRegs = 7,
+  kColumnsBlock = 8,
 };
 
 constexpr int64_t kMaxRegisterFloats = 64;  // per thread, for the row-in-registers strategies
@@ -51,39 +52,50 @@ constexpr const char* kIncludes = R"(
 
 constexpr const char* kPrelude = R"(
 
-__device__ __forceinline__ float to_f(float x) { return x; }
-__device__ __forceinline__ float to_f(__half x) { return __half2float(x); }
-__device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <typename T> __device__ __forceinline__ T from_f(float x);
-template <> __device__ __forceinline__ float from_f<float>(float x) { return x; }
-template <> __device__ __forceinline__ __half from_f<__half>(float x) { return __float2half_rn(x); }
-template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
-
 template <int BYTES> struct RawOf;
 template <> struct RawOf<2> { typedef unsigned short T; };
 template <> struct RawOf<4> { typedef unsigned int T; };
 template <> struct RawOf<8> { typedef uint2 T; };
 template <> struct RawOf<16> { typedef uint4 T; };
 
+// Elements travel as their bit patterns (integers) between memory and
+// registers, through unions of integers: punning the half and bfloat16
+// classes through pointers is undefined behaviour (and the suspect for wrong
+// f16 log_softmax results seen with codegen 1).
+template <typename T> struct Bits;
+template <> struct Bits<float> {
+  typedef unsigned int U;
+  static __device__ __forceinline__ float to_f(U u) { return __uint_as_float(u); }
+  static __device__ __forceinline__ U from_f(float x) { return __float_as_uint(x); }
+};
+template <> struct Bits<__half> {
+  typedef unsigned short U;
+  static __device__ __forceinline__ float to_f(U u) { return __half2float(__ushort_as_half(u)); }
+  static __device__ __forceinline__ U from_f(float x) { return __half_as_ushort(__float2half_rn(x)); }
+};
+template <> struct Bits<__nv_bfloat16> {
+  typedef unsigned short U;
+  static __device__ __forceinline__ float to_f(U u) { return __bfloat162float(__ushort_as_bfloat16(u)); }
+  static __device__ __forceinline__ U from_f(float x) { return __bfloat16_as_ushort(__float2bfloat16_rn(x)); }
+};
+
 // VEC consecutive elements at p (aligned to their total size), as floats.
 template <bool STREAM>
 __device__ __forceinline__ void load_vec(const in_t* p, float (&f)[VEC]) {
   typedef typename RawOf<sizeof(in_t) * VEC>::T Raw;
-  Raw raw;
-  if (STREAM) raw = __ldcs(reinterpret_cast<const Raw*>(p));
-  else raw = *reinterpret_cast<const Raw*>(p);
-  const in_t* e = reinterpret_cast<const in_t*>(&raw);
+  union { Raw raw; typename Bits<in_t>::U u[VEC]; } v;
+  if (STREAM) v.raw = __ldcs(reinterpret_cast<const Raw*>(p));
+  else v.raw = *reinterpret_cast<const Raw*>(p);
 #pragma unroll
-  for (int i = 0; i < VEC; ++i) f[i] = to_f(e[i]);
+  for (int i = 0; i < VEC; ++i) f[i] = Bits<in_t>::to_f(v.u[i]);
 }
 __device__ __forceinline__ void store_vec(out_t* p, const float (&f)[VEC]) {
   typedef typename RawOf<sizeof(out_t) * VEC>::T Raw;
-  Raw raw;
-  out_t* e = reinterpret_cast<out_t*>(&raw);
+  union { Raw raw; typename Bits<out_t>::U u[VEC]; } v;
 #pragma unroll
-  for (int i = 0; i < VEC; ++i) e[i] = from_f<out_t>(f[i]);
-  if (HINT) __stcs(reinterpret_cast<Raw*>(p), raw);
-  else *reinterpret_cast<Raw*>(p) = raw;
+  for (int i = 0; i < VEC; ++i) v.u[i] = Bits<out_t>::from_f(f[i]);
+  if (HINT) __stcs(reinterpret_cast<Raw*>(p), v.raw);
+  else *reinterpret_cast<Raw*>(p) = v.raw;
 }
 
 // Running max m and sum s of exp(x - m). Matches PyTorch on special values:
@@ -151,7 +163,7 @@ __device__ __forceinline__ float out_value(float x, MS ms) {
 class Softmax final : public Family {
  public:
   std::string_view name() const override { return "softmax"; }
-  int codegen_version() const override { return 1; }
+  int codegen_version() const override { return 2; }
   std::vector<std::string> ops() const override { return {"aten::_softmax", "aten::_log_softmax"}; }
 
   OpTraits traits(std::string_view op) const override {
@@ -226,9 +238,10 @@ class Softmax final : public Family {
     Space s;
     s.family = "softmax";
     s.knobs = {
-        {"strategy", {kWarp, kRegs, kSmem, kOnline, kCluster, kClusterSmem, kColumns, kColumnsRegs},
+        {"strategy", {kWarp, kRegs, kSmem, kOnline, kCluster, kClusterSmem, kColumns, kColumnsRegs, kColumnsBlock},
          "0 warp/row, 1 block/row in registers, 2 block/row in shared memory, 3 block/row online, 4 cluster/row "
-         "online, 5 cluster/row in shared memory, 6 columns online, 7 columns in registers"},
+         "online, 5 cluster/row in shared memory, 6 columns online, 7 columns in registers, 8 column tiles with "
+         "the softmax dim split over a block's warps"},
         {"threads", {32, 64, 128, 256, 512, 1024}, "threads per block"},
         {"vec", {1, 2, 4, 8}, "elements per vector load and store"},
         {"cluster", {1, 2, 4, 8}, "blocks per row (cluster strategies)"},
@@ -243,9 +256,9 @@ class Softmax final : public Family {
     const int64_t strategy = pt.at("strategy"), threads = pt.at("threads"), vec = pt.at("vec"),
                   cluster = pt.at("cluster"), unroll = pt.at("unroll");
     const int64_t in_size = static_cast<int64_t>(DTypeSize(p.in)), out_size = static_cast<int64_t>(DTypeSize(p.out));
-    const bool columns = strategy == kColumns || strategy == kColumnsRegs;
+    const bool columns = strategy == kColumns || strategy == kColumnsRegs || strategy == kColumnsBlock;
     const bool clustered = strategy == kCluster || strategy == kClusterSmem;
-    const bool online = strategy == kOnline || strategy == kCluster || strategy == kColumns;
+    const bool online = strategy == kOnline || strategy == kCluster || strategy == kColumns || strategy == kColumnsBlock;
     if (columns != (p.inner > 1)) return InvalidArgument(columns ? "columns need dim not last" : "rows need dim last");
     if (clustered != (cluster > 1)) return InvalidArgument("cluster > 1 exactly for the cluster strategies");
     if (clustered && (dev.arch < 90 || cluster > dev.max_cluster_size)) return InvalidArgument("no such cluster here");
@@ -288,6 +301,11 @@ class Softmax final : public Family {
       case kColumnsRegs:
         if (p.len * vec > kMaxRegisterFloats) return InvalidArgument("column too long for registers");
         break;
+      case kColumnsBlock:
+        if (threads < 64) return InvalidArgument("a single warp is the columns strategy");
+        if (p.len < threads / 32) return InvalidArgument("more warps than elements along the softmax dim");
+        if (256 * (threads / 32) * vec > 48 * 1024) return InvalidArgument("partials exceed static shared memory");
+        break;
       default:
         return InvalidArgument("unknown strategy");
     }
@@ -307,7 +325,7 @@ class Softmax final : public Family {
     };
     Point pt{{"strategy", kOnline}, {"threads", 256}, {"vec", 1}, {"cluster", 1}, {"unroll", 1}, {"hint", 0}};
     if (p.inner > 1) {
-      pt["strategy"] = p.len <= 16 ? kColumnsRegs : kColumns;
+      pt["strategy"] = p.len <= 16 ? kColumnsRegs : kColumnsBlock;
       pt["threads"] = 256;
       Point w = widest(pt);
       if (Check(problem, w, dev).ok()) return w;
@@ -570,6 +588,59 @@ extern "C" __global__ void __launch_bounds__(THREADS) kjit_softmax(const in_t* _
 }
 )";
         c.launch.grid[0] = static_cast<uint32_t>(Ceil(p.outer * (p.inner / vec), threads));
+        break;
+      }
+      case kColumnsBlock: {
+        src << "constexpr int WARPS = THREADS / 32;\n" << R"(
+// A block owns a tile of 32 * VEC adjacent columns of one outer index; lane l
+// the VEC columns at l * VEC; warp w the rows w, w + WARPS, ... of the softmax
+// dim. Every warp merges the partials in the same order: one result.
+extern "C" __global__ void __launch_bounds__(THREADS) kjit_softmax(const in_t* __restrict__ x, out_t* __restrict__ y) {
+  __shared__ float part_m[WARPS][32 * VEC];
+  __shared__ float part_s[WARPS][32 * VEC];
+  const long long tiles = (INNER + 32 * VEC - 1) / (32 * VEC);
+  const long long o = blockIdx.x / tiles, tile = blockIdx.x % tiles;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const long long i = tile * 32 * VEC + (long long)lane * VEC;
+  const bool active = i < INNER;
+  const in_t* xc = x + o * LEN * INNER + i;
+  out_t* yc = y + o * LEN * INNER + i;
+  MS ms[VEC];
+#pragma unroll
+  for (int k = 0; k < VEC; ++k) ms[k] = MS{-KJIT_INF, 0.f};
+  if (active) {
+#pragma unroll UNROLL
+    for (long long j = warp; j < LEN; j += WARPS) {
+      float v[VEC];
+      load_vec<false>(xc + j * INNER, v);
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) ms_add(ms[k], v[k]);
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < VEC; ++k) {
+    part_m[warp][lane * VEC + k] = ms[k].m;
+    part_s[warp][lane * VEC + k] = ms[k].s;
+  }
+  __syncthreads();
+  if (!active) return;
+#pragma unroll
+  for (int k = 0; k < VEC; ++k) {
+    MS all = {-KJIT_INF, 0.f};
+    for (int w = 0; w < WARPS; ++w) all = ms_merge(all, MS{part_m[w][lane * VEC + k], part_s[w][lane * VEC + k]});
+    ms[k] = ms_final(all);
+  }
+#pragma unroll UNROLL
+  for (long long j = warp; j < LEN; j += WARPS) {
+    float v[VEC];
+    load_vec<HINT>(xc + j * INNER, v);
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) v[k] = out_value(v[k], ms[k]);
+    store_vec(yc + j * INNER, v);
+  }
+}
+)";
+        c.launch.grid[0] = static_cast<uint32_t>(p.outer * Ceil(p.inner, 32 * vec));
         break;
       }
       default:

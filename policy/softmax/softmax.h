@@ -14,6 +14,8 @@
 //   5 cluster_smem  as 4, each block's part of the row staged in shared memory: one read
 //   6 columns   dim not last: a thread per (outer, inner) column, online, two reads
 //   7 columns_regs  as 6, the column in registers: one read (short columns)
+//   8 columns_block a block per tile of 32 x vec columns, the softmax dim split
+//               over its warps, partials merged through shared memory
 // Non-contiguous inputs are declined.
 #pragma once
 
