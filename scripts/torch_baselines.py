@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""PyTorch eager and torch.compile times for the design-space cases, on a GPU.
+
+Run on the GPU machine (its python3 has torch):
+
+    python3 scripts/torch_baselines.py --family softmax --json $OUT/torch-baselines.json
+
+Each case is timed the way kjit's evaluator times kernels: CUDA events around
+one call, the L2 cache flushed (a write of twice its size) before every run,
+warm-up first, median and interquartile range of --runs runs. Eager and
+compiled alternate within one loop so their ratio is taken in the same
+conditions. Prints a markdown table; --json writes the figures for
+benchmarks/RESULTS.md and for joining with kjit_tune_spaces' dataset (by key text).
+"""
+import argparse
+import json
+import statistics
+import sys
+
+
+def cases(torch, family):
+    F = torch.nn.functional
+    f32, f16, bf16 = torch.float32, torch.float16, torch.bfloat16
+    out = []
+
+    def add(fam, name, key_text, make, fn):
+        if family in (None, fam):
+            out.append((fam, name, key_text, make, fn))
+
+    for shape in [(4096, 16384), (262144, 256), (64, 1048576), (2048, 16384), (8192, 16384), (4095, 16383),
+                  (32, 1048576), (128, 1048576), (64, 1000003)]:
+        rows, cols = shape
+        add("softmax", f"softmax f32 {rows}x{cols}", f"aten::_softmax(f32[{rows},{cols}], -1, False) sm_90",
+            lambda r=rows, c=cols: (torch.randn(r, c, device="cuda"),), lambda x: torch.softmax(x, -1))
+    for shape in [(65536, 1024), (32768, 1024), (131072, 1024), (65535, 1023)]:
+        rows, cols = shape
+        add("layer_norm", f"layer_norm f32 {rows}x{cols} affine", f"native_layer_norm f32[{rows},{cols}]",
+            lambda r=rows, c=cols: (torch.randn(r, c, device="cuda"), torch.randn(c, device="cuda"),
+                                    torch.randn(c, device="cuda")),
+            lambda x, w, b: F.layer_norm(x, (x.shape[-1],), w, b))
+    for shape in [(32, 64, 256, 256), (16, 64, 256, 256), (32, 64, 128, 128), (31, 64, 255, 255)]:
+        add("group_norm", f"group_norm f32 {'x'.join(map(str, shape))} g8", f"native_group_norm f32{list(shape)} 8",
+            lambda s=shape: (torch.randn(*s, device="cuda"),), lambda x: F.group_norm(x, 8))
+        add("instance_norm", f"instance_norm f32 {'x'.join(map(str, shape))}", f"instance_norm f32{list(shape)}",
+            lambda s=shape: (torch.randn(*s, device="cuda"),), lambda x: F.instance_norm(x))
+    return out
+
+
+def time_pair(torch, fns, args, runs, flush):
+    start = [torch.cuda.Event(enable_timing=True) for _ in range(2 * runs)]
+    end = [torch.cuda.Event(enable_timing=True) for _ in range(2 * runs)]
+    for fn in fns:  # warm-up (and compile)
+        for _ in range(3):
+            fn(*args)
+    torch.cuda.synchronize()
+    for i in range(runs):
+        order = [0, 1] if i % 2 == 0 else [1, 0]
+        for which in order:
+            flush.zero_()
+            k = 2 * i + which
+            start[k].record()
+            fns[which](*args)
+            end[k].record()
+    torch.cuda.synchronize()
+    times = [[start[2 * i + w].elapsed_time(end[2 * i + w]) * 1000 for i in range(runs)] for w in (0, 1)]
+
+    def summary(t):
+        q = statistics.quantiles(t, n=4)
+        return {"median_us": statistics.median(t), "iqr_us": q[2] - q[0], "runs": len(t)}
+
+    return summary(times[0]), summary(times[1])
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--family", help="only this family (softmax, layer_norm, group_norm, instance_norm)")
+    p.add_argument("--runs", type=int, default=100)
+    p.add_argument("--json", help="write the results here")
+    a = p.parse_args()
+    import torch
+    if not torch.cuda.is_available():
+        print("torch_baselines: no CUDA device", file=sys.stderr)
+        return 2
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    flush = torch.empty(2 * l2 // 4, dtype=torch.float32, device="cuda")
+    results = []
+    print("| case | eager us | IQR | compile us | IQR | compile/eager |\n|---|---:|---:|---:|---:|---:|")
+    for fam, name, key_text, make, fn in cases(torch, a.family):
+        args = make()
+        compiled = torch.compile(fn)
+        with torch.no_grad():
+            eager, comp = time_pair(torch, [fn, compiled], args, a.runs, flush)
+        results.append({"family": fam, "case": name, "key_text": key_text, "eager": eager, "compile": comp})
+        print(f"| {name} | {eager['median_us']:.1f} | {eager['iqr_us']:.1f} | {comp['median_us']:.1f} | "
+              f"{comp['iqr_us']:.1f} | {comp['median_us'] / eager['median_us']:.2f} |", flush=True)
+        del args
+        torch.cuda.empty_cache()
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"torch": torch.__version__, "device": torch.cuda.get_device_name(0), "results": results}, f,
+                      indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
