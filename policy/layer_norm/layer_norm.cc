@@ -419,7 +419,8 @@ class LayerNorm final : public Family {
       default:
         return InvalidArgument("unknown strategy");
     }
-    if (strategy != kWarp && p.rows > int64_t{2147483647}) return InvalidArgument("more rows than the grid holds");
+    const int64_t grid = strategy == kWarp ? Ceil(p.rows, threads / 32) : p.rows;
+    if (grid > int64_t{2147483647}) return InvalidArgument("more blocks than the grid holds");
     return Status::Ok();
   }
 
