@@ -309,6 +309,27 @@ bool ArgsSame(const Arg& a, const Arg& b) {
 
 }  // namespace
 
+bool IsFloatingPoint(DType t) {
+  return t == DType::kFloat16 || t == DType::kBFloat16 || t == DType::kFloat32 || t == DType::kFloat64;
+}
+
+bool IsIntegral(DType t) {
+  switch (t) {
+    case DType::kBool:
+    case DType::kUInt8:
+    case DType::kInt8:
+    case DType::kInt16:
+    case DType::kInt32:
+    case DType::kInt64:
+    case DType::kUInt16:
+    case DType::kUInt32:
+    case DType::kUInt64:
+      return true;
+    default:
+      return false;
+  }
+}
+
 size_t DTypeSize(DType t) {
   const auto* e = FindDType(t);
   return e ? e->size : 0;

@@ -323,6 +323,29 @@ TEST(Guarded, LayoutAndGuards) {
   EXPECT_TRUE(GuardsIntact(*g));
 }
 
+TEST(Poison, UnwrittenElementsAreThoseThatKeepEitherRunsPoison) {
+  // Two "runs" of a kernel over a 2x3 output, each after its own poison.
+  at::Tensor a = at::arange(6, at::kFloat).reshape({2, 3});
+  at::Tensor b = a.clone();
+  PoisonStorage(a, Poison::kNaN);
+  PoisonStorage(b, Poison::kFinite);
+  EXPECT_EQ(FindUnwritten(a, b).count, 6);  // neither run wrote anything
+  a.copy_(at::arange(6, at::kFloat).reshape({2, 3}));
+  b.copy_(a);
+  EXPECT_EQ(FindUnwritten(a, b).count, 0);  // both wrote everything
+  // Element [1, 1] skipped in the second run only (a stale-output read).
+  b.view(at::kInt)[1][1] = 0x5A5A5A5A;
+  const Unwritten u = FindUnwritten(a, b);
+  EXPECT_EQ(u.count, 1);
+  EXPECT_EQ(u.first, 4);
+  EXPECT_EQ(u.first_index, "[1, 1]");
+  // A value equal to a poison but computed the same in both runs is written.
+  a[0][0] = b[1][1];
+  b[0][0] = b[1][1];
+  EXPECT_EQ(FindUnwritten(a, b).count, 1);
+  EXPECT_EQ(FindUnwritten(at::empty({0, 3}), at::empty({0, 3})).count, 0);
+}
+
 TEST(Guarded, EdgeCases) {
   auto empty = MakeGuarded(at::empty({0, 3}));
   ASSERT_TRUE(empty.ok());

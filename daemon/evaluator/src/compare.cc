@@ -1,5 +1,7 @@
 #include "kjit/evaluator/compare.h"
 
+#include "kjit/evaluator/inputs.h"
+
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
@@ -159,12 +161,6 @@ Comparison CompareImpl(const at::Tensor& actual, const at::Tensor& expected_in, 
   return c;
 }
 
-// The bytes of a tensor's whole storage, on its device.
-at::Tensor StorageBytes(const at::Tensor& t) {
-  const auto nbytes = static_cast<int64_t>(t.storage().nbytes());
-  return at::empty({0}, at::TensorOptions().dtype(at::kByte).device(t.device())).set_(t.storage(), 0, {nbytes}, {1});
-}
-
 uint8_t PoisonByte(Poison poison) { return poison == Poison::kNaN ? 0xFF : 0x5A; }
 
 }  // namespace
@@ -185,20 +181,7 @@ Tolerance ToleranceFor(DType dtype, const OpTraits& traits) {
   if (traits.compare == ComparePolicy::kBitwise) return {0, 0, true};
   Tolerance t = DefaultTolerance(dtype);
   // Overrides loosen float results; an op's integer outputs (indices, counts) stay exact.
-  switch (dtype) {
-    case DType::kBool:
-    case DType::kUInt8:
-    case DType::kInt8:
-    case DType::kInt16:
-    case DType::kInt32:
-    case DType::kInt64:
-    case DType::kUInt16:
-    case DType::kUInt32:
-    case DType::kUInt64:
-      return t;
-    default:
-      break;
-  }
+  if (IsIntegral(dtype)) return t;
   if (auto it = traits.tolerance_by_dtype.find(dtype); it != traits.tolerance_by_dtype.end()) {
     t.atol = it->second.atol;
     t.rtol = it->second.rtol;
@@ -229,6 +212,24 @@ bool BitwiseEqual(const at::Tensor& a, const at::Tensor& b) {
   } catch (const c10::Error&) {
     return false;
   }
+}
+
+Unwritten FindUnwritten(const at::Tensor& after_nan, const at::Tensor& after_finite) {
+  Unwritten u;
+  if (after_nan.numel() == 0) return u;
+  const at::Tensor a = ByteRows(after_nan);
+  const at::Tensor b = ByteRows(after_finite);
+  // Still the run's poison, and not what the other run computed there.
+  const at::Tensor unwritten = a.eq(PoisonByte(Poison::kNaN))
+                                   .all(1)
+                                   .logical_or(b.eq(PoisonByte(Poison::kFinite)).all(1))
+                                   .logical_and(a.eq(b).all(1).logical_not());
+  u.count = unwritten.sum().item<int64_t>();
+  if (u.count > 0) {
+    u.first = unwritten.to(at::kByte).argmax().item<int64_t>();
+    u.first_index = FormatIndex(u.first, after_nan.sizes());
+  }
+  return u;
 }
 
 void PoisonStorage(const at::Tensor& tensor, Poison poison) {

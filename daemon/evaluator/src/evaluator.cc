@@ -90,32 +90,6 @@ struct RunFailure {
   std::string reason;
 };
 
-// A boolean tensor: which elements of `t` have every byte equal to `byte`.
-at::Tensor ElementsWithPattern(const at::Tensor& t, uint8_t byte) {
-  const at::Tensor bytes = t.contiguous().view(at::kByte).reshape({t.numel(), static_cast<int64_t>(t.element_size())});
-  return bytes.eq(byte).all(1);
-}
-
-// Which elements of two same-shaped tensors are bitwise equal.
-at::Tensor SameElements(const at::Tensor& a, const at::Tensor& b) {
-  const int64_t size = static_cast<int64_t>(a.element_size());
-  const at::Tensor x = a.contiguous().view(at::kByte).reshape({a.numel(), size});
-  const at::Tensor y = b.contiguous().view(at::kByte).reshape({b.numel(), size});
-  return x.eq(y).all(1);
-}
-
-std::string MultiIndex(const at::Tensor& t, int64_t flat) {
-  std::vector<int64_t> index(static_cast<size_t>(t.dim()));
-  for (int64_t d = t.dim() - 1; d >= 0; --d) {
-    const int64_t size = std::max<int64_t>(t.size(d), 1);
-    index[static_cast<size_t>(d)] = flat % size;
-    flat /= size;
-  }
-  std::string s = "[";
-  for (size_t i = 0; i < index.size(); ++i) s += (i ? ", " : "") + std::to_string(index[i]);
-  return s + "]";
-}
-
 }  // namespace
 
 daemon::TimingStats Summarize(std::vector<double> runs) {
@@ -591,8 +565,7 @@ daemon::Verdict Evaluator::Evaluate(const daemon::EvaluateRequest& request, cons
     bool non_contiguous = false, unaligned = false, empty = false;
     for (const Arg& a : p.key.calls[0].args) {
       if (const auto* t = std::get_if<TensorDesc>(&a)) {
-        any_float_input |= t->dtype == DType::kFloat16 || t->dtype == DType::kBFloat16 || t->dtype == DType::kFloat32 ||
-                           t->dtype == DType::kFloat64;
+        any_float_input |= IsFloatingPoint(t->dtype);
         non_contiguous |= !t->is_contiguous();
         unaligned |= t->alignment < 16;
         empty |= t->numel() == 0;
@@ -659,19 +632,12 @@ daemon::Verdict Evaluator::Evaluate(const daemon::EvaluateRequest& request, cons
         }
       }
       for (size_t i = 0; i < outs.size(); ++i) {
-        // Unwritten in a run: the element still holds that run's poison, and
-        // the other run (other poison) disagrees, so it is not a computed value.
-        const at::Tensor same = SameElements(runs[0][i], runs[1][i]);
-        const at::Tensor unwritten = ElementsWithPattern(runs[0][i], 0xFF)
-                                         .logical_or(ElementsWithPattern(runs[1][i], 0x5A))
-                                         .logical_and(same.logical_not());
-        const int64_t count = unwritten.sum().item<int64_t>();
-        if (count > 0) {
-          const int64_t first = unwritten.nonzero().min().item<int64_t>();
-          return finish(Outcome::kUnwrittenOutput, std::to_string(count) + " of " + std::to_string(runs[0][i].numel()) +
-                                                       " elements of output " + std::to_string(i) +
-                                                       " were never written (first at " +
-                                                       MultiIndex(runs[0][i], first) + ") on " + where);
+        const Unwritten unwritten = FindUnwritten(runs[0][i], runs[1][i]);
+        if (unwritten.count > 0) {
+          return finish(Outcome::kUnwrittenOutput, std::to_string(unwritten.count) + " of " +
+                                                       std::to_string(runs[0][i].numel()) + " elements of output " +
+                                                       std::to_string(i) + " were never written (first at " +
+                                                       unwritten.first_index + ") on " + where);
         }
         if (!p.traits.nondeterministic && !BitwiseEqual(runs[0][i], runs[1][i])) {
           return finish(Outcome::kNondeterministic,

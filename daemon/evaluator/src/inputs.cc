@@ -13,6 +13,12 @@
 #include <utility>
 
 namespace kjit::eval {
+
+at::Tensor StorageBytes(const at::Tensor& t) {
+  const auto nbytes = static_cast<int64_t>(t.storage().nbytes());
+  return at::empty({0}, at::TensorOptions().dtype(at::kByte).device(t.device())).set_(t.storage(), 0, {nbytes}, {1});
+}
+
 namespace {
 
 // ATen reports failures by throwing; nothing thrown may cross kjit's API.
@@ -44,27 +50,6 @@ Result<c10::ScalarType> ScalarTypeOf(DType t) {
     case DType::kUInt64: return c10::ScalarType::UInt64;
   }
   return InvalidArgument("unknown dtype code " + std::to_string(static_cast<int>(t)));
-}
-
-bool IsFloat(DType t) {
-  return t == DType::kFloat16 || t == DType::kBFloat16 || t == DType::kFloat32 || t == DType::kFloat64;
-}
-
-bool IsIntegral(DType t) {
-  switch (t) {
-    case DType::kBool:
-    case DType::kUInt8:
-    case DType::kInt8:
-    case DType::kInt16:
-    case DType::kInt32:
-    case DType::kInt64:
-    case DType::kUInt16:
-    case DType::kUInt32:
-    case DType::kUInt64:
-      return true;
-    default:
-      return false;
-  }
 }
 
 // The representable range of an integer dtype, clipped to int64 (domains are int64).
@@ -167,12 +152,6 @@ at::Tensor AlignedStorage(c10::ScalarType type, int64_t itemsize, int64_t extent
       .target_device(device)
       .deleter([buffer](void*) {})
       .make_tensor();
-}
-
-// The byte view of a tensor's whole storage.
-at::Tensor StorageBytes(const at::Tensor& t) {
-  const auto nbytes = static_cast<int64_t>(t.storage().nbytes());
-  return at::empty({0}, at::TensorOptions().dtype(at::kByte).device(t.device())).set_(t.storage(), 0, {nbytes}, {1});
 }
 
 // Exact powers of two, built from their bits: transcendental functions may
@@ -293,7 +272,7 @@ Result<at::Tensor> MakeTensorImpl(const TensorDesc& desc, c10::Device device, In
   KJIT_ASSIGN_OR_RETURN(const c10::ScalarType type, ScalarTypeOf(desc.dtype));
   at::Tensor values;
   at::Generator gen = at::detail::createCPUGenerator(seed);
-  if (IsFloat(desc.dtype)) {
+  if (IsFloatingPoint(desc.dtype)) {
     KJIT_ASSIGN_OR_RETURN(values, FloatValues(desc, layout.extent, kind, gen));
   } else if (IsIntegral(desc.dtype)) {
     KJIT_ASSIGN_OR_RETURN(values, IntValues(desc, layout.extent, domain ? *domain : DefaultDomain(desc.dtype), gen));

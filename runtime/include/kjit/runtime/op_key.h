@@ -71,6 +71,8 @@ enum class DType : uint8_t {
 inline constexpr uint8_t kMaxDTypeCode = 17;
 
 size_t DTypeSize(DType t);            // bytes per element
+bool IsFloatingPoint(DType t);        // float16, bfloat16, float32, float64 (not float8, not complex)
+bool IsIntegral(DType t);             // the integer types and bool
 std::string_view DTypeName(DType t);  // "f32", "bf16", "i64", ...
 Result<DType> ParseDType(std::string_view name);
 

@@ -72,6 +72,17 @@ enum class Poison {
 // broken (a sticky CUDA error) it does nothing: the launch that follows fails too.
 void PoisonStorage(const at::Tensor& tensor, Poison poison);
 
+// The elements a kernel did not write, from two runs on the same inputs: one
+// after PoisonStorage(kNaN), one after PoisonStorage(kFinite). An element is
+// unwritten if it still holds its run's poison and the two runs disagree on it
+// (a computed value is the same in both).
+struct Unwritten {
+  int64_t count = 0;
+  int64_t first = -1;       // flat (row-major) index of the first, -1 if none
+  std::string first_index;  // its multi-index, e.g. "[3, 17]"
+};
+Unwritten FindUnwritten(const at::Tensor& after_nan, const at::Tensor& after_finite);
+
 // An output tensor laid out like `like` (sizes, strides, dtype, device; storage
 // offset 0 and 16-byte aligned, as PyTorch allocates outputs) inside a storage
 // with guard bytes on both sides, so writes just outside it can be seen. The

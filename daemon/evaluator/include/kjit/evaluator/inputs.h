@@ -72,6 +72,10 @@ Result<std::vector<c10::IValue>> MakeArguments(const c10::FunctionSchema& schema
 // The schema of a call's op: kNotFound if no such operator/overload is registered.
 Result<c10::FunctionSchema> FindSchema(const OpCall& call);
 
+// The bytes of a tensor's whole storage (not just its view), as a uint8 tensor
+// on its device aliasing that storage.
+at::Tensor StorageBytes(const at::Tensor& t);
+
 // Every tensor in `args` (tensor lists flattened), in order.
 std::vector<at::Tensor> TensorsIn(const std::vector<c10::IValue>& args);
 
