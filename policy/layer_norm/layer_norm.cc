@@ -1,11 +1,16 @@
 #include "layer_norm/layer_norm.h"
 
+#include "src/codegen.h"
+
 #include <algorithm>
 #include <cstring>
 #include <sstream>
 
 namespace kjit::policy {
 namespace {
+
+using codegen::CeilDiv;
+using codegen::CudaType;
 
 // What PyTorch 2.11's CUDA kernels return (aten/src/ATen/native/cuda/layer_norm_kernel.cu):
 //   native_layer_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight, Tensor? bias, float eps)
@@ -49,67 +54,9 @@ struct NormProblem : Problem {
   int alignment = 16;  // the least of the input's, weight's and bias's data pointer alignments
 };
 
-const char* CType(DType t) {
-  switch (t) {
-    case DType::kFloat16: return "__half";
-    case DType::kBFloat16: return "__nv_bfloat16";
-    default: return "float";
-  }
-}
-
-int64_t Ceil(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-constexpr const char* kIncludes = R"(
-#include <cuda_fp16.h>
-#include <cuda_bf16.h>
-)";
-
-// Device code every strategy shares: element access as in the softmax family
-// (bit patterns through unions, never pointer punning of half/bfloat16),
-// float reductions and Welford merges.
+// Device code every strategy shares, after codegen::kElementAccess: float
+// reductions and Welford merges.
 constexpr const char* kPrelude = R"(
-template <int BYTES> struct RawOf;
-template <> struct RawOf<2> { typedef unsigned short T; };
-template <> struct RawOf<4> { typedef unsigned int T; };
-template <> struct RawOf<8> { typedef uint2 T; };
-template <> struct RawOf<16> { typedef uint4 T; };
-
-template <typename T> struct Bits;
-template <> struct Bits<float> {
-  typedef unsigned int U;
-  static __device__ __forceinline__ float to_f(U u) { return __uint_as_float(u); }
-  static __device__ __forceinline__ U from_f(float x) { return __float_as_uint(x); }
-};
-template <> struct Bits<__half> {
-  typedef unsigned short U;
-  static __device__ __forceinline__ float to_f(U u) { return __half2float(__ushort_as_half(u)); }
-  static __device__ __forceinline__ U from_f(float x) { return __half_as_ushort(__float2half_rn(x)); }
-};
-template <> struct Bits<__nv_bfloat16> {
-  typedef unsigned short U;
-  static __device__ __forceinline__ float to_f(U u) { return __bfloat162float(__ushort_as_bfloat16(u)); }
-  static __device__ __forceinline__ U from_f(float x) { return __bfloat16_as_ushort(__float2bfloat16_rn(x)); }
-};
-
-// VEC consecutive elements at p (aligned to their total size), as floats.
-template <bool STREAM>
-__device__ __forceinline__ void load_vec(const in_t* p, float (&f)[VEC]) {
-  typedef typename RawOf<sizeof(in_t) * VEC>::T Raw;
-  union { Raw raw; typename Bits<in_t>::U u[VEC]; } v;
-  if (STREAM) v.raw = __ldcs(reinterpret_cast<const Raw*>(p));
-  else v.raw = *reinterpret_cast<const Raw*>(p);
-#pragma unroll
-  for (int i = 0; i < VEC; ++i) f[i] = Bits<in_t>::to_f(v.u[i]);
-}
-__device__ __forceinline__ void store_vec(in_t* p, const float (&f)[VEC]) {
-  typedef typename RawOf<sizeof(in_t) * VEC>::T Raw;
-  union { Raw raw; typename Bits<in_t>::U u[VEC]; } v;
-#pragma unroll
-  for (int i = 0; i < VEC; ++i) v.u[i] = Bits<in_t>::from_f(f[i]);
-  if (HINT) __stcs(reinterpret_cast<Raw*>(p), v.raw);
-  else *reinterpret_cast<Raw*>(p) = v.raw;
-}
-
 // Sums: the xor butterfly gives every lane the same value (a + b == b + a).
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
@@ -397,11 +344,11 @@ class LayerNorm final : public Family {
     const int64_t smem_cap = dev.max_shared_bytes_per_block - kReductionScratch;
     switch (strategy) {
       case kWarp:
-        if (Ceil(p.len, 32 * vec) * vec > kMaxRegisterFloats) return InvalidArgument("row too long for a warp");
+        if (CeilDiv(p.len, 32 * vec) * vec > kMaxRegisterFloats) return InvalidArgument("row too long for a warp");
         break;
       case kRegs:
         if (threads < 64) return InvalidArgument("use the warp strategy");
-        if (Ceil(p.len, threads * vec) * vec > kMaxRegisterFloats) return InvalidArgument("row too long for registers");
+        if (CeilDiv(p.len, threads * vec) * vec > kMaxRegisterFloats) return InvalidArgument("row too long for registers");
         if (p.len * 2 < threads * vec) return InvalidArgument("most threads would idle");
         break;
       case kSmem:
@@ -419,7 +366,7 @@ class LayerNorm final : public Family {
       default:
         return InvalidArgument("unknown strategy");
     }
-    const int64_t grid = strategy == kWarp ? Ceil(p.rows, threads / 32) : p.rows;
+    const int64_t grid = strategy == kWarp ? CeilDiv(p.rows, threads / 32) : p.rows;
     if (grid > int64_t{2147483647}) return InvalidArgument("more blocks than the grid holds");
     return Status::Ok();
   }
@@ -450,7 +397,7 @@ class LayerNorm final : public Family {
         Point w = widest(t);
         // Past 32 floats a lane, a block per row keeps fewer values live per thread.
         const auto& p = static_cast<const NormProblem&>(problem);
-        if (Check(problem, w, dev).ok() && Ceil(p.len, 32 * w.at("vec")) * w.at("vec") <= 32) return w;
+        if (Check(problem, w, dev).ok() && CeilDiv(p.len, 32 * w.at("vec")) * w.at("vec") <= 32) return w;
         continue;
       }
       Point w = widest(t);
@@ -469,8 +416,8 @@ class LayerNorm final : public Family {
     std::memcpy(&eps_bits, &p.eps, sizeof(eps_bits));
     std::ostringstream src;
     src << "// kjit layer_norm family, codegen " << codegen_version() << ": " << p.description << "\n// point "
-        << PointToString(pt) << "\n" << kIncludes;
-    src << "typedef " << CType(p.dtype) << " in_t;\n";
+        << PointToString(pt) << "\n" << codegen::kIncludes;
+    src << "typedef " << CudaType(p.dtype) << " in_t;\ntypedef in_t out_t;\n";
     src << "#define VEC " << vec << "\n#define HINT " << hint << "\n";
     src << "constexpr bool RMS = " << (p.rms ? "true" : "false") << ", WELFORD = " << (stats == kWelford ? "true" : "false")
         << ";\n";
@@ -481,7 +428,7 @@ class LayerNorm final : public Family {
     src << "constexpr int THREADS = " << threads << ";\n";
     // eps by its float bits: exactly PyTorch's static_cast<float>(eps), whatever it is.
     src << "#define EPS __uint_as_float(" << eps_bits << "u)\n";
-    src << kPrelude;
+    src << codegen::kElementAccess << kPrelude;
     // The same parameter list for every strategy: the kernel ABI.
     src << "#define KJIT_PARAMS const in_t* __restrict__ x, const in_t* __restrict__ w, "
         << (p.rms ? "" : "const in_t* __restrict__ b, ")
@@ -497,7 +444,7 @@ class LayerNorm final : public Family {
       case kWarp:
       case kRegs: {
         const bool warp = strategy == kWarp;
-        const int64_t items = Ceil(p.len, (warp ? 32 : threads) * vec);
+        const int64_t items = CeilDiv(p.len, (warp ? 32 : threads) * vec);
         src << "constexpr int ITEMS = " << items << ", STRIDE = " << (warp ? 32 : threads) << ";\n" << R"(
 // The row's values a thread holds: v[i] at columns (i * STRIDE + t) * VEC.
 struct InRegisters {
@@ -546,7 +493,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) kjit_layer_norm(KJIT_PARAM
   if (t == 0) KJIT_WRITE_STATS(row);
 }
 )";
-        c.launch.grid[0] = static_cast<uint32_t>(warp ? Ceil(p.rows, threads / 32) : p.rows);
+        c.launch.grid[0] = static_cast<uint32_t>(warp ? CeilDiv(p.rows, threads / 32) : p.rows);
         break;
       }
       case kSmem:

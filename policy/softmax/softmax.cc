@@ -1,10 +1,15 @@
 #include "softmax/softmax.h"
 
+#include "src/codegen.h"
+
 #include <algorithm>
 #include <sstream>
 
 namespace kjit::policy {
 namespace {
+
+using codegen::CeilDiv;
+using codegen::CudaType;
 
 enum Strategy : int64_t {
   kWarp = 0,
@@ -30,74 +35,9 @@ struct SoftmaxProblem : Problem {
   int64_t rows() const { return outer * inner; }
 };
 
-const char* CType(DType t) {
-  switch (t) {
-    case DType::kFloat16: return "__half";
-    case DType::kBFloat16: return "__nv_bfloat16";
-    default: return "float";
-  }
-}
-
-int64_t Ceil(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-// The device code every strategy shares: types, conversions, vector access, reductions.
-constexpr const char* kIncludes = R"(
-#include <cuda_fp16.h>
-#include <cuda_bf16.h>
-// (Cluster intrinsics are built in for sm_90: no <cooperative_groups.h>, which costs 1.5 s to compile.)
-// NVRTC has no <cmath>: the special values by their bits.
-#define KJIT_INF __int_as_float(0x7f800000)
-#define KJIT_NAN __int_as_float(0x7fc00000)
-)";
-
+// Device code every strategy shares, after codegen::kElementAccess: the
+// running max and sum of exp, and their warp and block reductions.
 constexpr const char* kPrelude = R"(
-
-template <int BYTES> struct RawOf;
-template <> struct RawOf<2> { typedef unsigned short T; };
-template <> struct RawOf<4> { typedef unsigned int T; };
-template <> struct RawOf<8> { typedef uint2 T; };
-template <> struct RawOf<16> { typedef uint4 T; };
-
-// Elements travel as their bit patterns (integers) between memory and
-// registers, through unions of integers: punning the half and bfloat16
-// classes through pointers is undefined behaviour (and the suspect for wrong
-// f16 log_softmax results seen with codegen 1).
-template <typename T> struct Bits;
-template <> struct Bits<float> {
-  typedef unsigned int U;
-  static __device__ __forceinline__ float to_f(U u) { return __uint_as_float(u); }
-  static __device__ __forceinline__ U from_f(float x) { return __float_as_uint(x); }
-};
-template <> struct Bits<__half> {
-  typedef unsigned short U;
-  static __device__ __forceinline__ float to_f(U u) { return __half2float(__ushort_as_half(u)); }
-  static __device__ __forceinline__ U from_f(float x) { return __half_as_ushort(__float2half_rn(x)); }
-};
-template <> struct Bits<__nv_bfloat16> {
-  typedef unsigned short U;
-  static __device__ __forceinline__ float to_f(U u) { return __bfloat162float(__ushort_as_bfloat16(u)); }
-  static __device__ __forceinline__ U from_f(float x) { return __bfloat16_as_ushort(__float2bfloat16_rn(x)); }
-};
-
-// VEC consecutive elements at p (aligned to their total size), as floats.
-template <bool STREAM>
-__device__ __forceinline__ void load_vec(const in_t* p, float (&f)[VEC]) {
-  typedef typename RawOf<sizeof(in_t) * VEC>::T Raw;
-  union { Raw raw; typename Bits<in_t>::U u[VEC]; } v;
-  if (STREAM) v.raw = __ldcs(reinterpret_cast<const Raw*>(p));
-  else v.raw = *reinterpret_cast<const Raw*>(p);
-#pragma unroll
-  for (int i = 0; i < VEC; ++i) f[i] = Bits<in_t>::to_f(v.u[i]);
-}
-__device__ __forceinline__ void store_vec(out_t* p, const float (&f)[VEC]) {
-  typedef typename RawOf<sizeof(out_t) * VEC>::T Raw;
-  union { Raw raw; typename Bits<out_t>::U u[VEC]; } v;
-#pragma unroll
-  for (int i = 0; i < VEC; ++i) v.u[i] = Bits<out_t>::from_f(f[i]);
-  if (HINT) __stcs(reinterpret_cast<Raw*>(p), v.raw);
-  else *reinterpret_cast<Raw*>(p) = v.raw;
-}
-
 // Running max m and sum s of exp(x - m). Matches PyTorch on special values:
 // NaN anywhere, or +Inf (exp(inf - inf)), makes the sum NaN; -Inf adds nothing.
 struct MS { float m; float s; };
@@ -271,11 +211,11 @@ class Softmax final : public Family {
     const int64_t smem_cap = dev.max_shared_bytes_per_block - kReductionScratch;
     switch (strategy) {
       case kWarp:
-        if (Ceil(p.len, 32 * vec) * vec > kMaxRegisterFloats) return InvalidArgument("row too long for a warp");
+        if (CeilDiv(p.len, 32 * vec) * vec > kMaxRegisterFloats) return InvalidArgument("row too long for a warp");
         break;
       case kRegs:
         if (threads < 64) return InvalidArgument("use the warp strategy");
-        if (Ceil(p.len, threads * vec) * vec > kMaxRegisterFloats) return InvalidArgument("row too long for registers");
+        if (CeilDiv(p.len, threads * vec) * vec > kMaxRegisterFloats) return InvalidArgument("row too long for registers");
         if (p.len < threads * vec / 2) return InvalidArgument("most threads would idle");
         break;
       case kSmem:
@@ -362,19 +302,19 @@ class Softmax final : public Family {
                   cluster = pt.at("cluster"), unroll = pt.at("unroll"), hint = pt.at("hint");
     std::ostringstream src;
     src << "// kjit softmax family, codegen " << codegen_version() << ": " << p.description << "\n// point "
-        << PointToString(pt) << "\n" << kIncludes;
-    src << "typedef " << CType(p.in) << " in_t;\ntypedef " << CType(p.out) << " out_t;\n";
+        << PointToString(pt) << "\n" << codegen::kIncludes;
+    src << "typedef " << CudaType(p.in) << " in_t;\ntypedef " << CudaType(p.out) << " out_t;\n";
     src << "#define VEC " << vec << "\n#define HINT " << hint << "\n#define LOG " << (p.log ? 1 : 0) << "\n";
     src << "constexpr long long OUTER = " << p.outer << "LL, LEN = " << p.len << "LL, INNER = " << p.inner << "LL;\n";
     src << "constexpr int THREADS = " << threads << ", CLUSTER = " << cluster << ";\n#define UNROLL " << unroll << "\n";
-    src << kPrelude;
+    src << codegen::kElementAccess << kPrelude;
     Candidate c;
     c.entry_point = "kjit_softmax";
     c.launch.block[0] = static_cast<uint32_t>(threads);
     const int64_t rows = p.rows();
     switch (strategy) {
       case kWarp: {
-        const int64_t items = Ceil(p.len, 32 * vec);
+        const int64_t items = CeilDiv(p.len, 32 * vec);
         src << "constexpr int ITEMS = " << items << ";\n" << R"(
 extern "C" __global__ void __launch_bounds__(THREADS) kjit_softmax(const in_t* __restrict__ x, out_t* __restrict__ y) {
   const long long row = (long long)blockIdx.x * (THREADS / 32) + threadIdx.x / 32;
@@ -406,11 +346,11 @@ extern "C" __global__ void __launch_bounds__(THREADS) kjit_softmax(const in_t* _
   }
 }
 )";
-        c.launch.grid[0] = static_cast<uint32_t>(Ceil(rows, threads / 32));
+        c.launch.grid[0] = static_cast<uint32_t>(CeilDiv(rows, threads / 32));
         break;
       }
       case kRegs: {
-        const int64_t items = Ceil(p.len, threads * vec);
+        const int64_t items = CeilDiv(p.len, threads * vec);
         src << "constexpr int ITEMS = " << items << ";\n" << R"(
 extern "C" __global__ void __launch_bounds__(THREADS) kjit_softmax(const in_t* __restrict__ x, out_t* __restrict__ y) {
   __shared__ float red[64];
@@ -587,7 +527,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) kjit_softmax(const in_t* _
   }
 }
 )";
-        c.launch.grid[0] = static_cast<uint32_t>(Ceil(p.outer * (p.inner / vec), threads));
+        c.launch.grid[0] = static_cast<uint32_t>(CeilDiv(p.outer * (p.inner / vec), threads));
         break;
       }
       case kColumnsBlock: {
@@ -640,7 +580,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) kjit_softmax(const in_t* _
   }
 }
 )";
-        c.launch.grid[0] = static_cast<uint32_t>(p.outer * Ceil(p.inner, 32 * vec));
+        c.launch.grid[0] = static_cast<uint32_t>(p.outer * CeilDiv(p.inner, 32 * vec));
         break;
       }
       default:
