@@ -251,15 +251,19 @@ Status EvaluatorPool::Available(int arch) const {
   return Status(StatusCode::kUnavailable, "no evaluator can take this job (" + reasons + ")");
 }
 
+void EvaluatorPool::Enqueue(std::unique_ptr<Job> job) {
+  if (Status st = Available(job->arch); !st.ok()) return job->Fail(policy::Outcome::kResourceBackoff, st.message());
+  queue_.push_back(std::move(job));
+  Dispatch();
+}
+
 void EvaluatorPool::SubmitBaseline(BaselineRequest request, int arch, BaselineDone done) {
   auto job = std::make_unique<Job>();
   job->id = request.id = next_id_++;
   job->arch = arch;
   job->baseline = std::move(request);
   job->baseline_done = std::move(done);
-  if (Status st = Available(arch); !st.ok()) return job->Fail(policy::Outcome::kResourceBackoff, st.message());
-  queue_.push_back(std::move(job));
-  Dispatch();
+  Enqueue(std::move(job));
 }
 
 void EvaluatorPool::SubmitEvaluate(EvaluateRequest request, int arch, VerdictDone done) {
@@ -268,9 +272,7 @@ void EvaluatorPool::SubmitEvaluate(EvaluateRequest request, int arch, VerdictDon
   job->arch = arch;
   job->evaluate = std::move(request);
   job->verdict_done = std::move(done);
-  if (Status st = Available(arch); !st.ok()) return job->Fail(policy::Outcome::kResourceBackoff, st.message());
-  queue_.push_back(std::move(job));
-  Dispatch();
+  Enqueue(std::move(job));
 }
 
 std::vector<int> EvaluatorPool::Fds() const {

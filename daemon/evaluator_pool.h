@@ -82,6 +82,8 @@ class EvaluatorPool {
  private:
   struct Job;
   struct Worker;
+  // Queues a job, or fails it at once when no worker can ever take it.
+  void Enqueue(std::unique_ptr<Job> job);
   void Spawn(Worker& w);
   void Handle(Worker& w, const WorkerMessage& message);
   void Lost(Worker& w, const std::string& why, bool hang);
