@@ -3,10 +3,14 @@
 //   --verify N      N random (sample key, valid point) pairs per family go
 //                   through the evaluator's full verification (edge cases
 //                   included); every failure is listed (a bug to fix).
-//   --search        every valid point of every sample key is evaluated (or
-//                   --max-points of them, evenly spread); prints per key the
-//                   expert default and the best point, as times, fractions of
-//                   the floor and speedups over PyTorch eager (same run).
+//   --search        per key (--keys samples: the family's sample keys;
+//                   headroom: the cases of the H200 headroom table and three
+//                   neighbours each), screens points (one input set, short
+//                   timing): a pairwise cover of the space then hill-climbing
+//                   on one-knob changes, or with --exhaustive every valid
+//                   point; then fully verifies and times the expert default
+//                   and the --finalists fastest. Prints a markdown table: times,
+//                   fractions of the floor, speedup over PyTorch eager (same run).
 //   --dataset FILE  appends every measurement as a JSON line (the RL policy's data).
 // A candidate that faults ends the run (the CUDA context is lost): rerun with
 // --skip to go past it, and fix the generator.
@@ -15,6 +19,7 @@
 #include <cstdio>
 #include <fstream>
 #include <random>
+#include <set>
 
 #include "kjit/evaluator/evaluator.h"
 #include "kjit/policy/design_space.h"
@@ -23,9 +28,11 @@ using namespace kjit;
 
 namespace {
 
-daemon::Verdict Evaluate(eval::Evaluator& e, const OpKey& key, const policy::Candidate& c, uint64_t id) {
+daemon::Verdict Evaluate(eval::Evaluator& e, const OpKey& key, const policy::Candidate& c, uint64_t id,
+                         bool screen_only = false) {
   daemon::EvaluateRequest r;
   r.id = id;
+  r.screen_only = screen_only;
   r.key_bytes = key.Encode();
   r.candidate.source = c.source;
   r.candidate.entry_point = c.entry_point;
@@ -35,8 +42,10 @@ daemon::Verdict Evaluate(eval::Evaluator& e, const OpKey& key, const policy::Can
   return e.Evaluate(r, [](const std::string&, std::chrono::milliseconds) {});
 }
 
+// One dataset line. A screened measurement (one input set, short timing) is
+// marked: its outcome says "screened" where a full evaluation says "verified".
 void Record(std::ofstream* out, const policy::Family& f, const OpKey& key, const policy::Point& p,
-            const daemon::Verdict& v) {
+            const daemon::Verdict& v, bool screened = false) {
   if (out == nullptr) return;
   std::string knobs;
   for (const auto& [k, val] : p) knobs += std::string(knobs.empty() ? "" : ",") + "\"" + k + "\":" + std::to_string(val);
@@ -46,23 +55,73 @@ void Record(std::ofstream* out, const policy::Family& f, const OpKey& key, const
                 "\"median_us\":%.4f,\"spread_us\":%.4f,\"baseline_us\":%.4f,\"floor_us\":%.4f,\"registers\":%d,"
                 "\"spill_bytes\":%d}\n",
                 std::string(f.name()).c_str(), key.Hash().ToHex().c_str(), key.ToString().c_str(), knobs.c_str(),
-                v.outcome.c_str(), v.timing.median_us, v.timing.spread_us, v.baseline.median_us, v.roofline.floor_us,
+                screened && v.outcome == "verified" ? "screened" : v.outcome.c_str(), v.timing.median_us, v.timing.spread_us, v.baseline.median_us, v.roofline.floor_us,
                 v.resources.registers, v.resources.spill_bytes);
   *out << line;
   out->flush();
+}
+
+// The cases of ../shared/notes/h200-headroom.md for a family, each with three
+// neighbours (smaller, larger, odd sizes), as PyTorch eager calls them
+// (scripts/torch_baselines.py times the same shapes in eager and torch.compile).
+std::vector<OpKey> HeadroomKeys(const policy::Family& f) {
+  const std::string name(f.name());
+  std::vector<OpKey> keys;
+  const DType f32 = DType::kFloat32;
+  if (name == "softmax") {
+    for (auto [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{
+             {4096, 16384}, {2048, 16384}, {8192, 16384}, {4095, 16383},
+             {262144, 256}, {131072, 256}, {524288, 256}, {262143, 255},
+             {64, 1048576}, {32, 1048576}, {128, 1048576}, {64, 1000003}}) {
+      keys.push_back(OpKey::Single("aten::_softmax", "", {TensorDesc::Contiguous(f32, {rows, cols}), int64_t{1}, false}, 90));
+    }
+  } else if (name == "layer_norm") {
+    for (auto [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{
+             {65536, 1024}, {32768, 1024}, {131072, 1024}, {65535, 1023}}) {
+      keys.push_back(OpKey::Single("aten::native_layer_norm", "",
+                                   {TensorDesc::Contiguous(f32, {rows, cols}), IntList({cols}),
+                                    TensorDesc::Contiguous(f32, {cols}), TensorDesc::Contiguous(f32, {cols}), 1e-5},
+                                   90));
+    }
+  } else if (name == "group_norm") {
+    for (auto s : std::vector<std::vector<int64_t>>{
+             {32, 64, 256, 256}, {16, 64, 256, 256}, {32, 64, 128, 128}, {31, 64, 255, 255}}) {
+      keys.push_back(OpKey::Single("aten::native_group_norm", "",
+                                   {TensorDesc::Contiguous(f32, s), NoneArg{}, NoneArg{}, s[0], s[1], s[2] * s[3],
+                                    int64_t{8}, 1e-5},
+                                   90));
+    }
+  } else if (name == "batch_norm") {
+    // F.instance_norm(x) without affine: native_batch_norm in training mode on x viewed as [1, N*C, H, W].
+    for (auto s : std::vector<std::vector<int64_t>>{
+             {32, 64, 256, 256}, {16, 64, 256, 256}, {32, 64, 128, 128}, {31, 64, 255, 255}}) {
+      keys.push_back(OpKey::Single("aten::native_batch_norm", "",
+                                   {TensorDesc::Contiguous(f32, {1, s[0] * s[1], s[2], s[3]}), NoneArg{}, NoneArg{},
+                                    NoneArg{}, NoneArg{}, true, 0.1, 1e-5},
+                                   90));
+    }
+  }
+  return keys;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"Measure kjit's design spaces through the evaluator (needs a GPU)."};
-  int verify = 0, max_points = 0, skip = 0;
-  bool search = false;
+  int verify = 0, max_points = 0, skip = 0, finalists = 3;
+  std::string keys_from = "samples";
+  bool search = false, exhaustive = false;
   uint64_t seed = 1;
   std::string dataset, family_filter;
   app.add_option("--verify", verify, "random (key, point) pairs to verify per family");
   app.add_flag("--search", search, "evaluate the points of every sample key; report default and best");
+  app.add_flag("--exhaustive", exhaustive, "--search screens every valid point (default: pairwise cover, then hill-climbing)");
   app.add_option("--max-points", max_points, "at most this many points per key in --search (0: all)");
+  app.add_option("--keys", keys_from, "--search over the family's sample keys, or the headroom cases and neighbours")
+      ->check(CLI::IsMember({"samples", "headroom"}))
+      ->capture_default_str();
+  app.add_option("--finalists", finalists, "screened points fully verified per key besides the default")
+      ->capture_default_str();
   app.add_option("--family", family_filter, "only this family");
   app.add_option("--seed", seed, "for --verify's choice of pairs")->capture_default_str();
   app.add_option("--skip", skip, "skip the first N evaluations (to get past a fault)");
@@ -126,11 +185,32 @@ int main(int argc, char** argv) {
       std::printf("%d of %d verified\n", passed, verify);
     }
     if (search) {
-      std::printf("\n### %s: search\n\n| key | points | eager us | floor us | default us | default/floor | best us | "
-                  "best/floor | best speedup | best point |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
-                  std::string(f->name()).c_str());
-      for (auto& [key, problem] : keys) {
-        auto points = policy::ValidPoints(*f, *problem, device);
+      std::printf("\n### %s: search (%s keys)\n\nEvery point is screened (one input set, short timing); the "
+                  "expert default and the %d fastest screened points are then fully verified and timed.\n\n"
+                  "| key | points | eager us | floor us | eager/floor | default us | default/floor | best us | "
+                  "best/floor | best vs eager | best point |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
+                  std::string(f->name()).c_str(), keys_from.c_str(), finalists);
+      std::vector<std::pair<OpKey, std::unique_ptr<policy::Problem>>> search_keys;
+      if (keys_from == "headroom") {
+        for (const OpKey& k : HeadroomKeys(*f)) {
+          auto p = f->Match(k);
+          if (p.ok()) {
+            search_keys.emplace_back(k, std::move(*p));
+          } else {
+            std::printf("<!-- %s declines %s: %s -->\n", std::string(f->name()).c_str(), k.ToString().c_str(),
+                        p.status().ToString().c_str());
+          }
+        }
+      } else {
+        for (auto& [k, p] : keys) search_keys.emplace_back(k, f->Match(k).value());
+      }
+      for (auto& [key, problem] : search_keys) {
+        // Exhaustive: every valid point (or --max-points of them, evenly spread).
+        // Otherwise a pairwise cover of the space (every value of every knob and
+        // every pair of values at least once), then hill-climbing: every valid
+        // one-knob change of the best screened points, until none is faster.
+        const std::vector<policy::Point> all = policy::ValidPoints(*f, *problem, device);
+        std::vector<policy::Point> points = exhaustive ? all : policy::PairwiseCover(*f, *problem, device);
         if (max_points > 0 && points.size() > static_cast<size_t>(max_points)) {
           std::vector<policy::Point> spread;
           for (int i = 0; i < max_points; ++i) spread.push_back(points[i * points.size() / max_points]);
@@ -138,19 +218,67 @@ int main(int argc, char** argv) {
         }
         const policy::Point def = f->ExpertDefault(*problem, device);
         if (std::find(points.begin(), points.end(), def) == points.end()) points.insert(points.begin(), def);
-        double best = 0, best_base = 0, def_us = 0, eager = 0, floor = 0;
+        std::fprintf(stderr, "[search] %s: %zu valid points, screening %zu\n", problem->description.c_str(), all.size(),
+                     points.size());
+        std::vector<std::pair<double, policy::Point>> screened;
+        std::set<policy::Point> seen;
+        auto screen = [&](const std::vector<policy::Point>& batch) -> bool {
+          for (const policy::Point& p : batch) {
+            if (!seen.insert(p).second) continue;
+            if (++id <= static_cast<uint64_t>(skip)) continue;
+            auto c = f->Generate(*problem, p, device);
+            if (!c.ok()) continue;
+            const daemon::Verdict v = Evaluate(e, key, *c, id, /*screen_only=*/true);
+            Record(out, *f, key, p, v, /*screened=*/true);
+            if (lost()) return false;
+            if (v.outcome != "verified") {
+              ++failures;
+              std::printf("<!-- FAIL %s %s: %s: %s -->\n", problem->description.c_str(),
+                          policy::PointToString(p).c_str(), v.outcome.c_str(), v.reason.substr(0, 300).c_str());
+              continue;
+            }
+            screened.emplace_back(v.timing.median_us, p);
+          }
+          return true;
+        };
+        if (!screen(points)) return 1;
+        const std::set<policy::Point> valid(all.begin(), all.end());
+        const policy::Space space = f->MakeSpace(*problem, device);
+        for (int round = 0; !exhaustive && round < 4; ++round) {
+          std::sort(screened.begin(), screened.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+          std::vector<policy::Point> next;
+          for (size_t top = 0; top < std::min<size_t>(2, screened.size()); ++top) {
+            for (const policy::Knob& k : space.knobs) {
+              for (int64_t value : k.values) {
+                policy::Point q = screened[top].second;
+                q[k.name] = value;
+                if (valid.count(q) && !seen.count(q)) next.push_back(q);
+              }
+            }
+          }
+          if (next.empty()) break;
+          std::fprintf(stderr, "[search]   round %d: %zu neighbours of the best\n", round + 1, next.size());
+          if (!screen(next)) return 1;
+        }
+        std::sort(screened.begin(), screened.end(),
+                  [](const auto& a, const auto& b) { return a.first < b.first; });
+        std::vector<policy::Point> final_points{def};
+        for (const auto& [us, p] : screened) {
+          if (static_cast<int>(final_points.size()) > finalists) break;
+          if (p != def) final_points.push_back(p);
+        }
+        double best = 0, def_us = 0, eager = 0, floor = 0;
         policy::Point best_point;
-        for (const policy::Point& p : points) {
-          if (++id <= static_cast<uint64_t>(skip)) continue;
+        for (const policy::Point& p : final_points) {
           auto c = f->Generate(*problem, p, device);
           if (!c.ok()) continue;
-          const daemon::Verdict v = Evaluate(e, key, *c, id);
-          Record(out, *f, key, p, v);
+          const daemon::Verdict v = Evaluate(e, key, *c, ++id);
+          Record(out, *f, key, p, v, /*screened=*/false);
           if (lost()) return 1;
           if (v.outcome != "verified") {
             ++failures;
-            std::printf("<!-- FAIL %s %s: %s -->\n", problem->description.c_str(), policy::PointToString(p).c_str(),
-                        v.reason.substr(0, 300).c_str());
+            std::printf("<!-- FAIL %s %s: %s: %s -->\n", problem->description.c_str(), policy::PointToString(p).c_str(),
+                        v.outcome.c_str(), v.reason.substr(0, 300).c_str());
             continue;
           }
           eager = v.baseline.median_us;
@@ -158,15 +286,13 @@ int main(int argc, char** argv) {
           if (p == def) def_us = v.timing.median_us;
           if (best == 0 || v.timing.median_us < best) {
             best = v.timing.median_us;
-            best_base = v.baseline.median_us;
             best_point = p;
           }
         }
-        std::printf("| %s | %zu | %.1f | %.1f | %.1f | %.2f | %.1f | %.2f | %.2f | %s |\n", problem->description.c_str(),
-                    points.size(), eager, floor, def_us, floor > 0 ? def_us / floor : 0, best,
-                    floor > 0 ? best / floor : 0, best > 0 ? best_base / best : 0,
+        std::printf("| %s | %zu | %.1f | %.1f | %.2f | %.1f | %.2f | %.1f | %.2f | %.2f | %s |\n",
+                    problem->description.c_str(), points.size(), eager, floor, floor > 0 ? eager / floor : 0, def_us,
+                    floor > 0 ? def_us / floor : 0, best, floor > 0 ? best / floor : 0, best > 0 ? eager / best : 0,
                     policy::PointToString(best_point).c_str());
-        std::fflush(stdout);
       }
     }
   }

@@ -135,6 +135,7 @@ json Encode(const WorkerMessage& message) {
                   {"id", m.id},
                   {"key", Hex(m.key_bytes)},
                   {"memory_cap_bytes", m.memory_cap_bytes},
+                  {"screen_only", m.screen_only},
                   {"candidate",
                    {{"source", c.source},
                     {"entry_point", c.entry_point},
@@ -217,6 +218,7 @@ WorkerMessage DecodeJson(const json& j) {
     r.id = j.at("id").get<uint64_t>();
     r.key_bytes = Unhex(j.at("key"));
     r.memory_cap_bytes = j.at("memory_cap_bytes").get<uint64_t>();
+    r.screen_only = j.value("screen_only", false);
     const json& c = j.at("candidate");
     r.candidate.source = c.at("source").get<std::string>();
     r.candidate.entry_point = c.at("entry_point").get<std::string>();

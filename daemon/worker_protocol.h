@@ -116,6 +116,12 @@ struct EvaluateRequest {
   std::string key_bytes;
   CandidateSpec candidate;
   uint64_t memory_cap_bytes = 0;
+  // A quick look for search, never for the cache: one run on one input set
+  // (kept between requests for the same key, so a sweep over many points of
+  // one key builds its inputs once), compared with the reference, then a
+  // short timing. The verdict is never accepted; its verification lists the
+  // input kind "screen". Search screens every point and fully evaluates the best.
+  bool screen_only = false;
 };
 
 struct Verdict {

@@ -27,8 +27,10 @@ def cases(torch, family):
         if family in (None, fam):
             out.append((fam, name, key_text, make, fn))
 
-    for shape in [(4096, 16384), (262144, 256), (64, 1048576), (2048, 16384), (8192, 16384), (4095, 16383),
-                  (32, 1048576), (128, 1048576), (64, 1000003)]:
+    # The headroom cases and their neighbours, as benchmarks/tune_spaces.cc's HeadroomKeys lists them.
+    for shape in [(4096, 16384), (2048, 16384), (8192, 16384), (4095, 16383),
+                  (262144, 256), (131072, 256), (524288, 256), (262143, 255),
+                  (64, 1048576), (32, 1048576), (128, 1048576), (64, 1000003)]:
         rows, cols = shape
         add("softmax", f"softmax f32 {rows}x{cols}", f"aten::_softmax(f32[{rows},{cols}], -1, False) sm_90",
             lambda r=rows, c=cols: (torch.randn(r, c, device="cuda"),), lambda x: torch.softmax(x, -1))
@@ -89,7 +91,11 @@ def main():
     print("| case | eager us | IQR | compile us | IQR | compile/eager |\n|---|---:|---:|---:|---:|---:|")
     for fam, name, key_text, make, fn in cases(torch, a.family):
         args = make()
-        compiled = torch.compile(fn)
+        # A fresh Dynamo state and static shapes per case: the cases share code
+        # objects, and Dynamo would otherwise recompile them with dynamic shapes
+        # (or fall back to eager past its recompile limit).
+        torch._dynamo.reset()
+        compiled = torch.compile(fn, dynamic=False)
         with torch.no_grad():
             eager, comp = time_pair(torch, [fn, compiled], args, a.runs, flush)
         results.append({"family": fam, "case": name, "key_text": key_text, "eager": eager, "compile": comp})

@@ -46,6 +46,8 @@ __device__ __forceinline__ void ms_add(MS& a, float x) {
     a.s = (a.m == -KJIT_INF ? 0.f : a.s * expf(a.m - x)) + 1.f;
     a.m = x;
   } else if (x != x) {
+    // NaN is sticky in m too: a later larger x must not reset the sum.
+    a.m = KJIT_NAN;
     a.s = KJIT_NAN;
   } else if (x != -KJIT_INF) {
     a.s += expf(x - a.m);
@@ -103,7 +105,7 @@ __device__ __forceinline__ float out_value(float x, MS ms) {
 class Softmax final : public Family {
  public:
   std::string_view name() const override { return "softmax"; }
-  int codegen_version() const override { return 2; }
+  int codegen_version() const override { return 3; }
   std::vector<std::string> ops() const override { return {"aten::_softmax", "aten::_log_softmax"}; }
 
   OpTraits traits(std::string_view op) const override {

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <random>
 #include <regex>
+#include <set>
 #include <thread>
 
 #include "kjit/evaluator/compare.h"
@@ -157,7 +158,10 @@ struct Evaluator::Impl {
     c10::FunctionSchema schema;
     c10::OperatorHandle handle;
     OpTraits traits;
+    std::set<size_t> unspecified;  // outputs whose values PyTorch leaves unspecified (traits)
   };
+  // The inputs of screen_only requests, for the last key screened.
+  std::optional<std::pair<std::string, InputSet>> screen_set;
 
   Result<Prepared> Prepare(const std::string& key_bytes) {
     KJIT_ASSIGN_OR_RETURN(OpKey key, OpKey::Decode(key_bytes));
@@ -175,7 +179,11 @@ struct Evaluator::Impl {
     if (!handle) return NotFound("no operator " + call.op + "." + call.overload);
     OpTraits traits = TraitsFor(call.op);
     if (options.bitwise) traits.compare = ComparePolicy::kBitwise;
-    return Prepared{std::move(key), std::move(schema), *handle, std::move(traits)};
+    std::set<size_t> unspecified;
+    if (traits.unspecified_outputs) {
+      for (int i : traits.unspecified_outputs(call)) unspecified.insert(static_cast<size_t>(i));
+    }
+    return Prepared{std::move(key), std::move(schema), *handle, std::move(traits), std::move(unspecified)};
   }
 
   std::vector<at::Tensor> CallReference(const Prepared& p, const std::vector<c10::IValue>& args) {
@@ -500,7 +508,7 @@ daemon::Verdict Evaluator::Evaluate(const daemon::EvaluateRequest& request, cons
     v.outcome = std::string(policy::OutcomeName(outcome));
     v.reason = std::move(reason);
     v.reward = policy::Reward(policy::TrialOutcome{outcome, v.timing.median_us, v.baseline.median_us});
-    v.accepted = outcome == Outcome::kVerified &&
+    v.accepted = outcome == Outcome::kVerified && !request.screen_only &&
                  policy::Accept(v.timing.median_us, v.timing.spread_us, v.baseline.median_us, v.baseline.spread_us);
     if (outcome != Outcome::kVerified) v.cubin.clear();
     v.total_ms = MsSince(started);
@@ -555,6 +563,50 @@ daemon::Verdict Evaluator::Evaluate(const daemon::EvaluateRequest& request, cons
     config.dynamic_shared_bytes = c.launch.dynamic_shared_bytes;
     if (Status st = CheckLaunchConfig(config, limits); !st.ok()) return finish(Outcome::kLaunchError, st.ToString());
     v.cubin = (*compiled)->cubin;
+
+    if (request.screen_only) {
+      // One run on the key's cached screening set, compared, then a short timing (see EvaluateRequest).
+      progress("time", s.options.timing_budget * 3 + std::chrono::minutes(1));
+      if (!s.screen_set || s.screen_set->first != request.key_bytes) {
+        s.screen_set.reset();  // frees the previous key's tensors first
+        auto made = s.MakeSet(p, InputKind::kNormal, s.seeds());
+        if (!made.ok()) return finish(Outcome::kResourceBackoff, "cannot build inputs: " + made.status().ToString());
+        s.screen_set.emplace(request.key_bytes, std::move(*made));
+      }
+      const Impl::InputSet& set = s.screen_set->second;
+      const std::chrono::milliseconds deadline = s.options.min_run_deadline * 5;
+      std::vector<GuardedTensor> outs;
+      for (const at::Tensor& r : set.reference) {
+        auto g = MakeGuarded(r);
+        if (!g.ok()) return finish(Outcome::kResourceBackoff, g.status().ToString());
+        ResetGuarded(*g, Poison::kNaN);
+        outs.push_back(std::move(*g));
+      }
+      std::vector<CUdeviceptr> values = s.Params(p, set.args, outs);
+      if (auto f = s.RunOnce(*fn, config, values, deadline)) return finish(f->outcome, f->reason + " on the screening set");
+      for (size_t i = 0; i < outs.size(); ++i) {
+        if (!GuardsIntact(outs[i])) return finish(Outcome::kOutOfBounds, "wrote outside output " + std::to_string(i));
+        if (p.unspecified.count(i)) continue;
+        auto dtype = kjit::torch::DTypeOf(set.reference[i].scalar_type());
+        const Comparison cmp =
+            Compare(outs[i].tensor, set.reference[i], ToleranceFor(dtype.ok() ? *dtype : DType::kFloat32, p.traits));
+        if (!cmp.ok) return finish(Outcome::kWrongResult, "output " + std::to_string(i) + " on the screening set: " + cmp.reason);
+      }
+      const EvaluatorOptions full = s.options;
+      s.options.min_runs = 10;
+      s.options.target_ci_rel = 0.03;
+      s.options.timing_budget = std::chrono::milliseconds(1000);
+      auto pair = s.TimeLoop([&]() -> std::optional<RunFailure> { return s.Launch(*fn, config, values); },
+                             [&] { (void)s.CallReference(p, set.args); }, deadline);
+      s.options = full;
+      if (pair.failure) return finish(pair.failure->outcome, pair.failure->reason + " while timing");
+      v.timing = Summarize(pair.candidate_us);
+      v.baseline = Summarize(pair.reference_us);
+      v.roofline = s.Floor(p, set);
+      s.FinishRoofline(v.roofline, v.timing.median_us);
+      v.verification.input_kinds.push_back("screen");
+      return finish(Outcome::kVerified, "screened: one input set and a short timing, not verified");
+    }
 
     progress("verify", std::chrono::minutes(2));
     std::vector<std::pair<InputKind, std::string>> kinds;
@@ -632,6 +684,7 @@ daemon::Verdict Evaluator::Evaluate(const daemon::EvaluateRequest& request, cons
         }
       }
       for (size_t i = 0; i < outs.size(); ++i) {
+        if (p.unspecified.count(i)) continue;
         const Unwritten unwritten = FindUnwritten(runs[0][i], runs[1][i]);
         if (unwritten.count > 0) {
           return finish(Outcome::kUnwrittenOutput, std::to_string(unwritten.count) + " of " +
@@ -692,6 +745,12 @@ daemon::Verdict Evaluator::Evaluate(const daemon::EvaluateRequest& request, cons
     v.roofline = s.Floor(p, *set);
     s.FinishRoofline(v.roofline, v.timing.median_us);
     for (size_t i = 0; i < outs.size(); ++i) {
+      if (p.unspecified.count(i)) {
+        if (!GuardsIntact(outs[i])) {
+          return finish(Outcome::kOutOfBounds, "wrote outside output " + std::to_string(i) + " while timing");
+        }
+        continue;
+      }
       auto dtype = kjit::torch::DTypeOf(set->reference[i].scalar_type());
       const Comparison cmp =
           Compare(outs[i].tensor, set->reference[i], ToleranceFor(dtype.ok() ? *dtype : DType::kFloat32, p.traits));
