@@ -175,6 +175,8 @@ int main(int argc, char** argv) {
         Record(out, *f, key, p, v);
         if (v.outcome == "verified") {
           ++passed;
+          std::printf("- ok %s | %s | %.1f us (eager %.1f)\n", problem->description.c_str(),
+                      policy::PointToString(p).c_str(), v.timing.median_us, v.baseline.median_us);
         } else {
           ++failures;
           std::printf("- FAIL %s | %s | %s: %s\n", problem->description.c_str(), policy::PointToString(p).c_str(),

@@ -104,6 +104,40 @@ TEST(Compare, DefaultTolerancePerDType) {
   EXPECT_FALSE(Compare(Values({1}), Values({0.6}), loose).ok);
 }
 
+// A candidate no less accurate than PyTorch against float64 passes even when
+// the two float32 results are further apart than assert_close allows.
+TEST(CompareAccuracy, NoWorseThanTwicePyTorchsError) {
+  const Tolerance tol = DefaultTolerance(DType::kFloat32);  // atol 1e-5, rtol 1.3e-6
+  const at::Tensor exact = Values({100.0, -3.0, 0.0, 1e6}, at::kDouble);
+  // PyTorch's worst error: 1e-3 at 100 (about 8 units of 1.3e-4).
+  const at::Tensor pytorch = Values({100.001, -3.0, 0.0, 1e6});
+  const at::Tensor within = Values({99.9985, -3.0, 0.0, 1e6});  // 1.5e-3 off: under twice PyTorch's error
+  EXPECT_FALSE(Compare(within, pytorch, tol).ok);
+  const Comparison ok = CompareAccuracy(within, pytorch, exact, tol);
+  EXPECT_TRUE(ok.ok) << ok.reason;
+  const at::Tensor bad = Values({100.0, -3.01, 0.0, 1e6});  // 1e-2 off at -3: about 770 units
+  const Comparison no = CompareAccuracy(bad, pytorch, exact, tol);
+  EXPECT_FALSE(no.ok);
+  EXPECT_NE(no.reason.find("float64"), std::string::npos) << no.reason;
+}
+
+TEST(CompareAccuracy, NonFiniteValuesMustMatchPyTorchs) {
+  const Tolerance tol = DefaultTolerance(DType::kFloat32);
+  const at::Tensor exact = Values({1.0, kNaN, kInf}, at::kDouble);
+  const at::Tensor pytorch = Values({1.0, kNaN, kInf});
+  EXPECT_TRUE(CompareAccuracy(Values({1.0, kNaN, kInf}), pytorch, exact, tol).ok);
+  EXPECT_FALSE(CompareAccuracy(Values({1.0, 0.0, kInf}), pytorch, exact, tol).ok);
+  EXPECT_FALSE(CompareAccuracy(Values({1.0, kNaN, -kInf}), pytorch, exact, tol).ok);
+  EXPECT_FALSE(CompareAccuracy(Values({kNaN, kNaN, kInf}), pytorch, exact, tol).ok);
+}
+
+TEST(CompareAccuracy, IntegerAndBitwiseOutputsGetNoSecondChance) {
+  const at::Tensor i = at::tensor({1, 2}, at::kLong);
+  EXPECT_FALSE(CompareAccuracy(i, i, i.to(at::kDouble), DefaultTolerance(DType::kInt64)).ok);
+  const at::Tensor f = Values({1.0});
+  EXPECT_FALSE(CompareAccuracy(f, f, f.to(at::kDouble), Tolerance{0, 0, true}).ok);
+}
+
 TEST(Compare, NaNPositions) {
   const at::Tensor expected = Values({1, kNaN, 3});
   EXPECT_TRUE(Close(Values({1, kNaN, 3}), expected).ok);

@@ -202,6 +202,45 @@ Comparison Compare(const at::Tensor& actual, const at::Tensor& expected, const T
   }
 }
 
+Comparison CompareAccuracy(const at::Tensor& actual, const at::Tensor& pytorch, const at::Tensor& exact,
+                           const Tolerance& tol) {
+  Comparison c;
+  try {
+    if (tol.bitwise || !actual.defined() || !at::isFloatingType(actual.scalar_type()) ||
+        actual.sizes() != pytorch.sizes() || actual.sizes() != exact.sizes()) {
+      c.reason = "no float64 accuracy comparison for this output";
+      return c;
+    }
+    const at::Tensor a = Float64Values(actual);
+    const at::Tensor t = Float64Values(pytorch.to(actual.device()));
+    const at::Tensor x = Float64Values(exact.to(actual.device()));
+    // Non-finite values: exactly PyTorch's (NaN where it has NaN, equal infinities).
+    const at::Tensor t_finite = t.isfinite();
+    const at::Tensor special_ok =
+        at::where(t_finite, a.isfinite(), a.eq(t).logical_or_(a.isnan().logical_and_(t.isnan())));
+    const int64_t special_bad = special_ok.logical_not().sum().item<int64_t>();
+    if (special_bad > 0) {
+      c.reason = std::to_string(special_bad) + " elements differ from PyTorch's in NaN or infinity";
+      return c;
+    }
+    const at::Tensor measured = t_finite.logical_and(x.isfinite());
+    const at::Tensor scale = x.abs().mul(tol.rtol).add(tol.atol);
+    const at::Tensor err_actual = at::where(measured, (a - x).abs() / scale, 0.0);
+    const at::Tensor err_pytorch = at::where(measured, (t - x).abs() / scale, 0.0);
+    const at::Tensor worst = at::stack({err_actual.max(), err_pytorch.max()}).cpu();
+    const double worst_actual = worst[0].item<double>(), worst_pytorch = worst[1].item<double>();
+    const double limit = std::max(1.0, 2 * worst_pytorch);
+    c.ok = worst_actual <= limit;
+    c.max_abs_error = at::where(measured, (a - t).abs(), 0.0).max().item<double>();
+    c.reason = "against a float64 computation, worst error " + FormatDouble(worst_actual) +
+               " tolerance units; PyTorch's " + FormatDouble(worst_pytorch) + " (limit " + FormatDouble(limit) + ")";
+  } catch (const c10::Error& e) {
+    c.ok = false;
+    c.reason = FromTorchError(e, "float64 accuracy comparison failed").message();
+  }
+  return c;
+}
+
 bool BitwiseEqual(const at::Tensor& a, const at::Tensor& b) {
   try {
     if (!a.defined() || !b.defined()) return a.defined() == b.defined();

@@ -56,6 +56,19 @@ struct Comparison {
 // part by part. Float values are compared in float64, integers as int64.
 Comparison Compare(const at::Tensor& actual, const at::Tensor& expected, const Tolerance& tolerance);
 
+// The second chance of a floating-point output that fails Compare against
+// PyTorch's result: no less accurate than PyTorch. Where an op's result is
+// ill-conditioned (a mean of values around 1e6 that nearly cancel, a layer
+// norm of such rows), two correct float32 kernels that sum in different orders
+// differ by far more than assert_close allows, and neither is the truth.
+// `exact` is the op computed in float64 on the same inputs. The candidate
+// passes if NaN and infinities appear exactly where PyTorch's result has them
+// (as in Compare), and its worst error against `exact`, in units of the
+// tolerance (|x - exact| / (atol + rtol * |exact|)), is at most
+// max(1, 2 x PyTorch's own worst error in those units).
+Comparison CompareAccuracy(const at::Tensor& actual, const at::Tensor& pytorch, const at::Tensor& exact,
+                           const Tolerance& tolerance);
+
 // True if every element's bytes are equal (same dtype and sizes required).
 bool BitwiseEqual(const at::Tensor& a, const at::Tensor& b);
 
