@@ -327,19 +327,10 @@ TEST(BatchNormSpace, DeclinesWhatItCannotServe) {
             std::string::npos);
 }
 
-TEST(BatchNormSpace, InferenceSaveOutputsAreUnspecifiedAndTheAbiListsEveryOutput) {
+TEST(BatchNormSpace, TheAbiListsEveryOutput) {
   const DeviceFacts device = DeviceFacts::H200();
   const TensorDesc x = TensorDesc::Contiguous(DType::kFloat16, {8, 16, 32, 32});
   const TensorDesc p = TensorDesc::Contiguous(DType::kFloat32, {16});
-  ASSERT_FALSE(Families().empty());  // declares the traits
-  const OpTraits traits = TraitsFor("aten::native_batch_norm");
-  ASSERT_TRUE(static_cast<bool>(traits.unspecified_outputs));
-  EXPECT_EQ(traits.unspecified_outputs(BatchNormKey("aten::native_batch_norm", x, p, p, p, p, false).calls[0]),
-            (std::vector<int>{1, 2}));
-  EXPECT_TRUE(
-      traits.unspecified_outputs(BatchNormKey("aten::native_batch_norm", x, p, p, NoneArg{}, NoneArg{}, true).calls[0])
-          .empty());
-  EXPECT_FALSE(static_cast<bool>(TraitsFor("aten::cudnn_batch_norm").unspecified_outputs));
   // (x, weight, bias, running_mean, running_var, out, save_mean, save_invstd[, reserve]).
   for (const char* op : {"aten::native_batch_norm", "aten::cudnn_batch_norm"}) {
     auto found = FindFamily(BatchNormKey(op, x, p, p, p, p, false));

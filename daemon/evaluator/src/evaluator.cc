@@ -12,7 +12,6 @@
 #include <cmath>
 #include <random>
 #include <regex>
-#include <set>
 #include <thread>
 
 #include "kjit/evaluator/compare.h"
@@ -158,7 +157,6 @@ struct Evaluator::Impl {
     c10::FunctionSchema schema;
     c10::OperatorHandle handle;
     OpTraits traits;
-    std::set<size_t> unspecified;  // outputs whose values PyTorch leaves unspecified (traits)
   };
   // The inputs of screen_only requests, for the last key screened.
   std::optional<std::pair<std::string, InputSet>> screen_set;
@@ -179,11 +177,7 @@ struct Evaluator::Impl {
     if (!handle) return NotFound("no operator " + call.op + "." + call.overload);
     OpTraits traits = TraitsFor(call.op);
     if (options.bitwise) traits.compare = ComparePolicy::kBitwise;
-    std::set<size_t> unspecified;
-    if (traits.unspecified_outputs) {
-      for (int i : traits.unspecified_outputs(call)) unspecified.insert(static_cast<size_t>(i));
-    }
-    return Prepared{std::move(key), std::move(schema), *handle, std::move(traits), std::move(unspecified)};
+    return Prepared{std::move(key), std::move(schema), *handle, std::move(traits)};
   }
 
   std::vector<at::Tensor> CallReference(const Prepared& p, const std::vector<c10::IValue>& args) {
@@ -604,7 +598,6 @@ daemon::Verdict Evaluator::Evaluate(const daemon::EvaluateRequest& request, cons
       if (auto f = s.RunOnce(*fn, config, values, deadline)) return finish(f->outcome, f->reason + " on the screening set");
       for (size_t i = 0; i < outs.size(); ++i) {
         if (!GuardsIntact(outs[i])) return finish(Outcome::kOutOfBounds, "wrote outside output " + std::to_string(i));
-        if (p.unspecified.count(i)) continue;
         auto dtype = kjit::torch::DTypeOf(set.reference[i].scalar_type());
         const Comparison cmp =
             Compare(outs[i].tensor, set.reference[i], ToleranceFor(dtype.ok() ? *dtype : DType::kFloat32, p.traits));
@@ -703,7 +696,6 @@ daemon::Verdict Evaluator::Evaluate(const daemon::EvaluateRequest& request, cons
       }
       std::optional<std::vector<at::Tensor>> exact;  // the op in float64, computed on the first mismatch
       for (size_t i = 0; i < outs.size(); ++i) {
-        if (p.unspecified.count(i)) continue;
         const Unwritten unwritten = FindUnwritten(runs[0][i], runs[1][i]);
         if (unwritten.count > 0) {
           return finish(Outcome::kUnwrittenOutput, std::to_string(unwritten.count) + " of " +
@@ -777,12 +769,6 @@ daemon::Verdict Evaluator::Evaluate(const daemon::EvaluateRequest& request, cons
     v.roofline = s.Floor(p, *set);
     s.FinishRoofline(v.roofline, v.timing.median_us);
     for (size_t i = 0; i < outs.size(); ++i) {
-      if (p.unspecified.count(i)) {
-        if (!GuardsIntact(outs[i])) {
-          return finish(Outcome::kOutOfBounds, "wrote outside output " + std::to_string(i) + " while timing");
-        }
-        continue;
-      }
       auto dtype = kjit::torch::DTypeOf(set->reference[i].scalar_type());
       const Comparison cmp =
           Compare(outs[i].tensor, set->reference[i], ToleranceFor(dtype.ok() ? *dtype : DType::kFloat32, p.traits));

@@ -8,12 +8,10 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <map>
 #include <optional>
 #include <string>
 #include <string_view>
-#include <vector>
 
 #include "kjit/runtime/op_key.h"
 
@@ -58,12 +56,6 @@ struct OpTraits {
   bool nondeterministic = false;
   // FLOPs of one call, for the compute floor; 0 if the op is memory-bound.
   double flops = 0;
-  // Outputs (indices into the flattened returns) whose contents PyTorch leaves
-  // unspecified for this call, e.g. native_batch_norm's save_mean and
-  // save_invstd in inference, which it allocates and never writes. A
-  // candidate's values there are not compared (nor checked for being written
-  // or deterministic); its writes must still stay inside them. Unset: none.
-  std::function<std::vector<int>(const OpCall&)> unspecified_outputs;
 };
 
 OpTraits DefaultOpTraits();
