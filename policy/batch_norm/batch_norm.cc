@@ -279,7 +279,7 @@ class BatchNorm final : public Family {
   int codegen_version() const override { return 1; }
   std::vector<std::string> ops() const override { return {"aten::native_batch_norm", "aten::cudnn_batch_norm"}; }
 
-  OpTraits traits(std::string_view op) const override {
+  OpTraits traits(std::string_view /*op: the same for both*/) const override {
     OpTraits t;
     // Both ops serve training, where a channel holding +-Inf (and no NaN) gets a mean of Inf or
     // NaN depending on where the Inf falls in PyTorch's Welford merge order (inf - inf when a
