@@ -1,5 +1,6 @@
 // The op families kjit knows. A new family is a folder under policy/ and one line here.
 #include "kjit/policy/design_space.h"
+#include "group_norm/group_norm.h"
 #include "layer_norm/layer_norm.h"
 #include "softmax/softmax.h"
 
@@ -10,6 +11,7 @@ const std::vector<const Family*>& Families() {
     std::vector<const Family*> f;
     f.push_back(SoftmaxFamily());
     f.push_back(LayerNormFamily());
+    f.push_back(GroupNormFamily());
     // Each family declares what the evaluator must know about its ops.
     for (const Family* family : f) {
       for (const std::string& op : family->ops()) DeclareOpTraits(op, family->traits(op));
