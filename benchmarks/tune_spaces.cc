@@ -108,7 +108,7 @@ std::vector<OpKey> HeadroomKeys(const policy::Family& f) {
 
 int main(int argc, char** argv) {
   CLI::App app{"Measure kjit's design spaces through the evaluator (needs a GPU)."};
-  int verify = 0, max_points = 0, skip = 0, finalists = 3;
+  int verify = 0, max_points = 0, skip = 0, finalists = 3, climb_rounds = 4;
   std::string keys_from = "samples";
   bool search = false, exhaustive = false;
   uint64_t seed = 1;
@@ -117,9 +117,10 @@ int main(int argc, char** argv) {
   app.add_flag("--search", search, "evaluate the points of every sample key; report default and best");
   app.add_flag("--exhaustive", exhaustive, "--search screens every valid point (default: pairwise cover, then hill-climbing)");
   app.add_option("--max-points", max_points, "at most this many points per key in --search (0: all)");
-  app.add_option("--keys", keys_from, "--search over the family's sample keys, or the headroom cases and neighbours")
-      ->check(CLI::IsMember({"samples", "headroom"}))
+  app.add_option("--keys", keys_from, "--search over the family's sample keys, the headroom cases and neighbours, or the cases alone")
+      ->check(CLI::IsMember({"samples", "headroom", "headroom-cases"}))
       ->capture_default_str();
+  app.add_option("--climb-rounds", climb_rounds, "hill-climbing rounds after the cover")->capture_default_str();
   app.add_option("--finalists", finalists, "screened points fully verified per key besides the default")
       ->capture_default_str();
   app.add_option("--family", family_filter, "only this family");
@@ -193,8 +194,12 @@ int main(int argc, char** argv) {
                   "best/floor | best vs eager | best point |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
                   std::string(f->name()).c_str(), keys_from.c_str(), finalists);
       std::vector<std::pair<OpKey, std::unique_ptr<policy::Problem>>> search_keys;
-      if (keys_from == "headroom") {
-        for (const OpKey& k : HeadroomKeys(*f)) {
+      if (keys_from != "samples") {
+        const std::vector<OpKey> all_keys = HeadroomKeys(*f);
+        for (size_t i = 0; i < all_keys.size(); ++i) {
+          // HeadroomKeys lists each table case first, then its three neighbours.
+          if (keys_from == "headroom-cases" && i % 4 != 0) continue;
+          const OpKey& k = all_keys[i];
           auto p = f->Match(k);
           if (p.ok()) {
             search_keys.emplace_back(k, std::move(*p));
@@ -246,7 +251,7 @@ int main(int argc, char** argv) {
         if (!screen(points)) return 1;
         const std::set<policy::Point> valid(all.begin(), all.end());
         const policy::Space space = f->MakeSpace(*problem, device);
-        for (int round = 0; !exhaustive && round < 4; ++round) {
+        for (int round = 0; !exhaustive && round < climb_rounds; ++round) {
           std::sort(screened.begin(), screened.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
           std::vector<policy::Point> next;
           for (size_t top = 0; top < std::min<size_t>(2, screened.size()); ++top) {

@@ -225,15 +225,22 @@ Comparison CompareAccuracy(const at::Tensor& actual, const at::Tensor& pytorch, 
     }
     const at::Tensor measured = t_finite.logical_and(x.isfinite());
     const at::Tensor scale = x.abs().mul(tol.rtol).add(tol.atol);
-    const at::Tensor err_actual = at::where(measured, (a - x).abs() / scale, 0.0);
-    const at::Tensor err_pytorch = at::where(measured, (t - x).abs() / scale, 0.0);
-    const at::Tensor worst = at::stack({err_actual.max(), err_pytorch.max()}).cpu();
-    const double worst_actual = worst[0].item<double>(), worst_pytorch = worst[1].item<double>();
-    const double limit = std::max(1.0, 2 * worst_pytorch);
-    c.ok = worst_actual <= limit;
-    c.max_abs_error = at::where(measured, (a - t).abs(), 0.0).max().item<double>();
-    c.reason = "against a float64 computation, worst error " + FormatDouble(worst_actual) +
-               " tolerance units; PyTorch's " + FormatDouble(worst_pytorch) + " (limit " + FormatDouble(limit) + ")";
+    const at::Tensor abs_actual = at::where(measured, (a - x).abs(), 0.0);
+    const at::Tensor abs_pytorch = at::where(measured, (t - x).abs(), 0.0);
+    const at::Tensor counted = measured.sum().to(at::kDouble).clamp_min(1);
+    auto rms = [&](const at::Tensor& e) { return e.square().sum().div(counted).sqrt(); };
+    const at::Tensor stats =
+        at::stack({rms(abs_actual), rms(abs_pytorch), rms(at::where(measured, scale, 0.0)), (abs_actual / scale).max(),
+                   (abs_pytorch / scale).max(), (a - t).abs().where(measured, 0.0).max()})
+            .cpu();
+    const double* s = stats.data_ptr<double>();
+    const double rms_limit = std::max(s[2], 4 * s[1]);
+    const double worst_limit = std::max(1.0, 16 * s[4]);
+    c.ok = s[0] <= rms_limit && s[3] <= worst_limit;
+    c.max_abs_error = s[5];
+    c.reason = "against a float64 computation: RMS error " + FormatDouble(s[0]) + " (PyTorch's " +
+               FormatDouble(s[1]) + ", limit " + FormatDouble(rms_limit) + "), worst " + FormatDouble(s[3]) +
+               " tolerance units (PyTorch's " + FormatDouble(s[4]) + ", limit " + FormatDouble(worst_limit) + ")";
   } catch (const c10::Error& e) {
     c.ok = false;
     c.reason = FromTorchError(e, "float64 accuracy comparison failed").message();
