@@ -230,8 +230,8 @@ Comparison CompareAccuracy(const at::Tensor& actual, const at::Tensor& pytorch, 
     const at::Tensor counted = measured.sum().to(at::kDouble).clamp_min(1);
     auto rms = [&](const at::Tensor& e) { return e.square().sum().div(counted).sqrt(); };
     const at::Tensor stats =
-        at::stack({rms(abs_actual), rms(abs_pytorch), rms(at::where(measured, scale, 0.0)), (abs_actual / scale).max(),
-                   (abs_pytorch / scale).max(), (a - t).abs().where(measured, 0.0).max()})
+        at::stack({rms(abs_actual), rms(abs_pytorch), rms(at::where(measured, scale, 0.0)), (abs_actual / scale).where(measured, 0.0).max(),
+                   (abs_pytorch / scale).where(measured, 0.0).max(), (a - t).abs().where(measured, 0.0).max()})
             .cpu();
     const double* s = stats.data_ptr<double>();
     const double rms_limit = std::max(s[2], 4 * s[1]);
