@@ -100,12 +100,59 @@ __device__ __forceinline__ float out_value(float x, MS ms) {
   if (LOG) return x - ms.m - logf(ms.s);
   return expf(x - ms.m) / ms.s;
 }
+
+// Rows held on chip (registers, shared memory) take two cheap passes instead of
+// the online update: the max, then the sum of exp(x - max): one exp per element
+// and no data-dependent branch. NaN anywhere makes the max NaN (fmaxf would drop
+// it), hence every exp and the row NaN, as in PyTorch; so does +Inf (inf - inf).
+__device__ __forceinline__ float nan_max(float a, float b) { return a != a ? a : (b != b ? b : fmaxf(a, b)); }
+// The xor butterfly gives every lane the same value.
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = nan_max(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+// Every thread of the block gets the result. `red` holds 32 floats.
+template <bool MAX>
+__device__ __forceinline__ float block_reduce(float v, float* red) {
+  v = MAX ? warp_max(v) : warp_sum(v);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) red[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    float w = lane < (int)(THREADS / 32) ? red[lane] : (MAX ? -KJIT_INF : 0.f);
+    w = MAX ? warp_max(w) : warp_sum(w);
+    if (lane == 0) red[0] = w;
+  }
+  __syncthreads();
+  const float r = red[0];
+  __syncthreads();  // red is reused by the next reduction
+  return r;
+}
+// Per row, computed once: softmax multiplies exp(x - m) by k = 1 / sum;
+// log_softmax subtracts k = log(sum) from x - m.
+struct RowScale { float m; float k; };
+__device__ __forceinline__ RowScale row_scale(float m, float sum) {
+  RowScale r;
+  r.m = m;
+  r.k = LOG ? logf(sum) : 1.f / sum;
+  return r;
+}
+__device__ __forceinline__ float scaled(float x, RowScale c) {
+  if (LOG) return x - c.m - c.k;
+  return expf(x - c.m) * c.k;
+}
 )";
 
 class Softmax final : public Family {
  public:
   std::string_view name() const override { return "softmax"; }
-  int codegen_version() const override { return 3; }
+  int codegen_version() const override { return 4; }
   std::vector<std::string> ops() const override { return {"aten::_softmax", "aten::_log_softmax"}; }
 
   OpTraits traits(std::string_view op) const override {
@@ -325,24 +372,33 @@ extern "C" __global__ void __launch_bounds__(THREADS) kjit_softmax(const in_t* _
   const in_t* xr = x + row * LEN;
   out_t* yr = y + row * LEN;
   float v[ITEMS][VEC];
-  MS ms = {-KJIT_INF, 0.f};
+  float m = -KJIT_INF;
 #pragma unroll
   for (int i = 0; i < ITEMS; ++i) {
     const long long col = ((long long)i * 32 + lane) * VEC;
     if (col < LEN) {
       load_vec<false>(xr + col, v[i]);
 #pragma unroll
-      for (int k = 0; k < VEC; ++k) ms_add(ms, v[i][k]);
+      for (int k = 0; k < VEC; ++k) m = nan_max(m, v[i][k]);
     }
   }
-  ms = ms_final(warp_ms(ms));
+  m = warp_max(m);
+  float sum = 0.f;
+#pragma unroll
+  for (int i = 0; i < ITEMS; ++i) {
+    if (((long long)i * 32 + lane) * VEC < LEN) {
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) sum += expf(v[i][k] - m);
+    }
+  }
+  const RowScale c = row_scale(m, warp_sum(sum));
 #pragma unroll
   for (int i = 0; i < ITEMS; ++i) {
     const long long col = ((long long)i * 32 + lane) * VEC;
     if (col < LEN) {
       float o[VEC];
 #pragma unroll
-      for (int k = 0; k < VEC; ++k) o[k] = out_value(v[i][k], ms);
+      for (int k = 0; k < VEC; ++k) o[k] = scaled(v[i][k], c);
       store_vec(yr + col, o);
     }
   }
@@ -360,24 +416,33 @@ extern "C" __global__ void __launch_bounds__(THREADS) kjit_softmax(const in_t* _
   const in_t* xr = x + row * LEN;
   out_t* yr = y + row * LEN;
   float v[ITEMS][VEC];
-  MS ms = {-KJIT_INF, 0.f};
+  float m = -KJIT_INF;
 #pragma unroll
   for (int i = 0; i < ITEMS; ++i) {
     const long long col = ((long long)i * THREADS + threadIdx.x) * VEC;
     if (col < LEN) {
       load_vec<false>(xr + col, v[i]);
 #pragma unroll
-      for (int k = 0; k < VEC; ++k) ms_add(ms, v[i][k]);
+      for (int k = 0; k < VEC; ++k) m = nan_max(m, v[i][k]);
     }
   }
-  ms = ms_final(block_ms(ms, red));
+  m = block_reduce<true>(m, red);
+  float sum = 0.f;
+#pragma unroll
+  for (int i = 0; i < ITEMS; ++i) {
+    if (((long long)i * THREADS + threadIdx.x) * VEC < LEN) {
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) sum += expf(v[i][k] - m);
+    }
+  }
+  const RowScale c = row_scale(m, block_reduce<false>(sum, red));
 #pragma unroll
   for (int i = 0; i < ITEMS; ++i) {
     const long long col = ((long long)i * THREADS + threadIdx.x) * VEC;
     if (col < LEN) {
       float o[VEC];
 #pragma unroll
-      for (int k = 0; k < VEC; ++k) o[k] = out_value(v[i][k], ms);
+      for (int k = 0; k < VEC; ++k) o[k] = scaled(v[i][k], c);
       store_vec(yr + col, o);
     }
   }
@@ -389,7 +454,49 @@ extern "C" __global__ void __launch_bounds__(THREADS) kjit_softmax(const in_t* _
       case kSmem:
       case kOnline: {
         const bool staged = strategy == kSmem;
-        src << "#define STAGED " << (staged ? 1 : 0) << "\n" << R"(
+        if (staged) {
+          // The row staged in shared memory: max while staging, then the sum, then the output.
+          src << R"(
+extern "C" __global__ void __launch_bounds__(THREADS) kjit_softmax(const in_t* __restrict__ x, out_t* __restrict__ y) {
+  __shared__ float red[64];
+  extern __shared__ float row_buf[];
+  const long long row = blockIdx.x;
+  const in_t* xr = x + row * LEN;
+  out_t* yr = y + row * LEN;
+  float m = -KJIT_INF;
+#pragma unroll UNROLL
+  for (long long col = (long long)threadIdx.x * VEC; col < LEN; col += (long long)THREADS * VEC) {
+    float v[VEC];
+    load_vec<false>(xr + col, v);
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) {
+      m = nan_max(m, v[k]);
+      row_buf[col + k] = v[k];
+    }
+  }
+  m = block_reduce<true>(m, red);
+  // Each thread reads back only what it staged: no barrier needed for row_buf.
+  float sum = 0.f;
+#pragma unroll UNROLL
+  for (long long col = (long long)threadIdx.x * VEC; col < LEN; col += (long long)THREADS * VEC) {
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) sum += expf(row_buf[col + k] - m);
+  }
+  const RowScale c = row_scale(m, block_reduce<false>(sum, red));
+#pragma unroll UNROLL
+  for (long long col = (long long)threadIdx.x * VEC; col < LEN; col += (long long)THREADS * VEC) {
+    float v[VEC];
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) v[k] = scaled(row_buf[col + k], c);
+    store_vec(yr + col, v);
+  }
+}
+)";
+          c.launch.grid[0] = static_cast<uint32_t>(rows);
+          c.launch.dynamic_shared_bytes = static_cast<uint32_t>(p.len * 4);
+          break;
+        }
+        src << "#define STAGED 0\n" << R"(
 extern "C" __global__ void __launch_bounds__(THREADS) kjit_softmax(const in_t* __restrict__ x, out_t* __restrict__ y) {
   __shared__ float red[64];
   extern __shared__ float row_buf[];
