@@ -10,7 +10,11 @@
 #   summary.txt  build.log  tests.log  bench.md  bench.json  bench-torch.json  bench-cache.json  run.log
 # (at most 8 files come back from the device tool)
 # Set KJIT_GPU_RUN_SKIP_BENCH=1 to skip the benchmarks, KJIT_GPU_RUN_SKIP_TESTS=1 to skip
-# the tests (a second call on a warm machine reuses build-gpu/).
+# the tests (a second call on a warm machine reuses build-gpu/), KJIT_GPU_RUN_TUNE=1 to
+# verify and search the design spaces (tune.md, tune.tar.gz; see the step at the end).
+# One device call is at most 10 minutes: split the work over calls, e.g.
+#   KJIT_GPU_RUN_SKIP_BENCH=1 KJIT_GPU_RUN_SKIP_TESTS=1 KJIT_GPU_RUN_TUNE=1 \
+#     KJIT_TUNE_FAMILIES=softmax KJIT_TUNE_VERIFY_S=150 KJIT_TUNE_SEARCH_S=300 bash scripts/gpu-run.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/kjit-gpu-out}"
@@ -85,5 +89,32 @@ if [[ "${KJIT_GPU_RUN_SKIP_BENCH:-0}" != 1 ]]; then
   "$build/benchmarks/kjit_bench_evaluator" --repeats 5 >> "$OUT/bench.md" 2>>"$OUT/run.log"
   note "evaluator benchmark: rc=$?"
   cat "$OUT/bench.md"
+fi
+if [[ "${KJIT_GPU_RUN_TUNE:-0}" == 1 ]]; then
+  # The design spaces: verification of random (key, point) pairs per family, the
+  # search on the headroom cases and their neighbours, and eager/torch.compile
+  # for the same shapes. Everything goes into tune.tar.gz (the device tool
+  # brings back at most 8 files) and a summary into tune.md. Time limits keep
+  # the whole step within one device call; KJIT_TUNE_VERIFY (pairs, default 50),
+  # KJIT_TUNE_KEYS (headroom | headroom-cases) and KJIT_TUNE_FAMILIES adjust it.
+  tune=/tmp/kjit-tune; rm -rf "$tune"; mkdir -p "$tune"
+  families="${KJIT_TUNE_FAMILIES:-softmax layer_norm batch_norm group_norm}"
+  for fam in $families; do
+    timeout "${KJIT_TUNE_VERIFY_S:-240}" "$build/benchmarks/kjit_tune_spaces" --family "$fam" \
+      --verify "${KJIT_TUNE_VERIFY:-50}" --dataset "$tune/$fam-verify.jsonl" > "$tune/$fam-verify.txt" 2>&1
+    note "verify $fam: rc=$? $(grep -c '^- ok' "$tune/$fam-verify.txt") verified, $(grep -c '^- FAIL' "$tune/$fam-verify.txt") rejected"
+  done
+  timeout "${KJIT_TUNE_BASELINES_S:-300}" python3 scripts/torch_baselines.py \
+    $([[ "${KJIT_TUNE_KEYS:-headroom}" == headroom-cases ]] && echo --cases-only) --runs 50 \
+    --json "$tune/torch-baselines.json" > "$tune/torch-baselines.md" 2>"$tune/torch-baselines.err"
+  note "torch baselines: rc=$?"
+  for fam in $families; do
+    timeout "${KJIT_TUNE_SEARCH_S:-600}" "$build/benchmarks/kjit_tune_spaces" --family "$fam" --search \
+      --keys "${KJIT_TUNE_KEYS:-headroom}" --max-points 40 --climb-rounds 2 --finalists 1 \
+      --dataset "$tune/$fam-search.jsonl" > "$tune/$fam-search.md" 2>"$tune/$fam-search.err"
+    note "search $fam: rc=$?"
+  done
+  cat "$tune"/*-search.md "$tune/torch-baselines.md" > "$OUT/tune.md" 2>/dev/null
+  tar -C /tmp -czf "$OUT/tune.tar.gz" kjit-tune
 fi
 [[ $rc_tests -eq 0 && $skipped_gpu -eq 0 ]]
