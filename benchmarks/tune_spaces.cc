@@ -21,6 +21,7 @@
 #include <random>
 #include <set>
 
+#include "kjit/cache/kernel_cache.h"
 #include "kjit/evaluator/evaluator.h"
 #include "kjit/policy/design_space.h"
 
@@ -44,8 +45,29 @@ daemon::Verdict Evaluate(eval::Evaluator& e, const OpKey& key, const policy::Can
 
 // One dataset line. A screened measurement (one input set, short timing) is
 // marked: its outcome says "screened" where a full evaluation says "verified".
-void Record(std::ofstream* out, const policy::Family& f, const OpKey& key, const policy::Point& p,
-            const daemon::Verdict& v, bool screened = false) {
+void Record(std::ofstream* out, cache::KernelCache* db, const policy::Family& f, const OpKey& key,
+            const policy::Point& p, const daemon::Verdict& v, bool screened = false) {
+  const std::string outcome = screened && v.outcome == "verified" ? "screened" : v.outcome;
+  if (db != nullptr && v.outcome != "resource_backoff") {
+    // The cache's measurement history, as kjitd stores its trials.
+    cache::Measurement m;
+    m.key_hash = key.Hash();
+    m.key_bytes = key.Encode();
+    m.design = policy::ToDesignPoint(std::string(f.name()), p, "kjit_tune_spaces");
+    m.outcome = outcome;
+    m.median_us = v.timing.median_us;
+    m.baseline_us = v.baseline.median_us;
+    m.reward = v.reward;
+    char detail[512];
+    std::snprintf(detail, sizeof detail,
+                  "{\"spread_us\":%.4f,\"floor_us\":%.4f,\"registers\":%d,\"spill_bytes\":%d,\"screened\":%s}",
+                  v.timing.spread_us, v.roofline.floor_us, v.resources.registers, v.resources.spill_bytes,
+                  screened ? "true" : "false");
+    m.detail = detail;
+    if (auto id = db->AddMeasurement(m); !id.ok()) {
+      std::fprintf(stderr, "tune_spaces: measurement not stored: %s\n", id.status().ToString().c_str());
+    }
+  }
   if (out == nullptr) return;
   std::string knobs;
   for (const auto& [k, val] : p) knobs += std::string(knobs.empty() ? "" : ",") + "\"" + k + "\":" + std::to_string(val);
@@ -55,7 +77,7 @@ void Record(std::ofstream* out, const policy::Family& f, const OpKey& key, const
                 "\"median_us\":%.4f,\"spread_us\":%.4f,\"baseline_us\":%.4f,\"floor_us\":%.4f,\"registers\":%d,"
                 "\"spill_bytes\":%d}\n",
                 std::string(f.name()).c_str(), key.Hash().ToHex().c_str(), key.ToString().c_str(), knobs.c_str(),
-                screened && v.outcome == "verified" ? "screened" : v.outcome.c_str(), v.timing.median_us, v.timing.spread_us, v.baseline.median_us, v.roofline.floor_us,
+                outcome.c_str(), v.timing.median_us, v.timing.spread_us, v.baseline.median_us, v.roofline.floor_us,
                 v.resources.registers, v.resources.spill_bytes);
   *out << line;
   out->flush();
@@ -112,7 +134,7 @@ int main(int argc, char** argv) {
   std::string keys_from = "samples";
   bool search = false, exhaustive = false;
   uint64_t seed = 1;
-  std::string dataset, family_filter;
+  std::string dataset, family_filter, cache_path;
   app.add_option("--verify", verify, "random (key, point) pairs to verify per family");
   app.add_flag("--search", search, "evaluate the points of every sample key; report default and best");
   app.add_flag("--exhaustive", exhaustive, "--search screens every valid point (default: pairwise cover, then hill-climbing)");
@@ -126,6 +148,8 @@ int main(int argc, char** argv) {
   app.add_option("--family", family_filter, "only this family");
   app.add_option("--seed", seed, "for --verify's choice of pairs")->capture_default_str();
   app.add_option("--skip", skip, "skip the first N evaluations (to get past a fault)");
+  app.add_option("--cache", cache_path, "also store every measurement in this kernel cache's measurement history "
+                 "(`kjit cache --cache PATH measurements --json` exports it)");
   app.add_option("--dataset", dataset, "append every measurement here as JSON lines");
   CLI11_PARSE(app, argc, argv);
   // A run may be cut off (a fault, a time limit): every line must already be out.
@@ -139,6 +163,17 @@ int main(int argc, char** argv) {
   eval::Evaluator& e = **evaluator;
   policy::DeviceFacts device = policy::DeviceFacts::H200();
   device.sm_count = e.device().sm_count;
+  std::unique_ptr<cache::KernelCache> db;
+  if (!cache_path.empty()) {
+    cache::OpenOptions open;
+    open.path = cache_path;
+    auto opened = cache::KernelCache::Open(open);
+    if (!opened.ok()) {
+      std::fprintf(stderr, "tune_spaces: %s\n", opened.status().ToString().c_str());
+      return 2;
+    }
+    db = std::move(*opened);
+  }
   std::ofstream out_file;
   std::ofstream* out = nullptr;
   if (!dataset.empty()) {
@@ -173,7 +208,7 @@ int main(int argc, char** argv) {
         if (++id <= static_cast<uint64_t>(skip)) continue;
         auto c = f->Generate(*problem, p, device);
         const daemon::Verdict v = c.ok() ? Evaluate(e, key, *c, id) : daemon::Verdict{};
-        Record(out, *f, key, p, v);
+        Record(out, db.get(), *f, key, p, v);
         if (v.outcome == "verified") {
           ++passed;
           std::printf("- ok %s | %s | %.1f us (eager %.1f)\n", problem->description.c_str(),
@@ -236,7 +271,7 @@ int main(int argc, char** argv) {
             auto c = f->Generate(*problem, p, device);
             if (!c.ok()) continue;
             const daemon::Verdict v = Evaluate(e, key, *c, id, /*screen_only=*/true);
-            Record(out, *f, key, p, v, /*screened=*/true);
+            Record(out, db.get(), *f, key, p, v, /*screened=*/true);
             if (lost()) return false;
             if (v.outcome != "verified") {
               ++failures;
@@ -280,7 +315,7 @@ int main(int argc, char** argv) {
           auto c = f->Generate(*problem, p, device);
           if (!c.ok()) continue;
           const daemon::Verdict v = Evaluate(e, key, *c, ++id);
-          Record(out, *f, key, p, v, /*screened=*/false);
+          Record(out, db.get(), *f, key, p, v, /*screened=*/false);
           if (lost()) return 1;
           if (v.outcome != "verified") {
             ++failures;

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "kjit/cache/kernel_cache.h"
+#include "kjit/runtime/op_key.h"
 #include "kjit/cache/record.h"
 #include "cli_format.h"
 
@@ -39,6 +40,7 @@ struct CacheCommands::Options {
   CLI::App* verify = nullptr;
   CLI::App* export_ = nullptr;
   CLI::App* import = nullptr;
+  CLI::App* measurements = nullptr;
 
   std::string cache_path;  // empty: DefaultCachePath(), resolved when a command runs
   bool json = false;
@@ -61,6 +63,8 @@ struct CacheCommands::Options {
 
   std::string export_file, export_status = "verified", export_op;
   std::string import_file;
+  std::string measurements_family;
+  int measurements_limit = 0;
 };
 
 namespace {
@@ -664,6 +668,75 @@ int CmdImport(const CacheCommands::Options& o) {
   return r.rejected.empty() ? 0 : 1;
 }
 
+// Every evaluated kernel (kjitd's trials, kjit_tune_spaces --cache): the RL
+// policy's experience. --json writes one object per line, the format of the
+// dataset files in policy/datasets/ (README there), so a cache's history can be
+// exported with `kjit cache measurements --json > FILE.jsonl`.
+int CmdMeasurements(const CacheCommands::Options& o) {
+  auto cache = OpenOrReport(o, Access::kRead);
+  if (!cache) return 1;
+  auto list = cache->ListMeasurements(o.measurements_family, o.measurements_limit);
+  if (!list.ok()) return Report(list.status());
+  auto key_text = [](const cache::Measurement& m) {
+    auto key = kjit::OpKey::Decode(m.key_bytes);
+    return key.ok() ? key->ToString() : std::string("(undecodable key)");
+  };
+  if (o.json) {
+    for (const cache::Measurement& m : *list) {
+      Json point = Json::object();
+      for (const auto& [knob, value] : m.design.knobs) {
+        // Knob values are integers in kjit's spaces; anything else stays text.
+        char* end = nullptr;
+        const long long v = std::strtoll(value.c_str(), &end, 10);
+        if (!value.empty() && end != nullptr && *end == '\0') {
+          point[knob] = v;
+        } else {
+          point[knob] = value;
+        }
+      }
+      Json line{{"id", m.id},
+                {"family", m.design.family},
+                {"key", m.key_hash.ToHex()},
+                {"key_text", key_text(m)},
+                {"point", point},
+                {"policy_version", m.design.policy_version},
+                {"outcome", m.outcome},
+                {"median_us", m.median_us},
+                {"baseline_us", m.baseline_us},
+                {"reward", m.reward},
+                {"created", UtcTime(m.created_unix_ms)}};
+      // detail is JSON where kjit wrote it (profile, reason); kept as text otherwise.
+      Json detail = Json::parse(m.detail, nullptr, /*allow_exceptions=*/false);
+      line["detail"] = detail.is_discarded() ? Json(m.detail) : detail;
+      std::cout << line.dump(-1, ' ', false, Json::error_handler_t::replace) << "\n";
+    }
+    return 0;
+  }
+  if (list->empty()) {
+    std::cout << "no measurements" << (o.measurements_family.empty() ? "" : " for this family") << "\n";
+    return 0;
+  }
+  std::vector<std::vector<std::string>> rows;
+  for (const cache::Measurement& m : *list) {
+    std::string point;
+    for (const auto& [knob, value] : m.design.knobs) point += (point.empty() ? "" : " ") + knob + "=" + value;
+    rows.push_back({std::to_string(m.id), ShortHash(m.key_hash), m.design.family, m.outcome,
+                    m.median_us > 0 ? MicrosText(m.median_us) : "-", m.baseline_us > 0 ? MicrosText(m.baseline_us) : "-",
+                    Format("%.2f", m.reward), point + "  " + key_text(m)});
+  }
+  PrintTable(std::cout,
+             {{"ID", true},
+              {"KEY", false},
+              {"FAMILY", false},
+              {"OUTCOME", false},
+              {"MEDIAN(us)", true},
+              {"EAGER(us)", true},
+              {"REWARD", true},
+              {"POINT / KEY", false}},
+             rows, TableWidth());
+  return 0;
+}
+
 int Dispatch(const CacheCommands::Options& o) {
   if (*o.path) return CmdPath(o);
   if (*o.ls) return CmdList(o);
@@ -674,6 +747,7 @@ int Dispatch(const CacheCommands::Options& o) {
   if (*o.verify) return CmdVerify(o);
   if (*o.export_) return CmdExport(o);
   if (*o.import) return CmdImport(o);
+  if (*o.measurements) return CmdMeasurements(o);
   return 2;
 }
 
@@ -751,6 +825,13 @@ CacheCommands::CacheCommands(CLI::App& app) : options_(std::make_unique<Options>
   o.import->add_option("file", o.import_file, "File written by `kjit cache export`")
       ->required()
       ->check(CLI::ExistingFile);
+
+  o.measurements = add("measurements",
+                       "List every evaluated kernel (the RL policy's experience); --json: one line each, the "
+                       "format of policy/datasets/");
+  o.measurements->add_option("--family", o.measurements_family, "Only this op family (e.g. softmax)");
+  o.measurements->add_option("--limit", o.measurements_limit, "At most this many, oldest first (0: all)")
+      ->check(CLI::NonNegativeNumber);
 }
 
 CacheCommands::~CacheCommands() = default;

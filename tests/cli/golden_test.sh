@@ -129,6 +129,12 @@ session verify \
   'kjit cache verify --json --arch 80 --driver 12080 --nvrtc 12.8 --codegen 1' \
   'kjit cache verify --arch 90'
 
+session measurements \
+  'kjit cache measurements' \
+  'kjit cache measurements --family softmax --json' \
+  'kjit cache --json measurements --limit 1' \
+  'kjit cache measurements --family nothing'
+
 session export_import \
   'kjit cache export out.db' \
   'kjit cache --cache fresh.db import out.db' \

@@ -7,6 +7,8 @@
 // Only the file's own size and path vary; the golden test masks those.
 #include <cstdio>
 #include <filesystem>
+#include <iterator>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -230,6 +232,40 @@ int main(int argc, char** argv) {
   uses[2].misses = 5;
   uses[2].key_text = uncached.ToString();
   if (auto s = (*cache)->RecordUses(uses); !s.ok()) return Fail(s);
+
+  // Measurement history (what `kjit cache measurements` lists): two trials of
+  // the softmax key, one verified and one rejected, and one of layer_norm.
+  struct Trial {
+    const KernelRecord* record;
+    const char* family;
+    std::map<std::string, std::string> knobs;
+    const char* outcome;
+    double median_us, baseline_us, reward;
+    const char* detail;
+  };
+  const KernelRecord layer_norm = LayerNorm();
+  const Trial trials[] = {
+      {&softmax, "softmax", {{"strategy", "4"}, {"threads", "512"}, {"vec", "4"}}, "verified", 279.712, 457.808,
+       0.4927, R"({"floor_us":132.3,"registers":40,"spill_bytes":0})"},
+      {&softmax, "softmax", {{"strategy", "6"}, {"threads", "64"}, {"vec", "2"}}, "wrong_result", 0, 457.808, -5,
+       R"({"reason":"output 0 on special inputs: 2135 of 294912 elements differ"})"},
+      {&layer_norm, "layer_norm", {{"stats", "0"}, {"strategy", "1"}}, "screened", 133.6, 200.9, 0.408, "not json"},
+  };
+  for (size_t i = 0; i < std::size(trials); ++i) {
+    kjit::cache::Measurement m;
+    m.key_bytes = trials[i].record->key_bytes;
+    m.key_hash = OpKey::Decode(m.key_bytes)->Hash();
+    m.design.family = trials[i].family;
+    m.design.knobs = trials[i].knobs;
+    m.design.policy_version = "expert-default";
+    m.outcome = trials[i].outcome;
+    m.median_us = trials[i].median_us;
+    m.baseline_us = trials[i].baseline_us;
+    m.reward = trials[i].reward;
+    m.detail = trials[i].detail;
+    m.created_unix_ms = kFirstCreatedMs + 3600000 + static_cast<int64_t>(i) * 1000;
+    if (auto id = (*cache)->AddMeasurement(m); !id.ok()) return Fail(id.status());
+  }
 
   std::printf("wrote %zu records to %s\n", ids.size(), path.c_str());
   return 0;
