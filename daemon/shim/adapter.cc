@@ -211,10 +211,10 @@ int CallDevice(c10::ArrayRef<c10::IValue> args) {
 // launches on PyTorch's current stream, and on success replaces the arguments
 // on the stack by the outputs. On failure the stack is untouched.
 Status Launch(Adapter& a, const Entry& entry, const LoadedKernel& kernel, DeviceSlot& slot,
-              const c10::FunctionSchema& schema, torch::jit::Stack* stack) {
+              const c10::FunctionSchema& schema, ::torch::jit::Stack* stack) {
   const size_t n_args = schema.arguments().size();
   const c10::Device device(c10::kCUDA, static_cast<c10::DeviceIndex>(entry.device()));
-  auto args = torch::jit::last(*stack, n_args);
+  auto args = ::torch::jit::last(*stack, n_args);
   // Kernel ABI v1: input pointers in argument order (null for an absent optional tensor), then outputs.
   std::vector<CUdeviceptr> values;
   values.reserve(n_args + entry.outputs().size());
@@ -263,16 +263,16 @@ Status Launch(Adapter& a, const Entry& entry, const LoadedKernel& kernel, Device
     guard.emplace(std::move(g));
   }
   KJIT_RETURN_IF_ERROR(kernel.function->Launch(kernel.launch, stream, params.data()));
-  torch::jit::drop(*stack, n_args);
+  ::torch::jit::drop(*stack, n_args);
   for (at::Tensor& t : outputs) stack->emplace_back(std::move(t));
   return Status::Ok();
 }
 
-Decision TryServe(Adapter& a, const c10::OperatorHandle& op, torch::jit::Stack* stack) noexcept {
+Decision TryServe(Adapter& a, const c10::OperatorHandle& op, ::torch::jit::Stack* stack) noexcept {
   Decision d;
   try {
     const c10::FunctionSchema& schema = op.schema();
-    auto args = torch::jit::last(*stack, schema.arguments().size());
+    auto args = ::torch::jit::last(*stack, schema.arguments().size());
     if (AutogradWouldRecord(args)) return d;
     d.device = CallDevice(args);
     DeviceSlot* slot = a.Device(d.device);
@@ -329,7 +329,7 @@ Decision TryServe(Adapter& a, const c10::OperatorHandle& op, torch::jit::Stack* 
 
 // After PyTorch's kernel ran a key's first call: record its outputs and resolve the entry.
 void ResolveFirstSight(Adapter& a, const c10::OperatorHandle& op, const Decision& d,
-                       const torch::jit::Stack& stack) noexcept {
+                       const ::torch::jit::Stack& stack) noexcept {
   Entry& entry = *d.first_sight;
   a.first_sights.fetch_add(1, std::memory_order_relaxed);
   try {
@@ -386,7 +386,7 @@ void ResolveFirstSight(Adapter& a, const c10::OperatorHandle& op, const Decision
 }
 
 template <size_t I>
-void Wrapper(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
+void Wrapper(const c10::OperatorHandle& op, c10::DispatchKeySet keys, ::torch::jit::Stack* stack) {
   Adapter& a = *g_adapter;
   const Decision d = TryServe(a, op, stack);
   if (d.served) return;
@@ -396,12 +396,12 @@ void Wrapper(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit
 }
 
 template <size_t I>
-torch::CppFunction WrapperFunction() {
-  return torch::CppFunction::makeFromBoxedFunction<&Wrapper<I>>();
+::torch::CppFunction WrapperFunction() {
+  return ::torch::CppFunction::makeFromBoxedFunction<&Wrapper<I>>();
 }
 
 template <size_t... I>
-std::array<torch::CppFunction (*)(), sizeof...(I)> MakeWrapperFactories(std::index_sequence<I...>) {
+std::array<::torch::CppFunction (*)(), sizeof...(I)> MakeWrapperFactories(std::index_sequence<I...>) {
   return {&WrapperFunction<I>...};
 }
 
@@ -415,7 +415,7 @@ void Attach() noexcept {
     a->cuda_guard = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
     g_adapter = a;
     // Kept alive for the process: destroying it would deregister the overrides.
-    static auto* library = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::CUDA, __FILE__, __LINE__);
+    static auto* library = new ::torch::Library(::torch::Library::IMPL, "aten", c10::DispatchKey::CUDA, __FILE__, __LINE__);
     static const auto factories = MakeWrapperFactories(std::make_index_sequence<kOpCount>{});
     for (size_t i = 0; i < kOpCount; ++i) {
       const std::string name(kInterceptedOps[i]);
@@ -456,7 +456,8 @@ AdapterStats CurrentAdapterStats() {
 
 }  // namespace kjit::shim
 
-extern "C" __attribute__((visibility("default"))) const void* kjit_adapter_stats() {
+extern "C" __attribute__((visibility("default"))) const void* kjit_adapter_stats();
+extern "C" const void* kjit_adapter_stats() {
   static thread_local kjit::shim::AdapterStats stats;
   stats = kjit::shim::CurrentAdapterStats();
   return &stats;
