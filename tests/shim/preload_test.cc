@@ -9,13 +9,13 @@
 
 namespace {
 
-struct Run {
+struct ProcessRun {
   int exit_code = -1;
   std::string output;  // stdout and stderr
 };
 
-Run Sh(const std::string& command) {
-  Run r;
+ProcessRun Sh(const std::string& command) {
+  ProcessRun r;
   FILE* p = popen((command + " 2>&1").c_str(), "r");
   if (p == nullptr) return r;
   char buffer[4096];
@@ -35,10 +35,10 @@ std::string Env(const std::string& extra) {
   return "env -u KJIT_DISABLE -u KJIT_LOG -u KJIT_TORCH_ADAPTER LD_PRELOAD=" + kPreload + " " + extra + " ";
 }
 
-bool Has(const Run& r, const std::string& text) { return r.output.find(text) != std::string::npos; }
+bool Has(const ProcessRun& r, const std::string& text) { return r.output.find(text) != std::string::npos; }
 
 TEST(ShimPreload, ProgramWithoutTorchMapsNoTorch) {
-  const Run r = Sh(Env("") + kProbe + " libm.so.6");
+  const ProcessRun r = Sh(Env("") + kProbe + " libm.so.6");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(Has(r, "state=0")) << r.output;  // still waiting: nothing was loaded
   EXPECT_TRUE(Has(r, "torch_mapped=0")) << r.output;
@@ -47,25 +47,25 @@ TEST(ShimPreload, ProgramWithoutTorchMapsNoTorch) {
 
 TEST(ShimPreload, OrdinaryProgramsRunUnchanged) {
   EXPECT_EQ(Sh(Env("KJIT_LOG=1") + "/bin/true").exit_code, 0);
-  const Run r = Sh(Env("KJIT_LOG=1") + "/bin/sh -c 'echo hello; grep -c torch /proc/self/maps'");
+  const ProcessRun r = Sh(Env("KJIT_LOG=1") + "/bin/sh -c 'echo hello; grep -c torch /proc/self/maps'");
   EXPECT_EQ(r.output, "hello\n0\n");
 }
 
 TEST(ShimPreload, AdapterIsLookedForBesideItself) {
-  const Run r = Sh(Env("") + kProbe);
+  const ProcessRun r = Sh(Env("") + kProbe);
   const std::string dir = kPreload.substr(0, kPreload.rfind('/') + 1);
   EXPECT_TRUE(Has(r, "adapter=" + dir + "libkjit_torch_adapter.so\n")) << r.output;
 }
 
 TEST(ShimPreload, AttachesWhenTorchCudaIsLoaded) {
-  const Run r = Sh(Env("KJIT_TORCH_ADAPTER=" + kFakeAdapter) + kProbe + " " + kFakeTorch);
+  const ProcessRun r = Sh(Env("KJIT_TORCH_ADAPTER=" + kFakeAdapter) + kProbe + " " + kFakeTorch);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(Has(r, "fake adapter attached\nstate=2")) << r.output;
 }
 
 TEST(ShimPreload, AttachesWhenTorchCudaWasLoadedFirst) {
   // The fake torch is preloaded before the shim: the shim's constructor finds it.
-  const Run r = Sh("env -u KJIT_DISABLE LD_PRELOAD='" + kFakeTorch + " " + kPreload + "' KJIT_TORCH_ADAPTER=" +
+  const ProcessRun r = Sh("env -u KJIT_DISABLE LD_PRELOAD='" + kFakeTorch + " " + kPreload + "' KJIT_TORCH_ADAPTER=" +
                    kFakeAdapter + " " + kProbe);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(Has(r, "fake adapter attached")) << r.output;
@@ -73,17 +73,17 @@ TEST(ShimPreload, AttachesWhenTorchCudaWasLoadedFirst) {
 }
 
 TEST(ShimPreload, DisabledDoesNothing) {
-  const Run r = Sh(Env("KJIT_DISABLE=1 KJIT_LOG=1 KJIT_TORCH_ADAPTER=" + kFakeAdapter) + kProbe + " " + kFakeTorch);
+  const ProcessRun r = Sh(Env("KJIT_DISABLE=1 KJIT_LOG=1 KJIT_TORCH_ADAPTER=" + kFakeAdapter) + kProbe + " " + kFakeTorch);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_FALSE(Has(r, "attached")) << r.output;
   EXPECT_TRUE(Has(r, "state=2")) << r.output;  // done at the constructor, before any dlopen
 }
 
 TEST(ShimPreload, MissingAdapterIsOneLogLineAndNoHarm) {
-  const Run quiet = Sh(Env("KJIT_TORCH_ADAPTER=/nonexistent/libkjit_torch_adapter.so") + kProbe + " " + kFakeTorch);
+  const ProcessRun quiet = Sh(Env("KJIT_TORCH_ADAPTER=/nonexistent/libkjit_torch_adapter.so") + kProbe + " " + kFakeTorch);
   ASSERT_EQ(quiet.exit_code, 0) << quiet.output;
   EXPECT_FALSE(Has(quiet, "kjit:")) << quiet.output;
-  const Run logged =
+  const ProcessRun logged =
       Sh(Env("KJIT_LOG=1 KJIT_TORCH_ADAPTER=/nonexistent/libkjit_torch_adapter.so") + kProbe + " " + kFakeTorch);
   ASSERT_EQ(logged.exit_code, 0) << logged.output;
   EXPECT_TRUE(Has(logged, "kjit: cannot load the PyTorch adapter: ")) << logged.output;
