@@ -591,9 +591,7 @@ void Server::Impl::Record(const Episode& e, const CandidateSpec& c, const Verdic
   rec.timing = {v.timing.median_us, v.timing.spread_us, v.timing.runs, "", 0, 0};
   rec.baseline = {v.baseline.median_us, v.baseline.spread_us, v.baseline.runs, "", 0, 0};
   rec.verification = v.verification;
-  const auto nvrtc = Compiler::NvrtcVersion();
-  rec.toolchain = {0, nvrtc.first, nvrtc.second, 0};
-  if (auto driver = Driver::Get(); driver.ok()) rec.toolchain.driver_version = (*driver)->version();
+  rec.toolchain = cache::RunningToolchain();
   rec.status = cache::RecordStatus::kVerified;
   rec.status_reason = "verified against PyTorch, " + std::to_string(v.baseline.median_us / v.timing.median_us) +
                       "x faster";

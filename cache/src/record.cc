@@ -2,6 +2,8 @@
 
 #include <bit>
 
+#include "kjit/runtime/compiler.h"
+#include "kjit/runtime/driver.h"
 #include "record_json.h"
 
 namespace kjit::cache {
@@ -50,6 +52,13 @@ std::string Toolchain::ToString() const {
   auto cuda = [](int v) { return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10); };
   return "driver " + cuda(driver_version) + ", nvrtc " + std::to_string(nvrtc_major) + "." +
          std::to_string(nvrtc_minor) + ", codegen " + std::to_string(codegen_version);
+}
+
+Toolchain RunningToolchain() {
+  const auto nvrtc = Compiler::NvrtcVersion();
+  Toolchain t{0, nvrtc.first, nvrtc.second, 0};
+  if (auto driver = Driver::Get(); driver.ok()) t.driver_version = (*driver)->version();
+  return t;
 }
 
 Hash128 KernelRecord::ComputeCubinChecksum() const { return HashBytes(cubin); }

@@ -74,6 +74,12 @@ struct Toolchain {
   std::string ToString() const;  // "driver 13.0, nvrtc 13.0, codegen 1"
 };
 
+// This process's toolchain: the loaded CUDA driver's version (0 without one),
+// NVRTC's, and codegen 0 (kjitd does not yet store a family's codegen version).
+// What kjitd stores with a kernel it verifies, and so what the shim must match:
+// both use this one function.
+Toolchain RunningToolchain();
+
 struct KernelRecord {
   int64_t id = 0;  // assigned by the cache; 0 before insertion
 

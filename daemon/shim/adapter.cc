@@ -1,0 +1,466 @@
+// libkjit_torch_adapter.so: kjit inside a PyTorch process.
+//
+// Loaded by libkjit_preload.so once PyTorch's CUDA library is present (never
+// linked by anything). Its constructor captures PyTorch's CUDA kernel of each
+// intercepted op and registers a boxed wrapper in its place; PyTorch prints
+// one "Overriding a previously registered kernel" warning per op for that.
+//
+// Per call (Wrapper<I>):
+//   autograd would record (grad mode on, an input requires grad) -> PyTorch's kernel
+//   key the call (WriteCallKey), hash it, find its Entry (shim_core.h) for this device
+//     first sight   -> PyTorch's kernel; record its outputs' layouts; look the key up
+//                      in the disk cache once: a record -> load it (kLoaded), none -> kNegative
+//     kNegative     -> PyTorch's kernel; the miss is counted and reported in batches
+//     kLoaded       -> allocate outputs as the first call's, launch on PyTorch's
+//                      current stream (kernel ABI v1, daemon/worker_protocol.h)
+//     kFailed       -> PyTorch's kernel
+// Any failure of kjit's own falls back to PyTorch's kernel; a load or launch
+// failure also blacklists the entry for the process. No exception of kjit's
+// reaches the dispatcher: only PyTorch's own kernel may throw through us.
+//
+// Process-lifetime objects (the adapter, its table, loaded modules, the
+// client) are deliberately never destroyed: a module may still have work
+// queued at exit, and the CUDA driver may be gone before static destructors run.
+#include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+#include <c10/core/GradMode.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/library.h>
+
+#include <array>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "announcements.h"
+#include "kjit/cache/kernel_cache.h"
+#include "kjit/ipc/client.h"
+#include "kjit/runtime/gpu.h"
+#include "kjit/torch/call_key.h"
+#include "shim_adapter.h"
+#include "shim_core.h"
+
+namespace kjit::shim {
+namespace {
+
+constexpr size_t kOpCount = std::size(kInterceptedOps);
+constexpr int kMaxDevices = 64;
+
+// What kjit knows about one CUDA device, set up on first use.
+struct DeviceSlot {
+  std::mutex mutex;
+  std::atomic<int> ready{0};  // 0: not tried, 1: usable, 2: unusable
+  std::optional<PrimaryContext> context;
+  int arch = 0;
+};
+
+struct InterceptedOp {
+  std::optional<c10::SafeKernelFunction> pytorch;  // set when the op is overridden
+};
+
+class Adapter final : public KernelSource {
+ public:
+  Settings settings;
+  EntryTable table;
+  std::array<InterceptedOp, kOpCount> ops;
+  std::array<DeviceSlot, kMaxDevices> devices;
+  const c10::impl::DeviceGuardImplInterface* cuda_guard = nullptr;
+  std::atomic<uint64_t> hits{0};         // calls served by kjit's kernels
+  std::atomic<uint64_t> first_sights{0};  // keys resolved (PyTorch's kernel ran)
+  std::atomic<uint64_t> misses{0};       // calls of negative keys
+
+  template <typename... Parts>
+  void Log(const Parts&... parts) const {
+    if (!settings.log) return;
+    std::string line = "kjit: ";
+    (line.append(parts), ...);
+    line += '\n';
+    std::fputs(line.c_str(), stderr);
+  }
+
+  // The device's slot if kjit can use it (primary context retained, arch known), else null.
+  DeviceSlot* Device(int index) {
+    if (index < 0 || index >= kMaxDevices) return nullptr;
+    DeviceSlot& slot = devices[static_cast<size_t>(index)];
+    int ready = slot.ready.load(std::memory_order_acquire);
+    if (ready == 0) {
+      std::lock_guard lock(slot.mutex);
+      ready = slot.ready.load(std::memory_order_acquire);
+      if (ready == 0) {
+        auto context = PrimaryContext::Retain(index);
+        if (context.ok()) {
+          slot.arch = context->info().arch();
+          slot.context.emplace(std::move(*context));
+          ready = 1;
+        } else {
+          Log("device ", std::to_string(index), " not used: ", context.status().ToString());
+          ready = 2;
+        }
+        slot.ready.store(ready, std::memory_order_release);
+      }
+    }
+    return ready == 1 ? &slot : nullptr;
+  }
+
+  // ---- KernelSource (also used by the announcement thread)
+  Result<cache::ServedKernel> LookupRecord(const Hash128& hash, int arch) override {
+    std::lock_guard lock(cache_mutex_);
+    if (cache_ == nullptr) {
+      cache::OpenOptions options;
+      options.create = false;  // no cache file yet: every key is a miss until kjitd makes one
+      KJIT_ASSIGN_OR_RETURN(cache_, cache::KernelCache::Open(options));
+    }
+    return cache_->Lookup(hash, ReaderFor(arch));
+  }
+
+  Result<std::unique_ptr<LoadedKernel>> Load(int device, const cache::ServedKernel& served) override {
+    DeviceSlot* slot = Device(device);
+    if (slot == nullptr) return Status(StatusCode::kNoDevice, "device " + std::to_string(device) + " is not usable");
+    auto k = std::make_unique<LoadedKernel>();
+    k->record_id = served.id;
+    // Module::Load makes the device's primary context (PyTorch's) current around the load.
+    KJIT_ASSIGN_OR_RETURN(Module module, Module::Load(*slot->context, served.cubin));
+    k->module.emplace(std::move(module));
+    KJIT_ASSIGN_OR_RETURN(Function function, k->module->GetFunction(served.entry_point));
+    k->function.emplace(std::move(function));
+    const auto& l = served.launch;
+    k->launch.grid = {l.grid[0], l.grid[1], l.grid[2]};
+    k->launch.block = {l.block[0], l.block[1], l.block[2]};
+    k->launch.dynamic_shared_bytes = l.dynamic_shared_bytes;
+    // Checked once here so that a record whose shape this device cannot run fails now, not per call.
+    KJIT_RETURN_IF_ERROR(CheckLaunchConfig(k->launch, k->function->limits()));
+    return k;
+  }
+
+  EntryTable& Table() override { return table; }
+  std::vector<std::pair<int, int>> DevicesInUse() override {
+    std::vector<std::pair<int, int>> in_use;
+    for (int i = 0; i < kMaxDevices; ++i) {
+      if (devices[static_cast<size_t>(i)].ready.load(std::memory_order_acquire) == 1) {
+        in_use.emplace_back(i, devices[static_cast<size_t>(i)].arch);
+      }
+    }
+    return in_use;
+  }
+  void LogLine(const std::string& line) override { Log(line); }
+
+  void ReportMiss(const Entry& entry, uint64_t calls) {
+    std::call_once(client_once_, [&] {
+      ipc::ClientOptions options;
+      options.name = "kjit-shim/0.1";
+      client_ = new ipc::Client(options);  // never destroyed: see the file comment
+    });
+    // PyTorch's kernel time is not measured on this path (it would need events per call): 0 = unknown.
+    client_->ReportMiss(entry.key_bytes(), calls, 0.0);
+  }
+
+  void StartAnnouncements() {
+    std::call_once(announcements_once_, [&] {
+      announcements_ = new AnnouncementListener(this);  // never destroyed; stopped at exit
+      if (Status s = announcements_->Start(); !s.ok()) Log("no hot-swaps: ", s.ToString());
+    });
+  }
+
+ private:
+  std::mutex cache_mutex_;
+  std::unique_ptr<cache::KernelCache> cache_;
+  std::once_flag client_once_;
+  ipc::Client* client_ = nullptr;
+  std::once_flag announcements_once_;
+  AnnouncementListener* announcements_ = nullptr;
+};
+
+Adapter* g_adapter = nullptr;
+
+// What to do with a call once TryServe has looked at it.
+struct Decision {
+  bool served = false;         // kjit's kernel ran; the stack holds its outputs
+  Entry* first_sight = nullptr;  // this call created the entry: resolve it after PyTorch's kernel
+  int device = -1;
+  int arch = 0;
+  Hash128 hash;
+};
+
+bool AutogradWouldRecord(c10::ArrayRef<c10::IValue> args) {
+  if (!c10::GradMode::is_enabled()) return false;
+  for (const c10::IValue& v : args) {
+    if (v.isTensor() && v.toTensor().defined() && v.toTensor().requires_grad()) return true;
+  }
+  return false;
+}
+
+// The device of the call's first defined tensor argument; -1 if none is a CUDA tensor.
+int CallDevice(c10::ArrayRef<c10::IValue> args) {
+  for (const c10::IValue& v : args) {
+    if (v.isTensor() && v.toTensor().defined()) {
+      const at::Tensor& t = v.toTensor();
+      return t.is_cuda() ? t.get_device() : -1;
+    }
+  }
+  return -1;
+}
+
+// Runs a loaded kernel for the call: allocates outputs like the first call's,
+// launches on PyTorch's current stream, and on success replaces the arguments
+// on the stack by the outputs. On failure the stack is untouched.
+Status Launch(Adapter& a, const Entry& entry, const LoadedKernel& kernel, DeviceSlot& slot,
+              const c10::FunctionSchema& schema, ::torch::jit::Stack* stack) {
+  const size_t n_args = schema.arguments().size();
+  const c10::Device device(c10::kCUDA, static_cast<c10::DeviceIndex>(entry.device()));
+  auto args = ::torch::jit::last(*stack, n_args);
+  // Kernel ABI v1: input pointers in argument order (null for an absent optional tensor), then outputs.
+  std::vector<CUdeviceptr> values;
+  values.reserve(n_args + entry.outputs().size());
+  for (size_t i = 0; i < n_args; ++i) {
+    const c10::IValue& v = args[i];
+    if (v.isTensor()) {
+      const at::Tensor& t = v.toTensor();
+      if (!t.defined()) {
+        values.push_back(0);
+        continue;
+      }
+      if (t.device() != device) return InvalidArgument("argument " + std::to_string(i) + " is on another device");
+      values.push_back(reinterpret_cast<CUdeviceptr>(t.data_ptr()));
+    } else if (v.isNone()) {
+      const auto& type = schema.arguments()[i].type();
+      if (type->kind() == c10::TypeKind::OptionalType &&
+          type->castRaw<c10::OptionalType>()->getElementType()->kind() == c10::TypeKind::TensorType) {
+        values.push_back(0);
+      }
+    } else if (v.isTensorList()) {
+      return InvalidArgument("tensor-list arguments are not served yet");
+    }
+  }
+  std::vector<at::Tensor> outputs;
+  outputs.reserve(entry.outputs().size());
+  for (const OutputLayout& o : entry.outputs()) {
+    if (!o.defined) {
+      outputs.emplace_back();
+      values.push_back(0);
+      continue;
+    }
+    outputs.push_back(at::empty_strided(o.sizes, o.strides,
+                                        at::TensorOptions().dtype(static_cast<c10::ScalarType>(o.scalar_type)).device(device)));
+    values.push_back(reinterpret_cast<CUdeviceptr>(outputs.back().data_ptr()));
+  }
+  std::vector<void*> params(values.size());
+  for (size_t i = 0; i < values.size(); ++i) params[i] = &values[i];
+  const auto stream = static_cast<CUstream>(a.cuda_guard->getStream(device).native_handle());
+  // PyTorch's threads have the device's primary context current; a thread that has never
+  // touched CUDA through the runtime may have none, and then kjit makes it current.
+  CUcontext current = nullptr;
+  const auto& api = slot.context->driver().api();
+  std::optional<ContextGuard> guard;
+  if (api.cuCtxGetCurrent(&current) != CUDA_SUCCESS || current != slot.context->get()) {
+    KJIT_ASSIGN_OR_RETURN(ContextGuard g, ContextGuard::Push(*slot.context));
+    guard.emplace(std::move(g));
+  }
+  KJIT_RETURN_IF_ERROR(kernel.function->Launch(kernel.launch, stream, params.data()));
+  ::torch::jit::drop(*stack, n_args);
+  for (at::Tensor& t : outputs) stack->emplace_back(std::move(t));
+  return Status::Ok();
+}
+
+Decision TryServe(Adapter& a, const c10::OperatorHandle& op, ::torch::jit::Stack* stack) noexcept {
+  Decision d;
+  try {
+    const c10::FunctionSchema& schema = op.schema();
+    auto args = ::torch::jit::last(*stack, schema.arguments().size());
+    if (AutogradWouldRecord(args)) return d;
+    d.device = CallDevice(args);
+    DeviceSlot* slot = a.Device(d.device);
+    if (slot == nullptr) return d;
+    d.arch = slot->arch;
+    thread_local std::string key;
+    if (!kjit::torch::WriteCallKey(schema, std::span<const c10::IValue>(args.data(), args.size()),
+                                   static_cast<uint16_t>(d.arch), kjit::torch::CurrentNumerics(), &key)
+             .ok()) {
+      return d;  // a call kjit cannot key (e.g. an argument type it does not encode)
+    }
+    d.hash = HashBytes(key);
+    bool created = false;
+    Entry* entry = a.table.FindOrCreate(d.hash, d.device, key, &created);
+    if (created) {
+      d.first_sight = entry;
+      return d;
+    }
+    switch (entry->state()) {
+      case EntryState::kUnknown:
+      case EntryState::kFailed:
+        return d;
+      case EntryState::kNegative:
+        a.misses.fetch_add(1, std::memory_order_relaxed);
+        if (const uint64_t report = entry->CountMiss()) a.ReportMiss(*entry, report);
+        return d;
+      case EntryState::kLoaded: {
+        const LoadedKernel* kernel = entry->kernel();
+        if (kernel == nullptr) return d;
+        Status s;
+        try {
+          s = Launch(a, *entry, *kernel, *slot, schema, stack);
+        } catch (const std::exception& e) {
+          // Allocation failures are PyTorch's to report: its own kernel will meet the same.
+          a.Log("launch skipped for ", schema.name(), ": ", e.what());
+          return d;
+        }
+        if (!s.ok()) {
+          entry->Fail("record " + std::to_string(kernel->record_id) + ": " + s.ToString());
+          a.Log("blacklisted ", d.hash.ToHex(), " (", schema.name(), "): ", s.ToString());
+          return d;
+        }
+        entry->CountHit();
+        a.hits.fetch_add(1, std::memory_order_relaxed);
+        d.served = true;
+        return d;
+      }
+    }
+  } catch (...) {
+    // Nothing of kjit's may reach the dispatcher; PyTorch's kernel runs instead.
+  }
+  return d;
+}
+
+// After PyTorch's kernel ran a key's first call: record its outputs and resolve the entry.
+void ResolveFirstSight(Adapter& a, const c10::OperatorHandle& op, const Decision& d,
+                       const ::torch::jit::Stack& stack) noexcept {
+  Entry& entry = *d.first_sight;
+  a.first_sights.fetch_add(1, std::memory_order_relaxed);
+  try {
+    const c10::FunctionSchema& schema = op.schema();
+    const size_t n_returns = schema.returns().size();
+    std::vector<OutputLayout> outputs;
+    if (stack.size() < n_returns) {
+      entry.Fail("stack holds fewer values than the op returns");
+      return;
+    }
+    for (size_t i = stack.size() - n_returns; i < stack.size(); ++i) {
+      const c10::IValue& v = stack[i];
+      if (!v.isTensor()) {
+        entry.Fail("returns a " + v.tagKind() + "; only tensor returns are served");
+        return;
+      }
+      const at::Tensor& t = v.toTensor();
+      OutputLayout o;
+      if (t.defined()) {
+        if (t.layout() != c10::kStrided || t.storage_offset() != 0 || !t.is_cuda() || t.get_device() != d.device) {
+          entry.Fail("output " + std::to_string(outputs.size()) + " is not a fresh dense tensor on the call's device");
+          return;
+        }
+        o.scalar_type = static_cast<int8_t>(t.scalar_type());
+        o.sizes.assign(t.sizes().begin(), t.sizes().end());
+        o.strides.assign(t.strides().begin(), t.strides().end());
+      } else {
+        o.defined = false;
+      }
+      outputs.push_back(std::move(o));
+    }
+    a.StartAnnouncements();
+    auto served = a.LookupRecord(d.hash, d.arch);
+    if (!served.ok()) {
+      if (served.status().code() != StatusCode::kNotFound) a.Log("cache: ", served.status().ToString());
+      entry.ResolveNegative(std::move(outputs));
+      if (const uint64_t report = entry.CountMiss()) a.ReportMiss(entry, report);
+      a.Log("miss ", schema.name(), " ", d.hash.ToHex());
+      return;
+    }
+    auto loaded = a.Load(d.device, *served);
+    if (!loaded.ok()) {
+      entry.Fail("record " + std::to_string(served->id) + ": " + loaded.status().ToString());
+      a.Log("blacklisted ", d.hash.ToHex(), " (", schema.name(), "): ", loaded.status().ToString());
+      return;
+    }
+    entry.ResolveLoaded(std::move(outputs), std::move(*loaded));
+    a.Log("loaded record ", std::to_string(served->id), " for ", schema.name(), " ", d.hash.ToHex());
+  } catch (const std::exception& e) {
+    entry.Fail(std::string("resolving the entry: ") + e.what());
+  } catch (...) {
+    entry.Fail("resolving the entry: unknown exception");
+  }
+}
+
+template <size_t I>
+void Wrapper(const c10::OperatorHandle& op, c10::DispatchKeySet keys, ::torch::jit::Stack* stack) {
+  Adapter& a = *g_adapter;
+  const Decision d = TryServe(a, op, stack);
+  if (d.served) return;
+  // PyTorch's own kernel: its exceptions are the user's to see, as without kjit.
+  a.ops[I].pytorch->callBoxed(op, keys, stack);
+  if (d.first_sight != nullptr) ResolveFirstSight(a, op, d, *stack);
+}
+
+template <size_t I>
+::torch::CppFunction WrapperFunction() {
+  return ::torch::CppFunction::makeFromBoxedFunction<&Wrapper<I>>();
+}
+
+template <size_t... I>
+std::array<::torch::CppFunction (*)(), sizeof...(I)> MakeWrapperFactories(std::index_sequence<I...>) {
+  return {&WrapperFunction<I>...};
+}
+
+void Attach() noexcept {
+  try {
+    Settings settings = ReadSettings([](const char* name) { return std::getenv(name); });
+    if (settings.disabled) return;
+    auto* a = new Adapter();  // never destroyed: see the file comment
+    a->settings = std::move(settings);
+    for (const std::string& op : a->settings.unknown_ops) a->Log("KJIT_OPS: ", op, " is not an op kjit intercepts");
+    a->cuda_guard = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
+    g_adapter = a;
+    // Kept alive for the process: destroying it would deregister the overrides.
+    static auto* library = new ::torch::Library(::torch::Library::IMPL, "aten", c10::DispatchKey::CUDA, __FILE__, __LINE__);
+    static const auto factories = MakeWrapperFactories(std::make_index_sequence<kOpCount>{});
+    for (size_t i = 0; i < kOpCount; ++i) {
+      const std::string name(kInterceptedOps[i]);
+      if (std::find(a->settings.ops.begin(), a->settings.ops.end(), name) == a->settings.ops.end()) continue;
+      auto handle = c10::Dispatcher::singleton().findSchema(c10::OperatorName("aten::" + name, ""));
+      if (!handle.has_value() || !handle->hasKernelForDispatchKey(c10::DispatchKey::CUDA)) {
+        a->Log("aten::", name, " has no CUDA kernel in this PyTorch: not intercepted");
+        continue;
+      }
+      a->ops[i].pytorch.emplace(handle->getComputedKernelForDispatchKey(c10::DispatchKey::CUDA));
+      library->impl(name.c_str(), factories[i]());
+      a->Log("intercepting aten::", name);
+    }
+  } catch (const std::exception& e) {
+    // A partial registration is still consistent: each overridden op has its captured kernel.
+    if (const char* log = std::getenv("KJIT_LOG"); log != nullptr && *log != '\0' && std::string(log) != "0") {
+      std::fprintf(stderr, "kjit: the PyTorch adapter could not attach: %s\n", e.what());
+    }
+  }
+}
+
+}  // namespace
+
+// For tests: the adapter's view of the process.
+AdapterStats CurrentAdapterStats() {
+  AdapterStats s;
+  if (g_adapter == nullptr) return s;
+  s.attached = true;
+  for (size_t i = 0; i < kOpCount; ++i) {
+    if (g_adapter->ops[i].pytorch.has_value()) s.intercepted_ops.emplace_back(kInterceptedOps[i]);
+  }
+  s.entries = g_adapter->table.size();
+  s.hits = g_adapter->hits.load();
+  s.first_sights = g_adapter->first_sights.load();
+  s.misses = g_adapter->misses.load();
+  return s;
+}
+
+}  // namespace kjit::shim
+
+extern "C" __attribute__((visibility("default"))) const void* kjit_adapter_stats();
+extern "C" const void* kjit_adapter_stats() {
+  static thread_local kjit::shim::AdapterStats stats;
+  stats = kjit::shim::CurrentAdapterStats();
+  return &stats;
+}
+
+__attribute__((constructor)) static void KjitAdapterInit() { kjit::shim::Attach(); }

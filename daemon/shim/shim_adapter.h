@@ -1,0 +1,23 @@
+// What the PyTorch adapter exposes to tests that load it (through dlsym of
+// "kjit_adapter_stats", which returns a const AdapterStats*, valid until the
+// calling thread's next call of it).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kjit::shim {
+
+struct AdapterStats {
+  bool attached = false;                    // the constructor ran and KJIT_DISABLE was not set
+  std::vector<std::string> intercepted_ops;  // overridden ops, without "aten::"
+  size_t entries = 0;                       // keys seen (per device)
+  uint64_t hits = 0;                        // calls served by a cached kernel
+  uint64_t first_sights = 0;                // keys resolved after their first call
+  uint64_t misses = 0;                      // later calls of keys without a kernel
+};
+
+AdapterStats CurrentAdapterStats();
+
+}  // namespace kjit::shim

@@ -1,0 +1,159 @@
+#include "shim_core.h"
+
+#include <tbb/concurrent_hash_map.h>
+
+#include <algorithm>
+
+namespace kjit::shim {
+namespace {
+
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+}  // namespace
+
+std::vector<std::string> ParseOpList(std::string_view value, std::vector<std::string>* unknown) {
+  std::vector<bool> wanted(std::size(kInterceptedOps), false);
+  while (true) {
+    const size_t comma = value.find(',');
+    std::string_view name = Trim(value.substr(0, comma));
+    if (name.starts_with("aten::")) name.remove_prefix(6);
+    if (!name.empty()) {
+      auto* it = std::find(std::begin(kInterceptedOps), std::end(kInterceptedOps), name);
+      if (it != std::end(kInterceptedOps)) {
+        wanted[static_cast<size_t>(it - std::begin(kInterceptedOps))] = true;
+      } else if (unknown != nullptr) {
+        unknown->emplace_back(name);
+      }
+    }
+    if (comma == std::string_view::npos) break;
+    value.remove_prefix(comma + 1);
+  }
+  std::vector<std::string> ops;
+  for (size_t i = 0; i < wanted.size(); ++i) {
+    if (wanted[i]) ops.emplace_back(kInterceptedOps[i]);
+  }
+  return ops;
+}
+
+Settings ReadSettings(const std::function<const char*(const char*)>& getenv) {
+  Settings s;
+  auto set = [&](const char* name) -> std::optional<std::string_view> {
+    const char* v = getenv(name);
+    if (v == nullptr || *v == '\0') return std::nullopt;
+    return std::string_view(v);
+  };
+  s.disabled = set("KJIT_DISABLE").value_or("0") != "0";
+  s.log = set("KJIT_LOG").value_or("0") != "0";
+  if (auto ops = set("KJIT_OPS")) {
+    s.ops = ParseOpList(*ops, &s.unknown_ops);
+  } else {
+    for (std::string_view op : kInterceptedOps) s.ops.emplace_back(op);
+  }
+  return s;
+}
+
+std::string_view EntryStateName(EntryState state) {
+  switch (state) {
+    case EntryState::kUnknown: return "unknown";
+    case EntryState::kNegative: return "negative";
+    case EntryState::kLoaded: return "loaded";
+    case EntryState::kFailed: return "failed";
+  }
+  return "?";
+}
+
+bool Entry::Transition(EntryState from, EntryState to) {
+  return state_.compare_exchange_strong(from, to, std::memory_order_acq_rel, std::memory_order_acquire);
+}
+
+bool Entry::ResolveNegative(std::vector<OutputLayout> outputs) {
+  std::lock_guard lock(mutex_);
+  if (state() != EntryState::kUnknown) return false;
+  outputs_ = std::move(outputs);  // published by the release in Transition
+  return Transition(EntryState::kUnknown, EntryState::kNegative);
+}
+
+bool Entry::ResolveLoaded(std::vector<OutputLayout> outputs, std::unique_ptr<LoadedKernel> kernel) {
+  std::lock_guard lock(mutex_);
+  if (state() != EntryState::kUnknown || kernel == nullptr) return false;
+  outputs_ = std::move(outputs);
+  kernel_.store(kernel.get(), std::memory_order_release);
+  kernels_.push_back(std::move(kernel));
+  return Transition(EntryState::kUnknown, EntryState::kLoaded);
+}
+
+bool Entry::Swap(std::unique_ptr<LoadedKernel> kernel) {
+  std::lock_guard lock(mutex_);
+  const EntryState now = state();
+  if ((now != EntryState::kNegative && now != EntryState::kLoaded) || kernel == nullptr) return false;
+  // The pointer first, then the state: a reader that sees kLoaded sees a kernel.
+  kernel_.store(kernel.get(), std::memory_order_release);
+  kernels_.push_back(std::move(kernel));
+  return now == EntryState::kLoaded || Transition(EntryState::kNegative, EntryState::kLoaded);
+}
+
+void Entry::Fail(std::string reason) {
+  std::lock_guard lock(mutex_);
+  if (failure_.empty()) failure_ = std::move(reason);
+  state_.store(EntryState::kFailed, std::memory_order_release);
+}
+
+std::string Entry::failure() const {
+  std::lock_guard lock(mutex_);
+  return failure_;
+}
+
+uint64_t Entry::CountMiss() {
+  const uint64_t n = misses_.fetch_add(1, std::memory_order_relaxed) + 1;
+  if (n == 1) return 1;
+  if ((n - 1) % kMissBatch == 0) return kMissBatch;  // calls 2 .. kMissBatch+1, and so on
+  return 0;
+}
+
+namespace {
+struct TableKey {
+  Hash128 hash;
+  int device = 0;
+  friend bool operator==(const TableKey&, const TableKey&) = default;
+};
+struct TableKeyCompare {
+  static size_t hash(const TableKey& k) {
+    return Hash128Hasher{}(k.hash) ^ (static_cast<size_t>(k.device) * 0x9e3779b97f4a7c15ULL);
+  }
+  static bool equal(const TableKey& a, const TableKey& b) { return a == b; }
+};
+}  // namespace
+
+struct EntryTable::Impl {
+  tbb::concurrent_hash_map<TableKey, std::unique_ptr<Entry>, TableKeyCompare> map;
+};
+
+EntryTable::EntryTable() : impl_(std::make_unique<Impl>()) {}
+EntryTable::~EntryTable() = default;
+
+Entry* EntryTable::Find(const Hash128& hash, int device) const {
+  decltype(impl_->map)::const_accessor a;
+  if (!impl_->map.find(a, TableKey{hash, device})) return nullptr;
+  return a->second.get();
+}
+
+Entry* EntryTable::FindOrCreate(const Hash128& hash, int device, std::string_view key_bytes, bool* created) {
+  if (Entry* e = Find(hash, device)) {
+    *created = false;
+    return e;
+  }
+  decltype(impl_->map)::accessor a;
+  *created = impl_->map.insert(a, TableKey{hash, device});
+  if (*created) a->second = std::make_unique<Entry>(std::string(key_bytes), device);
+  return a->second.get();
+}
+
+size_t EntryTable::size() const { return impl_->map.size(); }
+
+cache::ReaderContext ReaderFor(int arch) { return cache::ReaderContext{arch, cache::RunningToolchain()}; }
+
+}  // namespace kjit::shim

@@ -1,0 +1,163 @@
+// The shim's torch-free core: its settings, and the per-process table of the
+// keys it has seen, with each key's state.
+//
+// Kept apart from the PyTorch adapter (adapter.cc) so that the decision logic
+// is unit-tested without LibTorch or a GPU. Nothing here allocates on the hot
+// path except the first sight of a key.
+//
+// Entry states (one per OpKey hash, for the life of the process):
+//
+//   kUnknown  --first call resolved, no record-->  kNegative  --announcement-->  kLoaded
+//       |                                                                          ^  |
+//       +--------------- first call resolved, record loaded ----------------------+  |
+//       |                                                                             v
+//       +--- outputs unusable, load/launch failed ---------------------------->  kFailed (terminal)
+//
+// kUnknown: the key's first call is running PyTorch's kernel and recording its
+//   outputs' layouts; other threads meanwhile run PyTorch's kernel too.
+// kNegative: no usable record: PyTorch's kernel, calls counted and reported.
+// kLoaded: a kernel is ready; a hot-swap replaces it with a newer one.
+// kFailed: blacklisted for the process (a load or launch failed, or the op's
+//   outputs cannot be served): PyTorch's kernel from then on.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kjit/cache/kernel_cache.h"
+#include "kjit/runtime/gpu.h"
+#include "kjit/runtime/hash.h"
+#include "kjit/runtime/status.h"
+
+namespace kjit::shim {
+
+// The ops kjit has design spaces for ("aten::" omitted): the adapter overrides these.
+inline constexpr std::string_view kInterceptedOps[] = {
+    "_softmax",          "_log_softmax",      "native_layer_norm", "_fused_rms_norm",
+    "native_group_norm", "native_batch_norm", "cudnn_batch_norm",
+};
+
+// The settings, read once from the environment.
+struct Settings {
+  bool disabled = false;           // KJIT_DISABLE=1
+  bool log = false;                // KJIT_LOG set and not "0"
+  std::vector<std::string> ops;    // KJIT_OPS, else every op of kInterceptedOps
+  std::vector<std::string> unknown_ops;  // KJIT_OPS entries that are not in kInterceptedOps (ignored)
+};
+
+// `getenv` is a parameter so tests can give their own environment.
+Settings ReadSettings(const std::function<const char*(const char*)>& getenv);
+
+// KJIT_OPS's value: comma-separated op names, with or without "aten::",
+// blanks around names ignored, duplicates dropped, in kInterceptedOps order.
+// Names kjit does not intercept go to *unknown.
+std::vector<std::string> ParseOpList(std::string_view value, std::vector<std::string>* unknown);
+
+// One output of a call as PyTorch's kernel laid it out; the adapter allocates
+// a hit's outputs exactly like this (the cache stores no output layouts).
+struct OutputLayout {
+  bool defined = true;      // false: PyTorch returned an undefined tensor here
+  int8_t scalar_type = 0;   // c10::ScalarType, as its integer value
+  std::vector<int64_t> sizes;
+  std::vector<int64_t> strides;
+  friend bool operator==(const OutputLayout&, const OutputLayout&) = default;
+};
+
+// A cached kernel, loaded and ready to launch. Never unloaded while the process
+// runs: a launch of it may still be queued on a stream when a newer one replaces it.
+struct LoadedKernel {
+  int64_t record_id = 0;
+  std::optional<Module> module;  // empty only in tests, which never launch
+  std::optional<Function> function;
+  LaunchConfig launch;
+};
+
+enum class EntryState : uint8_t { kUnknown, kNegative, kLoaded, kFailed };
+std::string_view EntryStateName(EntryState state);
+
+class Entry {
+ public:
+  Entry(std::string key_bytes, int device) : key_bytes_(std::move(key_bytes)), device_(device) {}
+  Entry(const Entry&) = delete;
+  Entry& operator=(const Entry&) = delete;
+
+  const std::string& key_bytes() const { return key_bytes_; }
+  int device() const { return device_; }
+  EntryState state() const { return state_.load(std::memory_order_acquire); }
+
+  // Valid once state() is not kUnknown (published by the state's release store).
+  const std::vector<OutputLayout>& outputs() const { return outputs_; }
+
+  // The kernel to launch; non-null only in kLoaded.
+  const LoadedKernel* kernel() const {
+    return state() == EntryState::kLoaded ? kernel_.load(std::memory_order_acquire) : nullptr;
+  }
+
+  // kUnknown -> kNegative with the first call's outputs. False if not kUnknown.
+  bool ResolveNegative(std::vector<OutputLayout> outputs);
+  // kUnknown -> kLoaded with the first call's outputs and a kernel.
+  bool ResolveLoaded(std::vector<OutputLayout> outputs, std::unique_ptr<LoadedKernel> kernel);
+  // kNegative or kLoaded -> kLoaded with a newer kernel (hot-swap). False in kUnknown and kFailed.
+  bool Swap(std::unique_ptr<LoadedKernel> kernel);
+  // Any state -> kFailed (also from kUnknown, for outputs that cannot be served). Returns the reason
+  // kept (the first one given: later failures do not overwrite it).
+  void Fail(std::string reason);
+  std::string failure() const;
+
+  // A miss: returns how many misses to report now (0: none). The first miss is
+  // reported at once; later ones in batches of kMissBatch, so that a hot key
+  // costs an atomic add per call and one report per batch.
+  static constexpr uint64_t kMissBatch = 1024;
+  uint64_t CountMiss();
+  uint64_t misses() const { return misses_.load(std::memory_order_relaxed); }
+  uint64_t hits() const { return hits_.load(std::memory_order_relaxed); }
+  void CountHit() { hits_.fetch_add(1, std::memory_order_relaxed); }
+
+ private:
+  bool Transition(EntryState from, EntryState to);
+  const std::string key_bytes_;
+  const int device_;
+  std::atomic<EntryState> state_{EntryState::kUnknown};
+  std::vector<OutputLayout> outputs_;
+  std::atomic<const LoadedKernel*> kernel_{nullptr};
+  std::atomic<uint64_t> misses_{0};
+  std::atomic<uint64_t> hits_{0};
+  mutable std::mutex mutex_;  // guards kernels_ and failure_ (never taken on the hot path)
+  std::vector<std::unique_ptr<LoadedKernel>> kernels_;  // every kernel ever loaded for this key
+  std::string failure_;
+};
+
+// (Hash of an OpKey, CUDA device) -> its Entry: the key holds the arch, not the
+// device, and a module loaded in one device's context cannot run on another.
+// Entries are never removed, so a pointer to one stays valid for the life of the table.
+class EntryTable {
+ public:
+  EntryTable();
+  ~EntryTable();
+  EntryTable(const EntryTable&) = delete;
+  EntryTable& operator=(const EntryTable&) = delete;
+
+  // The entry of `hash` on `device`, or null.
+  Entry* Find(const Hash128& hash, int device) const;
+  // The same, created in kUnknown if absent; *created says whether this call made it
+  // (that caller then resolves it).
+  Entry* FindOrCreate(const Hash128& hash, int device, std::string_view key_bytes, bool* created);
+  size_t size() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The toolchain a record must have been built with to be served here: the
+// versions kjitd records when it stores a kernel (cache::RunningToolchain).
+cache::ReaderContext ReaderFor(int arch);
+
+}  // namespace kjit::shim

@@ -1,0 +1,164 @@
+// The adapter inside a LibTorch process on a GPU, without Python: the process
+// loads PyTorch's CUDA library, computes eager references, then loads
+// libkjit_torch_adapter.so (as libkjit_preload.so would) and calls
+// at::_softmax on CUDA tensors. A key without a record runs PyTorch's kernel;
+// a key with a verified record in a temporary cache (a softmax kernel from the
+// policy's generator, compiled here) is served by it from its second call.
+// Skipped, with the reason, where there is no CUDA PyTorch or no GPU.
+#include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <string>
+
+#include "kjit/cache/kernel_cache.h"
+#include "kjit/policy/design_space.h"
+#include "kjit/runtime/compiler.h"
+#include "kjit/runtime/gpu.h"
+#include "kjit/torch/call_key.h"
+#include "shim_adapter.h"
+
+namespace kjit::shim {
+namespace {
+
+std::string LoadTorchCuda() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&at::globalContext), &info) == 0 || info.dli_fname == nullptr) {
+    return "cannot find libtorch_cpu.so";
+  }
+  std::string dir = info.dli_fname;
+  dir = dir.substr(0, dir.rfind('/') + 1);
+  if (dlopen((dir + "libtorch_cuda.so").c_str(), RTLD_NOW | RTLD_GLOBAL) == nullptr) {
+    const char* e = dlerror();
+    return std::string("PyTorch's CUDA backend could not be loaded: ") + (e ? e : "?");
+  }
+  return "";
+}
+
+const AdapterStats& Stats(void* adapter) {
+  auto fn = reinterpret_cast<const void* (*)()>(dlsym(adapter, "kjit_adapter_stats"));
+  return *static_cast<const AdapterStats*>(fn());
+}
+
+class ShimGpu : public ::testing::Test {
+ protected:
+  static inline std::string skip_reason_;
+  static inline void* adapter_ = nullptr;
+  static inline at::Tensor miss_input_, miss_reference_, hit_input_, hit_reference_;
+
+  static void SetUpTestSuite() {
+    const auto dir = std::filesystem::temp_directory_path() / ("kjit-shim-gpu-" + std::to_string(getpid()));
+    std::filesystem::create_directories(dir / "run");
+    setenv("KJIT_CACHE", (dir / "cache.db").c_str(), 1);
+    setenv("KJIT_RUNTIME_DIR", (dir / "run").c_str(), 1);  // no kjitd there: misses are queued and dropped
+    setenv("KJIT_LOG", "1", 1);
+    skip_reason_ = LoadTorchCuda();
+    if (!skip_reason_.empty()) return;
+    try {
+      c10::impl::VirtualGuardImpl guard(c10::DeviceType::CUDA);
+      if (guard.deviceCount() <= 0) {
+        skip_reason_ = "PyTorch sees no CUDA device";
+        return;
+      }
+    } catch (const std::exception& e) {
+      skip_reason_ = std::string("no CUDA in PyTorch: ") + e.what();
+      return;
+    }
+    const auto cuda = at::TensorOptions().device(at::kCUDA).dtype(at::kFloat);
+    miss_input_ = at::randn({32, 1000}, cuda);
+    hit_input_ = at::randn({64, 1024}, cuda);
+    miss_reference_ = at::_softmax(miss_input_, -1, false);
+    hit_reference_ = at::_softmax(hit_input_, -1, false);
+    auto context = PrimaryContext::Retain(0);
+    ASSERT_TRUE(context.ok()) << context.status().ToString();
+    const int arch = context->info().arch();
+
+    // A verified record for the hit key, built the way kjitd would.
+    auto handle = c10::Dispatcher::singleton().findSchemaOrThrow("aten::_softmax", "");
+    std::vector<c10::IValue> args{hit_input_, int64_t{-1}, false};
+    auto key = kjit::torch::CallKey(handle.schema(), args, static_cast<uint16_t>(arch), kjit::torch::CurrentNumerics());
+    ASSERT_TRUE(key.ok()) << key.status().ToString();
+    auto match = policy::FindFamily(*key);
+    ASSERT_TRUE(match.ok()) << match.status().ToString();
+    policy::DeviceFacts facts = policy::DeviceFacts::H200();
+    facts.arch = arch;
+    facts.sm_count = context->info().sm_count;
+    const policy::Point point = match->family->ExpertDefault(*match->problem, facts);
+    auto candidate = match->family->Generate(*match->problem, point, facts);
+    ASSERT_TRUE(candidate.ok()) << candidate.status().ToString();
+    Compiler compiler;
+    CompileRequest request;
+    request.source = candidate->source;
+    request.program_name = "shim_softmax.cu";
+    request.arch = arch;
+    request.options = candidate->options;
+    auto compiled = compiler.Compile(request);
+    ASSERT_TRUE(compiled.ok()) << compiled.status().ToString();
+    auto cache = cache::KernelCache::Open();
+    ASSERT_TRUE(cache.ok()) << cache.status().ToString();
+    cache::KernelRecord record;
+    record.key_bytes = key->Encode();
+    record.source = candidate->source;
+    record.compile_options = candidate->options;
+    record.entry_point = candidate->entry_point;
+    record.cubin = (*compiled)->cubin;
+    record.launch = candidate->launch;
+    record.design = candidate->design;
+    record.toolchain = cache::RunningToolchain();
+    record.status = cache::RecordStatus::kVerified;
+    auto id = (*cache)->Insert(std::move(record));
+    ASSERT_TRUE(id.ok()) << id.status().ToString();
+
+    adapter_ = dlopen(KJIT_TORCH_ADAPTER, RTLD_NOW | RTLD_LOCAL);
+    ASSERT_NE(adapter_, nullptr) << dlerror();
+  }
+
+  void SetUp() override {
+    if (!skip_reason_.empty()) GTEST_SKIP() << skip_reason_;
+    ASSERT_NE(adapter_, nullptr);
+    ASSERT_TRUE(Stats(adapter_).attached);
+  }
+};
+
+TEST_F(ShimGpu, InterceptsSoftmax) {
+  const AdapterStats& s = Stats(adapter_);
+  EXPECT_NE(std::find(s.intercepted_ops.begin(), s.intercepted_ops.end(), "_softmax"), s.intercepted_ops.end());
+}
+
+TEST_F(ShimGpu, MissRunsPyTorchsKernel) {
+  const uint64_t hits = Stats(adapter_).hits;
+  for (int i = 0; i < 3; ++i) {
+    at::Tensor out = at::_softmax(miss_input_, -1, false);
+    EXPECT_TRUE(at::equal(out, miss_reference_)) << "call " << i;
+  }
+  EXPECT_EQ(Stats(adapter_).hits, hits);
+  EXPECT_GE(Stats(adapter_).misses, 2u);
+}
+
+TEST_F(ShimGpu, HitLaunchesTheCachedKernel) {
+  const uint64_t hits = Stats(adapter_).hits;
+  at::Tensor first = at::_softmax(hit_input_, -1, false);  // first sight: PyTorch's kernel, record loaded
+  EXPECT_TRUE(at::equal(first, hit_reference_));
+  for (int i = 0; i < 3; ++i) {
+    at::Tensor out = at::_softmax(hit_input_, -1, false);
+    EXPECT_EQ(out.sizes(), hit_reference_.sizes());
+    EXPECT_EQ(out.strides(), hit_reference_.strides());
+    EXPECT_TRUE(at::allclose(out, hit_reference_, 1e-5, 1e-6)) << "call " << i;
+  }
+  EXPECT_EQ(Stats(adapter_).hits, hits + 3);
+}
+
+TEST_F(ShimGpu, AutogradCallsAreLeftToPyTorch) {
+  const uint64_t hits = Stats(adapter_).hits;
+  at::Tensor x = hit_input_.clone().requires_grad_(true);
+  at::Tensor out = at::_softmax(x, -1, false);
+  EXPECT_TRUE(at::allclose(out, hit_reference_, 1e-5, 1e-6));
+  EXPECT_EQ(Stats(adapter_).hits, hits);
+}
+
+}  // namespace
+}  // namespace kjit::shim
