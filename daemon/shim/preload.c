@@ -91,13 +91,27 @@ static void AttachIfTorchPresent(void) {
   atomic_store_explicit(&g_state, kDone, memory_order_release);
 }
 
+/* glibc resolves a bare name (no '/') through the RUNPATH and $ORIGIN of the
+ * object that called dlopen, which it finds from dlopen's return address;
+ * CUDA, cuDNN and NCCL load their parts that way. So a bare name is forwarded
+ * as a tail call (a jump: the caller's return address stays on the stack and
+ * glibc sees the real caller), and torch is looked for before it instead of
+ * after. A path with a '/' is found without the caller's help: it is forwarded
+ * as a plain call, and torch (which Python loads by path) is looked for right
+ * after. Built with -O2 in any build type (CMakeLists.txt) so the jump is one. */
 __attribute__((visibility("default"))) void* dlopen(const char* filename, int flags) {
   void* (*real)(const char*, int) = RealDlopen();
   if (real == NULL) return NULL; /* cannot happen with a working libc; nothing sensible to forward to */
-  void* handle = real(filename, flags);
-  /* Keep dlerror() as the caller's dlopen left it: only look further on success. */
-  if (handle != NULL && atomic_load_explicit(&g_state, memory_order_acquire) == kWaiting) AttachIfTorchPresent();
-  return handle;
+  if (atomic_load_explicit(&g_state, memory_order_acquire) == kWaiting) {
+    if (filename == NULL || strchr(filename, '/') != NULL) {
+      void* handle = real(filename, flags);
+      /* Keep dlerror() as the caller's dlopen left it: only look further on success. */
+      if (handle != NULL) AttachIfTorchPresent();
+      return handle;
+    }
+    AttachIfTorchPresent(); /* torch may have come in with an earlier load */
+  }
+  return real(filename, flags);
 }
 
 __attribute__((constructor)) static void KjitPreloadInit(void) {

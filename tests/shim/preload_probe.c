@@ -1,6 +1,7 @@
 /* Run under LD_PRELOAD=libkjit_preload.so by preload_test.cc: dlopens argv[1]
- * (if given), then prints what the preload library did and whether any torch
- * library is mapped into this process. */
+ * (if given) and calls its function argv[2] (if given: int f(void), printing
+ * "call=<result>"), then prints what the preload library did and whether any
+ * torch library is mapped into this process. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdio.h>
@@ -10,6 +11,12 @@ int main(int argc, char** argv) {
   if (argc > 1 && dlopen(argv[1], RTLD_NOW | RTLD_GLOBAL) == NULL) {
     printf("dlopen failed: %s\n", dlerror());
     return 2;
+  }
+  if (argc > 2) {
+    int (*function)(void) = NULL;
+    void* f = dlsym(RTLD_DEFAULT, argv[2]);
+    memcpy(&function, &f, sizeof f);
+    printf("call=%d\n", function == NULL ? -100 : function());
   }
   int (*state)(void) = NULL;
   int (*adapter_path)(char*, size_t) = NULL;

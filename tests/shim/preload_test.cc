@@ -30,6 +30,7 @@ const std::string kPreload = KJIT_PRELOAD;
 const std::string kProbe = KJIT_PRELOAD_PROBE;
 const std::string kFakeTorch = KJIT_FAKE_TORCH_CUDA;
 const std::string kFakeAdapter = KJIT_FAKE_ADAPTER;
+const std::string kRunpathCaller = KJIT_RUNPATH_CALLER;
 
 std::string Env(const std::string& extra) {
   return "env -u KJIT_DISABLE -u KJIT_LOG -u KJIT_TORCH_ADAPTER LD_PRELOAD=" + kPreload + " " + extra + " ";
@@ -70,6 +71,20 @@ TEST(ShimPreload, AttachesWhenTorchCudaWasLoadedFirst) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(Has(r, "fake adapter attached")) << r.output;
   EXPECT_TRUE(Has(r, "state=2")) << r.output;
+}
+
+// glibc resolves a bare name passed to dlopen through the RUNPATH of the
+// object that called dlopen; CUDA and cuDNN load their parts that way. The
+// wrapper must not become that object, before or after the adapter attached.
+TEST(ShimPreload, BareNamesResolveThroughTheCallersRunpath) {
+  const ProcessRun plain = Sh(kProbe + " " + kRunpathCaller + " kjit_test_load_by_runpath");
+  ASSERT_TRUE(Has(plain, "call=42")) << "the test library itself is broken: " << plain.output;
+  const ProcessRun waiting = Sh(Env("") + kProbe + " " + kRunpathCaller + " kjit_test_load_by_runpath");
+  EXPECT_TRUE(Has(waiting, "call=42\nstate=0")) << waiting.output;
+  const ProcessRun attached = Sh("env -u KJIT_DISABLE LD_PRELOAD='" + kFakeTorch + " " + kPreload +
+                                 "' KJIT_TORCH_ADAPTER=" + kFakeAdapter + " " + kProbe + " " + kRunpathCaller +
+                                 " kjit_test_load_by_runpath");
+  EXPECT_TRUE(Has(attached, "call=42\nstate=2")) << attached.output;
 }
 
 TEST(ShimPreload, DisabledDoesNothing) {
