@@ -118,7 +118,8 @@ __device__ __forceinline__ void write_save(const p_t* __restrict__ rm, const p_t
 )";
 
 // Training: per-channel statistics. Element j (0 <= j < LEN) of channel c lies at
-// c * HW + off(j): the channel is BATCH runs of HW contiguous elements, CHW apart.
+// c * HW + off(j): the channel is BATCH runs of HW contiguous elements, CHW apart. After
+// codegen::kReductions.
 constexpr const char* kTrainPrelude = R"(
 __device__ __forceinline__ long long off(long long j) {
   return BATCH == 1 ? j : (j / HW) * CHW + j % HW;
@@ -133,82 +134,6 @@ __device__ __forceinline__ void unpack(Raw r, float (&f)[VEC]) {
   for (int k = 0; k < VEC; ++k) f[k] = Bits<in_t>::to_f(v.u[k]);
 }
 
-// Sums: the xor butterfly gives every lane the same value (a + b == b + a).
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-// Every thread of the block gets the sum. `red` holds 32 floats.
-__device__ __forceinline__ float block_sum(float v, float* red) {
-  v = warp_sum(v);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (lane == 0) red[warp] = v;
-  __syncthreads();
-  if (warp == 0) {
-    float s = lane < THREADS / 32 ? red[lane] : 0.f;
-    s = warp_sum(s);
-    if (lane == 0) red[0] = s;
-  }
-  __syncthreads();
-  const float r = red[0];
-  __syncthreads();  // red is reused by the next reduction
-  return r;
-}
-
-// Welford state: mean, sum of squared deviations, count (exact in float below 2^24, which
-// Match guarantees). A thread that saw nothing has n == 0.
-struct W { float mean; float m2; float n; };
-__device__ __forceinline__ void w_add(W& a, float x) {
-  a.n += 1.f;
-  const float d = x - a.mean;
-  a.mean += d / a.n;
-  a.m2 += d * (x - a.mean);
-}
-// Chan et al.'s merge. Not symmetric in rounding: callers merge in a fixed order or broadcast one lane's.
-__device__ __forceinline__ W w_merge(W a, W b) {
-  if (a.n == 0.f) return b;
-  if (b.n == 0.f) return a;
-  W r;
-  r.n = a.n + b.n;
-  const float d = b.mean - a.mean;
-  const float fb = b.n / r.n;
-  r.mean = a.mean + d * fb;
-  r.m2 = a.m2 + b.m2 + d * d * a.n * fb;
-  return r;
-}
-// Every lane gets lane 0's merge of the warp.
-__device__ __forceinline__ W warp_w(W v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    W w;
-    w.mean = __shfl_xor_sync(0xffffffffu, v.mean, o);
-    w.m2 = __shfl_xor_sync(0xffffffffu, v.m2, o);
-    w.n = __shfl_xor_sync(0xffffffffu, v.n, o);
-    v = w_merge(v, w);
-  }
-  v.mean = __shfl_sync(0xffffffffu, v.mean, 0);
-  v.m2 = __shfl_sync(0xffffffffu, v.m2, 0);
-  v.n = __shfl_sync(0xffffffffu, v.n, 0);
-  return v;
-}
-// Every thread of the block gets the merge. `red` holds 3 * 32 floats.
-__device__ __forceinline__ W block_w(W v, float* red) {
-  v = warp_w(v);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (lane == 0) { red[warp] = v.mean; red[32 + warp] = v.m2; red[64 + warp] = v.n; }
-  __syncthreads();
-  if (warp == 0) {
-    W w = {0.f, 0.f, 0.f};
-    if (lane < THREADS / 32) { w.mean = red[lane]; w.m2 = red[32 + lane]; w.n = red[64 + lane]; }
-    w = warp_w(w);
-    if (lane == 0) { red[0] = w.mean; red[32] = w.m2; red[64] = w.n; }
-  }
-  __syncthreads();
-  W r = {red[0], red[32], red[64]};
-  __syncthreads();
-  return r;
-}
 // A channel's reductions: by a warp (BY_WARP) or by the whole block.
 __device__ __forceinline__ float group_sum(float v, float* red) { return BY_WARP ? warp_sum(v) : block_sum(v, red); }
 __device__ __forceinline__ W group_w(W v, float* red) { return BY_WARP ? warp_w(v) : block_w(v, red); }
@@ -703,7 +628,7 @@ class BatchNorm final : public Family {
       const int64_t cluster = pt.at("cluster"), stats = pt.at("stats");
       src << "constexpr bool WELFORD = " << (stats == kWelford ? "true" : "false")
           << ", BY_WARP = " << (strategy == kWarp ? "true" : "false") << ";\n";
-      src << kTrainPrelude;
+      src << codegen::kReductions << kTrainPrelude;
       switch (strategy) {
         case kWarp:
         case kRegs: {

@@ -67,45 +67,8 @@ struct GroupNormProblem : Problem {
   int64_t len() const { return channels_per_group() * hxw; }
 };
 
-// Device code every strategy shares, after codegen::kElementAccess.
+// Device code every strategy shares, after codegen::kElementAccess and codegen::kReductions.
 constexpr const char* kPrelude = R"(
-// Sums: the xor butterfly gives every lane the same value (a + b == b + a).
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-// Every thread of the block gets the sum. `red` holds 32 floats.
-__device__ __forceinline__ float block_sum(float v, float* red) {
-  v = warp_sum(v);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (lane == 0) red[warp] = v;
-  __syncthreads();
-  if (warp == 0) {
-    float w = lane < (int)(THREADS / 32) ? red[lane] : 0.f;
-    w = warp_sum(w);
-    if (lane == 0) red[0] = w;
-  }
-  __syncthreads();
-  const float r = red[0];
-  __syncthreads();  // red is reused by the next reduction
-  return r;
-}
-
-// Welford state: mean, sum of squared deviations, count.
-struct W { float mean; float m2; float n; };
-// Chan et al.'s merge. Not symmetric in rounding: callers merge in a fixed order or broadcast one lane's result.
-__device__ __forceinline__ W w_merge(W a, W b) {
-  if (a.n == 0.f) return b;
-  if (b.n == 0.f) return a;
-  W r;
-  r.n = a.n + b.n;
-  const float d = b.mean - a.mean;
-  const float fb = b.n / r.n;
-  r.mean = a.mean + d * fb;
-  r.m2 = a.m2 + b.m2 + d * d * a.n * fb;
-  return r;
-}
 // One vector's VEC values as a batch (their exact mean: VEC is a power of two), merged into a:
 // one division per vector instead of one per element keeps the streaming loops memory-bound.
 __device__ __forceinline__ void w_add_vec(W& a, const float (&v)[VEC]) {
@@ -118,39 +81,6 @@ __device__ __forceinline__ void w_add_vec(W& a, const float (&v)[VEC]) {
   for (int k = 0; k < VEC; ++k) q += (v[k] - m) * (v[k] - m);
   a = w_merge(a, W{m, q, (float)VEC});
 }
-// Every lane gets lane 0's merge of the warp.
-__device__ __forceinline__ W warp_w(W v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    W w;
-    w.mean = __shfl_xor_sync(0xffffffffu, v.mean, o);
-    w.m2 = __shfl_xor_sync(0xffffffffu, v.m2, o);
-    w.n = __shfl_xor_sync(0xffffffffu, v.n, o);
-    v = w_merge(v, w);
-  }
-  v.mean = __shfl_sync(0xffffffffu, v.mean, 0);
-  v.m2 = __shfl_sync(0xffffffffu, v.m2, 0);
-  v.n = __shfl_sync(0xffffffffu, v.n, 0);
-  return v;
-}
-// Every thread of the block gets the merge. `red` holds 3 * 32 floats.
-__device__ __forceinline__ W block_w(W v, float* red) {
-  v = warp_w(v);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (lane == 0) { red[warp] = v.mean; red[32 + warp] = v.m2; red[64 + warp] = v.n; }
-  __syncthreads();
-  if (warp == 0) {
-    W w = {0.f, 0.f, 0.f};
-    if (lane < (int)(THREADS / 32)) { w.mean = red[lane]; w.m2 = red[32 + lane]; w.n = red[64 + lane]; }
-    w = warp_w(w);
-    if (lane == 0) { red[0] = w.mean; red[32] = w.m2; red[64] = w.n; }
-  }
-  __syncthreads();
-  W r = {red[0], red[32], red[64]};
-  __syncthreads();
-  return r;
-}
-
 // One element between memory and a float (weight, bias, mean, rstd).
 __device__ __forceinline__ float load_one(const in_t* p) {
   return Bits<in_t>::to_f(*reinterpret_cast<const typename Bits<in_t>::U*>(p));
@@ -484,7 +414,7 @@ class GroupNorm final : public Family {
     src << "constexpr int THREADS = " << threads << ", CLUSTER = " << cluster << ", UNROLL = " << unroll << ";\n";
     // eps by its float bits: exactly static_cast<float>(eps), whatever it is.
     src << "#define EPS __uint_as_float(" << eps_bits << "u)\n";
-    src << codegen::kElementAccess << kPrelude;
+    src << codegen::kElementAccess << codegen::kReductions << kPrelude;
     src << "#define KJIT_PARAMS const in_t* __restrict__ x, const in_t* __restrict__ w, const in_t* __restrict__ b, "
            "out_t* __restrict__ y, out_t* __restrict__ mean_out, out_t* __restrict__ rstd_out\n";
     Candidate c;

@@ -54,86 +54,9 @@ struct NormProblem : Problem {
   int alignment = 16;  // the least of the input's, weight's and bias's data pointer alignments
 };
 
-// Device code every strategy shares, after codegen::kElementAccess: float
-// reductions and Welford merges.
+// Device code every strategy shares, after codegen::kElementAccess and
+// codegen::kReductions: reductions over a row and the normalization.
 constexpr const char* kPrelude = R"(
-// Sums: the xor butterfly gives every lane the same value (a + b == b + a).
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-// Every thread of the block gets the sum. `red` holds 32 floats.
-__device__ __forceinline__ float block_sum(float v, float* red) {
-  v = warp_sum(v);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (lane == 0) red[warp] = v;
-  __syncthreads();
-  if (warp == 0) {
-    float w = lane < (int)(THREADS / 32) ? red[lane] : 0.f;
-    w = warp_sum(w);
-    if (lane == 0) red[0] = w;
-  }
-  __syncthreads();
-  const float r = red[0];
-  __syncthreads();  // red is reused by the next reduction
-  return r;
-}
-
-// Welford state: mean, sum of squared deviations, count (exact in float up to 2^24).
-// NaN anywhere makes mean and m2 NaN, as in PyTorch.
-struct W { float mean; float m2; float n; };
-__device__ __forceinline__ void w_add(W& a, float x) {
-  a.n += 1.f;
-  const float d = x - a.mean;
-  a.mean += d / a.n;
-  a.m2 += d * (x - a.mean);
-}
-// Chan et al.'s merge. Not symmetric in rounding: callers broadcast one lane's result.
-__device__ __forceinline__ W w_merge(W a, W b) {
-  if (a.n == 0.f) return b;
-  if (b.n == 0.f) return a;
-  W r;
-  r.n = a.n + b.n;
-  const float d = b.mean - a.mean;
-  const float fb = b.n / r.n;
-  r.mean = a.mean + d * fb;
-  r.m2 = a.m2 + b.m2 + d * d * a.n * fb;
-  return r;
-}
-// Every lane gets lane 0's merge of the warp.
-__device__ __forceinline__ W warp_w(W v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    W w;
-    w.mean = __shfl_xor_sync(0xffffffffu, v.mean, o);
-    w.m2 = __shfl_xor_sync(0xffffffffu, v.m2, o);
-    w.n = __shfl_xor_sync(0xffffffffu, v.n, o);
-    v = w_merge(v, w);
-  }
-  v.mean = __shfl_sync(0xffffffffu, v.mean, 0);
-  v.m2 = __shfl_sync(0xffffffffu, v.m2, 0);
-  v.n = __shfl_sync(0xffffffffu, v.n, 0);
-  return v;
-}
-// Every thread of the block gets the merge. `red` holds 3 * 32 floats.
-__device__ __forceinline__ W block_w(W v, float* red) {
-  v = warp_w(v);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (lane == 0) { red[warp] = v.mean; red[32 + warp] = v.m2; red[64 + warp] = v.n; }
-  __syncthreads();
-  if (warp == 0) {
-    W w = {0.f, 0.f, 0.f};
-    if (lane < (int)(THREADS / 32)) { w.mean = red[lane]; w.m2 = red[32 + lane]; w.n = red[64 + lane]; }
-    w = warp_w(w);
-    if (lane == 0) { red[0] = w.mean; red[32] = w.m2; red[64] = w.n; }
-  }
-  __syncthreads();
-  W r = {red[0], red[32], red[64]};
-  __syncthreads();
-  return r;
-}
-
 // Row reductions, by a warp (ROW_BY_WARP) or by the whole block.
 __device__ __forceinline__ float row_sum(float v, float* red) {
   return ROW_BY_WARP ? warp_sum(v) : block_sum(v, red);
@@ -428,7 +351,7 @@ class LayerNorm final : public Family {
     src << "constexpr int THREADS = " << threads << ";\n";
     // eps by its float bits: exactly PyTorch's static_cast<float>(eps), whatever it is.
     src << "#define EPS __uint_as_float(" << eps_bits << "u)\n";
-    src << codegen::kElementAccess << kPrelude;
+    src << codegen::kElementAccess << codegen::kReductions << kPrelude;
     // The same parameter list for every strategy: the kernel ABI.
     src << "#define KJIT_PARAMS const in_t* __restrict__ x, const in_t* __restrict__ w, "
         << (p.rms ? "" : "const in_t* __restrict__ b, ")
