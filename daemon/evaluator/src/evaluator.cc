@@ -196,6 +196,25 @@ struct Evaluator::Impl {
     return outs;
   }
 
+  // Guard-railed outputs shaped like the reference's, for a candidate to write;
+  // poisoned with `poison` if given.
+  static Result<std::vector<GuardedTensor>> GuardedOutputs(const std::vector<at::Tensor>& reference,
+                                                           std::optional<Poison> poison) {
+    std::vector<GuardedTensor> outs;
+    for (const at::Tensor& r : reference) {
+      KJIT_ASSIGN_OR_RETURN(GuardedTensor g, MakeGuarded(r));
+      if (poison) ResetGuarded(g, *poison);
+      outs.push_back(std::move(g));
+    }
+    return outs;
+  }
+
+  // The tolerance a candidate's output is held to against PyTorch's `reference`.
+  static Tolerance OutputTolerance(const at::Tensor& reference, const OpTraits& traits) {
+    auto dtype = kjit::torch::DTypeOf(reference.scalar_type());
+    return ToleranceFor(dtype.ok() ? *dtype : DType::kFloat32, traits);
+  }
+
   // The op on the same arguments with floating-point tensors in float64, for
   // CompareAccuracy. Empty when the op refuses float64 (half_to_float softmax).
   std::vector<at::Tensor> CallReference64(const Prepared& p, const std::vector<c10::IValue>& args) {
@@ -333,6 +352,20 @@ struct Evaluator::Impl {
     return static_cast<uint64_t>(bytes * 12);
   }
 
+  // When TimeLoop stops: after min_runs once both medians' 95% CI are within
+  // target_ci_rel, or at max_runs, or past the budget.
+  struct TimingLimits {
+    int min_runs;
+    int max_runs;
+    double target_ci_rel;
+    std::chrono::milliseconds budget;
+  };
+  TimingLimits FullTiming() const {
+    return {options.min_runs, options.max_runs, options.target_ci_rel, options.timing_budget};
+  }
+  // screen_only requests: a rough time to rank points by, not a verdict.
+  TimingLimits ScreenTiming() const { return {10, options.max_runs, 0.03, std::chrono::milliseconds(1000)}; }
+
   // Times `run_candidate` (may be empty) and `run_reference` alternately, after a flush each.
   struct TimedPair {
     std::vector<double> candidate_us;
@@ -340,7 +373,8 @@ struct Evaluator::Impl {
     std::optional<RunFailure> failure;
   };
   TimedPair TimeLoop(const std::function<std::optional<RunFailure>()>& run_candidate,
-                     const std::function<void()>& run_reference, std::chrono::milliseconds deadline) {
+                     const std::function<void()>& run_reference, std::chrono::milliseconds deadline,
+                     const TimingLimits& limits) {
     TimedPair out;
     const bool with_candidate = static_cast<bool>(run_candidate);
     const auto& api = driver().api();
@@ -402,10 +436,10 @@ struct Evaluator::Impl {
         if (api.cuEventElapsedTime(&ms, e[2].get(), e[3].get()) == CUDA_SUCCESS) out.reference_us.push_back(ms * 1000.0);
       }
       const int n = static_cast<int>(out.reference_us.size());
-      if (n >= options.max_runs || Clock::now() - started > options.timing_budget) break;
-      if (n >= options.min_runs) {
-        const bool ref_ok = Summarize(out.reference_us).ci_rel <= options.target_ci_rel;
-        const bool cand_ok = !with_candidate || Summarize(out.candidate_us).ci_rel <= options.target_ci_rel;
+      if (n >= limits.max_runs || Clock::now() - started > limits.budget) break;
+      if (n >= limits.min_runs) {
+        const bool ref_ok = Summarize(out.reference_us).ci_rel <= limits.target_ci_rel;
+        const bool cand_ok = !with_candidate || Summarize(out.candidate_us).ci_rel <= limits.target_ci_rel;
         if (ref_ok && cand_ok) break;
       }
     }
@@ -496,7 +530,8 @@ daemon::BaselineResult Evaluator::Baseline(const daemon::BaselineRequest& reques
     if (!set.ok()) return fail(set.status());
     for (const at::Tensor& t : set->reference) result.outputs.push_back(DescribeTensorText(t));
     result.roofline = s.Floor(*prepared, *set);
-    auto timed = s.TimeLoop({}, [&] { (void)s.CallReference(*prepared, set->args); }, s.options.min_run_deadline);
+    auto timed = s.TimeLoop({}, [&] { (void)s.CallReference(*prepared, set->args); }, s.options.min_run_deadline,
+                            s.FullTiming());
     if (timed.failure) return fail(Status(StatusCode::kCudaError, timed.failure->reason));
     result.timing = Summarize(timed.reference_us);
     s.FinishRoofline(result.roofline, result.timing.median_us);
@@ -587,29 +622,18 @@ daemon::Verdict Evaluator::Evaluate(const daemon::EvaluateRequest& request, cons
       }
       const Impl::InputSet& set = s.screen_set->second;
       const std::chrono::milliseconds deadline = s.options.min_run_deadline * 5;
-      std::vector<GuardedTensor> outs;
-      for (const at::Tensor& r : set.reference) {
-        auto g = MakeGuarded(r);
-        if (!g.ok()) return finish(Outcome::kResourceBackoff, g.status().ToString());
-        ResetGuarded(*g, Poison::kNaN);
-        outs.push_back(std::move(*g));
-      }
+      auto guarded = Impl::GuardedOutputs(set.reference, Poison::kNaN);
+      if (!guarded.ok()) return finish(Outcome::kResourceBackoff, guarded.status().ToString());
+      const std::vector<GuardedTensor>& outs = *guarded;
       std::vector<CUdeviceptr> values = s.Params(p, set.args, outs);
       if (auto f = s.RunOnce(*fn, config, values, deadline)) return finish(f->outcome, f->reason + " on the screening set");
       for (size_t i = 0; i < outs.size(); ++i) {
         if (!GuardsIntact(outs[i])) return finish(Outcome::kOutOfBounds, "wrote outside output " + std::to_string(i));
-        auto dtype = kjit::torch::DTypeOf(set.reference[i].scalar_type());
-        const Comparison cmp =
-            Compare(outs[i].tensor, set.reference[i], ToleranceFor(dtype.ok() ? *dtype : DType::kFloat32, p.traits));
+        const Comparison cmp = Compare(outs[i].tensor, set.reference[i], Impl::OutputTolerance(set.reference[i], p.traits));
         if (!cmp.ok) return finish(Outcome::kWrongResult, "output " + std::to_string(i) + " on the screening set: " + cmp.reason);
       }
-      const EvaluatorOptions full = s.options;
-      s.options.min_runs = 10;
-      s.options.target_ci_rel = 0.03;
-      s.options.timing_budget = std::chrono::milliseconds(1000);
       auto pair = s.TimeLoop([&]() -> std::optional<RunFailure> { return s.Launch(*fn, config, values); },
-                             [&] { (void)s.CallReference(p, set.args); }, deadline);
-      s.options = full;
+                             [&] { (void)s.CallReference(p, set.args); }, deadline, s.ScreenTiming());
       if (pair.failure) return finish(pair.failure->outcome, pair.failure->reason + " while timing");
       v.timing = Summarize(pair.candidate_us);
       v.baseline = Summarize(pair.reference_us);
@@ -667,12 +691,9 @@ daemon::Verdict Evaluator::Evaluate(const daemon::EvaluateRequest& request, cons
       }
       auto pristine = CloneArguments(set->args);
       if (!pristine.ok()) return finish(Outcome::kResourceBackoff, pristine.status().ToString());
-      std::vector<GuardedTensor> outs;
-      for (const at::Tensor& r : set->reference) {
-        auto g = MakeGuarded(r);
-        if (!g.ok()) return finish(Outcome::kResourceBackoff, g.status().ToString());
-        outs.push_back(std::move(*g));
-      }
+      auto guarded = Impl::GuardedOutputs(set->reference, std::nullopt);
+      if (!guarded.ok()) return finish(Outcome::kResourceBackoff, guarded.status().ToString());
+      const std::vector<GuardedTensor>& outs = *guarded;
       std::vector<at::Tensor> runs[2];
       const Poison poisons[2] = {Poison::kNaN, Poison::kFinite};
       for (int run = 0; run < 2; ++run) {
@@ -708,8 +729,7 @@ daemon::Verdict Evaluator::Evaluate(const daemon::EvaluateRequest& request, cons
                         "two runs on the same inputs gave different output " + std::to_string(i) + " on " + where +
                             " (a data race, or uninitialised memory read)");
         }
-        auto dtype = kjit::torch::DTypeOf(set->reference[i].scalar_type());
-        const Tolerance tol = ToleranceFor(dtype.ok() ? *dtype : DType::kFloat32, p.traits);
+        const Tolerance tol = Impl::OutputTolerance(set->reference[i], p.traits);
         for (int run = 0; run < 2; ++run) {
           Comparison cmp = Compare(runs[run][i], set->reference[i], tol);
           if (!cmp.ok && !tol.bitwise && at::isFloatingType(set->reference[i].scalar_type())) {
@@ -751,17 +771,13 @@ daemon::Verdict Evaluator::Evaluate(const daemon::EvaluateRequest& request, cons
     const uint64_t seed = s.seeds();
     auto set = s.MakeSet(p, InputKind::kNormal, seed);
     if (!set.ok()) return finish(Outcome::kResourceBackoff, set.status().ToString());
-    std::vector<GuardedTensor> outs;
-    for (const at::Tensor& r : set->reference) {
-      auto g = MakeGuarded(r);
-      if (!g.ok()) return finish(Outcome::kResourceBackoff, g.status().ToString());
-      ResetGuarded(*g, Poison::kNaN);
-      outs.push_back(std::move(*g));
-    }
+    auto guarded = Impl::GuardedOutputs(set->reference, Poison::kNaN);
+    if (!guarded.ok()) return finish(Outcome::kResourceBackoff, guarded.status().ToString());
+    const std::vector<GuardedTensor>& outs = *guarded;
     std::vector<CUdeviceptr> values = s.Params(p, set->args, outs);
     auto timed = [&]() -> std::optional<RunFailure> { return s.Launch(*fn, config, values); };
     progress("time", std::chrono::milliseconds(s.options.timing_budget * 3 + deadline * 40));
-    auto pair = s.TimeLoop(timed, [&] { (void)s.CallReference(p, set->args); }, deadline);
+    auto pair = s.TimeLoop(timed, [&] { (void)s.CallReference(p, set->args); }, deadline, s.FullTiming());
     if (pair.failure) return finish(pair.failure->outcome, pair.failure->reason + " while timing");
     if (auto f = s.Wait(s.events[0], deadline, "the candidate")) return finish(f->outcome, f->reason);
     v.timing = Summarize(pair.candidate_us);
@@ -769,9 +785,7 @@ daemon::Verdict Evaluator::Evaluate(const daemon::EvaluateRequest& request, cons
     v.roofline = s.Floor(p, *set);
     s.FinishRoofline(v.roofline, v.timing.median_us);
     for (size_t i = 0; i < outs.size(); ++i) {
-      auto dtype = kjit::torch::DTypeOf(set->reference[i].scalar_type());
-      const Comparison cmp =
-          Compare(outs[i].tensor, set->reference[i], ToleranceFor(dtype.ok() ? *dtype : DType::kFloat32, p.traits));
+      const Comparison cmp = Compare(outs[i].tensor, set->reference[i], Impl::OutputTolerance(set->reference[i], p.traits));
       if (!cmp.ok || !GuardsIntact(outs[i])) {
         return finish(Outcome::kStateful, "after " + std::to_string(v.timing.runs + s.options.warmup_runs) +
                                               " calls on unseen inputs (seed " + std::to_string(seed) +
