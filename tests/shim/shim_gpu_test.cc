@@ -117,6 +117,15 @@ class ShimGpu : public ::testing::Test {
     ASSERT_NE(adapter_, nullptr) << dlerror();
   }
 
+  // Tensors must be freed while PyTorch's CUDA allocator still exists: left to
+  // static destruction at exit they abort the process ("invalid device pointer").
+  static void TearDownTestSuite() {
+    miss_input_.reset();
+    miss_reference_.reset();
+    hit_input_.reset();
+    hit_reference_.reset();
+  }
+
   void SetUp() override {
     if (!skip_reason_.empty()) GTEST_SKIP() << skip_reason_;
     ASSERT_NE(adapter_, nullptr);

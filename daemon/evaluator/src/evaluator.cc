@@ -46,25 +46,6 @@ std::string DescribeTensorText(const at::Tensor& t) {
   return s;
 }
 
-// Loads libtorch_cuda.so from beside libtorch_cpu.so, which registers PyTorch's
-// CUDA kernels, allocator and stream pool. kjit links only the CPU library so
-// that its binaries build and start on machines with a CPU-only PyTorch.
-Status LoadTorchCuda() {
-  Dl_info info{};
-  if (dladdr(reinterpret_cast<void*>(&at::globalContext), &info) == 0 || info.dli_fname == nullptr) {
-    return Status(StatusCode::kUnavailable, "cannot find where libtorch_cpu.so was loaded from");
-  }
-  std::string dir = info.dli_fname;
-  dir = dir.substr(0, dir.rfind('/') + 1);
-  const std::string path = dir + "libtorch_cuda.so";
-  if (dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL) == nullptr) {
-    const char* error = dlerror();
-    return Status(StatusCode::kUnavailable, std::string("PyTorch's CUDA backend could not be loaded (") +
-                                                (error ? error : path) + "). The evaluator needs a PyTorch built with CUDA, with its CUDA libraries installed");
-  }
-  return Status::Ok();
-}
-
 // The CUDA errors after which the context is unusable.
 bool IsStickyError(CUresult r) {
   switch (r) {
@@ -91,6 +72,24 @@ struct RunFailure {
 };
 
 }  // namespace
+
+// kjit links only the CPU library so that its binaries build and start on
+// machines with a CPU-only PyTorch.
+Status LoadTorchCuda() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&at::globalContext), &info) == 0 || info.dli_fname == nullptr) {
+    return Status(StatusCode::kUnavailable, "cannot find where libtorch_cpu.so was loaded from");
+  }
+  std::string dir = info.dli_fname;
+  dir = dir.substr(0, dir.rfind('/') + 1);
+  const std::string path = dir + "libtorch_cuda.so";
+  if (dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL) == nullptr) {
+    const char* error = dlerror();
+    return Status(StatusCode::kUnavailable, std::string("PyTorch's CUDA backend could not be loaded (") +
+                                                (error ? error : path) + "). The evaluator needs a PyTorch built with CUDA, with its CUDA libraries installed");
+  }
+  return Status::Ok();
+}
 
 daemon::TimingStats Summarize(std::vector<double> runs) {
   TimingStats t;

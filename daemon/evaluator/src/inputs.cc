@@ -162,9 +162,9 @@ at::Tensor PowersOfTwo(const at::Tensor& exponents) {
 
 // (1 + m) * 2^e with random sign, m uniform in [0, 1) and e uniform in [emin, emax],
 // in float64. Exponents below float64's normal range are reached in two exact steps.
-at::Tensor RandomMagnitudes(int64_t n, int64_t emin, int64_t emax, at::Generator& gen) {
-  const auto f64 = at::TensorOptions().dtype(at::kDouble);
-  const auto i64 = at::TensorOptions().dtype(at::kLong);
+at::Tensor RandomMagnitudes(int64_t n, int64_t emin, int64_t emax, at::Generator& gen, c10::Device device) {
+  const auto f64 = at::TensorOptions().dtype(at::kDouble).device(device);
+  const auto i64 = at::TensorOptions().dtype(at::kLong).device(device);
   at::Tensor sign = at::randint(0, 2, {n}, gen, f64) * 2 - 1;
   at::Tensor exponent = at::randint(emin, emax + 1, {n}, gen, i64);
   at::Tensor mantissa = at::rand({n}, gen, f64) + 1;
@@ -228,25 +228,28 @@ std::vector<int64_t> DistinctPositions(const TensorDesc& desc, at::Generator& ge
   return out;
 }
 
-// The `extent` values of the storage, on the CPU, in the generation dtype
-// (float64 for float64 tensors, else float32; float64 for every kSmall/kLarge).
-Result<at::Tensor> FloatValues(const TensorDesc& desc, int64_t extent, InputKind kind, at::Generator& gen) {
+// The `extent` values of the storage, on `device` (drawn from `gen`, a generator
+// of that device), in the generation dtype (float64 for float64 tensors, else
+// float32; float64 for every kSmall/kLarge). `position_gen` is a CPU generator:
+// the positions of the sure special values are read on the host.
+Result<at::Tensor> FloatValues(const TensorDesc& desc, int64_t extent, InputKind kind, at::Generator& gen,
+                               at::Generator& position_gen, c10::Device device) {
   const auto gen_type = desc.dtype == DType::kFloat64 ? at::kDouble : at::kFloat;
-  const auto opts = at::TensorOptions().dtype(gen_type);
+  const auto opts = at::TensorOptions().dtype(gen_type).device(device);
   const FloatRanges r = RangesFor(desc.dtype);
   switch (kind) {
     case InputKind::kNormal: return at::randn({extent}, gen, opts);
     case InputKind::kUniform: return at::empty({extent}, opts).uniform_(-1, 1, gen);
-    case InputKind::kLarge: return RandomMagnitudes(extent, r.large_min, r.large_max, gen);
-    case InputKind::kSmall: return RandomMagnitudes(extent, r.small_min, r.small_max, gen);
+    case InputKind::kLarge: return RandomMagnitudes(extent, r.large_min, r.large_max, gen, device);
+    case InputKind::kSmall: return RandomMagnitudes(extent, r.small_min, r.small_max, gen, device);
     case InputKind::kSpecial: {
       at::Tensor v = at::randn({extent}, gen, opts);
-      at::Tensor u = at::rand({extent}, gen, at::TensorOptions().dtype(at::kFloat));
+      at::Tensor u = at::rand({extent}, gen, at::TensorOptions().dtype(at::kFloat).device(device));
       constexpr double kEach = 1.0 / 32;
       const double specials[] = {std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity(),
                                  -std::numeric_limits<double>::infinity(), -0.0};
       for (int i = 0; i < 4; ++i) v.masked_fill_((u >= i * kEach).logical_and_(u < (i + 1) * kEach), specials[i]);
-      const std::vector<int64_t> sure = DistinctPositions(desc, gen);
+      const std::vector<int64_t> sure = DistinctPositions(desc, position_gen);
       for (size_t i = 0; i < sure.size(); ++i) v.narrow(0, sure[i], 1).fill_(specials[i]);
       return v;
     }
@@ -254,7 +257,8 @@ Result<at::Tensor> FloatValues(const TensorDesc& desc, int64_t extent, InputKind
   return InvalidArgument("unknown input kind " + std::to_string(static_cast<int>(kind)));
 }
 
-Result<at::Tensor> IntValues(const TensorDesc& desc, int64_t extent, IntDomain domain, at::Generator& gen) {
+Result<at::Tensor> IntValues(const TensorDesc& desc, int64_t extent, IntDomain domain, at::Generator& gen,
+                             c10::Device device) {
   // A domain sized by an empty dim is empty; so is the view it is for (an index into nothing).
   if (desc.numel() == 0 && domain.high <= domain.low) domain = DefaultDomain(desc.dtype);
   const auto [lo, hi] = IntRange(desc.dtype);
@@ -263,7 +267,7 @@ Result<at::Tensor> IntValues(const TensorDesc& desc, int64_t extent, IntDomain d
     return InvalidArgument("integer domain [" + std::to_string(domain.low) + ", " + std::to_string(domain.high) +
                            ") is empty or does not fit " + std::string(DTypeName(desc.dtype)));
   }
-  return at::randint(domain.low, domain.high, {extent}, gen, at::TensorOptions().dtype(at::kLong));
+  return at::randint(domain.low, domain.high, {extent}, gen, at::TensorOptions().dtype(at::kLong).device(device));
 }
 
 Result<at::Tensor> MakeTensorImpl(const TensorDesc& desc, c10::Device device, InputKind kind, uint64_t seed,
@@ -271,11 +275,19 @@ Result<at::Tensor> MakeTensorImpl(const TensorDesc& desc, c10::Device device, In
   KJIT_ASSIGN_OR_RETURN(const Layout layout, CheckLayout(desc));
   KJIT_ASSIGN_OR_RETURN(const c10::ScalarType type, ScalarTypeOf(desc.dtype));
   at::Tensor values;
-  at::Generator gen = at::detail::createCPUGenerator(seed);
+  // Drawn where the tensor lives: generating tens of millions of values on the
+  // host took seconds per input set, most of an evaluation of a large key.
+  at::Generator position_gen = at::detail::createCPUGenerator(seed);
+  at::Generator gen = position_gen;
+  if (device.is_cuda()) {
+    gen = at::globalContext().defaultGenerator(device).clone();
+    gen.set_current_seed(seed);
+  }
   if (IsFloatingPoint(desc.dtype)) {
-    KJIT_ASSIGN_OR_RETURN(values, FloatValues(desc, layout.extent, kind, gen));
+    KJIT_ASSIGN_OR_RETURN(values, FloatValues(desc, layout.extent, kind, gen, position_gen, device));
   } else if (IsIntegral(desc.dtype)) {
-    KJIT_ASSIGN_OR_RETURN(values, IntValues(desc, layout.extent, domain ? *domain : DefaultDomain(desc.dtype), gen));
+    KJIT_ASSIGN_OR_RETURN(values,
+                          IntValues(desc, layout.extent, domain ? *domain : DefaultDomain(desc.dtype), gen, device));
   } else {
     return InvalidArgument("kjit does not generate values of dtype " + std::string(DTypeName(desc.dtype)));
   }

@@ -40,6 +40,11 @@
 
 namespace kjit::eval {
 
+// Loads libtorch_cuda.so from beside libtorch_cpu.so, which registers PyTorch's
+// CUDA kernels, allocator, generators and stream pool; kUnavailable (with what
+// to install) where this PyTorch has no CUDA. Idempotent.
+Status LoadTorchCuda();
+
 struct EvaluatorOptions {
   int device = 0;  // CUDA ordinal (after CUDA_VISIBLE_DEVICES)
   int random_sets = 3;

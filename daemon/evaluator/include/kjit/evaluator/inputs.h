@@ -2,8 +2,9 @@
 // data-pointer alignment are exactly the key's, filled from a chosen value
 // distribution, and the boxed-call arguments (IValues) that carry them.
 //
-// The same seed always yields the same values (on any device), so a failing
-// case can be reproduced and reported by (kind, seed).
+// The same seed always yields the same values on the same kind of device (the
+// CPU, or one GPU model under one PyTorch version), so a failing case can be
+// reproduced and reported by (kind, seed).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -52,8 +53,9 @@ std::string_view InputKindName(InputKind kind);  // "normal", "uniform", "large"
 // last one and is filled whole (elements outside the view too). Values follow
 // `kind` for float16/bfloat16/float32/float64 tensors; integer and bool tensors
 // follow `domain` when given (it must fit the dtype), their default otherwise.
-// Other dtypes (complex, float8) are kInvalidArgument. Values are drawn on the
-// CPU and copied, so they do not depend on `device`.
+// Other dtypes (complex, float8) are kInvalidArgument. Values are drawn on
+// `device` with its generator seeded by `seed` (a CUDA tensor's values come
+// from PyTorch's CUDA generator, so they differ from a CPU tensor's).
 Result<at::Tensor> MakeTensor(const TensorDesc& desc, c10::Device device, InputKind kind, uint64_t seed,
                               const IntDomain* domain = nullptr);
 
