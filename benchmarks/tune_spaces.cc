@@ -20,6 +20,7 @@
 #include <fstream>
 #include <random>
 #include <set>
+#include <thread>
 
 #include "kjit/cache/kernel_cache.h"
 #include "kjit/evaluator/evaluator.h"
@@ -29,18 +30,36 @@ using namespace kjit;
 
 namespace {
 
+daemon::CandidateSpec Spec(const policy::Candidate& c) {
+  daemon::CandidateSpec spec;
+  spec.source = c.source;
+  spec.entry_point = c.entry_point;
+  spec.options = c.options;
+  spec.launch = c.launch;
+  spec.design = c.design;
+  return spec;
+}
+
 daemon::Verdict Evaluate(eval::Evaluator& e, const OpKey& key, const policy::Candidate& c, uint64_t id,
                          bool screen_only = false) {
   daemon::EvaluateRequest r;
   r.id = id;
   r.screen_only = screen_only;
   r.key_bytes = key.Encode();
-  r.candidate.source = c.source;
-  r.candidate.entry_point = c.entry_point;
-  r.candidate.options = c.options;
-  r.candidate.launch = c.launch;
-  r.candidate.design = c.design;
+  r.candidate = Spec(c);
   return e.Evaluate(r, [](const std::string&, std::chrono::milliseconds) {});
+}
+
+// NVRTC takes longer than screening a point: the points about to be evaluated
+// are compiled on every core first (Evaluate then finds them in its cache).
+void Precompile(eval::Evaluator& e, const policy::Family& f, const policy::Problem& problem,
+                const std::vector<policy::Point>& points, const policy::DeviceFacts& device) {
+  std::vector<daemon::CandidateSpec> specs;
+  for (const policy::Point& p : points) {
+    auto c = f.Generate(problem, p, device);
+    if (c.ok()) specs.push_back(Spec(*c));
+  }
+  e.Precompile(specs, static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
 }
 
 // One dataset line. A screened measurement (one input set, short timing) is
@@ -200,11 +219,19 @@ int main(int argc, char** argv) {
       std::printf("\n### %s: %d random (key, point) pairs through verification\n\n", std::string(f->name()).c_str(),
                   verify);
       std::mt19937_64 rng(seed);
-      int passed = 0;
+      std::vector<std::pair<size_t, policy::Point>> pairs;  // (index into keys, point)
+      std::vector<daemon::CandidateSpec> specs;
       for (int i = 0; i < verify; ++i) {
-        auto& [key, problem] = keys[rng() % keys.size()];
-        const auto points = policy::ValidPoints(*f, *problem, device);
-        const policy::Point& p = points[rng() % points.size()];
+        const size_t k = rng() % keys.size();
+        const auto points = policy::ValidPoints(*f, *keys[k].second, device);
+        pairs.emplace_back(k, points[rng() % points.size()]);
+        auto c = f->Generate(*keys[k].second, pairs.back().second, device);
+        if (c.ok()) specs.push_back(Spec(*c));
+      }
+      e.Precompile(specs, static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+      int passed = 0;
+      for (const auto& [k, p] : pairs) {
+        auto& [key, problem] = keys[k];
         if (++id <= static_cast<uint64_t>(skip)) continue;
         auto c = f->Generate(*problem, p, device);
         const daemon::Verdict v = c.ok() ? Evaluate(e, key, *c, id) : daemon::Verdict{};
@@ -265,6 +292,11 @@ int main(int argc, char** argv) {
         std::vector<std::pair<double, policy::Point>> screened;
         std::set<policy::Point> seen;
         auto screen = [&](const std::vector<policy::Point>& batch) -> bool {
+          std::vector<policy::Point> fresh;
+          for (const policy::Point& p : batch) {
+            if (!seen.count(p)) fresh.push_back(p);
+          }
+          Precompile(e, *f, *problem, fresh, device);
           for (const policy::Point& p : batch) {
             if (!seen.insert(p).second) continue;
             if (++id <= static_cast<uint64_t>(skip)) continue;

@@ -99,18 +99,22 @@ if [[ "${KJIT_GPU_RUN_TUNE:-0}" == 1 ]]; then
   # KJIT_TUNE_KEYS (headroom | headroom-cases) and KJIT_TUNE_FAMILIES adjust it.
   tune=/tmp/kjit-tune; rm -rf "$tune"; mkdir -p "$tune"
   families="${KJIT_TUNE_FAMILIES:-softmax layer_norm batch_norm group_norm}"
-  for fam in $families; do
+  # KJIT_TUNE_STEPS picks the steps (and KJIT_TUNE_SEARCH_FAMILIES the searched families) to fit one call.
+  steps=" ${KJIT_TUNE_STEPS:-verify baselines search} "
+  [[ "$steps" == *" verify "* ]] && for fam in $families; do
     timeout "${KJIT_TUNE_VERIFY_S:-240}" "$build/benchmarks/kjit_tune_spaces" --family "$fam" \
       --verify "${KJIT_TUNE_VERIFY:-50}" --dataset "$tune/$fam-verify.jsonl" > "$tune/$fam-verify.txt" 2>&1
     note "verify $fam: rc=$? $(grep -c '^- ok' "$tune/$fam-verify.txt") verified, $(grep -c '^- FAIL' "$tune/$fam-verify.txt") rejected"
   done
-  timeout "${KJIT_TUNE_BASELINES_S:-300}" python3 scripts/torch_baselines.py \
-    $([[ "${KJIT_TUNE_KEYS:-headroom}" == headroom-cases ]] && echo --cases-only) --runs 50 \
-    --json "$tune/torch-baselines.json" > "$tune/torch-baselines.md" 2>"$tune/torch-baselines.err"
-  note "torch baselines: rc=$?"
-  for fam in $families; do
+  if [[ "$steps" == *" baselines "* ]]; then
+    timeout "${KJIT_TUNE_BASELINES_S:-300}" python3 scripts/torch_baselines.py \
+      $([[ "${KJIT_TUNE_KEYS:-headroom}" == headroom-cases ]] && echo --cases-only) --runs 50 \
+      --json "$tune/torch-baselines.json" > "$tune/torch-baselines.md" 2>"$tune/torch-baselines.err"
+    note "torch baselines: rc=$?"
+  fi
+  [[ "$steps" == *" search "* ]] && for fam in ${KJIT_TUNE_SEARCH_FAMILIES:-$families}; do
     timeout "${KJIT_TUNE_SEARCH_S:-600}" "$build/benchmarks/kjit_tune_spaces" --family "$fam" --search \
-      --keys "${KJIT_TUNE_KEYS:-headroom}" --max-points 40 --climb-rounds 2 --finalists 1 \
+      --keys "${KJIT_TUNE_KEYS:-headroom}" --max-points "${KJIT_TUNE_MAX_POINTS:-40}" --climb-rounds 2 --finalists 1 \
       --dataset "$tune/$fam-search.jsonl" > "$tune/$fam-search.md" 2>"$tune/$fam-search.err"
     note "search $fam: rc=$?"
   done

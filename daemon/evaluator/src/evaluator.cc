@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <random>
 #include <regex>
@@ -70,6 +71,18 @@ struct RunFailure {
   Outcome outcome;
   std::string reason;
 };
+
+// How a candidate is compiled: the same request (hence the same compile-cache
+// entry) for Precompile and Evaluate.
+CompileRequest CandidateCompileRequest(const daemon::CandidateSpec& c, int arch) {
+  CompileRequest r;
+  r.source = c.source;
+  r.program_name = "candidate.cu";
+  r.arch = arch;
+  r.options = c.options;
+  r.options.push_back("--ptxas-options=-v");  // the log then reports spills
+  return r;
+}
 
 }  // namespace
 
@@ -452,6 +465,20 @@ Evaluator::~Evaluator() = default;
 const daemon::WorkerDevice& Evaluator::device() const { return impl_->device; }
 bool Evaluator::context_lost() const { return impl_->lost; }
 
+void Evaluator::Precompile(const std::vector<daemon::CandidateSpec>& candidates, int threads) {
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next++; i < candidates.size(); i = next++) {
+      (void)impl_->compiler.Compile(CandidateCompileRequest(candidates[i], impl_->device.arch));
+    }
+  };
+  std::vector<std::thread> pool;
+  const int n = std::clamp<int>(threads, 1, static_cast<int>(std::max<size_t>(candidates.size(), 1)));
+  for (int t = 1; t < n; ++t) pool.emplace_back(work);
+  work();
+  for (std::thread& t : pool) t.join();
+}
+
 Result<std::unique_ptr<Evaluator>> Evaluator::Create(const EvaluatorOptions& options) {
   auto impl = std::make_unique<Impl>();
   impl->options = options;
@@ -573,13 +600,7 @@ daemon::Verdict Evaluator::Evaluate(const daemon::EvaluateRequest& request, cons
     // 1. Compile, load, check the launch.
     progress("compile", std::chrono::minutes(2));
     const daemon::CandidateSpec& c = request.candidate;
-    CompileRequest creq;
-    creq.source = c.source;
-    creq.program_name = "candidate.cu";
-    creq.arch = s.device.arch;
-    creq.options = c.options;
-    creq.options.push_back("--ptxas-options=-v");
-    auto compiled = s.compiler.Compile(creq);
+    auto compiled = s.compiler.Compile(CandidateCompileRequest(c, s.device.arch));
     if (!compiled.ok()) {
       v.compile_log = compiled.status().message();
       return finish(Outcome::kCompileError, "compile error: " + compiled.status().message());

@@ -33,6 +33,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "kjit/runtime/op_key.h"
 #include "kjit/runtime/status.h"
@@ -80,6 +81,12 @@ class Evaluator {
 
   // The whole pipeline for one candidate. Never throws; failures are verdicts.
   daemon::Verdict Evaluate(const daemon::EvaluateRequest& request, const ProgressFn& progress);
+
+  // Compiles `candidates` on up to `threads` threads into the compile cache
+  // Evaluate consults, so that evaluating them one after another afterwards
+  // does not wait for NVRTC each time (searches compile hundreds of points).
+  // Compile errors are left for Evaluate to report. Runs no kernel.
+  void Precompile(const std::vector<daemon::CandidateSpec>& candidates, int threads);
 
   // True once a candidate has faulted: the CUDA context is unusable and the process must exit.
   bool context_lost() const;
