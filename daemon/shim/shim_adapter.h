@@ -15,7 +15,8 @@ struct AdapterStats {
   size_t entries = 0;                       // keys seen (per device)
   uint64_t hits = 0;                        // calls served by a cached kernel
   uint64_t first_sights = 0;                // keys resolved after their first call
-  uint64_t misses = 0;                      // later calls of keys without a kernel
+  uint64_t misses = 0;                      // calls of keys without a kernel, first sights included
+  uint64_t failures = 0;                    // records blacklisted and reported to kjitd
 };
 
 AdapterStats CurrentAdapterStats();
