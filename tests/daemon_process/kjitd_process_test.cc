@@ -382,6 +382,29 @@ TEST(Kjitd, FailureReportsThatAreNotTheKernelsOrNameTheWrongRecordChangeNothing)
   EXPECT_EQ(c.counters().failures_acked, 0u);
 }
 
+// While kjitd is away, a queue full of misses still takes failure reports
+// (they are rare and worth more), up to its reserve.
+TEST(KjitdClient, FailureReportsHaveAReserveInAFullQueue) {
+  ipc::ClientOptions o;
+  o.endpoint = "ipc:///tmp/kjit-test-no-kjitd-" + std::to_string(getpid()) + ".sock";
+  o.miss_queue_capacity = 4;
+  o.retry_interval = std::chrono::milliseconds(50);
+  ipc::Client c(o);
+  int misses_taken = 0;
+  for (int i = 0; i < 10; ++i) misses_taken += c.ReportMiss(KeyBytes(i), 1, 1.0);
+  EXPECT_EQ(misses_taken, 4);
+  int failures_taken = 0;
+  for (size_t i = 0; i < ipc::Client::kFailureReserve + 5; ++i) {
+    failures_taken += c.ReportFailure({KeyBytes(1), 1, "load", "x"});
+  }
+  EXPECT_EQ(failures_taken, static_cast<int>(ipc::Client::kFailureReserve));
+  const ipc::ClientCounters counters = c.counters();
+  EXPECT_EQ(counters.failures_queued, ipc::Client::kFailureReserve);
+  EXPECT_EQ(counters.failures_dropped, 5u);
+  EXPECT_EQ(counters.misses_dropped, 6u);
+  EXPECT_EQ(counters.queue_depth, 4 + ipc::Client::kFailureReserve);
+}
+
 TEST(Kjitd, OneInstancePerEndpoint) {
   KjitdHarness h(KJIT_KJITD);
   ASSERT_TRUE(h.Start()) << ReadFile(h.log_path());
