@@ -516,4 +516,16 @@ extern "C" const void* kjit_adapter_stats() {
   return &stats;
 }
 
+// For programs in other languages (Python's ctypes, in tests and benchmarks/shim_overhead.py):
+// the adapter's counters as plain integers. Writes min(n, 5) of: attached (0/1), hits,
+// first sights, misses, failures; returns how many it wrote.
+extern "C" __attribute__((visibility("default"))) int kjit_adapter_counters(uint64_t* out, int n);
+extern "C" int kjit_adapter_counters(uint64_t* out, int n) {
+  const kjit::shim::AdapterStats s = kjit::shim::CurrentAdapterStats();
+  const uint64_t values[] = {s.attached ? 1u : 0u, s.hits, s.first_sights, s.misses, s.failures};
+  int written = 0;
+  for (; written < n && written < 5; ++written) out[written] = values[written];
+  return written;
+}
+
 __attribute__((constructor)) static void KjitAdapterInit() { kjit::shim::Attach(); }

@@ -1,6 +1,7 @@
 // What the PyTorch adapter exposes to tests that load it (through dlsym of
 // "kjit_adapter_stats", which returns a const AdapterStats*, valid until the
-// calling thread's next call of it).
+// calling thread's next call of it), and to other languages through the plain C
+// "kjit_adapter_counters(uint64_t* out, int n)" (adapter.cc says which counters).
 #pragma once
 
 #include <cstdint>
