@@ -35,6 +35,7 @@
 #include "kjit/ipc/endpoint.h"
 #include "kjit/ipc/task_info.h"
 #include "kjit/runtime/hash.h"
+#include "kjit/runtime/paths.h"
 
 namespace kjit::cli {
 
@@ -53,6 +54,7 @@ struct DaemonCommands::Options {
   CLI::App* keygen = nullptr;
   CLI::App* tasks = nullptr;
   CLI::App* submit = nullptr;
+  CLI::App* run = nullptr;
 
   std::string endpoint;  // empty: DefaultEndpoint(), resolved when a command runs
   int timeout_ms = 2000;
@@ -72,6 +74,9 @@ struct DaemonCommands::Options {
   bool submit_example = false;
   int submit_priority = 0;
   std::string submit_detail;
+
+  bool run_no_daemon = false;
+  std::vector<std::string> run_command;
 };
 
 namespace {
@@ -709,6 +714,135 @@ int CmdSubmit(const Options& o) {
   return 0;
 }
 
+// ---- kjit run
+
+constexpr const char* kPreloadName = "libkjit_preload.so";
+constexpr const char* kAdapterName = "libkjit_torch_adapter.so";
+
+// libkjit_preload.so: $KJIT_PRELOAD_LIB, else beside this kjit as the build
+// tree lays it out (daemon/kjit, daemon/shim/) or as an installation would
+// (bin/kjit, lib/ or lib/kjit/). Always an absolute path: the program may chdir.
+Result<std::string> FindPreloadLibrary() {
+  if (const char* env = std::getenv("KJIT_PRELOAD_LIB"); env != nullptr && *env != '\0') {
+    std::error_code error;
+    const std::string path = std::filesystem::absolute(env, error).lexically_normal().string();
+    if (!error && access(path.c_str(), R_OK) == 0) return path;
+    return NotFound(std::string("KJIT_PRELOAD_LIB is ") + env + ", which cannot be read (unset it to use the " +
+                    kPreloadName + " beside kjit)");
+  }
+  std::string looked;
+  std::error_code error;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", error);
+  if (!error) {
+    const auto dir = self.parent_path();
+    for (const auto& candidate : {dir / "shim" / kPreloadName, dir / kPreloadName, dir.parent_path() / "lib" / kPreloadName,
+                                  dir.parent_path() / "lib" / "kjit" / kPreloadName}) {
+      const std::string path = candidate.lexically_normal().string();
+      if (access(path.c_str(), R_OK) == 0) return path;
+      looked += (looked.empty() ? "" : ", ") + path;
+    }
+  }
+  return NotFound(std::string("cannot find ") + kPreloadName + (looked.empty() ? "" : " (looked at " + looked + ")") +
+                  "; build it with `cmake --build build --target kjit_preload kjit_torch_adapter`, or set "
+                  "KJIT_PRELOAD_LIB to its path");
+}
+
+bool EnvFlagSet(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' && std::string_view(v) != "0";
+}
+
+// kjitd for the program to report to: started in the background when none
+// answers. Never fatal: without kjitd the program runs exactly as without kjit
+// (only its misses go unrecorded), so a failure here is a warning.
+void EnsureKjitd(const Options& o) {
+  ipc::ClientOptions probe_options;
+  probe_options.endpoint = Endpoint(o);
+  probe_options.name = "kjit-cli/0.1";
+  probe_options.request_timeout = std::chrono::milliseconds(std::min(o.timeout_ms, 1000));
+  if (ipc::Client(probe_options).Hello().ok()) return;
+  auto warn = [](const std::string& why) {
+    std::cerr << "kjit: kjitd is not running and could not be started (" << why
+              << "); running the program without it: kernels already cached are used, new misses are not "
+                 "recorded\n";
+  };
+  auto kjitd = FindKjitd();
+  if (!kjitd.ok()) return warn(kjitd.status().message());
+  std::vector<std::string> args = {*kjitd, "--endpoint", Endpoint(o), "--detach"};
+  // A detached kjitd logs nowhere unless told: without a log_file of the user's
+  // own, its log goes into kjit's state directory.
+  std::string log_file;
+  auto config = daemon::LoadConfig(daemon::DefaultConfigFile(), false, {{"endpoint", Endpoint(o)}});
+  if (config.ok()) log_file = config->Get("log_file");
+  if (log_file.empty()) {
+    const std::string dir = CacheDir();
+    if (MakeDirectories(dir, 0700).ok()) {
+      log_file = dir + "/kjitd.log";
+      args.insert(args.end(), {"--log-file", log_file});
+    }
+  }
+  auto started = RunCaptured(args, std::chrono::seconds(30));
+  if (!started.ok()) return warn(started.status().ToString());
+  if (started->exit_code != 0) {
+    // Another `kjit run` may have started one meanwhile.
+    if (ipc::Client(probe_options).Hello().ok()) return;
+    std::string why = started->timed_out ? "it did not report that it was ready within 30 s" : started->err;
+    while (!why.empty() && (why.back() == '\n' || why.back() == ' ')) why.pop_back();
+    return warn(why.empty() ? "kjitd exited with status " + std::to_string(started->exit_code) : why);
+  }
+  std::string line = started->out;
+  while (!line.empty() && line.back() == '\n') line.pop_back();
+  std::cerr << "kjit: " << (line.empty() ? std::string("kjitd started in the background") : line)
+            << (log_file.empty() ? "" : "; its log: " + log_file) << "\n";
+}
+
+int CmdRun(const Options& o) {
+  if (o.run_command.empty()) {
+    std::cerr << "kjit run: give the command to run after `--`, e.g. `kjit run -- python3 app.py`\n"
+              << "Run with --help for more information.\n";
+    return 2;
+  }
+  auto preload = FindPreloadLibrary();
+  if (!preload.ok()) return Report(preload.status());
+  // LD_PRELOAD splits its list at spaces and colons.
+  if (preload->find_first_of(" :") != std::string::npos) {
+    return Fail(*preload + " has a space or a colon in its path, which LD_PRELOAD cannot hold; move it, or link "
+                           "it from a path without them and set KJIT_PRELOAD_LIB");
+  }
+  const std::string adapter = std::filesystem::path(*preload).parent_path() / kAdapterName;
+  if (std::getenv("KJIT_TORCH_ADAPTER") == nullptr && access(adapter.c_str(), R_OK) != 0) {
+    std::cerr << "kjit: " << adapter << " is missing: PyTorch programs will run without kjit (build it with "
+              << "`cmake --build build --target kjit_torch_adapter`, which needs LibTorch)\n";
+  }
+  if (!o.run_no_daemon && !EnvFlagSet("KJIT_DISABLE")) EnsureKjitd(o);
+
+  std::string list = *preload;
+  if (const char* old = std::getenv("LD_PRELOAD"); old != nullptr && *old != '\0') {
+    // Already preloaded (a nested `kjit run`): once is enough.
+    bool present = false;
+    std::string rest = old;
+    for (size_t start = 0; start <= rest.size();) {
+      size_t end = rest.find_first_of(" :", start);
+      if (end == std::string::npos) end = rest.size();
+      if (rest.compare(start, end - start, *preload) == 0) present = true;
+      start = end + 1;
+    }
+    list = present ? rest : *preload + ":" + rest;
+  }
+  setenv("LD_PRELOAD", list.c_str(), 1);
+  // The shim in the program talks to the kjitd this command talked to.
+  if (!o.endpoint.empty()) setenv("KJIT_ENDPOINT", o.endpoint.c_str(), 1);
+  std::vector<std::string> args = o.run_command;
+  std::vector<char*> argv = Argv(args);
+  std::cout.flush();
+  std::cerr.flush();
+  execvp(argv[0], argv.data());
+  // As a shell says it: 127 when there is no such program, 126 when it cannot be run.
+  const int error = errno;
+  std::cerr << "kjit: cannot run " << args[0] << ": " << std::strerror(error) << "\n";
+  return error == ENOENT ? 127 : 126;
+}
+
 int Dispatch(const Options& o) {
   if (*o.start) return CmdStart(o);
   if (*o.stop) return CmdStop(o);
@@ -716,6 +850,7 @@ int Dispatch(const Options& o) {
   if (*o.keygen) return CmdKeygen(o);
   if (*o.tasks) return CmdTasks(o);
   if (*o.submit) return CmdSubmit(o);
+  if (*o.run) return CmdRun(o);
   return 2;
 }
 
@@ -783,13 +918,26 @@ DaemonCommands::DaemonCommands(CLI::App& app) : options_(std::make_unique<Option
       ->capture_default_str();
   o.submit->add_option("--detail", o.submit_detail, "A note stored with the task")->type_name("TEXT");
   o.submit->add_flag("--json", o.json, "Machine-readable output");
+
+  o.run = app.add_subcommand("run", "Run a program with kjit: preloads libkjit_preload.so and starts kjitd if needed");
+  AddConnectionOptions(o.run, o);
+  o.run->add_flag("--no-daemon", o.run_no_daemon,
+                  "Do not start kjitd (cached kernels are still used; misses are not recorded without it)");
+  o.run->add_option("command", o.run_command, "The program and its arguments, after `--`")->type_name("-- CMD ARGS...");
+  o.run->footer(
+      "Example: kjit run -- python3 app.py\n"
+      "Prepends libkjit_preload.so (KJIT_PRELOAD_LIB, else beside kjit) to LD_PRELOAD. If kjitd does not\n"
+      "answer, starts it in the background, its log in $XDG_CACHE_HOME/kjit/kjitd.log unless kjitd.conf sets\n"
+      "log_file. Then runs the program in place of kjit: its exit status is the program's.\n"
+      "KJIT_DISABLE=1 turns kjit off in the program (and kjitd is not started); KJIT_OPS and KJIT_LOG are\n"
+      "passed through to the shim.");
 }
 
 DaemonCommands::~DaemonCommands() = default;
 
 bool DaemonCommands::chosen() const {
   return static_cast<bool>(*options_->daemon) || static_cast<bool>(*options_->tasks) ||
-         static_cast<bool>(*options_->submit);
+         static_cast<bool>(*options_->submit) || static_cast<bool>(*options_->run);
 }
 
 int DaemonCommands::Run() {

@@ -6,11 +6,14 @@
 //   kjit daemon keygen --out PREFIX [--force] CURVE keypair for kjitd's tcp_endpoint
 //   kjit tasks [--state S] [--limit N] [--json]   the task queue (from the cache file when kjitd is away)
 //   kjit submit KEYHEX|--example [--priority N] [--detail TEXT] [--json]
+//   kjit run [--no-daemon] -- CMD ARGS...     CMD with the shim preloaded; starts kjitd if none answers
 //
 // --endpoint (default: kjit::ipc::DefaultEndpoint()) and --timeout-ms (per
 // request, default 2000) are accepted by daemon, tasks and submit, before or
 // after the daemon subcommand. Errors print "kjit: <status>" and exit 1; bad
-// usage exits 2.
+// usage exits 2. `kjit run` does not return once the command starts: the
+// command replaces kjit, so its exit status is the command's (127 or 126 when
+// it cannot be started, as from a shell).
 #pragma once
 
 #include <memory>
@@ -30,7 +33,7 @@ OpKey ExampleKey();
 // returns the object that owns them; run it after CLI::App::parse succeeded.
 class DaemonCommands {
  public:
-  // Adds `daemon`, `tasks` and `submit` to `app`, which must outlive this object.
+  // Adds `daemon`, `tasks`, `submit` and `run` to `app`, which must outlive this object.
   explicit DaemonCommands(CLI::App& app);
   ~DaemonCommands();
   DaemonCommands(const DaemonCommands&) = delete;

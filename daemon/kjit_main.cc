@@ -8,6 +8,7 @@
 //   kjit daemon start|stop|status|keygen                      run kjitd (daemon_commands.h)
 //   kjit tasks [--state S] [--json]                           kjitd's task queue
 //   kjit submit KEYHEX|--example [--priority N]               ask kjitd to optimise a key
+//   kjit run [--no-daemon] -- CMD ARGS...                     CMD with the PyTorch shim preloaded
 //
 // Exit status: 0 on success, 1 when the operation failed, 2 on bad usage
 // (and 3 from `kjit daemon status` when kjitd is not running).
@@ -94,7 +95,8 @@ int CmdKeyExample() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"kjit: inspect GPUs, compile kernels, read kernel-cache keys, maintain the kernel cache and run kjitd"};
+  CLI::App app{"kjit: run PyTorch programs with kjit, inspect GPUs, compile kernels, read kernel-cache keys, "
+               "maintain the kernel cache and run kjitd"};
   app.require_subcommand(1);
 
   auto* device = app.add_subcommand("device", "Show the GPU's facts (and its measured copy bandwidth)");

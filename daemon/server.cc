@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -189,6 +190,9 @@ struct Server::Impl {
   void AnnounceNewKernels();
   void Reply(const ReplyRoute& route, const ipc::Body& body);
   ipc::Body OpenEpisode(const ipc::OpenEpisode& r);
+  ipc::Body ReportFailure(const ipc::ReportFailure& r);
+  void ReverifyDone(int64_t record_id, const std::string& key_bytes, const std::string& why, const Verdict& v);
+  void QueueRetune(const std::string& key_bytes, const std::string& detail);
   ipc::Body SubmitCandidate(const ipc::SubmitCandidate& r);
   void Record(const Episode& e, const CandidateSpec& c, const Verdict& v);
 };
@@ -299,7 +303,7 @@ ipc::Body Server::Handle(const ipc::Body& request, bool* shutdown_requested) {
           s.log.Write("info", "client_hello", {{"client", r.client}, {"pid", std::to_string(r.pid)}});
           ipc::HelloReply h;
           h.server = "kjitd/0.1";
-          h.capabilities = {"lookup", "report_miss", "tasks", "stats", "announce"};
+          h.capabilities = {"lookup", "report_miss", "report_failure", "tasks", "stats", "announce"};
           if (s.pool && s.pool->Available().ok()) h.capabilities.push_back("agent_env");
           h.announce_endpoint = s.config.Get("announce_endpoint");
           return h;
@@ -370,6 +374,10 @@ ipc::Body Server::Handle(const ipc::Body& request, bool* shutdown_requested) {
           s.log.Write("info", "shutdown_requested");
           *shutdown_requested = true;
           return ipc::Ack{};
+        } else if constexpr (std::is_same_v<T, ipc::ReportFailure>) {
+          ipc::Body reply = s.ReportFailure(r);
+          if (std::holds_alternative<ipc::Error>(reply)) s.counters["errors"] += 1;
+          return reply;
         } else if constexpr (std::is_same_v<T, ipc::OpenEpisode>) {
           return s.OpenEpisode(r);
         } else if constexpr (std::is_same_v<T, ipc::SubmitCandidate>) {
@@ -435,6 +443,115 @@ void Server::Impl::Reply(const ReplyRoute& route, const ipc::Body& reply) {
     route.socket->send(zmq::buffer(bytes), zmq::send_flags::dontwait);
   } catch (const zmq::error_t& e) {
     log.Write("warn", "reply_failed", {{"error", e.what()}});
+  }
+}
+
+// ---- failure reports: a served kernel failed inside a client
+
+// A re-verification task outranks plain misses: the key is known to be hot
+// (it had a kernel that a program used) and its kernel is now out of service.
+constexpr int kRetunePriority = 1;
+
+ipc::Body Server::Impl::ReportFailure(const ipc::ReportFailure& r) {
+  auto key = OpKey::Decode(r.key_bytes);
+  if (!key.ok()) return ipc::ToError(key.status());
+  if (std::find(std::begin(ipc::kFailureStages), std::end(ipc::kFailureStages), r.stage) ==
+      std::end(ipc::kFailureStages)) {
+    return ipc::ToError(InvalidArgument("report_failure.stage: unknown stage \"" + r.stage.substr(0, 32) +
+                                        "\" (expected load, launch or argument)"));
+  }
+  auto record = cache->Get(r.record_id);
+  if (!record.ok()) return ipc::ToError(record.status());
+  // A client naming the wrong record must not take another key's kernel out of service.
+  if (record->key_hash != key->Hash()) {
+    return ipc::ToError(InvalidArgument("record " + std::to_string(r.record_id) + " is not a kernel of " +
+                                        key->ToString()));
+  }
+  counters["failures_reported"] += 1;
+  // The reason comes from the client: kept short in the log and the record.
+  const std::string reason = r.reason.substr(0, 500);
+  log.Write("warn", "kernel_failed_in_client", {{"record", std::to_string(r.record_id)}, {"key", record->key_text},
+                                                {"stage", r.stage}, {"reason", reason},
+                                                {"status", std::string(cache::RecordStatusName(record->status))}});
+  ipc::FailureAck ack;
+  ack.reverify = "none";
+  // The kernel never ran: the shim could not pass an argument. Its own blacklist is enough.
+  if (r.stage == "argument") return ack;
+  // Already out of service (another client's report, a failed checksum, rejected): nothing more to do.
+  if (record->status != cache::RecordStatus::kVerified) return ack;
+
+  const std::string why = "a client reported a " + r.stage + " failure: " + reason;
+  if (Status st = cache->SetStatus(r.record_id, cache::RecordStatus::kQuarantined, why + " (re-verifying)");
+      !st.ok()) {
+    return ipc::ToError(st);
+  }
+  counters["records_suspended"] += 1;
+  ack.out_of_service = true;
+  if (pool && pool->Available(key->arch).ok()) {
+    EvaluateRequest request;
+    request.key_bytes = r.key_bytes;
+    CandidateSpec& c = request.candidate;
+    c.source = record->source;
+    c.entry_point = record->entry_point;
+    c.options = record->compile_options;
+    c.launch = record->launch;
+    c.design = record->design;
+    const int64_t id = r.record_id;
+    pool->SubmitEvaluate(std::move(request), key->arch,
+                         [this, id, key_bytes = r.key_bytes, why](const Verdict& v) { ReverifyDone(id, key_bytes, why, v); });
+    ack.reverify = "started";
+    return ack;
+  }
+  // No evaluator here (no GPU, --when never): the key waits in the queue for one. The record
+  // stays out of service until then; a re-run tuning of the key finds it a kernel again.
+  auto task = cache->SubmitTask(r.key_bytes, kRetunePriority, "re-verify record " + std::to_string(r.record_id) + ": " + why);
+  if (!task.ok()) {
+    log.Write("warn", "reverify_not_queued", {{"record", std::to_string(r.record_id)}, {"error", task.status().ToString()}});
+  } else {
+    ack.task_id = task->task_id;
+  }
+  ack.reverify = "queued";
+  return ack;
+}
+
+void Server::Impl::ReverifyDone(int64_t record_id, const std::string& key_bytes, const std::string& why,
+                                const Verdict& v) {
+  const bool verified = v.outcome == policy::OutcomeName(policy::Outcome::kVerified);
+  auto record = cache->Get(record_id);
+  if (!record.ok() || record->status != cache::RecordStatus::kQuarantined) {
+    // Removed, or its status changed by hand meanwhile: that decision stands.
+    log.Write("info", "reverify_result_unused", {{"record", std::to_string(record_id)}, {"outcome", v.outcome}});
+    return;
+  }
+  if (verified) {
+    // The kernel is sound on the evaluator: the client's failure was its own (a context, memory).
+    if (Status st = cache->SetStatus(record_id, cache::RecordStatus::kVerified, "re-verified after " + why); !st.ok()) {
+      log.Write("warn", "reverify_not_stored", {{"record", std::to_string(record_id)}, {"error", st.ToString()}});
+      return;
+    }
+    counters["records_reverified"] += 1;
+    log.Write("info", "record_reverified", {{"record", std::to_string(record_id)}});
+    return;
+  }
+  if (v.outcome == policy::OutcomeName(policy::Outcome::kResourceBackoff)) {
+    // Not the kernel's fault, but not a verdict either: it stays out of service, its key queued.
+    QueueRetune(key_bytes, "re-verify record " + std::to_string(record_id) + " (the evaluator was busy): " + why);
+    return;
+  }
+  const std::string verdict = v.outcome + ": " + v.reason.substr(0, 300);
+  if (Status st = cache->SetStatus(record_id, cache::RecordStatus::kRejected,
+                                   "failed re-verification (" + verdict + ") after " + why);
+      !st.ok()) {
+    log.Write("warn", "reverify_not_stored", {{"record", std::to_string(record_id)}, {"error", st.ToString()}});
+  }
+  counters["records_rejected"] += 1;
+  log.Write("warn", "record_rejected", {{"record", std::to_string(record_id)}, {"verdict", verdict}});
+  QueueRetune(key_bytes, "record " + std::to_string(record_id) + " failed re-verification: find a new kernel");
+}
+
+void Server::Impl::QueueRetune(const std::string& key_bytes, const std::string& detail) {
+  if (auto task = cache->SubmitTask(key_bytes, kRetunePriority, detail); !task.ok()) {
+    log.Write("warn", "retune_not_queued", {{"error", task.status().ToString()}});
   }
 }
 

@@ -10,12 +10,14 @@
 //   key the call (WriteCallKey), hash it, find its Entry (shim_core.h) for this device
 //     first sight   -> PyTorch's kernel; record its outputs' layouts; look the key up
 //                      in the disk cache once: a record -> load it (kLoaded), none -> kNegative
-//     kNegative     -> PyTorch's kernel; the miss is counted and reported in batches
+//     kNegative     -> PyTorch's kernel, timed on the host; the miss is counted and
+//                      reported (the first at once, then at most once a second per key)
 //     kLoaded       -> allocate outputs as the first call's, launch on PyTorch's
 //                      current stream (kernel ABI v1, daemon/worker_protocol.h)
 //     kFailed       -> PyTorch's kernel
 // Any failure of kjit's own falls back to PyTorch's kernel; a load or launch
-// failure also blacklists the entry for the process. No exception of kjit's
+// failure also blacklists the entry for the process and is reported to kjitd
+// (ipc::ReportFailure, once per key and process). No exception of kjit's
 // reaches the dispatcher: only PyTorch's own kernel may throw through us.
 //
 // Process-lifetime objects (the adapter, its table, loaded modules, the
@@ -30,6 +32,7 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -75,6 +78,7 @@ class Adapter final : public KernelSource {
   std::atomic<uint64_t> hits{0};         // calls served by kjit's kernels
   std::atomic<uint64_t> first_sights{0};  // keys resolved (PyTorch's kernel ran)
   std::atomic<uint64_t> misses{0};       // calls of negative keys
+  std::atomic<uint64_t> failures{0};     // entries blacklisted with a record (each reported once)
 
   template <typename... Parts>
   void Log(const Parts&... parts) const {
@@ -151,14 +155,29 @@ class Adapter final : public KernelSource {
   }
   void LogLine(const std::string& line) override { Log(line); }
 
-  void ReportMiss(const Entry& entry, uint64_t calls) {
+  // The time sent is host time per call (Entry::MissReport): what PyTorch's
+  // kernel call cost this thread, launch and allocation included. For an
+  // asynchronous kernel that is not its device time, which would need CUDA
+  // events and a synchronisation per call; kjitd's evaluator measures that.
+  void ReportMiss(const Entry& entry, const Entry::MissReport& report) {
+    if (report.calls == 0) return;
+    Client().ReportMiss(entry.key_bytes(), report.calls, report.mean_host_us);
+  }
+
+  void ReportFailure(const Entry& entry, int64_t record_id, std::string_view stage,
+                     const std::string& reason) override {
+    failures.fetch_add(1, std::memory_order_relaxed);
+    Log("reporting record ", std::to_string(record_id), " to kjitd (", std::string(stage), "): ", reason);
+    Client().ReportFailure(ipc::ReportFailure{entry.key_bytes(), record_id, std::string(stage), reason});
+  }
+
+  ipc::Client& Client() {
     std::call_once(client_once_, [&] {
       ipc::ClientOptions options;
       options.name = "kjit-shim/0.1";
       client_ = new ipc::Client(options);  // never destroyed: see the file comment
     });
-    // PyTorch's kernel time is not measured on this path (it would need events per call): 0 = unknown.
-    client_->ReportMiss(entry.key_bytes(), calls, 0.0);
+    return *client_;
   }
 
   void StartAnnouncements() {
@@ -183,6 +202,7 @@ Adapter* g_adapter = nullptr;
 struct Decision {
   bool served = false;         // kjit's kernel ran; the stack holds its outputs
   Entry* first_sight = nullptr;  // this call created the entry: resolve it after PyTorch's kernel
+  Entry* negative = nullptr;     // a known miss: time PyTorch's kernel and count it
   int device = -1;
   int arch = 0;
   Hash128 hash;
@@ -296,8 +316,7 @@ Decision TryServe(Adapter& a, const c10::OperatorHandle& op, ::torch::jit::Stack
       case EntryState::kFailed:
         return d;
       case EntryState::kNegative:
-        a.misses.fetch_add(1, std::memory_order_relaxed);
-        if (const uint64_t report = entry->CountMiss()) a.ReportMiss(*entry, report);
+        d.negative = entry;
         return d;
       case EntryState::kLoaded: {
         const LoadedKernel* kernel = entry->kernel();
@@ -311,8 +330,10 @@ Decision TryServe(Adapter& a, const c10::OperatorHandle& op, ::torch::jit::Stack
           return d;
         }
         if (!s.ok()) {
-          entry->Fail("record " + std::to_string(kernel->record_id) + ": " + s.ToString());
-          a.Log("blacklisted ", d.hash.ToHex(), " (", schema.name(), "): ", s.ToString());
+          if (entry->Fail("record " + std::to_string(kernel->record_id) + ": " + s.ToString())) {
+            a.Log("blacklisted ", d.hash.ToHex(), " (", schema.name(), "): ", s.ToString());
+            a.ReportFailure(*entry, kernel->record_id, LaunchFailureStage(s), s.ToString());
+          }
           return d;
         }
         entry->CountHit();
@@ -327,9 +348,26 @@ Decision TryServe(Adapter& a, const c10::OperatorHandle& op, ::torch::jit::Stack
   return d;
 }
 
+int64_t SteadyNs(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+
+void CountMiss(Adapter& a, Entry& entry, std::chrono::steady_clock::time_point start,
+               std::chrono::steady_clock::time_point end) noexcept {
+  a.misses.fetch_add(1, std::memory_order_relaxed);
+  const auto host_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(end - start).count();
+  const Entry::MissReport report = entry.CountMiss(static_cast<uint64_t>(std::max<int64_t>(host_ns, 0)), SteadyNs(end));
+  try {
+    a.ReportMiss(entry, report);
+  } catch (...) {
+    // The report is a hint: losing one (out of memory) costs a task its call count, nothing more.
+  }
+}
+
 // After PyTorch's kernel ran a key's first call: record its outputs and resolve the entry.
 void ResolveFirstSight(Adapter& a, const c10::OperatorHandle& op, const Decision& d,
-                       const ::torch::jit::Stack& stack) noexcept {
+                       const ::torch::jit::Stack& stack, std::chrono::steady_clock::time_point start,
+                       std::chrono::steady_clock::time_point end) noexcept {
   Entry& entry = *d.first_sight;
   a.first_sights.fetch_add(1, std::memory_order_relaxed);
   try {
@@ -366,14 +404,18 @@ void ResolveFirstSight(Adapter& a, const c10::OperatorHandle& op, const Decision
     if (!served.ok()) {
       if (served.status().code() != StatusCode::kNotFound) a.Log("cache: ", served.status().ToString());
       entry.ResolveNegative(std::move(outputs));
-      if (const uint64_t report = entry.CountMiss()) a.ReportMiss(entry, report);
       a.Log("miss ", schema.name(), " ", d.hash.ToHex());
+      // The first call's time includes PyTorch's own first-use work (module loading): it is
+      // one call against the many a hot key reports later.
+      CountMiss(a, entry, start, end);
       return;
     }
     auto loaded = a.Load(d.device, *served);
     if (!loaded.ok()) {
-      entry.Fail("record " + std::to_string(served->id) + ": " + loaded.status().ToString());
-      a.Log("blacklisted ", d.hash.ToHex(), " (", schema.name(), "): ", loaded.status().ToString());
+      if (entry.Fail("record " + std::to_string(served->id) + ": " + loaded.status().ToString())) {
+        a.Log("blacklisted ", d.hash.ToHex(), " (", schema.name(), "): ", loaded.status().ToString());
+        a.ReportFailure(entry, served->id, "load", loaded.status().ToString());
+      }
       return;
     }
     entry.ResolveLoaded(std::move(outputs), std::move(*loaded));
@@ -390,9 +432,19 @@ void Wrapper(const c10::OperatorHandle& op, c10::DispatchKeySet keys, ::torch::j
   Adapter& a = *g_adapter;
   const Decision d = TryServe(a, op, stack);
   if (d.served) return;
+  if (d.negative == nullptr && d.first_sight == nullptr) {
+    a.ops[I].pytorch->callBoxed(op, keys, stack);
+    return;
+  }
   // PyTorch's own kernel: its exceptions are the user's to see, as without kjit.
+  const auto start = std::chrono::steady_clock::now();
   a.ops[I].pytorch->callBoxed(op, keys, stack);
-  if (d.first_sight != nullptr) ResolveFirstSight(a, op, d, *stack);
+  const auto end = std::chrono::steady_clock::now();
+  if (d.first_sight != nullptr) {
+    ResolveFirstSight(a, op, d, *stack, start, end);
+  } else {
+    CountMiss(a, *d.negative, start, end);
+  }
 }
 
 template <size_t I>
@@ -451,6 +503,7 @@ AdapterStats CurrentAdapterStats() {
   s.hits = g_adapter->hits.load();
   s.first_sights = g_adapter->first_sights.load();
   s.misses = g_adapter->misses.load();
+  s.failures = g_adapter->failures.load();
   return s;
 }
 
@@ -461,6 +514,18 @@ extern "C" const void* kjit_adapter_stats() {
   static thread_local kjit::shim::AdapterStats stats;
   stats = kjit::shim::CurrentAdapterStats();
   return &stats;
+}
+
+// For programs in other languages (Python's ctypes, in tests and benchmarks/shim_overhead.py):
+// the adapter's counters as plain integers. Writes min(n, 5) of: attached (0/1), hits,
+// first sights, misses, failures; returns how many it wrote.
+extern "C" __attribute__((visibility("default"))) int kjit_adapter_counters(uint64_t* out, int n);
+extern "C" int kjit_adapter_counters(uint64_t* out, int n) {
+  const kjit::shim::AdapterStats s = kjit::shim::CurrentAdapterStats();
+  const uint64_t values[] = {s.attached ? 1u : 0u, s.hits, s.first_sights, s.misses, s.failures};
+  int written = 0;
+  for (; written < n && written < 5; ++written) out[written] = values[written];
+  return written;
 }
 
 __attribute__((constructor)) static void KjitAdapterInit() { kjit::shim::Attach(); }

@@ -95,7 +95,9 @@ std::string AnnouncementListener::Handle(int arch, const std::string& key_hash_h
     }
     auto loaded = source_->Load(device, *served);
     if (!loaded.ok()) {
-      entry->Fail("record " + std::to_string(served->id) + ": " + loaded.status().ToString());
+      if (entry->Fail("record " + std::to_string(served->id) + ": " + loaded.status().ToString())) {
+        source_->ReportFailure(*entry, served->id, "load", loaded.status().ToString());
+      }
       what = "load failed (blacklisted): " + loaded.status().ToString();
       continue;
     }

@@ -3,12 +3,14 @@
 // (on a device of the announced arch), it re-reads the record from the cache,
 // loads its module in the device's primary context, and publishes it to the
 // key's entry (Entry::Swap): the next call launches it. Keys not yet seen are
-// ignored: their first call reads the cache itself.
+// ignored: their first call reads the cache itself. A record that fails to
+// load blacklists the key for the process and is reported to kjitd.
 #pragma once
 
 #include <atomic>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -28,6 +30,10 @@ class KernelSource {
   virtual EntryTable& Table() = 0;
   virtual std::vector<std::pair<int, int>> DevicesInUse() = 0;  // (device, arch)
   virtual void LogLine(const std::string& line) = 0;
+  // A record this process blacklisted: tell kjitd, without blocking. Called once
+  // per entry (by whoever's Entry::Fail made it fail).
+  virtual void ReportFailure(const Entry& entry, int64_t record_id, std::string_view stage,
+                             const std::string& reason) = 0;
 };
 
 class AnnouncementListener {

@@ -1,6 +1,7 @@
 // What the PyTorch adapter exposes to tests that load it (through dlsym of
 // "kjit_adapter_stats", which returns a const AdapterStats*, valid until the
-// calling thread's next call of it).
+// calling thread's next call of it), and to other languages through the plain C
+// "kjit_adapter_counters(uint64_t* out, int n)" (adapter.cc says which counters).
 #pragma once
 
 #include <cstdint>
@@ -15,7 +16,8 @@ struct AdapterStats {
   size_t entries = 0;                       // keys seen (per device)
   uint64_t hits = 0;                        // calls served by a cached kernel
   uint64_t first_sights = 0;                // keys resolved after their first call
-  uint64_t misses = 0;                      // later calls of keys without a kernel
+  uint64_t misses = 0;                      // calls of keys without a kernel, first sights included
+  uint64_t failures = 0;                    // records blacklisted and reported to kjitd
 };
 
 AdapterStats CurrentAdapterStats();

@@ -96,10 +96,12 @@ bool Entry::Swap(std::unique_ptr<LoadedKernel> kernel) {
   return now == EntryState::kLoaded || Transition(EntryState::kNegative, EntryState::kLoaded);
 }
 
-void Entry::Fail(std::string reason) {
+bool Entry::Fail(std::string reason) {
   std::lock_guard lock(mutex_);
-  if (failure_.empty()) failure_ = std::move(reason);
+  if (state() == EntryState::kFailed) return false;
+  failure_ = std::move(reason);
   state_.store(EntryState::kFailed, std::memory_order_release);
+  return true;
 }
 
 std::string Entry::failure() const {
@@ -107,11 +109,24 @@ std::string Entry::failure() const {
   return failure_;
 }
 
-uint64_t Entry::CountMiss() {
-  const uint64_t n = misses_.fetch_add(1, std::memory_order_relaxed) + 1;
-  if (n == 1) return 1;
-  if ((n - 1) % kMissBatch == 0) return kMissBatch;  // calls 2 .. kMissBatch+1, and so on
-  return 0;
+Entry::MissReport Entry::CountMiss(uint64_t host_ns, int64_t now_ns) {
+  misses_.fetch_add(1, std::memory_order_relaxed);
+  // Time first, then the call: a report that takes this call also takes its time.
+  pending_ns_.fetch_add(host_ns, std::memory_order_relaxed);
+  pending_calls_.fetch_add(1, std::memory_order_acq_rel);
+  int64_t last = last_report_ns_.load(std::memory_order_relaxed);
+  if (last != kNeverReported && now_ns - last < kMissReportIntervalNs) return {};
+  // One thread wins the report; the others carry on.
+  if (!last_report_ns_.compare_exchange_strong(last, now_ns, std::memory_order_acq_rel)) return {};
+  MissReport report;
+  report.calls = pending_calls_.exchange(0, std::memory_order_acq_rel);
+  const uint64_t ns = pending_ns_.exchange(0, std::memory_order_relaxed);
+  if (report.calls > 0) report.mean_host_us = static_cast<double>(ns) / 1000.0 / static_cast<double>(report.calls);
+  return report;
+}
+
+std::string_view LaunchFailureStage(const Status& status) {
+  return status.code() == StatusCode::kInvalidArgument ? "argument" : "launch";
 }
 
 namespace {

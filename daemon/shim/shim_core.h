@@ -22,6 +22,7 @@
 #pragma once
 
 #include <atomic>
+#include <climits>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -106,16 +107,24 @@ class Entry {
   bool ResolveLoaded(std::vector<OutputLayout> outputs, std::unique_ptr<LoadedKernel> kernel);
   // kNegative or kLoaded -> kLoaded with a newer kernel (hot-swap). False in kUnknown and kFailed.
   bool Swap(std::unique_ptr<LoadedKernel> kernel);
-  // Any state -> kFailed (also from kUnknown, for outputs that cannot be served). Returns the reason
-  // kept (the first one given: later failures do not overwrite it).
-  void Fail(std::string reason);
+  // Any state -> kFailed (also from kUnknown, for outputs that cannot be served). The first
+  // reason given is kept. Returns true only for the call that made the entry fail, so that
+  // a failure is reported to kjitd once per key and process however many threads meet it.
+  bool Fail(std::string reason);
   std::string failure() const;
 
-  // A miss: returns how many misses to report now (0: none). The first miss is
-  // reported at once; later ones in batches of kMissBatch, so that a hot key
-  // costs an atomic add per call and one report per batch.
-  static constexpr uint64_t kMissBatch = 1024;
-  uint64_t CountMiss();
+  // A miss whose PyTorch kernel call took `host_ns` on the host, counted at
+  // `now_ns` (steady clock). Returns the report due now; calls == 0 when none is.
+  // The first miss is reported at once, later ones at most once per
+  // kMissReportInterval per key, each report holding every call since the last:
+  // a hot loop costs a few atomic adds per call and one message a second per key.
+  // Calls that race with a report may land in that report or the next one.
+  struct MissReport {
+    uint64_t calls = 0;
+    double mean_host_us = 0;  // host time per call: launch and allocation, not the kernel's device time
+  };
+  static constexpr int64_t kMissReportIntervalNs = 1'000'000'000;
+  MissReport CountMiss(uint64_t host_ns, int64_t now_ns);
   uint64_t misses() const { return misses_.load(std::memory_order_relaxed); }
   uint64_t hits() const { return hits_.load(std::memory_order_relaxed); }
   void CountHit() { hits_.fetch_add(1, std::memory_order_relaxed); }
@@ -128,6 +137,10 @@ class Entry {
   std::vector<OutputLayout> outputs_;
   std::atomic<const LoadedKernel*> kernel_{nullptr};
   std::atomic<uint64_t> misses_{0};
+  std::atomic<uint64_t> pending_calls_{0};  // misses since the last report
+  std::atomic<uint64_t> pending_ns_{0};     // their host time
+  static constexpr int64_t kNeverReported = INT64_MIN;
+  std::atomic<int64_t> last_report_ns_{kNeverReported};
   std::atomic<uint64_t> hits_{0};
   mutable std::mutex mutex_;  // guards kernels_ and failure_ (never taken on the hot path)
   std::vector<std::unique_ptr<LoadedKernel>> kernels_;  // every kernel ever loaded for this key
@@ -155,6 +168,11 @@ class EntryTable {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// Which stage of a failure report (ipc::ReportFailure::stage) a failed launch
+// is: "argument" when the shim could not pass the call's arguments to the
+// kernel (kInvalidArgument: not the kernel's fault), else "launch".
+std::string_view LaunchFailureStage(const Status& status);
 
 // The toolchain a record must have been built with to be served here: the
 // versions kjitd records when it stores a kernel (cache::RunningToolchain).

@@ -7,6 +7,7 @@
 #include <deque>
 #include <mutex>
 #include <thread>
+#include <variant>
 #include <zmq.hpp>
 
 #include "kjit/ipc/endpoint.h"
@@ -108,11 +109,8 @@ class Connection {
   uint64_t next_id_ = 1;
 };
 
-struct Miss {
-  std::string key_bytes;
-  uint64_t calls;
-  double observed_us;
-};
+// A queued report: a ReportMiss or a ReportFailure.
+using Report = std::variant<ReportMiss, ReportFailure>;
 
 }  // namespace
 
@@ -126,7 +124,7 @@ struct Client::Impl {
 
   mutable std::mutex mu;  // the queue and the counters
   std::condition_variable wake;
-  std::deque<Miss> queue;
+  std::deque<Report> queue;
   bool stopping = false;
   bool in_flight = false;  // the sender holds a report it has not had acknowledged
   ClientCounters counters;
@@ -141,25 +139,26 @@ void Client::Impl::SendLoop() {
   while (true) {
     wake.wait(lock, [&] { return stopping || !queue.empty(); });
     if (stopping) return;
-    Miss miss = queue.front();  // stays queued until acknowledged
+    Report report = queue.front();  // stays queued until acknowledged
+    const bool is_miss = std::holds_alternative<ipc::ReportMiss>(report);
     in_flight = true;
     lock.unlock();
     uint64_t reconnects = 0;
-    auto reply = conn.Exchange(ipc::ReportMiss{miss.key_bytes, miss.calls, miss.observed_us}, options.request_timeout,
-                               &reconnects);
+    auto reply = std::visit(
+        [&](const auto& r) { return conn.Exchange(Body(r), options.request_timeout, &reconnects); }, report);
     lock.lock();
     in_flight = false;
     counters.reconnects += reconnects;
-    if (reply.ok() && std::holds_alternative<TaskAck>(*reply)) {
+    if (reply.ok() && (is_miss ? std::holds_alternative<TaskAck>(*reply) : std::holds_alternative<FailureAck>(*reply))) {
       queue.pop_front();
-      ++counters.misses_acked;
+      ++(is_miss ? counters.misses_acked : counters.failures_acked);
       wake.notify_all();
       continue;
     }
     if (reply.ok() || reply.status().code() != StatusCode::kUnavailable) {
       // kjitd refused this report (e.g. a malformed key): retrying cannot help.
       queue.pop_front();
-      ++counters.misses_dropped;
+      ++(is_miss ? counters.misses_dropped : counters.failures_dropped);
       wake.notify_all();
       continue;
     }
@@ -180,7 +179,9 @@ Client::~Client() {
   {
     std::lock_guard lock(impl_->mu);
     impl_->stopping = true;
-    impl_->counters.misses_dropped += impl_->queue.size();
+    for (const Report& r : impl_->queue) {
+      ++(std::holds_alternative<ipc::ReportMiss>(r) ? impl_->counters.misses_dropped : impl_->counters.failures_dropped);
+    }
     impl_->queue.clear();
   }
   impl_->wake.notify_all();
@@ -257,8 +258,22 @@ bool Client::ReportMiss(std::string key_bytes, uint64_t calls, double observed_u
       ++impl_->counters.misses_dropped;
       return false;
     }
-    impl_->queue.push_back(Miss{std::move(key_bytes), calls, observed_us});
+    impl_->queue.push_back(ipc::ReportMiss{std::move(key_bytes), calls, observed_us});
     ++impl_->counters.misses_queued;
+  }
+  impl_->wake.notify_all();
+  return true;
+}
+
+bool Client::ReportFailure(ipc::ReportFailure report) {
+  {
+    std::lock_guard lock(impl_->mu);
+    if (impl_->queue.size() >= impl_->options.miss_queue_capacity + kFailureReserve) {
+      ++impl_->counters.failures_dropped;
+      return false;
+    }
+    impl_->queue.push_back(std::move(report));
+    ++impl_->counters.failures_queued;
   }
   impl_->wake.notify_all();
   return true;
@@ -270,7 +285,7 @@ Status Client::Flush(std::chrono::milliseconds timeout) {
     return Status::Ok();
   }
   return Status(StatusCode::kUnavailable,
-                std::to_string(impl_->queue.size()) + " miss reports still unacknowledged by kjitd at " + impl_->endpoint);
+                std::to_string(impl_->queue.size()) + " reports still unacknowledged by kjitd at " + impl_->endpoint);
 }
 
 ClientCounters Client::counters() const {

@@ -93,6 +93,27 @@ struct Schema<ReportMiss> {
   }
 };
 template <>
+struct Schema<ReportFailure> {
+  static constexpr std::string_view kName = "report_failure";
+  template <typename M, typename V>
+  static void Fields(M& m, V&& visit) {
+    visit("key_bytes", AsBin{m.key_bytes});
+    visit("record_id", m.record_id);
+    visit("stage", m.stage);
+    visit("reason", m.reason);
+  }
+};
+template <>
+struct Schema<FailureAck> {
+  static constexpr std::string_view kName = "failure_ack";
+  template <typename M, typename V>
+  static void Fields(M& m, V&& visit) {
+    visit("out_of_service", m.out_of_service);
+    visit("reverify", m.reverify);
+    visit("task_id", m.task_id);
+  }
+};
+template <>
 struct Schema<SubmitTask> {
   static constexpr std::string_view kName = "submit_task";
   template <typename M, typename V>

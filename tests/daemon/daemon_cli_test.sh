@@ -3,8 +3,9 @@
 #
 #   daemon_cli_test.sh CASE KJIT KJITD [SUBCOMMAND...]
 #
-# CASE: lifecycle, stop_unresponsive, keygen, tcp_without_keys_refused, or help
-# (with the SUBCOMMAND words, e.g. `help ... daemon start`).
+# CASE: lifecycle, stop_unresponsive, keygen, tcp_without_keys_refused,
+# run (with the path of libkjit_preload.so), run_without_kjitd, or help (with
+# the SUBCOMMAND words, e.g. `help ... daemon start`).
 #
 # Everything lives in a private temporary directory (runtime dir, cache, config);
 # the user's own kjitd, cache and configuration are never touched. Any kjitd the
@@ -275,6 +276,62 @@ PY
     run 1 "$kjit" daemon start -- --tcp-endpoint tcp://127.0.0.1:0 --curve-secret-key-file "$tmp/bad.key"
     expect "$err" "40-character Z85 CURVE secret key"
     run 3 "$kjit" daemon status
+    ;;
+
+  run)
+    # `kjit run`: PRELOAD (the built libkjit_preload.so) is what it must find beside kjit.
+    preload=${1:?run needs the path of libkjit_preload.so}
+    run 0 "$kjit" run --no-daemon -- sh -c 'echo "$LD_PRELOAD"'
+    [[ $out == "$preload" ]] || fail "LD_PRELOAD in the program is '$out', expected $preload"
+    [[ ! -e $pid_file ]] || fail "--no-daemon started kjitd"
+    LD_PRELOAD=/usr/lib/nothing-here.so run 0 "$kjit" run --no-daemon -- sh -c 'echo "$LD_PRELOAD"'
+    expect "$out" "^$(literal "$preload"):/usr/lib/nothing-here.so$"
+    # A nested `kjit run` does not preload twice.
+    run 0 "$kjit" run --no-daemon -- "$kjit" run --no-daemon -- sh -c 'echo "$LD_PRELOAD"'
+    [[ $out == "$preload" ]] || fail "nested kjit run: LD_PRELOAD is '$out'"
+    # The program's arguments, exit status and stdin/stdout are its own.
+    run 7 "$kjit" run --no-daemon -- sh -c 'echo "$1 $2"; exit 7' sh -x "two words"
+    [[ $out == "-x two words" ]] || fail "arguments arrived as '$out'"
+    run 2 "$kjit" run --no-daemon
+    expect "$err" "give the command to run after \`--\`"
+    run 127 "$kjit" run --no-daemon -- "$tmp/no-such-program"
+    expect "$err" "^kjit: cannot run $(literal "$tmp/no-such-program"): No such file or directory$"
+    KJIT_PRELOAD_LIB=$tmp/none.so run 1 "$kjit" run --no-daemon -- true
+    expect "$err" "KJIT_PRELOAD_LIB is $(literal "$tmp/none.so"), which cannot be read"
+    KJIT_PRELOAD_LIB=$preload run 0 "$kjit" run --no-daemon -- sh -c 'echo "$LD_PRELOAD"'
+    [[ $out == "$preload" ]] || fail "KJIT_PRELOAD_LIB not used: '$out'"
+    # A copy of kjit with no preload library near it says how to build one.
+    mkdir -p "$tmp/alone" && cp "$kjit" "$tmp/alone/kjit"
+    run 1 "$tmp/alone/kjit" run --no-daemon -- true
+    expect "$err" "cannot find libkjit_preload.so \(looked at $(literal "$tmp/alone/shim/libkjit_preload.so")"
+    expect "$err" "cmake --build build --target kjit_preload kjit_torch_adapter"
+
+    # Without --no-daemon: kjitd is started in the background, its log in kjit's state directory...
+    run 3 "$kjit" daemon status
+    run 0 "$kjit" run -- sh -c 'echo program ran'
+    [[ $out == "program ran" ]] || fail "the program's output is '$out'"
+    expect "$err" "^kjit: kjitd started in the background \(pid [0-9]+, $(literal "$endpoint")\); its log: $(literal "$KJIT_CACHE_DIR/kjitd.log")$"
+    daemon_pid=$(sed -E 's/.*\(pid ([0-9]+),.*/\1/' <<<"$err")
+    started_pids+=("$daemon_pid")
+    run 0 "$kjit" daemon status
+    [[ -s $KJIT_CACHE_DIR/kjitd.log ]] || fail "kjitd's log $KJIT_CACHE_DIR/kjitd.log is empty or missing"
+    expect "$(cat "$KJIT_CACHE_DIR/kjitd.log")" '"event":"started"'
+    # ...and left running for the next program, which finds it and starts none.
+    run 0 "$kjit" run -- true
+    [[ -z $err ]] || fail "a second run said: $err"
+    [[ $(cat "$pid_file") == "$daemon_pid" ]] || fail "a second kjitd was started"
+    stop_daemon
+    # KJIT_DISABLE=1: kjit is off in the program, and no kjitd is started for it.
+    KJIT_DISABLE=1 run 0 "$kjit" run -- true
+    [[ ! -e $pid_file ]] || fail "KJIT_DISABLE=1 started kjitd"
+    ;;
+
+  run_without_kjitd)
+    # kjitd cannot start (its runtime directory is a file): the program runs anyway, with a warning.
+    touch "$tmp/not-a-dir"
+    KJIT_RUNTIME_DIR=$tmp/not-a-dir run 5 "$kjit" run -- sh -c 'echo still runs; exit 5'
+    [[ $out == "still runs" ]] || fail "the program's output is '$out'"
+    expect "$err" "^kjit: kjitd is not running and could not be started \(.*\); running the program without it"
     ;;
 
   help)

@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+#include <thread>
+#include <tuple>
 
 #include "kjit/cache/kernel_cache.h"
 #include "kjit/ipc/client.h"
@@ -97,6 +99,65 @@ TEST(KjitdEvaluator, AgentEpisodeVerifiesStoresAndRejects) {
   std::multiset<std::string> outcomes;
   for (const auto& m : *measurements) outcomes.insert(m.outcome);
   EXPECT_EQ(outcomes, (std::multiset<std::string>{"verified", "wrong_result", "slower"}));
+}
+
+// A verified record that a client reports failing is quarantined at once and
+// re-verified by the evaluator: a kernel that still verifies is served again;
+// one that does not is rejected and its key queued for a new kernel. The fake
+// worker's verdict follows the record's source ("ok", "wrong").
+TEST(KjitdEvaluator, FailureReportIsReverifiedByTheEvaluator) {
+  KjitdHarness h(KJIT_KJITD, FakeFlags());
+  ASSERT_TRUE(h.Start()) << ReadFile(h.log_path());
+  auto key = [](int64_t n) {
+    return OpKey::Single("aten::relu", "", {TensorDesc::Contiguous(DType::kFloat32, {n})}, 90).Encode();
+  };
+  int64_t sound = 0, broken = 0;
+  {
+    cache::OpenOptions o;
+    o.path = h.cache_path();
+    auto writer = cache::KernelCache::Open(o);
+    ASSERT_TRUE(writer.ok());
+    for (auto [n, source, id] : {std::tuple{8, "ok", &sound}, std::tuple{16, "wrong", &broken}}) {
+      cache::KernelRecord r;
+      r.key_bytes = key(n);
+      r.source = source;
+      r.entry_point = "k";
+      r.cubin = "CUBIN";
+      r.launch.block[0] = 128;
+      r.toolchain = cache::RunningToolchain();
+      r.status = cache::RecordStatus::kVerified;
+      *id = *(*writer)->Insert(r);
+    }
+  }
+  auto c = MakeClient(h);
+  for (auto [n, id] : {std::pair{8, sound}, std::pair{16, broken}}) {
+    auto reply = c.Call(ipc::ReportFailure{key(n), id, "load", "CUDA_ERROR_INVALID_IMAGE"});
+    ASSERT_TRUE(reply.ok()) << reply.status().ToString();
+    const auto& ack = std::get<ipc::FailureAck>(*reply);
+    EXPECT_TRUE(ack.out_of_service);
+    EXPECT_EQ(ack.reverify, "started");
+  }
+  cache::OpenOptions o;
+  o.path = h.cache_path();
+  o.read_only = true;
+  auto kc = cache::KernelCache::Open(o);
+  ASSERT_TRUE(kc.ok());
+  auto status = [&](int64_t id) { return (*kc)->Get(id)->status; };
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while ((status(sound) == cache::RecordStatus::kQuarantined || status(broken) == cache::RecordStatus::kQuarantined) &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(status(sound), cache::RecordStatus::kVerified) << ReadFile(h.log_path());
+  EXPECT_NE((*kc)->Get(sound)->status_reason.find("re-verified after a client reported a load failure"),
+            std::string::npos);
+  EXPECT_EQ(status(broken), cache::RecordStatus::kRejected) << ReadFile(h.log_path());
+  EXPECT_NE((*kc)->Get(broken)->status_reason.find("wrong_result"), std::string::npos)
+      << (*kc)->Get(broken)->status_reason;
+  auto tasks = c.ListTasks("queued");
+  ASSERT_TRUE(tasks.ok());
+  ASSERT_EQ(tasks->size(), 1u);  // only the broken record's key needs a new kernel
+  EXPECT_EQ(tasks->front().key_hash, OpKey::Decode(key(16))->Hash().ToHex());
 }
 
 TEST(KjitdEvaluator, CrashHangAndFaultEachFailOneTrialAndKjitdGoesOn) {

@@ -278,6 +278,133 @@ TEST(Kjitd, TcpAdmitsOnlyAuthorizedCurveClients) {
   std::filesystem::remove_all(keys);
 }
 
+cache::KernelRecord ReadRecord(const KjitdHarness& h, int64_t id) {
+  cache::OpenOptions o;
+  o.path = h.cache_path();
+  o.read_only = true;
+  auto kc = cache::KernelCache::Open(o);
+  EXPECT_TRUE(kc.ok()) << kc.status().ToString();
+  if (!kc.ok()) return {};
+  auto r = (*kc)->Get(id);
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  return r.ok() ? *r : cache::KernelRecord{};
+}
+
+// A served kernel that failed in a client: the report travels the client's
+// non-blocking queue; kjitd (here without an evaluator) takes the record out
+// of service and queues its key for re-verification.
+TEST(Kjitd, FailureReportTakesTheRecordOutOfServiceAndQueuesReverification) {
+  KjitdHarness h(KJIT_KJITD);
+  ASSERT_TRUE(h.Start()) << ReadFile(h.log_path());
+  int64_t failing = 0, other = 0;
+  {
+    cache::OpenOptions o;
+    o.path = h.cache_path();
+    auto writer = cache::KernelCache::Open(o);
+    ASSERT_TRUE(writer.ok());
+    failing = *(*writer)->Insert(VerifiedRecord(400));
+    other = *(*writer)->Insert(VerifiedRecord(401));
+  }
+  ipc::Client c = MakeClient(h);
+  ipc::Lookup lookup{KeyBytes(400), 90, 13000, 13, 0, 1};
+  ASSERT_TRUE(c.Lookup(lookup)->found);
+
+  ASSERT_TRUE(c.ReportFailure({KeyBytes(400), failing, "launch", "CUDA_ERROR_INVALID_VALUE: too many threads"}));
+  ASSERT_TRUE(c.Flush(std::chrono::seconds(20)).ok()) << ReadFile(h.log_path());
+  EXPECT_EQ(c.counters().failures_acked, 1u);
+  EXPECT_EQ(c.counters().failures_dropped, 0u);
+
+  const cache::KernelRecord record = ReadRecord(h, failing);
+  EXPECT_EQ(record.status, cache::RecordStatus::kQuarantined);
+  EXPECT_NE(record.status_reason.find("launch failure: CUDA_ERROR_INVALID_VALUE"), std::string::npos)
+      << record.status_reason;
+  auto served = c.Lookup(lookup);
+  ASSERT_TRUE(served.ok());
+  EXPECT_FALSE(served->found) << "a record reported failing is still served";
+  EXPECT_EQ(ReadRecord(h, other).status, cache::RecordStatus::kVerified);  // only the record named
+
+  auto tasks = c.ListTasks("queued");
+  ASSERT_TRUE(tasks.ok());
+  ASSERT_EQ(tasks->size(), 1u);
+  EXPECT_EQ(tasks->front().key_hash, OpKey::Decode(KeyBytes(400))->Hash().ToHex());
+  EXPECT_NE(tasks->front().detail.find("re-verify record " + std::to_string(failing)), std::string::npos)
+      << tasks->front().detail;
+  EXPECT_EQ(tasks->front().priority, 1);
+
+  // A second process reporting the same record changes nothing more.
+  auto again = c.Call(ipc::ReportFailure{KeyBytes(400), failing, "load", "CUDA_ERROR_INVALID_IMAGE"});
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  const auto* ack = std::get_if<ipc::FailureAck>(&*again);
+  ASSERT_NE(ack, nullptr);
+  EXPECT_FALSE(ack->out_of_service);
+  EXPECT_EQ(ack->reverify, "none");
+  EXPECT_EQ(c.ListTasks("queued")->size(), 1u);
+
+  auto stats = c.Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->counters["failures_reported"], 2.0);
+  EXPECT_EQ(stats->counters["records_suspended"], 1.0);
+  EXPECT_NE(ReadFile(h.log_path()).find("kernel_failed_in_client"), std::string::npos);
+}
+
+TEST(Kjitd, FailureReportsThatAreNotTheKernelsOrNameTheWrongRecordChangeNothing) {
+  KjitdHarness h(KJIT_KJITD);
+  ASSERT_TRUE(h.Start()) << ReadFile(h.log_path());
+  int64_t id = 0;
+  {
+    cache::OpenOptions o;
+    o.path = h.cache_path();
+    auto writer = cache::KernelCache::Open(o);
+    ASSERT_TRUE(writer.ok());
+    id = *(*writer)->Insert(VerifiedRecord(500));
+  }
+  ipc::Client c = MakeClient(h);
+  // The shim could not pass an argument: the kernel never ran, the record stays in service.
+  auto argument = c.Call(ipc::ReportFailure{KeyBytes(500), id, "argument", "argument 0 is on another device"});
+  ASSERT_TRUE(argument.ok()) << argument.status().ToString();
+  EXPECT_FALSE(std::get<ipc::FailureAck>(*argument).out_of_service);
+  EXPECT_EQ(std::get<ipc::FailureAck>(*argument).reverify, "none");
+  // Refused: another key's record, an unknown stage, an unknown record, a malformed key.
+  EXPECT_EQ(c.Call(ipc::ReportFailure{KeyBytes(501), id, "launch", "x"}).status().code(),
+            StatusCode::kInvalidArgument);
+  auto stage = c.Call(ipc::ReportFailure{KeyBytes(500), id, "verify", "x"});
+  EXPECT_EQ(stage.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(stage.status().message().find("unknown stage"), std::string::npos) << stage.status().ToString();
+  EXPECT_EQ(c.Call(ipc::ReportFailure{KeyBytes(500), id + 100, "load", "x"}).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(c.Call(ipc::ReportFailure{"not a key", id, "load", "x"}).status().code(), StatusCode::kCorruption);
+
+  EXPECT_EQ(ReadRecord(h, id).status, cache::RecordStatus::kVerified);
+  EXPECT_TRUE(c.ListTasks("queued")->empty());
+  // Refused reports are dropped by the client's queue, not retried forever.
+  ASSERT_TRUE(c.ReportFailure({KeyBytes(501), id, "launch", "x"}));
+  ASSERT_TRUE(c.Flush(std::chrono::seconds(20)).ok());
+  EXPECT_EQ(c.counters().failures_dropped, 1u);
+  EXPECT_EQ(c.counters().failures_acked, 0u);
+}
+
+// While kjitd is away, a queue full of misses still takes failure reports
+// (they are rare and worth more), up to its reserve.
+TEST(KjitdClient, FailureReportsHaveAReserveInAFullQueue) {
+  ipc::ClientOptions o;
+  o.endpoint = "ipc:///tmp/kjit-test-no-kjitd-" + std::to_string(getpid()) + ".sock";
+  o.miss_queue_capacity = 4;
+  o.retry_interval = std::chrono::milliseconds(50);
+  ipc::Client c(o);
+  int misses_taken = 0;
+  for (int i = 0; i < 10; ++i) misses_taken += c.ReportMiss(KeyBytes(i), 1, 1.0);
+  EXPECT_EQ(misses_taken, 4);
+  int failures_taken = 0;
+  for (size_t i = 0; i < ipc::Client::kFailureReserve + 5; ++i) {
+    failures_taken += c.ReportFailure({KeyBytes(1), 1, "load", "x"});
+  }
+  EXPECT_EQ(failures_taken, static_cast<int>(ipc::Client::kFailureReserve));
+  const ipc::ClientCounters counters = c.counters();
+  EXPECT_EQ(counters.failures_queued, ipc::Client::kFailureReserve);
+  EXPECT_EQ(counters.failures_dropped, 5u);
+  EXPECT_EQ(counters.misses_dropped, 6u);
+  EXPECT_EQ(counters.queue_depth, 4 + ipc::Client::kFailureReserve);
+}
+
 TEST(Kjitd, OneInstancePerEndpoint) {
   KjitdHarness h(KJIT_KJITD);
   ASSERT_TRUE(h.Start()) << ReadFile(h.log_path());

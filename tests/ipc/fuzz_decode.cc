@@ -61,6 +61,9 @@ std::vector<std::string> SeedMessages() {
   seeds.push_back(Encode(Envelope{kProtocolVersion, 1004,
                                   Observation{1, "t", "aten::add", {"f32[4]", "f32[4]"}, 3.5, {{"arch", "90"}}}}));
   seeds.push_back(Encode(Envelope{kProtocolVersion, 1005, Hello{"fuzz", 1, {"lookup", "agent_env"}}}));
+  seeds.push_back(Encode(Envelope{kProtocolVersion, 1006,
+                                  ReportFailure{std::string("KJK\x01\x5a\x00", 6), 12, "launch", "too many threads"}}));
+  seeds.push_back(Encode(Envelope{kProtocolVersion, 1007, FailureAck{true, "started", 0}}));
   return seeds;
 }
 

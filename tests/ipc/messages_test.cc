@@ -92,6 +92,8 @@ std::vector<Envelope> SampleMessages() {
                       {{"registers", 32}, {"bandwidth_fraction", 0.875}}});
   add(CloseEpisode{77});
   add(Error{"not_found", "no task 9"});
+  add(ReportFailure{kBinaryBytes, 31337, "launch", "CUDA_ERROR_INVALID_VALUE: block of 2048 threads"});
+  add(FailureAck{true, "queued", 44});
   add(Announce{90, "c97c4393cb47064a169d4bec25de480d", 31337});
   out.back().id = 0;  // announcements carry id 0
   out.front().id = std::numeric_limits<uint64_t>::max();
@@ -232,6 +234,18 @@ void ExpectSame(const Announce& a, const Announce& b) {
   EXPECT_EQ(a.record_id, b.record_id);
 }
 
+void ExpectSame(const ReportFailure& a, const ReportFailure& b) {
+  EXPECT_EQ(a.key_bytes, b.key_bytes);
+  EXPECT_EQ(a.record_id, b.record_id);
+  EXPECT_EQ(a.stage, b.stage);
+  EXPECT_EQ(a.reason, b.reason);
+}
+void ExpectSame(const FailureAck& a, const FailureAck& b) {
+  EXPECT_EQ(a.out_of_service, b.out_of_service);
+  EXPECT_EQ(a.reverify, b.reverify);
+  EXPECT_EQ(a.task_id, b.task_id);
+}
+
 void ExpectSame(const Envelope& a, const Envelope& b) {
   EXPECT_EQ(a.version, b.version);
   EXPECT_EQ(a.id, b.id);
@@ -347,6 +361,42 @@ TEST(IpcMessages, TypeNamesAreSnakeCaseOfTheStructs) {
   EXPECT_EQ(TypeName(SubmitCandidate{}), "submit_candidate");
   EXPECT_EQ(TypeName(Error{}), "error");
   EXPECT_EQ(TypeName(Announce{}), "announce");
+  EXPECT_EQ(TypeName(ReportFailure{}), "report_failure");
+  EXPECT_EQ(TypeName(FailureAck{}), "failure_ack");
+}
+
+// The failure report's fields as documented in ipc/PROTOCOL.md: the key as bin,
+// the record id as an int64, stage and reason as str, every one required.
+TEST(IpcMessages, FailureReportIsDecodedStrictly) {
+  const Envelope& sample = SampleOf("report_failure");
+  Result<Envelope> decoded = Decode(Encode(sample));
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  ExpectSame(*decoded, sample);
+
+  for (const char* field : {"key_bytes", "record_id", "stage", "reason"}) {
+    Edit missing("report_failure");
+    missing.Erase(missing.body(), field);
+    EXPECT_EQ(DecodeError(missing.Bytes()), "report_failure." + std::string(field) + ": required field is missing");
+  }
+  Edit text_key("report_failure");
+  text_key.Set(text_key.body(), "key_bytes", text_key.Value(std::string("KJK")));
+  EXPECT_EQ(DecodeError(text_key.Bytes()), "report_failure.key_bytes: expected bin, got str");
+  Edit float_id("report_failure");
+  float_id.Set(float_id.body(), "record_id", float_id.Value(3.5));
+  EXPECT_EQ(DecodeError(float_id.Bytes()), "report_failure.record_id: expected int, got float64");
+  Edit huge_id("report_failure");
+  huge_id.Set(huge_id.body(), "record_id", huge_id.Value(std::numeric_limits<uint64_t>::max()));
+  EXPECT_EQ(DecodeError(huge_id.Bytes()),
+            "report_failure.record_id: 18446744073709551615 is out of range for int64");
+  Edit bin_stage("report_failure");
+  bin_stage.Set(bin_stage.body(), "stage", bin_stage.Bin("load"));
+  EXPECT_EQ(DecodeError(bin_stage.Bytes()), "report_failure.stage: expected str, got bin");
+  Edit int_flag("failure_ack");
+  int_flag.Set(int_flag.body(), "out_of_service", int_flag.Value(1));
+  EXPECT_EQ(DecodeError(int_flag.Bytes()), "failure_ack.out_of_service: expected bool, got int");
+  Edit duplicate("report_failure");
+  duplicate.Set(duplicate.body(), "stage", duplicate.Value(std::string("load")), /*append=*/true);
+  EXPECT_EQ(DecodeError(duplicate.Bytes()), "report_failure.stage: field appears twice");
 }
 
 TEST(IpcMessages, EveryTypeRoundTrips) {

@@ -70,8 +70,8 @@ TEST(ShimEntry, NegativeThenHotSwapThenFail) {
   EXPECT_TRUE(e.Swap(FakeKernel(9)));
   EXPECT_EQ(e.kernel()->record_id, 9);
   EXPECT_EQ(first->record_id, 7) << "a replaced kernel stays alive (launches may be queued)";
-  e.Fail("launch failed");
-  e.Fail("second reason");
+  EXPECT_TRUE(e.Fail("launch failed")) << "the call that blacklists the key reports it";
+  EXPECT_FALSE(e.Fail("second reason")) << "a failure is reported once per key and process";
   EXPECT_EQ(e.state(), EntryState::kFailed);
   EXPECT_EQ(e.kernel(), nullptr);
   EXPECT_EQ(e.failure(), "launch failed");
@@ -87,20 +87,71 @@ TEST(ShimEntry, LoadedOnFirstSight) {
   EXPECT_FALSE(e.ResolveNegative(OneOutput()));
 }
 
-TEST(ShimEntry, MissesReportedFirstThenInBatches) {
+TEST(ShimEntry, OnlyOneThreadReportsAFailure) {
   Entry e("key", 0);
-  uint64_t reported = 0;
-  int reports = 0;
-  const uint64_t calls = 3 * Entry::kMissBatch + 5;
-  for (uint64_t i = 0; i < calls; ++i) {
-    if (uint64_t n = e.CountMiss()) {
-      reported += n;
-      ++reports;
-    }
+  ASSERT_TRUE(e.ResolveNegative(OneOutput()));
+  std::atomic<int> reporters{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      if (e.Fail("thread " + std::to_string(t))) reporters.fetch_add(1);
+    });
   }
-  EXPECT_EQ(reports, 4);
-  EXPECT_EQ(reported, 1 + 3 * Entry::kMissBatch);
-  EXPECT_EQ(e.misses(), calls);
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(reporters.load(), 1);
+}
+
+// A hot loop: one report at once, then at most one per interval, each with
+// every call since the last and their mean host time.
+TEST(ShimEntry, MissesReportedFirstThenOncePerInterval) {
+  Entry e("key", 0);
+  constexpr int64_t kSecond = Entry::kMissReportIntervalNs;
+  const int64_t t0 = 5 * kSecond;
+  Entry::MissReport first = e.CountMiss(/*host_ns=*/9000, t0);
+  EXPECT_EQ(first.calls, 1u);
+  EXPECT_DOUBLE_EQ(first.mean_host_us, 9.0);
+  // 100,000 calls within the interval (2 us and 4 us alternately): no message.
+  uint64_t reported = 1;
+  int reports = 1;
+  for (int i = 0; i < 100'000; ++i) {
+    const Entry::MissReport r = e.CountMiss(i % 2 == 0 ? 2000 : 4000, t0 + i * (kSecond / 100'001));
+    reported += r.calls;
+    reports += r.calls > 0;
+  }
+  EXPECT_EQ(reports, 1) << "a hot key must not send a message per batch of calls";
+  // The first call past the interval reports them all, itself included.
+  const Entry::MissReport second = e.CountMiss(3000, t0 + kSecond);
+  EXPECT_EQ(second.calls, 100'001u);
+  EXPECT_NEAR(second.mean_host_us, 3.0, 1e-9);
+  EXPECT_EQ(e.CountMiss(1000, t0 + kSecond + 1).calls, 0u);
+  const Entry::MissReport third = e.CountMiss(1000, t0 + 2 * kSecond + 1);
+  EXPECT_EQ(third.calls, 2u);
+  EXPECT_DOUBLE_EQ(third.mean_host_us, 1.0);
+  EXPECT_EQ(e.misses(), 100'004u);
+}
+
+TEST(ShimEntry, ConcurrentMissesAreEachReportedOnce) {
+  Entry e("key", 0);
+  constexpr int kThreads = 4, kCalls = 20000;
+  std::atomic<uint64_t> reported{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < kCalls; ++i) {
+        // Every call is a new interval: reports race with each other and with counting.
+        reported.fetch_add(e.CountMiss(1000, static_cast<int64_t>(i) * Entry::kMissReportIntervalNs).calls);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  reported += e.CountMiss(1000, INT64_MAX).calls;  // whatever the last race left pending
+  EXPECT_EQ(reported.load(), static_cast<uint64_t>(kThreads * kCalls + 1));
+}
+
+TEST(ShimEntry, ArgumentProblemsAreNotTheKernels) {
+  EXPECT_EQ(LaunchFailureStage(InvalidArgument("argument 0 is on another device")), "argument");
+  EXPECT_EQ(LaunchFailureStage(Status(StatusCode::kLaunchConfig, "block of 2048 threads")), "launch");
+  EXPECT_EQ(LaunchFailureStage(Status(StatusCode::kCudaError, "cuLaunchKernel: CUDA_ERROR_INVALID_VALUE")), "launch");
 }
 
 TEST(ShimTable, OneCreatorPerKeyAndDevice) {
@@ -136,6 +187,12 @@ class FakeSource : public KernelSource {
   std::map<std::string, int64_t> records;  // key hash hex -> record id served
   bool fail_load = false;
   int loads = 0;
+  struct Failure {
+    std::string key_bytes;
+    int64_t record_id;
+    std::string stage, reason;
+  };
+  std::vector<Failure> failures;
   Result<cache::ServedKernel> LookupRecord(const Hash128& hash, int) override {
     auto it = records.find(hash.ToHex());
     if (it == records.end()) return NotFound("no record");
@@ -151,6 +208,10 @@ class FakeSource : public KernelSource {
   EntryTable& Table() override { return table; }
   std::vector<std::pair<int, int>> DevicesInUse() override { return {{0, 90}}; }
   void LogLine(const std::string&) override {}
+  void ReportFailure(const Entry& entry, int64_t record_id, std::string_view stage,
+                     const std::string& reason) override {
+    failures.push_back({entry.key_bytes(), record_id, std::string(stage), reason});
+  }
 };
 
 TEST(ShimAnnouncements, SwapsSeenNegativeKeysOnly) {
@@ -171,9 +232,18 @@ TEST(ShimAnnouncements, SwapsSeenNegativeKeysOnly) {
   EXPECT_EQ(listener.Handle(90, h.ToHex(), 5), "ignored: already loaded");
   source.fail_load = true;
   source.records[h.ToHex()] = 6;
+  EXPECT_TRUE(source.failures.empty());
   EXPECT_EQ(listener.Handle(90, h.ToHex(), 6).substr(0, 11), "load failed");
   EXPECT_EQ(e->state(), EntryState::kFailed);
   EXPECT_EQ(listener.swaps(), 1u);
+  // Reported to kjitd once, naming the record that failed and why.
+  ASSERT_EQ(source.failures.size(), 1u);
+  EXPECT_EQ(source.failures[0].key_bytes, "seen");
+  EXPECT_EQ(source.failures[0].record_id, 6);
+  EXPECT_EQ(source.failures[0].stage, "load");
+  EXPECT_NE(source.failures[0].reason.find("CUDA_ERROR_INVALID_IMAGE"), std::string::npos);
+  EXPECT_EQ(listener.Handle(90, h.ToHex(), 7), "ignored: entry failed");
+  EXPECT_EQ(source.failures.size(), 1u);
 }
 
 TEST(ShimAnnouncements, StartsAndStopsWithoutKjitd) {

@@ -9,6 +9,9 @@
 //   background thread, which sends it and waits for kjitd's acknowledgement,
 //   retrying while kjitd is away. When the queue is full the report is dropped
 //   and counted. A report kjitd has acknowledged is in its task queue on disk.
+// - ReportFailure takes the same queue and path: never blocks, never fails.
+//   Failure reports are rare (one per record and process) and matter more than
+//   misses, so a queue full of misses still takes kFailureReserve of them.
 // - A Client may be used from several threads.
 #pragma once
 
@@ -41,8 +44,11 @@ struct ClientCounters {
   uint64_t misses_queued = 0;
   uint64_t misses_acked = 0;
   uint64_t misses_dropped = 0;
+  uint64_t failures_queued = 0;
+  uint64_t failures_acked = 0;
+  uint64_t failures_dropped = 0;  // the queue was full, kjitd refused it, or the client was destroyed first
   uint64_t reconnects = 0;
-  uint64_t queue_depth = 0;
+  uint64_t queue_depth = 0;  // misses and failure reports not yet acknowledged
 };
 
 class Client {
@@ -75,6 +81,9 @@ class Client {
 
   // Never blocks. Returns false if the report was dropped because the queue is full.
   bool ReportMiss(std::string key_bytes, uint64_t calls, double observed_us);
+  // Never blocks. Returns false if the report was dropped because the queue is full.
+  static constexpr size_t kFailureReserve = 256;
+  bool ReportFailure(ipc::ReportFailure report);
   // Waits until every queued report is acknowledged, or the timeout passes (kUnavailable).
   Status Flush(std::chrono::milliseconds timeout);
 

@@ -73,6 +73,30 @@ struct ReportMiss {  // -> TaskAck
   uint64_t calls = 0;
   double observed_us = 0;
 };
+// A cached kernel failed inside a client (the shim): it ran PyTorch's kernel
+// instead and will not use the record again in this process. Sent once per
+// record and process, through the client's non-blocking queue. kjitd takes a
+// record that failed to load or launch out of service (quarantined) and
+// re-verifies it: with the evaluator when it has one, else by queueing a task.
+struct ReportFailure {  // -> FailureAck
+  std::string key_bytes;  // the key the record was served for
+  int64_t record_id = 0;
+  std::string stage;   // one of kFailureStages
+  std::string reason;  // the error, for logs and the record's status reason
+};
+// "load": loading the module or finding the entry point failed; "launch": the
+// launch was refused (e.g. a launch shape the device cannot run); "argument":
+// the call had an argument the shim cannot pass to the kernel (not the
+// kernel's fault: kjitd counts it and leaves the record in service).
+inline constexpr std::string_view kFailureStages[] = {"load", "launch", "argument"};
+struct FailureAck {
+  bool out_of_service = false;  // this report took the record out of service
+  // What kjitd does about it: "started" (the evaluator re-verifies the record
+  // now), "queued" (no evaluator: a task with the key waits for one), "none"
+  // (the record was not in service, or the failure was not the kernel's).
+  std::string reverify;
+  int64_t task_id = 0;  // the queued task when reverify is "queued", else 0
+};
 struct SubmitTask {  // -> TaskAck
   std::string key_bytes;
   int32_t priority = 0;
@@ -176,7 +200,8 @@ struct Announce {
 
 using Body = std::variant<Hello, HelloReply, Lookup, LookupReply, ReportMiss, SubmitTask, TaskAck, TaskStatus,
                           TaskStatusReply, ListTasks, ListTasksReply, Stats, StatsReply, Shutdown, Ack, OpenEpisode,
-                          Observation, SubmitCandidate, CandidateResult, CloseEpisode, Error, Announce>;
+                          Observation, SubmitCandidate, CandidateResult, CloseEpisode, Error, Announce, ReportFailure,
+                          FailureAck>;
 
 // The wire name of each body type: "hello", "hello_reply", "lookup", ...
 std::string_view TypeName(const Body& body);

@@ -1,0 +1,404 @@
+#!/usr/bin/env python3
+"""The shim in real Python processes on a GPU: PyTorch as users run it, with
+libkjit_preload.so in LD_PRELOAD. One CASE per ctest test (label gpu):
+
+  equivalence   every intercepted op across f32/f16/bf16, contiguous and strided
+                inputs, finite and NaN/Inf inputs: kernels from the cache (the
+                families' expert defaults for exactly the keys the program
+                missed) give eager's outputs within tolerance
+  corrupt       records whose CUBIN bytes were changed on disk are refused
+                (quarantined), and the program's outputs are eager's
+  load_failure  records that pass their checksums but cannot be loaded: the
+                shim falls back, reports them, and kjitd takes them out of service
+  hotswap       kernels stored while the program runs are swapped in; no
+                iteration's result moves beyond tolerance
+  kill_kjitd    kjitd killed (SIGKILL) while the program runs: nothing changes
+                for the program, which also runs with kjitd absent
+
+Each case runs in its own directory (cache, runtime dir, private kjitd). Exit
+status 77 (ctest: skipped) with the reason where this machine cannot run it: no
+torch Python package, no CUDA device, no PyTorch adapter built.
+"""
+import argparse
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+import zlib
+
+SKIP = 77
+
+
+def skip(reason):
+    print(f"SKIPPED: {reason}")
+    sys.exit(SKIP)
+
+
+# ---- the program under test (a child process)
+
+def make_cases(torch):
+    """(case, op, dtype, layout, values, fn) for every intercepted op, dtype, layout and value kind,
+    and inputs(op, dtype, layout, values, generator), which makes a case's arguments."""
+    F = torch.nn.functional
+    cases = []
+    ops = {
+        "softmax": lambda x: torch.softmax(x, dim=-1),
+        "log_softmax": lambda x: F.log_softmax(x, dim=-1),
+        "layer_norm": lambda x, w, b: F.layer_norm(x, (x.shape[-1],), w, b),
+        "group_norm": lambda x, w, b: F.group_norm(x, 4, w, b),
+        "batch_norm": lambda x, m, v, w, b: F.batch_norm(x, m, v, w, b, training=False),
+        "instance_norm": lambda x, w, b: F.instance_norm(x, weight=w, bias=b),
+    }
+    if hasattr(F, "rms_norm"):
+        ops["rms_norm"] = lambda x, w: F.rms_norm(x, (x.shape[-1],), w, 1e-6)
+
+    def inputs(op, dtype, layout, values, gen):
+        four_d = op in ("group_norm", "batch_norm", "instance_norm")
+        shape = (6, 32, 12, 20) if four_d else (96, 700)
+        big = list(shape)
+        if layout == "strided" and not four_d:
+            big[-1] += 37  # rows of a wider tensor: row stride != row length
+        x = torch.randn(*big, generator=gen, dtype=torch.float32)
+        if values == "edge":
+            flat = x.view(-1)
+            idx = torch.randperm(flat.numel(), generator=gen)[:64]
+            flat[idx[:16]] = float("nan")
+            flat[idx[16:32]] = float("inf")
+            flat[idx[32:48]] = float("-inf")
+            flat[idx[48:]] = 1e4
+        x = x.to(dtype).cuda()
+        if layout == "strided":
+            x = x.to(memory_format=torch.channels_last) if four_d else x[..., :shape[-1]]
+        channels = shape[1] if four_d else shape[-1]
+
+        def param(offset=0.0):
+            return (torch.randn(channels, generator=gen) * 0.5 + 1.0 + offset).to(dtype).cuda()
+        if op in ("softmax", "log_softmax"):
+            return (x,)
+        if op == "rms_norm":
+            return (x, param())
+        if op == "batch_norm":
+            mean = torch.randn(channels, generator=gen).to(dtype).cuda()
+            var = (torch.rand(channels, generator=gen) + 0.5).to(dtype).cuda()
+            return (x, mean, var, param(), param(-1.0))
+        return (x, param(), param(-1.0))
+
+    for name, fn in ops.items():
+        for dtype in (torch.float32, torch.float16, torch.bfloat16):
+            for layout in ("contiguous", "strided"):
+                for values in ("finite", "edge"):
+                    case = f"{name}/{str(dtype).replace('torch.', '')}/{layout}/{values}"
+                    cases.append((case, name, dtype, layout, values, fn))
+    return cases, inputs
+
+
+def counters():
+    import ctypes
+    try:
+        adapter = ctypes.CDLL("libkjit_torch_adapter.so", mode=os.RTLD_NOLOAD | os.RTLD_LOCAL)
+    except OSError:
+        return None
+    values = (ctypes.c_uint64 * 5)()
+    n = adapter.kjit_adapter_counters(values, 5)
+    return dict(zip(["attached", "hits", "first_sights", "misses", "failures"], list(values)[:n]))
+
+
+def child_outputs(torch, calls):
+    """Every case `calls` times (first sight, then hits); the last outputs, on the CPU."""
+    cases, inputs = make_cases(torch)
+    outputs = {}
+    with torch.inference_mode():
+        for case, op, dtype, layout, values, fn in cases:
+            # The same inputs in every process (str hashes are salted per process; crc32 is not).
+            gen = torch.Generator().manual_seed(zlib.crc32(case.encode()))
+            args = inputs(op, dtype, layout, values, gen)
+            for _ in range(calls):
+                out = fn(*args)
+            outputs[case] = out.cpu()
+    torch.cuda.synchronize()
+    return outputs
+
+
+def child(args):
+    import torch
+    if args.child == "outputs":
+        outputs = child_outputs(torch, args.calls)
+        # A test harness's pause, not a program's: lets the shim's background thread send the
+        # miss reports of the last keys before the process exits.
+        time.sleep(args.linger)
+        torch.save({"outputs": outputs, "counters": counters()}, args.out)
+        return 0
+    # "loop": the same cases again and again for --seconds; every iteration compared with the first.
+    reference = child_outputs(torch, 1)
+    deadline = time.monotonic() + args.seconds
+    iterations, worst = 0, []
+    while time.monotonic() < deadline:
+        outputs = child_outputs(torch, 1)
+        iterations += 1
+        for case, out in outputs.items():
+            problem = compare(torch, case, out, reference[case])
+            if problem:
+                worst.append(f"iteration {iterations}: {problem}")
+    torch.save({"outputs": child_outputs(torch, 1), "counters": counters(), "iterations": iterations,
+                "problems": worst[:20]}, args.out)
+    return 0
+
+
+def tolerance(torch, dtype):
+    return {torch.float32: (1e-5, 1e-5), torch.float16: (2e-3, 2e-3), torch.bfloat16: (1.6e-2, 2e-2)}[dtype]
+
+
+def compare(torch, case, got, want):
+    """None if `got` equals `want` within the dtype's tolerance (NaN where eager has NaN), else why not."""
+    if got.dtype != want.dtype or got.shape != want.shape:
+        return f"{case}: {got.dtype}{list(got.shape)} vs eager {want.dtype}{list(want.shape)}"
+    rtol, atol = tolerance(torch, want.dtype)
+    try:
+        torch.testing.assert_close(got, want, rtol=rtol, atol=atol, equal_nan=True)
+    except AssertionError as e:
+        return f"{case}: {str(e).splitlines()[0]} ... {' '.join(str(e).split())[:300]}"
+    return None
+
+
+# ---- the driver
+
+class Env:
+    def __init__(self, args, work):
+        self.args = args
+        self.work = work
+        self.cache = os.path.join(work, "cache.db")
+        self.env = dict(os.environ)
+        for k in ("LD_PRELOAD", "KJIT_DISABLE", "KJIT_OPS", "KJIT_ENDPOINT", "KJIT_CONFIG"):
+            self.env.pop(k, None)
+        self.env.update(KJIT_CACHE=self.cache, KJIT_RUNTIME_DIR=os.path.join(work, "run"),
+                        KJIT_CACHE_DIR=os.path.join(work, "state"), XDG_CONFIG_HOME=os.path.join(work, "config"),
+                        KJIT_LOG="1")
+        self.kjitd_pid = None
+
+    def program(self, mode, out, shim=True, background=False, **extra):
+        env = dict(self.env)
+        if shim:
+            env["LD_PRELOAD"] = self.args.preload
+        cmd = [sys.executable, os.path.abspath(__file__), "--child", mode, "--out", out]
+        for k, v in extra.items():
+            cmd += [f"--{k}", str(v)]
+        log = open(out + ".log", "w")
+        p = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+        if background:
+            return p
+        return self.finish(p, out)
+
+    def finish(self, p, out):
+        status = p.wait(timeout=900)
+        text = open(out + ".log").read()
+        if status != 0:
+            fail(f"the program exited with status {status}:\n{text[-4000:]}")
+        import torch
+        return torch.load(out, weights_only=False), text
+
+    def kjit(self, *words, check=True):
+        r = subprocess.run([self.args.kjit, *words], env=self.env, capture_output=True, text=True, timeout=120)
+        if check and r.returncode != 0:
+            fail(f"kjit {' '.join(words)}: status {r.returncode}\n{r.stdout}\n{r.stderr}")
+        return r
+
+    def start_kjitd(self, *flags):
+        r = self.kjit("daemon", "start", "--", "--when", "never", "--watch-interval-ms", "100", *flags)
+        self.kjitd_pid = int(r.stdout.split("(pid ")[1].split(",")[0])
+
+    def stop_kjitd(self):
+        self.kjit("daemon", "stop", check=False)
+
+    def seed(self):
+        r = subprocess.run([self.args.seed, "--direct", "--cache", self.cache], env=self.env, capture_output=True,
+                           text=True, timeout=600)
+        if r.returncode != 0:
+            fail(f"kjit_seed_defaults: status {r.returncode}\n{r.stdout}\n{r.stderr}")
+        stored = r.stdout.count("stored unverified")
+        print(f"seeded {stored} kernels:\n{r.stdout}")
+        return stored
+
+    def records(self):
+        db = sqlite3.connect(self.cache)
+        try:
+            return db.execute("SELECT id, status, status_reason, key_text FROM kernels").fetchall()
+        finally:
+            db.close()
+
+
+def fail(message):
+    print(f"FAIL: {message}")
+    sys.exit(1)
+
+
+def compare_all(torch, got, want, what):
+    problems = [p for p in (compare(torch, case, got[case], want[case]) for case in want) if p]
+    for p in problems[:30]:
+        print(f"  {p}")
+    if problems:
+        fail(f"{len(problems)} of {len(want)} outputs {what} differ from eager beyond tolerance")
+    print(f"{len(want)} outputs {what}: equal to eager within tolerance")
+
+
+def first_run_and_seed(e):
+    """Eager reference (no shim); one run under the shim with kjitd to queue every key; kernels for them."""
+    import torch
+    reference, _ = e.program("outputs", os.path.join(e.work, "eager.pt"), shim=False, calls=1)
+    e.start_kjitd()
+    first, log = e.program("outputs", os.path.join(e.work, "first.pt"), calls=2, linger=2)
+    c = first["counters"]
+    if not c or not c.get("attached"):
+        fail(f"the PyTorch adapter did not attach in the program (counters {c}):\n{log[-3000:]}")
+    compare_all(torch, first["outputs"], reference["outputs"], "with every key missing")
+    e.stop_kjitd()
+    if e.seed() == 0:
+        fail("no kernel could be made for any key the program missed (were the misses reported?)")
+    return reference["outputs"]
+
+
+def case_equivalence(e):
+    import torch
+    reference = first_run_and_seed(e)
+    # kjitd absent from here on: the program must not need it.
+    second, log = e.program("outputs", os.path.join(e.work, "second.pt"), calls=3)
+    c = second["counters"]
+    print(f"counters: {c}")
+    if not c["hits"]:
+        fail(f"no call was served by a cached kernel:\n{log[-3000:]}")
+    if c["failures"]:
+        fail(f"{c['failures']} records failed in the shim:\n{log[-3000:]}")
+    compare_all(torch, second["outputs"], reference, "served by kjit's kernels")
+
+
+def case_corrupt(e):
+    import torch
+    reference = first_run_and_seed(e)
+    db = sqlite3.connect(e.cache)
+    with db:
+        # One byte of every CUBIN changed: what a disk or a stray write could do.
+        for rid, cubin in db.execute("SELECT id, cubin FROM kernels").fetchall():
+            b = bytearray(cubin)
+            b[len(b) // 2] ^= 0x40
+            db.execute("UPDATE kernels SET cubin = ? WHERE id = ?", (bytes(b), rid))
+    db.close()
+    run, log = e.program("outputs", os.path.join(e.work, "corrupt.pt"), calls=3)
+    if run["counters"]["hits"]:
+        fail(f"{run['counters']['hits']} calls were served by corrupted records")
+    compare_all(torch, run["outputs"], reference, "with corrupted records")
+    statuses = {status for _, status, _, _ in e.records()}
+    if statuses != {3}:
+        fail(f"corrupted records were not all quarantined (statuses {statuses}; 3 is quarantined)")
+
+
+def case_load_failure(e):
+    import torch
+    reference = first_run_and_seed(e)
+    r = subprocess.run([e.args.break_records, e.cache], capture_output=True, text=True)
+    if r.returncode != 0:
+        fail(f"break_records: {r.stdout}{r.stderr}")
+    e.start_kjitd()
+    run, log = e.program("outputs", os.path.join(e.work, "broken.pt"), calls=3)
+    c = run["counters"]
+    if c["hits"] or not c["failures"]:
+        fail(f"broken records: expected failures and no hits, counters {c}:\n{log[-3000:]}")
+    compare_all(torch, run["outputs"], reference, "with records that cannot be loaded")
+    # kjitd has the reports: every broken record it heard of is out of service, its key queued.
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        quarantined = [r for r in e.records() if r[1] == 3 and "load failure" in r[2]]
+        if len(quarantined) >= c["failures"]:
+            break
+        time.sleep(0.2)
+    else:
+        fail(f"kjitd did not take the failing records out of service: {e.records()}")
+    tasks = json.loads(e.kjit("tasks", "--state", "queued", "--json").stdout)
+    if not any("re-verify record" in t["detail"] for t in tasks):
+        fail(f"no re-verification task queued: {tasks}")
+    e.stop_kjitd()
+
+
+def loop_with(e, action, seconds=60):
+    """The program loops for `seconds` under the shim; `action` runs 3 s in."""
+    out = os.path.join(e.work, "loop.pt")
+    p = e.program("loop", out, background=True, seconds=seconds)
+    time.sleep(3)
+    action()
+    run, log = e.finish(p, out)
+    if run["problems"]:
+        fail("results moved beyond tolerance during the run:\n  " + "\n  ".join(run["problems"]))
+    print(f"{run['iterations']} iterations, counters {run['counters']}")
+    return run, log
+
+
+def case_hotswap(e):
+    import torch
+    reference, _ = e.program("outputs", os.path.join(e.work, "eager.pt"), shim=False, calls=1)
+    e.start_kjitd()
+    # The program starts with no kernels; they are stored (and announced by kjitd) while it runs.
+    run, log = loop_with(e, lambda: (time.sleep(1.0), e.seed()))
+    e.stop_kjitd()
+    if not run["counters"]["hits"]:
+        fail(f"no kernel was swapped in while the program ran:\n{log[-3000:]}")
+    compare_all(torch, run["outputs"], reference["outputs"], "after hot-swaps")
+
+
+def case_kill_kjitd(e):
+    import torch
+    reference = first_run_and_seed(e)
+    e.start_kjitd()
+    pid = e.kjitd_pid
+    run, log = loop_with(e, lambda: os.kill(pid, signal.SIGKILL))
+    compare_all(torch, run["outputs"], reference, "after kjitd was killed")
+    if not run["counters"]["hits"]:
+        fail("the cached kernels were not used")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("case", nargs="?", choices=["equivalence", "corrupt", "load_failure", "hotswap",
+                                                    "kill_kjitd"])
+    parser.add_argument("--kjit")
+    parser.add_argument("--preload")
+    parser.add_argument("--seed")
+    parser.add_argument("--break-records")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    parser.add_argument("--calls", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--seconds", type=float, default=10, help=argparse.SUPPRESS)
+    parser.add_argument("--linger", type=float, default=0, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        return child(args)
+    if not args.case:
+        parser.error("give a case")
+
+    try:
+        import torch
+    except ImportError:
+        skip("the torch Python package is not installed for " + sys.executable)
+    if not torch.cuda.is_available():
+        skip(f"PyTorch {torch.__version__} sees no CUDA device")
+    for what, path in (("kjit", args.kjit), ("libkjit_preload.so", args.preload),
+                       ("kjit_seed_defaults", args.seed), ("kjit_test_break_records", args.break_records)):
+        if not path or not os.path.exists(path):
+            fail(f"{what} not found at {path}")
+    adapter = os.path.join(os.path.dirname(args.preload), "libkjit_torch_adapter.so")
+    if not os.path.exists(adapter):
+        skip(f"{adapter} is not built (KJIT_WITH_TORCH=OFF?)")
+    work = tempfile.mkdtemp(prefix="kjit-shim-py-", dir="/tmp")
+    e = Env(args, work)
+    try:
+        globals()[f"case_{args.case}"](e)
+    finally:
+        e.stop_kjitd()
+    print("PASS")
+    subprocess.run(["rm", "-rf", work])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
