@@ -11,7 +11,8 @@
 # (at most 8 files come back from the device tool)
 # Set KJIT_GPU_RUN_SKIP_BENCH=1 to skip the benchmarks, KJIT_GPU_RUN_SKIP_TESTS=1 to skip
 # the tests (a second call on a warm machine reuses build-gpu/), KJIT_GPU_RUN_TUNE=1 to
-# verify and search the design spaces (tune.md, tune.tar.gz; see the step at the end).
+# verify and search the design spaces (tune.md, tune.tar.gz; see the step at the end),
+# KJIT_GPU_RUN_SHIM=1 to measure the shim and run its example twice (shim.tar.gz).
 # One device call is at most 10 minutes: split the work over calls, e.g.
 #   KJIT_GPU_RUN_SKIP_BENCH=1 KJIT_GPU_RUN_SKIP_TESTS=1 KJIT_GPU_RUN_TUNE=1 \
 #     KJIT_TUNE_FAMILIES=softmax KJIT_TUNE_VERIFY_S=150 KJIT_TUNE_SEARCH_S=300 bash scripts/gpu-run.sh
@@ -122,5 +123,27 @@ if [[ "${KJIT_GPU_RUN_TUNE:-0}" == 1 ]]; then
   done
   cat "$tune"/*-search.md "$tune/torch-baselines.md" > "$OUT/tune.md" 2>/dev/null
   tar -C /tmp -czf "$OUT/tune.tar.gz" kjit-tune
+fi
+if [[ "${KJIT_GPU_RUN_SHIM:-0}" == 1 ]]; then
+  # The shim end to end (issue 9): its host overhead per call, and the example
+  # program run twice under `kjit run` with a private cache and kjitd: first all
+  # misses, then kjit_seed_defaults (the expert default per queued key, verified
+  # by kjitd's evaluator and stored if faster), then the hits. Into shim.tar.gz.
+  shim=/tmp/kjit-shim; rm -rf "$shim"; mkdir -p "$shim/run"
+  export KJIT_CACHE="$shim/cache.db" KJIT_RUNTIME_DIR="$shim/run" XDG_CACHE_HOME="$shim/xdg"
+  timeout 150 python3 benchmarks/shim_overhead.py --build "$build" --prepare-hit --json "$shim/overhead.json" \
+    > "$shim/overhead.md" 2> "$shim/overhead.err"
+  note "shim overhead: rc=$?"; cat "$shim/overhead.md" >> "$summary"
+  app=(python3 examples/shim_app/app.py --iters "${KJIT_SHIM_ITERS:-50}")
+  timeout 120 "$build/daemon/kjit" run -- "${app[@]}" --json "$shim/run1.json" > "$shim/run1.txt" 2>&1
+  note "app run 1 (misses): rc=$?"
+  timeout 240 "$build/examples/shim_app/kjit_seed_defaults" > "$shim/seed.txt" 2>&1
+  note "kjit_seed_defaults: rc=$? $(grep -ci stored "$shim/seed.txt") lines saying stored"
+  timeout 120 "$build/daemon/kjit" run -- "${app[@]}" --json "$shim/run2.json" > "$shim/run2.txt" 2>&1
+  note "app run 2 (hits): rc=$?"
+  "$build/daemon/kjit" cache ls > "$shim/cache-ls.txt" 2>&1
+  "$build/daemon/kjit" daemon stop > /dev/null 2>&1 || pkill -f "$build/daemon/kjitd" || true
+  unset KJIT_CACHE KJIT_RUNTIME_DIR XDG_CACHE_HOME
+  tar -C /tmp -czf "$OUT/shim.tar.gz" kjit-shim
 fi
 [[ $rc_tests -eq 0 && $skipped_gpu -eq 0 ]]
