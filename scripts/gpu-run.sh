@@ -131,15 +131,15 @@ if [[ "${KJIT_GPU_RUN_SHIM:-0}" == 1 ]]; then
   # by kjitd's evaluator and stored if faster), then the hits. Into shim.tar.gz.
   shim=/tmp/kjit-shim; rm -rf "$shim"; mkdir -p "$shim/run"
   export KJIT_CACHE="$shim/cache.db" KJIT_RUNTIME_DIR="$shim/run" XDG_CACHE_HOME="$shim/xdg"
-  timeout 150 python3 benchmarks/shim_overhead.py --build "$build" --prepare-hit --json "$shim/overhead.json" \
+  timeout 100 python3 benchmarks/shim_overhead.py --build "$build" --prepare-hit --json "$shim/overhead.json" \
     > "$shim/overhead.md" 2> "$shim/overhead.err"
   note "shim overhead: rc=$?"; cat "$shim/overhead.md" >> "$summary"
-  app=(python3 examples/shim_app/app.py --iters "${KJIT_SHIM_ITERS:-50}")
-  timeout 120 "$build/daemon/kjit" run -- "${app[@]}" --json "$shim/run1.json" > "$shim/run1.txt" 2>&1
+  app=(python3 examples/shim_app/app.py --iters "${KJIT_SHIM_ITERS:-30}")
+  timeout 75 "$build/daemon/kjit" run -- "${app[@]}" --json "$shim/run1.json" > "$shim/run1.txt" 2>&1
   note "app run 1 (misses): rc=$?"
-  timeout 240 "$build/examples/shim_app/kjit_seed_defaults" > "$shim/seed.txt" 2>&1
+  timeout 120 "$build/examples/shim_app/kjit_seed_defaults" > "$shim/seed.txt" 2>&1
   note "kjit_seed_defaults: rc=$? $(grep -ci stored "$shim/seed.txt") lines saying stored"
-  timeout 120 "$build/daemon/kjit" run -- "${app[@]}" --json "$shim/run2.json" > "$shim/run2.txt" 2>&1
+  timeout 75 "$build/daemon/kjit" run -- "${app[@]}" --json "$shim/run2.json" > "$shim/run2.txt" 2>&1
   note "app run 2 (hits): rc=$?"
   "$build/daemon/kjit" cache ls > "$shim/cache-ls.txt" 2>&1
   "$build/daemon/kjit" daemon stop > /dev/null 2>&1 || pkill -f "$build/daemon/kjitd" || true
