@@ -341,18 +341,20 @@ class Scan final : public Family {
       if (p.outer * p.inner >= dev.sm_count * 512 * 4) {
         return first_valid({point(kColumns, 256, 4, 1, 0)});
       }
-      return first_valid({point(kColumnsBlock, 256, 4, 1, 0), point(kColumns, 128, 4, 1, 0)});
+      // (A warp of threads reading one row at a time is valid for every column layout.)
+      return first_valid(
+          {point(kColumnsBlock, 256, 4, 1, 0), point(kColumns, 128, 4, 1, 0), point(kColumns, 32, 1, 1, 0)});
     }
     // Rows. With at least 16 rows per SM a warp per row keeps the GPU busy with no block barrier and
     // the carry in a register; 4 vectors per lane plus the prefetched tile keep ~64 KB in flight per SM.
     if (p.rows() >= dev.sm_count * 16 || p.len <= 1024) {
-      return first_valid({point(kWarp, 128, 4, 1, 1), point(kWarp, 128, 1, 1, 0)});
+      return first_valid({point(kWarp, 128, 4, 1, 1), point(kWarp, 32, 1, 1, 0)});
     }
     // Too few rows to fill the GPU one block each, and long: split each over a cluster.
     if (p.rows() < 2 * dev.sm_count && p.len >= 65536) {
-      return first_valid({point(kCluster, 512, 4, 8, 1), point(kBlock, 512, 4, 1, 1)});
+      return first_valid({point(kCluster, 512, 4, 8, 1), point(kBlock, 512, 4, 1, 1), point(kWarp, 32, 1, 1, 0)});
     }
-    return first_valid({point(kBlock, 512, 4, 1, 1), point(kBlock, 256, 4, 1, 1), point(kWarp, 128, 1, 1, 0)});
+    return first_valid({point(kBlock, 512, 4, 1, 1), point(kBlock, 256, 4, 1, 1), point(kWarp, 32, 1, 1, 0)});
   }
 
   Result<Candidate> Generate(const Problem& problem, const Point& pt, const DeviceFacts& dev) const override {

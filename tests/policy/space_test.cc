@@ -516,7 +516,8 @@ TEST(ScanSpace, ChecksFollowTheLayout) {
   EXPECT_NE(why(rows, point(0, 128, 4, 16, 1, 1)).find("values per thread"), std::string::npos);
   EXPECT_NE(why(rows, point(1, 32, 4, 4, 1, 0)).find("warp strategy"), std::string::npos);
   // One tile covers a short row: nothing to prefetch; a large tile: fewer items do.
-  const Match short_rows = problem_of(ScanKey("aten::cumsum", TensorDesc::Contiguous(DType::kFloat16, {65536, 100}), 1));
+  const Match short_rows =
+      problem_of(ScanKey("aten::cumsum", TensorDesc::Contiguous(DType::kFloat16, {65536, 100}), 1));
   EXPECT_NE(why(short_rows, point(0, 128, 4, 1, 1, 1)).find("nothing to prefetch"), std::string::npos);
   EXPECT_NE(why(short_rows, point(0, 128, 4, 4, 1, 0)).find("fewer items"), std::string::npos);
   // Odd rows and misaligned inputs refuse vectors.
@@ -527,10 +528,14 @@ TEST(ScanSpace, ChecksFollowTheLayout) {
   const Match narrow = problem_of(ScanKey("aten::cumsum", misaligned, 1));
   for (const Point& v : ValidPoints(*narrow.family, *narrow.problem, device)) EXPECT_LE(v.at("vec"), 2);
   // A middle dim: the columns strategies only; vectors along the inner extent.
-  const Match middle = problem_of(ScanKey("aten::cumsum", TensorDesc::Contiguous(DType::kFloat32, {128, 4096, 512}), 1));
+  const Match middle =
+      problem_of(ScanKey("aten::cumsum", TensorDesc::Contiguous(DType::kFloat32, {128, 4096, 512}), 1));
   EXPECT_NE(why(middle, point(0, 128, 4, 4, 1, 0)).find("dim last"), std::string::npos);
   EXPECT_NE(why(middle, point(3, 128, 4, 4, 1, 1)).find("prefetch"), std::string::npos);
-  EXPECT_NE(why(middle, point(4, 1024, 4, 4, 1, 0)).find("shared memory"), std::string::npos);
+  const Match halves =
+      problem_of(ScanKey("aten::cumprod", TensorDesc::Contiguous(DType::kFloat16, {64, 512, 24}), 1));
+  EXPECT_TRUE(halves.family->Check(*halves.problem, point(4, 512, 8, 4, 1, 0), device).ok());
+  EXPECT_NE(why(halves, point(4, 1024, 8, 4, 1, 0)).find("shared memory"), std::string::npos);
   const Match odd_inner = problem_of(ScanKey("aten::cumprod", TensorDesc::Contiguous(DType::kFloat32, {8, 33, 7}), 1));
   for (const Point& v : ValidPoints(*odd_inner.family, *odd_inner.problem, device)) {
     EXPECT_EQ(v.at("vec"), 1) << PointToString(v);
