@@ -19,6 +19,7 @@
 #endif
 #undef __launch_bounds__
 #define __launch_bounds__(...)
+#undef __cluster_dims__
 #define __cluster_dims__(...)
 struct emu_dim3 { unsigned x = 0, y = 0, z = 0; };
 extern thread_local emu_dim3 threadIdx, blockIdx;
