@@ -141,6 +141,14 @@ std::vector<OpKey> HeadroomKeys(const policy::Family& f) {
                                     NoneArg{}, NoneArg{}, true, 0.1, 1e-5},
                                    90));
     }
+  } else if (name == "scan") {
+    // torch.cumsum(x, 1) / torch.cumprod(x, 1): dtype None.
+    for (const char* op : {"aten::cumsum", "aten::cumprod"}) {
+      for (auto [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{
+               {4096, 32768}, {2048, 32768}, {8192, 32768}, {4095, 32767}}) {
+        keys.push_back(OpKey::Single(op, "", {TensorDesc::Contiguous(f32, {rows, cols}), int64_t{1}, NoneArg{}}, 90));
+      }
+    }
   }
   return keys;
 }

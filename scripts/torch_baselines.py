@@ -45,6 +45,12 @@ def cases(torch, family):
             lambda s=shape: (torch.randn(*s, device="cuda"),), lambda x: F.group_norm(x, 8))
         add("instance_norm", f"instance_norm f32 {'x'.join(map(str, shape))}", f"instance_norm f32{list(shape)}",
             lambda s=shape: (torch.randn(*s, device="cuda"),), lambda x: F.instance_norm(x))
+    for op in ("cumsum", "cumprod"):
+        for shape in [(4096, 32768), (2048, 32768), (8192, 32768), (4095, 32767)]:
+            rows, cols = shape
+            add("scan", f"{op} f32 {rows}x{cols} dim 1", f"aten::{op}(f32[{rows},{cols}], 1, None) sm_90",
+                lambda r=rows, c=cols: (torch.randn(r, c, device="cuda"),),
+                lambda x, f=getattr(torch, op): f(x, 1))
     return out
 
 

@@ -1,0 +1,60 @@
+// CPU emulation of the CUDA features the scan kernels use (tests/policy/emu/run.sh): one std::thread
+// per CUDA thread, shuffles and barriers through std::barrier, __shared__ arrays as per-block slabs,
+// distributed shared memory by block rank. Enough for those kernels, not a general CUDA emulator.
+#pragma once
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <barrier>
+#include <optional>
+#include <cstring>
+#include <cstdint>
+#ifndef __device__
+#define __device__
+#endif
+#ifndef __global__
+#define __global__
+#endif
+#ifndef __forceinline__
+#define __forceinline__ inline
+#endif
+#undef __launch_bounds__
+#define __launch_bounds__(...)
+#undef __cluster_dims__
+#define __cluster_dims__(...)
+struct emu_dim3 { unsigned x = 0, y = 0, z = 0; };
+extern thread_local emu_dim3 threadIdx, blockIdx;
+extern emu_dim3 blockDim, gridDim;
+struct EmuBlock { std::barrier<>* block_bar; std::barrier<>* warp_bar[32]; float warp_slot[32][32]; char* shared; };
+extern thread_local EmuBlock* emu_block;
+extern std::barrier<>* emu_cluster_bar;
+extern thread_local std::optional<std::barrier<>::arrival_token> emu_token;
+extern int emu_cluster;
+constexpr long long EMU_SLAB = 1 << 16, EMU_VARS = 8;
+inline void* emu_shared(int id) { return emu_block->shared + id * EMU_SLAB; }
+inline void __syncthreads() { emu_block->block_bar->arrive_and_wait(); }
+inline float emu_exchange(float v, int src_lane) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  emu_block->warp_slot[warp][lane] = v;
+  emu_block->warp_bar[warp]->arrive_and_wait();
+  const float r = emu_block->warp_slot[warp][src_lane];
+  emu_block->warp_bar[warp]->arrive_and_wait();
+  return r;
+}
+inline float __shfl_up_sync(unsigned, float v, int d) {
+  const int lane = threadIdx.x % 32;
+  return emu_exchange(v, lane >= d ? lane - d : lane);
+}
+inline float __shfl_sync(unsigned, float v, int src) { return emu_exchange(v, src); }
+inline unsigned __clusterRelativeBlockRank() { return blockIdx.x % emu_cluster; }
+inline void __cluster_barrier_arrive() { emu_token.emplace(emu_cluster_bar->arrive()); }
+inline void __cluster_barrier_wait() { emu_cluster_bar->wait(std::move(*emu_token)); emu_token.reset(); }
+inline void* __cluster_map_shared_rank(void* p, int r) {
+  const long long per_block = EMU_SLAB * EMU_VARS;
+  const int rank = blockIdx.x % emu_cluster;
+  return static_cast<char*>(p) + (long long)(r - rank) * per_block;
+}
+template <typename T> inline T __ldcs(const T* p) { return *p; }
+template <typename T> inline void __stcs(T* p, T v) { *p = v; }
+inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
+inline float __uint_as_float(unsigned i) { float f; std::memcpy(&f, &i, 4); return f; }
+inline unsigned __float_as_uint(float f) { unsigned i; std::memcpy(&i, &f, 4); return i; }
