@@ -36,7 +36,7 @@ const std::vector<std::pair<std::string, std::string>>& ConfigKeys() {
        "client public keys (Z85, one per line) allowed on tcp_endpoint; empty: any client that knows the server key"},
       {"cache", "the kernel cache database"},
       {"pid_file", "pid file; also what keeps one kjitd per endpoint"},
-      {"log_file", "where logs go when detached (JSON lines); empty: stderr"},
+      {"log_file", "where logs go (JSON lines); empty: stderr in the foreground, nowhere when detached (`kjit run` then passes its own)"},
       {"log_level", "error, warn, info or debug"},
       {"watch_interval_ms", "how often kjitd looks for newly verified kernels to announce"},
       {"evaluator", "the evaluator worker program; 'auto': kjit-evaluator beside kjitd"},
