@@ -193,6 +193,41 @@ TEST(SoftmaxSpace, LongFewRowsSplitAcrossAClusterByDefault) {
 }
 
 
+// An odd row length: the block-per-row strategies take whole vectors between a
+// scalar head and tail (each row starts at another alignment); the strategies
+// that hold or split the row still need VEC to divide it.
+TEST(SoftmaxSpace, OddRowsKeepVectorsWhereABlockOwnsTheRow) {
+  const OpKey key = OpKey::Single("aten::_softmax", "",
+                                  {TensorDesc::Contiguous(DType::kFloat32, {4095, 16383}), int64_t{-1}, false}, 90);
+  auto found = FindFamily(key);
+  ASSERT_TRUE(found.ok()) << found.status().ToString();
+  const Family& f = *found->family;
+  const DeviceFacts dev = DeviceFacts::H200();
+  auto point = [](int64_t strategy, int64_t threads, int64_t vec, int64_t cluster) {
+    return Point{{"strategy", strategy}, {"threads", threads}, {"vec", vec},
+                 {"cluster", cluster},   {"unroll", 1},        {"hint", 0}};
+  };
+  for (int64_t strategy : {2, 3}) {  // shared memory, online
+    const Point p = point(strategy, 512, 4, 1);
+    EXPECT_TRUE(f.Check(*found->problem, p, dev).ok()) << PointToString(p);
+    auto c = f.Generate(*found->problem, p, dev);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    EXPECT_NE(c->source.find("constexpr bool RAGGED = true;"), std::string::npos);
+  }
+  EXPECT_FALSE(f.Check(*found->problem, point(1, 1024, 4, 1), dev).ok());  // registers
+  EXPECT_FALSE(f.Check(*found->problem, point(5, 512, 4, 8), dev).ok());   // cluster, staged
+  const Point def = f.ExpertDefault(*found->problem, dev);
+  EXPECT_EQ(def.at("vec"), 4) << PointToString(def);
+  // A length the vector divides generates the plain loops.
+  auto even = FindFamily(OpKey::Single("aten::_softmax", "",
+                                       {TensorDesc::Contiguous(DType::kFloat32, {4096, 16384}), int64_t{-1}, false}, 90));
+  ASSERT_TRUE(even.ok());
+  auto c = even->family->Generate(*even->problem, point(3, 512, 4, 1), dev);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_NE(c->source.find("constexpr bool RAGGED = false;"), std::string::npos);
+}
+
+
 OpKey LayerNormKey(TensorDesc x, std::vector<int64_t> shape, Arg weight, Arg bias, double eps = 1e-5) {
   return OpKey::Single("aten::native_layer_norm", "", {std::move(x), IntList(shape), std::move(weight), std::move(bias), eps},
                        90);
