@@ -149,6 +149,30 @@ std::vector<OpKey> HeadroomKeys(const policy::Family& f) {
         keys.push_back(OpKey::Single(op, "", {TensorDesc::Contiguous(f32, {rows, cols}), int64_t{1}, NoneArg{}}, 90));
       }
     }
+  } else if (name == "pool") {
+    // F.max_pool2d(x, 3, 2, 1, return_indices=True), F.max_pool3d(...), F.avg_pool3d(x, 3, 2, 1): kernel 3,
+    // stride 2, padding 1 (the index-free calls reach the same op and compute the indices anyway).
+    for (auto s : std::vector<std::vector<int64_t>>{
+             {32, 64, 256, 256}, {16, 64, 256, 256}, {64, 64, 256, 256}, {31, 64, 255, 255}}) {
+      keys.push_back(OpKey::Single("aten::max_pool2d_with_indices", "",
+                                   {TensorDesc::Contiguous(f32, s), IntList{3, 3}, IntList{2, 2}, IntList{1, 1},
+                                    IntList{1, 1}, false},
+                                   90));
+    }
+    const std::vector<std::vector<int64_t>> volumes = {
+        {16, 32, 64, 128, 128}, {8, 32, 64, 128, 128}, {32, 32, 64, 128, 128}, {15, 32, 63, 127, 127}};
+    for (const auto& s : volumes) {
+      keys.push_back(OpKey::Single("aten::max_pool3d_with_indices", "",
+                                   {TensorDesc::Contiguous(f32, s), IntList{3, 3, 3}, IntList{2, 2, 2},
+                                    IntList{1, 1, 1}, IntList{1, 1, 1}, false},
+                                   90));
+    }
+    for (const auto& s : volumes) {
+      keys.push_back(OpKey::Single("aten::avg_pool3d", "",
+                                   {TensorDesc::Contiguous(f32, s), IntList{3, 3, 3}, IntList{2, 2, 2},
+                                    IntList{1, 1, 1}, false, true, NoneArg{}},
+                                   90));
+    }
   }
   return keys;
 }

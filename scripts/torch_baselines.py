@@ -51,6 +51,26 @@ def cases(torch, family):
             add("scan", f"{op} f32 {rows}x{cols} dim 1", f"aten::{op}(f32[{rows},{cols}], 1, None) sm_90",
                 lambda r=rows, c=cols: (torch.randn(r, c, device="cuda"),),
                 lambda x, f=getattr(torch, op): f(x, 1))
+    # Pooling: kernel 3, stride 2, padding 1. kjit serves the ops with indices (max_pool2d/3d without
+    # them reach the same CUDA op, which computes them anyway), so eager and torch.compile are asked for
+    # the indices too: otherwise Inductor would skip them and the comparison would not be like for like.
+    def pool_text(op, shape, rest):  # as OpKey::ToString writes the key
+        return f"aten::{op}(f32[{','.join(map(str, shape))}], {rest}) sm_90"
+    for shape in [(32, 64, 256, 256), (16, 64, 256, 256), (64, 64, 256, 256), (31, 64, 255, 255)]:
+        add("pool", f"max_pool2d f32 {'x'.join(map(str, shape))} k3 s2 p1",
+            pool_text("max_pool2d_with_indices", shape, "[3, 3], [2, 2], [1, 1], [1, 1], False"),
+            lambda s=shape: (torch.randn(*s, device="cuda"),),
+            lambda x: F.max_pool2d(x, 3, 2, 1, return_indices=True))
+    volumes = [(16, 32, 64, 128, 128), (8, 32, 64, 128, 128), (32, 32, 64, 128, 128), (15, 32, 63, 127, 127)]
+    for shape in volumes:
+        add("pool", f"max_pool3d f32 {'x'.join(map(str, shape))} k3 s2 p1",
+            pool_text("max_pool3d_with_indices", shape, "[3, 3, 3], [2, 2, 2], [1, 1, 1], [1, 1, 1], False"),
+            lambda s=shape: (torch.randn(*s, device="cuda"),),
+            lambda x: F.max_pool3d(x, 3, 2, 1, return_indices=True))
+    for shape in volumes:
+        add("pool", f"avg_pool3d f32 {'x'.join(map(str, shape))} k3 s2 p1",
+            pool_text("avg_pool3d", shape, "[3, 3, 3], [2, 2, 2], [1, 1, 1], False, True, None"),
+            lambda s=shape: (torch.randn(*s, device="cuda"),), lambda x: F.avg_pool3d(x, 3, 2, 1))
     return out
 
 
@@ -81,7 +101,7 @@ def time_pair(torch, fns, args, runs, flush):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--family", help="only this family (softmax, layer_norm, group_norm, instance_norm)")
+    p.add_argument("--family", help="only this family (softmax, layer_norm, group_norm, instance_norm, scan, pool)")
     p.add_argument("--runs", type=int, default=100)
     p.add_argument("--cases-only", action="store_true",
                    help="only the headroom table's cases, not their neighbours (the first of each group of four)")

@@ -3,6 +3,7 @@
 #include "batch_norm/batch_norm.h"
 #include "group_norm/group_norm.h"
 #include "layer_norm/layer_norm.h"
+#include "pool/pool.h"
 #include "scan/scan.h"
 #include "softmax/softmax.h"
 
@@ -16,6 +17,7 @@ const std::vector<const Family*>& Families() {
     f.push_back(BatchNormFamily());
     f.push_back(GroupNormFamily());
     f.push_back(ScanFamily());
+    f.push_back(PoolFamily());
     // Each family declares what the evaluator must know about its ops.
     for (const Family* family : f) {
       for (const std::string& op : family->ops()) DeclareOpTraits(op, family->traits(op));

@@ -627,5 +627,160 @@ TEST(ScanSpace, TraitsKeepOrderDependentInputsAway) {
   EXPECT_EQ(TraitsFor("aten::cumsum").tolerance_by_dtype.at(DType::kFloat32).rtol, 1e-5);
 }
 
+OpKey MaxPoolKey(const char* op, TensorDesc x, IntList k, IntList s, IntList p, IntList d, bool ceil) {
+  return OpKey::Single(op, "", {std::move(x), k, s, p, d, ceil}, 90);
+}
+OpKey AvgPoolKey(const char* op, TensorDesc x, IntList k, IntList s, IntList p, bool ceil, bool include, Arg div) {
+  return OpKey::Single(op, "", {std::move(x), k, s, p, ceil, include, std::move(div)}, 90);
+}
+TensorDesc ChannelsLast(DType dt, std::vector<int64_t> s) {
+  TensorDesc t = TensorDesc::Contiguous(dt, s);
+  t.strides[1] = 1;
+  int64_t stride = s[1];
+  for (size_t d = s.size() - 1; d >= 2; --d) {
+    t.strides[d] = stride;
+    stride *= s[d];
+  }
+  t.strides[0] = stride;
+  return t;
+}
+
+TEST(PoolSpace, DeclinesWhatItCannotServe) {
+  auto reason = [](const OpKey& key) {
+    auto found = FindFamily(key);
+    EXPECT_FALSE(found.ok()) << key.ToString();
+    return found.ok() ? std::string() : found.status().message();
+  };
+  const char* m2 = "aten::max_pool2d_with_indices";
+  const char* a3 = "aten::avg_pool3d";
+  const TensorDesc x = TensorDesc::Contiguous(DType::kFloat32, {2, 3, 16, 16});
+  // The composite ops never reach a CUDA kernel: nothing to serve.
+  EXPECT_FALSE(FindFamily(MaxPoolKey("aten::max_pool2d", x, {3, 3}, {2, 2}, {1, 1}, {1, 1}, false)).ok());
+  EXPECT_NE(reason(MaxPoolKey(m2, TensorDesc::Contiguous(DType::kFloat64, {2, 3, 8, 8}), {2}, {}, {0}, {1}, false))
+                .find("not served"),
+            std::string::npos);
+  TensorDesc transposed = x;
+  transposed.strides = {768, 256, 1, 16};
+  EXPECT_NE(reason(MaxPoolKey(m2, transposed, {2}, {}, {0}, {1}, false)).find("neither"), std::string::npos);
+  // What PyTorch itself rejects: padding over half the kernel, an empty output, a zero divisor.
+  EXPECT_NE(reason(MaxPoolKey(m2, x, {3, 3}, {1, 1}, {2, 2}, {1, 1}, false)).find("half the kernel"), std::string::npos);
+  EXPECT_NE(reason(MaxPoolKey(m2, TensorDesc::Contiguous(DType::kFloat32, {2, 3, 2, 2}), {3, 3}, {1, 1}, {0, 0}, {1, 1},
+                              false))
+                .find("output size"),
+            std::string::npos);
+  EXPECT_NE(reason(AvgPoolKey("aten::avg_pool2d", x, {2}, {}, {0}, false, true, int64_t{0})).find("divisor"),
+            std::string::npos);
+  EXPECT_NE(reason(MaxPoolKey(m2, x, {2, 2, 2}, {}, {0}, {1}, false)).find("kernel_size"), std::string::npos);
+  EXPECT_NE(reason(MaxPoolKey(m2, TensorDesc::Contiguous(DType::kFloat32, {2, 3, 4, 16, 16}), {2}, {}, {0}, {1}, false))
+                .find("rank"),
+            std::string::npos);
+  EXPECT_NE(reason(MaxPoolKey(m2, TensorDesc::Contiguous(DType::kFloat32, {0, 3, 16, 16}), {2}, {}, {0}, {1}, false))
+                .find("empty"),
+            std::string::npos);
+  // avg_pool3d makes a channels_last input contiguous (and so its output): not served.
+  EXPECT_NE(reason(AvgPoolKey(a3, ChannelsLast(DType::kFloat16, {2, 8, 4, 6, 6}), {2}, {}, {0}, false, true, NoneArg{}))
+                .find("avg_pool3d"),
+            std::string::npos);
+  // Served: broadcast lists, an empty stride, unbatched inputs, channels_last max_pool3d.
+  EXPECT_TRUE(FindFamily(MaxPoolKey(m2, x, {3}, {}, {1}, {1}, true)).ok());
+  EXPECT_TRUE(FindFamily(MaxPoolKey(m2, TensorDesc::Contiguous(DType::kBFloat16, {3, 9, 9}), {2}, {}, {0}, {1}, false)).ok());
+  EXPECT_TRUE(FindFamily(MaxPoolKey("aten::max_pool3d_with_indices", ChannelsLast(DType::kFloat16, {2, 8, 4, 6, 6}), {2},
+                                    {}, {0}, {1}, false))
+                  .ok());
+}
+
+TEST(PoolSpace, ChecksFollowTheLayout) {
+  const DeviceFacts device = DeviceFacts::H200();
+  auto point = [](int64_t strategy, int64_t threads, int64_t outs, int64_t vec, int64_t rows) {
+    return Point{{"strategy", strategy}, {"threads", threads}, {"outs", outs}, {"vec", vec}, {"rows", rows}, {"hint", 0}};
+  };
+  auto match = [](const OpKey& key) {
+    auto found = FindFamily(key);
+    EXPECT_TRUE(found.ok()) << found.status().ToString();
+    return std::move(*found);
+  };
+  auto why = [&](const Match& m, const Point& p) { return m.family->Check(*m.problem, p, device).message(); };
+  const Match nchw = match(MaxPoolKey("aten::max_pool2d_with_indices",
+                                      TensorDesc::Contiguous(DType::kFloat32, {32, 64, 256, 256}), {3, 3}, {2, 2}, {1, 1},
+                                      {1, 1}, false));
+  EXPECT_TRUE(nchw.family->Check(*nchw.problem, point(0, 256, 2, 1, 1), device).ok());
+  EXPECT_TRUE(nchw.family->Check(*nchw.problem, point(1, 256, 1, 4, 4), device).ok());
+  EXPECT_NE(why(nchw, point(0, 256, 1, 4, 1)).find("staged"), std::string::npos);
+  EXPECT_NE(why(nchw, point(0, 256, 1, 1, 2)).find("rows"), std::string::npos);
+  EXPECT_NE(why(nchw, point(1, 256, 1, 8, 1)).find("16 bytes"), std::string::npos);
+  const Match cl = match(MaxPoolKey("aten::max_pool2d_with_indices", ChannelsLast(DType::kFloat16, {8, 24, 56, 56}), {3},
+                                    {2}, {1}, {1}, false));
+  EXPECT_NE(why(cl, point(1, 256, 1, 1, 1)).find("contiguous"), std::string::npos);
+  EXPECT_NE(why(cl, point(0, 256, 1, 16, 1)).find("16 bytes"), std::string::npos);
+  // 24 channels: vectors of 8 (16 bytes of f16) divide them; a 4-byte aligned input allows only 2.
+  EXPECT_TRUE(cl.family->Check(*cl.problem, point(0, 128, 1, 8, 1), device).ok());
+  TensorDesc misaligned = ChannelsLast(DType::kFloat16, {8, 24, 56, 56});
+  misaligned.alignment = 4;
+  const Match narrow = match(MaxPoolKey("aten::max_pool2d_with_indices", misaligned, {3}, {2}, {1}, {1}, false));
+  for (const Point& v : ValidPoints(*narrow.family, *narrow.problem, device)) EXPECT_LE(v.at("vec"), 2);
+  // Rows of a million: staging whole rows exceeds shared memory, the direct strategy remains.
+  const Match long_rows = match(AvgPoolKey("aten::avg_pool2d", TensorDesc::Contiguous(DType::kFloat32, {4, 8, 1, 1 << 20}),
+                                           {1, 3}, {1, 2}, {0, 1}, false, true, NoneArg{}));
+  EXPECT_NE(why(long_rows, point(1, 256, 1, 4, 1)).find("shared memory"), std::string::npos);
+  for (const Point& v : ValidPoints(*long_rows.family, *long_rows.problem, device)) EXPECT_EQ(v.at("strategy"), 0);
+}
+
+TEST(PoolSpace, ExpertDefaultsFitTheShapeAndTheAbi) {
+  const DeviceFacts device = DeviceFacts::H200();
+  auto default_of = [&](const OpKey& key, Candidate* out = nullptr) {
+    auto found = FindFamily(key);
+    EXPECT_TRUE(found.ok()) << found.status().ToString();
+    const Point p = found->family->ExpertDefault(*found->problem, device);
+    EXPECT_TRUE(found->family->Check(*found->problem, p, device).ok()) << PointToString(p);
+    auto c = found->family->Generate(*found->problem, p, device);
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    if (out && c.ok()) *out = *c;
+    return p;
+  };
+  // The headroom cases: overlapping windows over contiguous planes are staged, 16-byte loads along W.
+  Candidate c;
+  Point p = default_of(MaxPoolKey("aten::max_pool2d_with_indices", TensorDesc::Contiguous(DType::kFloat32, {32, 64, 256, 256}),
+                                  {3, 3}, {2, 2}, {1, 1}, {1, 1}, false),
+                       &c);
+  EXPECT_EQ(p.at("strategy"), 1) << PointToString(p);
+  EXPECT_EQ(p.at("vec"), 4) << PointToString(p);
+  EXPECT_EQ(p.at("hint"), 1) << PointToString(p);
+  // (x, out, indices): indices int64.
+  EXPECT_NE(c.source.find("const in_t* __restrict__ x, out_t* __restrict__ y, long long* __restrict__ ind"),
+            std::string::npos);
+  EXPECT_GT(c.launch.dynamic_shared_bytes, 0u);
+  p = default_of(AvgPoolKey("aten::avg_pool3d", TensorDesc::Contiguous(DType::kFloat32, {16, 32, 64, 128, 128}), {3, 3, 3},
+                            {2, 2, 2}, {1, 1, 1}, false, true, NoneArg{}),
+                 &c);
+  EXPECT_EQ(p.at("strategy"), 1) << PointToString(p);
+  // (x, out).
+  EXPECT_NE(c.source.find("const in_t* __restrict__ x, out_t* __restrict__ y)"), std::string::npos);
+  // Non-overlapping windows read every element once anyway: direct.
+  p = default_of(MaxPoolKey("aten::max_pool2d_with_indices", TensorDesc::Contiguous(DType::kFloat16, {8, 16, 64, 64}), {2},
+                            {}, {0}, {1}, false));
+  EXPECT_EQ(p.at("strategy"), 0) << PointToString(p);
+  // channels_last: whole 16-byte vectors of channels.
+  p = default_of(MaxPoolKey("aten::max_pool2d_with_indices", ChannelsLast(DType::kBFloat16, {8, 64, 56, 56}), {3}, {2}, {1},
+                            {1}, false));
+  EXPECT_EQ(p.at("vec"), 8) << PointToString(p);
+  // Odd, tiny and wide: each has a valid default that generates.
+  default_of(MaxPoolKey("aten::max_pool2d_with_indices", TensorDesc::Contiguous(DType::kFloat32, {3, 1, 5}), {1, 2}, {1, 1},
+                        {0, 1}, {1, 6}, false));
+  default_of(AvgPoolKey("aten::avg_pool2d", TensorDesc::Contiguous(DType::kFloat16, {1, 1, 1, 1}), {1}, {}, {0}, true, false,
+                        NoneArg{}));
+  default_of(AvgPoolKey("aten::avg_pool2d", TensorDesc::Contiguous(DType::kFloat32, {4, 8, 1, 1 << 20}), {1, 3}, {1, 2},
+                        {0, 1}, false, true, NoneArg{}));
+  default_of(MaxPoolKey("aten::max_pool3d_with_indices", ChannelsLast(DType::kFloat32, {2, 3, 5, 7, 9}), {3}, {1}, {1}, {2},
+                        true));
+}
+
+TEST(PoolSpace, MaxPoolingIsComparedBitwise) {
+  (void)Families();  // declares the traits
+  EXPECT_EQ(TraitsFor("aten::max_pool2d_with_indices").compare, ComparePolicy::kBitwise);
+  EXPECT_EQ(TraitsFor("aten::max_pool3d_with_indices").compare, ComparePolicy::kBitwise);
+  EXPECT_EQ(TraitsFor("aten::avg_pool2d").compare, ComparePolicy::kClose);
+  EXPECT_TRUE(TraitsFor("aten::avg_pool3d").special_values);
+}
+
 }  // namespace
 }  // namespace kjit::policy

@@ -54,6 +54,7 @@ inline void* __cluster_map_shared_rank(void* p, int r) {
   return static_cast<char*>(p) + (long long)(r - rank) * per_block;
 }
 template <typename T> inline T __ldcs(const T* p) { return *p; }
+template <typename T> inline T __ldg(const T* p) { return *p; }
 template <typename T> inline void __stcs(T* p, T v) { *p = v; }
 inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
 inline float __uint_as_float(unsigned i) { float f; std::memcpy(&f, &i, 4); return f; }

@@ -1,0 +1,650 @@
+#include "pool/pool.h"
+
+#include "src/codegen.h"
+
+#include <algorithm>
+#include <limits>
+#include <sstream>
+
+namespace kjit::policy {
+namespace {
+
+using codegen::CeilDiv;
+using codegen::CudaType;
+
+// What PyTorch 2.11 does on CUDA (aten/src/ATen/native/cuda/DilatedMaxPool2d.cu, DilatedMaxPool3d.cu,
+// AvgPool2d.cu, AvgPool3d.cu, native/Pool.h):
+//   - max_pool2d contiguous (max_pool_forward_nchw): maxval in scalar_t from -inf, maxidx starting at
+//     the first window position at or past 0 (`while (hstart < 0) hstart += dilation`), update when
+//     `val > maxval || isnan(val)`; channels_last (max_pool_forward_nhwc): the same test, but the
+//     cached index starts at 0; max_pool3d (both layouts): as the contiguous 2-D kernel.
+//   - avg_pool2d/3d: accscalar_t (float) sum over the window clipped to the input, divided by
+//     divisor_override, or (count_include_pad) the window clipped to input + padding, or the
+//     clipped window's size; an empty clipped window writes 0.
+//   - outputs: max pooling 2-D and avg_pool2d in the input's suggested memory format (channels_last
+//     stays channels_last); max_pool3d channels_last 3-D too; avg_pool3d always contiguous (the input
+//     is made contiguous first); indices int64 laid out like the values.
+//   - argument checks (pool2d_shape_check, pool3d_shape_check, pooling_output_shape): kernel, stride,
+//     dilation > 0, 0 <= pad <= kernel / 2, every output size >= 1, non-batch input dims > 0.
+//
+// The ABI (daemon/worker_protocol.h): max: (x, out, indices); avg: (x, out).
+
+enum Strategy : int64_t { kDirect = 0, kStaged = 1 };
+
+constexpr int64_t kMaxStagedBytes = 64 * 1024;  // keeps three blocks per SM
+constexpr int64_t kMaxLanes = 32;               // accumulators a thread holds (outs x vec)
+
+struct PoolProblem : Problem {
+  bool max = true;
+  bool three_d = false;
+  bool channels_last = false;
+  DType dtype = DType::kFloat32;
+  int64_t n = 1, c = 1;
+  int64_t in[3] = {1, 1, 1};   // D, H, W
+  int64_t out[3] = {1, 1, 1};  // OD, OH, OW
+  int64_t k[3] = {1, 1, 1}, s[3] = {1, 1, 1}, pad[3] = {0, 0, 0}, dil[3] = {1, 1, 1};
+  bool ceil_mode = false;
+  bool count_include_pad = true;
+  int64_t divisor = 0;  // 0: none
+  int alignment = 16;
+  int64_t in_numel() const { return n * c * in[0] * in[1] * in[2]; }
+  int64_t out_numel() const { return n * c * out[0] * out[1] * out[2]; }
+};
+
+// PyTorch's pooling_output_shape_pad_lr with equal padding (div_rtn: floor division).
+int64_t OutputSize(int64_t in, int64_t k, int64_t pad, int64_t stride, int64_t dilation, bool ceil_mode) {
+  const int64_t num = in + 2 * pad - dilation * (k - 1) - 1 + (ceil_mode ? stride - 1 : 0);
+  int64_t q = num / stride;
+  if ((num % stride != 0) && ((num < 0) != (stride < 0))) --q;
+  int64_t out = q + 1;
+  if (ceil_mode && (out - 1) * stride >= in + pad) --out;
+  return out;
+}
+
+// As torch's is_contiguous(ChannelsLast / ChannelsLast3d): dense in the order C, W, H, (D), N; size-1
+// dims' strides do not matter.
+bool IsChannelsLast(const TensorDesc& t) {
+  const size_t nd = t.sizes.size();
+  if ((nd != 4 && nd != 5) || t.strides.size() != nd) return false;
+  std::vector<size_t> order = {1};
+  for (size_t d = nd - 1; d >= 2; --d) order.push_back(d);
+  order.push_back(0);
+  int64_t expected = 1;
+  for (size_t d : order) {
+    if (t.sizes[d] == 1) continue;
+    if (t.strides[d] != expected) return false;
+    expected *= t.sizes[d];
+  }
+  return true;
+}
+
+// A pooling list argument expanded to `n` values: one value is broadcast; `empty_as` (stride) stands
+// in for an empty list.
+Result<std::vector<int64_t>> Expand(const Arg& arg, size_t n, const char* what, const std::vector<int64_t>* empty_as) {
+  const auto* list = std::get_if<IntList>(&arg);
+  if (!list) return InvalidArgument(std::string(what) + " is not an int list");
+  if (list->empty() && empty_as) return *empty_as;
+  if (list->size() == 1) return std::vector<int64_t>(n, (*list)[0]);
+  if (list->size() != n) return InvalidArgument(std::string(what) + " has " + std::to_string(list->size()) + " values");
+  return *list;
+}
+
+// Device code every strategy shares, after codegen::kElementAccess and the key's constants.
+constexpr const char* kPrelude = R"(
+typedef Bits<in_t>::U raw_t;
+// CV elements at p (aligned to their total size) as raw bits; STREAM: evict-first.
+template <int CV_, bool STREAM>
+__device__ __forceinline__ void load_raw(const in_t* p, raw_t (&v)[CV_]) {
+  typedef typename RawOf<sizeof(raw_t) * CV_>::T R;
+  union { R r; raw_t u[CV_]; } w;
+  if (STREAM) w.r = __ldcs(reinterpret_cast<const R*>(p));
+  else w.r = __ldg(reinterpret_cast<const R*>(p));
+#pragma unroll
+  for (int k = 0; k < CV_; ++k) v[k] = w.u[k];
+}
+template <int CV_>
+__device__ __forceinline__ void store_raw(out_t* p, const raw_t (&v)[CV_]) {
+  typedef typename RawOf<sizeof(raw_t) * CV_>::T R;
+  union { R r; raw_t u[CV_]; } w;
+#pragma unroll
+  for (int k = 0; k < CV_; ++k) w.u[k] = v[k];
+  if (HINT) __stcs(reinterpret_cast<R*>(p), w.r);
+  else *reinterpret_cast<R*>(p) = w.r;
+}
+__device__ __forceinline__ void store_index(long long* p, long long v) {
+  if (HINT) __stcs(p, v);
+  else *p = v;
+}
+
+// The first position of a window at or past 0, as PyTorch's `while (start < 0) start += dilation`.
+__device__ __forceinline__ idx_t first_in(idx_t start, idx_t dilation) {
+  return start >= 0 ? start : start + (-start + dilation - 1) / dilation * dilation;
+}
+
+// Pools the window of output (od, oh, ow) over CV lanes (channels). load(i, t, h, w, v) fetches
+// the CV raw elements at input (t, h, w), i being the window frame (t = t0 + i * DT). Results: the
+// raw output bits and, for max, the flat index within the input plane.
+template <typename Load>
+__device__ __forceinline__ void pool_window(idx_t od, idx_t oh, idx_t ow, const Load& load, raw_t (&res)[CV],
+                                            long long (&ind)[CV]) {
+  const idx_t t0 = od * ST - PT, h0 = oh * SH - PH, w0 = ow * SW - PW;
+#if IS_MAX
+  float best[CV];
+  const long long start = EMPTY_INDEX_ZERO ? 0LL
+      : ((long long)first_in(t0, DT) * IH + first_in(h0, DH)) * IW + first_in(w0, DW);
+#pragma unroll
+  for (int k = 0; k < CV; ++k) {
+    best[k] = -KJIT_INF;
+    res[k] = Bits<in_t>::from_f(-KJIT_INF);
+    ind[k] = start;
+  }
+  // Window order (t, h, w): PyTorch's; clipping by index keeps it.
+#pragma unroll
+  for (int i = 0; i < KT; ++i) {
+    const idx_t t = t0 + i * DT;
+    if (t < 0 || t >= ID) continue;
+#pragma unroll
+    for (int j = 0; j < KH; ++j) {
+      const idx_t h = h0 + j * DH;
+      if (h < 0 || h >= IH) continue;
+#pragma unroll
+      for (int l = 0; l < KW; ++l) {
+        const idx_t w = w0 + l * DW;
+        if (w < 0 || w >= IW) continue;
+        raw_t v[CV];
+        load(i, t, h, w, v);
+#pragma unroll
+        for (int k = 0; k < CV; ++k) {
+          const float f = Bits<in_t>::to_f(v[k]);
+          if (f > best[k] || f != f) {
+            best[k] = f;
+            res[k] = v[k];
+            ind[k] = ((long long)t * IH + h) * IW + w;
+          }
+        }
+      }
+    }
+  }
+#else
+  const idx_t te = min(t0 + KT, ID + PT), he = min(h0 + KH, IH + PH), we = min(w0 + KW, IW + PW);
+  const int pool_size = (int)((te - t0) * (he - h0) * (we - w0));
+  const idx_t ts = max(t0, (idx_t)0), hs = max(h0, (idx_t)0), ws = max(w0, (idx_t)0);
+  const idx_t tc = min(te, ID), hc = min(he, IH), wc = min(we, IW);
+  float sum[CV];
+#pragma unroll
+  for (int k = 0; k < CV; ++k) sum[k] = 0.f;
+#pragma unroll
+  for (int i = 0; i < KT; ++i) {
+    const idx_t t = t0 + i;
+    if (t < 0 || t >= ID) continue;
+#pragma unroll
+    for (int j = 0; j < KH; ++j) {
+      const idx_t h = h0 + j;
+      if (h < 0 || h >= IH) continue;
+#pragma unroll
+      for (int l = 0; l < KW; ++l) {
+        const idx_t w = w0 + l;
+        if (w < 0 || w >= IW) continue;
+        raw_t v[CV];
+        load(i, t, h, w, v);
+#pragma unroll
+        for (int k = 0; k < CV; ++k) sum[k] += Bits<in_t>::to_f(v[k]);
+      }
+    }
+  }
+  const bool empty = ts >= tc || hs >= hc || ws >= wc;
+  const int divide = DIVISOR != 0 ? DIVISOR : COUNT_INCLUDE_PAD ? pool_size : (int)((tc - ts) * (hc - hs) * (wc - ws));
+#pragma unroll
+  for (int k = 0; k < CV; ++k) {
+    res[k] = Bits<in_t>::from_f(empty ? 0.f : sum[k] / (float)divide);
+    ind[k] = 0;
+  }
+#endif
+}
+)";
+
+class Pool final : public Family {
+ public:
+  std::string_view name() const override { return "pool"; }
+  int codegen_version() const override { return 1; }
+  std::vector<std::string> ops() const override {
+    return {"aten::max_pool2d_with_indices", "aten::max_pool3d_with_indices", "aten::avg_pool2d", "aten::avg_pool3d"};
+  }
+
+  OpTraits traits(std::string_view op) const override {
+    OpTraits t;
+    if (op.find("max_pool") != std::string_view::npos) {
+      // The output is one of the inputs' elements (or -inf) and the index is chosen by PyTorch's
+      // order, which is followed exactly: bitwise, NaN payloads and -0.0 included.
+      t.compare = ComparePolicy::kBitwise;
+    }
+    // Average pooling sums in float32 in PyTorch's window order: assert_close's defaults.
+    return t;
+  }
+
+  std::vector<OpKey> SampleKeys() const override {
+    constexpr DType f32 = DType::kFloat32, f16 = DType::kFloat16, bf16 = DType::kBFloat16;
+    auto contiguous = [](DType dt, std::vector<int64_t> s) { return TensorDesc::Contiguous(dt, std::move(s)); };
+    auto channels_last = [](DType dt, std::vector<int64_t> s) {
+      TensorDesc t = TensorDesc::Contiguous(dt, s);
+      t.strides[1] = 1;
+      int64_t stride = s[1];
+      for (size_t d = s.size() - 1; d >= 2; --d) {
+        t.strides[d] = stride;
+        stride *= s[d];
+      }
+      t.strides[0] = stride;
+      return t;
+    };
+    // The 1-D ops' view: [N, C, L] unsqueezed at -2 keeps L's stride for the new dim.
+    auto one_d = [](DType dt, int64_t n, int64_t c, int64_t l) {
+      TensorDesc t = TensorDesc::Contiguous(dt, {n, c, 1, l});
+      t.strides = {c * l, l, l, 1};
+      return t;
+    };
+    auto max = [](const char* op, TensorDesc x, IntList k, IntList s, IntList p, IntList d, bool ceil) {
+      return OpKey::Single(op, "", {std::move(x), k, s, p, d, ceil}, 90);
+    };
+    auto avg = [](const char* op, TensorDesc x, IntList k, IntList s, IntList p, bool ceil, bool include, Arg div) {
+      return OpKey::Single(op, "", {std::move(x), k, s, p, ceil, include, std::move(div)}, 90);
+    };
+    const char* max2 = "aten::max_pool2d_with_indices";
+    const char* max3 = "aten::max_pool3d_with_indices";
+    const char* avg2 = "aten::avg_pool2d";
+    const char* avg3 = "aten::avg_pool3d";
+    return {
+        // The headroom cases.
+        max(max2, contiguous(f32, {32, 64, 256, 256}), {3, 3}, {2, 2}, {1, 1}, {1, 1}, false),
+        max(max3, contiguous(f32, {16, 32, 64, 128, 128}), {3, 3, 3}, {2, 2, 2}, {1, 1, 1}, {1, 1, 1}, false),
+        avg(avg3, contiguous(f32, {16, 32, 64, 128, 128}), {3, 3, 3}, {2, 2, 2}, {1, 1, 1}, false, true, NoneArg{}),
+        // channels_last, odd sizes, dilation, ceil_mode, each dtype.
+        max(max2, channels_last(f16, {8, 64, 56, 56}), {3}, {2}, {1}, {1}, false),
+        max(max2, contiguous(bf16, {3, 5, 17, 19}), {3, 2}, {2, 1}, {1, 0}, {2, 1}, true),
+        max(max2, one_d(f32, 4, 7, 1001), {1, 4}, {1, 3}, {0, 2}, {1, 1}, true),
+        // Unbatched, a window wholly outside the input (dilation 6 over a row of 5): -inf.
+        max(max2, contiguous(f32, {3, 1, 5}), {1, 2}, {1, 1}, {0, 1}, {1, 6}, false),
+        max(max3, channels_last(bf16, {2, 16, 9, 10, 11}), {2, 3, 3}, {2, 2, 1}, {1, 1, 1}, {1, 2, 1}, true),
+        max(max3, contiguous(f16, {8, 5, 7, 9}), {2}, {}, {0}, {1}, true),
+        avg(avg2, contiguous(f32, {8, 32, 63, 65}), {3, 3}, {2, 2}, {1, 1}, true, false, NoneArg{}),
+        avg(avg2, channels_last(bf16, {4, 24, 15, 15}), {2, 3}, {2, 2}, {1, 1}, false, true, int64_t{5}),
+        avg(avg2, one_d(f16, 16, 32, 4097), {1, 3}, {1, 2}, {0, 1}, true, true, NoneArg{}),
+        avg(avg3, contiguous(f16, {2, 6, 9, 10, 11}), {3}, {1, 2, 2}, {1}, false, false, NoneArg{}),
+        avg(avg3, contiguous(bf16, {4, 5, 6, 7}), {2, 2, 3}, {2}, {1, 0, 1}, true, true, int64_t{7}),
+    };
+  }
+
+  Result<std::unique_ptr<Problem>> Match(const OpKey& key) const override {
+    if (key.calls.size() != 1) return InvalidArgument("a single call is needed");
+    const OpCall& call = key.calls[0];
+    auto p = std::make_unique<PoolProblem>();
+    if (call.op == "aten::max_pool2d_with_indices" || call.op == "aten::max_pool3d_with_indices") {
+      p->max = true;
+    } else if (call.op == "aten::avg_pool2d" || call.op == "aten::avg_pool3d") {
+      p->max = false;
+    } else {
+      return InvalidArgument("not a pooling op with a CUDA kernel");
+    }
+    p->three_d = call.op.find("3d") != std::string::npos;
+    if (!call.overload.empty() || call.args.size() != (p->max ? 6u : 7u)) {
+      return InvalidArgument("unexpected overload or arguments");
+    }
+    const auto* x = std::get_if<TensorDesc>(&call.args[0]);
+    if (!x) return InvalidArgument("self is not a tensor");
+    if (x->dtype != DType::kFloat32 && x->dtype != DType::kFloat16 && x->dtype != DType::kBFloat16) {
+      return InvalidArgument("dtype " + std::string(DTypeName(x->dtype)) + " is not served");
+    }
+    const size_t dims = p->three_d ? 3 : 2;
+    const size_t nd = x->sizes.size();
+    if (nd != dims + 1 && nd != dims + 2) return InvalidArgument("input rank does not fit the op");
+    const bool batched = nd == dims + 2;
+    for (size_t i = batched ? 1 : 0; i < nd; ++i) {
+      if (x->sizes[i] <= 0) return InvalidArgument("empty non-batch dims: PyTorch rejects them");
+    }
+    if (x->numel() == 0) return InvalidArgument("empty inputs are left to PyTorch");
+    KJIT_ASSIGN_OR_RETURN(std::vector<int64_t> k, Expand(call.args[1], dims, "kernel_size", nullptr));
+    KJIT_ASSIGN_OR_RETURN(std::vector<int64_t> s, Expand(call.args[2], dims, "stride", &k));
+    KJIT_ASSIGN_OR_RETURN(std::vector<int64_t> pad, Expand(call.args[3], dims, "padding", nullptr));
+    std::vector<int64_t> dil(dims, 1);
+    size_t next = 4;
+    if (p->max) {
+      KJIT_ASSIGN_OR_RETURN(dil, Expand(call.args[next++], dims, "dilation", nullptr));
+    }
+    const auto* ceil = std::get_if<bool>(&call.args[next++]);
+    if (!ceil) return InvalidArgument("ceil_mode is not a bool");
+    p->ceil_mode = *ceil;
+    if (!p->max) {
+      const auto* include = std::get_if<bool>(&call.args[next++]);
+      if (!include) return InvalidArgument("count_include_pad is not a bool");
+      p->count_include_pad = *include;
+      const Arg& div = call.args[next++];
+      if (const auto* d = std::get_if<int64_t>(&div)) {
+        if (*d == 0) return InvalidArgument("divisor_override 0: PyTorch rejects it");
+        if (*d < std::numeric_limits<int32_t>::min() || *d > std::numeric_limits<int32_t>::max()) {
+          return InvalidArgument("divisor_override out of int range");
+        }
+        p->divisor = *d;
+      } else if (!std::holds_alternative<NoneArg>(div)) {
+        return InvalidArgument("divisor_override is neither an int nor None");
+      }
+    }
+    // Spatial dims into the last places of (D, H, W).
+    const size_t off = 3 - dims;
+    for (size_t i = 0; i < dims; ++i) {
+      if (k[i] <= 0 || s[i] <= 0 || dil[i] <= 0) return InvalidArgument("kernel, stride and dilation must be positive");
+      if (pad[i] < 0 || pad[i] > k[i] / 2) return InvalidArgument("padding must be within half the kernel: PyTorch rejects it");
+      if (k[i] > 1024 || s[i] > (1 << 20) || dil[i] > (1 << 20)) return InvalidArgument("kernel, stride or dilation too large");
+      p->k[off + i] = k[i];
+      p->s[off + i] = s[i];
+      p->pad[off + i] = pad[i];
+      p->dil[off + i] = dil[i];
+      p->in[off + i] = x->sizes[nd - dims + i];
+      p->out[off + i] = OutputSize(p->in[off + i], k[i], pad[i], s[i], dil[i], p->ceil_mode);
+      if (p->out[off + i] < 1) return InvalidArgument("output size below 1: PyTorch rejects it");
+    }
+    if (p->k[0] * p->k[1] * p->k[2] > 4096) return InvalidArgument("windows over 4096 elements are left to PyTorch");
+    p->n = batched ? x->sizes[0] : 1;
+    p->c = x->sizes[batched ? 1 : 0];
+    // Layout, as PyTorch picks it (suggest_memory_format; avg_pool3d always contiguous).
+    const bool contiguous = x->is_contiguous();
+    const bool cl = batched && IsChannelsLast(*x);
+    if (contiguous) {
+      // A tensor dense both ways (one element per plane, several channels) whose output has more:
+      // which layout PyTorch gives the output depends on its stride heuristics; not pinned.
+      const int64_t in_plane = p->in[0] * p->in[1] * p->in[2], out_plane = p->out[0] * p->out[1] * p->out[2];
+      if (cl && p->c > 1 && in_plane == 1 && out_plane > 1) return InvalidArgument("ambiguous layout: declined");
+    } else if (cl) {
+      if (!p->max && p->three_d) return InvalidArgument("avg_pool3d makes channels_last inputs contiguous: declined");
+      p->channels_last = true;
+    } else {
+      return InvalidArgument("input neither contiguous nor channels_last: declined");
+    }
+    if (p->in_numel() > (int64_t{1} << 40) || p->out_numel() > (int64_t{1} << 40)) return InvalidArgument("too large");
+    p->dtype = x->dtype;
+    p->alignment = x->alignment;
+    p->op = call.op;
+    std::ostringstream desc;
+    desc << (p->max ? "max_pool" : "avg_pool") << (p->three_d ? "3d " : "2d ") << DTypeName(p->dtype)
+         << (p->channels_last ? " channels_last" : "") << " N=" << p->n << " C=" << p->c << " in=" << p->in[0] << "x"
+         << p->in[1] << "x" << p->in[2] << " out=" << p->out[0] << "x" << p->out[1] << "x" << p->out[2] << " k=" << p->k[0]
+         << "x" << p->k[1] << "x" << p->k[2] << " s=" << p->s[0] << "x" << p->s[1] << "x" << p->s[2] << " p=" << p->pad[0]
+         << "x" << p->pad[1] << "x" << p->pad[2];
+    if (p->max) desc << " d=" << p->dil[0] << "x" << p->dil[1] << "x" << p->dil[2];
+    if (p->ceil_mode) desc << " ceil";
+    if (!p->max) desc << (p->count_include_pad ? " include_pad" : " exclude_pad");
+    if (p->divisor) desc << " divisor=" << p->divisor;
+    p->description = desc.str();
+    return std::unique_ptr<Problem>(std::move(p));
+  }
+
+  Space MakeSpace(const Problem&, const DeviceFacts&) const override {
+    Space s;
+    s.family = "pool";
+    s.knobs = {
+        {"strategy", {kDirect, kStaged},
+         "0 windows read from global memory, 1 (contiguous) a block's input rows staged in shared memory"},
+        {"threads", {64, 128, 256, 512}, "threads per block"},
+        {"outs", {1, 2, 4}, "consecutive outputs along W per thread"},
+        {"vec", {1, 2, 4, 8},
+         "elements per vector: channels per thread (channels_last), the staging loads along W (staged)"},
+        {"rows", {1, 2, 4}, "output rows per block (staged)"},
+        {"hint", {0, 1}, "1: streaming (evict-first) stores, and staging loads"},
+    };
+    return s;
+  }
+
+  // Input rows a staged block of `rows` output rows needs, and the shared memory they take.
+  static int64_t StagedRows(const PoolProblem& p, int64_t rows) { return (rows - 1) * p.s[1] + (p.k[1] - 1) * p.dil[1] + 1; }
+  static int64_t StagedBytes(const PoolProblem& p, int64_t rows) {
+    return p.k[0] * StagedRows(p, rows) * p.in[2] * static_cast<int64_t>(DTypeSize(p.dtype));
+  }
+
+  Status Check(const Problem& problem, const Point& pt, const DeviceFacts& dev) const override {
+    const auto& p = static_cast<const PoolProblem&>(problem);
+    const int64_t strategy = pt.at("strategy"), threads = pt.at("threads"), outs = pt.at("outs"), vec = pt.at("vec"),
+                  rows = pt.at("rows");
+    const int64_t size = static_cast<int64_t>(DTypeSize(p.dtype));
+    if (strategy != kDirect && strategy != kStaged) return InvalidArgument("unknown strategy");
+    if (threads > dev.max_threads_per_block) return InvalidArgument("too many threads");
+    if (vec * size > 16) return InvalidArgument("vector wider than 16 bytes");
+    if (outs > p.out[2]) return InvalidArgument("more outputs per thread than the output row has");
+    const int64_t groups = CeilDiv(p.out[2], outs);  // thread positions along an output row
+    const int64_t max_grid = std::numeric_limits<int32_t>::max();
+    if (strategy == kDirect) {
+      if (rows != 1) return InvalidArgument("rows apply to the staged strategy");
+      if (p.channels_last) {
+        if (p.c % vec != 0) return InvalidArgument("vector does not divide the channels");
+        if (vec * size > p.alignment) return InvalidArgument("input not aligned for the vector");
+      } else if (vec != 1) {
+        return InvalidArgument("contiguous direct reads are one element (vectors: staged)");
+      }
+      if (outs * vec > kMaxLanes) return InvalidArgument("too many accumulators per thread");
+      const int64_t items = p.n * (p.channels_last ? p.c / vec : p.c) * p.out[0] * p.out[1] * groups;
+      if (threads > 64 && items <= threads / 2) return InvalidArgument("most threads would idle");
+      if (CeilDiv(items, threads) > max_grid) return InvalidArgument("grid too large");
+      return Status::Ok();
+    }
+    if (p.channels_last) return InvalidArgument("staging is for the contiguous layout");
+    if (p.in[2] % vec != 0) return InvalidArgument("vector does not divide the input rows");
+    if (vec * size > p.alignment) return InvalidArgument("input not aligned for the vector");
+    if (rows > p.out[1]) return InvalidArgument("more rows per block than the output has");
+    if (StagedBytes(p, rows) > std::min<int64_t>(kMaxStagedBytes, dev.max_shared_bytes_per_block)) {
+      return InvalidArgument("staged rows exceed the shared memory budget");
+    }
+    if (threads > 64 && rows * groups <= threads / 2) return InvalidArgument("most threads would idle");
+    if (p.n * p.c * p.out[0] * CeilDiv(p.out[1], rows) > max_grid) return InvalidArgument("grid too large");
+    return Status::Ok();
+  }
+
+  Point ExpertDefault(const Problem& problem, const DeviceFacts& dev) const override {
+    const auto& p = static_cast<const PoolProblem&>(problem);
+    const int64_t size = static_cast<int64_t>(DTypeSize(p.dtype));
+    // Streaming stores where the tensors outgrow L2 (50 MB on the H200): the outputs are not read again here.
+    const int64_t hint = (p.in_numel() + p.out_numel()) * size > (int64_t{64} << 20);
+    auto widest = [&](int64_t extent) {
+      for (int64_t v : {8, 4, 2}) {
+        if (v * size <= 16 && v * size <= p.alignment && extent % v == 0) return v;
+      }
+      return int64_t{1};
+    };
+    auto point = [&](int64_t strategy, int64_t threads, int64_t outs, int64_t vec, int64_t rows) {
+      return Point{{"strategy", strategy}, {"threads", threads}, {"outs", outs},
+                   {"vec", vec},           {"rows", rows},       {"hint", hint}};
+    };
+    std::vector<Point> tries;
+    if (p.channels_last) {
+      // Whole vectors of channels per thread: coalesced 16-byte reads of each window position.
+      const int64_t v = widest(p.c);
+      tries = {point(kDirect, 256, 1, v, 1), point(kDirect, 128, 1, v, 1), point(kDirect, 64, 1, 1, 1)};
+    } else {
+      // Overlapping windows (stride < extent) read most elements several times: staging reads each
+      // once, coalesced, with vectors along W. Windows that do not overlap read each element once anyway.
+      const bool overlap = p.s[1] < (p.k[1] - 1) * p.dil[1] + 1 || p.s[2] < (p.k[2] - 1) * p.dil[2] + 1 ||
+                           p.s[0] < (p.k[0] - 1) * p.dil[0] + 1;
+      const int64_t v = widest(p.in[2]);
+      if (overlap) {
+        for (int64_t rows : {4, 2, 1}) tries.push_back(point(kStaged, 256, 1, v, rows));
+        for (int64_t rows : {4, 2, 1}) tries.push_back(point(kStaged, 128, 1, v, rows));
+        for (int64_t rows : {2, 1}) tries.push_back(point(kStaged, 64, 1, 1, rows));
+      }
+      tries.push_back(point(kDirect, 256, 2, 1, 1));
+      tries.push_back(point(kDirect, 256, 1, 1, 1));
+      tries.push_back(point(kDirect, 64, 1, 1, 1));
+    }
+    for (const Point& t : tries) {
+      if (Check(problem, t, dev).ok()) return t;
+    }
+    return tries.back();
+  }
+
+  Result<Candidate> Generate(const Problem& problem, const Point& pt, const DeviceFacts& dev) const override {
+    KJIT_RETURN_IF_ERROR(Check(problem, pt, dev));
+    const auto& p = static_cast<const PoolProblem&>(problem);
+    const int64_t strategy = pt.at("strategy"), threads = pt.at("threads"), outs = pt.at("outs"), vec = pt.at("vec"),
+                  rows = pt.at("rows"), hint = pt.at("hint");
+    const bool wide = std::max(p.in_numel(), p.out_numel()) >= (int64_t{1} << 31) - 4096;
+    const int64_t cv = strategy == kDirect && p.channels_last ? vec : 1;  // channels per thread
+    std::ostringstream src;
+    src << "// kjit pool family, codegen " << codegen_version() << ": " << p.description << "\n// point "
+        << PointToString(pt) << "\n" << codegen::kIncludes;
+    src << "typedef " << CudaType(p.dtype) << " in_t;\ntypedef in_t out_t;\n";
+    // Sizes fit int unless the tensors are near 2^31 elements: 32-bit index arithmetic is cheaper.
+    src << "typedef " << (wide ? "long long" : "int") << " idx_t;\n";
+    src << "#define VEC " << vec << "\n#define HINT " << hint << "\n#define IS_MAX " << (p.max ? 1 : 0) << "\n";
+    src << "#define EMPTY_INDEX_ZERO " << (p.max && p.channels_last && !p.three_d ? 1 : 0) << "\n";
+    src << "#define COUNT_INCLUDE_PAD " << (p.count_include_pad ? 1 : 0) << "\n#define DIVISOR " << p.divisor << "\n";
+    src << "constexpr idx_t N_ = " << p.n << ", C_ = " << p.c << ", ID = " << p.in[0] << ", IH = " << p.in[1]
+        << ", IW = " << p.in[2] << ", OD = " << p.out[0] << ", OH = " << p.out[1] << ", OW = " << p.out[2] << ";\n";
+    src << "constexpr int KT = " << p.k[0] << ", KH = " << p.k[1] << ", KW = " << p.k[2] << ";\n";
+    src << "constexpr idx_t ST = " << p.s[0] << ", SH = " << p.s[1] << ", SW = " << p.s[2] << ", PT = " << p.pad[0]
+        << ", PH = " << p.pad[1] << ", PW = " << p.pad[2] << ", DT = " << p.dil[0] << ", DH = " << p.dil[1]
+        << ", DW = " << p.dil[2] << ";\n";
+    src << "constexpr int THREADS = " << threads << ", OUTS = " << outs << ", CV = " << cv << ", ROWS = " << rows
+        << ";\n";
+    src << codegen::kElementAccess << kPrelude;
+    const std::string params = p.max ? "const in_t* __restrict__ x, out_t* __restrict__ y, long long* __restrict__ ind"
+                                     : "const in_t* __restrict__ x, out_t* __restrict__ y";
+    // Avg pooling has no index output: a sink the compiler drops.
+    const char* index_store = p.max ? "store_index(ind + o_at + k, r_ind[k]);" : "(void)r_ind[k];";
+    Candidate c;
+    c.entry_point = "kjit_pool";
+    c.launch.block[0] = static_cast<uint32_t>(threads);
+    const int64_t groups = CeilDiv(p.out[2], outs);
+    if (strategy == kDirect && !p.channels_last) {
+      src << R"(
+// A thread per OUTS consecutive outputs of a row; threads in a warp take consecutive groups of a
+// row, so their windows are neighbours and L1 serves the overlap.
+constexpr idx_t G = (OW + OUTS - 1) / OUTS;
+extern "C" __global__ void __launch_bounds__(THREADS) kjit_pool()" << params << R"() {
+  const long long item = (long long)blockIdx.x * THREADS + threadIdx.x;
+  if (item >= (long long)N_ * C_ * OD * OH * G) return;
+  const idx_t g = (idx_t)(item % G);
+  long long r = item / G;
+  const idx_t oh = (idx_t)(r % OH);
+  r /= OH;
+  const idx_t od = (idx_t)(r % OD);
+  const long long plane = r / OD;
+  const in_t* xp = x + plane * ((long long)ID * IH * IW);
+  const long long row_at = ((plane * OD + od) * OH + oh) * (long long)OW;
+  auto load = [&](int, idx_t t, idx_t h, idx_t w, raw_t (&v)[CV]) { load_raw<1, false>(xp + ((t * IH) + h) * IW + w, v); };
+#pragma unroll
+  for (int o = 0; o < OUTS; ++o) {
+    const idx_t ow = g * OUTS + o;
+    if (ow >= OW) break;
+    raw_t r_raw[CV];
+    long long r_ind[CV];
+    pool_window(od, oh, ow, load, r_raw, r_ind);
+    const long long o_at = row_at + ow;
+    store_raw<1>(y + o_at, r_raw);
+#pragma unroll
+    for (int k = 0; k < CV; ++k) { )" << index_store << R"( }
+  }
+}
+)";
+      c.launch.grid[0] = static_cast<uint32_t>(CeilDiv(p.n * p.c * p.out[0] * p.out[1] * groups, threads));
+    } else if (strategy == kDirect) {
+      src << R"(
+// channels_last: a thread per CV channels x OUTS consecutive outputs of a row; consecutive threads
+// take consecutive channel vectors, so each window position is one coalesced read per warp.
+constexpr idx_t G = (OW + OUTS - 1) / OUTS;
+constexpr idx_t CVS = C_ / CV;
+extern "C" __global__ void __launch_bounds__(THREADS) kjit_pool()" << params << R"() {
+  const long long item = (long long)blockIdx.x * THREADS + threadIdx.x;
+  if (item >= (long long)N_ * OD * OH * G * CVS) return;
+  const idx_t cvi = (idx_t)(item % CVS);
+  long long r = item / CVS;
+  const idx_t g = (idx_t)(r % G);
+  r /= G;
+  const idx_t oh = (idx_t)(r % OH);
+  r /= OH;
+  const idx_t od = (idx_t)(r % OD);
+  const long long n = r / OD;
+  const in_t* xn = x + n * ((long long)ID * IH * IW * C_) + cvi * CV;
+  auto load = [&](int, idx_t t, idx_t h, idx_t w, raw_t (&v)[CV]) {
+    load_raw<CV, false>(xn + ((long long)((t * IH) + h) * IW + w) * C_, v);
+  };
+#pragma unroll
+  for (int o = 0; o < OUTS; ++o) {
+    const idx_t ow = g * OUTS + o;
+    if (ow >= OW) break;
+    raw_t r_raw[CV];
+    long long r_ind[CV];
+    pool_window(od, oh, ow, load, r_raw, r_ind);
+    const long long o_at = (((n * OD + od) * OH + oh) * (long long)OW + ow) * C_ + cvi * CV;
+    store_raw<CV>(y + o_at, r_raw);
+#pragma unroll
+    for (int k = 0; k < CV; ++k) { )" << index_store << R"( }
+  }
+}
+)";
+      c.launch.grid[0] = static_cast<uint32_t>(CeilDiv(p.n * (p.c / vec) * p.out[0] * p.out[1] * groups, threads));
+    } else {
+      src << "constexpr int IR = " << StagedRows(p, rows) << ";\n";
+      src << R"(
+// A block per ROWS output rows of one (plane, output frame): the KT input frames of the window and
+// the IR input rows under the tile, whole rows, staged in shared memory (rows and frames outside the
+// input are not loaded and never read), then each thread computes OUTS consecutive outputs of a row.
+constexpr idx_t G = (OW + OUTS - 1) / OUTS;
+constexpr idx_t RT = (OH + ROWS - 1) / ROWS;
+constexpr int SEGS = (int)(IW / VEC);
+extern "C" __global__ void __launch_bounds__(THREADS) kjit_pool()" << params << R"() {
+  extern __shared__ __align__(16) unsigned char smem[];
+  raw_t* tile = reinterpret_cast<raw_t*>(smem);  // [KT][IR][IW]
+  const long long b = blockIdx.x;
+  const idx_t rt = (idx_t)(b % RT);
+  long long r = b / RT;
+  const idx_t od = (idx_t)(r % OD);
+  const long long plane = r / OD;
+  const in_t* xp = x + plane * ((long long)ID * IH * IW);
+  const idx_t oh0 = rt * ROWS, hbase = oh0 * SH - PH, t0 = od * ST - PT;
+  for (int e = threadIdx.x; e < KT * IR * SEGS; e += THREADS) {
+    const int seg = e % SEGS, fr = e / SEGS;
+    const int ir = fr % IR, i = fr / IR;
+    const idx_t t = t0 + i * DT, h = hbase + ir;
+    if (t < 0 || t >= ID || h < 0 || h >= IH) continue;
+    raw_t v[VEC];
+    load_raw<VEC, HINT>(xp + (t * IH + h) * IW + (idx_t)seg * VEC, v);
+    typedef typename RawOf<sizeof(raw_t) * VEC>::T R;
+    union { R rr; raw_t u[VEC]; } w;
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) w.u[k] = v[k];
+    *reinterpret_cast<R*>(tile + ((long long)i * IR + ir) * IW + seg * VEC) = w.rr;
+  }
+  __syncthreads();
+  auto load = [&](int i, idx_t, idx_t h, idx_t w, raw_t (&v)[CV]) { v[0] = tile[((long long)i * IR + (h - hbase)) * IW + w]; };
+  for (int it = threadIdx.x; it < ROWS * G; it += THREADS) {
+    const idx_t oh = oh0 + it / G, g = it % G;
+    if (oh >= OH) break;
+    const long long row_at = ((plane * OD + od) * OH + oh) * (long long)OW;
+#pragma unroll
+    for (int o = 0; o < OUTS; ++o) {
+      const idx_t ow = g * OUTS + o;
+      if (ow >= OW) break;
+      raw_t r_raw[CV];
+      long long r_ind[CV];
+      pool_window(od, oh, ow, load, r_raw, r_ind);
+      const long long o_at = row_at + ow;
+      store_raw<1>(y + o_at, r_raw);
+#pragma unroll
+      for (int k = 0; k < CV; ++k) { )" << index_store << R"( }
+    }
+  }
+}
+)";
+      c.launch.grid[0] = static_cast<uint32_t>(p.n * p.c * p.out[0] * CeilDiv(p.out[1], rows));
+      c.launch.dynamic_shared_bytes = static_cast<uint32_t>(StagedBytes(p, rows));
+    }
+    c.source = src.str();
+    c.options = {"--std=c++17", "--diag-suppress=177"};  // 177: a constant this strategy does not use
+    c.design = ToDesignPoint("pool", pt, "");
+    return c;
+  }
+};
+
+}  // namespace
+
+const Family* PoolFamily() {
+  static const Pool family;
+  return &family;
+}
+
+}  // namespace kjit::policy

@@ -1,0 +1,60 @@
+#!/bin/bash
+# A CPU check of the pool family's generated kernels (as run.sh for the scan family, with emu.h):
+# each kernel is compiled with the host compiler and run one std::thread per CUDA thread, and its
+# outputs compared with PyTorch's CUDA pooling loops transcribed (pool_run.cc): max pooling bitwise
+# on values and indices, average pooling to 1e-6. It checks the index arithmetic, windows, padding,
+# dilation, ceil_mode, NaN and tie rules and staging of every strategy; not NVRTC or timing.
+# Not part of CI (host compiler and CUDA headers at run time).
+#
+#   tests/policy/emu/pool.sh [BUILD_DIR]     (BUILD_DIR: a configured build with kjit_policy built)
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../../.." && pwd)
+build=$(cd "${1:-$root/build}" && pwd)
+cuda=${KJIT_CUDA_HOME:-/usr/local/cuda}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+g++ -std=c++20 -O1 -rdynamic -I"$cuda/include" -I"$here" "$here/pool_run.cc" -o "$work/run" -ldl -lpthread
+g++ -std=c++20 -O1 -I"$root/policy/include" -I"$root/runtime/include" -I"$root/cache/include" "$here/pool_gen.cc" \
+  -o "$work/gen" "$build/policy/libkjit_policy.a" "$build/cache/libkjit_cache.a" "$build/runtime/libkjit_runtime.a" \
+  -L"$cuda/lib64" -lnvrtc -lsqlite3 -lxxhash -ldl -lpthread -Wl,-rpath,"$cuda/lib64"
+failed=0
+# r NAME OP DTYPE LAYOUT SIZES K S P D CEIL CIP DIV KNOB=VALUE...
+r() {
+  local name=$1
+  shift
+  local line
+  line=$("$work/gen" "$work/$name.cc" "$@") || { echo "$name: $line"; failed=1; return; }
+  local args=${line% | *} pt=${line#* | }
+  g++ -std=c++20 -O1 -w -fPIC -shared -I"$cuda/include" -I"$here" "$work/$name.cc" -o "$work/$name.so"
+  local res
+  if res=$(timeout 300 "$work/run" "$work/$name.so" $args); then echo "$name [$pt]: $res"; else echo "$name [$pt]: $res"; failed=1; fi
+}
+m2=aten::max_pool2d_with_indices m3=aten::max_pool3d_with_indices a2=aten::avg_pool2d a3=aten::avg_pool3d
+# max 2-D contiguous: direct and staged, outs, rows, vectors along W, dilation, ceil_mode, odd sizes
+r m1 $m2 f32 c 2,3,13,16 3,3 2,2 1,1 1,1 0 1 -1 strategy=0 threads=64 outs=2 vec=1 rows=1 hint=1
+r m2 $m2 f32 c 2,3,13,16 3,3 2,2 1,1 1,1 0 1 -1 strategy=1 threads=64 outs=1 vec=4 rows=2 hint=0
+r m3 $m2 bf16 c 3,2,17,19 3,2 2,1 1,0 2,1 1 1 -1 strategy=1 threads=64 outs=4 vec=1 rows=4 hint=1
+r m4 $m2 f16 c 2,2,11,24 2,3 1,2 1,1 3,2 1 1 -1 strategy=1 threads=64 outs=2 vec=8 rows=1 hint=0
+r m5 $m2 f32 c 3,1,5 1,2 1,1 0,1 1,6 0 1 -1 strategy=0 threads=64 outs=1 vec=1 rows=1 hint=0
+r m6 $m2 f32 c 2,3,1,301 1,4 1,3 0,2 1,1 1 1 -1 strategy=0 threads=64 outs=4 vec=1 rows=1 hint=0
+r m7 $m2 f16 c 2,3,1,300 1,2 1,2 0,1 1,301 0 1 -1 strategy=1 threads=64 outs=1 vec=4 rows=1 hint=0
+# max 2-D channels_last
+r n1 $m2 f16 cl 2,16,9,10 3,3 2,2 1,1 1,1 0 1 -1 strategy=0 threads=64 outs=1 vec=8 rows=1 hint=0
+r n2 $m2 f32 cl 2,12,9,10 2,3 1,2 1,1 2,1 1 1 -1 strategy=0 threads=64 outs=2 vec=4 rows=1 hint=1
+r n3 $m2 bf16 cl 1,6,4,300 1,2 1,2 0,1 1,301 0 1 -1 strategy=0 threads=64 outs=1 vec=2 rows=1 hint=0
+# max 3-D
+r t1 $m3 f32 c 2,3,7,8,9 3,3,3 2,2,2 1,1,1 1,1,1 0 1 -1 strategy=1 threads=64 outs=1 vec=1 rows=2 hint=0
+r t2 $m3 f16 c 5,7,9,8 2 2 0 1 1 1 -1 strategy=0 threads=64 outs=2 vec=1 rows=1 hint=1
+r t3 $m3 bf16 cl 2,16,9,10,11 2,3,3 2,2,1 1,1,1 1,2,1 1 1 -1 strategy=0 threads=64 outs=1 vec=4 rows=1 hint=0
+r t4 $m3 f32 c 1,2,6,7,8 3,2,3 1,2,2 1,1,1 2,1,2 1 1 -1 strategy=1 threads=64 outs=2 vec=4 rows=1 hint=0
+# avg 2-D: padding counted or not, divisor_override, ceil_mode, channels_last, 1-D
+r v1 $a2 f32 c 2,3,13,15 3,3 2,2 1,1 - 1 0 -1 strategy=1 threads=64 outs=1 vec=1 rows=4 hint=0
+r v2 $a2 f32 c 2,3,13,15 3,3 2,2 1,1 - 1 1 -1 strategy=0 threads=64 outs=2 vec=1 rows=1 hint=0
+r v3 $a2 bf16 cl 2,24,7,7 2,3 2,2 1,1 - 0 1 5 strategy=0 threads=64 outs=1 vec=8 rows=1 hint=0
+r v4 $a2 f16 c 2,4,1,301 1,3 1,2 0,1 - 1 1 -1 strategy=1 threads=64 outs=4 vec=1 rows=1 hint=1
+# avg 3-D
+r w1 $a3 f16 c 2,3,9,10,11 3 1,2,2 1 - 0 0 -1 strategy=1 threads=64 outs=2 vec=1 rows=2 hint=0
+r w2 $a3 bf16 c 4,5,6,7 2,2,3 2 1,0,1 - 1 1 7 strategy=0 threads=64 outs=1 vec=1 rows=1 hint=0
+r w3 $a3 f32 c 1,2,7,8,12 3,3,3 2,2,2 1,1,1 - 1 1 -1 strategy=1 threads=64 outs=1 vec=4 rows=1 hint=0
+exit $failed

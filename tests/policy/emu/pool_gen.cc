@@ -1,0 +1,59 @@
+// Writes the pool kernel for (key, point) as C++ for emu.h (the dynamic shared array becomes the
+// block's slab) and prints pool_run's arguments after the .so: pool_gen OUT.cc OP DTYPE LAYOUT(c|cl)
+// SIZES K S P D CEIL COUNT_INCLUDE_PAD DIVISOR(-1: None) KNOB=VALUE... (lists comma-separated; D is
+// ignored for avg; unnamed knobs: the expert default's).
+#include <cstdio>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include "kjit/policy/design_space.h"
+using namespace kjit; using namespace kjit::policy;
+static IntList List(const std::string& s) {
+  IntList v; std::stringstream ss(s); std::string x;
+  while (std::getline(ss, x, ',')) if (!x.empty()) v.push_back(atoll(x.c_str()));
+  return v;
+}
+int main(int argc, char** argv) {
+  int a = 1;
+  std::string out = argv[a++], op = argv[a++];
+  const DType dt = *ParseDType(argv[a++]);
+  const bool cl = std::string(argv[a++]) == "cl";
+  const IntList sizes = List(argv[a++]), k = List(argv[a++]), s = List(argv[a++]), p = List(argv[a++]), d = List(argv[a++]);
+  const bool ceil = atoi(argv[a++]), cip = atoi(argv[a++]);
+  const long long div = atoll(argv[a++]);
+  TensorDesc x = TensorDesc::Contiguous(dt, sizes);
+  if (cl) {
+    x.strides[1] = 1;
+    int64_t st = sizes[1];
+    for (size_t i = sizes.size() - 1; i >= 2; --i) { x.strides[i] = st; st *= sizes[i]; }
+    x.strides[0] = st;
+  }
+  const bool is_max = op.find("max") != std::string::npos;
+  OpKey key = is_max ? OpKey::Single(op, "", {x, k, s, p, d, ceil}, 90)
+                     : OpKey::Single(op, "", {x, k, s, p, ceil, cip, div < 0 ? Arg(NoneArg{}) : Arg(int64_t(div))}, 90);
+  auto found = FindFamily(key);
+  if (!found.ok()) { std::printf("nomatch %s\n", found.status().ToString().c_str()); return 2; }
+  const DeviceFacts dev = DeviceFacts::H200();
+  Point pt = found->family->ExpertDefault(*found->problem, dev);
+  for (; a < argc; ++a) { std::string kv = argv[a]; auto eq = kv.find('='); pt[kv.substr(0, eq)] = atoll(kv.c_str() + eq + 1); }
+  auto c = found->family->Generate(*found->problem, pt, dev);
+  if (!c.ok()) { std::printf("invalid %s %s\n", PointToString(pt).c_str(), c.status().ToString().c_str()); return 3; }
+  std::string src = std::regex_replace(c->source, std::regex(R"(extern __shared__ __align__\(16\) unsigned char smem\[\];)"),
+                                       "unsigned char* smem = static_cast<unsigned char*>(emu_shared(0));");
+  std::ofstream(out) << "#include \"emu.h\"\nusing std::min; using std::max;\n" << src;
+  // pool_run's arguments: dtype max cl dims batched sizes(5: N C D H W) k s p d (3 each) ceil cip div grid block point
+  const int dims = op.find("3d") != std::string::npos ? 3 : 2;
+  const bool batched = (int)sizes.size() == dims + 2;
+  long long nc[2] = {batched ? sizes[0] : 1, sizes[batched ? 1 : 0]};
+  long long sp[3] = {1, 1, 1}, kk[3] = {1, 1, 1}, ss[3] = {1, 1, 1}, pp[3] = {0, 0, 0}, dd[3] = {1, 1, 1};
+  auto get = [](const IntList& l, int i, long long dflt) { return l.empty() ? dflt : l.size() == 1 ? l[0] : l[i]; };
+  for (int i = 0; i < dims; ++i) {
+    const int o = 3 - dims + i;
+    sp[o] = sizes[sizes.size() - dims + i];
+    kk[o] = get(k, i, 1); ss[o] = get(s, i, kk[o]); pp[o] = get(p, i, 0); dd[o] = is_max ? get(d, i, 1) : 1;
+  }
+  std::printf("%d %d %d %d %d %lld %lld %lld %lld %lld", dt == DType::kFloat32 ? 0 : dt == DType::kFloat16 ? 1 : 2, is_max,
+              cl, dims, batched, nc[0], nc[1], sp[0], sp[1], sp[2]);
+  for (auto* l : {kk, ss, pp, dd}) std::printf(" %lld %lld %lld", l[0], l[1], l[2]);
+  std::printf(" %d %d %lld %u %u | %s\n", ceil, cip, div < 0 ? 0 : div, c->launch.grid[0], c->launch.block[0], PointToString(pt).c_str());
+}
