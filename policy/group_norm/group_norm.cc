@@ -79,7 +79,7 @@ __device__ __forceinline__ void w_add_vec(W& a, const float (&v)[VEC]) {
   float q = 0.f;
 #pragma unroll
   for (int k = 0; k < VEC; ++k) q += (v[k] - m) * (v[k] - m);
-  a = w_merge(a, W{m, q, (float)VEC});
+  a = w_merge(a, W{m, q, (float)VEC, s});
 }
 // One element between memory and a float (weight, bias, mean, rstd).
 __device__ __forceinline__ float load_one(const in_t* p) {
@@ -140,7 +140,8 @@ int64_t StagedElements(int64_t part, int64_t threads, int64_t vec, const DeviceF
 class GroupNorm final : public Family {
  public:
   std::string_view name() const override { return "group_norm"; }
-  int codegen_version() const override { return 1; }
+  // 2: Welford states carry the sum (the mean is s / n), held values' statistics pairwise.
+  int codegen_version() const override { return 2; }
   std::vector<std::string> ops() const override { return {"aten::native_group_norm"}; }
 
   OpTraits traits(std::string_view) const override {
@@ -429,7 +430,7 @@ class GroupNorm final : public Family {
         src << "constexpr int ITEMS = " << items << ", STRIDE = " << (warp ? 32 : threads) << ";\n" << R"(
 // The slice's values a thread holds: v[i] at offsets (i * STRIDE + t) * VEC.
 extern "C" __global__ void __launch_bounds__(THREADS) kjit_group_norm(KJIT_PARAMS) {
-  __shared__ float red[96];
+  __shared__ float red[128];
   const long long slice = SLICE_BY_WARP ? (long long)blockIdx.x * (THREADS / 32) + threadIdx.x / 32 : (long long)blockIdx.x;
   if (SLICE_BY_WARP && slice >= SLICES) return;  // whole warps leave: the shuffles below stay full
   const int t = SLICE_BY_WARP ? threadIdx.x % 32 : threadIdx.x;
@@ -446,32 +447,42 @@ extern "C" __global__ void __launch_bounds__(THREADS) kjit_group_norm(KJIT_PARAM
       for (int k = 0; k < VEC; ++k) v[i][k] = 0.f;
     }
   }
+  // Each thread's values, summed pairwise (Pairwise<N>, codegen.cc); the zeros past the end add
+  // nothing to the sum, and are left out of the squared deviations.
+  struct Value {
+    const float (&v)[ITEMS][VEC];
+    __device__ __forceinline__ float operator()(int q) const { return v[q / VEC][q % VEC]; }
+  };
+  struct Dev {
+    const float (&v)[ITEMS][VEC];
+    int t;
+    float m;
+    __device__ __forceinline__ float operator()(int q) const {
+      const float d = v[q / VEC][q % VEC] - m;
+      return ((q / VEC) * STRIDE + t) * VEC < LEN ? d * d : 0.f;
+    }
+  };
+  const float local_sum = Pairwise<ITEMS * VEC>::sum(Value{v}, 0);
   float mean, m2;
   if (WELFORD) {
-    W a = {0.f, 0.f, 0.f};
+    // The thread's own two-pass statistics, merged across threads (Chan): no division per vector,
+    // and the mean is the merged sum over LEN, rounded once (see W in codegen.cc).
+    int items = 0;
 #pragma unroll
-    for (int i = 0; i < ITEMS; ++i) {
-      if ((i * STRIDE + t) * VEC < LEN) w_add_vec(a, v[i]);
+    for (int i = 0; i < ITEMS; ++i) items += (i * STRIDE + t) * VEC < LEN ? 1 : 0;
+    W a = {0.f, 0.f, 0.f, 0.f};
+    if (items > 0) {
+      a.n = (float)(items * VEC);
+      a.s = local_sum;
+      a.mean = a.s / a.n;
+      a.m2 = Pairwise<ITEMS * VEC>::sum(Dev{v, t, a.mean}, 0);
     }
     a = SLICE_BY_WARP ? warp_w(a) : block_w(a, red);
-    mean = a.mean;
+    mean = w_mean(a);
     m2 = a.m2;
   } else {
-    float s = 0.f;  // the zeros past the end add nothing
-#pragma unroll
-    for (int i = 0; i < ITEMS; ++i) {
-#pragma unroll
-      for (int k = 0; k < VEC; ++k) s += v[i][k];
-    }
-    mean = (SLICE_BY_WARP ? warp_sum(s) : block_sum(s, red)) / (float)LEN;
-    float q = 0.f;
-#pragma unroll
-    for (int i = 0; i < ITEMS; ++i) {
-      if ((i * STRIDE + t) * VEC < LEN) {
-#pragma unroll
-        for (int k = 0; k < VEC; ++k) q += (v[i][k] - mean) * (v[i][k] - mean);
-      }
-    }
+    mean = (SLICE_BY_WARP ? warp_sum(local_sum) : block_sum(local_sum, red)) / (float)LEN;
+    const float q = Pairwise<ITEMS * VEC>::sum(Dev{v, t, mean}, 0);
     m2 = SLICE_BY_WARP ? warp_sum(q) : block_sum(q, red);
   }
   const Stats st = finish(mean, m2);
@@ -547,7 +558,7 @@ __device__ __forceinline__ float cluster_total(float v, float* slot) {
 // t's offsets in the part: t * VEC + j * SWEEP; those below STAGED are kept in shared memory at the
 // same offset (only by the thread that loaded them: no barrier), the rest read again.
 extern "C" __global__ void KJIT_CLUSTER_DIMS __launch_bounds__(THREADS) kjit_group_norm(KJIT_PARAMS) {
-  __shared__ float red[96];
+  __shared__ float red[128];
   __shared__ float exchange[4];  // this block's partials for the cluster
   extern __shared__ float4 staged_raw[];
   float* staged = reinterpret_cast<float*>(staged_raw);
@@ -557,7 +568,7 @@ extern "C" __global__ void KJIT_CLUSTER_DIMS __launch_bounds__(THREADS) kjit_gro
   const in_t* xs = x + slice * LEN + begin;
   out_t* ys = y + slice * LEN + begin;
   // Read the part once: stage what fits, Welford on the way.
-  W acc = {0.f, 0.f, 0.f};
+  W acc = {0.f, 0.f, 0.f, 0.f};
   for (int base = threadIdx.x * VEC; base < PART; base += SWEEP * UNROLL) {
     float v[UNROLL][VEC];
 #pragma unroll
@@ -577,16 +588,16 @@ extern "C" __global__ void KJIT_CLUSTER_DIMS __launch_bounds__(THREADS) kjit_gro
   if (WELFORD) {
     W all = block_w(acc, red);
     if (CLUSTER > 1) {
-      if (threadIdx.x == 0) { exchange[0] = all.mean; exchange[1] = all.m2; exchange[2] = all.n; }
+      if (threadIdx.x == 0) { exchange[0] = all.mean; exchange[1] = all.m2; exchange[2] = all.n; exchange[3] = all.s; }
       __cluster_barrier_arrive();  // release: the partials are written
       __cluster_barrier_wait();
-      all = W{0.f, 0.f, 0.f};
+      all = W{0.f, 0.f, 0.f, 0.f};
       for (int r = 0; r < CLUSTER; ++r) {
         const float* o = (const float*)__cluster_map_shared_rank((void*)exchange, r);
-        all = w_merge(all, W{o[0], o[1], o[2]});
+        all = w_merge(all, W{o[0], o[1], o[2], o[3]});
       }
     }
-    mean = all.mean;
+    mean = w_mean(all);
     m2 = all.m2;
   } else {
     // Two-pass from the staged part (all of it: Check ensures STAGED == PART).

@@ -94,14 +94,24 @@ __device__ __forceinline__ float block_sum(float v, float* red) {
 }
 
 // Welford state: mean, sum of squared deviations, count (exact in float up to 2^24;
-// a thread that saw nothing has n == 0). NaN anywhere makes mean and m2 NaN, as in PyTorch.
-struct W { float mean; float m2; float n; };
+// a thread that saw nothing has n == 0), and the plain sum s of the values. NaN anywhere makes
+// mean, m2 and s NaN, as in PyTorch.
+// The statistic's mean is s / n (w_mean), not `mean`: `mean` only steers m2's updates. Carrying
+// the mean through the merges rounds every partial result at the scale of its own mean: a lane's
+// mean of 18 values of +-1e6 is ~1e5, rounded to ~0.004 per merge, and a tree of such merges
+// left a channel mean ~0.002 off where the values nearly cancel (the bf16 batch_norm rejection,
+// 2026-11-30). Sums of bf16/f16 values, and of f32 values of like magnitude, round far less:
+// bf16 values of 2^13..2^20 are multiples of 64, so their sums are exact in float up to 2^30, and
+// the mean is rounded once, at the end. One add per element and one shuffle per merge level more.
+struct W { float mean; float m2; float n; float s; };
 __device__ __forceinline__ void w_add(W& a, float x) {
   a.n += 1.f;
+  a.s += x;
   const float d = x - a.mean;
   a.mean += d / a.n;
   a.m2 += d * (x - a.mean);
 }
+__device__ __forceinline__ float w_mean(const W& a) { return a.s / a.n; }
 // Chan et al.'s merge. Not symmetric in rounding: callers merge in a fixed order or broadcast one lane's result.
 __device__ __forceinline__ W w_merge(W a, W b) {
   if (a.n == 0.f) return b;
@@ -112,8 +122,24 @@ __device__ __forceinline__ W w_merge(W a, W b) {
   const float fb = b.n / r.n;
   r.mean = a.mean + d * fb;
   r.m2 = a.m2 + b.m2 + d * d * a.n * fb;
+  r.s = a.s + b.s;
   return r;
 }
+// The statistics of N held values given by term(q), q = 0 .. N-1 (N known when generated; term
+// is inlined, so q is a constant and held arrays stay in registers), of which the first `count`
+// are real (count > 0; a thread's held values past the end come last). The sum is pairwise (the
+// same adds as a running sum, but each value passes through about log2(N) of them instead of up to
+// N, and the adds of one level are independent); the mean is s / count, m2 the pairwise sum of
+// squared deviations from it: no division per element, unlike w_add.
+template <int N> struct Pairwise {
+  template <typename Term> __device__ __forceinline__ static float sum(const Term& term, int lo) {
+    return Pairwise<N / 2>::sum(term, lo) + Pairwise<N - N / 2>::sum(term, lo + N / 2);
+  }
+};
+template <> struct Pairwise<1> {
+  template <typename Term> __device__ __forceinline__ static float sum(const Term& term, int lo) { return term(lo); }
+};
+)";
 // Every lane gets lane 0's merge of the warp.
 __device__ __forceinline__ W warp_w(W v) {
 #pragma unroll
@@ -122,27 +148,29 @@ __device__ __forceinline__ W warp_w(W v) {
     w.mean = __shfl_xor_sync(0xffffffffu, v.mean, o);
     w.m2 = __shfl_xor_sync(0xffffffffu, v.m2, o);
     w.n = __shfl_xor_sync(0xffffffffu, v.n, o);
+    w.s = __shfl_xor_sync(0xffffffffu, v.s, o);
     v = w_merge(v, w);
   }
   v.mean = __shfl_sync(0xffffffffu, v.mean, 0);
   v.m2 = __shfl_sync(0xffffffffu, v.m2, 0);
   v.n = __shfl_sync(0xffffffffu, v.n, 0);
+  v.s = __shfl_sync(0xffffffffu, v.s, 0);
   return v;
 }
-// Every thread of the block gets the merge. `red` holds 3 * 32 floats.
+// Every thread of the block gets the merge. `red` holds 4 * 32 floats.
 __device__ __forceinline__ W block_w(W v, float* red) {
   v = warp_w(v);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (lane == 0) { red[warp] = v.mean; red[32 + warp] = v.m2; red[64 + warp] = v.n; }
+  if (lane == 0) { red[warp] = v.mean; red[32 + warp] = v.m2; red[64 + warp] = v.n; red[96 + warp] = v.s; }
   __syncthreads();
   if (warp == 0) {
-    W w = {0.f, 0.f, 0.f};
-    if (lane < (int)(THREADS / 32)) { w.mean = red[lane]; w.m2 = red[32 + lane]; w.n = red[64 + lane]; }
+    W w = {0.f, 0.f, 0.f, 0.f};
+    if (lane < (int)(THREADS / 32)) { w.mean = red[lane]; w.m2 = red[32 + lane]; w.n = red[64 + lane]; w.s = red[96 + lane]; }
     w = warp_w(w);
-    if (lane == 0) { red[0] = w.mean; red[32] = w.m2; red[64] = w.n; }
+    if (lane == 0) { red[0] = w.mean; red[32] = w.m2; red[64] = w.n; red[96] = w.s; }
   }
   __syncthreads();
-  W r = {red[0], red[32], red[64]};
+  W r = {red[0], red[32], red[64], red[96]};
   __syncthreads();
   return r;
 }

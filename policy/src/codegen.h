@@ -25,9 +25,11 @@ extern const char* const kElementAccess;
 
 // Float reductions every normalization family uses: warp_sum(v) and
 // block_sum(v, red) (every thread gets the sum; red holds 32 floats), and
-// Welford statistics: struct W {mean, m2, n}, w_add, w_merge (Chan et al.),
-// warp_w and block_w (every thread gets lane 0's merge; red holds 3 * 32
-// floats). Needs THREADS (threads per block) defined before it.
+// Welford statistics: struct W {mean, m2, n, s} (the statistic's mean is
+// w_mean: s / n), w_add, w_merge (Chan et al.), warp_w and block_w (every
+// thread gets lane 0's merge; red holds 4 * 32 floats), and Pairwise<N>::sum,
+// a pairwise sum of N held values. Needs THREADS (threads per block) defined
+// before it.
 extern const char* const kReductions;
 
 }  // namespace kjit::policy::codegen
