@@ -142,7 +142,7 @@ __device__ __forceinline__ W group_w(W v, float* red) { return BY_WARP ? warp_w(
 // (Functors, not lambdas: an unannotated lambda in a kernel is a host function to NVRTC.)
 struct AddSum { float s; __device__ __forceinline__ void operator()(float x) { s += x; } };
 struct AddDev { float m; float q; __device__ __forceinline__ void operator()(float x) { q += (x - m) * (x - m); } };
-struct AddW { W w; __device__ __forceinline__ void operator()(float x) { w_add(w, x); } };
+struct AddW { WRun w; __device__ __forceinline__ void operator()(float x) { w_add(w, x); } };
 
 // The statistics of the `count` values a warp or block holds (registers, or each thread's own
 // shared-memory slots, or a read of global memory). Each thread's part comes from the visitor:
@@ -155,7 +155,7 @@ __device__ __forceinline__ W group_stats(const Visit& visit, float* red, float c
   if (WELFORD) return group_w(visit.local_w(), red);
   const float sum = group_sum(visit.local_sum(), red);
   const float m = sum / count;
-  W r = {m, group_sum(visit.local_dev(m), red), count, sum};
+  W r = {sum, group_sum(visit.local_dev(m), red), count};
   return r;
 }
 
@@ -197,7 +197,8 @@ bool IsChannelsLast4d(const TensorDesc& t) {
 class BatchNorm final : public Family {
  public:
   std::string_view name() const override { return "batch_norm"; }
-  // 2: Welford states carry the sum (the mean is s / n), held values' statistics pairwise.
+  // 2: Welford states carry the sum (the mean is s / n), held values' statistics
+  // in up to four partial sums (codegen.cc), no division per element.
   int codegen_version() const override { return 2; }
   std::vector<std::string> ops() const override { return {"aten::native_batch_norm", "aten::cudnn_batch_norm"}; }
 
@@ -631,7 +632,8 @@ class BatchNorm final : public Family {
         case kRegs: {
           const bool warp = strategy == kWarp;
           const int64_t items = CeilDiv(p.channel_len(), (warp ? 32 : threads) * vec);
-          src << "constexpr int ITEMS = " << items << ", STRIDE = " << (warp ? 32 : threads) << ";\n" << R"(
+          src << "constexpr int ITEMS = " << items << ", STRIDE = " << (warp ? 32 : threads)
+            << ", PARTIALS = " << codegen::HeldPartials(items * vec, threads) << ";\n" << R"(
 // The channel's values a thread holds: v[i] at elements (i * STRIDE + t) * VEC; those past the
 // end (only in the last items) are zeros.
 struct InRegisters {
@@ -651,26 +653,25 @@ struct InRegisters {
       return r.inside(q / VEC) ? d * d : 0.f;
     }
   };
-  __device__ __forceinline__ float local_sum() const { return Pairwise<ITEMS * VEC>::sum(Value{*this}, 0); }
-  __device__ __forceinline__ float local_dev(float m) const { return Pairwise<ITEMS * VEC>::sum(Dev{*this, m}, 0); }
+  __device__ __forceinline__ float local_sum() const { return held_sum<ITEMS * VEC, PARTIALS>(Value{*this}); }
+  __device__ __forceinline__ float local_dev(float m) const { return held_sum<ITEMS * VEC, PARTIALS>(Dev{*this, m}); }
   // The held values' own two-pass statistics, merged across threads by group_w: exact sums and no
   // division per element (w_add's sequential updates round at the scale of the running mean).
   __device__ __forceinline__ W local_w() const {
     int items = 0;
 #pragma unroll
     for (int i = 0; i < ITEMS; ++i) items += inside(i) ? 1 : 0;
-    W r = {0.f, 0.f, 0.f, 0.f};
+    W r = {0.f, 0.f, 0.f};
     if (items == 0) return r;
     r.n = (float)(items * VEC);
     r.s = local_sum();
-    r.mean = r.s / r.n;
-    r.m2 = local_dev(r.mean);
+    r.m2 = local_dev(div_count(r.s, r.n));
     return r;
   }
 };
 )";
           src << "extern \"C\" __global__ void __launch_bounds__(THREADS) kjit_batch_norm(" << params << ") {" << R"(
-  __shared__ float red[128];
+  __shared__ float red[96];
   const long long ch = BY_WARP ? (long long)blockIdx.x * (THREADS / 32) + threadIdx.x / 32 : (long long)blockIdx.x;
   if (BY_WARP && ch >= CHANNELS) return;  // whole warps leave: the shuffles below stay full
   const int t = BY_WARP ? threadIdx.x % 32 : threadIdx.x;
@@ -717,7 +718,7 @@ struct InRegisters {
           src << "#define KJIT_LOCAL_STATS "
                  "__device__ __forceinline__ float local_sum() const { AddSum a = {0.f}; (*this)(a); return a.s; } "
                  "__device__ __forceinline__ float local_dev(float m) const { AddDev a = {m, 0.f}; (*this)(a); return a.q; } "
-                 "__device__ __forceinline__ W local_w() const { AddW a = {{0.f, 0.f, 0.f, 0.f}}; (*this)(a); return a.w; }\n";
+                 "__device__ __forceinline__ W local_w() const { AddW a = {{0.f, 0.f, 0.f, 0.f}}; (*this)(a); return w_state(a.w); }\n";
           src << "#define STAGED " << (staged ? 1 : 0) << "\nconstexpr int CLUSTER = " << cluster
               << ";\nconstexpr long long PART = LEN / CLUSTER;\n" << R"(
 // A thread's elements of the block's part: j = threadIdx.x * VEC + k * THREADS * VEC, staged in
@@ -752,8 +753,8 @@ struct InGlobal {
           src << "extern \"C\" __global__ void ";
           if (clustered) src << "__cluster_dims__(CLUSTER, 1, 1) ";
           src << "__launch_bounds__(THREADS) kjit_batch_norm(" << params << ") {" << R"(
-  __shared__ float red[128];
-  __shared__ float part_w[4];  // this block's (mean, m2, n, s), read by the whole cluster
+  __shared__ float red[96];
+  __shared__ float part_w[3];  // this block's (s, m2, n), read by the whole cluster
   extern __shared__ __align__(16) unsigned char stage_bytes[];
   Raw* stage = reinterpret_cast<Raw*>(stage_bytes);
   const long long ch = blockIdx.x / CLUSTER;
@@ -772,15 +773,15 @@ struct InGlobal {
     s = group_stats(InGlobal{xc, begin}, red, (float)PART);
   }
   if (CLUSTER > 1) {
-    if (threadIdx.x == 0) { part_w[0] = s.mean; part_w[1] = s.m2; part_w[2] = s.n; part_w[3] = s.s; }
+    if (threadIdx.x == 0) { part_w[0] = s.s; part_w[1] = s.m2; part_w[2] = s.n; }
     // Cluster barrier (release/acquire): every block's part_w is written.
     __cluster_barrier_arrive();
     __cluster_barrier_wait();
     // Every block merges the parts in rank order: the same statistics in every block.
-    W all = {0.f, 0.f, 0.f, 0.f};
+    W all = {0.f, 0.f, 0.f};
     for (int r = 0; r < CLUSTER; ++r) {
       const float* o = (const float*)__cluster_map_shared_rank((void*)part_w, r);
-      const W other = {o[0], o[1], o[2], o[3]};
+      const W other = {o[0], o[1], o[2]};
       all = w_merge(all, other);
     }
     s = all;

@@ -71,7 +71,7 @@ struct GroupNormProblem : Problem {
 constexpr const char* kPrelude = R"(
 // One vector's VEC values as a batch (their exact mean: VEC is a power of two), merged into a:
 // one division per vector instead of one per element keeps the streaming loops memory-bound.
-__device__ __forceinline__ void w_add_vec(W& a, const float (&v)[VEC]) {
+__device__ __forceinline__ void w_add_vec(WRun& a, const float (&v)[VEC]) {
   float s = 0.f;
 #pragma unroll
   for (int k = 0; k < VEC; ++k) s += v[k];
@@ -79,7 +79,7 @@ __device__ __forceinline__ void w_add_vec(W& a, const float (&v)[VEC]) {
   float q = 0.f;
 #pragma unroll
   for (int k = 0; k < VEC; ++k) q += (v[k] - m) * (v[k] - m);
-  a = w_merge(a, W{m, q, (float)VEC, s});
+  w_add_batch(a, s, m, q, (float)VEC);
 }
 // One element between memory and a float (weight, bias, mean, rstd).
 __device__ __forceinline__ float load_one(const in_t* p) {
@@ -140,7 +140,8 @@ int64_t StagedElements(int64_t part, int64_t threads, int64_t vec, const DeviceF
 class GroupNorm final : public Family {
  public:
   std::string_view name() const override { return "group_norm"; }
-  // 2: Welford states carry the sum (the mean is s / n), held values' statistics pairwise.
+  // 2: Welford states carry the sum (the mean is s / n), held values' statistics
+  // in up to four partial sums (codegen.cc), no division per element.
   int codegen_version() const override { return 2; }
   std::vector<std::string> ops() const override { return {"aten::native_group_norm"}; }
 
@@ -427,10 +428,11 @@ class GroupNorm final : public Family {
         const bool warp = strategy == kWarp;
         const int64_t items = CeilDiv(p.len(), (warp ? 32 : threads) * vec);
         src << "constexpr bool SLICE_BY_WARP = " << (warp ? "true" : "false") << ";\n";
-        src << "constexpr int ITEMS = " << items << ", STRIDE = " << (warp ? 32 : threads) << ";\n" << R"(
+        src << "constexpr int ITEMS = " << items << ", STRIDE = " << (warp ? 32 : threads)
+            << ", PARTIALS = " << codegen::HeldPartials(items * vec, threads) << ";\n" << R"(
 // The slice's values a thread holds: v[i] at offsets (i * STRIDE + t) * VEC.
 extern "C" __global__ void __launch_bounds__(THREADS) kjit_group_norm(KJIT_PARAMS) {
-  __shared__ float red[128];
+  __shared__ float red[96];
   const long long slice = SLICE_BY_WARP ? (long long)blockIdx.x * (THREADS / 32) + threadIdx.x / 32 : (long long)blockIdx.x;
   if (SLICE_BY_WARP && slice >= SLICES) return;  // whole warps leave: the shuffles below stay full
   const int t = SLICE_BY_WARP ? threadIdx.x % 32 : threadIdx.x;
@@ -447,7 +449,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) kjit_group_norm(KJIT_PARAM
       for (int k = 0; k < VEC; ++k) v[i][k] = 0.f;
     }
   }
-  // Each thread's values, summed pairwise (Pairwise<N>, codegen.cc); the zeros past the end add
+  // Each thread's values, summed in PARTIALS partials (held_sum, codegen.cc); the zeros past the end add
   // nothing to the sum, and are left out of the squared deviations.
   struct Value {
     const float (&v)[ITEMS][VEC];
@@ -462,7 +464,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) kjit_group_norm(KJIT_PARAM
       return ((q / VEC) * STRIDE + t) * VEC < LEN ? d * d : 0.f;
     }
   };
-  const float local_sum = Pairwise<ITEMS * VEC>::sum(Value{v}, 0);
+  const float local_sum = held_sum<ITEMS * VEC, PARTIALS>(Value{v});
   float mean, m2;
   if (WELFORD) {
     // The thread's own two-pass statistics, merged across threads (Chan): no division per vector,
@@ -470,19 +472,18 @@ extern "C" __global__ void __launch_bounds__(THREADS) kjit_group_norm(KJIT_PARAM
     int items = 0;
 #pragma unroll
     for (int i = 0; i < ITEMS; ++i) items += (i * STRIDE + t) * VEC < LEN ? 1 : 0;
-    W a = {0.f, 0.f, 0.f, 0.f};
+    W a = {0.f, 0.f, 0.f};
     if (items > 0) {
       a.n = (float)(items * VEC);
       a.s = local_sum;
-      a.mean = a.s / a.n;
-      a.m2 = Pairwise<ITEMS * VEC>::sum(Dev{v, t, a.mean}, 0);
+      a.m2 = held_sum<ITEMS * VEC, PARTIALS>(Dev{v, t, div_count(a.s, a.n)});
     }
     a = SLICE_BY_WARP ? warp_w(a) : block_w(a, red);
     mean = w_mean(a);
     m2 = a.m2;
   } else {
     mean = (SLICE_BY_WARP ? warp_sum(local_sum) : block_sum(local_sum, red)) / (float)LEN;
-    const float q = Pairwise<ITEMS * VEC>::sum(Dev{v, t, mean}, 0);
+    const float q = held_sum<ITEMS * VEC, PARTIALS>(Dev{v, t, mean});
     m2 = SLICE_BY_WARP ? warp_sum(q) : block_sum(q, red);
   }
   const Stats st = finish(mean, m2);
@@ -558,7 +559,7 @@ __device__ __forceinline__ float cluster_total(float v, float* slot) {
 // t's offsets in the part: t * VEC + j * SWEEP; those below STAGED are kept in shared memory at the
 // same offset (only by the thread that loaded them: no barrier), the rest read again.
 extern "C" __global__ void KJIT_CLUSTER_DIMS __launch_bounds__(THREADS) kjit_group_norm(KJIT_PARAMS) {
-  __shared__ float red[128];
+  __shared__ float red[96];
   __shared__ float exchange[4];  // this block's partials for the cluster
   extern __shared__ float4 staged_raw[];
   float* staged = reinterpret_cast<float*>(staged_raw);
@@ -568,7 +569,7 @@ extern "C" __global__ void KJIT_CLUSTER_DIMS __launch_bounds__(THREADS) kjit_gro
   const in_t* xs = x + slice * LEN + begin;
   out_t* ys = y + slice * LEN + begin;
   // Read the part once: stage what fits, Welford on the way.
-  W acc = {0.f, 0.f, 0.f, 0.f};
+  WRun acc = {0.f, 0.f, 0.f, 0.f};
   for (int base = threadIdx.x * VEC; base < PART; base += SWEEP * UNROLL) {
     float v[UNROLL][VEC];
 #pragma unroll
@@ -586,15 +587,15 @@ extern "C" __global__ void KJIT_CLUSTER_DIMS __launch_bounds__(THREADS) kjit_gro
   }
   float mean, m2;
   if (WELFORD) {
-    W all = block_w(acc, red);
+    W all = block_w(w_state(acc), red);
     if (CLUSTER > 1) {
-      if (threadIdx.x == 0) { exchange[0] = all.mean; exchange[1] = all.m2; exchange[2] = all.n; exchange[3] = all.s; }
+      if (threadIdx.x == 0) { exchange[0] = all.s; exchange[1] = all.m2; exchange[2] = all.n; }
       __cluster_barrier_arrive();  // release: the partials are written
       __cluster_barrier_wait();
-      all = W{0.f, 0.f, 0.f, 0.f};
+      all = W{0.f, 0.f, 0.f};
       for (int r = 0; r < CLUSTER; ++r) {
         const float* o = (const float*)__cluster_map_shared_rank((void*)exchange, r);
-        all = w_merge(all, W{o[0], o[1], o[2], o[3]});
+        all = w_merge(all, W{o[0], o[1], o[2]});
       }
     }
     mean = w_mean(all);

@@ -86,18 +86,18 @@ __device__ __forceinline__ void normalize(const float (&v)[VEC], float mean, flo
 struct AddSq { float q; __device__ __forceinline__ void operator()(float x) { q += x * x; } };
 struct AddSum { float s; __device__ __forceinline__ void operator()(float x) { s += x; } };
 struct AddDev { float m; float q; __device__ __forceinline__ void operator()(float x) { q += (x - m) * (x - m); } };
-struct AddW { W w; __device__ __forceinline__ void operator()(float x) { w_add(w, x); } };
+struct AddW { WRun w; __device__ __forceinline__ void operator()(float x) { w_add(w, x); } };
 // A streaming visitor's part of row_stats: its values one by one through the functors.
 #define KJIT_LOCAL_STATS \
   __device__ __forceinline__ float local_sq() const { AddSq a = {0.f}; (*this)(a); return a.q; } \
   __device__ __forceinline__ float local_sum() const { AddSum a = {0.f}; (*this)(a); return a.s; } \
   __device__ __forceinline__ float local_dev(float m) const { AddDev a = {m, 0.f}; (*this)(a); return a.q; } \
-  __device__ __forceinline__ W local_w() const { AddW a = {{0.f, 0.f, 0.f, 0.f}}; (*this)(a); return a.w; }
+  __device__ __forceinline__ W local_w() const { AddW a = {{0.f, 0.f, 0.f, 0.f}}; (*this)(a); return w_state(a.w); }
 
 // The row's statistics from the values each thread holds (registers or its own shared-memory
 // slots, or a read of global memory), its part given by the visitor: local_sq() (rms),
 // local_sum(), local_dev(m) and local_w() (see batch_norm.cc). Two-pass layer_norm visits
-// twice; the rest once. Welford's mean is the merged sum over LEN (w_mean), not the merged mean.
+// twice; the rest once. Welford's mean is the merged sum over LEN (w_mean).
 template <typename Visit>
 __device__ __forceinline__ void row_stats(const Visit& visit, float* red, float& mean, float& rstd) {
   if (RMS) {
@@ -118,7 +118,8 @@ __device__ __forceinline__ void row_stats(const Visit& visit, float* red, float&
 class LayerNorm final : public Family {
  public:
   std::string_view name() const override { return "layer_norm"; }
-  // 2: Welford states carry the sum (the mean is s / n), held values' statistics pairwise.
+  // 2: Welford states carry the sum (the mean is s / n), held values' statistics
+  // in up to four partial sums (codegen.cc), no division per element.
   int codegen_version() const override { return 2; }
   std::vector<std::string> ops() const override { return {"aten::native_layer_norm", "aten::_fused_rms_norm"}; }
 
@@ -368,9 +369,10 @@ class LayerNorm final : public Family {
       case kRegs: {
         const bool warp = strategy == kWarp;
         const int64_t items = CeilDiv(p.len, (warp ? 32 : threads) * vec);
-        src << "constexpr int ITEMS = " << items << ", STRIDE = " << (warp ? 32 : threads) << ";\n" << R"(
+        src << "constexpr int ITEMS = " << items << ", STRIDE = " << (warp ? 32 : threads)
+            << ", PARTIALS = " << codegen::HeldPartials(items * vec, threads) << ";\n" << R"(
 // The row's values a thread holds: v[i] at columns (i * STRIDE + t) * VEC; those past the end
-// (only in the last items) are zeros. Sums over them pairwise (Pairwise<N>, codegen.cc).
+// (only in the last items) are zeros. Sums over them in PARTIALS partials (held_sum, codegen.cc).
 struct InRegisters {
   const float (&v)[ITEMS][VEC];
   int t;
@@ -392,27 +394,26 @@ struct InRegisters {
       return r.inside(q / VEC) ? d * d : 0.f;
     }
   };
-  __device__ __forceinline__ float local_sq() const { return Pairwise<ITEMS * VEC>::sum(Sq{*this}, 0); }
-  __device__ __forceinline__ float local_sum() const { return Pairwise<ITEMS * VEC>::sum(Value{*this}, 0); }
-  __device__ __forceinline__ float local_dev(float m) const { return Pairwise<ITEMS * VEC>::sum(Dev{*this, m}, 0); }
+  __device__ __forceinline__ float local_sq() const { return held_sum<ITEMS * VEC, PARTIALS>(Sq{*this}); }
+  __device__ __forceinline__ float local_sum() const { return held_sum<ITEMS * VEC, PARTIALS>(Value{*this}); }
+  __device__ __forceinline__ float local_dev(float m) const { return held_sum<ITEMS * VEC, PARTIALS>(Dev{*this, m}); }
   // The held values' own two-pass statistics, merged across threads by row_w: no division per
   // element, and sums rounded far less than w_add's running mean.
   __device__ __forceinline__ W local_w() const {
     int items = 0;
 #pragma unroll
     for (int i = 0; i < ITEMS; ++i) items += inside(i) ? 1 : 0;
-    W r = {0.f, 0.f, 0.f, 0.f};
+    W r = {0.f, 0.f, 0.f};
     if (items == 0) return r;
     r.n = (float)(items * VEC);
     r.s = local_sum();
-    r.mean = r.s / r.n;
-    r.m2 = local_dev(r.mean);
+    r.m2 = local_dev(div_count(r.s, r.n));
     return r;
   }
 };
 extern "C" __global__ void __launch_bounds__(THREADS) kjit_layer_norm(KJIT_PARAMS) {
   KJIT_NO_BIAS_MEAN
-  __shared__ float red[128];
+  __shared__ float red[96];
   const long long row = ROW_BY_WARP ? (long long)blockIdx.x * (THREADS / 32) + threadIdx.x / 32 : (long long)blockIdx.x;
   if (ROW_BY_WARP && row >= ROWS) return;  // whole warps leave: the shuffles below stay full
   const int t = ROW_BY_WARP ? threadIdx.x % 32 : threadIdx.x;
@@ -476,7 +477,7 @@ struct InGlobal {
 };
 extern "C" __global__ void __launch_bounds__(THREADS) kjit_layer_norm(KJIT_PARAMS) {
   KJIT_NO_BIAS_MEAN
-  __shared__ float red[128];
+  __shared__ float red[96];
   extern __shared__ float row_buf[];
   const long long row = blockIdx.x;
   const in_t* xr = x + row * LEN;
