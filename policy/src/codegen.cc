@@ -139,7 +139,8 @@ __device__ __forceinline__ W w_merge(W a, W b) {
 }
 // A thread's running Welford state over values it streams through. Here the mean is carried: it
 // steers m2's updates (x - mean), which need it at every step; the statistic's sum is kept beside
-// it, and w_state hands both on as a W.
+// it, and w_state hands both on as a W. Its division is div_count's: the mean only steers, and
+// an IEEE division per element was most of an update's instructions.
 struct WRun { float mean; float m2; float n; float s; };
 __device__ __forceinline__ void w_add(WRun& a, float x) {
   a.n += 1.f;
@@ -149,11 +150,13 @@ __device__ __forceinline__ void w_add(WRun& a, float x) {
   a.m2 += d * (x - a.mean);
 }
 // `cnt` values whose sum is bs, whose mean is bm and whose squared deviations from it sum to bq,
-// added to a at once: one division per batch instead of one per value.
+// added to a at once: one division per batch instead of one per value. (An IEEE division: with
+// div_count, group_norm's streaming loop (256 threads, 2 x 4 values in flight) took 48 registers
+// instead of 40, one block less per SM.)
 __device__ __forceinline__ void w_add_batch(WRun& a, float bs, float bm, float bq, float cnt) {
   const float n = a.n + cnt;
   const float d = bm - a.mean;
-  const float fb = div_count(cnt, n);
+  const float fb = cnt / n;
   a.m2 += bq + d * d * a.n * fb;
   a.mean += d * fb;
   a.n = n;
@@ -164,8 +167,9 @@ __device__ __forceinline__ W w_state(const WRun& a) { W r = {a.s, a.m2, a.n}; re
 // inlined and the loop unrolled, so q is a constant and held arrays stay in registers), into K
 // (1 to 4) partial sums round-robin, added pairwise at the end: each running sum sees 1/K of the
 // values (its rounding errors grow with its length), the K chains are independent (latency
-// hidden), and only K partials are live. A full pairwise tree is no more accurate (host emulation,
-// tests/policy/stats_accuracy_test.cc) and keeps more partials live. Generators pick K = 1 where
+// hidden), and only K partials are live. A full pairwise tree was no more accurate in a host
+// emulation of 32 lanes x 18 f32 values (mean RMS error 0.00127 against 0.00128 with K = 4, 0.00151
+// with one running sum) and keeps more partials live. Generators pick K = 1 where
 // the held values leave little room under the per-thread register cap (HeldPartials in
 // codegen.h): there even three more live floats spill.
 template <int N, int K, typename Term> __device__ __forceinline__ float held_sum(const Term& term) {
