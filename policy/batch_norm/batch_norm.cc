@@ -138,28 +138,24 @@ __device__ __forceinline__ void unpack(Raw r, float (&f)[VEC]) {
 __device__ __forceinline__ float group_sum(float v, float* red) { return BY_WARP ? warp_sum(v) : block_sum(v, red); }
 __device__ __forceinline__ W group_w(W v, float* red) { return BY_WARP ? warp_w(v) : block_w(v, red); }
 
-// What a thread adds up over the values it holds. (Functors, not lambdas: an unannotated lambda
-// in a kernel is a host function to NVRTC.)
+// What a thread adds up over the values it streams through (shared memory or global memory).
+// (Functors, not lambdas: an unannotated lambda in a kernel is a host function to NVRTC.)
 struct AddSum { float s; __device__ __forceinline__ void operator()(float x) { s += x; } };
 struct AddDev { float m; float q; __device__ __forceinline__ void operator()(float x) { q += (x - m) * (x - m); } };
-struct AddW { W w; __device__ __forceinline__ void operator()(float x) { w_add(w, x); } };
+struct AddW { WRun w; __device__ __forceinline__ void operator()(float x) { w_add(w, x); } };
 
 // The statistics of the `count` values a warp or block holds (registers, or each thread's own
-// shared-memory slots, or a read of global memory), which `visit(acc)` passes to acc one by one:
-// two-pass (the mean, then squared deviations from it; visits twice) or Welford (visits once).
+// shared-memory slots, or a read of global memory). Each thread's part comes from the visitor:
+// local_sum(), local_dev(m) (the sum of squared deviations from m) and local_w() (its Welford
+// state). Two-pass: the mean, then squared deviations from it (visits twice); Welford: one merge
+// of the threads' states (visits once). Either way the result's s is the channel part's sum and
+// w_mean(result) its mean.
 template <typename Visit>
 __device__ __forceinline__ W group_stats(const Visit& visit, float* red, float count) {
-  if (WELFORD) {
-    AddW a = {{0.f, 0.f, 0.f}};
-    visit(a);
-    return group_w(a.w, red);
-  }
-  AddSum s = {0.f};
-  visit(s);
-  const float m = group_sum(s.s, red) / count;
-  AddDev d = {m, 0.f};
-  visit(d);
-  W r = {m, group_sum(d.q, red), count};
+  if (WELFORD) return group_w(visit.local_w(), red);
+  const float sum = group_sum(visit.local_sum(), red);
+  const float m = sum / count;
+  W r = {sum, group_sum(visit.local_dev(m), red), count};
   return r;
 }
 
@@ -201,7 +197,9 @@ bool IsChannelsLast4d(const TensorDesc& t) {
 class BatchNorm final : public Family {
  public:
   std::string_view name() const override { return "batch_norm"; }
-  int codegen_version() const override { return 1; }
+  // 2: Welford states carry the sum (the mean is s / n), held values' statistics
+  // in up to four partial sums (codegen.cc), no division per element.
+  int codegen_version() const override { return 2; }
   std::vector<std::string> ops() const override { return {"aten::native_batch_norm", "aten::cudnn_batch_norm"}; }
 
   OpTraits traits(std::string_view /*op: the same for both*/) const override {
@@ -634,19 +632,41 @@ class BatchNorm final : public Family {
         case kRegs: {
           const bool warp = strategy == kWarp;
           const int64_t items = CeilDiv(p.channel_len(), (warp ? 32 : threads) * vec);
-          src << "constexpr int ITEMS = " << items << ", STRIDE = " << (warp ? 32 : threads) << ";\n" << R"(
-// The channel's values a thread holds: v[i] at elements (i * STRIDE + t) * VEC.
+          src << "constexpr int ITEMS = " << items << ", STRIDE = " << (warp ? 32 : threads)
+            << ", PARTIALS = " << codegen::HeldPartials(items * vec, threads) << ";\n" << R"(
+// The channel's values a thread holds: v[i] at elements (i * STRIDE + t) * VEC; those past the
+// end (only in the last items) are zeros.
 struct InRegisters {
   const float (&v)[ITEMS][VEC];
   int t;
-  template <typename Acc> __device__ __forceinline__ void operator()(Acc& acc) const {
-#pragma unroll
-    for (int i = 0; i < ITEMS; ++i) {
-      if (((long long)i * STRIDE + t) * VEC < LEN) {
-#pragma unroll
-        for (int k = 0; k < VEC; ++k) acc(v[i][k]);
-      }
+  __device__ __forceinline__ bool inside(int i) const { return ((long long)i * STRIDE + t) * VEC < LEN; }
+  // The zeros past the end add nothing.
+  struct Value {
+    const InRegisters& r;
+    __device__ __forceinline__ float operator()(int q) const { return r.v[q / VEC][q % VEC]; }
+  };
+  struct Dev {
+    const InRegisters& r;
+    float m;
+    __device__ __forceinline__ float operator()(int q) const {
+      const float d = r.v[q / VEC][q % VEC] - m;
+      return r.inside(q / VEC) ? d * d : 0.f;
     }
+  };
+  __device__ __forceinline__ float local_sum() const { return held_sum<ITEMS * VEC, PARTIALS>(Value{*this}); }
+  __device__ __forceinline__ float local_dev(float m) const { return held_sum<ITEMS * VEC, PARTIALS>(Dev{*this, m}); }
+  // The held values' own two-pass statistics, merged across threads by group_w: exact sums and no
+  // division per element (w_add's sequential updates round at the scale of the running mean).
+  __device__ __forceinline__ W local_w() const {
+    int items = 0;
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i) items += inside(i) ? 1 : 0;
+    W r = {0.f, 0.f, 0.f};
+    if (items == 0) return r;
+    r.n = (float)(items * VEC);
+    r.s = local_sum();
+    r.m2 = local_dev(div_count(r.s, r.n));
+    return r;
   }
 };
 )";
@@ -669,6 +689,7 @@ struct InRegisters {
     }
   }
   const W s = group_stats(InRegisters{v, t}, red, (float)LEN);
+  const float mean = w_mean(s);
   const float invstd = rsqrtf(s.m2 / (float)LEN + EPS);
   float scale, shift;
   channel_affine(w, b, ch, invstd, scale, shift);
@@ -676,11 +697,11 @@ struct InRegisters {
   for (int i = 0; i < ITEMS; ++i) {
     const long long j = ((long long)i * STRIDE + t) * VEC;
     if (j < LEN) {
-      apply(v[i], s.mean, scale, shift);
+      apply(v[i], mean, scale, shift);
       store_vec(yc + off(j), v[i]);
     }
   }
-  if (t == 0) { save_mean[ch] = s.mean; save_invstd[ch] = invstd; }
+  if (t == 0) { save_mean[ch] = mean; save_invstd[ch] = invstd; }
 }
 )";
           c.launch.grid[0] = static_cast<uint32_t>(warp ? CeilDiv(p.channels, threads / 32) : p.channels);
@@ -693,6 +714,11 @@ struct InRegisters {
           const bool staged = strategy == kSmem || strategy == kClusterSmem;
           const bool clustered = strategy == kCluster || strategy == kClusterSmem;
           const int64_t part = p.channel_len() / cluster;
+          // A streaming visitor's part of group_stats: its values one by one through the functors.
+          src << "#define KJIT_LOCAL_STATS "
+                 "__device__ __forceinline__ float local_sum() const { AddSum a = {0.f}; (*this)(a); return a.s; } "
+                 "__device__ __forceinline__ float local_dev(float m) const { AddDev a = {m, 0.f}; (*this)(a); return a.q; } "
+                 "__device__ __forceinline__ W local_w() const { AddW a = {{0.f, 0.f, 0.f, 0.f}}; (*this)(a); return w_state(a.w); }\n";
           src << "#define STAGED " << (staged ? 1 : 0) << "\nconstexpr int CLUSTER = " << cluster
               << ";\nconstexpr long long PART = LEN / CLUSTER;\n" << R"(
 // A thread's elements of the block's part: j = threadIdx.x * VEC + k * THREADS * VEC, staged in
@@ -707,6 +733,7 @@ struct InStage {
       for (int k = 0; k < VEC; ++k) acc(f[k]);
     }
   }
+  KJIT_LOCAL_STATS
 };
 // ... or read from global memory (the part begins at element `begin` of the channel).
 struct InGlobal {
@@ -720,13 +747,14 @@ struct InGlobal {
       for (int k = 0; k < VEC; ++k) acc(f[k]);
     }
   }
+  KJIT_LOCAL_STATS
 };
 )";
           src << "extern \"C\" __global__ void ";
           if (clustered) src << "__cluster_dims__(CLUSTER, 1, 1) ";
           src << "__launch_bounds__(THREADS) kjit_batch_norm(" << params << ") {" << R"(
   __shared__ float red[96];
-  __shared__ float part_w[3];  // this block's (mean, m2, n), read by the whole cluster
+  __shared__ float part_w[3];  // this block's (s, m2, n), read by the whole cluster
   extern __shared__ __align__(16) unsigned char stage_bytes[];
   Raw* stage = reinterpret_cast<Raw*>(stage_bytes);
   const long long ch = blockIdx.x / CLUSTER;
@@ -745,7 +773,7 @@ struct InGlobal {
     s = group_stats(InGlobal{xc, begin}, red, (float)PART);
   }
   if (CLUSTER > 1) {
-    if (threadIdx.x == 0) { part_w[0] = s.mean; part_w[1] = s.m2; part_w[2] = s.n; }
+    if (threadIdx.x == 0) { part_w[0] = s.s; part_w[1] = s.m2; part_w[2] = s.n; }
     // Cluster barrier (release/acquire): every block's part_w is written.
     __cluster_barrier_arrive();
     __cluster_barrier_wait();
@@ -761,6 +789,7 @@ struct InGlobal {
     __cluster_barrier_arrive();
     __cluster_barrier_wait();
   }
+  const float mean = w_mean(s);
   const float invstd = rsqrtf(s.m2 / (float)LEN + EPS);
   float scale, shift;
   channel_affine(w, b, ch, invstd, scale, shift);
@@ -771,10 +800,10 @@ struct InGlobal {
     } else {
       load_vec<HINT>(xc + off(begin + j), v);
     }
-    apply(v, s.mean, scale, shift);
+    apply(v, mean, scale, shift);
     store_vec(yc + off(begin + j), v);
   }
-  if (rank == 0 && threadIdx.x == 0) { save_mean[ch] = s.mean; save_invstd[ch] = invstd; }
+  if (rank == 0 && threadIdx.x == 0) { save_mean[ch] = mean; save_invstd[ch] = invstd; }
 }
 )";
           c.launch.grid[0] = static_cast<uint32_t>(p.channels * cluster);

@@ -71,7 +71,7 @@ struct GroupNormProblem : Problem {
 constexpr const char* kPrelude = R"(
 // One vector's VEC values as a batch (their exact mean: VEC is a power of two), merged into a:
 // one division per vector instead of one per element keeps the streaming loops memory-bound.
-__device__ __forceinline__ void w_add_vec(W& a, const float (&v)[VEC]) {
+__device__ __forceinline__ void w_add_vec(WRun& a, const float (&v)[VEC]) {
   float s = 0.f;
 #pragma unroll
   for (int k = 0; k < VEC; ++k) s += v[k];
@@ -79,7 +79,7 @@ __device__ __forceinline__ void w_add_vec(W& a, const float (&v)[VEC]) {
   float q = 0.f;
 #pragma unroll
   for (int k = 0; k < VEC; ++k) q += (v[k] - m) * (v[k] - m);
-  a = w_merge(a, W{m, q, (float)VEC});
+  w_add_batch(a, s, m, q, (float)VEC);
 }
 // One element between memory and a float (weight, bias, mean, rstd).
 __device__ __forceinline__ float load_one(const in_t* p) {
@@ -140,7 +140,9 @@ int64_t StagedElements(int64_t part, int64_t threads, int64_t vec, const DeviceF
 class GroupNorm final : public Family {
  public:
   std::string_view name() const override { return "group_norm"; }
-  int codegen_version() const override { return 1; }
+  // 2: Welford states carry the sum (the mean is s / n), held values' statistics
+  // in up to four partial sums (codegen.cc), no division per element.
+  int codegen_version() const override { return 2; }
   std::vector<std::string> ops() const override { return {"aten::native_group_norm"}; }
 
   OpTraits traits(std::string_view) const override {
@@ -426,7 +428,8 @@ class GroupNorm final : public Family {
         const bool warp = strategy == kWarp;
         const int64_t items = CeilDiv(p.len(), (warp ? 32 : threads) * vec);
         src << "constexpr bool SLICE_BY_WARP = " << (warp ? "true" : "false") << ";\n";
-        src << "constexpr int ITEMS = " << items << ", STRIDE = " << (warp ? 32 : threads) << ";\n" << R"(
+        src << "constexpr int ITEMS = " << items << ", STRIDE = " << (warp ? 32 : threads)
+            << ", PARTIALS = " << codegen::HeldPartials(items * vec, threads) << ";\n" << R"(
 // The slice's values a thread holds: v[i] at offsets (i * STRIDE + t) * VEC.
 extern "C" __global__ void __launch_bounds__(THREADS) kjit_group_norm(KJIT_PARAMS) {
   __shared__ float red[96];
@@ -446,32 +449,41 @@ extern "C" __global__ void __launch_bounds__(THREADS) kjit_group_norm(KJIT_PARAM
       for (int k = 0; k < VEC; ++k) v[i][k] = 0.f;
     }
   }
+  // Each thread's values, summed in PARTIALS partials (held_sum, codegen.cc); the zeros past the end add
+  // nothing to the sum, and are left out of the squared deviations.
+  struct Value {
+    const float (&v)[ITEMS][VEC];
+    __device__ __forceinline__ float operator()(int q) const { return v[q / VEC][q % VEC]; }
+  };
+  struct Dev {
+    const float (&v)[ITEMS][VEC];
+    int t;
+    float m;
+    __device__ __forceinline__ float operator()(int q) const {
+      const float d = v[q / VEC][q % VEC] - m;
+      return ((q / VEC) * STRIDE + t) * VEC < LEN ? d * d : 0.f;
+    }
+  };
+  const float local_sum = held_sum<ITEMS * VEC, PARTIALS>(Value{v});
   float mean, m2;
   if (WELFORD) {
-    W a = {0.f, 0.f, 0.f};
+    // The thread's own two-pass statistics, merged across threads (Chan): no division per vector,
+    // and the mean is the merged sum over LEN, rounded once (see W in codegen.cc).
+    int items = 0;
 #pragma unroll
-    for (int i = 0; i < ITEMS; ++i) {
-      if ((i * STRIDE + t) * VEC < LEN) w_add_vec(a, v[i]);
+    for (int i = 0; i < ITEMS; ++i) items += (i * STRIDE + t) * VEC < LEN ? 1 : 0;
+    W a = {0.f, 0.f, 0.f};
+    if (items > 0) {
+      a.n = (float)(items * VEC);
+      a.s = local_sum;
+      a.m2 = held_sum<ITEMS * VEC, PARTIALS>(Dev{v, t, div_count(a.s, a.n)});
     }
     a = SLICE_BY_WARP ? warp_w(a) : block_w(a, red);
-    mean = a.mean;
+    mean = w_mean(a);
     m2 = a.m2;
   } else {
-    float s = 0.f;  // the zeros past the end add nothing
-#pragma unroll
-    for (int i = 0; i < ITEMS; ++i) {
-#pragma unroll
-      for (int k = 0; k < VEC; ++k) s += v[i][k];
-    }
-    mean = (SLICE_BY_WARP ? warp_sum(s) : block_sum(s, red)) / (float)LEN;
-    float q = 0.f;
-#pragma unroll
-    for (int i = 0; i < ITEMS; ++i) {
-      if ((i * STRIDE + t) * VEC < LEN) {
-#pragma unroll
-        for (int k = 0; k < VEC; ++k) q += (v[i][k] - mean) * (v[i][k] - mean);
-      }
-    }
+    mean = (SLICE_BY_WARP ? warp_sum(local_sum) : block_sum(local_sum, red)) / (float)LEN;
+    const float q = held_sum<ITEMS * VEC, PARTIALS>(Dev{v, t, mean});
     m2 = SLICE_BY_WARP ? warp_sum(q) : block_sum(q, red);
   }
   const Stats st = finish(mean, m2);
@@ -557,7 +569,7 @@ extern "C" __global__ void KJIT_CLUSTER_DIMS __launch_bounds__(THREADS) kjit_gro
   const in_t* xs = x + slice * LEN + begin;
   out_t* ys = y + slice * LEN + begin;
   // Read the part once: stage what fits, Welford on the way.
-  W acc = {0.f, 0.f, 0.f};
+  WRun acc = {0.f, 0.f, 0.f, 0.f};
   for (int base = threadIdx.x * VEC; base < PART; base += SWEEP * UNROLL) {
     float v[UNROLL][VEC];
 #pragma unroll
@@ -575,9 +587,9 @@ extern "C" __global__ void KJIT_CLUSTER_DIMS __launch_bounds__(THREADS) kjit_gro
   }
   float mean, m2;
   if (WELFORD) {
-    W all = block_w(acc, red);
+    W all = block_w(w_state(acc), red);
     if (CLUSTER > 1) {
-      if (threadIdx.x == 0) { exchange[0] = all.mean; exchange[1] = all.m2; exchange[2] = all.n; }
+      if (threadIdx.x == 0) { exchange[0] = all.s; exchange[1] = all.m2; exchange[2] = all.n; }
       __cluster_barrier_arrive();  // release: the partials are written
       __cluster_barrier_wait();
       all = W{0.f, 0.f, 0.f};
@@ -586,7 +598,7 @@ extern "C" __global__ void KJIT_CLUSTER_DIMS __launch_bounds__(THREADS) kjit_gro
         all = w_merge(all, W{o[0], o[1], o[2]});
       }
     }
-    mean = all.mean;
+    mean = w_mean(all);
     m2 = all.m2;
   } else {
     // Two-pass from the staged part (all of it: Check ensures STAGED == PART).

@@ -81,37 +81,36 @@ __device__ __forceinline__ void normalize(const float (&v)[VEC], float mean, flo
   }
 }
 
-// What a thread adds up over the values it holds. (Functors, not lambdas: an
-// unannotated lambda in a kernel is a host function to NVRTC.)
+// What a thread adds up over the values it streams through (shared memory or global memory).
+// (Functors, not lambdas: an unannotated lambda in a kernel is a host function to NVRTC.)
 struct AddSq { float q; __device__ __forceinline__ void operator()(float x) { q += x * x; } };
 struct AddSum { float s; __device__ __forceinline__ void operator()(float x) { s += x; } };
 struct AddDev { float m; float q; __device__ __forceinline__ void operator()(float x) { q += (x - m) * (x - m); } };
-struct AddW { W w; __device__ __forceinline__ void operator()(float x) { w_add(w, x); } };
+struct AddW { WRun w; __device__ __forceinline__ void operator()(float x) { w_add(w, x); } };
+// A streaming visitor's part of row_stats: its values one by one through the functors.
+#define KJIT_LOCAL_STATS \
+  __device__ __forceinline__ float local_sq() const { AddSq a = {0.f}; (*this)(a); return a.q; } \
+  __device__ __forceinline__ float local_sum() const { AddSum a = {0.f}; (*this)(a); return a.s; } \
+  __device__ __forceinline__ float local_dev(float m) const { AddDev a = {m, 0.f}; (*this)(a); return a.q; } \
+  __device__ __forceinline__ W local_w() const { AddW a = {{0.f, 0.f, 0.f, 0.f}}; (*this)(a); return w_state(a.w); }
 
-// The row's statistics from the values a thread holds (registers or its own
-// shared-memory slots, or a read of global memory), which `visit(acc)` passes
-// to acc one by one. Two-pass layer_norm visits twice; the rest once.
+// The row's statistics from the values each thread holds (registers or its own shared-memory
+// slots, or a read of global memory), its part given by the visitor: local_sq() (rms),
+// local_sum(), local_dev(m) and local_w() (see batch_norm.cc). Two-pass layer_norm visits
+// twice; the rest once. Welford's mean is the merged sum over LEN (w_mean).
 template <typename Visit>
 __device__ __forceinline__ void row_stats(const Visit& visit, float* red, float& mean, float& rstd) {
   if (RMS) {
-    AddSq a = {0.f};
-    visit(a);
     mean = 0.f;
-    rstd = rsqrtf(row_sum(a.q, red) / (float)LEN + EPS);
+    rstd = rsqrtf(row_sum(visit.local_sq(), red) / (float)LEN + EPS);
   } else if (WELFORD) {
-    AddW a = {{0.f, 0.f, 0.f}};
-    visit(a);
-    const W w = row_w(a.w, red);
-    mean = w.mean;
+    const W w = row_w(visit.local_w(), red);
+    mean = w_mean(w);
     rstd = rsqrtf(w.m2 / (float)LEN + EPS);
   } else {
-    AddSum a = {0.f};
-    visit(a);
-    const float m = row_sum(a.s, red) / (float)LEN;
-    AddDev d = {m, 0.f};
-    visit(d);
+    const float m = row_sum(visit.local_sum(), red) / (float)LEN;
     mean = m;
-    rstd = rsqrtf(row_sum(d.q, red) / (float)LEN + EPS);
+    rstd = rsqrtf(row_sum(visit.local_dev(m), red) / (float)LEN + EPS);
   }
 }
 )";
@@ -119,7 +118,9 @@ __device__ __forceinline__ void row_stats(const Visit& visit, float* red, float&
 class LayerNorm final : public Family {
  public:
   std::string_view name() const override { return "layer_norm"; }
-  int codegen_version() const override { return 1; }
+  // 2: Welford states carry the sum (the mean is s / n), held values' statistics
+  // in up to four partial sums (codegen.cc), no division per element.
+  int codegen_version() const override { return 2; }
   std::vector<std::string> ops() const override { return {"aten::native_layer_norm", "aten::_fused_rms_norm"}; }
 
   OpTraits traits(std::string_view op) const override {
@@ -368,19 +369,46 @@ class LayerNorm final : public Family {
       case kRegs: {
         const bool warp = strategy == kWarp;
         const int64_t items = CeilDiv(p.len, (warp ? 32 : threads) * vec);
-        src << "constexpr int ITEMS = " << items << ", STRIDE = " << (warp ? 32 : threads) << ";\n" << R"(
-// The row's values a thread holds: v[i] at columns (i * STRIDE + t) * VEC.
+        src << "constexpr int ITEMS = " << items << ", STRIDE = " << (warp ? 32 : threads)
+            << ", PARTIALS = " << codegen::HeldPartials(items * vec, threads) << ";\n" << R"(
+// The row's values a thread holds: v[i] at columns (i * STRIDE + t) * VEC; those past the end
+// (only in the last items) are zeros. Sums over them in PARTIALS partials (held_sum, codegen.cc).
 struct InRegisters {
   const float (&v)[ITEMS][VEC];
   int t;
-  template <typename Acc> __device__ __forceinline__ void operator()(Acc& acc) const {
-#pragma unroll
-    for (int i = 0; i < ITEMS; ++i) {
-      if (((long long)i * STRIDE + t) * VEC < LEN) {
-#pragma unroll
-        for (int k = 0; k < VEC; ++k) acc(v[i][k]);
-      }
+  __device__ __forceinline__ bool inside(int i) const { return ((long long)i * STRIDE + t) * VEC < LEN; }
+  // The zeros past the end add nothing to sums and sums of squares.
+  struct Value {
+    const InRegisters& r;
+    __device__ __forceinline__ float operator()(int q) const { return r.v[q / VEC][q % VEC]; }
+  };
+  struct Sq {
+    const InRegisters& r;
+    __device__ __forceinline__ float operator()(int q) const { return r.v[q / VEC][q % VEC] * r.v[q / VEC][q % VEC]; }
+  };
+  struct Dev {
+    const InRegisters& r;
+    float m;
+    __device__ __forceinline__ float operator()(int q) const {
+      const float d = r.v[q / VEC][q % VEC] - m;
+      return r.inside(q / VEC) ? d * d : 0.f;
     }
+  };
+  __device__ __forceinline__ float local_sq() const { return held_sum<ITEMS * VEC, PARTIALS>(Sq{*this}); }
+  __device__ __forceinline__ float local_sum() const { return held_sum<ITEMS * VEC, PARTIALS>(Value{*this}); }
+  __device__ __forceinline__ float local_dev(float m) const { return held_sum<ITEMS * VEC, PARTIALS>(Dev{*this, m}); }
+  // The held values' own two-pass statistics, merged across threads by row_w: no division per
+  // element, and sums rounded far less than w_add's running mean.
+  __device__ __forceinline__ W local_w() const {
+    int items = 0;
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i) items += inside(i) ? 1 : 0;
+    W r = {0.f, 0.f, 0.f};
+    if (items == 0) return r;
+    r.n = (float)(items * VEC);
+    r.s = local_sum();
+    r.m2 = local_dev(div_count(r.s, r.n));
+    return r;
   }
 };
 extern "C" __global__ void __launch_bounds__(THREADS) kjit_layer_norm(KJIT_PARAMS) {
@@ -432,6 +460,7 @@ struct InShared {
       for (int k = 0; k < VEC; ++k) acc(buf[col + k]);
     }
   }
+  KJIT_LOCAL_STATS
 };
 // ... or read from global memory.
 struct InGlobal {
@@ -444,6 +473,7 @@ struct InGlobal {
       for (int k = 0; k < VEC; ++k) acc(v[k]);
     }
   }
+  KJIT_LOCAL_STATS
 };
 extern "C" __global__ void __launch_bounds__(THREADS) kjit_layer_norm(KJIT_PARAMS) {
   KJIT_NO_BIAS_MEAN

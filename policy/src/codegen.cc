@@ -1,5 +1,7 @@
 #include "src/codegen.h"
 
+#include <algorithm>
+
 namespace kjit::policy::codegen {
 
 const char* CudaType(DType t) {
@@ -11,6 +13,13 @@ const char* CudaType(DType t) {
 }
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+int HeldPartials(int64_t held_floats, int64_t threads) {
+  // 65536 registers per SM shared by the block, at most 255 per thread; the held values, their
+  // addresses, the statistics and the partials must fit without spilling.
+  const int64_t cap = std::min<int64_t>(255, 65536 / threads);
+  return held_floats + 16 <= cap ? 4 : 1;
+}
 
 const char* const kIncludes = R"(
 #include <cuda_fp16.h>
@@ -93,38 +102,99 @@ __device__ __forceinline__ float block_sum(float v, float* red) {
   return r;
 }
 
-// Welford state: mean, sum of squared deviations, count (exact in float up to 2^24;
-// a thread that saw nothing has n == 0). NaN anywhere makes mean and m2 NaN, as in PyTorch.
-struct W { float mean; float m2; float n; };
-__device__ __forceinline__ void w_add(W& a, float x) {
-  a.n += 1.f;
-  const float d = x - a.mean;
-  a.mean += d / a.n;
-  a.m2 += d * (x - a.mean);
+// Welford statistics as threads exchange and merge them: the sum s of the values, the sum of
+// squared deviations from their mean m2, and the count n (exact in float up to 2^24; a thread
+// that saw nothing has n == 0). NaN anywhere makes s and m2 NaN, as in PyTorch. The mean is
+// w_mean: s / n, rounded once at the end.
+// Why the sum and not the mean (codegen 1 carried the mean): a merge rounds its result at the
+// scale of what it carries. A lane's mean of 18 values of +-1e6 is ~1e5, rounded to ~0.004 at every
+// merge, and a tree of such merges left a channel mean ~0.002 off where the values nearly cancel
+// (the bf16 batch_norm rejection, 2026-11-30: 177 tolerance units, PyTorch 7). Sums round far
+// less: bf16 values of 2^13..2^20 are multiples of 64, so their sums are exact in float up to
+// 2^30, and f32 sums round at the scale of the sum, as a two-pass mean does.
+struct W { float s; float m2; float n; };
+__device__ __forceinline__ float w_mean(const W& a) { return a.s / a.n; }
+// x / n for a count n (1 <= n <= 2^24), where the quotient only steers (a running mean, the
+// means a merge compares, a merge's weight): the hardware reciprocal and one correction on the
+// quotient, within about half an ulp of x / n. IEEE division's slow path is a call, and at the
+// register cap (1024 threads holding 52 floats each) the calls of a block merge spilled 232
+// bytes where this spills 36. The statistic itself (w_mean) is divided exactly.
+__device__ __forceinline__ float div_count(float x, float n) {
+  const float r = __fdividef(1.f, n);
+  const float q = x * r;
+  return fmaf(fmaf(-q, n, x), r, q);
 }
-// Chan et al.'s merge. Not symmetric in rounding: callers merge in a fixed order or broadcast one lane's result.
+// Chan et al.'s merge, in sums: the difference of the two means (each rounded once from its sum)
+// weighs the squared deviations between the parts. Not symmetric in rounding: callers merge in a
+// fixed order or broadcast one lane's result.
 __device__ __forceinline__ W w_merge(W a, W b) {
   if (a.n == 0.f) return b;
   if (b.n == 0.f) return a;
   W r;
   r.n = a.n + b.n;
-  const float d = b.mean - a.mean;
-  const float fb = b.n / r.n;
-  r.mean = a.mean + d * fb;
-  r.m2 = a.m2 + b.m2 + d * d * a.n * fb;
+  r.s = a.s + b.s;
+  const float d = div_count(b.s, b.n) - div_count(a.s, a.n);
+  r.m2 = a.m2 + b.m2 + d * d * div_count(a.n * b.n, r.n);
   return r;
+}
+// A thread's running Welford state over values it streams through. Here the mean is carried: it
+// steers m2's updates (x - mean), which need it at every step; the statistic's sum is kept beside
+// it, and w_state hands both on as a W. Its division is div_count's: the mean only steers, and
+// an IEEE division per element was most of an update's instructions.
+struct WRun { float mean; float m2; float n; float s; };
+__device__ __forceinline__ void w_add(WRun& a, float x) {
+  a.n += 1.f;
+  a.s += x;
+  const float d = x - a.mean;
+  a.mean += div_count(d, a.n);
+  a.m2 += d * (x - a.mean);
+}
+// `cnt` values whose sum is bs, whose mean is bm and whose squared deviations from it sum to bq,
+// added to a at once: one division per batch instead of one per value. (An IEEE division: with
+// div_count, group_norm's streaming loop (256 threads, 2 x 4 values in flight) took 48 registers
+// instead of 40, one block less per SM.)
+__device__ __forceinline__ void w_add_batch(WRun& a, float bs, float bm, float bq, float cnt) {
+  const float n = a.n + cnt;
+  const float d = bm - a.mean;
+  const float fb = cnt / n;
+  a.m2 += bq + d * d * a.n * fb;
+  a.mean += d * fb;
+  a.n = n;
+  a.s += bs;
+}
+__device__ __forceinline__ W w_state(const WRun& a) { W r = {a.s, a.m2, a.n}; return r; }
+// The sum of N held values given by term(q), q = 0 .. N-1 (N known when generated; term is
+// inlined and the loop unrolled, so q is a constant and held arrays stay in registers), into K
+// (1 to 4) partial sums round-robin, added pairwise at the end: each running sum sees 1/K of the
+// values (its rounding errors grow with its length), the K chains are independent (latency
+// hidden), and only K partials are live. A full pairwise tree was no more accurate in a host
+// emulation of 32 lanes x 18 f32 values (mean RMS error 0.00127 against 0.00128 with K = 4, 0.00151
+// with one running sum) and keeps more partials live. Generators pick K = 1 where
+// the held values leave little room under the per-thread register cap (HeldPartials in
+// codegen.h): there even three more live floats spill.
+template <int N, int K, typename Term> __device__ __forceinline__ float held_sum(const Term& term) {
+  constexpr int P = N < K ? N : K;
+  float p[P];
+#pragma unroll
+  for (int k = 0; k < P; ++k) p[k] = term(k);
+#pragma unroll
+  for (int q = P; q < N; ++q) p[q % P] += term(q);
+  if constexpr (P == 4) return (p[0] + p[1]) + (p[2] + p[3]);
+  else if constexpr (P == 3) return (p[0] + p[1]) + p[2];
+  else if constexpr (P == 2) return p[0] + p[1];
+  else return p[0];
 }
 // Every lane gets lane 0's merge of the warp.
 __device__ __forceinline__ W warp_w(W v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
     W w;
-    w.mean = __shfl_xor_sync(0xffffffffu, v.mean, o);
+    w.s = __shfl_xor_sync(0xffffffffu, v.s, o);
     w.m2 = __shfl_xor_sync(0xffffffffu, v.m2, o);
     w.n = __shfl_xor_sync(0xffffffffu, v.n, o);
     v = w_merge(v, w);
   }
-  v.mean = __shfl_sync(0xffffffffu, v.mean, 0);
+  v.s = __shfl_sync(0xffffffffu, v.s, 0);
   v.m2 = __shfl_sync(0xffffffffu, v.m2, 0);
   v.n = __shfl_sync(0xffffffffu, v.n, 0);
   return v;
@@ -133,13 +203,13 @@ __device__ __forceinline__ W warp_w(W v) {
 __device__ __forceinline__ W block_w(W v, float* red) {
   v = warp_w(v);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (lane == 0) { red[warp] = v.mean; red[32 + warp] = v.m2; red[64 + warp] = v.n; }
+  if (lane == 0) { red[warp] = v.s; red[32 + warp] = v.m2; red[64 + warp] = v.n; }
   __syncthreads();
   if (warp == 0) {
     W w = {0.f, 0.f, 0.f};
-    if (lane < (int)(THREADS / 32)) { w.mean = red[lane]; w.m2 = red[32 + lane]; w.n = red[64 + lane]; }
+    if (lane < (int)(THREADS / 32)) { w.s = red[lane]; w.m2 = red[32 + lane]; w.n = red[64 + lane]; }
     w = warp_w(w);
-    if (lane == 0) { red[0] = w.mean; red[32] = w.m2; red[64] = w.n; }
+    if (lane == 0) { red[0] = w.s; red[32] = w.m2; red[64] = w.n; }
   }
   __syncthreads();
   W r = {red[0], red[32], red[64]};

@@ -13,6 +13,10 @@ const char* CudaType(DType t);
 
 int64_t CeilDiv(int64_t a, int64_t b);
 
+// K for held_sum<N, K> (kReductions) in a kernel of `threads` threads holding `held_floats`
+// values each: 4 partial sums, or 1 where the held values come close to the register cap.
+int HeldPartials(int64_t held_floats, int64_t threads);
+
 // What every generated translation unit starts with: the half and bfloat16
 // headers and KJIT_INF / KJIT_NAN (NVRTC has no <cmath>).
 extern const char* const kIncludes;
@@ -25,9 +29,12 @@ extern const char* const kElementAccess;
 
 // Float reductions every normalization family uses: warp_sum(v) and
 // block_sum(v, red) (every thread gets the sum; red holds 32 floats), and
-// Welford statistics: struct W {mean, m2, n}, w_add, w_merge (Chan et al.),
-// warp_w and block_w (every thread gets lane 0's merge; red holds 3 * 32
-// floats). Needs THREADS (threads per block) defined before it.
+// Welford statistics: struct W {s, m2, n} (sum, squared deviations, count; the
+// mean is w_mean: s / n), w_merge (Chan et al.), warp_w and block_w (every
+// thread gets lane 0's merge; red holds 3 * 32 floats); a thread's running
+// state WRun with w_add, w_add_batch and w_state; and held_sum<N, K>(term),
+// a sum of N held values in K independent partials. Needs THREADS (threads
+// per block) defined before it; the source is compiled as C++17.
 extern const char* const kReductions;
 
 }  // namespace kjit::policy::codegen
