@@ -633,43 +633,7 @@ class BatchNorm final : public Family {
           const bool warp = strategy == kWarp;
           const int64_t items = CeilDiv(p.channel_len(), (warp ? 32 : threads) * vec);
           src << "constexpr int ITEMS = " << items << ", STRIDE = " << (warp ? 32 : threads)
-            << ", PARTIALS = " << codegen::HeldPartials(items * vec, threads) << ";\n" << R"(
-// The channel's values a thread holds: v[i] at elements (i * STRIDE + t) * VEC; those past the
-// end (only in the last items) are zeros.
-struct InRegisters {
-  const float (&v)[ITEMS][VEC];
-  int t;
-  __device__ __forceinline__ bool inside(int i) const { return ((long long)i * STRIDE + t) * VEC < LEN; }
-  // The zeros past the end add nothing.
-  struct Value {
-    const InRegisters& r;
-    __device__ __forceinline__ float operator()(int q) const { return r.v[q / VEC][q % VEC]; }
-  };
-  struct Dev {
-    const InRegisters& r;
-    float m;
-    __device__ __forceinline__ float operator()(int q) const {
-      const float d = r.v[q / VEC][q % VEC] - m;
-      return r.inside(q / VEC) ? d * d : 0.f;
-    }
-  };
-  __device__ __forceinline__ float local_sum() const { return held_sum<ITEMS * VEC, PARTIALS>(Value{*this}); }
-  __device__ __forceinline__ float local_dev(float m) const { return held_sum<ITEMS * VEC, PARTIALS>(Dev{*this, m}); }
-  // The held values' own two-pass statistics, merged across threads by group_w: exact sums and no
-  // division per element (w_add's sequential updates round at the scale of the running mean).
-  __device__ __forceinline__ W local_w() const {
-    int items = 0;
-#pragma unroll
-    for (int i = 0; i < ITEMS; ++i) items += inside(i) ? 1 : 0;
-    W r = {0.f, 0.f, 0.f};
-    if (items == 0) return r;
-    r.n = (float)(items * VEC);
-    r.s = local_sum();
-    r.m2 = local_dev(div_count(r.s, r.n));
-    return r;
-  }
-};
-)";
+            << ", PARTIALS = " << codegen::HeldPartials(items * vec, threads) << ";\n" << codegen::kHeldValues;
           src << "extern \"C\" __global__ void __launch_bounds__(THREADS) kjit_batch_norm(" << params << ") {" << R"(
   __shared__ float red[96];
   const long long ch = BY_WARP ? (long long)blockIdx.x * (THREADS / 32) + threadIdx.x / 32 : (long long)blockIdx.x;

@@ -370,47 +370,7 @@ class LayerNorm final : public Family {
         const bool warp = strategy == kWarp;
         const int64_t items = CeilDiv(p.len, (warp ? 32 : threads) * vec);
         src << "constexpr int ITEMS = " << items << ", STRIDE = " << (warp ? 32 : threads)
-            << ", PARTIALS = " << codegen::HeldPartials(items * vec, threads) << ";\n" << R"(
-// The row's values a thread holds: v[i] at columns (i * STRIDE + t) * VEC; those past the end
-// (only in the last items) are zeros. Sums over them in PARTIALS partials (held_sum, codegen.cc).
-struct InRegisters {
-  const float (&v)[ITEMS][VEC];
-  int t;
-  __device__ __forceinline__ bool inside(int i) const { return ((long long)i * STRIDE + t) * VEC < LEN; }
-  // The zeros past the end add nothing to sums and sums of squares.
-  struct Value {
-    const InRegisters& r;
-    __device__ __forceinline__ float operator()(int q) const { return r.v[q / VEC][q % VEC]; }
-  };
-  struct Sq {
-    const InRegisters& r;
-    __device__ __forceinline__ float operator()(int q) const { return r.v[q / VEC][q % VEC] * r.v[q / VEC][q % VEC]; }
-  };
-  struct Dev {
-    const InRegisters& r;
-    float m;
-    __device__ __forceinline__ float operator()(int q) const {
-      const float d = r.v[q / VEC][q % VEC] - m;
-      return r.inside(q / VEC) ? d * d : 0.f;
-    }
-  };
-  __device__ __forceinline__ float local_sq() const { return held_sum<ITEMS * VEC, PARTIALS>(Sq{*this}); }
-  __device__ __forceinline__ float local_sum() const { return held_sum<ITEMS * VEC, PARTIALS>(Value{*this}); }
-  __device__ __forceinline__ float local_dev(float m) const { return held_sum<ITEMS * VEC, PARTIALS>(Dev{*this, m}); }
-  // The held values' own two-pass statistics, merged across threads by row_w: no division per
-  // element, and sums rounded far less than w_add's running mean.
-  __device__ __forceinline__ W local_w() const {
-    int items = 0;
-#pragma unroll
-    for (int i = 0; i < ITEMS; ++i) items += inside(i) ? 1 : 0;
-    W r = {0.f, 0.f, 0.f};
-    if (items == 0) return r;
-    r.n = (float)(items * VEC);
-    r.s = local_sum();
-    r.m2 = local_dev(div_count(r.s, r.n));
-    return r;
-  }
-};
+            << ", PARTIALS = " << codegen::HeldPartials(items * vec, threads) << ";\n" << codegen::kHeldValues << R"(
 extern "C" __global__ void __launch_bounds__(THREADS) kjit_layer_norm(KJIT_PARAMS) {
   KJIT_NO_BIAS_MEAN
   __shared__ float red[96];

@@ -218,4 +218,47 @@ __device__ __forceinline__ W block_w(W v, float* red) {
 }
 )";
 
+const char* const kHeldValues = R"(
+// The values a thread holds of a row or channel of LEN: v[i] at elements (i * STRIDE + t) * VEC;
+// those past the end (only in the last items) are zeros. Sums over them in PARTIALS partials (held_sum).
+struct InRegisters {
+  const float (&v)[ITEMS][VEC];
+  int t;
+  __device__ __forceinline__ bool inside(int i) const { return ((long long)i * STRIDE + t) * VEC < LEN; }
+  // The zeros past the end add nothing to sums and sums of squares.
+  struct Value {
+    const InRegisters& r;
+    __device__ __forceinline__ float operator()(int q) const { return r.v[q / VEC][q % VEC]; }
+  };
+  struct Sq {
+    const InRegisters& r;
+    __device__ __forceinline__ float operator()(int q) const { return r.v[q / VEC][q % VEC] * r.v[q / VEC][q % VEC]; }
+  };
+  struct Dev {
+    const InRegisters& r;
+    float m;
+    __device__ __forceinline__ float operator()(int q) const {
+      const float d = r.v[q / VEC][q % VEC] - m;
+      return r.inside(q / VEC) ? d * d : 0.f;
+    }
+  };
+  __device__ __forceinline__ float local_sq() const { return held_sum<ITEMS * VEC, PARTIALS>(Sq{*this}); }
+  __device__ __forceinline__ float local_sum() const { return held_sum<ITEMS * VEC, PARTIALS>(Value{*this}); }
+  __device__ __forceinline__ float local_dev(float m) const { return held_sum<ITEMS * VEC, PARTIALS>(Dev{*this, m}); }
+  // The held values' own two-pass statistics, for merging across threads (warp_w, block_w): exact
+  // sums and no division per element (w_add's sequential updates round at the scale of the running mean).
+  __device__ __forceinline__ W local_w() const {
+    int items = 0;
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i) items += inside(i) ? 1 : 0;
+    W r = {0.f, 0.f, 0.f};
+    if (items == 0) return r;
+    r.n = (float)(items * VEC);
+    r.s = local_sum();
+    r.m2 = local_dev(div_count(r.s, r.n));
+    return r;
+  }
+};
+)";
+
 }  // namespace kjit::policy::codegen

@@ -37,4 +37,10 @@ extern const char* const kElementAccess;
 // per block) defined before it; the source is compiled as C++17.
 extern const char* const kReductions;
 
+// struct InRegisters {v, t}: the float v[ITEMS][VEC] a thread of a register strategy holds of a
+// row or channel of LEN elements (v[i] at (i * STRIDE + t) * VEC, zeros past the end), with
+// local_sum, local_sq, local_dev(m) (in PARTIALS partials) and local_w (its own two-pass W).
+// Shared by layer_norm and batch_norm. Needs kReductions and ITEMS, STRIDE, VEC, LEN, PARTIALS.
+extern const char* const kHeldValues;
+
 }  // namespace kjit::policy::codegen
