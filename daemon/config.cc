@@ -1,5 +1,6 @@
 #include "config.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -40,7 +41,8 @@ const std::vector<std::pair<std::string, std::string>>& ConfigKeys() {
       {"log_level", "error, warn, info or debug"},
       {"watch_interval_ms", "how often kjitd looks for newly verified kernels to announce"},
       {"evaluator", "the evaluator worker program; 'auto': kjit-evaluator beside kjitd"},
-      {"devices", "GPUs to evaluate on: 'all', or ordinals and UUIDs separated by commas"},
+      {"devices", "GPUs to evaluate on, one worker each: 'all' (every GPU CUDA_VISIBLE_DEVICES leaves visible to kjitd), or "
+                   "ordinals (counted after CUDA_VISIBLE_DEVICES) and UUIDs (GPU-..., as nvidia-smi -L shows) separated by commas"},
       {"when", "when to run trials: idle (only while a GPU is idle enough), always, or never"},
       {"idle_max_utilization", "a GPU is idle while other processes use at most this many percent of it"},
       {"idle_min_free_memory", "... and at least this fraction of its memory is free"},
@@ -49,6 +51,32 @@ const std::vector<std::pair<std::string, std::string>>& ConfigKeys() {
       {"compare", "how candidate outputs are compared: close (torch.testing.assert_close) or bitwise"},
   };
   return keys;
+}
+
+Result<std::vector<std::string>> ParseDevices(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream in(text);
+  std::string item;
+  bool all = false;
+  while (std::getline(in, item, ',')) {
+    const size_t b = item.find_first_not_of(" \t");
+    if (b == std::string::npos) continue;
+    item = item.substr(b, item.find_last_not_of(" \t") - b + 1);
+    if (item == "all") {
+      all = true;
+      continue;
+    }
+    const bool ordinal = item.find_first_not_of("0123456789") == std::string::npos;
+    if (ordinal ? item.size() > 4 : (item.rfind("GPU-", 0) != 0 && item.rfind("MIG-", 0) != 0)) {
+      return InvalidArgument("devices: '" + item +
+                             "' is neither a CUDA ordinal (0, 1, ...) nor a GPU UUID (GPU-..., as nvidia-smi -L shows)");
+    }
+    // Two workers on one GPU would only take turns on it: the same name twice is one device.
+    if (std::find(out.begin(), out.end(), item) == out.end()) out.push_back(item);
+  }
+  if (all && !out.empty()) return InvalidArgument("devices: 'all' cannot be combined with other devices");
+  if (!all && out.empty()) return InvalidArgument("devices: empty; use 'all' or ordinals and UUIDs separated by commas");
+  return out;
 }
 
 std::string DefaultConfigFile() {
@@ -144,6 +172,7 @@ Result<DaemonConfig> LoadConfig(const std::string& file, bool file_required,
   if (interval.empty() || interval.find_first_not_of("0123456789") != std::string::npos || std::stoll(interval) < 10) {
     return InvalidArgument("watch_interval_ms must be a whole number of milliseconds, at least 10");
   }
+  if (auto devices = ParseDevices(c.values["devices"].value); !devices.ok()) return devices.status();
   const std::string& when = c.values["when"].value;
   if (when != "idle" && when != "always" && when != "never") {
     return InvalidArgument("when must be idle, always or never, not '" + when + "'");

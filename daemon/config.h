@@ -26,6 +26,11 @@ struct DaemonConfig {
 // The keys kjitd knows, with what each means (for --help and --print-config).
 const std::vector<std::pair<std::string, std::string>>& ConfigKeys();
 
+// The `devices` value: "all" gives an empty list (the caller enumerates the
+// GPUs); otherwise ordinals and GPU UUIDs, blanks trimmed, duplicates dropped.
+// kInvalidArgument for anything else, or for "all" mixed with devices.
+Result<std::vector<std::string>> ParseDevices(const std::string& text);
+
 // $KJIT_CONFIG, else $XDG_CONFIG_HOME/kjit/kjitd.conf, else ~/.config/kjit/kjitd.conf.
 std::string DefaultConfigFile();
 

@@ -471,6 +471,29 @@ double Counter(const ipc::StatsReply& stats, const std::string& name) {
 
 constexpr int kNotRunning = 3;  // as `systemctl status`
 
+// One line per evaluator worker (one per GPU): which GPU, its state, how much it
+// has done, and why it is not working when it is not.
+void PrintEvaluators(const ipc::StatsReply& s) {
+  if (!s.evaluators) return;  // an older kjitd, or none with an evaluator pool
+  auto get = [](const std::map<std::string, std::string>& m, const char* key) {
+    const auto it = m.find(key);
+    return it == m.end() ? std::string() : it->second;
+  };
+  std::cout << "evaluators (" << s.evaluators->size() << (s.evaluators->size() == 1 ? " GPU" : " GPUs") << ")\n";
+  if (s.evaluators->empty()) std::cout << "  (none configured)\n";
+  for (const auto& w : *s.evaluators) {
+    std::string line = "  gpu " + get(w, "device") + "  " + get(w, "state");
+    if (const std::string phase = get(w, "phase"); !phase.empty()) line += " (" + phase + ")";
+    if (const std::string arch = get(w, "arch"); !arch.empty()) line += "  sm_" + arch;
+    if (const std::string name = get(w, "name"); !name.empty()) line += "  " + name;
+    if (const std::string uuid = get(w, "uuid"); !uuid.empty() && uuid != get(w, "device")) line += "  " + uuid;
+    if (const std::string pid = get(w, "pid"); !pid.empty()) line += "  pid " + pid;
+    line += "  jobs " + get(w, "jobs") + ", starts " + get(w, "starts") + ", crashes " + get(w, "crashes");
+    std::cout << line << "\n";
+    if (const std::string note = get(w, "note"); !note.empty()) std::cout << "      " << note << "\n";
+  }
+}
+
 int CmdStatus(const Options& o) {
   const std::string endpoint = Endpoint(o);
   auto client = MakeClient(o);
@@ -519,6 +542,7 @@ int CmdStatus(const Options& o) {
                                {"requests", NumberJson(Counter(s, "requests"))},
                                {"misses_reported", NumberJson(Counter(s, "misses_reported"))},
                                {"tasks_queued", NumberJson(Counter(s, "tasks_queued"))},
+                               {"evaluators", s.evaluators ? Json(*s.evaluators) : Json::array()},
                                {"counters", counters}})
               << "\n";
     return 0;
@@ -533,8 +557,9 @@ int CmdStatus(const Options& o) {
             << "  uptime            " << DurationText(Counter(s, "uptime_s")) << "\n"
             << "  requests          " << NumberText(Counter(s, "requests")) << "\n"
             << "  misses reported   " << NumberText(Counter(s, "misses_reported")) << "\n"
-            << "  tasks queued      " << NumberText(Counter(s, "tasks_queued")) << "\n"
-            << "counters\n";
+            << "  tasks queued      " << NumberText(Counter(s, "tasks_queued")) << "\n";
+  PrintEvaluators(s);
+  std::cout << "counters\n";
   size_t width = 0;
   for (const auto& [name, value] : s.counters) width = std::max(width, name.size());
   for (const auto& [name, value] : s.counters) {

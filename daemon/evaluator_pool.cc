@@ -7,7 +7,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
 
@@ -24,6 +26,9 @@ namespace kjit::daemon {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// A job's phase from dispatch until the worker's first progress message.
+constexpr const char* kQueuedInWorker = "queued in worker";
 
 std::string DescribeExit(int status) {
   if (WIFEXITED(status)) {
@@ -58,25 +63,31 @@ Result<PoolOptions> PoolOptionsFromConfig(const DaemonConfig& config) {
   o.idle.memory_cap_fraction = std::stod(config.Get("memory_cap_fraction"));
   o.idle.settle_ms = static_cast<int>(std::stod(config.Get("idle_settle_ms")));
   o.worker_args = {"--compare", config.Get("compare")};
-  const std::string devices = config.Get("devices");
-  if (devices != "all") {
-    std::stringstream in(devices);
-    std::string item;
-    while (std::getline(in, item, ',')) {
-      if (!item.empty()) o.devices.push_back(item);
-    }
-    return o;
-  }
+  KJIT_ASSIGN_OR_RETURN(o.devices, ParseDevices(config.Get("devices")));
+  if (!o.devices.empty()) return o;
+  // `all`: every GPU the CUDA driver shows this process, i.e. what CUDA_VISIBLE_DEVICES
+  // leaves visible, numbered as the workers (which inherit kjitd's environment) will count them.
   auto driver = Driver::Get();
   if (!driver.ok()) return driver.status();
   for (int i = 0; i < (*driver)->device_count(); ++i) o.devices.push_back(std::to_string(i));
+  if (o.devices.empty()) {
+    return Status(StatusCode::kNoDevice, "devices = all, but the CUDA driver shows no GPU" + VisibleDevicesNote());
+  }
   return o;
+}
+
+std::string VisibleDevicesNote() {
+  const char* v = std::getenv("CUDA_VISIBLE_DEVICES");
+  if (v == nullptr) return "";
+  return std::string(" (kjitd runs with CUDA_VISIBLE_DEVICES=") + v +
+         ": ordinals count only those GPUs; unset it where kjitd starts to serve every GPU)";
 }
 
 struct EvaluatorPool::Job {
   uint64_t id = 0;
   int arch = 0;
   int backoffs = 0;               // times the GPU was short of memory for it
+  int redeliveries = 0;           // times its worker died before starting it
   Clock::time_point not_before;  // after a backoff, when to try again
   std::optional<BaselineRequest> baseline;
   std::optional<EvaluateRequest> evaluate;
@@ -118,6 +129,10 @@ struct EvaluatorPool::Worker {
   Clock::time_point restart_at;
   std::string last_error;
   int starts = 0;
+  uint64_t jobs = 0;     // answers received (baselines and verdicts)
+  uint64_t crashes = 0;  // died or was killed with or without a job
+  bool retired = false;  // never restarted (a second worker for a GPU another one has)
+  Clock::time_point last_dispatch{};  // when it was last given a job: the longest-waiting goes first
   IdleTracker idle;
 
   static const char* Name(State s) {
@@ -182,6 +197,10 @@ void EvaluatorPool::Start() {
     log_.Write("info", "evaluator_disabled", {{"reason", "--when never"}});
     return;
   }
+  std::string names;
+  for (const auto& w : workers_) names += (names.empty() ? "" : ",") + w->device;
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  log_.Write("info", "evaluator_devices", {{"devices", names}, {"cuda_visible_devices", visible ? visible : "(unset)"}});
   for (auto& w : workers_) Spawn(*w);
 }
 
@@ -309,6 +328,21 @@ void EvaluatorPool::OnReadable(int fd) {
 
 void EvaluatorPool::Handle(Worker& w, const WorkerMessage& message) {
   if (const auto* h = std::get_if<Hello>(&message)) {
+    // Its ordinal and its UUID both configured: one GPU, which gets one worker. The one
+    // configured first keeps it (whichever said hello first), unless it is already busy.
+    for (auto& other : workers_) {
+      if (other.get() == &w || !other->info || other->retired || h->device.uuid.empty()) continue;
+      if (other->info->uuid != h->device.uuid) continue;
+      const bool w_first = std::find_if(workers_.begin(), workers_.end(), [&](const auto& x) {
+                             return x.get() == &w || x.get() == other.get();
+                           })->get() == &w;
+      if (w_first && other->state == Worker::State::kReady && !other->job) {
+        Retire(*other, w, h->device.uuid);
+        break;
+      }
+      Retire(w, *other, h->device.uuid);
+      return;
+    }
     w.info = h->device;
     w.state = Worker::State::kReady;
     w.last_error.clear();
@@ -327,6 +361,7 @@ void EvaluatorPool::Handle(Worker& w, const WorkerMessage& message) {
     if (!w.job || !w.job->baseline || w.job->id != b->id) return Lost(w, "answered a job it was not given", false);
     auto job = std::move(w.job);
     w.state = Worker::State::kReady;
+    ++w.jobs;
     if (b->backoff && Requeue(job)) return;
     counters_["baselines_measured"] += 1;
     job->baseline_done(*b, *w.info);
@@ -334,6 +369,7 @@ void EvaluatorPool::Handle(Worker& w, const WorkerMessage& message) {
     if (!w.job || !w.job->evaluate || w.job->id != v->id) return Lost(w, "answered a job it was not given", false);
     auto job = std::move(w.job);
     w.state = v->worker_exits ? Worker::State::kExiting : Worker::State::kReady;
+    ++w.jobs;
     if (v->retry_later && Requeue(job)) return;
     counters_["trials"] += 1;
     counters_["trials_" + v->outcome] += 1;
@@ -341,6 +377,16 @@ void EvaluatorPool::Handle(Worker& w, const WorkerMessage& message) {
   } else {
     Lost(w, "sent a message only kjitd sends", false);
   }
+}
+
+void EvaluatorPool::Retire(Worker& w, const Worker& keeper, const std::string& uuid) {
+  w.retired = true;
+  w.state = Worker::State::kUnavailable;
+  w.info.reset();
+  w.last_error = "the same GPU (" + uuid + ") as device " + keeper.device + "; not used twice";
+  log_.Write("warn", "evaluator_duplicate_gpu", {{"device", w.device}, {"same_as", keeper.device}, {"uuid", uuid}});
+  // It exits when asked; the closed channel then reaps it, and Tick never restarts it.
+  if (w.fd >= 0) (void)WriteFrame(w.fd, EncodeWorkerMessage(Exit{}));
 }
 
 bool EvaluatorPool::Requeue(std::unique_ptr<Job>& job) {
@@ -370,10 +416,19 @@ void EvaluatorPool::Reap(Worker& w) {
     w.fd = -1;
   }
   if (w.job) {
-    counters_["trials"] += 1;
-    counters_["trials_fault"] += 1;
     auto job = std::move(w.job);
-    job->Fail(policy::Outcome::kFault, "the evaluator worker " + how + " during " + w.phase);
+    if (w.phase == kQueuedInWorker && job->redeliveries == 0) {
+      // It died before it began the job (no progress yet): killed from outside while
+      // idle, say, or on the GPU of another worker's process. Not the job's fault: it
+      // goes to another worker, once, so that a job that kills workers on sight still ends.
+      ++job->redeliveries;
+      counters_["jobs_redelivered"] += 1;
+      queue_.push_front(std::move(job));
+    } else {
+      counters_["trials"] += 1;
+      counters_["trials_fault"] += 1;
+      job->Fail(policy::Outcome::kFault, "the evaluator worker " + how + " during " + w.phase);
+    }
   }
   if (w.state == Worker::State::kUnavailable) {
     w.restart_at = Clock::now() + options_.unavailable_pause;
@@ -381,6 +436,7 @@ void EvaluatorPool::Reap(Worker& w) {
   }
   if (w.state != Worker::State::kExiting) {
     counters_["evaluator_crashes"] += 1;
+    ++w.crashes;
     log_.Write("warn", "evaluator_died", {{"device", w.device}, {"how", how}, {"phase", w.phase}});
     if (!w.info) w.last_error = "the evaluator " + how + " before it was ready";
   }
@@ -398,6 +454,7 @@ void EvaluatorPool::Lost(Worker& w, const std::string& why, bool hang) {
     job->Fail(hang ? policy::Outcome::kHang : policy::Outcome::kFault, why);
   }
   w.state = Worker::State::kExiting;  // restart after the reap, without counting a crash twice
+  ++w.crashes;
   if (hang) counters_["evaluator_kills"] += 1;
   Reap(w);
 }
@@ -405,8 +462,13 @@ void EvaluatorPool::Lost(Worker& w, const std::string& why, bool hang) {
 bool EvaluatorPool::GpuIdle(Worker& w, uint64_t* memory_cap) {
   Result<GpuSample> sample = Status(StatusCode::kUnavailable, nvml_error_.empty() ? "NVML not loaded" : nvml_error_);
   if (nvml_ && w.info) {
+    // By UUID: NVML's indices follow PCI order whatever CUDA_VISIBLE_DEVICES says. Every
+    // worker of kjit's is excluded, not only this GPU's: a worker that touched another GPU
+    // (PyTorch's lazy init can make a context there) is kjit's own load, not the user's.
     SampleOptions so;
-    so.exclude_pids = {static_cast<uint32_t>(w.pid)};
+    for (const auto& other : workers_) {
+      if (other->pid > 0) so.exclude_pids.push_back(static_cast<uint32_t>(other->pid));
+    }
     sample = nvml_->Sample(w.info->uuid, so);
   }
   const IdleDecision d = w.idle.Update(options_.when, options_.idle, sample);
@@ -420,6 +482,14 @@ bool EvaluatorPool::GpuIdle(Worker& w, uint64_t* memory_cap) {
 }
 
 void EvaluatorPool::Dispatch() {
+  // Each ready GPU is sampled at most once per pass, however many jobs are queued.
+  struct Idle {
+    bool sampled = false;
+    bool run = false;
+    uint64_t cap = 0;
+  };
+  std::vector<Idle> idle(workers_.size());
+  std::vector<std::unique_ptr<Job>> undelivered;
   for (auto it = queue_.begin(); it != queue_.end();) {
     Job& job = **it;
     if (Clock::now() < job.not_before) {
@@ -427,30 +497,43 @@ void EvaluatorPool::Dispatch() {
       continue;
     }
     Worker* chosen = nullptr;
-    for (auto& w : workers_) {
-      if (w->state != Worker::State::kReady || !w->info) continue;
-      if (job.arch != 0 && w->info->arch != job.arch) continue;
-      uint64_t cap = 0;
-      if (!GpuIdle(*w, &cap)) continue;
-      if (job.baseline) job.baseline->memory_cap_bytes = cap;
-      if (job.evaluate) job.evaluate->memory_cap_bytes = cap;
-      chosen = w.get();
-      break;
+    uint64_t chosen_cap = 0;
+    for (size_t i = 0; i < workers_.size(); ++i) {
+      Worker& w = *workers_[i];
+      if (w.state != Worker::State::kReady || !w.info) continue;
+      if (job.arch != 0 && w.info->arch != job.arch) continue;
+      if (!idle[i].sampled) {
+        idle[i].sampled = true;
+        idle[i].run = GpuIdle(w, &idle[i].cap);
+      }
+      if (!idle[i].run) continue;
+      // The idle GPU that has waited longest: jobs one after another still use every GPU.
+      if (chosen == nullptr || w.last_dispatch < chosen->last_dispatch) {
+        chosen = &w;
+        chosen_cap = idle[i].cap;
+      }
     }
     if (chosen == nullptr) {
       ++it;
       continue;
     }
+    if (job.baseline) job.baseline->memory_cap_bytes = chosen_cap;
+    if (job.evaluate) job.evaluate->memory_cap_bytes = chosen_cap;
+    chosen->last_dispatch = Clock::now();
     const std::string frame = job.baseline ? EncodeWorkerMessage(*job.baseline) : EncodeWorkerMessage(*job.evaluate);
     chosen->job = std::move(*it);
     it = queue_.erase(it);
     chosen->state = Worker::State::kBusy;
-    chosen->phase = "queued in worker";
+    chosen->phase = kQueuedInWorker;
     chosen->deadline = Clock::now() + std::chrono::seconds(30);
     if (Status st = WriteFrame(chosen->fd, frame); !st.ok()) {
-      Lost(*chosen, st.message(), false);
+      // The worker died before kjitd noticed (killed while idle): the job never reached
+      // it, so it is not the job's fault. It waits for another worker, or this one's restart.
+      undelivered.push_back(std::move(chosen->job));
+      Lost(*chosen, "its channel is closed (" + st.message() + ")", false);
     }
   }
+  for (auto& job : undelivered) queue_.push_front(std::move(job));
 }
 
 void EvaluatorPool::Tick() {
@@ -460,7 +543,8 @@ void EvaluatorPool::Tick() {
     switch (w.state) {
       case Worker::State::kStopped:
       case Worker::State::kUnavailable:
-        if (w.pid > 0) Reap(w);
+        if (w.pid > 0 && (w.fd < 0 || !w.retired)) Reap(w);
+        if (w.retired) break;
         if (now >= w.restart_at && options_.when != RunWhen::kNever && w.pid <= 0) Spawn(w);
         break;
       case Worker::State::kStarting:
@@ -501,6 +585,28 @@ std::map<std::string, std::string> EvaluatorPool::Describe() const {
       out[p + "arch"] = std::to_string(w.info->arch);
     }
     if (!w.last_error.empty()) out[p + "note"] = w.last_error;
+  }
+  return out;
+}
+
+std::vector<std::map<std::string, std::string>> EvaluatorPool::Workers() const {
+  std::vector<std::map<std::string, std::string>> out;
+  for (const auto& wp : workers_) {
+    const Worker& w = *wp;
+    std::map<std::string, std::string> m = {{"device", w.device},
+                                            {"state", Worker::Name(w.state)},
+                                            {"phase", w.phase},
+                                            {"starts", std::to_string(w.starts)},
+                                            {"jobs", std::to_string(w.jobs)},
+                                            {"crashes", std::to_string(w.crashes)}};
+    if (w.info) {
+      m["name"] = w.info->name;
+      m["uuid"] = w.info->uuid;
+      m["arch"] = std::to_string(w.info->arch);
+    }
+    if (w.pid > 0) m["pid"] = std::to_string(w.pid);
+    if (!w.last_error.empty()) m["note"] = w.last_error;
+    out.push_back(std::move(m));
   }
   return out;
 }

@@ -11,6 +11,18 @@
 // hang: the worker is killed (SIGKILL) and restarted. A worker that reports it
 // cannot run (no GPU, CPU-only PyTorch) is retried after a longer pause, and
 // its reason is what Available() says.
+//
+// Several GPUs (issue 10). Each worker owns one GPU and its own idle tracker,
+// so idle state and the memory cap are per GPU. A job goes to the ready worker
+// of its arch whose GPU is idle and that has waited longest for work, so that
+// sequential jobs spread over the GPUs instead of always landing on the first.
+// Devices are named as `kjit-evaluator --device` takes them: an ordinal counts
+// the GPUs CUDA_VISIBLE_DEVICES leaves visible (kjitd's own environment, which
+// its workers inherit), a UUID names one GPU whatever the numbering. Idle
+// readings come from NVML by the UUID the worker reports, never by ordinal,
+// since NVML's indices ignore CUDA_VISIBLE_DEVICES. Two configured names for
+// the same GPU (its ordinal and its UUID) would put two workers on it: the
+// one configured later is stopped for good and says why.
 #pragma once
 
 #include <chrono>
@@ -49,6 +61,10 @@ struct PoolOptions {
 struct DaemonConfig;
 Result<PoolOptions> PoolOptionsFromConfig(const DaemonConfig& config);
 
+// "" without CUDA_VISIBLE_DEVICES; else a note for messages saying that it
+// narrows what kjitd (and so its workers) sees.
+std::string VisibleDevicesNote();
+
 class EvaluatorPool {
  public:
   using BaselineDone = std::function<void(const BaselineResult&, const WorkerDevice&)>;
@@ -77,6 +93,10 @@ class EvaluatorPool {
 
   // Per worker: "gpu0.state" and so on, for stats.
   std::map<std::string, std::string> Describe() const;
+  // One map per worker, in configuration order, for stats_reply.evaluators:
+  // device (as configured), state, phase, starts, jobs, crashes, and once it has
+  // said hello: name, uuid, arch, pid; note: the last error or idle verdict.
+  std::vector<std::map<std::string, std::string>> Workers() const;
   size_t queued() const { return queue_.size(); }
 
  private:
@@ -88,6 +108,8 @@ class EvaluatorPool {
   void Handle(Worker& w, const WorkerMessage& message);
   void Lost(Worker& w, const std::string& why, bool hang);
   void Reap(Worker& w);
+  // Stops `w` for good: it names the GPU `keeper` already serves.
+  void Retire(Worker& w, const Worker& keeper, const std::string& uuid);
   // Puts a job that met a resource backoff back in the queue for later; false
   // (and the job untouched) once it has waited long enough.
   bool Requeue(std::unique_ptr<Job>& job);

@@ -365,6 +365,7 @@ ipc::Body Server::Handle(const ipc::Body& request, bool* shutdown_requested) {
             for (const auto& [k, v] : s.pool->Describe()) {
               if (k.size() > 6 && k.compare(k.size() - 6, 6, ".state") == 0) reply.counters["evaluators_" + v] += 1;
             }
+            reply.evaluators = s.pool->Workers();
           }
           if (auto queued = s.cache->ListTasks("queued"); queued.ok()) {
             reply.counters["tasks_queued"] = static_cast<double>(queued->size());

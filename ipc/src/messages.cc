@@ -197,6 +197,7 @@ struct Schema<StatsReply> {
   template <typename M, typename V>
   static void Fields(M& m, V&& visit) {
     visit("counters", m.counters);
+    visit("evaluators", m.evaluators);
   }
 };
 template <>
@@ -372,12 +373,29 @@ class Writer {
       Value(value);
     }
   }
+  template <typename T>
+  static bool Present(const T&) {
+    return true;
+  }
+  template <typename T>
+  static bool Present(const std::optional<T>& field) {
+    return field.has_value();
+  }
+  template <typename T>
+  void Value(const std::optional<T>& field) {
+    Value(*field);  // only called when present
+  }
+  // An optional field (added within a protocol version) is left out when empty,
+  // so a message without it is byte for byte what older peers sent.
   template <Struct T>
   void Value(const T& message) {
     uint32_t field_count = 0;
-    Schema<T>::Fields(message, [&field_count](std::string_view, const auto&) { ++field_count; });
+    Schema<T>::Fields(message, [&field_count](std::string_view, const auto& field) {
+      if (Present(field)) ++field_count;
+    });
     packer_.pack_map(field_count);
     Schema<T>::Fields(message, [this](std::string_view name, const auto& field) {
+      if (!Present(field)) return;
       Str(name);
       Value(field);
     });
@@ -592,8 +610,20 @@ Status ReadValue(const msgpack::object& o, const Path& path, std::map<std::strin
   return Status::Ok();
 }
 
-// Every field is required; fields the schema does not name are skipped unread,
-// so a newer peer may add fields within a protocol version.
+template <typename T>
+struct IsOptional : std::false_type {};
+template <typename T>
+struct IsOptional<std::optional<T>> : std::true_type {};
+
+template <typename T>
+Status ReadValue(const msgpack::object& o, const Path& path, std::optional<T>& out) {
+  out.emplace();
+  return ReadValue(o, path, *out);
+}
+
+// Every field is required except std::optional ones (fields added within a
+// protocol version: absent from older peers' messages). Fields the schema does
+// not name are skipped unread, so a newer peer may add fields within a version.
 template <Struct T>
 Status ReadValue(const msgpack::object& o, const Path& path, T& out) {
   if (o.type != msgpack::type::MAP) return TypeMismatch(path, "map", o);
@@ -606,7 +636,11 @@ Status ReadValue(const msgpack::object& o, const Path& path, T& out) {
     if (!status.ok()) return;
     const Path field_path = path.Field(name);
     if (value == nullptr) {
-      status = Problem(field_path, "required field is missing");
+      if constexpr (IsOptional<std::decay_t<decltype(field)>>::value) {
+        field.reset();
+      } else {
+        status = Problem(field_path, "required field is missing");
+      }
       return;
     }
     status = ReadValue(*value, field_path, field);

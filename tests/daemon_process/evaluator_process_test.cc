@@ -4,12 +4,16 @@
 // the GPU machine (tests/gpu/evaluator_gpu_test.cc).
 #include <gtest/gtest.h>
 
+#include <signal.h>
+
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <thread>
 #include <tuple>
+#include <future>
+#include <set>
 
 #include "kjit/cache/kernel_cache.h"
 #include "kjit/ipc/client.h"
@@ -247,6 +251,292 @@ TEST(KjitdEvaluator, WhenNeverDisablesTrials) {
   auto obs = c.OpenEpisode(KeyBytes());
   ASSERT_FALSE(obs.ok());
   EXPECT_NE(obs.status().message().find("--when never"), std::string::npos) << obs.status().message();
+}
+
+// ---- Several GPUs (issue 10), with fake device lists (FAKE_EVALUATOR_GPUS, read
+// by the fake worker, which applies CUDA_VISIBLE_DEVICES to it as CUDA does) and
+// a fake NVML (fake_nvml.cc, loaded by kjitd through KJIT_NVML_LIBRARY).
+
+std::string KeyBytesForArch(int arch, int64_t n = 4) {
+  return OpKey::Single("aten::relu", "", {TensorDesc::Contiguous(DType::kFloat32, {n})}, static_cast<uint16_t>(arch))
+      .Encode();
+}
+
+// Sets environment variables for the kjitd a test starts (its workers inherit them)
+// and restores them when the test ends, so that no test leaks its fake machine.
+class ScopedEnv {
+ public:
+  ScopedEnv(std::initializer_list<std::pair<const char*, std::string>> vars) {
+    for (const auto& [name, value] : vars) {
+      const char* old = std::getenv(name);
+      saved_.push_back({name, old ? std::optional<std::string>(old) : std::nullopt});
+      setenv(name, value.c_str(), 1);
+    }
+  }
+  ~ScopedEnv() {
+    for (const auto& [name, old] : saved_) {
+      if (old) {
+        setenv(name.c_str(), old->c_str(), 1);
+      } else {
+        unsetenv(name.c_str());
+      }
+    }
+  }
+
+ private:
+  std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
+};
+
+using Workers = std::vector<std::map<std::string, std::string>>;
+
+Workers EvaluatorsOf(ipc::Client& c) {
+  auto stats = c.Stats();
+  if (!stats.ok() || !stats->evaluators) return {};
+  return *stats->evaluators;
+}
+
+// Waits until `ready` workers say they are ready (or 15 s pass); returns the last stats.
+Workers WaitReady(ipc::Client& c, size_t ready) {
+  Workers w;
+  for (int i = 0; i < 300; ++i) {
+    w = EvaluatorsOf(c);
+    size_t n = 0;
+    for (const auto& m : w) n += m.at("state") == "ready";
+    if (n >= ready) return w;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return w;
+}
+
+void WriteNvmlState(const std::string& path, const std::string& text) {
+  const std::string temp = path + ".tmp";
+  std::ofstream(temp) << text;
+  std::rename(temp.c_str(), path.c_str());  // whole, so the fake never reads half a file
+}
+
+// One trial of a fake behaviour on `key`; the verdict text ("verified: verified on GPU-aaaa").
+std::string Trial(ipc::Client& c, const std::string& key, const std::string& behaviour = "ok") {
+  auto obs = c.OpenEpisode(key);
+  if (!obs.ok()) return "no episode: " + obs.status().ToString();
+  auto r = c.SubmitCandidate(Candidate(obs->episode_id, behaviour));
+  (void)c.CloseEpisode(obs->episode_id);
+  return r.ok() ? r->verdict : "no result: " + r.status().ToString();
+}
+
+TEST(KjitdSeveralGpus, EveryWorkerEvaluatesAndStatsShowEachGpu) {
+  ScopedEnv env({{"FAKE_EVALUATOR_GPUS", "GPU-aaaa:90,GPU-bbbb:90"}});
+  KjitdHarness h(KJIT_KJITD, {"--evaluator", KJIT_FAKE_EVALUATOR, "--devices", "0,1", "--when", "always"});
+  ASSERT_TRUE(h.Start()) << ReadFile(h.log_path());
+  auto c = MakeClient(h);
+  Workers w = WaitReady(c, 2);
+  ASSERT_EQ(w.size(), 2u) << ReadFile(h.log_path());
+  EXPECT_EQ(w[0].at("device"), "0");
+  EXPECT_EQ(w[0].at("uuid"), "GPU-aaaa");
+  EXPECT_EQ(w[1].at("device"), "1");
+  EXPECT_EQ(w[1].at("uuid"), "GPU-bbbb");
+  EXPECT_EQ(w[1].at("arch"), "90");
+  EXPECT_EQ(w[1].at("state"), "ready");
+  EXPECT_FALSE(w[1].at("pid").empty());
+
+  // Trials one after another (as one agent runs them) still use both GPUs: the
+  // idle worker that has waited longest takes the next job (a trial is two jobs:
+  // PyTorch's baseline when the episode opens, then the candidate).
+  for (int i = 0; i < 6; ++i) {
+    const std::string v = Trial(c, KeyBytes());
+    EXPECT_EQ(v.rfind("verified: verified on GPU-", 0), 0u) << v;
+  }
+  w = EvaluatorsOf(c);
+  ASSERT_EQ(w.size(), 2u);
+  EXPECT_EQ(w[0].at("jobs"), "6") << ReadFile(h.log_path());
+  EXPECT_EQ(w[1].at("jobs"), "6");
+}
+
+TEST(KjitdSeveralGpus, JobsGoToAGpuOfTheKeysArch) {
+  ScopedEnv env({{"FAKE_EVALUATOR_GPUS", "GPU-aaaa:90,GPU-bbbb:80"}});
+  KjitdHarness h(KJIT_KJITD, {"--evaluator", KJIT_FAKE_EVALUATOR, "--devices", "0,1", "--when", "always"});
+  ASSERT_TRUE(h.Start()) << ReadFile(h.log_path());
+  auto c = MakeClient(h);
+  ASSERT_EQ(WaitReady(c, 2).size(), 2u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(Trial(c, KeyBytesForArch(80)), "verified: verified on GPU-bbbb");
+    EXPECT_EQ(Trial(c, KeyBytesForArch(90)), "verified: verified on GPU-aaaa");
+  }
+  // No GPU of the key's arch: refused at once, naming what each GPU is.
+  auto none = c.OpenEpisode(KeyBytesForArch(75));
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(none.status().message().find("gpu 0: is sm_90; gpu 1: is sm_80"), std::string::npos)
+      << none.status().message();
+}
+
+// The script for two GPUs kills one worker by hand: the other carries on at once,
+// and the killed one comes back.
+TEST(KjitdSeveralGpus, AKilledWorkerLeavesTheOtherWorking) {
+  ScopedEnv env({{"FAKE_EVALUATOR_GPUS", "GPU-aaaa:90,GPU-bbbb:90"}});
+  KjitdHarness h(KJIT_KJITD, {"--evaluator", KJIT_FAKE_EVALUATOR, "--devices", "0,1", "--when", "always"});
+  ASSERT_TRUE(h.Start()) << ReadFile(h.log_path());
+  auto c = MakeClient(h);
+  Workers w = WaitReady(c, 2);
+  ASSERT_EQ(w.size(), 2u);
+  const pid_t first = static_cast<pid_t>(std::stol(w[0].at("pid")));
+  ASSERT_EQ(kill(first, SIGKILL), 0);
+  // At once, before kjitd may have noticed: a job sent to the dead worker is not failed
+  // but goes to another.
+  for (int i = 0; i < 4; ++i) {
+    const std::string v = Trial(c, KeyBytes());
+    EXPECT_EQ(v.rfind("verified: verified on GPU-", 0), 0u) << v << "\n" << ReadFile(h.log_path());
+  }
+  auto stats = c.Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->counters["trials_fault"], 0);
+  EXPECT_EQ(stats->counters["evaluator_crashes"], 1) << ReadFile(h.log_path());
+  w = WaitReady(c, 2);  // the killed one restarts after its pause
+  ASSERT_EQ(w.size(), 2u);
+  EXPECT_EQ(w[0].at("state"), "ready");
+  EXPECT_EQ(w[0].at("starts"), "2");
+  EXPECT_EQ(w[0].at("crashes"), "1");
+  EXPECT_NE(w[0].at("pid"), std::to_string(first));
+  EXPECT_EQ(w[1].at("starts"), "1");
+  EXPECT_EQ(w[1].at("crashes"), "0");
+  EXPECT_EQ(Trial(c, KeyBytes()).rfind("verified: verified on GPU-", 0), 0u);
+}
+
+// A candidate that crashes its worker costs that GPU's worker only.
+TEST(KjitdSeveralGpus, ACrashOnOneGpuLeavesTheOtherReady) {
+  ScopedEnv env({{"FAKE_EVALUATOR_GPUS", "GPU-aaaa:90,GPU-bbbb:90"}});
+  KjitdHarness h(KJIT_KJITD, {"--evaluator", KJIT_FAKE_EVALUATOR, "--devices", "0,1", "--when", "always"});
+  ASSERT_TRUE(h.Start()) << ReadFile(h.log_path());
+  auto c = MakeClient(h);
+  ASSERT_EQ(WaitReady(c, 2).size(), 2u);
+  EXPECT_NE(Trial(c, KeyBytes(), "crash").find("signal 6"), std::string::npos);
+  const Workers w = EvaluatorsOf(c);
+  ASSERT_EQ(w.size(), 2u);
+  // Exactly one worker crashed; the other is ready (the crashed one waits out its pause).
+  EXPECT_EQ(std::stoi(w[0].at("crashes")) + std::stoi(w[1].at("crashes")), 1);
+  const auto& survivor = w[0].at("crashes") == "0" ? w[0] : w[1];
+  EXPECT_EQ(survivor.at("state"), "ready");
+  EXPECT_EQ(Trial(c, KeyBytes()), "verified: verified on " + survivor.at("uuid"));
+}
+
+// CUDA_VISIBLE_DEVICES=1,0 swaps the ordinals: worker "0" is GPU-bbbb. NVML lists
+// the GPUs in its own (PCI) order. Idle state must follow the GPU, by UUID: busy
+// GPU-bbbb keeps worker "0" idle-waiting whatever the numbering.
+TEST(KjitdSeveralGpus, IdleStateAndMemoryCapArePerGpuByUuid) {
+  const std::string nvml_state = std::filesystem::temp_directory_path() / ("kjit-fake-nvml-" + std::to_string(getpid()));
+  // GPU-bbbb busy (someone else's process 4242 at 80%), GPU-aaaa idle with 60 of 80 GB free.
+  WriteNvmlState(nvml_state, "GPU-bbbb 40000000000 80000000000 4242:80\nGPU-aaaa 60000000000 80000000000\n");
+  ScopedEnv env({{"FAKE_EVALUATOR_GPUS", "GPU-aaaa:90,GPU-bbbb:90"},
+                 {"CUDA_VISIBLE_DEVICES", "1,0"},
+                 {"KJIT_NVML_LIBRARY", KJIT_FAKE_NVML},
+                 {"FAKE_NVML_STATE", nvml_state},
+                 {"FAKE_EVALUATOR_SHOW_CAP", "1"}});
+  KjitdHarness h(KJIT_KJITD, {"--evaluator", KJIT_FAKE_EVALUATOR, "--devices", "0,1", "--when", "idle",
+                              "--idle-settle-ms", "0", "--memory-cap-fraction", "0.5"});
+  ASSERT_TRUE(h.Start()) << ReadFile(h.log_path());
+  auto c = MakeClient(h);
+  Workers w = WaitReady(c, 2);
+  ASSERT_EQ(w.size(), 2u);
+  EXPECT_EQ(w[0].at("uuid"), "GPU-bbbb");  // ordinal 0 after CUDA_VISIBLE_DEVICES=1,0
+  EXPECT_EQ(w[1].at("uuid"), "GPU-aaaa");
+  // Half of GPU-aaaa's free 60 GB.
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(Trial(c, KeyBytes()), "verified: verified on GPU-aaaa cap 30000000000");
+  w = EvaluatorsOf(c);
+  EXPECT_NE(w[0].at("note").find("GPU busy"), std::string::npos) << w[0].at("note");
+  EXPECT_EQ(w[0].at("jobs"), "0");
+
+  // The other way round: now only GPU-bbbb is idle.
+  WriteNvmlState(nvml_state, "GPU-bbbb 20000000000 80000000000\nGPU-aaaa 60000000000 80000000000 4242:80\n");
+  // Half of GPU-bbbb's free 20 GB: the cap is the GPU's own.
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(Trial(c, KeyBytes()), "verified: verified on GPU-bbbb cap 10000000000");
+
+  // Both busy: a trial waits (it is queued, not failed) until one GPU is free again.
+  WriteNvmlState(nvml_state,
+                 "GPU-bbbb 20000000000 80000000000 4242:80\nGPU-aaaa 60000000000 80000000000 4243:50\n");
+  auto pending = std::async(std::launch::async, [&h] {
+    auto c2 = MakeClient(h);
+    return Trial(c2, KeyBytes());
+  });
+  EXPECT_EQ(pending.wait_for(std::chrono::milliseconds(800)), std::future_status::timeout);
+  auto stats = c.Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->counters["trials_queued"], 1);
+  for (const auto& m : *stats->evaluators) EXPECT_NE(m.at("note").find("GPU busy"), std::string::npos);
+  WriteNvmlState(nvml_state, "GPU-bbbb 20000000000 80000000000 4242:80\nGPU-aaaa 60000000000 80000000000\n");
+  EXPECT_EQ(pending.get(), "verified: verified on GPU-aaaa cap 30000000000");
+  std::remove(nvml_state.c_str());
+}
+
+// kjit's own workers are not "someone else" on any GPU: a worker that shows up on
+// another worker's GPU (PyTorch may make a context there) does not make it busy.
+TEST(KjitdSeveralGpus, KjitsOwnWorkersDoNotMakeAGpuBusy) {
+  const std::string nvml_state = std::filesystem::temp_directory_path() / ("kjit-fake-nvml-own-" + std::to_string(getpid()));
+  WriteNvmlState(nvml_state, "GPU-aaaa 60000000000 80000000000\nGPU-bbbb 60000000000 80000000000\n");
+  ScopedEnv env({{"FAKE_EVALUATOR_GPUS", "GPU-aaaa:90,GPU-bbbb:90"},
+                 {"KJIT_NVML_LIBRARY", KJIT_FAKE_NVML},
+                 {"FAKE_NVML_STATE", nvml_state}});
+  KjitdHarness h(KJIT_KJITD, {"--evaluator", KJIT_FAKE_EVALUATOR, "--devices", "0,1", "--when", "idle",
+                              "--idle-settle-ms", "0"});
+  ASSERT_TRUE(h.Start()) << ReadFile(h.log_path());
+  auto c = MakeClient(h);
+  Workers w = WaitReady(c, 2);
+  ASSERT_EQ(w.size(), 2u);
+  // GPU-aaaa runs GPU-bbbb's worker at 90%; GPU-bbbb runs a stranger's process.
+  WriteNvmlState(nvml_state, "GPU-aaaa 60000000000 80000000000 " + w[1].at("pid") +
+                                 ":90\nGPU-bbbb 60000000000 80000000000 4242:90\n");
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(Trial(c, KeyBytes()), "verified: verified on GPU-aaaa") << ReadFile(h.log_path());
+  std::remove(nvml_state.c_str());
+}
+
+// An ordinal and the UUID of the same GPU: one worker, and the other says why it stopped.
+TEST(KjitdSeveralGpus, TheSameGpuNamedTwiceGetsOneWorker) {
+  ScopedEnv env({{"FAKE_EVALUATOR_GPUS", "GPU-aaaa:90,GPU-bbbb:90"}});
+  KjitdHarness h(KJIT_KJITD, {"--evaluator", KJIT_FAKE_EVALUATOR, "--devices", "1, GPU-bbbb,1", "--when", "always"});
+  ASSERT_TRUE(h.Start()) << ReadFile(h.log_path());
+  auto c = MakeClient(h);
+  ASSERT_EQ(WaitReady(c, 1).size(), 2u);  // "1" given twice is one device
+  Workers w;
+  for (int i = 0; i < 100; ++i) {
+    w = EvaluatorsOf(c);
+    if (w.size() == 2 && w[1].at("state") == "unavailable" && !w[1].count("pid")) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_EQ(w.size(), 2u);
+  EXPECT_EQ(w[0].at("state"), "ready");
+  EXPECT_EQ(w[1].at("device"), "GPU-bbbb");
+  EXPECT_EQ(w[1].at("state"), "unavailable");
+  EXPECT_NE(w[1].at("note").find("the same GPU (GPU-bbbb) as device 1"), std::string::npos) << w[1].at("note");
+  EXPECT_EQ(Trial(c, KeyBytes()), "verified: verified on GPU-bbbb");
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // past the restart pause: still not restarted
+  EXPECT_EQ(EvaluatorsOf(c)[1].at("starts"), "1");
+}
+
+// A UUID names its GPU whatever CUDA_VISIBLE_DEVICES does to the ordinals; a GPU
+// hidden by it cannot be used, and the worker says so.
+TEST(KjitdSeveralGpus, UuidSelectionAndHiddenGpus) {
+  ScopedEnv env({{"FAKE_EVALUATOR_GPUS", "GPU-aaaa:90,GPU-bbbb:90,GPU-cccc:90"}, {"CUDA_VISIBLE_DEVICES", "2,1"}});
+  KjitdHarness h(KJIT_KJITD,
+                 {"--evaluator", KJIT_FAKE_EVALUATOR, "--devices", "GPU-bbbb,1,GPU-aaaa", "--when", "always"});
+  ASSERT_TRUE(h.Start()) << ReadFile(h.log_path());
+  auto c = MakeClient(h);
+  Workers w;
+  for (int i = 0; i < 100; ++i) {
+    w = EvaluatorsOf(c);
+    if (w.size() == 3 && w[2].at("state") == "unavailable" && w[1].at("state") != "starting") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_EQ(w.size(), 3u);
+  EXPECT_EQ(w[0].at("uuid"), "GPU-bbbb");
+  EXPECT_EQ(w[0].at("state"), "ready");
+  // Ordinal 1 under CUDA_VISIBLE_DEVICES=2,1 is GPU-bbbb too: the same GPU, not used twice.
+  EXPECT_NE(w[1].at("note").find("the same GPU (GPU-bbbb)"), std::string::npos) << w[1].at("note");
+  EXPECT_NE(w[2].at("note").find("no visible GPU GPU-aaaa"), std::string::npos) << w[2].at("note");
+}
+
+TEST(KjitdSeveralGpus, MalformedDeviceListIsRefusedAtStart) {
+  KjitdHarness h(KJIT_KJITD, {"--evaluator", KJIT_FAKE_EVALUATOR, "--devices", "0,gpu1", "--when", "always"});
+  ASSERT_FALSE(h.Start());
+  EXPECT_NE(ReadFile(h.log_path()).find("'gpu1' is neither a CUDA ordinal"), std::string::npos)
+      << ReadFile(h.log_path());
 }
 
 }  // namespace

@@ -6,13 +6,25 @@
 // "fault" (report a fault and exit, as after an illegal address), "backoff-once"
 // (short of memory the first time, verified the next).
 // FAKE_EVALUATOR_UNAVAILABLE=<reason> makes it refuse to start.
+//
+// Its GPU: FAKE_EVALUATOR_GPUS="GPU-aaaa:90,GPU-bbbb:80" lists the machine's
+// GPUs (uuid:arch, in CUDA's order), filtered and reordered by
+// CUDA_VISIBLE_DEVICES as CUDA does (indices or UUIDs, up to the first that
+// names no GPU); --device takes an ordinal among the visible ones or a UUID,
+// as kjit-evaluator does, and a name that matches none makes it refuse with
+// the reason. Unset: one GPU, "GPU-fake", sm_90. A verified verdict's reason
+// names the GPU ("verified on GPU-aaaa"), and with FAKE_EVALUATOR_SHOW_CAP set
+// the memory cap kjitd gave the job too.
 #include <signal.h>
 #include <sys/prctl.h>
 #include <unistd.h>
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "worker_protocol.h"
 
@@ -22,21 +34,70 @@ namespace {
 void Send(const WorkerMessage& m) {
   if (!WriteFrame(kWorkerFd, EncodeWorkerMessage(m)).ok()) std::_Exit(1);
 }
+
+std::vector<std::string> Split(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) out.push_back(item);
+  return out;
+}
+
+bool IsOrdinal(const std::string& s) { return !s.empty() && s.find_first_not_of("0123456789") == std::string::npos; }
+
+// The GPUs this process sees, in CUDA's order, each "uuid:arch".
+std::vector<std::string> VisibleGpus() {
+  const char* all_env = std::getenv("FAKE_EVALUATOR_GPUS");
+  const std::vector<std::string> all = Split(all_env ? all_env : "GPU-fake:90");
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  if (visible == nullptr) return all;
+  std::vector<std::string> out;
+  for (const std::string& name : Split(visible)) {
+    std::string found;
+    if (IsOrdinal(name)) {
+      if (std::stoul(name) < all.size()) found = all[std::stoul(name)];
+    } else {
+      for (const std::string& g : all) {
+        if (g.rfind(name, 0) == 0) found = g;  // CUDA takes a UUID prefix too
+      }
+    }
+    if (found.empty()) break;  // CUDA ignores the rest after a name that matches nothing
+    out.push_back(found);
+  }
+  return out;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
-  // kjitd passes --device N --compare MODE; the fake ignores them.
-  (void)argc;
-  (void)argv;
+  // kjitd passes --device NAME --compare MODE.
+  std::string device = "0";
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::strcmp(argv[i], "--device") == 0) device = argv[i + 1];
+  }
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (const char* why = std::getenv("FAKE_EVALUATOR_UNAVAILABLE")) {
     Send(Unavailable{why});
     return 3;
   }
+  const std::vector<std::string> gpus = VisibleGpus();
+  std::string mine;
+  int ordinal = 0;
+  for (size_t i = 0; i < gpus.size(); ++i) {
+    const std::string uuid = gpus[i].substr(0, gpus[i].find(':'));
+    if (IsOrdinal(device) ? std::stoul(device) == i : uuid == device) {
+      mine = gpus[i];
+      ordinal = static_cast<int>(i);
+    }
+  }
+  if (mine.empty()) {
+    Send(Unavailable{"no_device: no visible GPU " + device + " (the fake sees " + std::to_string(gpus.size()) + ")"});
+    return 3;
+  }
   WorkerDevice d;
+  d.ordinal = ordinal;
   d.name = "Fake GPU";
-  d.uuid = "GPU-fake";
-  d.arch = 90;
+  d.uuid = mine.substr(0, mine.find(':'));
+  d.arch = mine.find(':') == std::string::npos ? 90 : std::stoi(mine.substr(mine.find(':') + 1));
   d.pid = static_cast<uint32_t>(getpid());
   Send(Hello{d});
   int backoffs = 0;
@@ -66,7 +127,8 @@ int main(int argc, char** argv) {
     v.baseline.runs = 10;
     if (what == "ok" || what == "slow") {
       v.outcome = "verified";
-      v.reason = "verified";
+      v.reason = "verified on " + d.uuid;  // which GPU ran it, for the tests of several
+      if (std::getenv("FAKE_EVALUATOR_SHOW_CAP") != nullptr) v.reason += " cap " + std::to_string(e->memory_cap_bytes);
       v.timing.median_us = what == "ok" ? 1.0 : 2.0;
       v.timing.runs = 10;
       v.cubin = "FAKE-CUBIN";

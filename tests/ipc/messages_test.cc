@@ -69,7 +69,10 @@ std::vector<Envelope> SampleMessages() {
   add(ListTasks{"queued", 100});
   add(ListTasksReply{{SampleTask(1), SampleTask(2), SampleTask(3)}});
   add(Stats{});
-  add(StatsReply{{{"requests", 1234}, {"uptime_s", 0.5}, {"misses_reported", -0.0}}});
+  add(StatsReply{{{"requests", 1234}, {"uptime_s", 0.5}, {"misses_reported", -0.0}},
+                 std::vector<std::map<std::string, std::string>>{
+                     {{"device", "0"}, {"state", "ready"}, {"uuid", "GPU-aaaa"}, {"jobs", "3"}},
+                     {{"device", "GPU-bbbb"}, {"state", "unavailable"}, {"note", "no such GPU"}}}});
   add(Shutdown{});
   add(Ack{});
   add(OpenEpisode{kBinaryBytes});
@@ -192,6 +195,7 @@ void ExpectSame(const StatsReply& a, const StatsReply& b) {
     ASSERT_TRUE(b.counters.contains(name)) << name;
     ExpectSameDouble(value, b.counters.at(name), name.c_str());
   }
+  EXPECT_EQ(a.evaluators, b.evaluators);
 }
 void ExpectSame(const Shutdown&, const Shutdown&) {}
 void ExpectSame(const Ack&, const Ack&) {}
@@ -487,6 +491,28 @@ TEST(IpcMessages, UnknownFieldsAreIgnored) {
   decoded = Decode(nested.Bytes());
   ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
   ExpectSame(*decoded, SampleOf("task_status_reply"));
+}
+
+// stats_reply.evaluators came within version 1: a reply without it (from an older
+// kjitd, or one without evaluators) still decodes, and one that leaves it out is
+// encoded exactly as before the field existed.
+TEST(IpcMessages, OptionalFieldMayBeAbsent) {
+  Edit edit("stats_reply");
+  edit.Erase(edit.body(), "evaluators");
+  Result<Envelope> decoded = Decode(edit.Bytes());
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  const auto& reply = std::get<StatsReply>(decoded->body);
+  EXPECT_FALSE(reply.evaluators.has_value());
+  EXPECT_EQ(reply.counters.at("requests"), 1234);
+
+  StatsReply plain{{{"requests", 1}}, std::nullopt};
+  const std::string bytes = Encode(Envelope{kProtocolVersion, 5, plain});
+  EXPECT_EQ(bytes.find("evaluators"), std::string::npos);
+
+  // Present, it is checked like any field.
+  Edit wrong("stats_reply");
+  wrong.Set(wrong.body(), "evaluators", wrong.Value(std::string("all fine")));
+  EXPECT_EQ(DecodeError(wrong.Bytes()), "stats_reply.evaluators: expected array, got str");
 }
 
 // ---- Decoding errors: each names the problem.

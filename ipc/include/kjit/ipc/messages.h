@@ -138,6 +138,10 @@ struct ListTasksReply {
 struct Stats {};  // -> StatsReply
 struct StatsReply {
   std::map<std::string, double> counters;  // e.g. "requests", "misses_reported", "tasks_queued", "uptime_s"
+  // Optional (absent from kjitds older than issue 10, and from one without an
+  // evaluator pool): one map per evaluator worker, in configuration order,
+  // e.g. {"device": "0", "state": "ready", "uuid": "GPU-...", "arch": "90", "jobs": "12"}.
+  std::optional<std::vector<std::map<std::string, std::string>>> evaluators;
 };
 
 struct Shutdown {};  // -> Ack; kjitd finishes the trial in flight and exits
