@@ -483,7 +483,9 @@ void PrintEvaluators(const ipc::StatsReply& s) {
   if (s.evaluators->empty()) std::cout << "  (none configured)\n";
   for (const auto& w : *s.evaluators) {
     std::string line = "  gpu " + get(w, "device") + "  " + get(w, "state");
-    if (const std::string phase = get(w, "phase"); !phase.empty()) line += " (" + phase + ")";
+    // The phase only means something while it works (a ready worker keeps its last one).
+    const std::string state = get(w, "state"), phase = get(w, "phase");
+    if ((state == "busy" || state == "starting") && !phase.empty()) line += " (" + phase + ")";
     if (const std::string arch = get(w, "arch"); !arch.empty()) line += "  sm_" + arch;
     if (const std::string name = get(w, "name"); !name.empty()) line += "  " + name;
     if (const std::string uuid = get(w, "uuid"); !uuid.empty() && uuid != get(w, "device")) line += "  " + uuid;

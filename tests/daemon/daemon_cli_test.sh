@@ -4,7 +4,8 @@
 #   daemon_cli_test.sh CASE KJIT KJITD [SUBCOMMAND...]
 #
 # CASE: lifecycle, stop_unresponsive, keygen, tcp_without_keys_refused,
-# run (with the path of libkjit_preload.so), run_without_kjitd, or help (with
+# run (with the path of libkjit_preload.so), run_without_kjitd,
+# status_evaluators (with the path of the fake evaluator worker), or help (with
 # the SUBCOMMAND words, e.g. `help ... daemon start`).
 #
 # Everything lives in a private temporary directory (runtime dir, cache, config);
@@ -276,6 +277,33 @@ PY
     run 1 "$kjit" daemon start -- --tcp-endpoint tcp://127.0.0.1:0 --curve-secret-key-file "$tmp/bad.key"
     expect "$err" "40-character Z85 CURVE secret key"
     run 3 "$kjit" daemon status
+    ;;
+
+  status_evaluators)
+    # One line per GPU's evaluator worker (issue 10), with the fake worker on a fake
+    # machine of two GPUs, the second named twice (by ordinal and by UUID).
+    fake=$1
+    export FAKE_EVALUATOR_GPUS=GPU-aaaa:90,GPU-bbbb:80
+    start_daemon -- --evaluator "$fake" --devices 0,1,GPU-bbbb --when always
+    for _ in $(seq 100); do
+      run 0 "$kjit" daemon status
+      grep -q "not used twice" <<<"$out" && [[ $(grep -c " ready " <<<"$out") == 2 ]] && break
+      sleep 0.1
+    done
+    expect "$out" "^evaluators \(3 GPUs\)$"
+    expect "$out" "^  gpu 0  ready  sm_90  Fake GPU  GPU-aaaa  pid [0-9]+  jobs 0, starts 1, crashes 0$"
+    expect "$out" "^  gpu 1  ready  sm_80  Fake GPU  GPU-bbbb  pid [0-9]+  jobs 0, starts 1, crashes 0$"
+    expect "$out" "^  gpu GPU-bbbb  unavailable  jobs 0, starts 1, crashes 0$"
+    expect "$out" "^      the same GPU \(GPU-bbbb\) as device 1; not used twice$"
+    expect "$out" "^  evaluators_ready +2$"
+    run 0 "$kjit" daemon status --json
+    json_check "$out" '[e["uuid"] for e in d["evaluators"][:2]] == ["GPU-aaaa", "GPU-bbbb"] and d["evaluators"][2]["state"] == "unavailable"'
+    stop_daemon
+    # Without an evaluator pool (--when never still has one; a refused device list has none) the section is absent.
+    start_daemon -- --when never
+    run 0 "$kjit" daemon status
+    expect "$out" "^evaluators \(0 GPUs\)|^counters$"
+    stop_daemon
     ;;
 
   run)
