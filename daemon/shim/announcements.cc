@@ -68,11 +68,15 @@ void AnnouncementListener::Stop() {
 std::string AnnouncementListener::Handle(int arch, const std::string& key_hash_hex, int64_t record_id) {
   auto hash = Hash128::FromHex(key_hash_hex);
   if (!hash.ok()) return "ignored: bad key hash";
-  std::string what = "ignored: key not seen here";
+  // A process may use several GPUs of the announced arch: the key's entry on each
+  // (its own module, in that device's context) is handled on its own.
+  std::vector<std::pair<int, std::string>> outcomes;  // (device, what happened there)
   for (const auto& [device, device_arch] : source_->DevicesInUse()) {
     if (device_arch != arch) continue;
     Entry* entry = source_->Table().Find(*hash, device);
     if (entry == nullptr) continue;
+    outcomes.emplace_back(device, "");
+    std::string& what = outcomes.back().second;
     const EntryState state = entry->state();
     if (state != EntryState::kNegative && state != EntryState::kLoaded) {
       what = "ignored: entry " + std::string(EntryStateName(state));
@@ -104,9 +108,17 @@ std::string AnnouncementListener::Handle(int arch, const std::string& key_hash_h
     if (entry->Swap(std::move(*loaded))) {
       swaps_.fetch_add(1);
       what = "swapped in record " + std::to_string(served->id);
+    } else {
+      what = "ignored: entry " + std::string(EntryStateName(entry->state()));
     }
   }
-  return what;
+  if (outcomes.empty()) return "ignored: key not seen here";
+  if (outcomes.size() == 1) return outcomes[0].second;
+  std::string all;
+  for (const auto& [device, what] : outcomes) {
+    all += (all.empty() ? "" : "; ") + ("device " + std::to_string(device) + ": " + what);
+  }
+  return all;
 }
 
 void AnnouncementListener::Run() {

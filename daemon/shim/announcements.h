@@ -48,7 +48,8 @@ class AnnouncementListener {
   Status Start();
   void Stop();
 
-  // Handles one announcement as the thread does; returns what it did (for logs and tests).
+  // Handles one announcement as the thread does; returns what it did (for logs and tests):
+  // one outcome, or "device N: ...; device M: ..." when the key was seen on several GPUs.
   std::string Handle(int arch, const std::string& key_hash_hex, int64_t record_id);
 
   uint64_t swaps() const { return swaps_.load(); }

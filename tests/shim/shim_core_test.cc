@@ -186,7 +186,10 @@ class FakeSource : public KernelSource {
   EntryTable table;
   std::map<std::string, int64_t> records;  // key hash hex -> record id served
   bool fail_load = false;
+  int fail_on_device = -1;  // a load on this device fails
   int loads = 0;
+  std::vector<int> loaded_on;
+  std::vector<std::pair<int, int>> devices = {{0, 90}};
   struct Failure {
     std::string key_bytes;
     int64_t record_id;
@@ -200,13 +203,14 @@ class FakeSource : public KernelSource {
     k.id = it->second;
     return k;
   }
-  Result<std::unique_ptr<LoadedKernel>> Load(int, const cache::ServedKernel& served) override {
+  Result<std::unique_ptr<LoadedKernel>> Load(int device, const cache::ServedKernel& served) override {
     ++loads;
-    if (fail_load) return Status(StatusCode::kCudaError, "cuModuleLoadData: CUDA_ERROR_INVALID_IMAGE");
+    loaded_on.push_back(device);
+    if (fail_load || device == fail_on_device) return Status(StatusCode::kCudaError, "cuModuleLoadData: CUDA_ERROR_INVALID_IMAGE");
     return FakeKernel(served.id);
   }
   EntryTable& Table() override { return table; }
-  std::vector<std::pair<int, int>> DevicesInUse() override { return {{0, 90}}; }
+  std::vector<std::pair<int, int>> DevicesInUse() override { return devices; }
   void LogLine(const std::string&) override {}
   void ReportFailure(const Entry& entry, int64_t record_id, std::string_view stage,
                      const std::string& reason) override {
@@ -244,6 +248,39 @@ TEST(ShimAnnouncements, SwapsSeenNegativeKeysOnly) {
   EXPECT_NE(source.failures[0].reason.find("CUDA_ERROR_INVALID_IMAGE"), std::string::npos);
   EXPECT_EQ(listener.Handle(90, h.ToHex(), 7), "ignored: entry failed");
   EXPECT_EQ(source.failures.size(), 1u);
+}
+
+// A process on several GPUs (issue 10): a kernel verified for sm_90 is loaded into
+// each sm_90 device's own context where the process has seen the key, never into
+// another arch's; a load failing on one device blacklists the key there only.
+TEST(ShimAnnouncements, EachDeviceOfTheArchGetsItsOwnModule) {
+  FakeSource source;
+  source.devices = {{0, 90}, {1, 90}, {2, 80}, {3, 90}};
+  AnnouncementListener listener(&source, "ipc:///nonexistent/kjit-test.sock");  // never started
+  const Hash128 h = HashBytes("seen on several");
+  std::vector<Entry*> e;
+  for (int device : {0, 1, 2}) {  // device 3 has not called the op yet
+    bool created = false;
+    e.push_back(source.table.FindOrCreate(h, device, "seen on several", &created));
+    ASSERT_TRUE(e.back()->ResolveNegative(OneOutput()));
+  }
+  source.records[h.ToHex()] = 5;
+  EXPECT_EQ(listener.Handle(90, h.ToHex(), 5), "device 0: swapped in record 5; device 1: swapped in record 5");
+  EXPECT_EQ(source.loaded_on, (std::vector<int>{0, 1}));
+  ASSERT_NE(e[0]->kernel(), nullptr);
+  ASSERT_NE(e[1]->kernel(), nullptr);
+  EXPECT_NE(e[0]->kernel(), e[1]->kernel()) << "one module per device context";
+  EXPECT_EQ(e[2]->state(), EntryState::kNegative) << "sm_80 is another arch";
+  EXPECT_EQ(source.table.Find(h, 3), nullptr);
+
+  source.records[h.ToHex()] = 6;
+  source.fail_on_device = 1;
+  EXPECT_EQ(listener.Handle(90, h.ToHex(), 6).substr(0, 53), "device 0: swapped in record 6; device 1: load failed ");
+  EXPECT_EQ(e[0]->kernel()->record_id, 6);
+  EXPECT_EQ(e[1]->state(), EntryState::kFailed);
+  ASSERT_EQ(source.failures.size(), 1u);
+  EXPECT_EQ(source.failures[0].record_id, 6);
+  EXPECT_EQ(listener.swaps(), 3u);
 }
 
 TEST(ShimAnnouncements, StartsAndStopsWithoutKjitd) {
