@@ -493,6 +493,7 @@ void PrintEvaluators(const ipc::StatsReply& s) {
     line += "  jobs " + get(w, "jobs") + ", starts " + get(w, "starts") + ", crashes " + get(w, "crashes");
     std::cout << line << "\n";
     if (const std::string note = get(w, "note"); !note.empty()) std::cout << "      " << note << "\n";
+    if (const std::string idle = get(w, "idle"); !idle.empty()) std::cout << "      idle: " << idle << "\n";
   }
 }
 

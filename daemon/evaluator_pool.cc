@@ -109,7 +109,7 @@ struct EvaluatorPool::Job {
       v.outcome = std::string(policy::OutcomeName(outcome));
       v.reason = reason;
       v.reward = policy::Reward(policy::TrialOutcome{outcome, 0, 0});
-      verdict_done(v);
+      verdict_done(v, WorkerDevice{});
     }
   }
 };
@@ -128,6 +128,7 @@ struct EvaluatorPool::Worker {
   std::string phase;
   Clock::time_point restart_at;
   std::string last_error;
+  std::string idle_verdict;  // the last idle decision's reason for this GPU (busy, idle + memory cap, ...)
   int starts = 0;
   uint64_t jobs = 0;     // answers received (baselines and verdicts)
   uint64_t crashes = 0;  // died or was killed with or without a job
@@ -373,7 +374,7 @@ void EvaluatorPool::Handle(Worker& w, const WorkerMessage& message) {
     if (v->retry_later && Requeue(job)) return;
     counters_["trials"] += 1;
     counters_["trials_" + v->outcome] += 1;
-    job->verdict_done(*v);
+    job->verdict_done(*v, w.info ? *w.info : WorkerDevice{});
   } else {
     Lost(w, "sent a message only kjitd sends", false);
   }
@@ -473,10 +474,10 @@ bool EvaluatorPool::GpuIdle(Worker& w, uint64_t* memory_cap) {
   }
   const IdleDecision d = w.idle.Update(options_.when, options_.idle, sample);
   *memory_cap = d.memory_cap_bytes;
+  w.idle_verdict = d.reason;  // this GPU's own reading, run or not, for stats
   if (!d.run) {
     if (w.phase != "waiting for idle") log_.Write("debug", "evaluator_waits", {{"device", w.device}, {"reason", d.reason}});
     w.phase = "waiting for idle";
-    w.last_error = d.reason;
   }
   return d.run;
 }
@@ -606,6 +607,7 @@ std::vector<std::map<std::string, std::string>> EvaluatorPool::Workers() const {
     }
     if (w.pid > 0) m["pid"] = std::to_string(w.pid);
     if (!w.last_error.empty()) m["note"] = w.last_error;
+    if (!w.idle_verdict.empty()) m["idle"] = w.idle_verdict;
     out.push_back(std::move(m));
   }
   return out;

@@ -68,7 +68,8 @@ std::string VisibleDevicesNote();
 class EvaluatorPool {
  public:
   using BaselineDone = std::function<void(const BaselineResult&, const WorkerDevice&)>;
-  using VerdictDone = std::function<void(const Verdict&)>;
+  // The device is the GPU whose worker answered (empty when the job ended without one).
+  using VerdictDone = std::function<void(const Verdict&, const WorkerDevice&)>;
 
   EvaluatorPool(PoolOptions options, Log& log, std::map<std::string, double>& counters);
   ~EvaluatorPool();  // asks workers to exit, then kills what is left
@@ -95,7 +96,8 @@ class EvaluatorPool {
   std::map<std::string, std::string> Describe() const;
   // One map per worker, in configuration order, for stats_reply.evaluators:
   // device (as configured), state, phase, starts, jobs, crashes, and once it has
-  // said hello: name, uuid, arch, pid; note: the last error or idle verdict.
+  // said hello: name, uuid, arch, pid; note: the last error; idle: the GPU's last
+  // idle verdict (why it is busy, or its memory cap), once a job was waiting for it.
   std::vector<std::map<std::string, std::string>> Workers() const;
   size_t queued() const { return queue_.size(); }
 

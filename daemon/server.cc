@@ -194,7 +194,7 @@ struct Server::Impl {
   void ReverifyDone(int64_t record_id, const std::string& key_bytes, const std::string& why, const Verdict& v);
   void QueueRetune(const std::string& key_bytes, const std::string& detail);
   ipc::Body SubmitCandidate(const ipc::SubmitCandidate& r);
-  void Record(const Episode& e, const CandidateSpec& c, const Verdict& v);
+  void Record(const Episode& e, const CandidateSpec& c, const Verdict& v, const WorkerDevice& device);
 };
 
 Server::Server(DaemonConfig config, std::unique_ptr<cache::KernelCache> cache, Log& log)
@@ -499,7 +499,7 @@ ipc::Body Server::Impl::ReportFailure(const ipc::ReportFailure& r) {
     c.design = record->design;
     const int64_t id = r.record_id;
     pool->SubmitEvaluate(std::move(request), key->arch,
-                         [this, id, key_bytes = r.key_bytes, why](const Verdict& v) { ReverifyDone(id, key_bytes, why, v); });
+                         [this, id, key_bytes = r.key_bytes, why](const Verdict& v, const WorkerDevice&) { ReverifyDone(id, key_bytes, why, v); });
     ack.reverify = "started";
     return ack;
   }
@@ -639,7 +639,7 @@ ipc::Body Server::Impl::SubmitCandidate(const ipc::SubmitCandidate& r) {
   current_route->socket = nullptr;
   const int64_t episode_id = r.episode_id;
   const int arch = it->second.key.arch;
-  pool->SubmitEvaluate(std::move(request), arch, [this, route, episode_id, c](const Verdict& v) {
+  pool->SubmitEvaluate(std::move(request), arch, [this, route, episode_id, c](const Verdict& v, const WorkerDevice& device) {
     ipc::CandidateResult result;
     result.compiled = v.compiled;
     result.compile_log = v.compile_log;
@@ -662,17 +662,18 @@ ipc::Body Server::Impl::SubmitCandidate(const ipc::SubmitCandidate& r) {
                       {"flop_fraction", v.roofline.flop_fraction},
                       {"accepted", v.accepted ? 1.0 : 0.0}};
     auto e = episodes.find(episode_id);
-    if (e != episodes.end()) Record(e->second, c, v);
+    if (e != episodes.end()) Record(e->second, c, v, device);
     log.Write("info", "trial", {{"episode", std::to_string(episode_id)}, {"outcome", v.outcome},
                                  {"reason", v.reason.substr(0, 300)}, {"median_us", std::to_string(v.timing.median_us)},
                                  {"baseline_us", std::to_string(v.baseline.median_us)},
-                                 {"accepted", v.accepted ? "yes" : "no"}, {"total_ms", std::to_string(v.total_ms)}});
+                                 {"accepted", v.accepted ? "yes" : "no"}, {"total_ms", std::to_string(v.total_ms)},
+                                 {"gpu", device.uuid}});
     Reply(route, result);
   });
   return ipc::Ack{};
 }
 
-void Server::Impl::Record(const Episode& e, const CandidateSpec& c, const Verdict& v) {
+void Server::Impl::Record(const Episode& e, const CandidateSpec& c, const Verdict& v, const WorkerDevice& device) {
   if (v.outcome == policy::OutcomeName(policy::Outcome::kResourceBackoff)) return;
   cache::Measurement m;
   m.key_hash = e.key.Hash();
@@ -711,15 +712,16 @@ void Server::Impl::Record(const Episode& e, const CandidateSpec& c, const Verdic
   rec.verification = v.verification;
   rec.toolchain = cache::RunningToolchain();
   rec.status = cache::RecordStatus::kVerified;
-  rec.status_reason = "verified against PyTorch, " + std::to_string(v.baseline.median_us / v.timing.median_us) +
-                      "x faster";
+  // Which GPU verified it: any GPU of the arch may serve it, and on a host of several that is worth knowing.
+  rec.status_reason = "verified against PyTorch" + (device.uuid.empty() ? std::string() : " on " + device.uuid) + ", " +
+                      std::to_string(v.baseline.median_us / v.timing.median_us) + "x faster";
   auto id = cache->Insert(std::move(rec));
   if (!id.ok()) {
     log.Write("warn", "kernel_not_stored", {{"error", id.status().ToString()}});
     return;
   }
   counters["kernels_verified"] += 1;
-  log.Write("info", "kernel_verified", {{"record", std::to_string(*id)}, {"key", e.key.ToString()}});
+  log.Write("info", "kernel_verified", {{"record", std::to_string(*id)}, {"key", e.key.ToString()}, {"gpu", device.uuid}});
   AnnounceNewKernels();
 }
 

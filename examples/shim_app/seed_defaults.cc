@@ -129,6 +129,10 @@ int main(int argc, char** argv) {
   app.add_option("--cache", cache_path, "The kernel cache kjitd uses (default: $KJIT_CACHE, else the user's)");
   app.add_option("--endpoint", endpoint, "kjitd's endpoint (default: $KJIT_ENDPOINT, else the user's kjitd)");
   app.add_option("--limit", limit, "At most this many tasks (0: all)")->capture_default_str();
+  std::string shard;
+  app.add_option("--shard", shard,
+                 "I/N: only every N-th queued task, from the I-th (0-based); N copies with I = 0..N-1 share the "
+                 "queue, so that kjitd's workers on several GPUs evaluate at once");
   app.add_option("--timeout-s", timeout_s, "How long kjitd may take to evaluate one kernel")->capture_default_str();
   app.footer("Without --direct, kjitd must run with an evaluator (a GPU; `kjit daemon status` lists agent_env).");
   CLI11_PARSE(app, argc, argv);
@@ -175,6 +179,16 @@ int main(int argc, char** argv) {
       auto task = (*opened)->GetTask(info.id);
       if (task.ok()) tasks.push_back({task->key_bytes, info.key_text});
     }
+  }
+  if (!shard.empty()) {
+    int index = -1, count = 0;
+    if (std::sscanf(shard.c_str(), "%d/%d", &index, &count) != 2 || count < 1 || index < 0 || index >= count) {
+      std::fprintf(stderr, "kjit_seed_defaults: --shard takes I/N with 0 <= I < N, not '%s'\n", shard.c_str());
+      return 1;
+    }
+    std::vector<Task> mine;
+    for (size_t i = static_cast<size_t>(index); i < tasks.size(); i += static_cast<size_t>(count)) mine.push_back(tasks[i]);
+    tasks = std::move(mine);
   }
   if (tasks.empty()) std::printf("no queued tasks (run a program under `kjit run` first)\n");
   for (const Task& t : tasks) {

@@ -361,6 +361,24 @@ TEST(KjitdSeveralGpus, JobsGoToAGpuOfTheKeysArch) {
     EXPECT_EQ(Trial(c, KeyBytesForArch(80)), "verified: verified on GPU-bbbb");
     EXPECT_EQ(Trial(c, KeyBytesForArch(90)), "verified: verified on GPU-aaaa");
   }
+  // A stored kernel says which GPU verified it (any GPU of the arch may serve it).
+  {
+    cache::OpenOptions o;
+    o.path = h.cache_path();
+    o.read_only = true;
+    auto kc = cache::KernelCache::Open(o);
+    ASSERT_TRUE(kc.ok());
+    auto records = (*kc)->List(cache::ListFilter{});
+    ASSERT_TRUE(records.ok());
+    ASSERT_EQ(records->size(), 6u);
+    for (const auto& r : *records) {
+      const std::string gpu = r.arch == 80 ? "GPU-bbbb" : "GPU-aaaa";
+      auto full = (*kc)->Get(r.id);
+      ASSERT_TRUE(full.ok());
+      EXPECT_NE(full->status_reason.find("verified against PyTorch on " + gpu + ", "), std::string::npos)
+          << full->status_reason;
+    }
+  }
   // No GPU of the key's arch: refused at once, naming what each GPU is.
   auto none = c.OpenEpisode(KeyBytesForArch(75));
   ASSERT_FALSE(none.ok());
@@ -441,7 +459,9 @@ TEST(KjitdSeveralGpus, IdleStateAndMemoryCapArePerGpuByUuid) {
   // Half of GPU-aaaa's free 60 GB.
   for (int i = 0; i < 3; ++i) EXPECT_EQ(Trial(c, KeyBytes()), "verified: verified on GPU-aaaa cap 30000000000");
   w = EvaluatorsOf(c);
-  EXPECT_NE(w[0].at("note").find("GPU busy"), std::string::npos) << w[0].at("note");
+  EXPECT_NE(w[0].at("idle").find("GPU busy"), std::string::npos) << w[0].at("idle");
+  EXPECT_NE(w[1].at("idle").find("GPU idle"), std::string::npos) << w[1].at("idle");
+  EXPECT_NE(w[1].at("idle").find("memory cap 27.9 GiB (50% of 55.9 GiB free)"), std::string::npos) << w[1].at("idle");
   EXPECT_EQ(w[0].at("jobs"), "0");
 
   // The other way round: now only GPU-bbbb is idle.
@@ -460,7 +480,7 @@ TEST(KjitdSeveralGpus, IdleStateAndMemoryCapArePerGpuByUuid) {
   auto stats = c.Stats();
   ASSERT_TRUE(stats.ok());
   EXPECT_EQ(stats->counters["trials_queued"], 1);
-  for (const auto& m : *stats->evaluators) EXPECT_NE(m.at("note").find("GPU busy"), std::string::npos);
+  for (const auto& m : *stats->evaluators) EXPECT_NE(m.at("idle").find("GPU busy"), std::string::npos);
   WriteNvmlState(nvml_state, "GPU-bbbb 20000000000 80000000000 4242:80\nGPU-aaaa 60000000000 80000000000\n");
   EXPECT_EQ(pending.get(), "verified: verified on GPU-aaaa cap 30000000000");
   std::remove(nvml_state.c_str());
