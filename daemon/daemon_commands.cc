@@ -822,6 +822,13 @@ void EnsureKjitd(const Options& o) {
   while (!line.empty() && line.back() == '\n') line.pop_back();
   std::cerr << "kjit: " << (line.empty() ? std::string("kjitd started in the background") : line)
             << (log_file.empty() ? "" : "; its log: " + log_file) << "\n";
+  // kjitd is shared by every program of the user, but inherits this one's environment: with
+  // devices = all it evaluates only on the GPUs this program may see.
+  if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES"); visible != nullptr) {
+    std::cerr << "kjit: kjitd started with CUDA_VISIBLE_DEVICES=" << visible
+              << ", so it evaluates on those GPUs only; to serve every GPU, start it first without it "
+                 "(`kjit daemon start`) or set `devices` in its configuration\n";
+  }
 }
 
 int CmdRun(const Options& o) {

@@ -88,6 +88,14 @@ def kjit_state():
     return "not in this process (run it under `kjit run -- python3 ...` to use kjit)"
 
 
+def device_uuid(torch):
+    """The UUID of the GPU the program ran on (torch >= 2.1), so that runs on several GPUs can be told apart."""
+    try:
+        return "GPU-" + str(torch.cuda.get_device_properties(torch.cuda.current_device()).uuid)
+    except Exception:  # older torch, or no such property
+        return ""
+
+
 def main():
     parser = argparse.ArgumentParser(
         description="An unmodified PyTorch program using the ops kjit intercepts; prints time per call and "
@@ -98,13 +106,16 @@ def main():
     parser.add_argument("--rounds", type=int, default=1,
                         help="repeat the timed loop this many times, printing each round: a long run shows "
                              "kernels being hot-swapped in (default 1)")
+    parser.add_argument("--pause-s", type=float, default=0,
+                        help="sleep this long between rounds (default 0): a program that lives long enough for "
+                             "kernels to be tuned and swapped in while it runs")
     parser.add_argument("--ops", default="", help="comma-separated subset of the ops (default: all)")
     parser.add_argument("--scale", type=int, default=1, help="divide batch sizes by this (smaller, faster runs)")
     parser.add_argument("--seed", type=int, default=0, help="input seed (default 0): same inputs, same checksums")
     parser.add_argument("--json", metavar="FILE", help="also write the results here as JSON")
     args = parser.parse_args()
-    if args.iters < 1 or args.rounds < 1 or args.warmup < 0 or args.scale < 1:
-        parser.error("--iters, --rounds and --scale must be at least 1, --warmup at least 0")
+    if args.iters < 1 or args.rounds < 1 or args.warmup < 0 or args.scale < 1 or args.pause_s < 0:
+        parser.error("--iters, --rounds and --scale must be at least 1, --warmup and --pause-s at least 0")
 
     try:
         import torch
@@ -138,6 +149,8 @@ def main():
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
         for round_index in range(args.rounds):
+            if round_index > 0 and args.pause_s > 0:
+                time.sleep(args.pause_s)
             if args.rounds > 1:
                 print(f"round {round_index + 1} of {args.rounds}")
             print(f"  {'op':<14} {'us/call':>10} {'checksum':>22}")
@@ -161,7 +174,8 @@ def main():
     print(f"total {total:.2f} s")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"torch": torch.__version__, "device": torch.cuda.get_device_name(), "kjit": kjit_state(),
+            json.dump({"torch": torch.__version__, "device": torch.cuda.get_device_name(),
+                       "device_uuid": device_uuid(torch), "kjit": kjit_state(),
                        "iters": args.iters, "rounds": args.rounds, "scale": args.scale, "seed": args.seed,
                        "total_s": total, "ops": results}, f, indent=1)
     return 0

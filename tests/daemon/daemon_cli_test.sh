@@ -309,6 +309,7 @@ PY
   run)
     # `kjit run`: PRELOAD (the built libkjit_preload.so) is what it must find beside kjit.
     preload=${1:?run needs the path of libkjit_preload.so}
+    unset CUDA_VISIBLE_DEVICES  # set, kjit run adds a line about it (checked at the end)
     run 0 "$kjit" run --no-daemon -- sh -c 'echo "$LD_PRELOAD"'
     [[ $out == "$preload" ]] || fail "LD_PRELOAD in the program is '$out', expected $preload"
     [[ ! -e $pid_file ]] || fail "--no-daemon started kjitd"
@@ -352,6 +353,12 @@ PY
     # KJIT_DISABLE=1: kjit is off in the program, and no kjitd is started for it.
     KJIT_DISABLE=1 run 0 "$kjit" run -- true
     [[ ! -e $pid_file ]] || fail "KJIT_DISABLE=1 started kjitd"
+    # A kjitd started for a program under CUDA_VISIBLE_DEVICES sees only those GPUs: kjit run says so.
+    CUDA_VISIBLE_DEVICES=1 run 0 "$kjit" run -- true
+    expect "$err" "^kjit: kjitd started with CUDA_VISIBLE_DEVICES=1, so it evaluates on those GPUs only; to serve every GPU"
+    daemon_pid=$(sed -nE '1s/.*\(pid ([0-9]+),.*/\1/p' <<<"$err")
+    started_pids+=("$daemon_pid")
+    stop_daemon
     ;;
 
   run_without_kjitd)
