@@ -1,6 +1,7 @@
 // kjit: the command-line tool.
 //
 //   kjit device [--ordinal N] [--bandwidth] [--remeasure]   what the GPU is
+//   kjit device --list                                        every visible GPU: ordinal, UUID, arch, idle state
 //   kjit compile FILE.cu [--arch 90] [--ptx] [-o OUT] [-O OPT]...   NVRTC, like kjit does it
 //   kjit key show HEX                                         print an encoded OpKey
 //   kjit key example                                          print a sample key, encoded
@@ -15,13 +16,18 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 
 #include "cache_commands.h"
 #include "cli_format.h"
 #include "daemon_commands.h"
 #include "kjit/runtime/compiler.h"
+#include "kjit/runtime/device.h"
+#include "kjit/runtime/driver.h"
 #include "kjit/runtime/gpu.h"
+#include "kjit/runtime/idle.h"
+#include "kjit/runtime/nvml.h"
 #include "kjit/runtime/op_key.h"
 #include "kjit/runtime/paths.h"
 
@@ -46,6 +52,36 @@ int CmdDevice(int ordinal, bool bandwidth, bool remeasure) {
                 bw->from_cache ? " [remembered]" : "");
   }
   return 0;
+}
+
+// Every GPU CUDA shows this process, as kjitd's `devices = all` would take them: the
+// ordinal (counted after CUDA_VISIBLE_DEVICES), the UUID (what names the GPU whatever
+// the numbering, and what NVML is asked by), and NVML's reading of it with the verdict
+// of kjitd's default idle thresholds. Creates no CUDA context.
+int CmdDeviceList() {
+  auto driver = kjit::Driver::Get();
+  if (!driver.ok()) return Report(driver.status());
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  std::cout << (*driver)->device_count() << " GPU(s) visible"
+            << (visible ? std::string(" (CUDA_VISIBLE_DEVICES=") + visible + ")" : std::string()) << "\n";
+  auto nvml = kjit::Nvml::Load();
+  if (!nvml.ok()) std::cout << "  (no idle readings: " << nvml.status().ToString() << ")\n";
+  int failures = 0;
+  for (int i = 0; i < (*driver)->device_count(); ++i) {
+    auto info = kjit::QueryDevice(**driver, i);
+    if (!info.ok()) {
+      std::cout << "  " << i << "  " << info.status().ToString() << "\n";
+      ++failures;
+      continue;
+    }
+    std::printf("  %d  %s  sm_%d  %s  %.0f GiB\n", i, info->uuid.c_str(), info->arch(), info->name.c_str(),
+                static_cast<double>(info->memory_bytes) / (1u << 30));
+    if (nvml.ok()) {
+      const auto sample = (*nvml)->Sample(info->uuid);
+      std::cout << "     " << kjit::DecideIdle(kjit::RunWhen::kIdle, kjit::IdleThresholds{}, sample).reason << "\n";
+    }
+  }
+  return failures == 0 ? 0 : 1;
 }
 
 int CmdCompile(const std::string& file, int arch, bool arch_specific, bool ptx, const std::string& out,
@@ -105,6 +141,9 @@ int main(int argc, char** argv) {
   device->add_option("--ordinal", ordinal, "GPU index, as CUDA_VISIBLE_DEVICES leaves them")->capture_default_str();
   device->add_flag("--bandwidth", bandwidth, "Show device-to-device copy bandwidth (measured once, then remembered)");
   device->add_flag("--remeasure", remeasure, "Measure the copy bandwidth again");
+  bool list = false;
+  device->add_flag("--list", list,
+                   "List every visible GPU: ordinal, UUID (for kjitd's `devices`), arch, and whether it is idle");
 
   auto* compile = app.add_subcommand("compile", "Compile a CUDA C++ file with NVRTC, as kjit does (no GPU needed)");
   std::string file, out;
@@ -134,7 +173,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
-  if (*device) return CmdDevice(ordinal, bandwidth, remeasure);
+  if (*device) return list ? CmdDeviceList() : CmdDevice(ordinal, bandwidth, remeasure);
   if (*compile) return CmdCompile(file, arch, arch_specific, ptx, out, options, names);
   if (*key_show) return CmdKeyShow(hex);
   if (*key_example) return CmdKeyExample();

@@ -10,7 +10,7 @@
 # `kjit daemon status --json`). Without a usable GPU it prints "  SKIPPED "
 # and the reason (CTest then counts it as skipped).
 set -euo pipefail
-case_name=$1 kjit=$2 kjitd=$3 evaluator=$4
+case_name=$1 kjit=$2 evaluator=$4  # $3, kjitd: `kjit daemon start` finds the one beside kjit
 
 fail() {
   echo "FAIL: $*"
@@ -58,6 +58,12 @@ case $case_name in
     # A GPU hidden by CUDA_VISIBLE_DEVICES (here: all of them) cannot be selected, even by UUID.
     probe CUDA_VISIBLE_DEVICES=-1 -- --device "$uuid"
     [[ $rc -eq 3 ]] || fail "a hidden GPU was selected"
+    # kjit device --list: the same numbering, and NVML read by UUID answers for that GPU.
+    list=$(CUDA_VISIBLE_DEVICES="$uuid" "$kjit" device --list) || fail "kjit device --list: $list"
+    echo "$list"
+    grep -q "^1 GPU(s) visible (CUDA_VISIBLE_DEVICES=$uuid)" <<<"$list" || fail "device --list does not show one GPU"
+    grep -q "^  0  $uuid  sm_" <<<"$list" || fail "device --list does not show $uuid as ordinal 0"
+    grep -Eq "^     (GPU idle|GPU busy|GPU memory in use)" <<<"$list" || fail "no NVML reading for $uuid"
     if [[ $count -ge 2 ]]; then
       probe -- --device 1
       uuid1=$(field uuid)
