@@ -386,8 +386,10 @@ void EvaluatorPool::Retire(Worker& w, const Worker& keeper, const std::string& u
   w.info.reset();
   w.last_error = "the same GPU (" + uuid + ") as device " + keeper.device + "; not used twice";
   log_.Write("warn", "evaluator_duplicate_gpu", {{"device", w.device}, {"same_as", keeper.device}, {"uuid", uuid}});
-  // It exits when asked; the closed channel then reaps it, and Tick never restarts it.
+  // It exits when asked; the closed channel then reaps it (or Tick kills it after a grace
+  // period), and Tick never restarts it.
   if (w.fd >= 0) (void)WriteFrame(w.fd, EncodeWorkerMessage(Exit{}));
+  w.deadline = Clock::now() + std::chrono::seconds(5);
 }
 
 bool EvaluatorPool::Requeue(std::unique_ptr<Job>& job) {
@@ -531,6 +533,7 @@ void EvaluatorPool::Dispatch() {
       // The worker died before kjitd noticed (killed while idle): the job never reached
       // it, so it is not the job's fault. It waits for another worker, or this one's restart.
       undelivered.push_back(std::move(chosen->job));
+      counters_["evaluator_crashes"] += 1;  // as when the closed channel is noticed first (Reap)
       Lost(*chosen, "its channel is closed (" + st.message() + ")", false);
     }
   }
@@ -544,7 +547,7 @@ void EvaluatorPool::Tick() {
     switch (w.state) {
       case Worker::State::kStopped:
       case Worker::State::kUnavailable:
-        if (w.pid > 0 && (w.fd < 0 || !w.retired)) Reap(w);
+        if (w.pid > 0 && (!w.retired || w.fd < 0 || now > w.deadline)) Reap(w);
         if (w.retired) break;
         if (now >= w.restart_at && options_.when != RunWhen::kNever && w.pid <= 0) Spawn(w);
         break;
