@@ -10,7 +10,7 @@
 #
 # It builds kjit against the machine's PyTorch (build-gpu/, only the targets it
 # needs; reused by a second call on a warm machine), runs the GPU tests of device
-# selection, then:
+# selection and the shim's two-device test (one process on both GPUs), then:
 #   1. starts kjitd with one evaluator worker per GPU (devices = all, CUDA_VISIBLE_DEVICES
 #      unset for kjitd; --when always, since both GPUs run a program the whole time);
 #   2. runs two unmodified PyTorch programs (examples/shim_app/app.py), one per GPU
@@ -56,7 +56,7 @@ if [[ "${KJIT_MULTI_SKIP_BUILD:-0}" != 1 ]]; then
       -DCMAKE_PREFIX_PATH="$prefix/usr;$prefix/usr/lib/x86_64-linux-gnu/cmake;$prefix/usr/share/cmake;$torch_prefix" \
       -DCMAKE_INCLUDE_PATH="$prefix/usr/include" &&
       cmake --build "$build" -j "$(nproc)" --target kjit kjitd kjit-evaluator kjit_preload kjit_torch_adapter \
-        kjit_seed_defaults
+        kjit_seed_defaults kjit_test_break_records
   } > "$OUT/build.log" 2>&1
   rc=$?
   note "build: rc=$rc in $(( $(date +%s) - t0 )) s"
@@ -65,9 +65,11 @@ fi
 kjit="$build/daemon/kjit"
 seed="$build/examples/shim_app/kjit_seed_defaults"
 
-# Device selection on the real GPU(s): by ordinal, by UUID, under CUDA_VISIBLE_DEVICES.
-(cd "$build" && ctest -R 'gpu\.device_selection' --output-on-failure --timeout 300) > "$OUT/tests.log" 2>&1
-note "device selection tests: rc=$? $(grep -E 'tests passed' "$OUT/tests.log")"
+# Device selection on the real GPU(s): by ordinal, by UUID, under CUDA_VISIBLE_DEVICES; and one
+# process on two GPUs (skipped, with the reason, on one).
+(cd "$build" && ctest -R 'gpu\.device_selection|shim\.python_two_devices' --output-on-failure --timeout 300) \
+  > "$OUT/tests.log" 2>&1
+note "device selection and two-device shim tests: rc=$? $(grep -E 'tests passed' "$OUT/tests.log")"
 grep -E "Skipped|Failed" "$OUT/tests.log" | tee -a "$summary"
 
 # The GPUs, by UUID (CUDA's ordinals and nvidia-smi's indices may differ; UUIDs do not).

@@ -14,6 +14,10 @@ libkjit_preload.so in LD_PRELOAD. One CASE per ctest test (label gpu):
                 iteration's result moves beyond tolerance
   kill_kjitd    kjitd killed (SIGKILL) while the program runs: nothing changes
                 for the program, which also runs with kjitd absent
+  two_devices   one process on two GPUs of one arch (issue 10): the kernels of
+                the same keys serve both devices, each from a module loaded in
+                its own device's context, with eager's outputs (needs 2 GPUs;
+                ctest label multi_device, so that one-GPU runs do not count its skip)
 
 Each case runs in its own directory (cache, runtime dir, private kjitd). Exit
 status 77 (ctest: skipped) with the reason where this machine cannot run it: no
@@ -107,18 +111,21 @@ def counters():
     return dict(zip(["attached", "hits", "first_sights", "misses", "failures"], list(values)[:n]))
 
 
-def child_outputs(torch, calls):
-    """Every case `calls` times (first sight, then hits); the last outputs, on the CPU."""
+def child_outputs(torch, calls, devices=(0,)):
+    """Every case `calls` times (first sight, then hits) on each device; the last outputs, on the
+    CPU, keyed by case on device 0 and "case@N" on device N."""
     cases, inputs = make_cases(torch)
     outputs = {}
     with torch.inference_mode():
-        for case, op, dtype, layout, values, fn in cases:
-            # The same inputs in every process (str hashes are salted per process; crc32 is not).
-            gen = torch.Generator().manual_seed(zlib.crc32(case.encode()))
-            args = inputs(op, dtype, layout, values, gen)
-            for _ in range(calls):
-                out = fn(*args)
-            outputs[case] = out.cpu()
+        for device in devices:
+            with torch.cuda.device(device):  # .cuda() in inputs() puts the tensors here
+                for case, op, dtype, layout, values, fn in cases:
+                    # The same inputs in every process (str hashes are salted per process; crc32 is not).
+                    gen = torch.Generator().manual_seed(zlib.crc32(case.encode()))
+                    args = inputs(op, dtype, layout, values, gen)
+                    for _ in range(calls):
+                        out = fn(*args)
+                    outputs[case if device == 0 else f"{case}@{device}"] = out.cpu()
     torch.cuda.synchronize()
     return outputs
 
@@ -126,7 +133,7 @@ def child_outputs(torch, calls):
 def child(args):
     import torch
     if args.child == "outputs":
-        outputs = child_outputs(torch, args.calls)
+        outputs = child_outputs(torch, args.calls, [int(d) for d in args.devices.split(",")])
         # A test harness's pause, not a program's: lets the shim's background thread send the
         # miss reports of the last keys before the process exits.
         time.sleep(args.linger)
@@ -357,10 +364,33 @@ def case_kill_kjitd(e):
         fail("the cached kernels were not used")
 
 
+def case_two_devices(e):
+    import torch
+    if torch.cuda.device_count() < 2:
+        skip(f"needs two GPUs; PyTorch sees {torch.cuda.device_count()} (scripts/gpu-run-multi.sh runs it on two)")
+    if torch.cuda.get_device_capability(0) != torch.cuda.get_device_capability(1):
+        skip("GPUs 0 and 1 differ in arch: each would need kernels of its own")
+    reference = first_run_and_seed(e)  # on device 0: the keys hold the arch, not the device
+    one, _ = e.program("outputs", os.path.join(e.work, "one.pt"), calls=3, devices="0")
+    both, log = e.program("outputs", os.path.join(e.work, "both.pt"), calls=3, devices="0,1")
+    c1, c2 = one["counters"], both["counters"]
+    print(f"counters: device 0 only {c1}; devices 0 and 1 {c2}")
+    if not c1["hits"]:
+        fail(f"no call was served by a cached kernel on device 0:\n{log[-3000:]}")
+    if c2["failures"]:
+        fail(f"{c2['failures']} records failed in the shim on two devices:\n{log[-3000:]}")
+    # Each device loads the record in its own context and serves as many calls as device 0 alone.
+    if c2["hits"] != 2 * c1["hits"] or c2["first_sights"] != 2 * c1["first_sights"]:
+        fail(f"device 1 was not served like device 0 (hits {c2['hits']} vs 2 x {c1['hits']}):\n{log[-3000:]}")
+    want = dict(reference)
+    want.update({f"{case}@1": out for case, out in reference.items()})
+    compare_all(torch, both["outputs"], want, "on two devices")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("case", nargs="?", choices=["equivalence", "corrupt", "load_failure", "hotswap",
-                                                    "kill_kjitd"])
+                                                    "kill_kjitd", "two_devices"])
     parser.add_argument("--kjit")
     parser.add_argument("--preload")
     parser.add_argument("--seed")
@@ -370,6 +400,7 @@ def main():
     parser.add_argument("--calls", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--seconds", type=float, default=10, help=argparse.SUPPRESS)
     parser.add_argument("--linger", type=float, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--devices", default="0", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         return child(args)
