@@ -57,7 +57,11 @@ std::vector<std::string> SeedMessages() {
   seeds.push_back(Encode(Envelope{kProtocolVersion, 1001, reply}));
   TaskInfo task{7, "c97c4393cb47064a169d4bec25de480d", "aten::add", "queued", 1, 3, 2.5, 7.5, 0, "", 1, 2};
   seeds.push_back(Encode(Envelope{kProtocolVersion, 1002, ListTasksReply{{task, task}}}));
-  seeds.push_back(Encode(Envelope{kProtocolVersion, 1003, StatsReply{{{"requests", 3}, {"uptime_s", 1.5}}}}));
+  seeds.push_back(Encode(Envelope{kProtocolVersion, 1003, StatsReply{{{"requests", 3}, {"uptime_s", 1.5}}, std::nullopt}}));
+  seeds.push_back(Encode(Envelope{
+      kProtocolVersion, 1010,
+      StatsReply{{{"requests", 3}},
+                 std::vector<std::map<std::string, std::string>>{{{"device", "0"}, {"state", "ready"}}, {}}}}));
   seeds.push_back(Encode(Envelope{kProtocolVersion, 1004,
                                   Observation{1, "t", "aten::add", {"f32[4]", "f32[4]"}, 3.5, {{"arch", "90"}}}}));
   seeds.push_back(Encode(Envelope{kProtocolVersion, 1005, Hello{"fuzz", 1, {"lookup", "agent_env"}}}));
