@@ -180,6 +180,21 @@ for g in sorted({t.get("gpu", "") for t in trials}):
     s = sum(v == g for v in verified_on.values())
     print(f"| {g or '(none)'} | {n} | {s} |")
 print()
+def workers(path):
+    try:
+        return {e["device"]: e for e in json.load(open(path)).get("evaluators", [])}
+    except Exception:
+        return {}
+before, after = workers(f"{d}/status-seeded.json"), workers(f"{d}/status-after-kill.json")
+if before:
+    print("Evaluator workers after seeding, and after evaluator 0's worker was killed (SIGKILL) and 3 more trials:\n")
+    print("| evaluator | GPU | jobs after seeding | jobs after the kill | crashes | starts |")
+    print("|---|---|---|---|---|---|")
+    for dev, b in before.items():
+        a = after.get(dev, {})
+        print(f"| {dev} | {b.get('uuid', '?')} | {b.get('jobs', '?')} | {a.get('jobs', '?')} | "
+              f"{a.get('crashes', '?')} | {a.get('starts', '?')} |")
+    print()
 for name, gpu in (("A", gpu_a), ("B", gpu_b)):
     try:
         run = json.load(open(f"{d}/app-{name.lower()}.json"))
