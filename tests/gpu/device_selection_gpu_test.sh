@@ -93,14 +93,14 @@ case $case_name in
     }
     # devices = all under CUDA_VISIBLE_DEVICES=<uuid>: one worker, on that GPU.
     CUDA_VISIBLE_DEVICES="$uuid" "$kjit" daemon start -- --evaluator "$evaluator" --devices all --when always \
-      --log-file "$tmp/kjitd.log" >/dev/null
+      --log-file "$tmp/kjitd.log" >/dev/null || fail "kjit daemon start failed"
     got=$(workers)
     echo "all, CUDA_VISIBLE_DEVICES=$uuid: $got"
     [[ $got == "0 $uuid ready" ]] || fail "expected one ready worker on $uuid; log: $(tail -5 "$tmp/kjitd.log")"
     grep -q "\"cuda_visible_devices\":\"$uuid\"" "$tmp/kjitd.log" || fail "kjitd did not log CUDA_VISIBLE_DEVICES"
     stop
     # By UUID and by ordinal: the same GPU, so one worker; the other says why.
-    "$kjit" daemon start -- --evaluator "$evaluator" --devices "$uuid,0" --when always --log-file "$tmp/kjitd.log" >/dev/null
+    "$kjit" daemon start -- --evaluator "$evaluator" --devices "$uuid,0" --when always --log-file "$tmp/kjitd.log" >/dev/null || fail "kjit daemon start failed"
     got=$(workers)
     echo "devices $uuid,0: $got"
     [[ $(head -1 <<<"$got") == "$uuid $uuid ready" ]] || fail "the worker by UUID is not ready"
@@ -109,7 +109,7 @@ case $case_name in
     stop
     # devices = all with every GPU hidden: no evaluator, and the reason names CUDA_VISIBLE_DEVICES or no device.
     CUDA_VISIBLE_DEVICES=-1 "$kjit" daemon start -- --evaluator "$evaluator" --devices all --when always \
-      --log-file "$tmp/kjitd.log" >/dev/null
+      --log-file "$tmp/kjitd.log" >/dev/null || fail "kjit daemon start failed"
     sleep 1
     grep -E '"evaluator_unavailable"' "$tmp/kjitd.log" | tail -1 | grep -Eqi "no GPU|no_device|no CUDA" ||
       fail "no GPU visible, but kjitd did not say so: $(tail -3 "$tmp/kjitd.log")"
