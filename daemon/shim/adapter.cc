@@ -216,15 +216,21 @@ bool AutogradWouldRecord(c10::ArrayRef<c10::IValue> args) {
   return false;
 }
 
-// The device of the call's first defined tensor argument; -1 if none is a CUDA tensor.
+// The CUDA device of the call's tensor arguments; -1 if the first is not a CUDA tensor, or
+// if they are on more than one device. Such a call is left to PyTorch's kernel, which
+// rejects it (or handles it) as it would without kjit: served, it would fail the launch
+// and blacklist the key on this device for the process, though the kernel is sound.
 int CallDevice(c10::ArrayRef<c10::IValue> args) {
+  int device = -2;  // no tensor seen yet
   for (const c10::IValue& v : args) {
-    if (v.isTensor() && v.toTensor().defined()) {
-      const at::Tensor& t = v.toTensor();
-      return t.is_cuda() ? t.get_device() : -1;
-    }
+    if (!v.isTensor() || !v.toTensor().defined()) continue;
+    const at::Tensor& t = v.toTensor();
+    if (!t.is_cuda()) return -1;
+    const int d = t.get_device();
+    if (device != -2 && d != device) return -1;
+    device = d;
   }
-  return -1;
+  return device == -2 ? -1 : device;
 }
 
 // Runs a loaded kernel for the call: allocates outputs like the first call's,
