@@ -34,6 +34,10 @@ summary="$OUT/summary.txt"
 : > "$summary"
 note() { echo "$*" | tee -a "$summary"; }
 
+# NVLink multicast stays off on the shared multi-GPU hosts (the device tool's KINDS.md): kjit uses
+# none, but every process started here inherits these, whatever else it does.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+
 prefix=/tmp/kjit-deps
 if [[ ! -d .gpu-debs ]] || ! ls .gpu-debs/*.deb >/dev/null 2>&1; then
   note "FAIL: no .gpu-debs/: run scripts/fetch-gpu-debs.sh here first and pass carry=[\".gpu-debs\"]"
