@@ -21,11 +21,17 @@
 #      programs, whichever GPU verified them;
 #   4. kills GPU 0's worker (SIGKILL) and submits more trials at once: GPU 1's worker
 #      carries on, GPU 0's comes back;
-#   5. prints figures for benchmarks/RESULTS.md (multi.md).
+#   5. prints figures for benchmarks/RESULTS.md (multi.md);
+#   6. (two GPUs) restarts kjitd with --when idle while a plain PyTorch program keeps GPU A busy:
+#      trials go to GPU B, and A's worker says A is busy.
 # Results in $OUT (at most 8 files come back from the device tool):
 #   summary.txt  build.log  tests.log  multi.md  multi.tar.gz (every log, JSON and status)
-# KJIT_MULTI_SKIP_BUILD=1 reuses build-gpu/ as it is; KJIT_MULTI_ROUNDS (default 40) and
-# KJIT_MULTI_PAUSE_S (default 1) set how long the programs live.
+# KJIT_MULTI_SKIP_BUILD=1 reuses build-gpu/ as it is; KJIT_MULTI_SKIP_TESTS=1 skips the tests and
+# KJIT_MULTI_ONLY_TESTS=1 stops after them; KJIT_MULTI_ROUNDS (default 40) and KJIT_MULTI_PAUSE_S
+# (default 1) set how long the programs live. One device call is at most 10 minutes: if build, tests
+# and run do not fit in one, split them over two calls on the warm machine, e.g.
+#   run(command="KJIT_MULTI_ONLY_TESTS=1 bash scripts/gpu-run-multi.sh", carry=[".gpu-debs"], kind=...)
+#   run(command="KJIT_MULTI_SKIP_BUILD=1 KJIT_MULTI_SKIP_TESTS=1 bash scripts/gpu-run-multi.sh", carry=[".gpu-debs"], kind=...)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/kjit-gpu-out}"
@@ -71,10 +77,13 @@ seed="$build/examples/shim_app/kjit_seed_defaults"
 
 # Device selection on the real GPU(s): by ordinal, by UUID, under CUDA_VISIBLE_DEVICES; and one
 # process on two GPUs (skipped, with the reason, on one).
-(cd "$build" && ctest -R 'gpu\.device_selection|shim\.python_two_devices' --output-on-failure --timeout 300) \
-  > "$OUT/tests.log" 2>&1
-note "device selection and two-device shim tests: rc=$? $(grep -E 'tests passed' "$OUT/tests.log")"
-grep -E "Skipped|Failed" "$OUT/tests.log" | tee -a "$summary"
+if [[ "${KJIT_MULTI_SKIP_TESTS:-0}" != 1 ]]; then
+  (cd "$build" && ctest -R 'gpu\.device_selection|shim\.python_two_devices' --output-on-failure --timeout 300) \
+    > "$OUT/tests.log" 2>&1
+  note "device selection and two-device shim tests: rc=$? $(grep -E 'tests passed' "$OUT/tests.log")"
+  grep -E "Skipped|Failed" "$OUT/tests.log" | tee -a "$summary"
+fi
+[[ "${KJIT_MULTI_ONLY_TESTS:-0}" == 1 ]] && exit 0
 
 # The GPUs, by UUID (CUDA's ordinals and nvidia-smi's indices may differ; UUIDs do not).
 mapfile -t uuids < <(nvidia-smi --query-gpu=uuid --format=csv,noheader 2>/dev/null | tr -d ' ')
@@ -169,6 +178,26 @@ wait "$pid_b"; note "program B: rc=$?"; pid_b=
 "$kjit" cache ls > "$dir/cache-ls.txt" 2>&1
 "$kjit" daemon stop > /dev/null 2>&1
 
+# 6. Idle state per GPU (two GPUs; KJIT_MULTI_IDLE=0 skips it): kjitd --when idle while GPU A runs
+#    someone else's program (PyTorch alone, KJIT_DISABLE=1) and GPU B is idle: trials go to B only,
+#    and A's worker says why (NVML read by A's UUID).
+if [[ $mode == two && "${KJIT_MULTI_IDLE:-1}" == 1 ]]; then
+  "$kjit" daemon start -- --devices all --when idle --idle-settle-ms 1000 --log-file "$dir/kjitd-idle.log" \
+    > /dev/null 2>&1
+  for _ in $(seq 180); do [[ $(count_workers ready) -ge $want ]] && break; sleep 1; done
+  CUDA_VISIBLE_DEVICES=$gpu_a KJIT_DISABLE=1 timeout 150 python3 examples/shim_app/app.py --ops layer_norm \
+    --iters 20000 --rounds 100 > "$dir/busy-a.txt" 2>&1 &
+  busy=$!
+  sleep 10  # PyTorch starts, and the GPU is busy for NVML's last sample period
+  timeout 120 "$seed" --limit 2 > "$dir/seed-idle.txt" 2>&1
+  note "trials with GPU A busy: rc=$? $(grep -c 'verified' "$dir/seed-idle.txt") verified"
+  status_json > "$dir/status-idle.json"
+  "$kjit" daemon status > "$dir/status-idle.txt" 2>&1
+  sed -n '/^evaluators/,/^counters/p' "$dir/status-idle.txt" | tee -a "$summary"
+  kill "$busy" 2>/dev/null; wait "$busy" 2>/dev/null
+  "$kjit" daemon stop > /dev/null 2>&1
+fi
+
 # 5. Figures.
 python3 - "$dir" "$mode" "$gpu_a" "$gpu_b" > "$OUT/multi.md" 2>> "$summary" <<'EOF'
 import json, re, sys
@@ -198,6 +227,14 @@ if before:
         a = after.get(dev, {})
         print(f"| {dev} | {b.get('uuid', '?')} | {b.get('jobs', '?')} | {a.get('jobs', '?')} | "
               f"{a.get('crashes', '?')} | {a.get('starts', '?')} |")
+    print()
+idle = workers(f"{d}/status-idle.json")
+if idle:
+    print(f"kjitd --when idle while a PyTorch program keeps {gpu_a} busy ({gpu_b} idle), 2 trials:\n")
+    print("| evaluator | GPU | jobs | idle verdict |")
+    print("|---|---|---|---|")
+    for dev, w in idle.items():
+        print(f"| {dev} | {w.get('uuid', '?')} | {w.get('jobs', '?')} | {w.get('idle', '')} |")
     print()
 for name, gpu in (("A", gpu_a), ("B", gpu_b)):
     try:
