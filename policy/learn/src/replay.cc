@@ -504,17 +504,17 @@ std::string EvalSummary::Markdown() const {
     }
     out << "\n";
   }
-  if (expert_measured > 0 || policy_beats_expert > 0) {
+  if (has_policy) {
     out << "\nk=1 against the expert default (keys whose expert point was measured: " << expert_measured
         << "): policy faster on " << policy_beats_expert << ", tied on " << policy_ties_expert << ", slower on "
         << expert_measured - policy_beats_expert - policy_ties_expert << ".\n";
   }
-  if (!ks.empty()) {
+  if (has_policy) {
     if (random_trials_to_match_policy_k16 > 0) {
       std::snprintf(buf, sizeof buf, "%.1fx", random_trials_to_match_policy_k16 / 16.0);
       out << "Random search reaches the policy's k=16 fraction at k=" << random_trials_to_match_policy_k16 << " ("
           << buf << " the trials).\n";
-    } else if (curves.size() > 2) {
+    } else {
       out << "Random search does not reach the policy's k=16 fraction within k=" << ks.back() << ".\n";
     }
   }

@@ -205,6 +205,7 @@ struct EvalSummary {
   std::vector<SearchCurve> curves;  // expert default, random search, [policy], oracle
   int tasks = 0;
   int seeds = 0;
+  bool has_policy = false;  // curves hold a policy row
   // k=1 against the expert default, on tasks whose expert point was measured:
   int expert_measured = 0;
   int policy_beats_expert = 0;  // strictly faster first trial
