@@ -22,7 +22,7 @@ namespace {
 constexpr int kFormatVersion = 1;
 constexpr std::string_view kMagic = "KJIT-RL-POLICY\n";
 constexpr int kEpisodeFeatures = 9;
-constexpr int kValueFeatures = 6;
+constexpr int kValueFeatures = 7;
 constexpr float kMasked = -1e9f;  // not -inf: p * log p stays 0 for masked values
 
 // A head serves one knob of one family with one domain (batch_norm's inference
@@ -118,6 +118,7 @@ void AppendState(const ReplayEpisode& ep, StateRows& rows) {
       rows.vf[k].push_back(static_cast<float>(has ? (best[v] - ep.best_reward()) / 5 : 0));
       rows.vf[k].push_back(static_cast<int>(v) == best_value ? 1.f : 0.f);
       rows.vf[k].push_back(static_cast<float>(avail[v] / untried));
+      rows.vf[k].push_back(task.expert_values[k] == static_cast<int>(v) ? 1.f : 0.f);
     }
   }
 }
@@ -418,14 +419,22 @@ Result<IterationStats> Agent::TrainIteration(const std::vector<const ReplayTask*
   return stats;
 }
 
-Result<IterationStats> Agent::Measure(const std::vector<const ReplayTask*>& tasks, int episodes, uint64_t seed) {
+Result<IterationStats> Agent::Measure(const std::vector<const ReplayTask*>& tasks, int episodes, uint64_t seed,
+                                      int budget) {
   IterationStats stats;
+  const int training_budget = impl_->options.budget;
+  if (budget > 0) impl_->options.budget = budget;
   stats.iteration = impl_->iteration;
   int trials = 0, count = 0;
   std::mt19937_64 rng(seed);
   for (const ReplayTask* t : tasks) {
-    KJIT_RETURN_IF_ERROR(impl_->RunEpisodes(*t, episodes, rng, nullptr, stats, trials, count));
+    const Status s = impl_->RunEpisodes(*t, episodes, rng, nullptr, stats, trials, count);
+    if (!s.ok()) {
+      impl_->options.budget = training_budget;
+      return s;
+    }
   }
+  impl_->options.budget = training_budget;
   stats.mean_trial_reward /= std::max(trials, 1);
   stats.mean_best_reward /= std::max(count, 1);
   return stats;

@@ -176,7 +176,8 @@ int main(int argc, char** argv) {
       return Fail(kjit::InvalidArgument("--k takes comma-separated integers, e.g. 1,4,16,64"));
     }
     std::fprintf(stderr, "evaluating on %zu keys (%s), %d seeds...\n", tasks.size(), common.split.c_str(), seeds);
-    const EvalSummary summary = Evaluate(tasks, agent.get(), ks, seeds);
+    EvalSummary summary = Evaluate(tasks, agent.get(), ks, seeds);
+    summary.split = common.split == "heldout" ? "held-out" : common.split == "train" ? "training" : "training and held-out";
     std::printf("%s", summary.Markdown().c_str());
     std::printf("\n| key | family | points | verified | expert measured |\n|---|---|---:|---:|---|\n");
     for (const ReplayTask* t : tasks) {

@@ -352,6 +352,11 @@ Result<std::vector<ReplayTask>> LoadDatasets(const std::vector<std::string>& fil
     }
     const Point expert = task.family->ExpertDefault(*task.problem, device);
     task.expert_index = task.IndexOf(expert);
+    for (const auto& knob : task.space.knobs) {
+      auto it = expert.find(knob.name);
+      auto v = it == expert.end() ? knob.values.end() : std::find(knob.values.begin(), knob.values.end(), it->second);
+      task.expert_values.push_back(v == knob.values.end() ? -1 : static_cast<int>(v - knob.values.begin()));
+    }
     for (size_t i = 0; i < task.points.size(); ++i) {
       const auto& p = task.points[i];
       if (p.outcome == Outcome::kVerified &&
@@ -488,7 +493,7 @@ SearchCurve RunSearch(Searcher& searcher, const std::vector<const ReplayTask*>& 
 std::string EvalSummary::Markdown() const {
   std::ostringstream out;
   out << "Best time found within k trials as a fraction of the oracle's (1.000 = the best measured point), mean over "
-      << tasks << " held-out keys";
+      << tasks << " " << split << " keys";
   if (seeds > 1) out << " and " << seeds << " seeds (stochastic searchers)";
   out << ".\n\n| searcher |";
   for (int k : ks) out << " k=" << k << " |";

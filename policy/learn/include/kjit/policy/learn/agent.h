@@ -9,8 +9,8 @@
 // roofline fraction (floor / time), the failure rate, the last reward, how much
 // of the action set is left. And per value of every knob: how often points
 // with that value were tried, their failures, their best reward against the
-// best so far, whether the best point has it, and how many untried points have
-// it. These per-value features enter that value's logit directly through one
+// best so far, whether the best point has it, how many untried points have
+// it, and whether it is the family's expert default (known without measuring). These per-value features enter that value's logit directly through one
 // small network shared by all knobs and families, which is what lets the policy
 // revise ("threads=512 was good, vec=1 failed") in a space of any shape.
 //
@@ -97,9 +97,11 @@ class Agent {
   // `rng`, episodes sampled from the policy, one gradient step.
   Result<IterationStats> TrainIteration(const std::vector<const ReplayTask*>& tasks, std::mt19937_64& rng);
 
-  // Mean per-trial reward and mean best reward of sampled episodes (no learning),
-  // `episodes` per task, seeded: what the CI test compares before and after training.
-  Result<IterationStats> Measure(const std::vector<const ReplayTask*>& tasks, int episodes, uint64_t seed);
+  // Mean per-trial reward and mean best reward of sampled episodes of `budget`
+  // trials (0: options().budget), no learning, `episodes` per task, seeded: what
+  // the CI test compares before and after training.
+  Result<IterationStats> Measure(const std::vector<const ReplayTask*>& tasks, int episodes, uint64_t seed,
+                                 int budget = 0);
 
  private:
   struct Impl;

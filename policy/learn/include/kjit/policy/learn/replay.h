@@ -73,6 +73,9 @@ struct ReplayTask {
   double baseline_us = 0;             // PyTorch eager's median (median over the rows)
   double floor_us = 0;                // bytes moved / copy bandwidth
   int expert_index = -1;              // the family's ExpertDefault in `points`, -1 if it was not measured
+  // The ExpertDefault's value index per knob (-1 outside the domain), measured or not: it needs no
+  // measurement, so the policy may see it (a prior it learns when to depart from).
+  std::vector<int> expert_values;
   int oracle_index = -1;              // the fastest verified point, -1 if none verified
   std::vector<float> features;        // TaskFeatureNames() order
 
@@ -213,6 +216,7 @@ struct EvalSummary {
   // The fewest random-search trials whose mean fraction reaches the policy's at
   // k=16 (0 if random never does within the largest k evaluated).
   int random_trials_to_match_policy_k16 = 0;
+  std::string split = "held-out";  // which keys, for the table's caption
   std::string Markdown() const;
 };
 
