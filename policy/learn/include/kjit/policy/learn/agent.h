@@ -10,8 +10,9 @@
 // of the action set is left. And per value of every knob: how often points
 // with that value were tried, their failures, their best reward against the
 // best so far, whether the best point has it, how many untried points have
-// it, and whether it is the family's expert default (known without measuring). These per-value features enter that value's logit directly through one
-// small network shared by all knobs and families, which is what lets the policy
+// it, and whether it is the family's expert default (known without measuring).
+// These per-value features enter that value's logit directly through one small
+// network shared by all knobs and families, which is what lets the policy
 // revise ("threads=512 was good, vec=1 failed") in a space of any shape.
 //
 // Outputs. A value estimate, and a distribution over points factored over the
