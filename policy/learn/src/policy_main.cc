@@ -21,6 +21,7 @@ struct Common {
   std::string cache_path;  // empty: kjit's default cache
   std::string split = "heldout";
   int min_points = 0;
+  bool exhaustive = false;
 };
 
 void AddCommon(CLI::App* cmd, Common& c) {
@@ -30,6 +31,8 @@ void AddCommon(CLI::App* cmd, Common& c) {
   cmd->add_option("--min-points", c.min_points,
                   "Only keys with at least this many measured valid points (0: all)")
       ->capture_default_str();
+  cmd->add_flag("--exhaustive", c.exhaustive,
+                "Only keys whose every valid point was measured (where replay is the whole task, not a sample)");
 }
 
 int Fail(const kjit::Status& s) {
@@ -52,7 +55,9 @@ kjit::Result<Loaded> LoadTasks(const Common& c) {
   l.tasks = std::move(*tasks);
   int thin = 0;
   for (const auto& t : l.tasks) {
-    if (static_cast<int>(t.points.size()) < c.min_points) {
+    if (static_cast<int>(t.points.size()) < c.min_points ||
+        (c.exhaustive &&
+         t.points.size() != kjit::policy::ValidPoints(*t.family, *t.problem, kjit::policy::DeviceFacts::H200()).size())) {
       ++thin;
       continue;
     }
@@ -66,7 +71,10 @@ kjit::Result<Loaded> LoadTasks(const Common& c) {
   for (const auto& s : report.skipped) std::fprintf(stderr, "  skipped %s\n", s.c_str());
   std::fprintf(stderr, "split (held out iff the key hash's first byte %% 4 == 0): %zu training, %zu held-out keys",
                l.train.size(), l.heldout.size());
-  if (c.min_points > 0) std::fprintf(stderr, " (%d keys with fewer than %d points left out)", thin, c.min_points);
+  if (c.min_points > 0 || c.exhaustive) {
+    std::fprintf(stderr, " (%d keys left out: fewer than %d points%s)", thin, c.min_points,
+                 c.exhaustive ? " or not measured exhaustively" : "");
+  }
   std::fprintf(stderr, "\n");
   return l;
 }
@@ -179,10 +187,14 @@ int main(int argc, char** argv) {
     EvalSummary summary = Evaluate(tasks, agent.get(), ks, seeds);
     summary.split = common.split == "heldout" ? "held-out" : common.split == "train" ? "training" : "training and held-out";
     std::printf("%s", summary.Markdown().c_str());
-    std::printf("\n| key | family | points | verified | expert measured |\n|---|---|---:|---:|---|\n");
+    // How much of each key's valid space was measured: replay offers only measured points.
+    std::printf("\n| key | family | measured points | valid points | verified | expert measured | codegen |\n"
+                "|---|---|---:|---:|---:|---|---|\n");
     for (const ReplayTask* t : tasks) {
-      std::printf("| `%s` | %s | %zu | %d | %s |\n", t->key_text.c_str(), t->family_name.c_str(), t->points.size(),
-                  t->verified_count(), t->expert_index >= 0 ? "yes" : "no");
+      const size_t valid = kjit::policy::ValidPoints(*t->family, *t->problem, kjit::policy::DeviceFacts::H200()).size();
+      std::printf("| `%s` | %s | %zu | %zu | %d | %s | %d%s |\n", t->key_text.c_str(), t->family_name.c_str(),
+                  t->points.size(), valid, t->verified_count(), t->expert_index >= 0 ? "yes" : "no", t->codegen,
+                  t->stale_codegen ? " (stale)" : "");
     }
     return 0;
   }
