@@ -284,7 +284,12 @@ struct Agent::Impl {
       for (size_t i = 0; i < eps.size(); ++i) {
         auto r = eps[i].Trial(picks[i]);
         if (!r.ok()) return r.status().WithContext("the policy proposed a point the episode refused");
-        double reward = eps[i].best_reward() - best_before[i];
+        // Anytime: the best reward so far after every trial (from the slowest correct reward as zero),
+        // over the budget, so the return is the area under the best-so-far curve, which is what the
+        // metric averages over k. Otherwise: its improvement, so the return is the final best only.
+        double reward = options.anytime_reward
+                            ? (eps[i].best_reward() - kSlowestCorrectReward) / options.budget
+                            : eps[i].best_reward() - best_before[i];
         if (r->outcome != Outcome::kVerified) reward += options.failure_coef * r->reward;
         step_reward[i].push_back(static_cast<float>(reward));
         stats.mean_trial_reward += r->reward;
@@ -458,6 +463,7 @@ std::string Agent::Serialize() const {
                        {"entropy_coef", im.options.entropy_coef},
                        {"value_coef", im.options.value_coef},
                        {"failure_coef", im.options.failure_coef},
+                       {"anytime_reward", im.options.anytime_reward},
                        {"budget", im.options.budget},
                        {"episodes_per_task", im.options.episodes_per_task},
                        {"tasks_per_iteration", im.options.tasks_per_iteration}};
@@ -495,6 +501,7 @@ Result<std::unique_ptr<Agent>> Agent::Deserialize(const std::string& blob) {
     impl->options.entropy_coef = o.at("entropy_coef").get<double>();
     impl->options.value_coef = o.at("value_coef").get<double>();
     impl->options.failure_coef = o.at("failure_coef").get<double>();
+    impl->options.anytime_reward = o.value("anytime_reward", false);  // absent before the option existed
     impl->options.budget = o.at("budget").get<int>();
     impl->options.episodes_per_task = o.at("episodes_per_task").get<int>();
     impl->options.tasks_per_iteration = o.at("tasks_per_iteration").get<int>();

@@ -118,6 +118,8 @@ int main(int argc, char** argv) {
   train->add_option("--entropy", train_options.agent.entropy_coef, "Entropy bonus coefficient")->capture_default_str();
   train->add_option("--checkpoint-every", train_options.checkpoint_every, "Iterations between checkpoints")
       ->capture_default_str();
+  train->add_flag("--anytime", train_options.agent.anytime_reward,
+                  "Reward the best-so-far after every trial (area under the curve) instead of its improvement");
   train->add_flag("--fresh", fresh, "Start from new weights instead of the newest good checkpoint");
 
   std::string ks_text = "1,4,16,64";

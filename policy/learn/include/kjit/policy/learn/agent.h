@@ -56,6 +56,9 @@ struct AgentOptions {
   double entropy_coef = 0.01;
   double value_coef = 0.5;
   double failure_coef = 0.1;     // share of the reward.h penalty added for a failed trial
+  // Step reward: the best reward so far (anytime; the return is the area under the best-so-far curve)
+  // or its improvement (the return is the best reward found by the end of the episode).
+  bool anytime_reward = false;
   int budget = 16;               // trials per training episode
   int episodes_per_task = 8;     // episodes run in lockstep per task and iteration
   int tasks_per_iteration = 8;

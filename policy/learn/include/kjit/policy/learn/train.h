@@ -25,7 +25,7 @@ Result<std::unique_ptr<Agent>> LoadLatestCheckpoint(cache::KernelCache& cache, s
 struct TrainOptions {
   AgentOptions agent;
   int iterations = 1500;      // gradient steps in this run (~2 minutes on one core)
-  int checkpoint_every = 50;  // iterations between checkpoints (and one at the end); needs a cache
+  int checkpoint_every = 250; // iterations between checkpoints (and one at the end); needs a cache
   int report_every = 10;      // iterations between progress lines
   bool resume = true;         // continue from the cache's newest good checkpoint, if any
   std::function<void(const std::string&)> progress;  // one line at a time; may be empty
