@@ -172,7 +172,7 @@ TEST(Agent, CorruptOrIncompatibleCheckpointsAreSetAsideAndTrainingResumesFromThe
   // Newer than the good one: a truncated blob, garbage, and one from an incompatible policy format.
   // Their checksums hold (they were stored like this), so only loading them can tell.
   std::string incompatible = good;
-  const std::string format = "\"format\":1";
+  const std::string format = "\"format\":2";
   ASSERT_NE(incompatible.find(format), std::string::npos);
   incompatible.replace(incompatible.find(format), format.size(), "\"format\":9");
   for (const std::string& blob : {good.substr(0, good.size() / 2), std::string("not a policy"), incompatible}) {

@@ -19,7 +19,9 @@
 namespace kjit::policy::learn {
 namespace {
 
-constexpr int kFormatVersion = 1;
+// 2: the trials feature on a fixed scale (1: a share of the episode's budget); same layout, other meaning,
+// so format-1 checkpoints are set aside.
+constexpr int kFormatVersion = 2;
 constexpr std::string_view kMagic = "KJIT-RL-POLICY\n";
 constexpr int kEpisodeFeatures = 9;
 constexpr int kValueFeatures = 7;
@@ -79,7 +81,9 @@ void AppendState(const ReplayEpisode& ep, StateRows& rows) {
   const double best_roofline =
       any_verified && task.floor_us > 0 ? task.floor_us / ep.best_time_us() : 0.0;
   const float episode[kEpisodeFeatures] = {
-      static_cast<float>(trials) / static_cast<float>(std::max(ep.budget(), 1)),
+      // Trials on a fixed scale, not a share of the budget: training episodes (16 trials) and evaluation
+      // episodes (64) must show the policy the same feature at the same step.
+      static_cast<float>(std::min(trials, 64)) / 64.f,
       static_cast<float>(std::log2(trials + 1.0) / 6),
       any_verified ? 1.f : 0.f,
       static_cast<float>(any_verified ? ep.best_reward() / 5 : -0.6),

@@ -4,7 +4,7 @@
 //
 // Inputs. Task features (replay.h, TaskFeatureNames: family, op, dtype, log
 // sizes, reduction length/count/stride, layout and alignment, bytes, FLOPs, the
-// floor, device facts) and episode features: trials used of the budget, whether
+// floor, device facts) and episode features: trials so far, whether
 // anything verified yet, the best reward so far (log speedup over PyTorch) and
 // roofline fraction (floor / time), the failure rate, the last reward, how much
 // of the action set is left. And per value of every knob: how often points
