@@ -514,7 +514,8 @@ std::string EvalSummary::Markdown() const {
         << "): policy faster on " << policy_beats_expert << ", tied on " << policy_ties_expert << ", slower on "
         << expert_measured - policy_beats_expert - policy_ties_expert << ".\n";
   }
-  if (has_policy) {
+  // The trials random search needs is measured against the policy at k=16 only.
+  if (has_policy && std::find(ks.begin(), ks.end(), 16) != ks.end()) {
     if (random_trials_to_match_policy_k16 > 0) {
       std::snprintf(buf, sizeof buf, "%.1fx", random_trials_to_match_policy_k16 / 16.0);
       out << "Random search reaches the policy's k=16 fraction at k=" << random_trials_to_match_policy_k16 << " ("
