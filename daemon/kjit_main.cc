@@ -10,13 +10,19 @@
 //   kjit tasks [--state S] [--json]                           kjitd's task queue
 //   kjit submit KEYHEX|--example [--priority N]               ask kjitd to optimise a key
 //   kjit run [--no-daemon] -- CMD ARGS...                     CMD with the PyTorch shim preloaded
+//   kjit policy train|eval ...                                the RL policy on the measured datasets (kjit-policy)
 //
 // Exit status: 0 on success, 1 when the operation failed, 2 on bad usage
 // (and 3 from `kjit daemon status` when kjitd is not running).
 #include <CLI/CLI.hpp>
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <iostream>
 
 #include "cache_commands.h"
@@ -128,6 +134,27 @@ int CmdKeyExample() {
   return 0;
 }
 
+// `kjit policy ...` runs kjit-policy beside this kjit with the same arguments: the
+// policy links LibTorch, and kjit stays torch-free (it starts in milliseconds and
+// builds without LibTorch).
+int CmdPolicy(const std::vector<std::string>& args) {
+  std::error_code error;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", error);
+  const std::string tool = (error ? std::filesystem::path("kjit-policy") : self.parent_path() / "kjit-policy").string();
+  if (access(tool.c_str(), X_OK) != 0) {
+    std::cerr << "kjit policy: " << tool << " not found: it is built with LibTorch (KJIT_WITH_TORCH=ON): "
+              << "cmake --build build --target kjit-policy\n";
+    return 1;
+  }
+  std::vector<char*> argv;
+  argv.push_back(const_cast<char*>(tool.c_str()));
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  execv(tool.c_str(), argv.data());
+  std::cerr << "kjit policy: cannot run " << tool << ": " << std::strerror(errno) << "\n";
+  return 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -165,6 +192,14 @@ int main(int argc, char** argv) {
   key_show->add_option("hex", hex, "The key's canonical bytes, in hex")->required();
   auto* key_example = key->add_subcommand("example", "Print a sample key, its hash and its encoding");
 
+  auto* policy = app.add_subcommand(
+      "policy", "Train and evaluate the RL policy on the measured datasets, on a CPU: `kjit policy train|eval "
+                "[--help]` (runs kjit-policy)");
+  // Everything after `policy`, --help included, goes to kjit-policy.
+  policy->prefix_command();
+  policy->set_help_flag();
+  policy->allow_extras();
+
   kjit::cli::CacheCommands cache_commands(app);
   kjit::cli::DaemonCommands daemon_commands(app);
 
@@ -177,6 +212,7 @@ int main(int argc, char** argv) {
   if (*compile) return CmdCompile(file, arch, arch_specific, ptx, out, options, names);
   if (*key_show) return CmdKeyShow(hex);
   if (*key_example) return CmdKeyExample();
+  if (*policy) return CmdPolicy(policy->remaining());
   if (cache_commands.chosen()) return cache_commands.Run();
   if (daemon_commands.chosen()) return daemon_commands.Run();
   return 2;

@@ -1152,4 +1152,14 @@ Result<PolicyCheckpoint> KernelCache::LatestGoodCheckpoint() {
   return *found;
 }
 
+Status KernelCache::SetCheckpointAside(int64_t id) {
+  std::lock_guard lock(impl_->mu);
+  KJIT_ASSIGN_OR_RETURN(Statement u,
+                        impl_->db.Prepare("UPDATE policy_checkpoints SET status = 'set_aside' WHERE id = ?"));
+  u.Bind(1, id);
+  KJIT_RETURN_IF_ERROR(u.Run());
+  if (impl_->db.Changes() == 0) return NotFound("no policy checkpoint " + std::to_string(id));
+  return Status::Ok();
+}
+
 }  // namespace kjit::cache

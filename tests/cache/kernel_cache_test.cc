@@ -381,6 +381,14 @@ TEST(KernelCache, TaskQueueMeasurementsAndCheckpoints) {
   auto good = cache->LatestGoodCheckpoint();
   ASSERT_TRUE(good.ok());
   EXPECT_EQ(good->version, "ppo-1");  // ppo-2 failed its checksum and was set aside
+
+  // A checkpoint its reader cannot use (checksum intact) is set aside by the reader.
+  auto third = cache->PutCheckpoint({0, "ppo-3", "unreadable", {}, "", 0});
+  ASSERT_TRUE(third.ok());
+  EXPECT_EQ(cache->LatestGoodCheckpoint()->version, "ppo-3");
+  ASSERT_TRUE(cache->SetCheckpointAside(*third).ok());
+  EXPECT_EQ(cache->LatestGoodCheckpoint()->version, "ppo-1");
+  EXPECT_EQ(cache->SetCheckpointAside(*third + 100).code(), StatusCode::kNotFound);
 }
 
 TEST(KernelCache, MissesMergeIntoOneTaskOrderedByExpectedGain) {

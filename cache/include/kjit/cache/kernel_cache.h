@@ -244,6 +244,10 @@ class KernelCache {
   // The newest checkpoint whose status is "good" and whose checksum holds;
   // checkpoints that fail their checksum are set aside on the way.
   Result<PolicyCheckpoint> LatestGoodCheckpoint();
+  // Marks a checkpoint "set_aside" (its checksum held but its reader could not
+  // use it: damaged before it was stored, or written by an incompatible
+  // policy), so LatestGoodCheckpoint passes over it from then on.
+  Status SetCheckpointAside(int64_t id);
 
  private:
   struct Impl;

@@ -1,0 +1,139 @@
+// The RL policy (issue 8): a neural network in LibTorch (CPU) that proposes
+// design points for a task, one trial at a time, from what the episode has
+// shown so far, and learns from replayed (or, later, live) rewards.
+//
+// Inputs. Task features (replay.h, TaskFeatureNames: family, op, dtype, log
+// sizes, reduction length/count/stride, layout and alignment, bytes, FLOPs, the
+// floor, device facts) and episode features: trials so far, whether
+// anything verified yet, the best reward so far (log speedup over PyTorch) and
+// roofline fraction (floor / time), the failure rate, the last reward, how much
+// of the action set is left. And per value of every knob: how often points
+// with that value were tried, their failures, their best reward against the
+// best so far, whether the best point has it, how many untried points have
+// it, and whether it is the family's expert default (known without measuring).
+// These per-value features enter that value's logit directly through one small
+// network shared by all knobs and families, which is what lets the policy
+// revise ("threads=512 was good, vec=1 failed") in a space of any shape.
+//
+// Outputs. A value estimate, and a distribution over points factored over the
+// family's knobs in space order: each knob's logits come from the trunk state
+// plus the embeddings of the values already chosen for the earlier knobs
+// (autoregressive), so the factors are not independent where validity couples
+// them. Validity is exact, not learned: a knob's value is masked out unless some
+// untried valid point of the action set has it together with the values chosen
+// so far, so every proposal is a valid, not yet tried point (Check holds).
+// Heads are per (family, knob, domain), created for every space of the
+// families' sample keys and of the tasks given.
+//
+// Algorithm. REINFORCE with a learned baseline (the value head) and entropy
+// regularisation. Per step the reward is the improvement of the best reward
+// found so far (so an episode's return is the reward of the best point it
+// found: the thing measured, best time within k trials), plus a small share of
+// the reward.h penalty for a failed trial (correctness before speed).
+// Why not PPO: in replay, experience is free, so fresh on-policy episodes every
+// update are cheaper than importance-weighted reuse, and the method has fewer
+// knobs (no clip range, epochs or minibatches) to get wrong. PPO's reuse of each
+// sample for several updates pays off when trials cost GPU time (online in
+// kjitd); the stored steps (features, masks, actions) are what PPO needs too.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kjit/policy/learn/replay.h"
+#include "kjit/runtime/status.h"
+
+namespace kjit::policy::learn {
+
+struct AgentOptions {
+  int hidden = 128;
+  uint64_t seed = 1;             // weight initialisation and sampling
+  double learning_rate = 3e-3;   // Adam
+  double entropy_coef = 0.01;
+  double value_coef = 0.5;
+  double failure_coef = 0.1;     // share of the reward.h penalty added for a failed trial
+  // Step reward: the best reward so far (anytime; the return is the area under the best-so-far curve)
+  // or its improvement (the return is the best reward found by the end of the episode).
+  bool anytime_reward = false;
+  int budget = 16;               // trials per training episode
+  int episodes_per_task = 8;     // episodes run in lockstep per task and iteration
+  int tasks_per_iteration = 8;
+};
+
+struct IterationStats {
+  int64_t iteration = 0;
+  double mean_trial_reward = 0;  // reward.h's reward, mean over every trial of the iteration's episodes
+  double mean_best_reward = 0;   // the best reward an episode found, mean over episodes
+  double mean_return = 0;
+  double entropy = 0;            // summed over knobs, mean over steps
+  double value_loss = 0;
+};
+
+class Agent {
+ public:
+  // A new, untrained policy with heads for the families' sample keys' spaces and `tasks`' spaces.
+  static std::unique_ptr<Agent> Create(const std::vector<const ReplayTask*>& tasks, const AgentOptions& options);
+  // From a checkpoint blob (Serialize). Corruption or InvalidArgument, saying
+  // why, when the blob is damaged or was written by an incompatible policy.
+  static Result<std::unique_ptr<Agent>> Deserialize(const std::string& blob);
+  ~Agent();
+  Agent(const Agent&) = delete;
+  Agent& operator=(const Agent&) = delete;
+
+  std::string Serialize() const;
+  // "rl1-i<iteration>-<hash of the weights>": recorded with every kernel the policy proposes.
+  std::string version() const;
+  int64_t iteration() const;
+  const AgentOptions& options() const;
+  // Adds heads for spaces not seen yet (fresh weights); true if any were added.
+  bool EnsureHeads(const std::vector<const ReplayTask*>& tasks);
+
+  // The next point of an episode: greedy (the mode of each knob in turn) or
+  // sampled from `rng`. Always an untried point of the action set; NotFound if
+  // the policy has no head for the task's space.
+  Result<int> Propose(const ReplayEpisode& episode, bool greedy, std::mt19937_64& rng);
+
+  // One update: `options().tasks_per_iteration` tasks drawn from `tasks` with
+  // `rng`, episodes sampled from the policy, one gradient step.
+  Result<IterationStats> TrainIteration(const std::vector<const ReplayTask*>& tasks, std::mt19937_64& rng);
+
+  // Mean per-trial reward and mean best reward of sampled episodes of `budget`
+  // trials (0: options().budget), no learning, `episodes` per task, seeded: what
+  // the CI test compares before and after training.
+  Result<IterationStats> Measure(const std::vector<const ReplayTask*>& tasks, int episodes, uint64_t seed,
+                                 int budget = 0);
+
+ private:
+  struct Impl;
+  explicit Agent(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// The policy as a Searcher (greedy: deterministic, so one seed is enough).
+class PolicySearcher : public Searcher {
+ public:
+  explicit PolicySearcher(Agent& agent, bool greedy = true) : agent_(&agent), greedy_(greedy) {}
+  std::string name() const override { return greedy_ ? "policy (greedy)" : "policy (sampled)"; }
+  void BeginEpisode(const ReplayTask& task, uint64_t seed) override;
+  int Propose(const ReplayEpisode& episode) override;
+  bool stochastic() const override { return !greedy_; }
+  // Proposals that failed (no head for the space): each falls back to a random untried point.
+  int fallbacks() const { return fallbacks_; }
+
+ private:
+  Agent* agent_;
+  bool greedy_;
+  std::mt19937_64 rng_;
+  int fallbacks_ = 0;
+};
+
+// The eval table for `tasks`: expert default then random, random search, the
+// policy (when given) and the oracle, at each k, averaged over `seeds`.
+EvalSummary Evaluate(const std::vector<const ReplayTask*>& tasks, Agent* agent, const std::vector<int>& ks,
+                     int seeds);
+
+}  // namespace kjit::policy::learn

@@ -1,0 +1,223 @@
+// The replay environment: trials answered from measured datasets, so that the
+// RL policy can be trained and evaluated on a CPU, reproducibly (issue 8).
+//
+// A dataset (policy/datasets/<family>-h200.jsonl, format in its README) holds
+// measured (key, point) -> outcome, time, PyTorch's time, floor. Loading turns
+// every key into a ReplayTask:
+//   - the key text is parsed back into an OpKey and accepted only if its hash is
+//     the row's `key` (so the problem the family sees is exactly the measured one);
+//   - rows of the newest codegen version present for the key are kept, older ones
+//     dropped: they describe kernels that are no longer generated (softmax codegen
+//     1-2 had a NaN bug), and mixing versions would mix different kernels under
+//     one point. The newest codegen in a dataset may still be older than the
+//     family's current generator (`stale_codegen`): such keys are kept and counted;
+//   - several rows of one point merge into one answer: any failure at that codegen
+//     makes the point a failure (a kernel that failed once is never served), else
+//     its time is the median of its `verified` rows' times relative to the baseline
+//     timed with them (screened rows only when no verified row exists), times the
+//     key's median baseline;
+//   - points the family's Check now rejects are dropped (counted).
+// The action set of a replay task is its measured valid points: points without a
+// measurement are masked out of the action space in replay (their outcome is
+// unknown, and inventing one would teach the policy the invention). So a replay
+// episode can only offer what was measured; on keys measured exhaustively that is
+// the whole valid space, on sparsely measured keys it is a sample of it.
+//
+// Everything here is deterministic: episodes have no randomness of their own;
+// searchers draw from a seeded std::mt19937_64.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <random>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kjit/policy/design_space.h"
+#include "kjit/policy/reward.h"
+#include "kjit/runtime/op_key.h"
+#include "kjit/runtime/status.h"
+
+namespace kjit::policy::learn {
+
+// Parses OpKey::ToString()'s text back into a key. OpKey's text form is not
+// meant to be parsed (it is ambiguous for empty lists, e.g.), so callers must
+// check the result's hash against a known one, as LoadDatasets does.
+Result<OpKey> ParseKeyText(std::string_view text);
+
+// One measured design point of a task, after merging its rows.
+struct MeasuredPoint {
+  Point point;
+  std::vector<int> value_index;  // per knob of the task's space, the index of the point's value in its domain
+  Outcome outcome = Outcome::kVerified;
+  double time_us = 0;            // verified only: the merged median time
+  bool fully_verified = false;   // a `verified` row exists (else only `screened` rows timed it)
+};
+
+// The problem features the policy sees (fixed length, see TaskFeatureNames()).
+std::vector<std::string> TaskFeatureNames();
+
+struct ReplayTask {
+  std::string family_name;
+  const Family* family = nullptr;
+  std::shared_ptr<const Problem> problem;
+  OpKey key;
+  std::string key_hash;  // hex, as in the dataset
+  std::string key_text;
+  int codegen = 0;            // the dataset rows' codegen version used
+  bool stale_codegen = false; // codegen < the family's current codegen_version()
+  Space space;
+  std::vector<MeasuredPoint> points;  // the action set: measured points Check accepts
+  double baseline_us = 0;             // PyTorch eager's median (median over the rows)
+  double floor_us = 0;                // bytes moved / copy bandwidth
+  int expert_index = -1;              // the family's ExpertDefault in `points`, -1 if it was not measured
+  // The ExpertDefault's value index per knob (-1 outside the domain), measured or not: it needs no
+  // measurement, so the policy may see it (a prior it learns when to depart from).
+  std::vector<int> expert_values;
+  int oracle_index = -1;              // the fastest verified point, -1 if none verified
+  std::vector<float> features;        // TaskFeatureNames() order
+
+  double oracle_us() const {
+    return oracle_index < 0 ? std::numeric_limits<double>::infinity() : points[oracle_index].time_us;
+  }
+  int verified_count() const;
+  // The index of a point in `points`, or -1.
+  int IndexOf(const Point& point) const;
+};
+
+// The fixed rule that splits keys into training and held-out: a key is held out
+// iff the first byte of its hash (the dataset's `key`, XXH3-128 of the canonical
+// key) is divisible by 4, i.e. about a quarter of the keys, independent of
+// family, file order or anything measured.
+bool IsHeldOut(const ReplayTask& task);
+
+struct DatasetReport {
+  int files = 0;
+  int rows = 0;
+  int keys = 0;
+  int tasks = 0;                 // keys that became tasks
+  int rows_older_codegen = 0;    // dropped: an older codegen than the key's newest
+  int points_invalid_now = 0;    // dropped: Check rejects them today
+  int rows_not_trials = 0;       // resource_backoff and unknown outcomes
+  int stale_codegen_tasks = 0;   // tasks measured at an older codegen than generated today
+  std::vector<std::string> skipped;  // keys not turned into tasks, with the reason
+};
+
+// Loads the given JSONL files. Tasks come out in a fixed order (family, then key hash).
+Result<std::vector<ReplayTask>> LoadDatasets(const std::vector<std::string>& files, const DeviceFacts& device,
+                                             DatasetReport* report = nullptr);
+// Every *-h200.jsonl file in a directory, sorted.
+Result<std::vector<std::string>> DatasetFiles(const std::string& directory);
+// policy/datasets in the source tree this binary was built from.
+std::string DefaultDatasetDirectory();
+
+// What a trial returned.
+struct TrialResult {
+  int index = -1;  // in task.points
+  Outcome outcome = Outcome::kVerified;
+  double time_us = 0;    // verified only
+  double reward = 0;     // policy::Reward (reward.h)
+  double roofline = 0;   // floor_us / time_us, verified only
+};
+
+// One episode on a task: propose a point, observe, revise; ends at the trial
+// budget or when every point was tried. A point is tried at most once.
+class ReplayEpisode {
+ public:
+  ReplayEpisode(const ReplayTask& task, int budget);
+
+  const ReplayTask& task() const { return *task_; }
+  int budget() const { return budget_; }
+  bool done() const;
+  const std::vector<TrialResult>& history() const { return history_; }
+  bool tried(int index) const { return tried_[index]; }
+  int untried_count() const { return static_cast<int>(task_->points.size()) - static_cast<int>(history_.size()); }
+  // Best verified time so far; +inf before the first verified trial.
+  double best_time_us() const { return best_time_us_; }
+  double best_reward() const { return best_reward_; }  // kSlowestCorrectReward before the first verified trial
+  int best_index() const { return best_index_; }
+
+  // Runs a trial of task().points[index]. InvalidArgument when the index is out
+  // of range, already tried, or the episode is done.
+  Result<TrialResult> Trial(int index);
+
+ private:
+  const ReplayTask* task_;
+  int budget_;
+  std::vector<bool> tried_;
+  std::vector<TrialResult> history_;
+  double best_time_us_ = std::numeric_limits<double>::infinity();
+  double best_reward_ = kSlowestCorrectReward;
+  int best_index_ = -1;
+};
+
+// Something that chooses the next point of an episode.
+class Searcher {
+ public:
+  virtual ~Searcher() = default;
+  virtual std::string name() const = 0;
+  // Called once per episode before the first Propose.
+  virtual void BeginEpisode(const ReplayTask& /*task*/, uint64_t /*seed*/) {}
+  // The index of an untried point of episode.task(); the episode is not done.
+  virtual int Propose(const ReplayEpisode& episode) = 0;
+  // Whether results depend on the seed (if not, evaluation runs one seed).
+  virtual bool stochastic() const { return true; }
+};
+
+// Uniform random search without replacement.
+class RandomSearcher : public Searcher {
+ public:
+  std::string name() const override { return "random search"; }
+  void BeginEpisode(const ReplayTask& task, uint64_t seed) override;
+  int Propose(const ReplayEpisode& episode) override;
+
+ private:
+  std::mt19937_64 rng_;
+};
+
+// The family's expert default first (when measured), then random search.
+class ExpertThenRandomSearcher : public Searcher {
+ public:
+  std::string name() const override { return "expert default, then random"; }
+  void BeginEpisode(const ReplayTask& task, uint64_t seed) override;
+  int Propose(const ReplayEpisode& episode) override;
+
+ private:
+  RandomSearcher random_;
+};
+
+// Best time found within k trials as a fraction of the oracle's (1 = found the
+// best measured point; 0 = nothing verified yet), for each k in `ks`, per task,
+// averaged over seeds.
+struct SearchCurve {
+  std::string name;
+  std::vector<int> ks;
+  std::vector<std::vector<double>> fraction;  // [task][k index]
+  std::vector<std::vector<double>> first_time_us;  // [task][seed]: the first trial's time (+inf if it failed)
+  std::vector<double> Mean() const;           // over tasks, per k
+};
+
+SearchCurve RunSearch(Searcher& searcher, const std::vector<const ReplayTask*>& tasks, const std::vector<int>& ks,
+                      int seeds, uint64_t seed_base = 1);
+
+// The eval table: `kjit policy eval` prints it.
+struct EvalSummary {
+  std::vector<int> ks;
+  std::vector<SearchCurve> curves;  // expert default, random search, [policy], oracle
+  int tasks = 0;
+  int seeds = 0;
+  bool has_policy = false;  // curves hold a policy row
+  // k=1 against the expert default, on tasks whose expert point was measured:
+  int expert_measured = 0;
+  int policy_beats_expert = 0;  // strictly faster first trial
+  int policy_ties_expert = 0;   // the same point or time
+  // The fewest random-search trials whose mean fraction reaches the policy's at
+  // k=16 (0 if random never does within the largest k evaluated).
+  int random_trials_to_match_policy_k16 = 0;
+  std::string split = "held-out";  // which keys, for the table's caption
+  std::string Markdown() const;
+};
+
+}  // namespace kjit::policy::learn

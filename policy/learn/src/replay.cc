@@ -1,0 +1,530 @@
+#include "kjit/policy/learn/replay.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+namespace kjit::policy::learn {
+namespace {
+
+double Log2p(double v) { return std::log2(std::max(v, 0.0) + 1.0); }
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+const TensorDesc* FirstTensor(const OpCall& call) {
+  for (const auto& a : call.args) {
+    if (const auto* t = std::get_if<TensorDesc>(&a)) return t;
+  }
+  return nullptr;
+}
+
+int64_t IntArg(const OpCall& call, size_t i, int64_t fallback) {
+  if (i < call.args.size()) {
+    if (const auto* v = std::get_if<int64_t>(&call.args[i])) return *v;
+  }
+  return fallback;
+}
+
+// The reduction (or scan) each output depends on: its length, how many there are,
+// and the stride between its elements (1: along the last dim).
+struct ReductionShape {
+  double length = 1;
+  double count = 1;
+  double inner = 1;
+};
+
+ReductionShape ReductionOf(const OpCall& call, const TensorDesc& x) {
+  ReductionShape r;
+  const double numel = static_cast<double>(std::max<int64_t>(x.numel(), 1));
+  const int64_t ndim = static_cast<int64_t>(x.sizes.size());
+  const std::string& op = call.op;
+  if (op == "aten::_softmax" || op == "aten::_log_softmax" || op == "aten::cumsum" || op == "aten::cumprod") {
+    int64_t dim = IntArg(call, 1, -1);
+    if (dim < 0) dim += ndim;
+    if (dim >= 0 && dim < ndim) {
+      r.length = static_cast<double>(x.sizes[dim]);
+      for (int64_t d = dim + 1; d < ndim; ++d) r.inner *= static_cast<double>(x.sizes[d]);
+    }
+  } else if (op == "aten::native_layer_norm" || op == "aten::_fused_rms_norm") {
+    if (call.args.size() > 1) {
+      if (const auto* shape = std::get_if<IntList>(&call.args[1])) {
+        for (int64_t s : *shape) r.length *= static_cast<double>(s);
+      }
+    }
+  } else if (op == "aten::native_group_norm") {
+    const double n = static_cast<double>(IntArg(call, 3, 1)), c = static_cast<double>(IntArg(call, 4, 1));
+    const double hxw = static_cast<double>(IntArg(call, 5, 1)), g = static_cast<double>(IntArg(call, 6, 1));
+    r.length = c / std::max(g, 1.0) * hxw;
+    r.count = n * g;
+    r.inner = hxw;
+    return r;
+  } else if (op == "aten::native_batch_norm" || op == "aten::cudnn_batch_norm") {
+    const bool training = call.args.size() > 5 && std::holds_alternative<bool>(call.args[5]) &&
+                          std::get<bool>(call.args[5]);
+    const double channels = ndim > 1 ? static_cast<double>(x.sizes[1]) : 1;
+    for (int64_t d = 2; d < ndim; ++d) r.inner *= static_cast<double>(x.sizes[d]);
+    if (training) {
+      r.length = numel / std::max(channels, 1.0);
+      r.count = channels;
+      return r;
+    }
+    r.length = 1;  // inference: elementwise with a per-channel scale
+  } else if (ndim > 0) {
+    r.length = static_cast<double>(x.sizes.back());
+  }
+  r.count = numel / std::max(r.length, 1.0);
+  return r;
+}
+
+constexpr DType kDTypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
+
+std::vector<float> TaskFeatures(const OpKey& key, const Family& family, double floor_us, const DeviceFacts& device) {
+  std::vector<float> f;
+  const auto& families = Families();
+  for (const Family* fam : families) f.push_back(fam == &family ? 1.f : 0.f);
+  // Which op of the family (softmax vs log_softmax, cumsum vs cumprod, ...): up to 4 slots.
+  const auto ops = family.ops();
+  const OpCall& call = key.calls.front();
+  for (size_t i = 0; i < 4; ++i) f.push_back(i < ops.size() && ops[i] == call.op ? 1.f : 0.f);
+  const TensorDesc* x = FirstTensor(call);
+  TensorDesc empty;
+  if (x == nullptr) x = &empty;
+  for (DType t : kDTypes) f.push_back(x->dtype == t ? 1.f : 0.f);
+  const ReductionShape r = ReductionOf(call, *x);
+  double bytes = 0;
+  int tensors = 0;
+  for (const auto& a : call.args) {
+    if (const auto* t = std::get_if<TensorDesc>(&a)) {
+      bytes += static_cast<double>(t->numel()) * static_cast<double>(DTypeSize(t->dtype));
+      ++tensors;
+    }
+  }
+  bytes += static_cast<double>(x->numel()) * static_cast<double>(DTypeSize(x->dtype));  // the output
+  const double numel = static_cast<double>(x->numel());
+  f.push_back(static_cast<float>(Log2p(numel) / 32));
+  f.push_back(static_cast<float>(Log2p(r.length) / 24));
+  f.push_back(static_cast<float>(Log2p(r.count) / 24));
+  f.push_back(static_cast<float>(Log2p(r.inner) / 24));
+  f.push_back(static_cast<float>(x->sizes.size()) / 5.f);
+  f.push_back(x->is_contiguous() ? 1.f : 0.f);
+  f.push_back(static_cast<float>(x->alignment) / 16.f);
+  // Alignment of the reduction length in elements: what vector widths can divide.
+  const int64_t len = static_cast<int64_t>(r.length);
+  f.push_back(len % 8 == 0 ? 1.f : 0.f);
+  f.push_back(len % 2 == 0 ? 1.f : 0.f);
+  f.push_back(static_cast<float>(tensors) / 5.f);
+  f.push_back(static_cast<float>(Log2p(bytes) / 40));
+  // FLOPs: the declared compute floor, else ~5 per element (these families are memory-bound).
+  const double flops = TraitsFor(call.op).flops > 0 ? TraitsFor(call.op).flops : 5 * numel;
+  f.push_back(static_cast<float>(Log2p(flops) / 40));
+  f.push_back(static_cast<float>(Log2p(floor_us) / 16));
+  // Bytes per SM and per reduction against the shared memory of one block: what decides register,
+  // shared-memory or cluster strategies.
+  const double row_bytes = r.length * static_cast<double>(DTypeSize(x->dtype));
+  f.push_back(static_cast<float>(std::clamp(std::log2(row_bytes / device.max_shared_bytes_per_block + 1e-9), -20.0,
+                                            10.0) / 10));
+  f.push_back(static_cast<float>(std::clamp(std::log2(r.count / device.sm_count + 1e-9), -20.0, 20.0) / 10));
+  f.push_back(static_cast<float>(device.arch) / 100.f);
+  f.push_back(static_cast<float>(device.sm_count) / 132.f);
+  f.push_back(static_cast<float>(device.max_shared_bytes_per_block) / 232448.f);
+  f.push_back(static_cast<float>(device.max_cluster_size) / 8.f);
+  return f;
+}
+
+}  // namespace
+
+std::vector<std::string> TaskFeatureNames() {
+  std::vector<std::string> names;
+  for (const Family* fam : Families()) names.push_back("family=" + std::string(fam->name()));
+  for (int i = 0; i < 4; ++i) names.push_back("op#" + std::to_string(i));
+  for (DType t : kDTypes) names.push_back("dtype=" + std::string(DTypeName(t)));
+  for (const char* n : {"log2 numel", "log2 reduction length", "log2 reduction count", "log2 reduction stride",
+                        "ndim", "contiguous", "alignment", "length%8==0", "length%2==0", "tensor args",
+                        "log2 bytes", "log2 flops", "log2 floor_us", "log2 row bytes/smem", "log2 rows/SM",
+                        "arch", "SMs", "smem/block", "max cluster"}) {
+    names.push_back(n);
+  }
+  return names;
+}
+
+int ReplayTask::verified_count() const {
+  int n = 0;
+  for (const auto& p : points) n += p.outcome == Outcome::kVerified;
+  return n;
+}
+
+int ReplayTask::IndexOf(const Point& point) const {
+  for (size_t i = 0; i < points.size(); ++i) {
+    if (points[i].point == point) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+bool IsHeldOut(const ReplayTask& task) {
+  if (task.key_hash.size() < 2) return false;
+  const int first_byte = std::stoi(task.key_hash.substr(0, 2), nullptr, 16);
+  return first_byte % 4 == 0;
+}
+
+std::string DefaultDatasetDirectory() { return KJIT_SOURCE_DIR "/policy/datasets"; }
+
+Result<std::vector<std::string>> DatasetFiles(const std::string& directory) {
+  std::error_code ec;
+  std::vector<std::string> files;
+  for (const auto& entry : std::filesystem::directory_iterator(directory, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.ends_with("-h200.jsonl")) files.push_back(entry.path().string());
+  }
+  if (ec) return IOError("cannot list " + directory + ": " + ec.message());
+  if (files.empty()) return NotFound("no *-h200.jsonl datasets in " + directory);
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+namespace {
+
+struct Row {
+  Point point;
+  Outcome outcome;
+  bool screened;
+  double median_us, baseline_us, floor_us;
+  int codegen;
+};
+
+struct KeyRows {
+  std::string family, key_text;
+  std::vector<Row> rows;
+};
+
+}  // namespace
+
+Result<std::vector<ReplayTask>> LoadDatasets(const std::vector<std::string>& files, const DeviceFacts& device,
+                                             DatasetReport* report_out) {
+  DatasetReport report;
+  std::map<std::string, KeyRows> by_key;  // key hash -> rows; ordered, so tasks come out in a fixed order
+  for (const auto& file : files) {
+    std::ifstream in(file);
+    if (!in) return IOError("cannot read " + file);
+    ++report.files;
+    std::string line;
+    int line_no = 0;
+    while (std::getline(in, line)) {
+      ++line_no;
+      if (line.empty()) continue;
+      ++report.rows;
+      try {
+        const auto j = nlohmann::json::parse(line);
+        Row r;
+        for (const auto& [k, v] : j.at("point").items()) r.point[k] = v.get<int64_t>();
+        const std::string outcome = j.at("outcome").get<std::string>();
+        r.screened = outcome == "screened";
+        auto parsed = ParseOutcome(r.screened ? "verified" : outcome);
+        if (!parsed.ok() || !IsTrial(*parsed)) {
+          ++report.rows_not_trials;
+          continue;
+        }
+        r.outcome = *parsed;
+        r.median_us = j.value("median_us", 0.0);
+        r.baseline_us = j.value("baseline_us", 0.0);
+        r.floor_us = j.value("floor_us", 0.0);
+        r.codegen = j.value("codegen", 0);
+        auto& kr = by_key[j.at("key").get<std::string>()];
+        kr.family = j.at("family").get<std::string>();
+        kr.key_text = j.at("key_text").get<std::string>();
+        kr.rows.push_back(std::move(r));
+      } catch (const nlohmann::json::exception& e) {
+        return InvalidArgument(file + ":" + std::to_string(line_no) + ": " + e.what());
+      }
+    }
+  }
+  report.keys = static_cast<int>(by_key.size());
+
+  std::vector<ReplayTask> tasks;
+  for (auto& [hash, kr] : by_key) {
+    auto skip = [&](const std::string& why) { report.skipped.push_back(kr.key_text + " (" + hash + "): " + why); };
+    auto key = ParseKeyText(kr.key_text);
+    if (!key.ok()) {
+      skip(key.status().message());
+      continue;
+    }
+    if (key->Hash().ToHex() != hash) {
+      skip("the key text does not read back to the key's hash");
+      continue;
+    }
+    auto match = FindFamily(*key);
+    if (!match.ok()) {
+      skip("no family serves it: " + match.status().message());
+      continue;
+    }
+    if (match->family->name() != kr.family) {
+      skip("dataset says family " + kr.family + ", the registry " + std::string(match->family->name()));
+      continue;
+    }
+    ReplayTask task;
+    task.family_name = kr.family;
+    task.family = match->family;
+    task.problem = std::shared_ptr<const Problem>(std::move(match->problem));
+    task.key = *key;
+    task.key_hash = hash;
+    task.key_text = kr.key_text;
+    task.space = task.family->MakeSpace(*task.problem, device);
+
+    int newest = 0;
+    for (const auto& r : kr.rows) newest = std::max(newest, r.codegen);
+    task.codegen = newest;
+    task.stale_codegen = newest < task.family->codegen_version();
+
+    // Merge rows by point.
+    std::map<Point, std::vector<const Row*>> by_point;
+    std::vector<double> baselines, floors;
+    for (const auto& r : kr.rows) {
+      if (r.codegen != newest) {
+        ++report.rows_older_codegen;
+        continue;
+      }
+      by_point[r.point].push_back(&r);
+      if (r.outcome == Outcome::kVerified && r.baseline_us > 0) baselines.push_back(r.baseline_us);
+      if (r.floor_us > 0) floors.push_back(r.floor_us);
+    }
+    task.baseline_us = Median(baselines);
+    task.floor_us = Median(floors);
+    if (task.baseline_us <= 0) {
+      skip("no timed row (no baseline)");
+      continue;
+    }
+    for (const auto& [point, rows] : by_point) {
+      if (!task.family->Check(*task.problem, point, device).ok()) {
+        ++report.points_invalid_now;
+        continue;
+      }
+      MeasuredPoint mp;
+      mp.point = point;
+      // Knob values to domain indices; a point outside the domains is invalid today.
+      bool in_domain = point.size() == task.space.knobs.size();
+      for (const auto& knob : task.space.knobs) {
+        auto it = point.find(knob.name);
+        if (it == point.end()) {
+          in_domain = false;
+          break;
+        }
+        auto v = std::find(knob.values.begin(), knob.values.end(), it->second);
+        if (v == knob.values.end()) {
+          in_domain = false;
+          break;
+        }
+        mp.value_index.push_back(static_cast<int>(v - knob.values.begin()));
+      }
+      if (!in_domain) {
+        ++report.points_invalid_now;
+        continue;
+      }
+      std::vector<double> verified_ratio, screened_ratio;
+      for (const Row* r : rows) {
+        if (r->outcome != Outcome::kVerified) {
+          mp.outcome = r->outcome;
+        } else if (r->baseline_us > 0 && r->median_us > 0) {
+          (r->screened ? screened_ratio : verified_ratio).push_back(r->median_us / r->baseline_us);
+        }
+      }
+      if (mp.outcome == Outcome::kVerified) {
+        mp.fully_verified = !verified_ratio.empty();
+        const auto& ratios = mp.fully_verified ? verified_ratio : screened_ratio;
+        if (ratios.empty()) continue;  // verified without a time: nothing to replay
+        mp.time_us = Median(ratios) * task.baseline_us;
+      }
+      task.points.push_back(std::move(mp));
+    }
+    if (task.points.empty()) {
+      skip("no measured point is valid today");
+      continue;
+    }
+    const Point expert = task.family->ExpertDefault(*task.problem, device);
+    task.expert_index = task.IndexOf(expert);
+    for (const auto& knob : task.space.knobs) {
+      auto it = expert.find(knob.name);
+      auto v = it == expert.end() ? knob.values.end() : std::find(knob.values.begin(), knob.values.end(), it->second);
+      task.expert_values.push_back(v == knob.values.end() ? -1 : static_cast<int>(v - knob.values.begin()));
+    }
+    for (size_t i = 0; i < task.points.size(); ++i) {
+      const auto& p = task.points[i];
+      if (p.outcome == Outcome::kVerified &&
+          (task.oracle_index < 0 || p.time_us < task.points[task.oracle_index].time_us)) {
+        task.oracle_index = static_cast<int>(i);
+      }
+    }
+    if (task.oracle_index < 0) {
+      skip("no measured point verified");
+      continue;
+    }
+    task.features = TaskFeatures(task.key, *task.family, task.floor_us, device);
+    report.stale_codegen_tasks += task.stale_codegen;
+    tasks.push_back(std::move(task));
+  }
+  std::stable_sort(tasks.begin(), tasks.end(),
+                   [](const ReplayTask& a, const ReplayTask& b) { return a.family_name < b.family_name; });
+  report.tasks = static_cast<int>(tasks.size());
+  if (report_out != nullptr) *report_out = std::move(report);
+  return tasks;
+}
+
+// ------------------------------------------------------------------ episodes
+
+ReplayEpisode::ReplayEpisode(const ReplayTask& task, int budget)
+    : task_(&task), budget_(budget), tried_(task.points.size(), false) {}
+
+bool ReplayEpisode::done() const {
+  return static_cast<int>(history_.size()) >= budget_ || history_.size() >= task_->points.size();
+}
+
+Result<TrialResult> ReplayEpisode::Trial(int index) {
+  if (done()) return InvalidArgument("the episode is over");
+  if (index < 0 || index >= static_cast<int>(task_->points.size())) {
+    return InvalidArgument("point index " + std::to_string(index) + " is not a measured point of the task");
+  }
+  if (tried_[index]) return InvalidArgument("point index " + std::to_string(index) + " was already tried");
+  const MeasuredPoint& p = task_->points[index];
+  TrialResult r;
+  r.index = index;
+  r.outcome = p.outcome;
+  TrialOutcome trial;
+  trial.outcome = p.outcome;
+  if (p.outcome == Outcome::kVerified) {
+    r.time_us = p.time_us;
+    r.roofline = task_->floor_us > 0 ? task_->floor_us / p.time_us : 0;
+    trial.candidate_us = p.time_us;
+    trial.baseline_us = task_->baseline_us;
+  }
+  r.reward = Reward(trial);
+  tried_[index] = true;
+  history_.push_back(r);
+  if (p.outcome == Outcome::kVerified && p.time_us < best_time_us_) {
+    best_time_us_ = p.time_us;
+    best_reward_ = r.reward;
+    best_index_ = index;
+  }
+  return r;
+}
+
+// ----------------------------------------------------------------- searchers
+
+void RandomSearcher::BeginEpisode(const ReplayTask& /*task*/, uint64_t seed) { rng_.seed(seed); }
+
+int RandomSearcher::Propose(const ReplayEpisode& episode) {
+  std::uniform_int_distribution<int> pick(0, episode.untried_count() - 1);
+  int nth = pick(rng_);
+  for (int i = 0; i < static_cast<int>(episode.task().points.size()); ++i) {
+    if (episode.tried(i)) continue;
+    if (nth-- == 0) return i;
+  }
+  return -1;  // unreachable while the episode is not done
+}
+
+void ExpertThenRandomSearcher::BeginEpisode(const ReplayTask& task, uint64_t seed) {
+  random_.BeginEpisode(task, seed);
+}
+
+int ExpertThenRandomSearcher::Propose(const ReplayEpisode& episode) {
+  const int expert = episode.task().expert_index;
+  if (episode.history().empty() && expert >= 0) return expert;
+  return random_.Propose(episode);
+}
+
+std::vector<double> SearchCurve::Mean() const {
+  std::vector<double> m(ks.size(), 0.0);
+  for (const auto& row : fraction) {
+    for (size_t k = 0; k < ks.size(); ++k) m[k] += row[k];
+  }
+  for (auto& v : m) v /= std::max<size_t>(fraction.size(), 1);
+  return m;
+}
+
+SearchCurve RunSearch(Searcher& searcher, const std::vector<const ReplayTask*>& tasks, const std::vector<int>& ks,
+                      int seeds, uint64_t seed_base) {
+  SearchCurve curve;
+  curve.name = searcher.name();
+  curve.ks = ks;
+  const int max_k = ks.empty() ? 0 : *std::max_element(ks.begin(), ks.end());
+  const int runs = searcher.stochastic() ? seeds : 1;
+  for (const ReplayTask* task : tasks) {
+    std::vector<double> frac(ks.size(), 0.0);
+    std::vector<double> firsts;
+    for (int s = 0; s < runs; ++s) {
+      // The seed depends on the task and the run only, so adding tasks changes no other task's result.
+      const uint64_t seed = seed_base * 1000003ull + std::hash<std::string>{}(task->key_hash) + static_cast<uint64_t>(s);
+      searcher.BeginEpisode(*task, seed);
+      ReplayEpisode episode(*task, max_k);
+      std::vector<double> best_after;  // best time after trial t+1
+      while (!episode.done()) {
+        const int index = searcher.Propose(episode);
+        auto r = episode.Trial(index);
+        if (!r.ok()) {
+          std::fprintf(stderr, "kjit policy: %s proposed a bad point on %s: %s\n", searcher.name().c_str(),
+                       task->key_text.c_str(), r.status().ToString().c_str());
+          break;
+        }
+        if (best_after.empty()) firsts.push_back(r->outcome == Outcome::kVerified ? r->time_us : INFINITY);
+        best_after.push_back(episode.best_time_us());
+      }
+      for (size_t k = 0; k < ks.size(); ++k) {
+        if (best_after.empty()) continue;
+        const double best = best_after[std::min<size_t>(ks[k], best_after.size()) - 1];
+        frac[k] += std::isfinite(best) ? task->oracle_us() / best : 0.0;
+      }
+    }
+    for (auto& v : frac) v /= runs;
+    curve.fraction.push_back(std::move(frac));
+    curve.first_time_us.push_back(std::move(firsts));
+  }
+  return curve;
+}
+
+std::string EvalSummary::Markdown() const {
+  std::ostringstream out;
+  out << "Best time found within k trials as a fraction of the oracle's (1.000 = the best measured point), mean over "
+      << tasks << " " << split << " keys";
+  if (seeds > 1) out << " and " << seeds << " seeds (stochastic searchers)";
+  out << ".\n\n| searcher |";
+  for (int k : ks) out << " k=" << k << " |";
+  out << "\n|---|";
+  for (size_t i = 0; i < ks.size(); ++i) out << "---:|";
+  out << "\n";
+  char buf[32];
+  for (const auto& c : curves) {
+    out << "| " << c.name << " |";
+    for (double v : c.Mean()) {
+      std::snprintf(buf, sizeof buf, " %.3f |", v);
+      out << buf;
+    }
+    out << "\n";
+  }
+  if (has_policy) {
+    out << "\nk=1 against the expert default (keys whose expert point was measured: " << expert_measured
+        << "): policy faster on " << policy_beats_expert << ", tied on " << policy_ties_expert << ", slower on "
+        << expert_measured - policy_beats_expert - policy_ties_expert << ".\n";
+  }
+  // The trials random search needs is measured against the policy at k=16 only.
+  if (has_policy && std::find(ks.begin(), ks.end(), 16) != ks.end()) {
+    if (random_trials_to_match_policy_k16 > 0) {
+      std::snprintf(buf, sizeof buf, "%.1fx", random_trials_to_match_policy_k16 / 16.0);
+      out << "Random search reaches the policy's k=16 fraction at k=" << random_trials_to_match_policy_k16 << " ("
+          << buf << " the trials).\n";
+    } else {
+      out << "Random search does not reach the policy's k=16 fraction within k=" << ks.back() << ".\n";
+    }
+  }
+  return out.str();
+}
+
+}  // namespace kjit::policy::learn

@@ -1,0 +1,115 @@
+// The replay environment over the repository's measured datasets: key texts read
+// back to their hashes, the codegen and merge rules, episodes, the baselines.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "kjit/policy/learn/replay.h"
+
+namespace kjit::policy::learn {
+namespace {
+
+const std::vector<ReplayTask>& Tasks(DatasetReport* report_out = nullptr) {
+  static DatasetReport report;
+  static const std::vector<ReplayTask> tasks = [] {
+    auto files = DatasetFiles(DefaultDatasetDirectory());
+    EXPECT_TRUE(files.ok()) << files.status().ToString();
+    auto loaded = LoadDatasets(*files, DeviceFacts::H200(), &report);
+    EXPECT_TRUE(loaded.ok()) << loaded.status().ToString();
+    return loaded.ok() ? std::move(*loaded) : std::vector<ReplayTask>{};
+  }();
+  if (report_out != nullptr) *report_out = report;
+  return tasks;
+}
+
+TEST(KeyText, ReadsBackEveryKindOfArgument) {
+  TensorDesc strided = TensorDesc::Contiguous(DType::kBFloat16, {8, 96, 7, 7});
+  strided.strides = {4704, 1, 672, 96};
+  strided.storage_offset = 3;
+  strided.alignment = 2;
+  const OpKey key = OpKey::Single(
+      "aten::foo", "out",
+      {strided, NoneArg{}, true, int64_t{-3}, 1e-05, 2.0, std::string("mean"), DType::kFloat16, IntList{128, 96},
+       DoubleList{0.5, -1.0}, TensorList{TensorDesc::Contiguous(DType::kFloat32, {3})}, IntList{}},
+      90, kDeterministic | kAllowTF32Matmul);
+  auto parsed = ParseKeyText(key.ToString());
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ(parsed->ToString(), key.ToString());
+  EXPECT_EQ(parsed->Hash(), key.Hash());
+  EXPECT_FALSE(ParseKeyText("aten::_softmax(f32[4,4], -1, False)").ok());
+  EXPECT_FALSE(ParseKeyText("aten::_softmax(q32[4,4], -1, False) sm_90").ok());
+}
+
+TEST(Replay, EveryDatasetKeyBecomesATask) {
+  DatasetReport report;
+  const auto& tasks = Tasks(&report);
+  for (const auto& why : report.skipped) ADD_FAILURE() << "skipped " << why;
+  EXPECT_EQ(report.tasks, report.keys);
+  EXPECT_GE(report.tasks, 60);  // 67 keys in the datasets as committed
+  std::set<std::string> families;
+  for (const auto& t : tasks) {
+    families.insert(t.family_name);
+    EXPECT_EQ(t.key.Hash().ToHex(), t.key_hash);
+    ASSERT_GE(t.oracle_index, 0);
+    EXPECT_EQ(t.features.size(), TaskFeatureNames().size());
+    for (const auto& p : t.points) {
+      // Every point offered is valid today and is addressed by its domain indices.
+      EXPECT_TRUE(t.family->Check(*t.problem, p.point, DeviceFacts::H200()).ok()) << PointToString(p.point);
+      ASSERT_EQ(p.value_index.size(), t.space.knobs.size());
+      for (size_t k = 0; k < p.value_index.size(); ++k) {
+        EXPECT_EQ(t.space.knobs[k].values[p.value_index[k]], p.point.at(t.space.knobs[k].name));
+      }
+      if (p.outcome == Outcome::kVerified) {
+        EXPECT_GE(p.time_us, t.oracle_us());
+      }
+    }
+  }
+  EXPECT_EQ(families.size(), 5u);
+  // softmax codegen 1-3 rows are older than its newest (4) and are dropped.
+  EXPECT_GT(report.rows_older_codegen, 0);
+}
+
+TEST(Replay, HeldOutRuleIsFixedAndSplitsBothWays) {
+  int held = 0;
+  for (const auto& t : Tasks()) held += IsHeldOut(t);
+  EXPECT_GT(held, 0);
+  EXPECT_LT(held, static_cast<int>(Tasks().size()));
+  ReplayTask t;
+  t.key_hash = "c97c4393cb47064a169d4bec25de480d";  // 0xc9 = 201: not divisible by 4
+  EXPECT_FALSE(IsHeldOut(t));
+  t.key_hash = "8975b403b1f1aeb8a82f41bf847e7e96";  // 0x89 = 137
+  EXPECT_FALSE(IsHeldOut(t));
+  t.key_hash = "70daaad8c9ee208f3ae46801da2072dc";  // 0x70 = 112
+  EXPECT_TRUE(IsHeldOut(t));
+}
+
+TEST(Replay, EpisodeAnswersFromTheDataAndRefusesRepeats) {
+  const ReplayTask& task = Tasks().front();
+  ReplayEpisode episode(task, 2);
+  auto r = episode.Trial(task.oracle_index);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->time_us, task.oracle_us());
+  EXPECT_EQ(episode.best_time_us(), task.oracle_us());
+  EXPECT_GT(r->roofline, 0);
+  EXPECT_FALSE(episode.Trial(task.oracle_index).ok());
+  EXPECT_FALSE(episode.Trial(-1).ok());
+  EXPECT_FALSE(episode.Trial(static_cast<int>(task.points.size())).ok());
+}
+
+TEST(Replay, RandomSearchIsSeededAndReachesTheOracleWhenExhaustive) {
+  std::vector<const ReplayTask*> tasks;
+  for (const auto& t : Tasks()) {
+    if (t.points.size() <= 64) tasks.push_back(&t);
+  }
+  ASSERT_FALSE(tasks.empty());
+  RandomSearcher random;
+  const auto a = RunSearch(random, tasks, {1, 4, 64}, 3);
+  const auto b = RunSearch(random, tasks, {1, 4, 64}, 3);
+  EXPECT_EQ(a.fraction, b.fraction);
+  const auto mean = a.Mean();
+  EXPECT_LE(mean[0], mean[1]);
+  EXPECT_DOUBLE_EQ(mean[2], 1.0);  // 64 trials try every point of these tasks
+}
+
+}  // namespace
+}  // namespace kjit::policy::learn
