@@ -429,9 +429,11 @@ class Reduce final : public Family {
     const int64_t size = static_cast<int64_t>(DTypeSize(p.in_dtype));
     // Streaming loads where the input outgrows L2 (50 MB on the H200): nothing is read twice.
     const int64_t hint = p.numel() * size > (int64_t{64} << 20);
-    auto widest = [&](int64_t extent) {
+    // The widest vector the extent and alignment allow; for column tiles, also one that leaves at most
+    // half of a tile's lanes idle (a tile is 32 vectors wide).
+    auto widest = [&](int64_t extent, bool tile) {
       for (int64_t v : {8, 4, 2}) {
-        if (v * size <= 16 && v * size <= p.alignment && extent % v == 0) return v;
+        if (v * size <= 16 && v * size <= p.alignment && extent % v == 0 && (!tile || extent >= 16 * v)) return v;
       }
       return int64_t{1};
     };
@@ -446,7 +448,7 @@ class Reduce final : public Family {
       for (int64_t u : {4, 2, 1}) tries.push_back(point(strategy, threads, vec, u, cluster));
     };
     if (p.inner == 1) {
-      const int64_t v = widest(p.len);
+      const int64_t v = widest(p.len, false);
       if (p.len <= 32 * 8 * v || p.outer >= dev.sm_count * 16) {
         // Short rows, or enough of them to fill the GPU a warp each: no block barrier.
         add(kWarp, 256, v, 1);
@@ -462,7 +464,7 @@ class Reduce final : public Family {
       add(kWarp, 32, v, 1);
       add(kWarp, 32, 1, 1);
     } else {
-      const int64_t v = widest(p.inner);
+      const int64_t v = widest(p.inner, p.len >= 16);
       const int64_t tiles = p.outer * CeilDiv(p.inner, 32 * v);
       if (p.len < 16) {
         // Short reductions: every thread has little to walk; one per column group.
