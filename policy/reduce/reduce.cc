@@ -470,13 +470,18 @@ class Reduce final : public Family {
         // Short reductions: every thread has little to walk; one per column group.
         add(kColumns, 256, v, 1);
         add(kColumns, 128, v, 1);
+      } else if (tiles >= dev.sm_count * 16) {
+        // Many tiles: blocks of 8 warps in many waves (the last wave's imbalance is small).
+        add(kTile, 256, v, 1);
+        add(kTile, 128, v, 1);
       } else {
-        // The reduced dim over 8 warps, and over a cluster where tiles alone give too few blocks
-        // (2 per SM, 16 warps each).
+        // Fewer: blocks of 4 warps, so that 2 to 16 per SM are all resident at once (a second, partial
+        // wave of long blocks would leave SMs idle for a block's whole time: 512 tiles of 8 warps at 3
+        // resident per SM are 1.3 waves), and a cluster per tile where tiles alone give fewer than 2
+        // blocks per SM.
         int64_t cl = 1;
         while (cl < 8 && tiles * cl < dev.sm_count * 2) cl *= 2;
-        for (int64_t c = cl; c >= 1; c /= 2) add(kTile, 256, v, c);
-        add(kTile, 128, v, 1);
+        for (int64_t c = cl; c >= 1; c /= 2) add(kTile, 128, v, c);
         add(kTile, 64, v, 1);
         add(kTile, 64, 1, 1);
       }

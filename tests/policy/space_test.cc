@@ -917,6 +917,7 @@ TEST(ReduceSpace, ExpertDefaultsFitTheShapeAndTheAbi) {
   EXPECT_EQ(p.at("strategy"), 3) << PointToString(p);
   EXPECT_EQ(p.at("vec"), 4) << PointToString(p);
   EXPECT_EQ(p.at("cluster"), 1) << PointToString(p);
+  EXPECT_EQ(p.at("threads"), 128) << PointToString(p);  // 512 blocks of 4 warps: one wave
   EXPECT_EQ(p.at("hint"), 1) << PointToString(p);
   // (x, y): y int64.
   EXPECT_NE(c.source.find("typedef long long y_t;"), std::string::npos);
