@@ -131,37 +131,60 @@ __device__ __forceinline__ void store_out(y_t* p, const Acc& a) {
 
 // Rows (inner == 1): the LANES threads of a row's group read its vectors LANES apart, UNROLL at once.
 constexpr const char* kRowPartial = R"(
-constexpr long long VECS = LEN / VEC;  // VEC divides LEN
-// Thread t's combination of vectors t, t + LANES, ..., each of the UNROLL loads in flight into
-// its own accumulator, combined in a fixed order at the end.
-__device__ __forceinline__ Acc row_partial(const in_t* __restrict__ xr, long long t) {
+// Thread t's combination of the VECS vectors at xv (aligned to VEC elements; element indices from
+// `first`): vectors t, t + LANES, ..., each of the UNROLL loads in flight into its own accumulator,
+// combined in a fixed order at the end.
+__device__ __forceinline__ Acc row_vectors(const in_t* __restrict__ xv, long long vecs, long long first, long long t) {
   Acc acc[UNROLL];
 #pragma unroll
   for (int u = 0; u < UNROLL; ++u) acc[u] = acc_ident();
   long long k = t;
-  for (; k + (long long)(UNROLL - 1) * LANES < VECS; k += (long long)UNROLL * LANES) {
+  for (; k + (long long)(UNROLL - 1) * LANES < vecs; k += (long long)UNROLL * LANES) {
     float v[UNROLL][VEC];
 #pragma unroll
-    for (int u = 0; u < UNROLL; ++u) load_vec<HINT>(xr + (k + (long long)u * LANES) * VEC, v[u]);
+    for (int u = 0; u < UNROLL; ++u) load_vec<HINT>(xv + (k + (long long)u * LANES) * VEC, v[u]);
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u)
 #pragma unroll
-      for (int e = 0; e < VEC; ++e) acc_add(acc[u], v[u][e], (idx_t)((k + (long long)u * LANES) * VEC + e));
+      for (int e = 0; e < VEC; ++e) acc_add(acc[u], v[u][e], (idx_t)(first + (k + (long long)u * LANES) * VEC + e));
   }
 #pragma unroll
   for (int u = 0; u < UNROLL; ++u) {
     const long long kk = k + (long long)u * LANES;
-    if (kk < VECS) {
+    if (kk < vecs) {
       float v[VEC];
-      load_vec<HINT>(xr + kk * VEC, v);
+      load_vec<HINT>(xv + kk * VEC, v);
 #pragma unroll
-      for (int e = 0; e < VEC; ++e) acc_add(acc[u], v[e], (idx_t)(kk * VEC + e));
+      for (int e = 0; e < VEC; ++e) acc_add(acc[u], v[e], (idx_t)(first + kk * VEC + e));
     }
   }
 #pragma unroll
   for (int u = 1; u < UNROLL; ++u) acc[0] = comb(acc[0], acc[u]);
   return acc[0];
 }
+#if ROW_SPLIT
+// VEC does not divide LEN: rows start anywhere relative to VEC. Each row is a scalar head up to its
+// first VEC-aligned element (x itself is aligned), whole vectors, and a scalar tail; the head and
+// tail (at most 2 * (VEC - 1) elements) are one element each for the row's first threads.
+__device__ __forceinline__ Acc row_partial(const in_t* __restrict__ x, long long row, long long t) {
+  const long long start = row * LEN;
+  const long long head = min((long long)((VEC - start % VEC) % VEC), LEN);
+  const long long vecs = (LEN - head) / VEC;
+  const long long tail = head + vecs * VEC;  // the first element after the vectors
+  Acc a = row_vectors(x + start + head, vecs, head, t);
+  if (t < head + (LEN - tail)) {
+    const long long j = t < head ? t : tail + (t - head);
+    typedef typename Bits<in_t>::U raw_t;
+    const raw_t r = *reinterpret_cast<const raw_t*>(x + start + j);
+    acc_add(a, Bits<in_t>::to_f(r), (idx_t)j);
+  }
+  return a;
+}
+#else
+__device__ __forceinline__ Acc row_partial(const in_t* __restrict__ x, long long row, long long t) {
+  return row_vectors(x + row * LEN, LEN / VEC, 0, t);
+}
+#endif
 )";
 
 class Reduce final : public Family {
@@ -384,7 +407,8 @@ class Reduce final : public Family {
     switch (strategy) {
       case kWarp:
       case kBlock: {
-        if (p.len % vec != 0) return InvalidArgument("vector does not divide the row");
+        // (A vector that does not divide the row: each row a scalar head and tail around whole vectors.)
+        if (vec > 1 && p.len < 4 * vec) return InvalidArgument("rows shorter than four vectors");
         if (unroll * vec + unroll * per_value > kMaxRegisterFloats) return InvalidArgument("too many values in flight");
         const int64_t lanes = strategy == kWarp ? 32 : threads * cluster;
         const int64_t vecs = p.len / vec;
@@ -448,7 +472,15 @@ class Reduce final : public Family {
       for (int64_t u : {4, 2, 1}) tries.push_back(point(strategy, threads, vec, u, cluster));
     };
     if (p.inner == 1) {
-      const int64_t v = widest(p.len, false);
+      // Rows take the widest vector whatever their length (a scalar head and tail cover the rest)
+      // where they hold at least four.
+      int64_t v = 1;
+      for (int64_t w : {8, 4, 2}) {
+        if (w * size <= 16 && w * size <= p.alignment && p.len >= 4 * w) {
+          v = w;
+          break;
+        }
+      }
       if (p.len <= 32 * 8 * v || p.outer >= dev.sm_count * 16) {
         // Short rows, or enough of them to fill the GPU a warp each: no block barrier.
         add(kWarp, 256, v, 1);
@@ -507,7 +539,8 @@ class Reduce final : public Family {
     src << "typedef " << (wide_index ? "long long" : "int") << " idx_t;\n";
     src << "#define IDX_NONE " << (wide_index ? "0x7fffffffffffffffLL" : "0x7fffffff") << "\n";
     src << "#define VEC " << vec << "\n#define HINT " << hint << "\n#define KIND " << p.kind << "\n#define IS_ARG "
-        << (p.arg() ? 1 : 0) << "\n#define CLUSTER_SPLIT " << (cluster > 1 ? 1 : 0) << "\n";
+        << (p.arg() ? 1 : 0) << "\n#define CLUSTER_SPLIT " << (cluster > 1 ? 1 : 0) << "\n#define ROW_SPLIT "
+        << (p.inner == 1 && p.len % vec != 0 ? 1 : 0) << "\n";
     // The factor exactly as the host rounded it (hexadecimal: no decimal round trip).
     src << "#define MEAN_FACTOR " << std::hexfloat << p.mean_factor << std::defaultfloat << "f\n";
     src << "constexpr long long OUTER = " << p.outer << "LL, LEN = " << p.len << "LL, INNER = " << p.inner << "LL;\n";
@@ -523,7 +556,7 @@ class Reduce final : public Family {
 extern "C" __global__ void __launch_bounds__(THREADS) kjit_reduce(const in_t* __restrict__ x, y_t* __restrict__ y) {
   const long long row = (long long)blockIdx.x * (THREADS / 32) + threadIdx.x / 32;
   if (row >= OUTER) return;  // whole warps leave: the shuffles below see full warps
-  const Acc a = warp_reduce(row_partial(x + row * LEN, threadIdx.x % 32));
+  const Acc a = warp_reduce(row_partial(x, row, threadIdx.x % 32));
   if (threadIdx.x % 32 == 0) store_out(y + row, a);
 }
 )";
@@ -537,7 +570,7 @@ kjit_reduce(const in_t* __restrict__ x, y_t* __restrict__ y) {
   __shared__ Acc red[32];
   const long long row = blockIdx.x / CLUSTER;
   const int rank = CLUSTER > 1 ? (int)__clusterRelativeBlockRank() : 0;
-  Acc a = block_reduce(row_partial(x + row * LEN, (long long)rank * THREADS + threadIdx.x), red);
+  Acc a = block_reduce(row_partial(x, row, (long long)rank * THREADS + threadIdx.x), red);
 #if CLUSTER_SPLIT
   // Rank 0 combines the blocks' results in rank order through distributed shared memory.
   __shared__ Acc mine;

@@ -883,10 +883,18 @@ TEST(ReduceSpace, ChecksFollowTheLayout) {
   EXPECT_NE(why(middle, point(3, 1024, 4, 1, 1)).find("shared memory"), std::string::npos);
   const Match rows = match(SumKey(TensorDesc::Contiguous(DType::kFloat16, {4095, 1023}), IntList{1}));
   EXPECT_NE(why(rows, point(3, 256, 1, 1, 1)).find("columns"), std::string::npos);
-  EXPECT_NE(why(rows, point(0, 256, 2, 1, 1)).find("divide the row"), std::string::npos);
+  // Rows of 1023: vectors still apply (a scalar head and tail around them), and the source says so.
+  EXPECT_TRUE(rows.family->Check(*rows.problem, point(0, 256, 8, 2, 1), device).ok());
+  auto split = rows.family->Generate(*rows.problem, point(0, 256, 8, 2, 1), device);
+  ASSERT_TRUE(split.ok());
+  EXPECT_NE(split->source.find("#define ROW_SPLIT 1"), std::string::npos);
   EXPECT_NE(why(rows, point(0, 256, 1, 1, 2)).find("clusters"), std::string::npos);
   EXPECT_NE(why(rows, point(1, 1024, 1, 1, 8)).find("idle"), std::string::npos);
-  for (const Point& v : ValidPoints(*rows.family, *rows.problem, device)) EXPECT_EQ(v.at("vec"), 1);
+  const Match short_rows = match(SumKey(TensorDesc::Contiguous(DType::kFloat16, {4096, 13}), IntList{1}));
+  EXPECT_NE(why(short_rows, point(0, 256, 8, 1, 1)).find("four vectors"), std::string::npos);
+  // Columns: a vector must divide the kept inner extent (every row of a column tile starts aligned).
+  const Match odd_cols = match(SumKey(TensorDesc::Contiguous(DType::kFloat32, {8, 300, 511}), IntList{1}));
+  for (const Point& v : ValidPoints(*odd_cols.family, *odd_cols.problem, device)) EXPECT_EQ(v.at("vec"), 1);
   // A 4-byte aligned float16 input allows vectors of 2 at most.
   TensorDesc misaligned = TensorDesc::Contiguous(DType::kFloat16, {64, 4096});
   misaligned.alignment = 4;
@@ -924,8 +932,11 @@ TEST(ReduceSpace, ExpertDefaultsFitTheShapeAndTheAbi) {
   EXPECT_NE(c.source.find("kjit_reduce(const in_t* __restrict__ x, y_t* __restrict__ y)"), std::string::npos);
   EXPECT_EQ(c.entry_point, "kjit_reduce");
   EXPECT_EQ(c.launch.grid[0], 128u * 4u);
-  // Many short rows: a warp each.
+  // Many short rows: a warp each; odd rows keep 16-byte vectors.
   p = default_of(SumKey(big, IntList{2}));
+  EXPECT_EQ(p.at("strategy"), 0) << PointToString(p);
+  EXPECT_EQ(p.at("vec"), 4) << PointToString(p);
+  p = default_of(SumKey(TensorDesc::Contiguous(DType::kFloat32, {127, 4095, 511}), IntList{2}));
   EXPECT_EQ(p.at("strategy"), 0) << PointToString(p);
   EXPECT_EQ(p.at("vec"), 4) << PointToString(p);
   // Few long rows: a cluster of 8 per row, float16 read into float32.

@@ -32,14 +32,22 @@ r() {
   if res=$(timeout 300 "$work/run" "$work/$name.so" $args); then echo "$name [$pt]: $res"; else echo "$name [$pt]: $res"; failed=1; fi
 }
 # warp per row: vectors, unroll with tails, every op and dtype
-r w1 argmax f32 37,301 1 0 none strategy=0 threads=128 vec=1 unroll=4 hint=1
-r w2 amax f16 9,1000 -1 0 none strategy=0 threads=64 vec=8 unroll=2
-r w3 sum bf16 5,4,96 2 1 none strategy=0 threads=32 vec=4 unroll=1
-r w4 mean f32 6,3,50 1,2 0 none strategy=0 threads=64 vec=2 unroll=2
-r w5 argmin bf16 11,64 1 1 none strategy=0 threads=128 vec=8 unroll=1
-r w6 prod f32 7,333 1 0 none strategy=0 threads=64 vec=1 unroll=8
-r w7 amin f32 20,1 1 0 none strategy=0 threads=32 vec=1 unroll=1
-r w8 sum f16 3,700 1 0 f32 strategy=0 threads=64 vec=4 unroll=2
+r w1 argmax f32 37,301 1 0 none strategy=0 threads=128 vec=1 unroll=4 hint=1 cluster=1
+r w2 amax f16 9,1000 -1 0 none strategy=0 threads=64 vec=8 unroll=2 cluster=1
+r w3 sum bf16 5,4,96 2 1 none strategy=0 threads=32 vec=4 unroll=1 cluster=1
+r w4 mean f32 6,3,50 1,2 0 none strategy=0 threads=64 vec=2 unroll=2 cluster=1
+r w5 argmin bf16 11,64 1 1 none strategy=0 threads=128 vec=8 unroll=1 cluster=1
+r w6 prod f32 7,333 1 0 none strategy=0 threads=64 vec=1 unroll=8 cluster=1
+r w7 amin f32 20,1 1 0 none strategy=0 threads=32 vec=1 unroll=1 cluster=1
+r w8 sum f16 3,700 1 0 f32 strategy=0 threads=64 vec=4 unroll=2 cluster=1
+# rows whose length the vector does not divide: a scalar head and tail around whole vectors
+r s1 argmax f32 37,301 1 0 none strategy=0 threads=128 vec=4 unroll=2 cluster=1
+r s2 amin f16 9,1023 -1 0 none strategy=0 threads=64 vec=8 unroll=4 cluster=1
+r s3 sum bf16 5,7,45 2 1 none strategy=0 threads=32 vec=8 unroll=1 cluster=1
+r s4 argmin bf16 13,37 1 1 none strategy=0 threads=64 vec=8 unroll=1 cluster=1
+r s5 mean f32 3,4001 1 0 none strategy=1 threads=128 vec=4 unroll=2 cluster=1
+r s6 argmax f16 2,5003 1 0 none strategy=1 threads=64 vec=8 unroll=1 cluster=4
+r s7 prod f32 5,99 1 0 none strategy=0 threads=64 vec=2 unroll=1 cluster=1
 # block (and cluster) per row
 r b1 argmax f32 3,5000 1 0 none strategy=1 threads=128 vec=4 unroll=2 cluster=1
 r b2 argmin f16 2,4001 -1 0 none strategy=1 threads=64 vec=1 unroll=4 cluster=4
@@ -49,11 +57,11 @@ r b5 sum f32 2,9000 1 0 none strategy=1 threads=64 vec=4 unroll=4 cluster=8
 r b6 prod_all f16 3,5,70 none 0 none strategy=1 threads=64 vec=2 unroll=1 cluster=2
 r b7 argmax f32 33,111 none 0 none strategy=1 threads=128 vec=1 unroll=2 cluster=8
 # a thread per columns
-r c1 argmax f32 3,100,40 1 0 none strategy=2 threads=32 vec=4 unroll=4
-r c2 amin f16 5,17,24 1 1 none strategy=2 threads=32 vec=8 unroll=2
-r c3 mean bf16 100,6 0 0 none strategy=2 threads=32 vec=2 unroll=4
-r c4 prod f32 4,9,7 1 0 none strategy=2 threads=32 vec=1 unroll=2
-r c5 argmin bf16 6,1,5,3 0,1 0 none strategy=2 threads=32 vec=1 unroll=1
+r c1 argmax f32 3,100,40 1 0 none strategy=2 threads=32 vec=4 unroll=4 cluster=1
+r c2 amin f16 5,17,24 1 1 none strategy=2 threads=32 vec=8 unroll=2 cluster=1
+r c3 mean bf16 100,6 0 0 none strategy=2 threads=32 vec=2 unroll=4 cluster=1
+r c4 prod f32 4,9,7 1 0 none strategy=2 threads=32 vec=1 unroll=2 cluster=1
+r c5 argmin bf16 6,1,5,3 0,1 0 none strategy=2 threads=32 vec=1 unroll=1 cluster=1
 # column tiles over warps and clusters (the headroom shape, small)
 r t1 argmax f32 4,300,64 1 0 none strategy=3 threads=128 vec=4 unroll=2 cluster=1
 r t2 sum f32 2,129,160 1 0 none strategy=3 threads=256 vec=4 unroll=4 cluster=1 hint=1

@@ -51,7 +51,7 @@ int main(int argc, char** argv) {
     last = it->position() + it->length();
   }
   res += src.substr(last);
-  std::ofstream(out) << "#include \"emu.h\"\n" << res;
+  std::ofstream(out) << "#include \"emu.h\"\nusing std::min;\n" << res;
   // reduce_run's arguments: kind in_dtype out_dtype outer len inner grid block cluster | point
   std::smatch m;
   const std::string desc = found->problem->description;
