@@ -223,6 +223,11 @@ class Reduce final : public Family {
   std::vector<OpKey> SampleKeys() const override {
     constexpr DType f32 = DType::kFloat32, f16 = DType::kFloat16, bf16 = DType::kBFloat16;
     auto x = [](DType dt, std::vector<int64_t> s) { return TensorDesc::Contiguous(dt, std::move(s)); };
+    auto channels_last = [](DType dt, std::vector<int64_t> s) {  // [N, C, H, W] stored as N, H, W, C
+      TensorDesc t = TensorDesc::Contiguous(dt, s);
+      t.strides = {s[1] * s[2] * s[3], 1, s[3] * s[1], s[1]};
+      return t;
+    };
     auto sum = [](TensorDesc t, Arg dims, bool keep, Arg dtype) {
       return OpKey::Single("aten::sum", "dim_IntList", {std::move(t), std::move(dims), keep, std::move(dtype)}, 90);
     };
@@ -256,6 +261,8 @@ class Reduce final : public Family {
         arg("aten::argmax", x(f32, {1000, 37}), NoneArg{}, false),
         // Few columns over a long first dim: the tile split over a cluster.
         mean(x(f16, {8192, 96}), IntList{0}, false, NoneArg{}),
+        // adaptive_avg_pool2d(x, 1) on a channels_last input: mean over H and W, columns of C in memory.
+        mean(channels_last(f16, {32, 256, 14, 14}), IntList{-1, -2}, true, NoneArg{}),
     };
   }
 
@@ -292,7 +299,6 @@ class Reduce final : public Family {
     }
     const int64_t nd = static_cast<int64_t>(x->sizes.size());
     if (nd == 0) return InvalidArgument("0-d inputs are left to PyTorch");
-    if (!x->is_contiguous()) return InvalidArgument("non-contiguous inputs are declined");
     if (x->numel() == 0) return InvalidArgument("empty inputs are left to PyTorch");
     if (form != kAll && !std::holds_alternative<bool>(c.args[2])) return InvalidArgument("keepdim is not a bool");
 
@@ -332,14 +338,34 @@ class Reduce final : public Family {
       }
     }
 
-    // [outer, len, inner]: size-1 dims dropped (they move no element), the reduced ones must then be
-    // one run of adjacent dims.
-    int run_state = 0;  // 0 before the reduced run, 1 in it, 2 after it
+    // The dims in memory order (strides descending; size-1 dims dropped: they move no element). The
+    // input must be dense (a permutation of a contiguous tensor: channels_last is one).
+    std::vector<int64_t> order;
     for (int64_t d = 0; d < nd; ++d) {
+      if (x->sizes[d] > 1) order.push_back(d);
+    }
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return x->strides[a] > x->strides[b]; });
+    int64_t dense = 1;
+    for (auto it = order.rbegin(); it != order.rend(); ++it) {
+      if (x->strides[*it] != dense) return InvalidArgument("input not dense (gaps, overlaps or broadcasts): declined");
+      dense *= x->sizes[*it];
+    }
+    // The output is contiguous in logical order: the kept dims must lie in memory in that order too.
+    int64_t last_kept = -1;
+    for (int64_t d : order) {
+      if (reduced[d]) continue;
+      if (d < last_kept) return InvalidArgument("kept dims out of logical order in memory: declined");
+      last_kept = d;
+    }
+    // argmax/argmin of the flattened tensor count positions in logical order.
+    const bool flat = form == kOptionalInt && std::holds_alternative<NoneArg>(c.args[1]);
+    if (flat && !x->is_contiguous()) return InvalidArgument("argmax/argmin of a non-contiguous flattened input: declined");
+    // [outer, len, inner] in memory order: the reduced dims must be one run of adjacent dims.
+    int run_state = 0;  // 0 before the reduced run, 1 in it, 2 after it
+    for (int64_t d : order) {
       const int64_t s = x->sizes[d];
-      if (s == 1) continue;
       if (reduced[d]) {
-        if (run_state == 2) return InvalidArgument("reduced dims not adjacent (after dropping size-1 dims): declined");
+        if (run_state == 2) return InvalidArgument("reduced dims not adjacent in memory (after dropping size-1 dims): declined");
         run_state = 1;
         p->len *= s;
       } else {
@@ -365,6 +391,7 @@ class Reduce final : public Family {
     desc << kNames[p->kind] << " " << DTypeName(p->in_dtype);
     if (p->out_dtype != p->in_dtype && !p->arg()) desc << "->" << DTypeName(p->out_dtype);
     desc << " outer=" << p->outer << " len=" << p->len << " inner=" << p->inner;
+    if (!x->is_contiguous()) desc << " (memory order)";
     p->description = desc.str();
     return std::unique_ptr<Problem>(std::move(p));
   }

@@ -23,13 +23,17 @@
 //     bytes either way; dtype the input's, or `dtype` where given (argmax/argmin: int64).
 //   - dtype=float32 on a float16/bfloat16 input reads the input as it is and writes float32
 //     (PyTorch's gpu_lowp_to_f32 path); a dtype equal to the input's changes nothing.
+// Inputs: dense tensors (a permutation of a contiguous one, e.g. channels_last), seen in memory order;
+// the output is contiguous in logical order, so the kept dims must lie in memory in their logical
+// order (channels_last means over H and W: [N, H*W, C]; over C: [N*H*W, C]).
 // Declined, with the reason: other dtypes (integers reduce into int64, float64), other dtype
-// arguments (a narrower one rounds the input first), non-contiguous, empty and 0-d inputs, reduced
-// dims that are not adjacent once size-1 dims are dropped, repeated dims, long reductions to so
-// few outputs that no kernel without a grid-wide split can fill the GPU (that needs a workspace the
-// kernel ABI lacks; PyTorch is at the floor there).
+// arguments (a narrower one rounds the input first), inputs that are not dense, kept dims out of
+// logical order in memory, argmax/argmin of a flattened non-contiguous input, empty and 0-d inputs,
+// reduced dims that are not adjacent in memory once size-1 dims are dropped, repeated dims, long
+// reductions to so few outputs that no kernel without a grid-wide split can fill the GPU (that needs
+// a workspace the kernel ABI lacks; PyTorch is at the floor there).
 //
-// The key is seen as [outer, len, inner]: the reduced dims merged into len. Strategies:
+// The key is seen as [outer, len, inner] in memory order: the reduced dims merged into len. Strategies:
 //   0 warp     inner == 1 (rows): a warp per row, threads/32 rows per block, vectors of `vec`
 //              along the row, `unroll` vectors in flight per lane, each into its own accumulator
 //   1 block    rows: a block per row (a cluster of `cluster` blocks per row, partials combined

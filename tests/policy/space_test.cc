@@ -803,9 +803,21 @@ TEST(ReduceSpace, DeclinesWhatItCannotServe) {
             std::string::npos);
   EXPECT_NE(reason(SumKey(TensorDesc::Contiguous(DType::kFloat64, {4, 4}), IntList{1})).find("not served"),
             std::string::npos);
-  TensorDesc transposed = TensorDesc::Contiguous(DType::kFloat32, {4, 4});
+  TensorDesc gaps = TensorDesc::Contiguous(DType::kFloat32, {4, 4});
+  gaps.strides = {8, 1};
+  EXPECT_NE(reason(SumKey(gaps, IntList{1})).find("not dense"), std::string::npos);
+  TensorDesc broadcast = TensorDesc::Contiguous(DType::kFloat32, {4, 4});
+  broadcast.strides = {0, 1};
+  EXPECT_NE(reason(SumKey(broadcast, IntList{1})).find("not dense"), std::string::npos);
+  // channels_last over N: the kept C, H, W lie in memory as H, W, C, but the output is [C, H, W].
+  EXPECT_NE(reason(SumKey(ChannelsLast(DType::kFloat32, {2, 3, 4, 5}), IntList{0})).find("logical order"),
+            std::string::npos);
+  // channels_last over C and H: memory order H, W, C leaves W between them.
+  EXPECT_NE(reason(SumKey(ChannelsLast(DType::kFloat32, {2, 3, 4, 5}), IntList{1, 2})).find("not adjacent"),
+            std::string::npos);
+  TensorDesc transposed = TensorDesc::Contiguous(DType::kFloat32, {4, 5});
   transposed.strides = {1, 4};
-  EXPECT_NE(reason(SumKey(transposed, IntList{1})).find("non-contiguous"), std::string::npos);
+  EXPECT_NE(reason(ArgKey("aten::argmax", transposed, NoneArg{})).find("flattened"), std::string::npos);
   EXPECT_NE(reason(SumKey(TensorDesc::Contiguous(DType::kFloat32, {0, 4}), IntList{1})).find("empty"), std::string::npos);
   EXPECT_NE(reason(SumKey(TensorDesc::Contiguous(DType::kFloat32, {}), IntList{})).find("0-d"), std::string::npos);
   EXPECT_NE(reason(SumKey(x, IntList{3})).find("out of range"), std::string::npos);
@@ -855,6 +867,18 @@ TEST(ReduceSpace, KeysBecomeOuterLenInner) {
                                                         true, DType::kFloat32},
                                90)),
             "prod bf16->f32 outer=1 len=3 inner=9");
+  // Dense permutations, in memory order: channels_last means over H and W are columns of C,
+  // over C rows of C; a transposed matrix summed over dim 1 is columns.
+  EXPECT_EQ(desc(OpKey::Single("aten::mean", "dim", {ChannelsLast(DType::kBFloat16, {8, 64, 7, 9}), IntList{-1, -2}, true,
+                                                     NoneArg{}},
+                               90)),
+            "mean bf16 outer=8 len=63 inner=64 (memory order)");
+  EXPECT_EQ(desc(SumKey(ChannelsLast(DType::kFloat32, {8, 64, 7, 9}), IntList{1})),
+            "sum f32 outer=504 len=64 inner=1 (memory order)");
+  TensorDesc transposed = TensorDesc::Contiguous(DType::kFloat32, {4, 5});
+  transposed.strides = {1, 4};
+  EXPECT_EQ(desc(SumKey(transposed, IntList{1})), "sum f32 outer=1 len=5 inner=4 (memory order)");
+  EXPECT_EQ(desc(ArgKey("aten::argmin", transposed, int64_t{0})), "argmin f32 outer=5 len=4 inner=1 (memory order)");
   // A size-1 reduced dim: a copy (len 1), still served.
   EXPECT_EQ(desc(SumKey(TensorDesc::Contiguous(DType::kFloat32, {6, 1, 7}), IntList{1})), "sum f32 outer=42 len=1 inner=1");
 }
