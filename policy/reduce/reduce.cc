@@ -27,11 +27,15 @@ struct ReduceProblem : Problem {
   DType in_dtype = DType::kFloat32;
   DType out_dtype = DType::kFloat32;  // kInt64 for argmax/argmin
   int64_t outer = 1, len = 1, inner = 1;
+  // Reduced dims in two runs around the kept ones ([segs, outer, len] in memory, inner == 1: e.g. dims
+  // 0, 2, 3 of NCHW): output o reduces segs segments of len, segment s at (s * outer + o) * len.
+  int64_t segs = 1;
   int alignment = 16;  // of the input's data pointer
   float mean_factor = 1.f;
   bool arg() const { return kind == kArgMax || kind == kArgMin; }
   int64_t outputs() const { return outer * inner; }
-  int64_t numel() const { return outer * len * inner; }
+  int64_t numel() const { return segs * outer * len * inner; }
+  int64_t reduced() const { return segs * len; }  // elements per output
   // Bytes of one accumulator (value, and index for argmax/argmin) in shared memory.
   int64_t acc_bytes() const { return arg() ? 16 : 4; }
 };
@@ -131,10 +135,11 @@ __device__ __forceinline__ void store_out(y_t* p, const Acc& a) {
 
 // Rows (inner == 1): the LANES threads of a row's group read its vectors LANES apart, UNROLL at once.
 constexpr const char* kRowPartial = R"(
-// Thread t's combination of the VECS vectors at xv (aligned to VEC elements; element indices from
-// `first`): vectors t, t + LANES, ..., each of the UNROLL loads in flight into its own accumulator,
+// Thread t's combination of `vecs` vectors (at(k): vector k, aligned to VEC elements; element indices
+// from `first`): vectors t, t + LANES, ..., each of the UNROLL loads in flight into its own accumulator,
 // combined in a fixed order at the end.
-__device__ __forceinline__ Acc row_vectors(const in_t* __restrict__ xv, long long vecs, long long first, long long t) {
+template <typename At>
+__device__ __forceinline__ Acc walk_vectors(const At& at, long long vecs, long long first, long long t) {
   Acc acc[UNROLL];
 #pragma unroll
   for (int u = 0; u < UNROLL; ++u) acc[u] = acc_ident();
@@ -142,7 +147,7 @@ __device__ __forceinline__ Acc row_vectors(const in_t* __restrict__ xv, long lon
   for (; k + (long long)(UNROLL - 1) * LANES < vecs; k += (long long)UNROLL * LANES) {
     float v[UNROLL][VEC];
 #pragma unroll
-    for (int u = 0; u < UNROLL; ++u) load_vec<HINT>(xv + (k + (long long)u * LANES) * VEC, v[u]);
+    for (int u = 0; u < UNROLL; ++u) load_vec<HINT>(at(k + (long long)u * LANES), v[u]);
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u)
 #pragma unroll
@@ -153,7 +158,7 @@ __device__ __forceinline__ Acc row_vectors(const in_t* __restrict__ xv, long lon
     const long long kk = k + (long long)u * LANES;
     if (kk < vecs) {
       float v[VEC];
-      load_vec<HINT>(xv + kk * VEC, v);
+      load_vec<HINT>(at(kk), v);
 #pragma unroll
       for (int e = 0; e < VEC; ++e) acc_add(acc[u], v[e], (idx_t)(first + kk * VEC + e));
     }
@@ -162,7 +167,24 @@ __device__ __forceinline__ Acc row_vectors(const in_t* __restrict__ xv, long lon
   for (int u = 1; u < UNROLL; ++u) acc[0] = comb(acc[0], acc[u]);
   return acc[0];
 }
-#if ROW_SPLIT
+// The VECS vectors at xv, in order.
+__device__ __forceinline__ Acc row_vectors(const in_t* __restrict__ xv, long long vecs, long long first, long long t) {
+  return walk_vectors([=](long long k) { return xv + k * VEC; }, vecs, first, t);
+}
+#if SEGS > 1
+// Output `row` reduces SEGS segments of LEN elements (VEC divides LEN), segment s at
+// (s * OUTER + row) * LEN: vector k is vector k % VPS of segment k / VPS. (Indices are not needed:
+// argmax/argmin reduce one dim.)
+__device__ __forceinline__ Acc row_partial(const in_t* __restrict__ x, long long row, long long t) {
+  constexpr long long VPS = LEN / VEC;
+  return walk_vectors(
+      [=](long long k) {
+        const long long s = k / VPS;
+        return x + (s * OUTER + row) * LEN + (k - s * VPS) * VEC;
+      },
+      SEGS * VPS, 0, t);
+}
+#elif ROW_SPLIT
 // VEC does not divide LEN: rows start anywhere relative to VEC. Each row is a scalar head up to its
 // first VEC-aligned element (x itself is aligned), whole vectors, and a scalar tail; the head and
 // tail (at most 2 * (VEC - 1) elements) are one element each for the row's first threads.
@@ -263,6 +285,8 @@ class Reduce final : public Family {
         mean(x(f16, {8192, 96}), IntList{0}, false, NoneArg{}),
         // adaptive_avg_pool2d(x, 1) on a channels_last input: mean over H and W, columns of C in memory.
         mean(channels_last(f16, {32, 256, 14, 14}), IntList{-1, -2}, true, NoneArg{}),
+        // Per-channel statistics of NCHW (dims 0, 2, 3): segments around the kept channels.
+        sum(x(bf16, {16, 64, 32, 32}), IntList{0, 2, 3}, false, f32),
     };
   }
 
@@ -360,17 +384,28 @@ class Reduce final : public Family {
     // argmax/argmin of the flattened tensor count positions in logical order.
     const bool flat = form == kOptionalInt && std::holds_alternative<NoneArg>(c.args[1]);
     if (flat && !x->is_contiguous()) return InvalidArgument("argmax/argmin of a non-contiguous flattened input: declined");
-    // [outer, len, inner] in memory order: the reduced dims must be one run of adjacent dims.
-    int run_state = 0;  // 0 before the reduced run, 1 in it, 2 after it
+    // Runs of adjacent reduced or kept dims in memory order, each merged into one extent.
+    std::vector<std::pair<bool, int64_t>> runs;  // (reduced, elements)
     for (int64_t d : order) {
-      const int64_t s = x->sizes[d];
-      if (reduced[d]) {
-        if (run_state == 2) return InvalidArgument("reduced dims not adjacent in memory (after dropping size-1 dims): declined");
-        run_state = 1;
-        p->len *= s;
-      } else {
-        if (run_state == 1) run_state = 2;
-        (run_state == 0 ? p->outer : p->inner) *= s;
+      if (runs.empty() || runs.back().first != reduced[d]) runs.push_back({reduced[d], 1});
+      runs.back().second *= x->sizes[d];
+    }
+    if (runs.size() == 3 && runs[0].first && runs[2].first) {
+      // [segs, outer, len]: reduced, kept, reduced (per-channel statistics of NCHW: dims 0, 2, 3).
+      p->segs = runs[0].second, p->outer = runs[1].second, p->len = runs[2].second;
+    } else {
+      // [outer, len, inner]: the reduced dims must be one run.
+      int reduced_runs = 0;
+      for (const auto& [r, n] : runs) {
+        if (r) {
+          ++reduced_runs;
+          p->len = n;
+        } else {
+          (reduced_runs == 0 ? p->outer : p->inner) = n;
+        }
+      }
+      if (reduced_runs > 1) {
+        return InvalidArgument("reduced dims in more than one run in memory, other than around one kept run: declined");
       }
     }
     if (p->numel() > (int64_t{1} << 40)) return InvalidArgument("too large");
@@ -390,6 +425,7 @@ class Reduce final : public Family {
     std::ostringstream desc;
     desc << kNames[p->kind] << " " << DTypeName(p->in_dtype);
     if (p->out_dtype != p->in_dtype && !p->arg()) desc << "->" << DTypeName(p->out_dtype);
+    if (p->segs > 1) desc << " segs=" << p->segs;
     desc << " outer=" << p->outer << " len=" << p->len << " inner=" << p->inner;
     if (!x->is_contiguous()) desc << " (memory order)";
     p->description = desc.str();
@@ -436,9 +472,11 @@ class Reduce final : public Family {
       case kBlock: {
         // (A vector that does not divide the row: each row a scalar head and tail around whole vectors.)
         if (vec > 1 && p.len < 4 * vec) return InvalidArgument("rows shorter than four vectors");
+        // Segments are walked as whole vectors only.
+        if (p.segs > 1 && p.len % vec != 0) return InvalidArgument("vector does not divide the segments");
         if (unroll * vec + unroll * per_value > kMaxRegisterFloats) return InvalidArgument("too many values in flight");
         const int64_t lanes = strategy == kWarp ? 32 : threads * cluster;
-        const int64_t vecs = p.len / vec;
+        const int64_t vecs = p.reduced() / vec;
         if (unroll > 1 && (unroll - 1) * lanes >= vecs) return InvalidArgument("unroll longer than the row");
         if (strategy == kWarp) {
           if (threads > 32 && p.outer <= threads / 64) return InvalidArgument("most warps would idle");
@@ -503,12 +541,12 @@ class Reduce final : public Family {
       // where they hold at least four.
       int64_t v = 1;
       for (int64_t w : {8, 4, 2}) {
-        if (w * size <= 16 && w * size <= p.alignment && p.len >= 4 * w) {
+        if (w * size <= 16 && w * size <= p.alignment && p.len >= 4 * w && (p.segs == 1 || p.len % w == 0)) {
           v = w;
           break;
         }
       }
-      if (p.len <= 32 * 8 * v || p.outer >= dev.sm_count * 16) {
+      if (p.reduced() <= 32 * 8 * v || p.outer >= dev.sm_count * 16) {
         // Short rows, or enough of them to fill the GPU a warp each: no block barrier.
         add(kWarp, 256, v, 1);
       } else if (p.outer >= dev.sm_count * 2) {
@@ -567,7 +605,7 @@ class Reduce final : public Family {
     src << "#define IDX_NONE " << (wide_index ? "0x7fffffffffffffffLL" : "0x7fffffff") << "\n";
     src << "#define VEC " << vec << "\n#define HINT " << hint << "\n#define KIND " << p.kind << "\n#define IS_ARG "
         << (p.arg() ? 1 : 0) << "\n#define CLUSTER_SPLIT " << (cluster > 1 ? 1 : 0) << "\n#define ROW_SPLIT "
-        << (p.inner == 1 && p.len % vec != 0 ? 1 : 0) << "\n";
+        << (p.inner == 1 && p.len % vec != 0 ? 1 : 0) << "\n#define SEGS " << p.segs << "LL\n";
     // The factor exactly as the host rounded it (hexadecimal: no decimal round trip).
     src << "#define MEAN_FACTOR " << std::hexfloat << p.mean_factor << std::defaultfloat << "f\n";
     src << "constexpr long long OUTER = " << p.outer << "LL, LEN = " << p.len << "LL, INNER = " << p.inner << "LL;\n";

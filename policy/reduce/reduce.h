@@ -29,13 +29,16 @@
 // Declined, with the reason: other dtypes (integers reduce into int64, float64), other dtype
 // arguments (a narrower one rounds the input first), inputs that are not dense, kept dims out of
 // logical order in memory, argmax/argmin of a flattened non-contiguous input, empty and 0-d inputs,
-// reduced dims that are not adjacent in memory once size-1 dims are dropped, repeated dims, long
+// reduced dims in more than one run in memory (size-1 dims dropped) other than two runs around one
+// kept run ([segs, outer, len]: dims 0, 2, 3 of NCHW, served as rows of segments), repeated dims, long
 // reductions to so few outputs that no kernel without a grid-wide split can fill the GPU (that needs
 // a workspace the kernel ABI lacks; PyTorch is at the floor there).
 //
 // The key is seen as [outer, len, inner] in memory order: the reduced dims merged into len. Strategies:
 //   0 warp     inner == 1 (rows): a warp per row, threads/32 rows per block, vectors of `vec`
 //              along the row, `unroll` vectors in flight per lane, each into its own accumulator
+//              (segments: output o's "row" is segs segments of len, segment s at (s * outer + o) * len,
+//              walked as whole vectors; rows strategies only)
 //   1 block    rows: a block per row (a cluster of `cluster` blocks per row, partials combined
 //              through distributed shared memory), block reduction through shared memory
 //   2 columns  inner > 1: a thread per `vec` adjacent columns walking down the reduced dim,

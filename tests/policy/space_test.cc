@@ -813,7 +813,7 @@ TEST(ReduceSpace, DeclinesWhatItCannotServe) {
   EXPECT_NE(reason(SumKey(ChannelsLast(DType::kFloat32, {2, 3, 4, 5}), IntList{0})).find("logical order"),
             std::string::npos);
   // channels_last over C and H: memory order H, W, C leaves W between them.
-  EXPECT_NE(reason(SumKey(ChannelsLast(DType::kFloat32, {2, 3, 4, 5}), IntList{1, 2})).find("not adjacent"),
+  EXPECT_NE(reason(SumKey(ChannelsLast(DType::kFloat32, {2, 3, 4, 5}), IntList{1, 2})).find("more than one run"),
             std::string::npos);
   TensorDesc transposed = TensorDesc::Contiguous(DType::kFloat32, {4, 5});
   transposed.strides = {1, 4};
@@ -823,7 +823,9 @@ TEST(ReduceSpace, DeclinesWhatItCannotServe) {
   EXPECT_NE(reason(SumKey(x, IntList{3})).find("out of range"), std::string::npos);
   EXPECT_NE(reason(ArgKey("aten::argmax", x, int64_t{-4})).find("out of range"), std::string::npos);
   EXPECT_NE(reason(SumKey(x, IntList{1, -2})).find("twice"), std::string::npos);
-  EXPECT_NE(reason(SumKey(x, IntList{0, 2})).find("not adjacent"), std::string::npos);
+  // Kept, reduced, kept, reduced: two reduced runs that are not around one kept run.
+  EXPECT_NE(reason(SumKey(TensorDesc::Contiguous(DType::kFloat32, {2, 3, 4, 5}), IntList{1, 3})).find("more than one run"),
+            std::string::npos);
   // A narrower dtype rounds the input first; float64 is not served.
   EXPECT_NE(reason(SumKey(x, IntList{1}, false, DType::kFloat16)).find("left to PyTorch"), std::string::npos);
   EXPECT_NE(reason(SumKey(TensorDesc::Contiguous(DType::kFloat16, {4, 4}), IntList{1}, false, DType::kFloat64))
@@ -879,6 +881,11 @@ TEST(ReduceSpace, KeysBecomeOuterLenInner) {
   transposed.strides = {1, 4};
   EXPECT_EQ(desc(SumKey(transposed, IntList{1})), "sum f32 outer=1 len=5 inner=4 (memory order)");
   EXPECT_EQ(desc(ArgKey("aten::argmin", transposed, int64_t{0})), "argmin f32 outer=5 len=4 inner=1 (memory order)");
+  // Reduced runs around one kept run: segments (per-channel statistics of NCHW).
+  EXPECT_EQ(desc(SumKey(TensorDesc::Contiguous(DType::kFloat32, {32, 64, 256, 256}), IntList{0, 2, 3})),
+            "sum f32 segs=32 outer=64 len=65536 inner=1");
+  EXPECT_EQ(desc(OpKey::Single("aten::amax", "", {x, IntList{0, 2}, true}, 90)),
+            "amax f32 segs=128 outer=4096 len=512 inner=1");
   // A size-1 reduced dim: a copy (len 1), still served.
   EXPECT_EQ(desc(SumKey(TensorDesc::Contiguous(DType::kFloat32, {6, 1, 7}), IntList{1})), "sum f32 outer=42 len=1 inner=1");
 }
@@ -986,6 +993,18 @@ TEST(ReduceSpace, ExpertDefaultsFitTheShapeAndTheAbi) {
   default_of(OpKey::Single("aten::amin", "", {TensorDesc::Contiguous(DType::kFloat16, {4095, 1023}), IntList{1}, false}, 90));
   default_of(ArgKey("aten::argmax", TensorDesc::Contiguous(DType::kFloat32, {1}), NoneArg{}));
   default_of(SumKey(TensorDesc::Contiguous(DType::kFloat32, {3, 100000, 7}), IntList{1}));
+  // Per-channel statistics: 64 outputs of 32 segments of 65536: a cluster of blocks each, whole vectors.
+  p = default_of(OpKey::Single("aten::mean", "dim", {TensorDesc::Contiguous(DType::kFloat32, {32, 64, 256, 256}),
+                                                     IntList{0, 2, 3}, false, NoneArg{}},
+                               90),
+                 &c);
+  EXPECT_EQ(p.at("strategy"), 1) << PointToString(p);
+  EXPECT_EQ(p.at("cluster"), 8) << PointToString(p);
+  EXPECT_EQ(p.at("vec"), 4) << PointToString(p);
+  EXPECT_NE(c.source.find("#define SEGS 32LL"), std::string::npos);
+  // Segments of 33 elements: vectors must divide them.
+  p = default_of(SumKey(TensorDesc::Contiguous(DType::kFloat32, {5, 6, 33}), IntList{0, 2}));
+  EXPECT_EQ(p.at("vec"), 1) << PointToString(p);
 }
 
 TEST(ReduceSpace, TraitsFollowWhatPyTorchFixes) {

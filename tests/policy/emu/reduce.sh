@@ -56,6 +56,12 @@ r b4 mean bf16 2,3,40,30 2,3 1 none strategy=1 threads=128 vec=4 unroll=2 cluste
 r b5 sum f32 2,9000 1 0 none strategy=1 threads=64 vec=4 unroll=4 cluster=8
 r b6 prod_all f16 3,5,70 none 0 none strategy=1 threads=64 vec=2 unroll=1 cluster=2
 r b7 argmax f32 33,111 none 0 none strategy=1 threads=128 vec=1 unroll=2 cluster=8
+# reduced dims around a kept run (per-channel statistics of NCHW: dims 0, 2, 3): segments
+r g1 sum f32 3,5,7,8 0,2,3 0 none strategy=0 threads=64 vec=4 unroll=2 cluster=1
+r g2 mean bf16 4,6,400 0,2 1 none strategy=1 threads=64 vec=8 unroll=2 cluster=2
+r g3 amax f16 5,3,4,64 0,2,3 0 none strategy=1 threads=128 vec=2 unroll=4 cluster=1
+r g4 amin f32 2,9,33 0,2 0 none strategy=0 threads=32 vec=1 unroll=2 cluster=1
+r g5 sum f16 2,4,1,50 0,3 1 f32 strategy=1 threads=32 vec=2 unroll=1 cluster=2
 # a thread per columns
 r c1 argmax f32 3,100,40 1 0 none strategy=2 threads=32 vec=4 unroll=4 cluster=1
 r c2 amin f16 5,17,24 1 1 none strategy=2 threads=32 vec=8 unroll=2 cluster=1

@@ -5,7 +5,9 @@
 // products against float64 within float32 accumulation error; and that nothing is written past the
 // output. Inputs for min/max are small integers (ties) with NaN, +-Inf and -0.0 in some slices and
 // slices wholly -Inf or +Inf; for sums, normal values with NaN/Inf in some slices.
-// Usage: reduce_run SO KIND IN_DTYPE OUT_DTYPE OUTER LEN INNER GRID BLOCK CLUSTER
+// Usage: reduce_run SO KIND IN_DTYPE OUT_DTYPE SEGS OUTER LEN INNER GRID BLOCK CLUSTER
+//   (the memory-order view: SEGS segments of [OUTER, LEN, INNER]; output (o, i) reduces element
+//   ((s * OUTER + o) * LEN + j) * INNER + i over s and j)
 //   KIND 0 sum 1 mean 2 prod 3 amax 4 amin 5 argmax 6 argmin; dtypes 0 f32 1 f16 2 bf16 3 i64
 #include "emu.h"
 #include <dlfcn.h>
@@ -34,15 +36,17 @@ static uint32_t from_f(float f, int dt) {
 }
 static int esize(int dt) { return dt == 0 ? 4 : dt == 3 ? 8 : 2; }
 int main(int argc, char** argv) {
-  if (argc < 11) { std::printf("usage\n"); return 2; }
+  if (argc < 12) { std::printf("usage\n"); return 2; }
   void* so = dlopen(argv[1], RTLD_NOW);
   if (!so) { std::printf("dlopen: %s\n", dlerror()); return 2; }
   auto kernel = reinterpret_cast<void (*)(const void*, void*)>(dlsym(so, "kjit_reduce"));
   const int kind = atoi(argv[2]), dt = atoi(argv[3]), odt = atoi(argv[4]);
-  const long long outer = atoll(argv[5]), len = atoll(argv[6]), inner = atoll(argv[7]);
-  gridDim.x = atoi(argv[8]); blockDim.x = atoi(argv[9]); emu_cluster = atoi(argv[10]);
+  const long long segs = atoll(argv[5]), outer = atoll(argv[6]), len = atoll(argv[7]), inner = atoll(argv[8]);
+  gridDim.x = atoi(argv[9]); blockDim.x = atoi(argv[10]); emu_cluster = atoi(argv[11]);
   const bool minmax = kind >= 3;
-  const long long n = outer * len * inner, n_out = outer * inner;
+  const long long n = segs * outer * len * inner, n_out = outer * inner, per_out = segs * len;
+  // Element j of output (o, i)'s slice (j over segments, then within one).
+  auto at = [&](long long o, long long i, long long j) { return ((j / len * outer + o) * len + j % len) * inner + i; };
   const int es = esize(dt), os = esize(odt);
   std::vector<char> x(n * es), y(n_out * os + 64, 0x5a);
   std::vector<float> xv(n);  // the input's values as the kernel reads them
@@ -59,12 +63,12 @@ int main(int argc, char** argv) {
     s = r < 0.55 ? 0 : r < 0.8 ? 1 : (minmax && r < 0.9) ? 2 : (minmax && r < 0.97) ? 3 : 0;
   }
   for (long long o = 0; o < outer; ++o)
-    for (long long j = 0; j < len; ++j)
-      for (long long i = 0; i < inner; ++i) {
-        const long long e = (o * len + j) * inner + i;
+    for (long long i = 0; i < inner; ++i)
+      for (long long j = 0; j < per_out; ++j) {
+        const long long e = at(o, i, j);
         const int sk = slice_kind[o * inner + i];
         float f = minmax ? (float)small(gen) : nd(gen);
-        if (sk == 1 && u01(gen) < 2.0 / len) f = specials[gen() % 4];
+        if (sk == 1 && u01(gen) < 2.0 / per_out) f = specials[gen() % 4];
         if (sk == 2) f = -inf;
         if (sk == 3) f = inf;
         const uint32_t u = from_f(f, dt);
@@ -106,14 +110,14 @@ int main(int argc, char** argv) {
   for (long long o = 0; o < outer; ++o)
     for (long long i = 0; i < inner; ++i) {
       const long long out_at = o * inner + i;
-      auto elem = [&](long long j) { return xv[(o * len + j) * inner + i]; };
+      auto elem = [&](long long j) { return xv[at(o, i, j)]; };
       bool ok;
       char what[160];
       if (kind >= 5) {
         // GreaterOrNan / LessOrNan walked in index order.
         long long best_i = 0;
         float best = elem(0);
-        for (long long j = 1; j < len; ++j) {
+        for (long long j = 1; j < per_out; ++j) {
           const float v = elem(j);
           if (std::isnan(best)) break;  // the first NaN wins
           if (std::isnan(v) || (kind == 5 ? v > best : v < best)) { best = v; best_i = j; }
@@ -129,7 +133,7 @@ int main(int argc, char** argv) {
         const float got = to_f(gu, odt);
         if (minmax) {
           float best = elem(0);
-          for (long long j = 1; j < len; ++j) {
+          for (long long j = 1; j < per_out; ++j) {
             const float v = elem(j);
             best = (std::isnan(best) || (kind == 3 ? best > v : best < v)) ? best : v;
           }
@@ -138,13 +142,13 @@ int main(int argc, char** argv) {
           std::snprintf(what, sizeof what, "got %g want %g", got, best);
         } else {
           double acc = kind == 2 ? 1 : 0, mag = 0;
-          for (long long j = 0; j < len; ++j) {
+          for (long long j = 0; j < per_out; ++j) {
             acc = kind == 2 ? acc * elem(j) : acc + elem(j);
             mag += std::fabs(elem(j));
           }
           if (kind == 1) { acc *= factor; mag *= factor; }
           // float32 accumulation: a few ulps per element of the magnitude; then the output's rounding.
-          const double acc_tol = kind == 2 ? 4e-7 * len * std::fabs(acc) : 2e-7 * std::sqrt((double)len) * 4 * mag;
+          const double acc_tol = kind == 2 ? 4e-7 * per_out * std::fabs(acc) : 2e-7 * std::sqrt((double)per_out) * 4 * mag;
           const double out_rel = odt == 0 ? 0 : odt == 1 ? 1e-3 : 8e-3;
           const double tol = acc_tol + out_rel * std::fabs(acc) + 1e-30;
           const double err = std::fabs(got - acc);
