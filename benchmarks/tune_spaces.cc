@@ -173,6 +173,22 @@ std::vector<OpKey> HeadroomKeys(const policy::Family& f) {
                                     IntList{1, 1, 1}, false, true, NoneArg{}},
                                    90));
     }
+  } else if (name == "reduce") {
+    // x.sum(1), x.sum(2), torch.argmax(x, 1), torch.amax(x, 0) of 128x4096x512 (keepdim False, dtype None).
+    const std::vector<std::vector<int64_t>> shapes = {
+        {128, 4096, 512}, {64, 4096, 512}, {256, 4096, 512}, {127, 4095, 511}};
+    for (int64_t dim : {1, 2}) {
+      for (const auto& s : shapes) {
+        keys.push_back(OpKey::Single("aten::sum", "dim_IntList",
+                                     {TensorDesc::Contiguous(f32, s), IntList{dim}, false, NoneArg{}}, 90));
+      }
+    }
+    for (const auto& s : shapes) {
+      keys.push_back(OpKey::Single("aten::argmax", "", {TensorDesc::Contiguous(f32, s), int64_t{1}, false}, 90));
+    }
+    for (const auto& s : shapes) {
+      keys.push_back(OpKey::Single("aten::amax", "", {TensorDesc::Contiguous(f32, s), IntList{0}, false}, 90));
+    }
   }
   return keys;
 }

@@ -71,6 +71,21 @@ def cases(torch, family):
         add("pool", f"avg_pool3d f32 {'x'.join(map(str, shape))} k3 s2 p1",
             pool_text("avg_pool3d", shape, "[3, 3, 3], [2, 2, 2], [1, 1, 1], False, True, None"),
             lambda s=shape: (torch.randn(*s, device="cuda"),), lambda x: F.avg_pool3d(x, 3, 2, 1))
+    # Reductions of 128x4096x512 and neighbours: sum over dims 1 and 2, argmax over dim 1, amax over dim 0.
+    shapes = [(128, 4096, 512), (64, 4096, 512), (256, 4096, 512), (127, 4095, 511)]
+    def reduce_text(op, shape, rest):  # as OpKey::ToString writes the key
+        return f"aten::{op}(f32[{','.join(map(str, shape))}], {rest}) sm_90"
+    for dim in (1, 2):
+        for shape in shapes:
+            add("reduce", f"sum f32 {'x'.join(map(str, shape))} dim {dim}",
+                reduce_text("sum.dim_IntList", shape, f"[{dim}], False, None"),
+                lambda s=shape: (torch.randn(*s, device="cuda"),), lambda x, d=dim: torch.sum(x, d))
+    for shape in shapes:
+        add("reduce", f"argmax f32 {'x'.join(map(str, shape))} dim 1", reduce_text("argmax", shape, "1, False"),
+            lambda s=shape: (torch.randn(*s, device="cuda"),), lambda x: torch.argmax(x, 1))
+    for shape in shapes:
+        add("reduce", f"amax f32 {'x'.join(map(str, shape))} dim 0", reduce_text("amax", shape, "[0], False"),
+            lambda s=shape: (torch.randn(*s, device="cuda"),), lambda x: torch.amax(x, 0))
     return out
 
 
@@ -101,7 +116,7 @@ def time_pair(torch, fns, args, runs, flush):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--family", help="only this family (softmax, layer_norm, group_norm, instance_norm, scan, pool)")
+    p.add_argument("--family", help="only this family (softmax, layer_norm, group_norm, instance_norm, scan, pool, reduce)")
     p.add_argument("--runs", type=int, default=100)
     p.add_argument("--cases-only", action="store_true",
                    help="only the headroom table's cases, not their neighbours (the first of each group of four)")

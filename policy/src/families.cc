@@ -4,6 +4,7 @@
 #include "group_norm/group_norm.h"
 #include "layer_norm/layer_norm.h"
 #include "pool/pool.h"
+#include "reduce/reduce.h"
 #include "scan/scan.h"
 #include "softmax/softmax.h"
 
@@ -18,6 +19,7 @@ const std::vector<const Family*>& Families() {
     f.push_back(GroupNormFamily());
     f.push_back(ScanFamily());
     f.push_back(PoolFamily());
+    f.push_back(ReduceFamily());
     // Each family declares what the evaluator must know about its ops.
     for (const Family* family : f) {
       for (const std::string& op : family->ops()) DeclareOpTraits(op, family->traits(op));

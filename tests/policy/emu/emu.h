@@ -1,4 +1,4 @@
-// CPU emulation of the CUDA features the scan kernels use (tests/policy/emu/run.sh): one std::thread
+// CPU emulation of the CUDA features the scan, pool and reduce kernels use (tests/policy/emu/run.sh): one std::thread
 // per CUDA thread, shuffles and barriers through std::barrier, __shared__ arrays as per-block slabs,
 // distributed shared memory by block rank. Enough for those kernels, not a general CUDA emulator.
 #pragma once
@@ -24,7 +24,10 @@
 struct emu_dim3 { unsigned x = 0, y = 0, z = 0; };
 extern thread_local emu_dim3 threadIdx, blockIdx;
 extern emu_dim3 blockDim, gridDim;
-struct EmuBlock { std::barrier<>* block_bar; std::barrier<>* warp_bar[32]; float warp_slot[32][32]; char* shared; };
+struct EmuBlock {
+  std::barrier<>* block_bar; std::barrier<>* warp_bar[32]; float warp_slot[32][32]; char* shared;
+  long long warp_slot64[32][32];  // for exchanges of other types than float (the reduce family's indices)
+};
 extern thread_local EmuBlock* emu_block;
 extern std::barrier<>* emu_cluster_bar;
 extern thread_local std::optional<std::barrier<>::arrival_token> emu_token;
@@ -45,6 +48,17 @@ inline float __shfl_up_sync(unsigned, float v, int d) {
   return emu_exchange(v, lane >= d ? lane - d : lane);
 }
 inline float __shfl_sync(unsigned, float v, int src) { return emu_exchange(v, src); }
+// Butterfly exchanges of up to 8-byte values (float, int, long long).
+template <typename T> inline T __shfl_xor_sync(unsigned, T v, int mask) {
+  static_assert(sizeof(T) <= 8);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  std::memcpy(&emu_block->warp_slot64[warp][lane], &v, sizeof(T));
+  emu_block->warp_bar[warp]->arrive_and_wait();
+  T r;
+  std::memcpy(&r, &emu_block->warp_slot64[warp][lane ^ mask], sizeof(T));
+  emu_block->warp_bar[warp]->arrive_and_wait();
+  return r;
+}
 inline unsigned __clusterRelativeBlockRank() { return blockIdx.x % emu_cluster; }
 inline void __cluster_barrier_arrive() { emu_token.emplace(emu_cluster_bar->arrive()); }
 inline void __cluster_barrier_wait() { emu_cluster_bar->wait(std::move(*emu_token)); emu_token.reset(); }

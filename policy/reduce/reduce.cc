@@ -1,0 +1,797 @@
+#include "reduce/reduce.h"
+
+#include "src/codegen.h"
+
+#include <algorithm>
+#include <limits>
+#include <sstream>
+
+namespace kjit::policy {
+namespace {
+
+using codegen::CeilDiv;
+using codegen::CudaType;
+
+// The ABI (daemon/worker_protocol.h): (x, y); y contiguous, of the output dtype (int64 for
+// argmax/argmin).
+
+enum Kind : int { kSum = 0, kMean = 1, kProd = 2, kMax = 3, kMin = 4, kArgMax = 5, kArgMin = 6 };
+
+enum Strategy : int64_t { kWarp = 0, kBlock = 1, kColumns = 2, kTile = 3 };
+
+constexpr int64_t kMaxRegisterFloats = 64;          // values and accumulators a thread holds
+constexpr int64_t kStaticSharedBytes = 48 * 1024;  // the tile strategy's partials, static shared memory
+
+struct ReduceProblem : Problem {
+  Kind kind = kSum;
+  DType in_dtype = DType::kFloat32;
+  DType out_dtype = DType::kFloat32;  // kInt64 for argmax/argmin
+  int64_t outer = 1, len = 1, inner = 1;
+  // Reduced dims in two runs around the kept ones ([segs, outer, len] in memory, inner == 1: e.g. dims
+  // 0, 2, 3 of NCHW): output o reduces segs segments of len, segment s at (s * outer + o) * len.
+  int64_t segs = 1;
+  int alignment = 16;  // of the input's data pointer
+  float mean_factor = 1.f;
+  bool arg() const { return kind == kArgMax || kind == kArgMin; }
+  int64_t outputs() const { return outer * inner; }
+  int64_t numel() const { return segs * outer * len * inner; }
+  int64_t reduced() const { return segs * len; }  // elements per output
+  // Bytes of one accumulator (value, and index for argmax/argmin) in shared memory.
+  int64_t acc_bytes() const { return arg() ? 16 : 4; }
+};
+
+// Device code every strategy shares, after codegen::kElementAccess and the key's constants.
+constexpr const char* kPrelude = R"(
+// An accumulator: a float (sum, mean, prod, amax, amin), with the index of the value (argmax, argmin).
+struct Acc {
+  float v;
+#if IS_ARG
+  idx_t i;
+#endif
+};
+__device__ __forceinline__ Acc acc_ident() {
+  Acc a;
+#if KIND == 0 || KIND == 1
+  a.v = 0.f;
+#elif KIND == 2
+  a.v = 1.f;
+#elif KIND == 3 || KIND == 5
+  a.v = -KJIT_INF;
+#else
+  a.v = KJIT_INF;
+#endif
+#if IS_ARG
+  // Past every real index: a real element equal to the identity (an infinity) beats it on the
+  // index tie rule, so the identity never survives a row with at least one element.
+  a.i = IDX_NONE;
+#endif
+  return a;
+}
+#if IS_ARG
+// Whether (av, ai) beats (bv, bi): PyTorch's GreaterOrNan / LessOrNan. NaN beats every number, the
+// lower index wins between two NaNs and between equal values. A strict total order on (value,
+// index) pairs, so the result does not depend on the order of combination.
+__device__ __forceinline__ bool beats(float av, idx_t ai, float bv, idx_t bi) {
+  if (av != av) return bv != bv ? ai < bi : true;
+  if (bv != bv) return false;
+  return av == bv ? ai < bi : (KIND == 5 ? av > bv : av < bv);
+}
+__device__ __forceinline__ Acc comb(const Acc& a, const Acc& b) { return beats(a.v, a.i, b.v, b.i) ? a : b; }
+__device__ __forceinline__ void acc_add(Acc& a, float x, idx_t j) {
+  if (beats(x, j, a.v, a.i)) { a.v = x; a.i = j; }
+}
+#else
+__device__ __forceinline__ float comb_f(float a, float b) {
+#if KIND == 0 || KIND == 1
+  return a + b;
+#elif KIND == 2
+  return a * b;
+#elif KIND == 3
+  return (a != a || a > b) ? a : b;  // MaxNanFunctor: NaN propagates
+#else
+  return (a != a || a < b) ? a : b;  // MinNanFunctor
+#endif
+}
+__device__ __forceinline__ Acc comb(const Acc& a, const Acc& b) { Acc r; r.v = comb_f(a.v, b.v); return r; }
+__device__ __forceinline__ void acc_add(Acc& a, float x, idx_t) { a.v = comb_f(a.v, x); }
+#endif
+
+__device__ __forceinline__ Acc shfl_xor_acc(const Acc& a, int o) {
+  Acc b;
+  b.v = __shfl_xor_sync(0xffffffffu, a.v, o);
+#if IS_ARG
+  b.i = __shfl_xor_sync(0xffffffffu, a.i, o);
+#endif
+  return b;
+}
+// Lane 0 ends with the warp's combination (the others with one of the same value).
+__device__ __forceinline__ Acc warp_reduce(Acc a) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) a = comb(a, shfl_xor_acc(a, o));
+  return a;
+}
+// Thread 0 ends with the block's combination. `red` holds 32 accumulators.
+__device__ __forceinline__ Acc block_reduce(Acc a, Acc* red) {
+  a = warp_reduce(a);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (THREADS > 32) {
+    if (lane == 0) red[warp] = a;
+    __syncthreads();
+    if (warp == 0) a = warp_reduce(lane < THREADS / 32 ? red[lane] : acc_ident());
+  }
+  return a;
+}
+
+// The output element: the value (mean: times PyTorch's factor) in the output dtype, or the index.
+__device__ __forceinline__ void store_out(y_t* p, const Acc& a) {
+#if IS_ARG
+  *p = (long long)a.i;
+#else
+  const float v = KIND == 1 ? a.v * MEAN_FACTOR : a.v;
+  *reinterpret_cast<typename Bits<y_t>::U*>(p) = Bits<y_t>::from_f(v);
+#endif
+}
+)";
+
+// Rows (inner == 1): the LANES threads of a row's group read its vectors LANES apart, UNROLL at once.
+constexpr const char* kRowPartial = R"(
+// Thread t's combination of `vecs` vectors (at(k): vector k, aligned to VEC elements; element indices
+// from `first`): vectors t, t + LANES, ..., each of the UNROLL loads in flight into its own accumulator,
+// combined in a fixed order at the end.
+template <typename At>
+__device__ __forceinline__ Acc walk_vectors(const At& at, long long vecs, long long first, long long t) {
+  Acc acc[UNROLL];
+#pragma unroll
+  for (int u = 0; u < UNROLL; ++u) acc[u] = acc_ident();
+  long long k = t;
+  for (; k + (long long)(UNROLL - 1) * LANES < vecs; k += (long long)UNROLL * LANES) {
+    float v[UNROLL][VEC];
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) load_vec<HINT>(at(k + (long long)u * LANES), v[u]);
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u)
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) acc_add(acc[u], v[u][e], (idx_t)(first + (k + (long long)u * LANES) * VEC + e));
+  }
+#pragma unroll
+  for (int u = 0; u < UNROLL; ++u) {
+    const long long kk = k + (long long)u * LANES;
+    if (kk < vecs) {
+      float v[VEC];
+      load_vec<HINT>(at(kk), v);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) acc_add(acc[u], v[e], (idx_t)(first + kk * VEC + e));
+    }
+  }
+#pragma unroll
+  for (int u = 1; u < UNROLL; ++u) acc[0] = comb(acc[0], acc[u]);
+  return acc[0];
+}
+// The VECS vectors at xv, in order.
+__device__ __forceinline__ Acc row_vectors(const in_t* __restrict__ xv, long long vecs, long long first, long long t) {
+  return walk_vectors([=](long long k) { return xv + k * VEC; }, vecs, first, t);
+}
+#if SEGS > 1
+// Output `row` reduces SEGS segments of LEN elements (VEC divides LEN), segment s at
+// (s * OUTER + row) * LEN: vector k is vector k % VPS of segment k / VPS. (Indices are not needed:
+// argmax/argmin reduce one dim.)
+__device__ __forceinline__ Acc row_partial(const in_t* __restrict__ x, long long row, long long t) {
+  constexpr long long VPS = LEN / VEC;
+  return walk_vectors(
+      [=](long long k) {
+        const long long s = k / VPS;
+        return x + (s * OUTER + row) * LEN + (k - s * VPS) * VEC;
+      },
+      SEGS * VPS, 0, t);
+}
+#elif ROW_SPLIT
+// VEC does not divide LEN: rows start anywhere relative to VEC. Each row is a scalar head up to its
+// first VEC-aligned element (x itself is aligned), whole vectors, and a scalar tail; the head and
+// tail (at most 2 * (VEC - 1) elements) are one element each for the row's first threads.
+__device__ __forceinline__ Acc row_partial(const in_t* __restrict__ x, long long row, long long t) {
+  const long long start = row * LEN;
+  const long long head = min((long long)((VEC - start % VEC) % VEC), LEN);
+  const long long vecs = (LEN - head) / VEC;
+  const long long tail = head + vecs * VEC;  // the first element after the vectors
+  Acc a = row_vectors(x + start + head, vecs, head, t);
+  if (t < head + (LEN - tail)) {
+    const long long j = t < head ? t : tail + (t - head);
+    typedef typename Bits<in_t>::U raw_t;
+    const raw_t r = *reinterpret_cast<const raw_t*>(x + start + j);
+    acc_add(a, Bits<in_t>::to_f(r), (idx_t)j);
+  }
+  return a;
+}
+#else
+__device__ __forceinline__ Acc row_partial(const in_t* __restrict__ x, long long row, long long t) {
+  return row_vectors(x + row * LEN, LEN / VEC, 0, t);
+}
+#endif
+)";
+
+class Reduce final : public Family {
+ public:
+  std::string_view name() const override { return "reduce"; }
+  int codegen_version() const override { return 1; }
+  std::vector<std::string> ops() const override {
+    return {"aten::sum", "aten::mean", "aten::amax", "aten::amin", "aten::prod", "aten::argmax", "aten::argmin"};
+  }
+
+  OpTraits traits(std::string_view op) const override {
+    OpTraits t;
+    if (op == "aten::argmax" || op == "aten::argmin") {
+      // The index is fixed by PyTorch's total order on (value, index): compared bitwise.
+      t.compare = ComparePolicy::kBitwise;
+    } else if (op == "aten::amax" || op == "aten::amin") {
+      // The result is one of the elements: exactly equal (NaN to NaN; -0.0 and 0.0, which the
+      // order of comparisons picks between, compare equal).
+      t.atol = 0;
+      t.rtol = 0;
+    } else {
+      // Sums in another order than PyTorch's differ by ulps of the partial sums, not of the result
+      // (a sum that cancels): rtol 1e-5 for float32, and the evaluator's float64 rule (no less
+      // accurate than PyTorch) where the two differ by more. float16/bfloat16 outputs are one
+      // rounding of a float32 result: assert_close's defaults.
+      t.tolerance_by_dtype[DType::kFloat32] = {1e-5, 1e-5};
+    }
+    if (op == "aten::prod") {
+      // Products of wide-ranging values: a partial product that underflows to 0 and then meets an
+      // Inf is NaN in one order and Inf in another; no order but PyTorch's can match it.
+      t.no_special_inputs = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
+    }
+    return t;
+  }
+
+  std::vector<OpKey> SampleKeys() const override {
+    constexpr DType f32 = DType::kFloat32, f16 = DType::kFloat16, bf16 = DType::kBFloat16;
+    auto x = [](DType dt, std::vector<int64_t> s) { return TensorDesc::Contiguous(dt, std::move(s)); };
+    auto channels_last = [](DType dt, std::vector<int64_t> s) {  // [N, C, H, W] stored as N, H, W, C
+      TensorDesc t = TensorDesc::Contiguous(dt, s);
+      t.strides = {s[1] * s[2] * s[3], 1, s[3] * s[1], s[1]};
+      return t;
+    };
+    auto sum = [](TensorDesc t, Arg dims, bool keep, Arg dtype) {
+      return OpKey::Single("aten::sum", "dim_IntList", {std::move(t), std::move(dims), keep, std::move(dtype)}, 90);
+    };
+    auto mean = [](TensorDesc t, Arg dims, bool keep, Arg dtype) {
+      return OpKey::Single("aten::mean", "dim", {std::move(t), std::move(dims), keep, std::move(dtype)}, 90);
+    };
+    auto minmax = [](const char* op, TensorDesc t, IntList dims, bool keep) {
+      return OpKey::Single(op, "", {std::move(t), std::move(dims), keep}, 90);
+    };
+    auto arg = [](const char* op, TensorDesc t, Arg dim, bool keep) {
+      return OpKey::Single(op, "", {std::move(t), std::move(dim), keep}, 90);
+    };
+    return {
+        // The headroom cases (h200-headroom.md): dims 1, 2 and 0 of 128x4096x512.
+        arg("aten::argmax", x(f32, {128, 4096, 512}), int64_t{1}, false),
+        sum(x(f32, {128, 4096, 512}), IntList{1}, false, NoneArg{}),
+        sum(x(f32, {128, 4096, 512}), IntList{2}, false, NoneArg{}),
+        minmax("aten::amax", x(f32, {128, 4096, 512}), {0}, false),
+        // Two trailing dims (global average pooling), keepdim, bfloat16.
+        mean(x(bf16, {32, 64, 56, 56}), IntList{-1, -2}, true, NoneArg{}),
+        // Odd rows, float16.
+        minmax("aten::amin", x(f16, {4095, 1023}), {1}, false),
+        // A short odd middle dim, keepdim, bfloat16.
+        arg("aten::argmin", x(bf16, {33, 7, 65}), int64_t{1}, true),
+        OpKey::Single("aten::prod", "dim_int", {x(f32, {64, 1000}), int64_t{1}, false, NoneArg{}}, 90),
+        // prod of everything (its own overload), tiny.
+        OpKey::Single("aten::prod", "", {x(f16, {3, 5, 7}), NoneArg{}}, 90),
+        // Few long rows, float16 read into a float32 result: clusters.
+        sum(x(f16, {4, 262144}), IntList{-1}, false, f32),
+        // argmax of the flattened tensor.
+        arg("aten::argmax", x(f32, {1000, 37}), NoneArg{}, false),
+        // Few columns over a long first dim: the tile split over a cluster.
+        mean(x(f16, {8192, 96}), IntList{0}, false, NoneArg{}),
+        // adaptive_avg_pool2d(x, 1) on a channels_last input: mean over H and W, columns of C in memory.
+        mean(channels_last(f16, {32, 256, 14, 14}), IntList{-1, -2}, true, NoneArg{}),
+        // Per-channel statistics of NCHW (dims 0, 2, 3): segments around the kept channels.
+        sum(x(bf16, {16, 64, 32, 32}), IntList{0, 2, 3}, false, f32),
+    };
+  }
+
+  Result<std::unique_ptr<Problem>> Match(const OpKey& key) const override {
+    if (key.calls.size() != 1) return InvalidArgument("a single call is needed");
+    const OpCall& c = key.calls[0];
+    auto p = std::make_unique<ReduceProblem>();
+    // Per overload: where dims, keepdim and dtype are, and what "no dims" means.
+    enum DimForm { kList, kOptionalList, kInt, kOptionalInt, kAll };
+    DimForm form;
+    size_t nargs;
+    int dtype_at = -1;
+    if (c.op == "aten::sum" && c.overload == "dim_IntList") {
+      p->kind = kSum, form = kOptionalList, nargs = 4, dtype_at = 3;
+    } else if (c.op == "aten::mean" && c.overload == "dim") {
+      p->kind = kMean, form = kOptionalList, nargs = 4, dtype_at = 3;
+    } else if ((c.op == "aten::amax" || c.op == "aten::amin") && c.overload.empty()) {
+      p->kind = c.op == "aten::amax" ? kMax : kMin, form = kList, nargs = 3;
+    } else if (c.op == "aten::prod" && c.overload == "dim_int") {
+      p->kind = kProd, form = kInt, nargs = 4, dtype_at = 3;
+    } else if (c.op == "aten::prod" && c.overload.empty()) {
+      p->kind = kProd, form = kAll, nargs = 2, dtype_at = 1;
+    } else if ((c.op == "aten::argmax" || c.op == "aten::argmin") && c.overload.empty()) {
+      p->kind = c.op == "aten::argmax" ? kArgMax : kArgMin, form = kOptionalInt, nargs = 3;
+    } else {
+      return InvalidArgument("not a reduction overload with a CUDA kernel (sum.dim_IntList, mean.dim, amax, amin, "
+                             "prod, prod.dim_int, argmax, argmin)");
+    }
+    if (c.args.size() != nargs) return InvalidArgument("unexpected arguments");
+    const auto* x = std::get_if<TensorDesc>(&c.args[0]);
+    if (!x) return InvalidArgument("the input is not a tensor");
+    if (x->dtype != DType::kFloat32 && x->dtype != DType::kFloat16 && x->dtype != DType::kBFloat16) {
+      return InvalidArgument("dtype " + std::string(DTypeName(x->dtype)) + " is not served");
+    }
+    const int64_t nd = static_cast<int64_t>(x->sizes.size());
+    if (nd == 0) return InvalidArgument("0-d inputs are left to PyTorch");
+    if (x->numel() == 0) return InvalidArgument("empty inputs are left to PyTorch");
+    if (form != kAll && !std::holds_alternative<bool>(c.args[2])) return InvalidArgument("keepdim is not a bool");
+
+    // The reduced dims; none listed means all of them.
+    std::vector<bool> reduced(nd, false);
+    auto mark = [&](int64_t d) -> Status {
+      const int64_t w = d < 0 ? d + nd : d;
+      if (w < 0 || w >= nd) return InvalidArgument("dim out of range");
+      if (reduced[w]) return InvalidArgument("a dim appears twice: PyTorch rejects it");
+      reduced[w] = true;
+      return Status::Ok();
+    };
+    const Arg* dims = form == kAll ? nullptr : &c.args[1];
+    if (dims && std::holds_alternative<IntList>(*dims) && (form == kList || form == kOptionalList)) {
+      for (int64_t d : std::get<IntList>(*dims)) KJIT_RETURN_IF_ERROR(mark(d));
+    } else if (dims && std::holds_alternative<int64_t>(*dims) && (form == kInt || form == kOptionalInt)) {
+      KJIT_RETURN_IF_ERROR(mark(std::get<int64_t>(*dims)));
+    } else if (dims && !(std::holds_alternative<NoneArg>(*dims) && (form == kOptionalList || form == kOptionalInt))) {
+      return InvalidArgument("dim is not of the overload's type");
+    }
+    if (std::none_of(reduced.begin(), reduced.end(), [](bool r) { return r; })) reduced.assign(nd, true);
+
+    // Output dtype.
+    p->in_dtype = x->dtype;
+    p->out_dtype = p->arg() ? DType::kInt64 : x->dtype;
+    if (dtype_at >= 0) {
+      const Arg& dt = c.args[dtype_at];
+      if (const auto* d = std::get_if<DType>(&dt)) {
+        if (*d == DType::kFloat32 && x->dtype != DType::kFloat32) {
+          p->out_dtype = DType::kFloat32;  // PyTorch's gpu_lowp_to_f32: the input read as it is
+        } else if (*d != x->dtype) {
+          return InvalidArgument("dtype " + std::string(DTypeName(*d)) + " on a " + std::string(DTypeName(x->dtype)) +
+                                 " input is left to PyTorch");
+        }
+      } else if (!std::holds_alternative<NoneArg>(dt)) {
+        return InvalidArgument("dtype is neither a ScalarType nor None");
+      }
+    }
+
+    // The dims in memory order (strides descending; size-1 dims dropped: they move no element). The
+    // input must be dense (a permutation of a contiguous tensor: channels_last is one).
+    std::vector<int64_t> order;
+    for (int64_t d = 0; d < nd; ++d) {
+      if (x->sizes[d] > 1) order.push_back(d);
+    }
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return x->strides[a] > x->strides[b]; });
+    int64_t dense = 1;
+    for (auto it = order.rbegin(); it != order.rend(); ++it) {
+      if (x->strides[*it] != dense) return InvalidArgument("input not dense (gaps, overlaps or broadcasts): declined");
+      dense *= x->sizes[*it];
+    }
+    // The output is contiguous in logical order: the kept dims must lie in memory in that order too.
+    int64_t last_kept = -1;
+    for (int64_t d : order) {
+      if (reduced[d]) continue;
+      if (d < last_kept) return InvalidArgument("kept dims out of logical order in memory: declined");
+      last_kept = d;
+    }
+    // argmax/argmin of the flattened tensor count positions in logical order.
+    const bool flat = form == kOptionalInt && std::holds_alternative<NoneArg>(c.args[1]);
+    if (flat && !x->is_contiguous()) return InvalidArgument("argmax/argmin of a non-contiguous flattened input: declined");
+    // Runs of adjacent reduced or kept dims in memory order, each merged into one extent.
+    std::vector<std::pair<bool, int64_t>> runs;  // (reduced, elements)
+    for (int64_t d : order) {
+      if (runs.empty() || runs.back().first != reduced[d]) runs.push_back({reduced[d], 1});
+      runs.back().second *= x->sizes[d];
+    }
+    if (runs.size() == 3 && runs[0].first && runs[2].first) {
+      // [segs, outer, len]: reduced, kept, reduced (per-channel statistics of NCHW: dims 0, 2, 3).
+      p->segs = runs[0].second, p->outer = runs[1].second, p->len = runs[2].second;
+    } else {
+      // [outer, len, inner]: the reduced dims must be one run.
+      int reduced_runs = 0;
+      for (const auto& [r, n] : runs) {
+        if (r) {
+          ++reduced_runs;
+          p->len = n;
+        } else {
+          (reduced_runs == 0 ? p->outer : p->inner) = n;
+        }
+      }
+      if (reduced_runs > 1) {
+        return InvalidArgument("reduced dims in more than one run in memory, other than around one kept run: declined");
+      }
+    }
+    if (p->numel() > (int64_t{1} << 40)) return InvalidArgument("too large");
+    // The most blocks any strategy gives (a cluster of 8 per row, or per column tile): fewer than a
+    // quarter of an H200's SMs on a long reduction cannot approach the floor, where PyTorch's grid-wide
+    // split is; that split needs a workspace the kernel ABI lacks.
+    const int64_t most_blocks = 8 * (p->inner == 1 ? p->outer : p->outer * CeilDiv(p->inner, 32));
+    if (most_blocks < 33 && p->numel() >= (int64_t{1} << 24)) {
+      return InvalidArgument("a long reduction to too few outputs to fill the GPU without a grid-wide split "
+                             "(a workspace the kernel ABI lacks): left to PyTorch");
+    }
+    p->alignment = x->alignment;
+    // MeanOps' factor: static_cast<float>(outputs) / numel, in float.
+    p->mean_factor = static_cast<float>(p->outputs()) / static_cast<float>(p->numel());
+    p->op = c.op;
+    static const char* const kNames[] = {"sum", "mean", "prod", "amax", "amin", "argmax", "argmin"};
+    std::ostringstream desc;
+    desc << kNames[p->kind] << " " << DTypeName(p->in_dtype);
+    if (p->out_dtype != p->in_dtype && !p->arg()) desc << "->" << DTypeName(p->out_dtype);
+    if (p->segs > 1) desc << " segs=" << p->segs;
+    desc << " outer=" << p->outer << " len=" << p->len << " inner=" << p->inner;
+    if (!x->is_contiguous()) desc << " (memory order)";
+    p->description = desc.str();
+    return std::unique_ptr<Problem>(std::move(p));
+  }
+
+  Space MakeSpace(const Problem&, const DeviceFacts&) const override {
+    Space s;
+    s.family = "reduce";
+    s.knobs = {
+        {"strategy", {kWarp, kBlock, kColumns, kTile},
+         "0 warp per row, 1 block (or cluster) per row, 2 a thread per columns walking the reduced dim, 3 a block "
+         "per tile of columns with the reduced dim split over its warps (and a cluster)"},
+        {"threads", {32, 64, 128, 256, 512, 1024}, "threads per block"},
+        {"vec", {1, 2, 4, 8}, "elements per vector load (along the row, or adjacent columns)"},
+        {"unroll", {1, 2, 4, 8}, "vectors (rows) in flight per thread, each into its own accumulator"},
+        {"cluster", {1, 2, 4, 8}, "blocks per row or column tile (block and tile strategies)"},
+        {"hint", {0, 1}, "1: streaming (evict-first) loads"},
+    };
+    return s;
+  }
+
+  Status Check(const Problem& problem, const Point& pt, const DeviceFacts& dev) const override {
+    const auto& p = static_cast<const ReduceProblem&>(problem);
+    const int64_t strategy = pt.at("strategy"), threads = pt.at("threads"), vec = pt.at("vec"),
+                  unroll = pt.at("unroll"), cluster = pt.at("cluster");
+    const int64_t size = static_cast<int64_t>(DTypeSize(p.in_dtype));
+    const bool columns = strategy == kColumns || strategy == kTile;
+    const int64_t per_value = p.arg() ? 2 : 1;  // registers per accumulator
+    const int64_t max_grid = std::numeric_limits<int32_t>::max();
+    if (strategy < kWarp || strategy > kTile) return InvalidArgument("unknown strategy");
+    if (columns != (p.inner > 1)) {
+      return InvalidArgument(columns ? "columns need kept dims after the reduced ones" : "rows need the reduced dims last");
+    }
+    if (cluster > 1 && strategy != kBlock && strategy != kTile) {
+      return InvalidArgument("clusters are for the block and tile strategies");
+    }
+    if (cluster > 1 && (dev.arch < 90 || cluster > dev.max_cluster_size)) return InvalidArgument("no such cluster here");
+    if (threads > dev.max_threads_per_block) return InvalidArgument("too many threads");
+    if (vec * size > 16) return InvalidArgument("vector wider than 16 bytes");
+    if (vec * size > p.alignment) return InvalidArgument("input not aligned for the vector");
+    switch (strategy) {
+      case kWarp:
+      case kBlock: {
+        // (A vector that does not divide the row: each row a scalar head and tail around whole vectors.)
+        if (vec > 1 && p.len < 4 * vec) return InvalidArgument("rows shorter than four vectors");
+        // Segments are walked as whole vectors only.
+        if (p.segs > 1 && p.len % vec != 0) return InvalidArgument("vector does not divide the segments");
+        if (unroll * vec + unroll * per_value > kMaxRegisterFloats) return InvalidArgument("too many values in flight");
+        const int64_t lanes = strategy == kWarp ? 32 : threads * cluster;
+        const int64_t vecs = p.reduced() / vec;
+        if (unroll > 1 && (unroll - 1) * lanes >= vecs) return InvalidArgument("unroll longer than the row");
+        if (strategy == kWarp) {
+          if (threads > 32 && p.outer <= threads / 64) return InvalidArgument("most warps would idle");
+          if (CeilDiv(p.outer, threads / 32) > max_grid) return InvalidArgument("grid too large");
+        } else {
+          if (threads == 32 && cluster == 1) return InvalidArgument("a single warp per row is the warp strategy");
+          if (vecs <= lanes / 2) return InvalidArgument("most threads would idle");
+          if (p.outer * cluster > max_grid) return InvalidArgument("grid too large");
+        }
+        break;
+      }
+      case kColumns:
+        if (p.inner % vec != 0) return InvalidArgument("vector does not divide the columns");
+        if (unroll * vec * (1 + per_value) > kMaxRegisterFloats) return InvalidArgument("too many values in flight");
+        if (unroll > p.len) return InvalidArgument("unroll longer than the reduced dim");
+        if (threads > 32 && p.outer * (p.inner / vec) <= threads / 2) return InvalidArgument("most threads would idle");
+        if (CeilDiv(p.outer * (p.inner / vec), threads) > max_grid) return InvalidArgument("grid too large");
+        break;
+      case kTile: {
+        const int64_t warps = threads / 32;
+        if (p.inner % vec != 0) return InvalidArgument("vector does not divide the columns");
+        if (threads < 64 && cluster == 1) return InvalidArgument("a single warp per tile is the columns strategy");
+        if (unroll * vec * (1 + per_value) > kMaxRegisterFloats) return InvalidArgument("too many values in flight");
+        if (p.len < warps * cluster) return InvalidArgument("some warp would get no row");
+        if (unroll > 1 && (unroll - 1) * warps * cluster >= p.len) return InvalidArgument("unroll longer than a warp's rows");
+        if (warps * 32 * vec * p.acc_bytes() > kStaticSharedBytes) {
+          return InvalidArgument("partials exceed static shared memory");
+        }
+        if (p.inner < 32 * vec / 2 && vec > 1) return InvalidArgument("most lanes of a tile would idle");
+        if (p.outer * CeilDiv(p.inner, 32 * vec) * cluster > max_grid) return InvalidArgument("grid too large");
+        break;
+      }
+    }
+    return Status::Ok();
+  }
+
+  Point ExpertDefault(const Problem& problem, const DeviceFacts& dev) const override {
+    const auto& p = static_cast<const ReduceProblem&>(problem);
+    const int64_t size = static_cast<int64_t>(DTypeSize(p.in_dtype));
+    // Streaming loads where the input outgrows L2 (50 MB on the H200): nothing is read twice.
+    const int64_t hint = p.numel() * size > (int64_t{64} << 20);
+    // The widest vector the extent and alignment allow; for column tiles, also one that leaves at most
+    // half of a tile's lanes idle (a tile is 32 vectors wide).
+    auto widest = [&](int64_t extent, bool tile) {
+      for (int64_t v : {8, 4, 2}) {
+        if (v * size <= 16 && v * size <= p.alignment && extent % v == 0 && (!tile || extent >= 16 * v)) return v;
+      }
+      return int64_t{1};
+    };
+    auto point = [&](int64_t strategy, int64_t threads, int64_t vec, int64_t unroll, int64_t cluster) {
+      return Point{{"strategy", strategy}, {"threads", threads}, {"vec", vec},
+                   {"unroll", unroll},     {"cluster", cluster}, {"hint", hint}};
+    };
+    std::vector<Point> tries;
+    // Each try with as much unroll as the shape allows (4 loads in flight per thread keep ~32 KB in
+    // flight per SM at 16 warps), then less.
+    auto add = [&](int64_t strategy, int64_t threads, int64_t vec, int64_t cluster) {
+      for (int64_t u : {4, 2, 1}) tries.push_back(point(strategy, threads, vec, u, cluster));
+    };
+    if (p.inner == 1) {
+      // Rows take the widest vector whatever their length (a scalar head and tail cover the rest)
+      // where they hold at least four.
+      int64_t v = 1;
+      for (int64_t w : {8, 4, 2}) {
+        if (w * size <= 16 && w * size <= p.alignment && p.len >= 4 * w && (p.segs == 1 || p.len % w == 0)) {
+          v = w;
+          break;
+        }
+      }
+      if (p.reduced() <= 32 * 8 * v || p.outer >= dev.sm_count * 16) {
+        // Short rows, or enough of them to fill the GPU a warp each: no block barrier.
+        add(kWarp, 256, v, 1);
+      } else if (p.outer >= dev.sm_count * 2) {
+        add(kBlock, 256, v, 1);
+      } else {
+        // Few long rows: a cluster per row, enough blocks for every SM where there are enough rows.
+        int64_t cl = 1;
+        while (cl < 8 && p.outer * cl < dev.sm_count * 2) cl *= 2;
+        add(kBlock, 512, v, cl);
+        add(kBlock, 256, v, 1);
+      }
+      add(kWarp, 32, v, 1);
+      add(kWarp, 32, 1, 1);
+    } else {
+      const int64_t v = widest(p.inner, p.len >= 16);
+      const int64_t tiles = p.outer * CeilDiv(p.inner, 32 * v);
+      if (p.len < 16) {
+        // Short reductions: every thread has little to walk; one per column group.
+        add(kColumns, 256, v, 1);
+        add(kColumns, 128, v, 1);
+      } else if (tiles >= dev.sm_count * 16) {
+        // Many tiles: blocks of 8 warps in many waves (the last wave's imbalance is small).
+        add(kTile, 256, v, 1);
+        add(kTile, 128, v, 1);
+      } else {
+        // Fewer: blocks of 4 warps, so that 2 to 16 per SM are all resident at once (a second, partial
+        // wave of long blocks would leave SMs idle for a block's whole time: 512 tiles of 8 warps at 3
+        // resident per SM are 1.3 waves), and a cluster per tile where tiles alone give fewer than 2
+        // blocks per SM.
+        int64_t cl = 1;
+        while (cl < 8 && tiles * cl < dev.sm_count * 2) cl *= 2;
+        for (int64_t c = cl; c >= 1; c /= 2) add(kTile, 128, v, c);
+        add(kTile, 64, v, 1);
+        add(kTile, 64, 1, 1);
+      }
+      add(kColumns, 32, 1, 1);
+    }
+    for (const Point& t : tries) {
+      if (Check(problem, t, dev).ok()) return t;
+    }
+    return tries.back();
+  }
+
+  Result<Candidate> Generate(const Problem& problem, const Point& pt, const DeviceFacts& dev) const override {
+    KJIT_RETURN_IF_ERROR(Check(problem, pt, dev));
+    const auto& p = static_cast<const ReduceProblem&>(problem);
+    const int64_t strategy = pt.at("strategy"), threads = pt.at("threads"), vec = pt.at("vec"),
+                  unroll = pt.at("unroll"), cluster = pt.at("cluster"), hint = pt.at("hint");
+    const bool wide_index = p.len >= (int64_t{1} << 31) - 1;
+    std::ostringstream src;
+    src << "// kjit reduce family, codegen " << codegen_version() << ": " << p.description << "\n// point "
+        << PointToString(pt) << "\n" << codegen::kIncludes;
+    src << "typedef " << CudaType(p.in_dtype) << " in_t;\ntypedef in_t out_t;  // (kElementAccess's store_vec, unused)\n";
+    src << "typedef " << (p.arg() ? "long long" : CudaType(p.out_dtype)) << " y_t;\n";
+    src << "typedef " << (wide_index ? "long long" : "int") << " idx_t;\n";
+    src << "#define IDX_NONE " << (wide_index ? "0x7fffffffffffffffLL" : "0x7fffffff") << "\n";
+    src << "#define VEC " << vec << "\n#define HINT " << hint << "\n#define KIND " << p.kind << "\n#define IS_ARG "
+        << (p.arg() ? 1 : 0) << "\n#define CLUSTER_SPLIT " << (cluster > 1 ? 1 : 0) << "\n#define ROW_SPLIT "
+        << (p.inner == 1 && p.len % vec != 0 ? 1 : 0) << "\n#define SEGS " << p.segs << "LL\n";
+    // The factor exactly as the host rounded it (hexadecimal: no decimal round trip).
+    src << "#define MEAN_FACTOR " << std::hexfloat << p.mean_factor << std::defaultfloat << "f\n";
+    src << "constexpr long long OUTER = " << p.outer << "LL, LEN = " << p.len << "LL, INNER = " << p.inner << "LL;\n";
+    src << "constexpr int THREADS = " << threads << ", UNROLL = " << unroll << ", CLUSTER = " << cluster << ";\n";
+    src << codegen::kElementAccess << kPrelude;
+    Candidate c;
+    c.entry_point = "kjit_reduce";
+    c.launch.block[0] = static_cast<uint32_t>(threads);
+    const char* cluster_attr = cluster > 1 ? "__cluster_dims__(CLUSTER, 1, 1) " : "";
+    switch (strategy) {
+      case kWarp:
+        src << "constexpr long long LANES = 32;\n" << kRowPartial << R"(
+extern "C" __global__ void __launch_bounds__(THREADS) kjit_reduce(const in_t* __restrict__ x, y_t* __restrict__ y) {
+  const long long row = (long long)blockIdx.x * (THREADS / 32) + threadIdx.x / 32;
+  if (row >= OUTER) return;  // whole warps leave: the shuffles below see full warps
+  const Acc a = warp_reduce(row_partial(x, row, threadIdx.x % 32));
+  if (threadIdx.x % 32 == 0) store_out(y + row, a);
+}
+)";
+        c.launch.grid[0] = static_cast<uint32_t>(CeilDiv(p.outer, threads / 32));
+        break;
+      case kBlock:
+        src << "constexpr long long LANES = (long long)THREADS * CLUSTER;\n" << kRowPartial << R"(
+// Block `rank` of a row's cluster takes the row's vectors rank * THREADS + t, then LANES apart.
+extern "C" __global__ void )" << cluster_attr << R"(__launch_bounds__(THREADS)
+kjit_reduce(const in_t* __restrict__ x, y_t* __restrict__ y) {
+  __shared__ Acc red[32];
+  const long long row = blockIdx.x / CLUSTER;
+  const int rank = CLUSTER > 1 ? (int)__clusterRelativeBlockRank() : 0;
+  Acc a = block_reduce(row_partial(x, row, (long long)rank * THREADS + threadIdx.x), red);
+#if CLUSTER_SPLIT
+  // Rank 0 combines the blocks' results in rank order through distributed shared memory.
+  __shared__ Acc mine;
+  if (threadIdx.x == 0) mine = a;
+  __cluster_barrier_arrive();
+  __cluster_barrier_wait();
+  if (rank == 0 && threadIdx.x == 0) {
+    for (int r = 1; r < CLUSTER; ++r) a = comb(a, *(const Acc*)__cluster_map_shared_rank((void*)&mine, r));
+    store_out(y + row, a);
+  }
+  // No block leaves while rank 0 may still read its result.
+  __cluster_barrier_arrive();
+  __cluster_barrier_wait();
+#else
+  if (threadIdx.x == 0) store_out(y + row, a);
+#endif
+}
+)";
+        c.launch.grid[0] = static_cast<uint32_t>(p.outer * cluster);
+        break;
+      case kColumns:
+        src << R"(
+// A thread owns VEC adjacent columns (o, i .. i + VEC) of the [OUTER, LEN, INNER] view and walks down
+// them, UNROLL rows in flight, row u of each batch into accumulators acc[u].
+extern "C" __global__ void __launch_bounds__(THREADS) kjit_reduce(const in_t* __restrict__ x, y_t* __restrict__ y) {
+  const long long t = (long long)blockIdx.x * THREADS + threadIdx.x;
+  constexpr long long GROUPS = INNER / VEC;
+  if (t >= OUTER * GROUPS) return;
+  const long long o = t / GROUPS, i = (t % GROUPS) * VEC;
+  const in_t* xc = x + o * LEN * INNER + i;
+  Acc acc[UNROLL][VEC];
+#pragma unroll
+  for (int u = 0; u < UNROLL; ++u)
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) acc[u][e] = acc_ident();
+  for (long long j = 0; j < LEN; j += UNROLL) {
+    float v[UNROLL][VEC];
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u)
+      if (j + u < LEN) load_vec<HINT>(xc + (j + u) * INNER, v[u]);
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u)
+      if (j + u < LEN) {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) acc_add(acc[u][e], v[u][e], (idx_t)(j + u));
+      }
+  }
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) {
+#pragma unroll
+    for (int u = 1; u < UNROLL; ++u) acc[0][e] = comb(acc[0][e], acc[u][e]);
+    store_out(y + o * INNER + i + e, acc[0][e]);
+  }
+}
+)";
+        c.launch.grid[0] = static_cast<uint32_t>(CeilDiv(p.outer * (p.inner / vec), threads));
+        break;
+      case kTile:
+        src << R"(
+// A block (a cluster's block `rank`) owns a tile of 32 * VEC adjacent columns of one outer index:
+// lane l the VEC columns at l * VEC. Warp w of block rank takes rows s, s + STEP, ... with
+// s = rank * WARPS + w and STEP = WARPS * CLUSTER, UNROLL rows in flight into their own accumulators.
+// The warps' partials are combined column by column in warp order through shared memory, and the
+// cluster's in rank order by rank 0 through distributed shared memory.
+constexpr int WARPS = THREADS / 32;
+constexpr long long TILE_COLS = 32LL * VEC;
+constexpr long long COL_TILES = (INNER + TILE_COLS - 1) / TILE_COLS;
+constexpr long long STEP = (long long)WARPS * CLUSTER;
+extern "C" __global__ void )" << cluster_attr << R"(__launch_bounds__(THREADS)
+kjit_reduce(const in_t* __restrict__ x, y_t* __restrict__ y) {
+  __shared__ Acc part[WARPS][TILE_COLS];
+  const long long b = blockIdx.x / CLUSTER;
+  const int rank = CLUSTER > 1 ? (int)__clusterRelativeBlockRank() : 0;
+  const long long o = b / COL_TILES, tile = b % COL_TILES;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const long long i = tile * TILE_COLS + (long long)lane * VEC;
+  const bool active = i < INNER;  // VEC divides INNER: a vector is wholly in or out
+  const in_t* xc = x + o * LEN * INNER + i;
+  Acc acc[UNROLL][VEC];
+#pragma unroll
+  for (int u = 0; u < UNROLL; ++u)
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) acc[u][e] = acc_ident();
+  if (active) {
+    long long j = (long long)rank * WARPS + warp;
+    for (; j + (UNROLL - 1) * STEP < LEN; j += UNROLL * STEP) {
+      float v[UNROLL][VEC];
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u) load_vec<HINT>(xc + (j + u * STEP) * INNER, v[u]);
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u)
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) acc_add(acc[u][e], v[u][e], (idx_t)(j + u * STEP));
+    }
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+      const long long jj = j + u * STEP;
+      if (jj < LEN) {
+        float v[VEC];
+        load_vec<HINT>(xc + jj * INNER, v);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) acc_add(acc[u][e], v[e], (idx_t)jj);
+      }
+    }
+  }
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) {
+#pragma unroll
+    for (int u = 1; u < UNROLL; ++u) acc[0][e] = comb(acc[0][e], acc[u][e]);
+    part[warp][lane * VEC + e] = acc[0][e];
+  }
+  __syncthreads();
+  // Thread c < TILE_COLS combines column c over the warps; the result goes to part[0][c].
+  for (int col = threadIdx.x; col < TILE_COLS; col += THREADS) {
+    Acc a = part[0][col];
+    for (int w = 1; w < WARPS; ++w) a = comb(a, part[w][col]);
+    if (CLUSTER > 1) {
+      part[0][col] = a;
+    } else if (tile * TILE_COLS + col < INNER) {
+      store_out(y + o * INNER + tile * TILE_COLS + col, a);
+    }
+  }
+#if CLUSTER_SPLIT
+  __cluster_barrier_arrive();
+  __cluster_barrier_wait();
+  if (rank == 0) {
+    for (int col = threadIdx.x; col < TILE_COLS; col += THREADS) {
+      if (tile * TILE_COLS + col >= INNER) continue;
+      Acc a = part[0][col];
+      for (int r = 1; r < CLUSTER; ++r) a = comb(a, ((const Acc*)__cluster_map_shared_rank((void*)&part[0][0], r))[col]);
+      store_out(y + o * INNER + tile * TILE_COLS + col, a);
+    }
+  }
+  // No block leaves while rank 0 may still read its partials.
+  __cluster_barrier_arrive();
+  __cluster_barrier_wait();
+#endif
+}
+)";
+        c.launch.grid[0] = static_cast<uint32_t>(p.outer * CeilDiv(p.inner, 32 * vec) * cluster);
+        break;
+      default:
+        return InvalidArgument("unknown strategy");
+    }
+    c.source = src.str();
+    c.options = {"--std=c++17", "--diag-suppress=177"};  // 177: a constant this strategy does not use
+    c.design = ToDesignPoint("reduce", pt, "");
+    return c;
+  }
+};
+
+}  // namespace
+
+const Family* ReduceFamily() {
+  static const Reduce family;
+  return &family;
+}
+
+}  // namespace kjit::policy

@@ -1,0 +1,172 @@
+// Runs one generated reduce kernel (rewritten by reduce_gen.cc for emu.h, built as a shared object)
+// on the CPU and checks it against PyTorch's reductions transcribed: argmax/argmin indices exactly
+// (a sequential walk with PyTorch's rule: NaN beats every number, the first NaN and the first of
+// equal values win), amax/amin values exactly (NaN where the slice has one), sums, means and
+// products against float64 within float32 accumulation error; and that nothing is written past the
+// output. Inputs for min/max are small integers (ties) with NaN, +-Inf and -0.0 in some slices and
+// slices wholly -Inf or +Inf; for sums, normal values with NaN/Inf in some slices.
+// Usage: reduce_run SO KIND IN_DTYPE OUT_DTYPE SEGS OUTER LEN INNER GRID BLOCK CLUSTER
+//   (the memory-order view: SEGS segments of [OUTER, LEN, INNER]; output (o, i) reduces element
+//   ((s * OUTER + o) * LEN + j) * INNER + i over s and j)
+//   KIND 0 sum 1 mean 2 prod 3 amax 4 amin 5 argmax 6 argmin; dtypes 0 f32 1 f16 2 bf16 3 i64
+#include "emu.h"
+#include <dlfcn.h>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <random>
+#include <thread>
+#include <vector>
+thread_local emu_dim3 threadIdx, blockIdx;
+emu_dim3 blockDim, gridDim;
+thread_local EmuBlock* emu_block;
+std::barrier<>* emu_cluster_bar;
+thread_local std::optional<std::barrier<>::arrival_token> emu_token;
+int emu_cluster = 1;
+static float to_f(uint32_t u, int dt) {
+  if (dt == 0) return __uint_as_float(u);
+  if (dt == 1) return __half2float(__ushort_as_half((uint16_t)u));
+  return __bfloat162float(__ushort_as_bfloat16((uint16_t)u));
+}
+static uint32_t from_f(float f, int dt) {
+  if (dt == 0) return __float_as_uint(f);
+  if (dt == 1) return __half_as_ushort(__float2half_rn(f));
+  return __bfloat16_as_ushort(__float2bfloat16_rn(f));
+}
+static int esize(int dt) { return dt == 0 ? 4 : dt == 3 ? 8 : 2; }
+int main(int argc, char** argv) {
+  if (argc < 12) { std::printf("usage\n"); return 2; }
+  void* so = dlopen(argv[1], RTLD_NOW);
+  if (!so) { std::printf("dlopen: %s\n", dlerror()); return 2; }
+  auto kernel = reinterpret_cast<void (*)(const void*, void*)>(dlsym(so, "kjit_reduce"));
+  const int kind = atoi(argv[2]), dt = atoi(argv[3]), odt = atoi(argv[4]);
+  const long long segs = atoll(argv[5]), outer = atoll(argv[6]), len = atoll(argv[7]), inner = atoll(argv[8]);
+  gridDim.x = atoi(argv[9]); blockDim.x = atoi(argv[10]); emu_cluster = atoi(argv[11]);
+  const bool minmax = kind >= 3;
+  const long long n = segs * outer * len * inner, n_out = outer * inner, per_out = segs * len;
+  // Element j of output (o, i)'s slice (j over segments, then within one).
+  auto at = [&](long long o, long long i, long long j) { return ((j / len * outer + o) * len + j % len) * inner + i; };
+  const int es = esize(dt), os = esize(odt);
+  std::vector<char> x(n * es), y(n_out * os + 64, 0x5a);
+  std::vector<float> xv(n);  // the input's values as the kernel reads them
+  std::mt19937 gen(11);
+  std::normal_distribution<float> nd(kind == 2 ? 1.f : 0.f, kind == 2 ? 0.02f : 1.f);  // products stay finite
+  std::uniform_int_distribution<int> small(-3, 3);
+  std::uniform_real_distribution<double> u01;
+  const float nan = __int_as_float(0x7fc00000), inf = __int_as_float(0x7f800000);
+  const float specials[4] = {nan, inf, -inf, -0.f};
+  // Per slice (o, i): 0 plain, 1 specials at about two places, 2 all -Inf, 3 all +Inf (min/max only).
+  std::vector<int> slice_kind(n_out);
+  for (auto& s : slice_kind) {
+    const double r = u01(gen);
+    s = r < 0.55 ? 0 : r < 0.8 ? 1 : (minmax && r < 0.9) ? 2 : (minmax && r < 0.97) ? 3 : 0;
+  }
+  for (long long o = 0; o < outer; ++o)
+    for (long long i = 0; i < inner; ++i)
+      for (long long j = 0; j < per_out; ++j) {
+        const long long e = at(o, i, j);
+        const int sk = slice_kind[o * inner + i];
+        float f = minmax ? (float)small(gen) : nd(gen);
+        if (sk == 1 && u01(gen) < 2.0 / per_out) f = specials[gen() % 4];
+        if (sk == 2) f = -inf;
+        if (sk == 3) f = inf;
+        const uint32_t u = from_f(f, dt);
+        std::memcpy(&x[e * es], &u, es);
+        xv[e] = to_f(u, dt);
+      }
+  // Blocks of one cluster run together; clusters one after another.
+  const int nthreads = blockDim.x * emu_cluster;
+  std::vector<char> shared((size_t)emu_cluster * EMU_SLAB * EMU_VARS);
+  for (unsigned c0 = 0; c0 < gridDim.x; c0 += emu_cluster) {
+    std::barrier<> cluster_bar(nthreads);
+    emu_cluster_bar = &cluster_bar;
+    std::vector<EmuBlock> blocks(emu_cluster);
+    std::vector<std::unique_ptr<std::barrier<>>> bars;
+    for (int b = 0; b < emu_cluster; ++b) {
+      bars.emplace_back(new std::barrier<>(blockDim.x));
+      blocks[b].block_bar = bars.back().get();
+      for (unsigned w = 0; w < (blockDim.x + 31) / 32; ++w) {
+        bars.emplace_back(new std::barrier<>(32));
+        blocks[b].warp_bar[w] = bars.back().get();
+      }
+      blocks[b].shared = shared.data() + (size_t)b * EMU_SLAB * EMU_VARS;
+    }
+    std::vector<std::thread> ts;
+    for (int b = 0; b < emu_cluster; ++b) {
+      for (unsigned t = 0; t < blockDim.x; ++t) {
+        ts.emplace_back([&, b, t] {
+          threadIdx.x = t; blockIdx.x = c0 + b; emu_block = &blocks[b];
+          if (blockIdx.x < gridDim.x) kernel(x.data(), y.data());
+        });
+      }
+    }
+    for (auto& t : ts) t.join();
+  }
+  // PyTorch's results, slice by slice.
+  const float factor = (float)n_out / (float)n;  // MeanOps' factor, rounded as PyTorch rounds it
+  long long bad = 0, nan_slices = 0;
+  double worst = 0;
+  for (long long o = 0; o < outer; ++o)
+    for (long long i = 0; i < inner; ++i) {
+      const long long out_at = o * inner + i;
+      auto elem = [&](long long j) { return xv[at(o, i, j)]; };
+      bool ok;
+      char what[160];
+      if (kind >= 5) {
+        // GreaterOrNan / LessOrNan walked in index order.
+        long long best_i = 0;
+        float best = elem(0);
+        for (long long j = 1; j < per_out; ++j) {
+          const float v = elem(j);
+          if (std::isnan(best)) break;  // the first NaN wins
+          if (std::isnan(v) || (kind == 5 ? v > best : v < best)) { best = v; best_i = j; }
+        }
+        long long got;
+        std::memcpy(&got, &y[out_at * 8], 8);
+        ok = got == best_i;
+        nan_slices += std::isnan(best);
+        std::snprintf(what, sizeof what, "got %lld want %lld", got, best_i);
+      } else {
+        uint32_t gu = 0;
+        std::memcpy(&gu, &y[out_at * os], os);
+        const float got = to_f(gu, odt);
+        if (minmax) {
+          float best = elem(0);
+          for (long long j = 1; j < per_out; ++j) {
+            const float v = elem(j);
+            best = (std::isnan(best) || (kind == 3 ? best > v : best < v)) ? best : v;
+          }
+          ok = (std::isnan(best) && std::isnan(got)) || got == best;
+          nan_slices += std::isnan(best);
+          std::snprintf(what, sizeof what, "got %g want %g", got, best);
+        } else {
+          double acc = kind == 2 ? 1 : 0, mag = 0;
+          for (long long j = 0; j < per_out; ++j) {
+            acc = kind == 2 ? acc * elem(j) : acc + elem(j);
+            mag += std::fabs(elem(j));
+          }
+          if (kind == 1) { acc *= factor; mag *= factor; }
+          // float32 accumulation: a few ulps per element of the magnitude; then the output's rounding.
+          const double acc_tol = kind == 2 ? 4e-7 * per_out * std::fabs(acc) : 2e-7 * std::sqrt((double)per_out) * 4 * mag;
+          const double out_rel = odt == 0 ? 0 : odt == 1 ? 1e-3 : 8e-3;
+          const double tol = acc_tol + out_rel * std::fabs(acc) + 1e-30;
+          const double err = std::fabs(got - acc);
+          ok = (std::isnan(acc) && std::isnan(got)) || (std::isinf(acc) && got == acc) || err <= tol;
+          nan_slices += std::isnan(acc);
+          if (std::isfinite(acc)) worst = std::max(worst, err / std::max(tol, 1e-30));
+          std::snprintf(what, sizeof what, "got %.9g want %.9g (tol %.3g)", got, acc, tol);
+        }
+      }
+      if (!ok) {
+        if (bad == 0) std::printf("first bad at o=%lld i=%lld: %s\n", o, i, what);
+        ++bad;
+      }
+    }
+  for (int k = 0; k < 64; ++k) {
+    if (y[n_out * os + k] != 0x5a) { std::printf("WROTE PAST END\n"); return 1; }
+  }
+  std::printf("%s bad=%lld of %lld (NaN results %lld, worst error/tolerance %.3g)\n", bad ? "FAIL" : "ok", bad, n_out,
+              nan_slices, worst);
+  return bad ? 1 : 0;
+}
