@@ -443,12 +443,16 @@ class DepthwiseConv final : public Family {
       }
       tries.push_back(point(kDirect, 64, 1, 1, v));
     } else {
-      // Staging reads each input element once, coalesced, with vectors along W; 4 outputs a thread
-      // hold their input segment in registers across kernel columns.
+      // Staging reads each input element from memory once, coalesced, with vectors along W. From the
+      // tile, a warp's threads read columns OUTS * SW elements apart: 4-byte words one apart (one
+      // element of f32, two of f16/bf16) keep every shared-memory read free of bank conflicts (4
+      // consecutive f32 outputs a thread would be 4-way conflicts, twice the wavefronts per output of
+      // one output a thread, which on the headroom case would take as long as the DRAM traffic).
       const int64_t v = widest(p.iw);
+      const int64_t conflict_free_outs = p.sw == 1 ? std::max<int64_t>(1, 4 / p.elem()) : 1;
       if (overlap_rows) {
         for (int64_t rows : {8, 4, 2, 1}) {
-          for (int64_t threads : {256, 128, 64}) tries.push_back(point(kStaged, threads, 4, rows, v));
+          for (int64_t threads : {256, 128, 64}) tries.push_back(point(kStaged, threads, conflict_free_outs, rows, v));
         }
       }
       for (int64_t threads : {256, 128, 64}) {

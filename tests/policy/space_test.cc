@@ -907,8 +907,8 @@ TEST(DepthwiseConvSpace, ExpertDefaultsFitTheShapeAndTheAbi) {
     return p;
   };
   constexpr DType f32 = DType::kFloat32, f16 = DType::kFloat16, bf16 = DType::kBFloat16;
-  // The headroom case: staged whole rows, 16-byte loads along W, 8 rows a block, 4 outputs a thread,
-  // streaming stores (256 MB each way).
+  // The headroom case: staged whole rows, 16-byte loads along W, 8 rows a block, one output a thread
+  // (shared-memory reads without bank conflicts), streaming stores (256 MB each way).
   Candidate c;
   Point p = default_of(DepthwiseKey(TensorDesc::Contiguous(f32, {32, 128, 128, 128}), DepthwiseWeight(f32, 128, 3, 3),
                                     {3, 3}, TensorDesc::Contiguous(f32, {128}), {1, 1}, {1, 1}, {1, 1}),
@@ -916,7 +916,7 @@ TEST(DepthwiseConvSpace, ExpertDefaultsFitTheShapeAndTheAbi) {
   EXPECT_EQ(p.at("strategy"), 2) << PointToString(p);
   EXPECT_EQ(p.at("vec"), 4) << PointToString(p);
   EXPECT_EQ(p.at("rows"), 8) << PointToString(p);
-  EXPECT_EQ(p.at("outs"), 4) << PointToString(p);
+  EXPECT_EQ(p.at("outs"), 1) << PointToString(p);
   EXPECT_EQ(p.at("hint"), 1) << PointToString(p);
   // (x, weight, bias, out): the bias pointer is passed (null when absent) whether or not the key has one.
   EXPECT_NE(c.source.find("(const in_t* __restrict__ x, const in_t* __restrict__ wt, const in_t* __restrict__ bias, "
@@ -939,6 +939,12 @@ TEST(DepthwiseConvSpace, ExpertDefaultsFitTheShapeAndTheAbi) {
             std::string::npos);
   p = default_of(CudnnConvKey(ChannelsLast(bf16, {8, 64, 56, 56}), DepthwiseWeight(bf16, 64, 3, 3), {1, 1}, {1, 1}, {1, 1},
                               64));
+  EXPECT_EQ(p.at("vec"), 8) << PointToString(p);
+  // 2-byte elements: two outputs a thread are one 4-byte word apart.
+  p = default_of(DepthwiseKey(TensorDesc::Contiguous(bf16, {8, 64, 56, 56}), DepthwiseWeight(bf16, 64, 3, 3), {3, 3},
+                              NoneArg{}, {1, 1}, {1, 1}, {1, 1}));
+  EXPECT_EQ(p.at("strategy"), 2) << PointToString(p);
+  EXPECT_EQ(p.at("outs"), 2) << PointToString(p);
   EXPECT_EQ(p.at("vec"), 8) << PointToString(p);
   // Windows that do not overlap (1x1, stride 2) read every element once: no staging.
   p = default_of(DepthwiseKey(TensorDesc::Contiguous(f16, {8, 32, 64, 64}), DepthwiseWeight(f16, 32, 1, 1), {1, 1}, NoneArg{},
