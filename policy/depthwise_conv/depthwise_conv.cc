@@ -22,6 +22,7 @@ constexpr int64_t kMaxStagedBytes = 64 * 1024;  // keeps three blocks per SM, as
 constexpr int64_t kMaxUnrolledFmas = 2048;      // fully unrolled multiply-adds per thread (twice: edge and interior)
 constexpr int64_t kMaxHeldFloats = 128;         // accumulators and input segments a thread holds
 constexpr int64_t kMaxKernelTaps = 2048;        // larger windows are left to PyTorch
+constexpr int64_t kMaxRowsUnder = 64;           // input rows a blocked thread's unrolled loop walks
 
 constexpr const char* kDepthwise2d = "aten::_conv_depthwise2d";
 constexpr const char* kCudnn = "aten::cudnn_convolution";
@@ -82,6 +83,17 @@ __device__ __forceinline__ constexpr bool column_used(int m) {
   return false;
 }
 
+// Whether input row r under ROWS_ output rows is a kernel row of some of them (stride and dilation
+// leave gaps: those rows are not read).
+template <int ROWS_>
+__device__ __forceinline__ constexpr bool row_used(int r) {
+  for (int o = 0; o < ROWS_; ++o) {
+    const int d = r - o * (int)SH;
+    if (d >= 0 && d % (int)DH == 0 && d / (int)DH < KH) return true;
+  }
+  return false;
+}
+
 // Accumulates ROWS_ x OUTS outputs x CV lanes (channels): output rows oh0.., columns ow0... Every
 // input row under them is read once, its SEG columns into registers (load(h, w, v) fetches CV raw
 // elements of input (h, w)), and feeds each output row it is a kernel row of. For every output the
@@ -94,7 +106,7 @@ __device__ __forceinline__ void conv_block(idx_t oh0, idx_t ow0, const Load& loa
 #pragma unroll
   for (int r = 0; r < Under<ROWS_>::R; ++r) {
     const idx_t h = h0 + r;
-    if (h < 0 || h >= IH) continue;
+    if (!row_used<ROWS_>(r) || h < 0 || h >= IH) continue;
     raw_t seg[SEG][CV];
 #pragma unroll
     for (int m = 0; m < SEG; ++m) {
@@ -397,6 +409,15 @@ class DepthwiseConv final : public Family {
       return InvalidArgument("NCHW direct and blocked reads are one element (vectors: staged, channels_last)");
     }
     if (strategy == kDirect && rows != 1) return InvalidArgument("rows apply to the blocked and staged strategies");
+    // The loops over the input rows under a thread's (blocked) or a block's (staged) output rows are
+    // unrolled or staged whole: rows a stride skips would cost code or shared memory for nothing.
+    const bool overlap_rows = p.sh < (p.kh - 1) * p.dh + 1;
+    if (strategy != kDirect && rows > 1 && !overlap_rows) {
+      return InvalidArgument("windows do not overlap vertically: output rows share no input row");
+    }
+    if (strategy == kBlocked && RowsUnder(p, rows) > kMaxRowsUnder) {
+      return InvalidArgument("too many input rows under a thread's outputs");
+    }
     const int64_t thread_rows = strategy == kBlocked ? rows : 1;  // output rows one thread computes
     if (thread_rows * outs * cv * p.kh * p.kw > kMaxUnrolledFmas) {
       return InvalidArgument("too many unrolled multiply-adds per thread");

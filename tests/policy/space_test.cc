@@ -887,6 +887,16 @@ TEST(DepthwiseConvSpace, ChecksFollowTheLayout) {
                                              {3, 3}, NoneArg{}, {1, 1}, {1, 1}, {1, 1}));
   EXPECT_NE(why(long_rows, point(2, 256, 4, 1, 4)).find("shared memory"), std::string::npos);
   for (const Point& v : ValidPoints(*long_rows.family, *long_rows.problem, device)) EXPECT_NE(v.at("strategy"), 2);
+  // Stride at least the window's height: output rows share no input row, so no point holds or stages
+  // several; a dilation of 40 puts 81 input rows under one output row, too many to unroll.
+  const Match apart = match(DepthwiseKey(TensorDesc::Contiguous(f32, {2, 8, 64, 64}), DepthwiseWeight(f32, 8, 1, 1), {1, 1},
+                                         NoneArg{}, {2, 2}, {0, 0}, {1, 1}));
+  EXPECT_NE(why(apart, point(1, 64, 2, 2, 1)).find("overlap"), std::string::npos);
+  EXPECT_NE(why(apart, point(2, 64, 2, 2, 1)).find("overlap"), std::string::npos);
+  const Match dilated = match(DepthwiseKey(TensorDesc::Contiguous(f32, {2, 8, 100, 64}), DepthwiseWeight(f32, 8, 3, 1), {3, 1},
+                                           NoneArg{}, {1, 1}, {40, 0}, {40, 1}));
+  EXPECT_NE(why(dilated, point(1, 64, 2, 1, 1)).find("input rows"), std::string::npos);
+  EXPECT_TRUE(dilated.family->Check(*dilated.problem, point(0, 64, 2, 1, 1), device).ok());
   // A 31x31 kernel: 961 taps; two outputs unrolled fit, eight do not.
   const Match large = match(DepthwiseKey(TensorDesc::Contiguous(f32, {2, 8, 64, 64}), DepthwiseWeight(f32, 8, 31, 31),
                                          {31, 31}, NoneArg{}, {1, 1}, {15, 15}, {1, 1}));

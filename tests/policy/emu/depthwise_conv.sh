@@ -46,6 +46,9 @@ r a9 native bf16 c 3,6,40,1 3,1 1,1 1,0 1,1 1 strategy=1 threads=64 outs=1 rows=
 r a10 native f32 c 1,2,6,7 3,3 1,1 4,4 4,4 1 strategy=1 threads=64 outs=2 rows=2 vec=1 hint=0
 r a11 native f32 c 2,3,13,16 3,3 1,1 1,1 1,1 1 strategy=2 threads=64 outs=8 rows=8 vec=2 hint=0
 r a12 native f16 c 2,3,13,16 3,3 2,2 1,1 1,1 0 strategy=0 threads=64 outs=4 rows=1 vec=1 hint=1
+# stride 2 with dilation 2 along H under 4 output rows a thread (input rows no output uses are skipped)
+r a13 native f32 c 1,2,20,11 3,3 2,1 2,1 2,1 1 strategy=1 threads=64 outs=2 rows=4 vec=1 hint=0
+r a14 native bf16 c 1,2,20,16 3,3 2,1 2,1 2,1 1 strategy=2 threads=64 outs=2 rows=4 vec=8 hint=0
 # expert defaults: the headroom shape's (staged), a wide kernel's, and with bias absent
 r d1 native f32 c 2,4,16,16 3,3 1,1 1,1 1,1 1
 r d2 native bf16 c 1,3,12,33 5,5 1,1 2,2 1,1 0
