@@ -460,8 +460,11 @@ class DepthwiseConv final : public Family {
     // direct 460 us; eager 622-664, torch.compile 462, floor 129. bf16 NCHW: 4 rows x 8 outputs 132 us,
     // x 4: 150, staged 292 (compile 271, floor 64). channels_last f32: 16-byte vectors, 4 rows x 2 outputs,
     // 64 threads 165 us, 2 x 2 with 8-byte vectors and 256 threads 167; direct 664 (cuDNN 184-204).
+    // channels_last bf16: 4 channels (8 bytes) 4 rows x 2 outputs, 64 threads 107 us, 2 channels 104,
+    // 8 channels (16 bytes) 152 (cuDNN 114-129, floor 64): 4 channels a thread, whatever the dtype (the
+    // registers of the f32 point).
     if (p.channels_last) {
-      const int64_t v = widest(p.c);
+      const int64_t v = std::min<int64_t>(widest(p.c), 4);
       for (int64_t rows : {4, 2, 1}) {
         if (rows > 1 && !overlap_rows) continue;
         for (int64_t threads : {64, 128}) tries.push_back(point(kBlocked, threads, 2, rows, v));

@@ -941,16 +941,18 @@ TEST(DepthwiseConvSpace, ExpertDefaultsFitTheShapeAndTheAbi) {
              &nobias);
   EXPECT_NE(nobias.source.find("const in_t* __restrict__ bias"), std::string::npos);
   EXPECT_NE(nobias.source.find("#define BIAS_OF(ch) (0.f)"), std::string::npos);
-  // cudnn_convolution: (x, weight, out); channels_last: blocked over 16-byte channel vectors.
+  // cudnn_convolution: (x, weight, out); channels_last: blocked over 4-channel vectors.
   p = default_of(CudnnConvKey(ChannelsLast(f32, {8, 64, 56, 56}), DepthwiseWeight(f32, 64, 3, 3), {1, 1}, {1, 1}, {1, 1}, 64),
                  &c);
   EXPECT_EQ(p.at("strategy"), 1) << PointToString(p);
   EXPECT_EQ(p.at("vec"), 4) << PointToString(p);
   EXPECT_NE(c.source.find("(const in_t* __restrict__ x, const in_t* __restrict__ wt, out_t* __restrict__ y)"),
             std::string::npos);
+  // 4 channels a thread in 2-byte types too (measured: 8-byte vectors beat 16-byte ones for bf16).
   p = default_of(CudnnConvKey(ChannelsLast(bf16, {8, 64, 56, 56}), DepthwiseWeight(bf16, 64, 3, 3), {1, 1}, {1, 1}, {1, 1},
                               64));
-  EXPECT_EQ(p.at("vec"), 8) << PointToString(p);
+  EXPECT_EQ(p.at("vec"), 4) << PointToString(p);
+  EXPECT_EQ(p.at("rows"), 4) << PointToString(p);
   // 2-byte elements: 8 outputs (16 bytes) along W, 4 rows.
   p = default_of(DepthwiseKey(TensorDesc::Contiguous(bf16, {8, 64, 56, 56}), DepthwiseWeight(bf16, 64, 3, 3), {3, 3},
                               NoneArg{}, {1, 1}, {1, 1}, {1, 1}));
