@@ -284,6 +284,7 @@ class DepthwiseConv final : public Family {
         if (b->dtype != x->dtype) return InvalidArgument("bias dtype differs from the input's: PyTorch rejects it");
         if (b->sizes.size() != 1 || b->sizes[0] != p->c) return InvalidArgument("bias must be [C]");
         if (p->c > 1 && b->strides[0] != 1) return InvalidArgument("bias not contiguous: declined");
+        if (b->alignment < static_cast<int64_t>(DTypeSize(b->dtype))) return InvalidArgument("bias not aligned to its element");
         p->has_bias = true;
       } else if (!std::holds_alternative<NoneArg>(bias)) {
         return InvalidArgument("bias is neither a tensor nor None");
@@ -294,7 +295,6 @@ class DepthwiseConv final : public Family {
       // conv_depthwise2d_cuda makes the input contiguous first and writes a contiguous output.
       if (!x->is_contiguous()) return InvalidArgument("input not contiguous: PyTorch copies it first; declined");
       p->channels_last = false;
-      // One thread per output in 32-bit indices (canUse32BitIndexMath): PyTorch rejects more.
     } else {
       KJIT_ASSIGN_OR_RETURN(padding, codegen::ExpandIntList(call.args[2], 2, "padding", nullptr));
       KJIT_ASSIGN_OR_RETURN(stride, codegen::ExpandIntList(call.args[3], 2, "stride", nullptr));
