@@ -189,6 +189,18 @@ std::vector<OpKey> HeadroomKeys(const policy::Family& f) {
     for (const auto& s : shapes) {
       keys.push_back(OpKey::Single("aten::amax", "", {TensorDesc::Contiguous(f32, s), IntList{0}, false}, 90));
     }
+  } else if (name == "depthwise_conv") {
+    // nn.Conv2d(C, C, 3, padding=1, groups=C) (bias on, its default) over float32 NCHW under no_grad:
+    // _convolution calls aten::_conv_depthwise2d with the bias.
+    for (auto s : std::vector<std::vector<int64_t>>{
+             {32, 128, 128, 128}, {16, 128, 128, 128}, {64, 128, 128, 128}, {31, 128, 127, 127}}) {
+      const int64_t c = s[1];
+      keys.push_back(OpKey::Single("aten::_conv_depthwise2d", "",
+                                   {TensorDesc::Contiguous(f32, s), TensorDesc::Contiguous(f32, {c, 1, 3, 3}),
+                                    IntList{3, 3}, TensorDesc::Contiguous(f32, {c}), IntList{1, 1}, IntList{1, 1},
+                                    IntList{1, 1}},
+                                   90));
+    }
   }
   return keys;
 }

@@ -86,6 +86,15 @@ def cases(torch, family):
     for shape in shapes:
         add("reduce", f"amax f32 {'x'.join(map(str, shape))} dim 0", reduce_text("amax", shape, "[0], False"),
             lambda s=shape: (torch.randn(*s, device="cuda"),), lambda x: torch.amax(x, 0))
+    # Depthwise convolution 3x3, padding 1, with bias (nn.Conv2d's default): float32 NCHW reaches
+    # aten::_conv_depthwise2d (channels_last and most float16 NCHW calls reach cudnn_convolution instead).
+    for shape in [(32, 128, 128, 128), (16, 128, 128, 128), (64, 128, 128, 128), (31, 128, 127, 127)]:
+        n, c, h, w = shape
+        add("depthwise_conv", f"depthwise conv 3x3 f32 {'x'.join(map(str, shape))} bias",
+            f"aten::_conv_depthwise2d(f32[{n},{c},{h},{w}], f32[{c},1,3,3], [3, 3], f32[{c}], [1, 1], [1, 1], [1, 1]) sm_90",
+            lambda s=shape: (torch.randn(*s, device="cuda"), torch.randn(s[1], 1, 3, 3, device="cuda"),
+                             torch.randn(s[1], device="cuda")),
+            lambda x, wt, b: F.conv2d(x, wt, b, 1, 1, 1, x.shape[1]))
     return out
 
 
@@ -116,7 +125,7 @@ def time_pair(torch, fns, args, runs, flush):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--family", help="only this family (softmax, layer_norm, group_norm, instance_norm, scan, pool, reduce)")
+    p.add_argument("--family", help="only this family (softmax, layer_norm, group_norm, instance_norm, scan, pool, reduce, depthwise_conv)")
     p.add_argument("--runs", type=int, default=100)
     p.add_argument("--cases-only", action="store_true",
                    help="only the headroom table's cases, not their neighbours (the first of each group of four)")

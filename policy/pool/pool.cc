@@ -11,6 +11,7 @@ namespace {
 
 using codegen::CeilDiv;
 using codegen::CudaType;
+using codegen::IsChannelsLast;
 
 // What PyTorch 2.11 does on CUDA (aten/src/ATen/native/cuda/DilatedMaxPool2d.cu, DilatedMaxPool3d.cu,
 // AvgPool2d.cu, AvgPool3d.cu, native/Pool.h):
@@ -61,57 +62,9 @@ int64_t OutputSize(int64_t in, int64_t k, int64_t pad, int64_t stride, int64_t d
   return out;
 }
 
-// As torch's is_contiguous(ChannelsLast / ChannelsLast3d): dense in the order C, W, H, (D), N; size-1
-// dims' strides do not matter.
-bool IsChannelsLast(const TensorDesc& t) {
-  const size_t nd = t.sizes.size();
-  if ((nd != 4 && nd != 5) || t.strides.size() != nd) return false;
-  std::vector<size_t> order = {1};
-  for (size_t d = nd - 1; d >= 2; --d) order.push_back(d);
-  order.push_back(0);
-  int64_t expected = 1;
-  for (size_t d : order) {
-    if (t.sizes[d] == 1) continue;
-    if (t.strides[d] != expected) return false;
-    expected *= t.sizes[d];
-  }
-  return true;
-}
-
-// A pooling list argument expanded to `n` values: one value is broadcast; `empty_as` (stride) stands
-// in for an empty list.
-Result<std::vector<int64_t>> Expand(const Arg& arg, size_t n, const char* what, const std::vector<int64_t>* empty_as) {
-  const auto* list = std::get_if<IntList>(&arg);
-  if (!list) return InvalidArgument(std::string(what) + " is not an int list");
-  if (list->empty() && empty_as) return *empty_as;
-  if (list->size() == 1) return std::vector<int64_t>(n, (*list)[0]);
-  if (list->size() != n) return InvalidArgument(std::string(what) + " has " + std::to_string(list->size()) + " values");
-  return *list;
-}
-
-// Device code every strategy shares, after codegen::kElementAccess and the key's constants.
-constexpr const char* kPrelude = R"(
-typedef Bits<in_t>::U raw_t;
-// CV elements at p (aligned to their total size) as raw bits; STREAM: evict-first.
-template <int CV_, bool STREAM>
-__device__ __forceinline__ void load_raw(const in_t* p, raw_t (&v)[CV_]) {
-  typedef typename RawOf<sizeof(raw_t) * CV_>::T R;
-  union { R r; raw_t u[CV_]; } w;
-  if (STREAM) w.r = __ldcs(reinterpret_cast<const R*>(p));
-  else w.r = __ldg(reinterpret_cast<const R*>(p));
-#pragma unroll
-  for (int k = 0; k < CV_; ++k) v[k] = w.u[k];
-}
-template <int CV_>
-__device__ __forceinline__ void store_raw(out_t* p, const raw_t (&v)[CV_]) {
-  typedef typename RawOf<sizeof(raw_t) * CV_>::T R;
-  union { R r; raw_t u[CV_]; } w;
-#pragma unroll
-  for (int k = 0; k < CV_; ++k) w.u[k] = v[k];
-  if (HINT) __stcs(reinterpret_cast<R*>(p), w.r);
-  else *reinterpret_cast<R*>(p) = w.r;
-}
-__device__ __forceinline__ void store_index(long long* p, long long v) {
+// Device code every strategy shares, after codegen::kElementAccess, codegen::kRawAccess and the key's
+// constants.
+constexpr const char* kPrelude = R"(__device__ __forceinline__ void store_index(long long* p, long long v) {
   if (HINT) __stcs(p, v);
   else *p = v;
 }
@@ -301,13 +254,13 @@ class Pool final : public Family {
       if (x->sizes[i] <= 0) return InvalidArgument("empty non-batch dims: PyTorch rejects them");
     }
     if (x->numel() == 0) return InvalidArgument("empty inputs are left to PyTorch");
-    KJIT_ASSIGN_OR_RETURN(std::vector<int64_t> k, Expand(call.args[1], dims, "kernel_size", nullptr));
-    KJIT_ASSIGN_OR_RETURN(std::vector<int64_t> s, Expand(call.args[2], dims, "stride", &k));
-    KJIT_ASSIGN_OR_RETURN(std::vector<int64_t> pad, Expand(call.args[3], dims, "padding", nullptr));
+    KJIT_ASSIGN_OR_RETURN(std::vector<int64_t> k, codegen::ExpandIntList(call.args[1], dims, "kernel_size", nullptr));
+    KJIT_ASSIGN_OR_RETURN(std::vector<int64_t> s, codegen::ExpandIntList(call.args[2], dims, "stride", &k));
+    KJIT_ASSIGN_OR_RETURN(std::vector<int64_t> pad, codegen::ExpandIntList(call.args[3], dims, "padding", nullptr));
     std::vector<int64_t> dil(dims, 1);
     size_t next = 4;
     if (p->max) {
-      KJIT_ASSIGN_OR_RETURN(dil, Expand(call.args[next++], dims, "dilation", nullptr));
+      KJIT_ASSIGN_OR_RETURN(dil, codegen::ExpandIntList(call.args[next++], dims, "dilation", nullptr));
     }
     const auto* ceil = std::get_if<bool>(&call.args[next++]);
     if (!ceil) return InvalidArgument("ceil_mode is not a bool");
@@ -500,7 +453,7 @@ class Pool final : public Family {
         << ", DW = " << p.dil[2] << ";\n";
     src << "constexpr int THREADS = " << threads << ", OUTS = " << outs << ", CV = " << cv << ", ROWS = " << rows
         << ";\n";
-    src << codegen::kElementAccess << kPrelude;
+    src << codegen::kElementAccess << codegen::kRawAccess << kPrelude;
     const std::string params = p.max ? "const in_t* __restrict__ x, out_t* __restrict__ y, long long* __restrict__ ind"
                                      : "const in_t* __restrict__ x, out_t* __restrict__ y";
     // Avg pooling has no index output: a sink the compiler drops.

@@ -1,6 +1,7 @@
 #include "src/codegen.h"
 
 #include <algorithm>
+#include <string>
 
 namespace kjit::policy::codegen {
 
@@ -13,6 +14,31 @@ const char* CudaType(DType t) {
 }
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+bool IsChannelsLast(const TensorDesc& t) {
+  const size_t nd = t.sizes.size();
+  if ((nd != 4 && nd != 5) || t.strides.size() != nd) return false;
+  std::vector<size_t> order = {1};
+  for (size_t d = nd - 1; d >= 2; --d) order.push_back(d);
+  order.push_back(0);
+  int64_t expected = 1;
+  for (size_t d : order) {
+    if (t.sizes[d] == 1) continue;
+    if (t.strides[d] != expected) return false;
+    expected *= t.sizes[d];
+  }
+  return true;
+}
+
+Result<std::vector<int64_t>> ExpandIntList(const Arg& arg, size_t n, const char* what,
+                                           const std::vector<int64_t>* empty_as) {
+  const auto* list = std::get_if<IntList>(&arg);
+  if (!list) return InvalidArgument(std::string(what) + " is not an int list");
+  if (list->empty() && empty_as) return *empty_as;
+  if (list->size() == 1) return std::vector<int64_t>(n, (*list)[0]);
+  if (list->size() != n) return InvalidArgument(std::string(what) + " has " + std::to_string(list->size()) + " values");
+  return *list;
+}
 
 int HeldPartials(int64_t held_floats, int64_t threads) {
   // 65536 registers per SM shared by the block, at most 255 per thread; the held values, their
@@ -75,6 +101,29 @@ __device__ __forceinline__ void store_vec(out_t* p, const float (&f)[VEC]) {
   for (int i = 0; i < VEC; ++i) v.u[i] = Bits<out_t>::from_f(f[i]);
   if (HINT) __stcs(reinterpret_cast<Raw*>(p), v.raw);
   else *reinterpret_cast<Raw*>(p) = v.raw;
+}
+)";
+
+const char* const kRawAccess = R"(
+typedef Bits<in_t>::U raw_t;
+// CV elements at p (aligned to their total size) as raw bits; STREAM: evict-first.
+template <int CV_, bool STREAM>
+__device__ __forceinline__ void load_raw(const in_t* p, raw_t (&v)[CV_]) {
+  typedef typename RawOf<sizeof(raw_t) * CV_>::T R;
+  union { R r; raw_t u[CV_]; } w;
+  if (STREAM) w.r = __ldcs(reinterpret_cast<const R*>(p));
+  else w.r = __ldg(reinterpret_cast<const R*>(p));
+#pragma unroll
+  for (int k = 0; k < CV_; ++k) v[k] = w.u[k];
+}
+template <int CV_>
+__device__ __forceinline__ void store_raw(out_t* p, const raw_t (&v)[CV_]) {
+  typedef typename RawOf<sizeof(raw_t) * CV_>::T R;
+  union { R r; raw_t u[CV_]; } w;
+#pragma unroll
+  for (int k = 0; k < CV_; ++k) w.u[k] = v[k];
+  if (HINT) __stcs(reinterpret_cast<R*>(p), w.r);
+  else *reinterpret_cast<R*>(p) = w.r;
 }
 )";
 

@@ -3,8 +3,10 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "kjit/runtime/op_key.h"
+#include "kjit/runtime/status.h"
 
 namespace kjit::policy::codegen {
 
@@ -12,6 +14,15 @@ namespace kjit::policy::codegen {
 const char* CudaType(DType t);
 
 int64_t CeilDiv(int64_t a, int64_t b);
+
+// Key parsing the windowed families (pool, depthwise_conv) share.
+// As torch's is_contiguous(ChannelsLast / ChannelsLast3d): a 4-D or 5-D tensor dense in the order
+// C, W, H, (D), N; size-1 dims' strides do not matter.
+bool IsChannelsLast(const TensorDesc& t);
+// An int-list argument (kernel_size, stride, padding, dilation) expanded to `n` values: one value is
+// broadcast; `empty_as` (a pooling stride) stands in for an empty list; otherwise kInvalidArgument.
+Result<std::vector<int64_t>> ExpandIntList(const Arg& arg, size_t n, const char* what,
+                                           const std::vector<int64_t>* empty_as);
 
 // K for held_sum<N, K> (kReductions) in a kernel of `threads` threads holding `held_floats`
 // values each: 4 partial sums, or 1 where the held values come close to the register cap.
@@ -26,6 +37,12 @@ extern const char* const kIncludes;
 // elements aligned to their total size, streaming cache hints when HINT.
 // Needs in_t, out_t, VEC and HINT defined before it.
 extern const char* const kElementAccess;
+
+// Elements as their raw bits, for kernels that move values without converting them or convert them
+// where they choose: raw_t (Bits<in_t>::U), load_raw<CV, STREAM>(const in_t*, raw_t (&)[CV]) (__ldg,
+// or evict-first __ldcs when STREAM) and store_raw<CV>(out_t*, const raw_t (&)[CV]) (streaming when
+// HINT), CV elements aligned to their total size. Needs kElementAccess (Bits, RawOf) before it.
+extern const char* const kRawAccess;
 
 // Float reductions every normalization family uses: warp_sum(v) and
 // block_sum(v, red) (every thread gets the sum; red holds 32 floats), and

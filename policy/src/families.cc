@@ -1,6 +1,7 @@
 // The op families kjit knows. A new family is a folder under policy/ and one line here.
 #include "kjit/policy/design_space.h"
 #include "batch_norm/batch_norm.h"
+#include "depthwise_conv/depthwise_conv.h"
 #include "group_norm/group_norm.h"
 #include "layer_norm/layer_norm.h"
 #include "pool/pool.h"
@@ -20,6 +21,7 @@ const std::vector<const Family*>& Families() {
     f.push_back(ScanFamily());
     f.push_back(PoolFamily());
     f.push_back(ReduceFamily());
+    f.push_back(DepthwiseConvFamily());
     // Each family declares what the evaluator must know about its ops.
     for (const Family* family : f) {
       for (const std::string& op : family->ops()) DeclareOpTraits(op, family->traits(op));

@@ -1,0 +1,691 @@
+#include "depthwise_conv/depthwise_conv.h"
+
+#include "src/codegen.h"
+
+#include <algorithm>
+#include <limits>
+#include <sstream>
+
+namespace kjit::policy {
+namespace {
+
+using codegen::CeilDiv;
+using codegen::CudaType;
+using codegen::IsChannelsLast;
+
+// The ABI (daemon/worker_protocol.h): _conv_depthwise2d: (x, weight, bias or null, out);
+// cudnn_convolution: (x, weight, out).
+
+enum Strategy : int64_t { kDirect = 0, kBlocked = 1, kStaged = 2 };
+
+constexpr int64_t kMaxStagedBytes = 64 * 1024;  // keeps three blocks per SM, as the pool family
+constexpr int64_t kMaxUnrolledFmas = 2048;      // fully unrolled multiply-adds per thread (twice: edge and interior)
+constexpr int64_t kMaxHeldFloats = 128;         // accumulators and input segments a thread holds
+constexpr int64_t kMaxKernelTaps = 2048;        // larger windows are left to PyTorch
+constexpr int64_t kMaxRowsUnder = 64;           // input rows a blocked thread's unrolled loop walks
+
+constexpr const char* kDepthwise2d = "aten::_conv_depthwise2d";
+constexpr const char* kCudnn = "aten::cudnn_convolution";
+
+struct ConvProblem : Problem {
+  bool cudnn = false;          // aten::cudnn_convolution (no bias); else aten::_conv_depthwise2d
+  bool has_bias = false;
+  bool channels_last = false;  // input and output NHWC
+  DType dtype = DType::kFloat32;
+  int64_t n = 1, c = 1, ih = 1, iw = 1, oh = 1, ow = 1;
+  int64_t kh = 1, kw = 1, sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1;
+  int alignment = 16;  // the input's
+  int64_t numel_in() const { return n * c * ih * iw; }
+  int64_t numel_out() const { return n * c * oh * ow; }
+  int64_t elem() const { return static_cast<int64_t>(DTypeSize(dtype)); }
+};
+
+// As c10's is_channels_last_strides_2d (what suggest_memory_format reads for a 4-D tensor): strides
+// non-decreasing in the order C, W, H, N, with its rules for size-1 dims (an N111 tensor and a
+// permuted 1C1W are not channels_last).
+bool StridesLikeChannelsLast(const TensorDesc& t) {
+  if (t.sizes.size() != 4 || t.strides.size() != 4 || t.strides[1] == 0) return false;
+  int64_t min = 0;
+  for (size_t d : {size_t{1}, size_t{3}, size_t{2}, size_t{0}}) {
+    if (t.sizes[d] == 0 || t.strides[d] < min) return false;
+    if (d == 0 && min == t.strides[1]) return false;
+    min = t.strides[d];
+    if (t.sizes[d] > 1) min *= t.sizes[d];
+  }
+  return true;
+}
+
+// A depthwise weight [C, 1, KH, KW] whose elements lie at c*KH*KW + i*KW + j: contiguous, or
+// channels_last (the same bytes: its channel dim has size 1), or any strides of size-1 dims.
+bool DenseDepthwiseWeight(const TensorDesc& w) {
+  if (w.sizes.size() != 4 || w.strides.size() != 4) return false;
+  const int64_t expected[4] = {w.sizes[2] * w.sizes[3], w.sizes[2] * w.sizes[3], w.sizes[3], 1};
+  for (size_t d = 0; d < 4; ++d) {
+    if (w.sizes[d] != 1 && w.strides[d] != expected[d]) return false;
+  }
+  return true;
+}
+
+bool Float(DType t) { return t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBFloat16; }
+
+// Device code every strategy shares, after codegen::kElementAccess, codegen::kRawAccess and the key's
+// constants.
+constexpr const char* kPrelude = R"(
+// Input rows under ROWS_ output rows, and input columns under OUTS consecutive outputs of a row.
+template <int ROWS_> struct Under { static constexpr int R = (ROWS_ - 1) * (int)SH + (KH - 1) * (int)DH + 1; };
+constexpr int SEG = (OUTS - 1) * (int)SW + (KW - 1) * (int)DW + 1;
+// Whether column m of a segment is a tap of some output of it (dilation leaves gaps).
+__device__ __forceinline__ constexpr bool column_used(int m) {
+  for (int j = 0; j < OUTS; ++j) {
+    const int d = m - j * (int)SW;
+    if (d >= 0 && d % (int)DW == 0 && d / (int)DW < KW) return true;
+  }
+  return false;
+}
+
+// Whether input row r under ROWS_ output rows is a kernel row of some of them (stride and dilation
+// leave gaps: those rows are not read).
+template <int ROWS_>
+__device__ __forceinline__ constexpr bool row_used(int r) {
+  for (int o = 0; o < ROWS_; ++o) {
+    const int d = r - o * (int)SH;
+    if (d >= 0 && d % (int)DH == 0 && d / (int)DH < KH) return true;
+  }
+  return false;
+}
+
+// Accumulates ROWS_ x OUTS outputs x CV lanes (channels): output rows oh0.., columns ow0... Every
+// input row under them is read once, its SEG columns into registers (load(h, w, v) fetches CV raw
+// elements of input (h, w)), and feeds each output row it is a kernel row of. For every output the
+// taps arrive in (i, j) order, PyTorch's. EDGE: some columns may lie outside the input; their taps
+// are skipped (rows outside the input are skipped either way).
+template <int ROWS_, bool EDGE, typename Load, typename Weight>
+__device__ __forceinline__ void conv_block(idx_t oh0, idx_t ow0, const Load& load, const Weight& weight,
+                                           float (&acc)[ROWS_][OUTS][CV]) {
+  const idx_t h0 = oh0 * SH - PH, w0 = ow0 * SW - PW;
+#pragma unroll
+  for (int r = 0; r < Under<ROWS_>::R; ++r) {
+    const idx_t h = h0 + r;
+    if (!row_used<ROWS_>(r) || h < 0 || h >= IH) continue;
+    raw_t seg[SEG][CV];
+#pragma unroll
+    for (int m = 0; m < SEG; ++m) {
+      if (!column_used(m)) continue;
+      if (EDGE && (w0 + m < 0 || w0 + m >= IW)) {
+#pragma unroll
+        for (int k = 0; k < CV; ++k) seg[m][k] = 0;
+      } else {
+        load(h, w0 + m, seg[m]);
+      }
+    }
+#pragma unroll
+    for (int o = 0; o < ROWS_; ++o) {
+      // Kernel row i of output row o reads input row r when r == o * SH + i * DH.
+      const int d = r - o * (int)SH;
+      if (d < 0 || d % (int)DH != 0 || d / (int)DH >= KH) continue;
+      const int i = d / (int)DH;
+#pragma unroll
+      for (int j = 0; j < OUTS; ++j) {
+#pragma unroll
+        for (int l = 0; l < KW; ++l) {
+          const int m = j * (int)SW + l * (int)DW;
+          if (EDGE && (w0 + m < 0 || w0 + m >= IW)) continue;
+#pragma unroll
+          for (int k = 0; k < CV; ++k) acc[o][j][k] = fmaf(weight(i, l, k), Bits<in_t>::to_f(seg[m][k]), acc[o][j][k]);
+        }
+      }
+    }
+  }
+}
+
+// The same sums, every tap of every output read from memory where it is used (L1 serves repeats).
+template <bool EDGE, typename Load, typename Weight>
+__device__ __forceinline__ void conv_direct(idx_t oh, idx_t ow0, const Load& load, const Weight& weight,
+                                            float (&acc)[1][OUTS][CV]) {
+#pragma unroll
+  for (int j = 0; j < OUTS; ++j) {
+    const idx_t w0 = (ow0 + j) * SW - PW;
+#pragma unroll
+    for (int i = 0; i < KH; ++i) {
+      const idx_t h = oh * SH - PH + i * DH;
+      if (h < 0 || h >= IH) continue;
+#pragma unroll
+      for (int l = 0; l < KW; ++l) {
+        const idx_t w = w0 + l * DW;
+        if (EDGE && (w < 0 || w >= IW)) continue;
+        raw_t v[CV];
+        load(h, w, v);
+#pragma unroll
+        for (int k = 0; k < CV; ++k) acc[0][j][k] = fmaf(weight(i, l, k), Bits<in_t>::to_f(v[k]), acc[0][j][k]);
+      }
+    }
+  }
+}
+
+// Whether the columns under outputs ow0 .. ow0 + OUTS - 1 all lie inside the input.
+__device__ __forceinline__ bool columns_inside(idx_t ow0) {
+  const idx_t w0 = ow0 * SW - PW;
+  return w0 >= 0 && w0 + SEG <= IW;
+}
+
+// Output rows [oh0, oh0 + ROWS_) x columns [ow0, ow0 + OUTS) of one NCHW plane, rounded once; those
+// past the output are not written. Stores of STORE_W elements where the row allows.
+template <int ROWS_>
+__device__ __forceinline__ void store_plane(out_t* yp, idx_t oh0, idx_t ow0, const float (&acc)[ROWS_][OUTS][1]) {
+#pragma unroll
+  for (int o = 0; o < ROWS_; ++o) {
+    const idx_t oh = oh0 + o;
+    if (oh >= OH) break;
+    out_t* row = yp + (long long)oh * OW + ow0;
+#pragma unroll
+    for (int j = 0; j < OUTS; j += STORE_W) {
+      if (ow0 + j >= OW) break;
+      raw_t r[STORE_W];
+#pragma unroll
+      for (int k = 0; k < STORE_W; ++k) r[k] = Bits<out_t>::from_f(acc[o][j + k][0]);
+      store_raw<STORE_W>(row + j, r);
+    }
+  }
+}
+)";
+
+class DepthwiseConv final : public Family {
+ public:
+  std::string_view name() const override { return "depthwise_conv"; }
+  int codegen_version() const override { return 1; }
+  std::vector<std::string> ops() const override { return {kDepthwise2d, kCudnn}; }
+
+  OpTraits traits(std::string_view op) const override {
+    OpTraits t;
+    // _conv_depthwise2d: PyTorch's sums in PyTorch's order, padding taps skipped as its kernel skips
+    // them: NaN and Inf inputs mean the same to both. cuDNN's treatment of a padding tap against a
+    // NaN/Inf weight, and its order, are its algorithm's (unspecified): not fed special values.
+    if (op == kCudnn) t.special_values = false;
+    return t;
+  }
+
+  std::vector<OpKey> SampleKeys() const override {
+    constexpr DType f32 = DType::kFloat32, f16 = DType::kFloat16, bf16 = DType::kBFloat16;
+    auto contiguous = [](DType dt, std::vector<int64_t> s) { return TensorDesc::Contiguous(dt, std::move(s)); };
+    auto channels_last = [](DType dt, std::vector<int64_t> s) {
+      TensorDesc t = TensorDesc::Contiguous(dt, s);
+      t.strides = {s[1] * s[2] * s[3], 1, s[3] * s[1], s[1]};
+      return t;
+    };
+    auto weight = [](DType dt, int64_t c, int64_t kh, int64_t kw) { return TensorDesc::Contiguous(dt, {c, 1, kh, kw}); };
+    // F.conv2d(x, w, b, stride, padding, dilation, groups=C) as _convolution calls the backends.
+    auto native = [&](TensorDesc x, IntList k, bool bias, IntList s, IntList p, IntList d) {
+      const DType dt = x.dtype;
+      const int64_t c = x.sizes[1];
+      Arg b = bias ? Arg(contiguous(dt, {c})) : Arg(NoneArg{});
+      return OpKey::Single(kDepthwise2d, "", {std::move(x), weight(dt, c, k[0], k[1]), k, std::move(b), s, p, d}, 90);
+    };
+    auto cudnn = [&](TensorDesc x, TensorDesc w, IntList s, IntList p, IntList d) {
+      const int64_t c = x.sizes[1];
+      return OpKey::Single(kCudnn, "", {std::move(x), std::move(w), p, s, d, c, false, false, true}, 90);
+    };
+    return {
+        // The headroom case: float32 NCHW, 3x3, bias.
+        native(contiguous(f32, {32, 128, 128, 128}), {3, 3}, true, {1, 1}, {1, 1}, {1, 1}),
+        // bfloat16 NCHW (always _conv_depthwise2d), 5x5 stride 2, no bias.
+        native(contiguous(bf16, {8, 64, 56, 56}), {5, 5}, false, {2, 2}, {2, 2}, {1, 1}),
+        // float16 NCHW with dilation (cuDNN's depthwise path takes none): odd sizes, a 3x5 kernel.
+        native(contiguous(f16, {4, 24, 17, 19}), {3, 5}, true, {1, 2}, {2, 2}, {2, 1}),
+        // A large kernel over odd rows; a 1x1 kernel with stride 2; rows of one element.
+        native(contiguous(f32, {2, 16, 9, 300}), {7, 7}, true, {1, 1}, {3, 3}, {1, 1}),
+        native(contiguous(f32, {2, 8, 9, 9}), {1, 1}, false, {2, 2}, {0, 0}, {1, 1}),
+        native(contiguous(bf16, {3, 6, 40, 1}), {3, 1}, true, {1, 1}, {1, 0}, {1, 1}),
+        // cuDNN: channels_last in each dtype (dilation too), and the fp16 NCHW headroom shape.
+        cudnn(channels_last(f32, {8, 64, 56, 56}), weight(f32, 64, 3, 3), {1, 1}, {1, 1}, {1, 1}),
+        cudnn(channels_last(bf16, {4, 24, 15, 15}), weight(bf16, 24, 5, 5), {2, 2}, {2, 2}, {1, 1}),
+        cudnn(channels_last(f16, {2, 40, 9, 11}), channels_last(f16, {40, 1, 3, 3}), {1, 1}, {2, 2}, {2, 2}),
+        cudnn(contiguous(f16, {32, 128, 128, 128}), weight(f16, 128, 3, 3), {1, 1}, {1, 1}, {1, 1}),
+    };
+  }
+
+  Result<std::unique_ptr<Problem>> Match(const OpKey& key) const override {
+    if (key.calls.size() != 1) return InvalidArgument("a single call is needed");
+    const OpCall& call = key.calls[0];
+    auto p = std::make_unique<ConvProblem>();
+    if (call.op == kDepthwise2d) {
+      p->cudnn = false;
+    } else if (call.op == kCudnn) {
+      p->cudnn = true;
+    } else {
+      return InvalidArgument("not a depthwise convolution backend op");
+    }
+    if (!call.overload.empty() || call.args.size() != (p->cudnn ? 9u : 7u)) {
+      return InvalidArgument("unexpected overload or arguments");
+    }
+    const auto* x = std::get_if<TensorDesc>(&call.args[0]);
+    const auto* w = std::get_if<TensorDesc>(&call.args[1]);
+    if (!x || !w) return InvalidArgument("self and weight must be tensors");
+    if (!Float(x->dtype)) return InvalidArgument("dtype " + std::string(DTypeName(x->dtype)) + " is not served");
+    if (w->dtype != x->dtype) return InvalidArgument("weight dtype differs from the input's: PyTorch rejects it");
+    if (x->sizes.size() != 4 || w->sizes.size() != 4) return InvalidArgument("only 4-D input and weight (2-D convolution)");
+    if (x->numel() == 0) return InvalidArgument("empty inputs are left to PyTorch");
+    p->n = x->sizes[0];
+    p->c = x->sizes[1];
+    p->ih = x->sizes[2];
+    p->iw = x->sizes[3];
+    if (w->sizes[0] != p->c || w->sizes[1] != 1) {
+      return InvalidArgument("not depthwise with channel multiplier 1 (weight must be [C, 1, kH, kW])");
+    }
+    if (!DenseDepthwiseWeight(*w)) return InvalidArgument("weight not dense as [C, kH, kW]: declined");
+    if (w->alignment < static_cast<int64_t>(DTypeSize(w->dtype))) return InvalidArgument("weight not aligned to its element");
+    p->kh = w->sizes[2];
+    p->kw = w->sizes[3];
+    std::vector<int64_t> stride, padding, dilation;
+    if (!p->cudnn) {
+      KJIT_ASSIGN_OR_RETURN(std::vector<int64_t> k, codegen::ExpandIntList(call.args[2], 2, "kernel_size", nullptr));
+      if (k[0] != p->kh || k[1] != p->kw) return InvalidArgument("kernel_size differs from the weight's: declined");
+      const Arg& bias = call.args[3];
+      if (const auto* b = std::get_if<TensorDesc>(&bias)) {
+        if (b->dtype != x->dtype) return InvalidArgument("bias dtype differs from the input's: PyTorch rejects it");
+        if (b->sizes.size() != 1 || b->sizes[0] != p->c) return InvalidArgument("bias must be [C]");
+        if (p->c > 1 && b->strides[0] != 1) return InvalidArgument("bias not contiguous: declined");
+        if (b->alignment < static_cast<int64_t>(DTypeSize(b->dtype))) return InvalidArgument("bias not aligned to its element");
+        p->has_bias = true;
+      } else if (!std::holds_alternative<NoneArg>(bias)) {
+        return InvalidArgument("bias is neither a tensor nor None");
+      }
+      KJIT_ASSIGN_OR_RETURN(stride, codegen::ExpandIntList(call.args[4], 2, "stride", nullptr));
+      KJIT_ASSIGN_OR_RETURN(padding, codegen::ExpandIntList(call.args[5], 2, "padding", nullptr));
+      KJIT_ASSIGN_OR_RETURN(dilation, codegen::ExpandIntList(call.args[6], 2, "dilation", nullptr));
+      // conv_depthwise2d_cuda makes the input contiguous first and writes a contiguous output.
+      if (!x->is_contiguous()) return InvalidArgument("input not contiguous: PyTorch copies it first; declined");
+      p->channels_last = false;
+    } else {
+      KJIT_ASSIGN_OR_RETURN(padding, codegen::ExpandIntList(call.args[2], 2, "padding", nullptr));
+      KJIT_ASSIGN_OR_RETURN(stride, codegen::ExpandIntList(call.args[3], 2, "stride", nullptr));
+      KJIT_ASSIGN_OR_RETURN(dilation, codegen::ExpandIntList(call.args[4], 2, "dilation", nullptr));
+      const auto* groups = std::get_if<int64_t>(&call.args[5]);
+      if (!groups || *groups != p->c || p->c < 2) return InvalidArgument("groups is not the channel count: not depthwise");
+      for (size_t i = 6; i < 9; ++i) {
+        if (!std::holds_alternative<bool>(call.args[i])) return InvalidArgument("benchmark/deterministic/allow_tf32 not bools");
+      }
+      // cudnn_conv_suggest_memory_format: channels_last if the input or the weight suggests it.
+      const bool out_cl = StridesLikeChannelsLast(*x) || StridesLikeChannelsLast(*w);
+      if (out_cl) {
+        if (!IsChannelsLast(*x)) {
+          return InvalidArgument("output channels_last but the input is not: cuDNN copies it first; declined");
+        }
+      } else if (!x->is_contiguous()) {
+        return InvalidArgument("input neither contiguous nor channels_last: declined");
+      }
+      // A tensor dense both ways (one pixel, or one channel) whose output layout the heuristics decide.
+      if (x->is_contiguous() && IsChannelsLast(*x) && (p->ih * p->iw == 1 || p->c == 1)) {
+        return InvalidArgument("ambiguous layout: declined");
+      }
+      p->channels_last = out_cl;
+    }
+    p->sh = stride[0];
+    p->sw = stride[1];
+    p->ph = padding[0];
+    p->pw = padding[1];
+    p->dh = dilation[0];
+    p->dw = dilation[1];
+    if (p->sh <= 0 || p->sw <= 0 || p->dh <= 0 || p->dw <= 0) return InvalidArgument("stride and dilation must be positive");
+    if (p->ph < 0 || p->pw < 0) return InvalidArgument("negative padding: PyTorch rejects it");
+    if (p->sh > (1 << 16) || p->sw > (1 << 16) || p->dh > (1 << 16) || p->dw > (1 << 16) || p->ph > (1 << 16) ||
+        p->pw > (1 << 16)) {
+      return InvalidArgument("stride, padding or dilation too large");
+    }
+    if (p->kh * p->kw > kMaxKernelTaps) return InvalidArgument("kernels over 2048 taps are left to PyTorch");
+    p->oh = (p->ih + 2 * p->ph - p->dh * (p->kh - 1) - 1) / p->sh + 1;
+    p->ow = (p->iw + 2 * p->pw - p->dw * (p->kw - 1) - 1) / p->sw + 1;
+    if (p->ih + 2 * p->ph < p->dh * (p->kh - 1) + 1 || p->iw + 2 * p->pw < p->dw * (p->kw - 1) + 1 || p->oh < 1 ||
+        p->ow < 1) {
+      return InvalidArgument("output size below 1: the kernel is larger than the padded input; PyTorch rejects it");
+    }
+    const int64_t int_max = std::numeric_limits<int32_t>::max();
+    if (!p->cudnn && (x->numel() > int_max || p->numel_out() > int_max)) {
+      return InvalidArgument("over 2^31 elements: _conv_depthwise2d needs 32-bit indexing; PyTorch rejects it");
+    }
+    if (p->numel_in() > (int64_t{1} << 40) || p->numel_out() > (int64_t{1} << 40)) return InvalidArgument("too large");
+    p->dtype = x->dtype;
+    if (x->alignment < p->elem()) return InvalidArgument("input not aligned to its element");
+    p->alignment = x->alignment;
+    p->op = call.op;
+    std::ostringstream desc;
+    desc << "depthwise_conv " << DTypeName(p->dtype) << (p->channels_last ? " channels_last" : " nchw") << " N=" << p->n
+         << " C=" << p->c << " in=" << p->ih << "x" << p->iw << " out=" << p->oh << "x" << p->ow << " k=" << p->kh << "x"
+         << p->kw << " s=" << p->sh << "x" << p->sw << " p=" << p->ph << "x" << p->pw << " d=" << p->dh << "x" << p->dw
+         << (p->has_bias ? " bias" : "") << (p->cudnn ? " (cudnn_convolution)" : " (_conv_depthwise2d)");
+    p->description = desc.str();
+    return std::unique_ptr<Problem>(std::move(p));
+  }
+
+  Space MakeSpace(const Problem&, const DeviceFacts&) const override {
+    Space s;
+    s.family = "depthwise_conv";
+    s.knobs = {
+        {"strategy", {kDirect, kBlocked, kStaged},
+         "0 taps read from global memory per output, 1 input rows read once into registers for rows x outs "
+         "outputs, 2 (NCHW) a block's input rows staged whole in shared memory"},
+        {"threads", {64, 128, 256, 512}, "threads per block"},
+        {"outs", {1, 2, 4, 8}, "consecutive outputs along W per thread"},
+        {"rows", {1, 2, 4, 8}, "output rows per thread (blocked) or per block (staged)"},
+        {"vec", {1, 2, 4, 8}, "channels per thread (channels_last), or elements per staging load along W (staged)"},
+        {"hint", {0, 1}, "1: streaming (evict-first) stores, and staging loads"},
+    };
+    return s;
+  }
+
+  // Input rows under `rows` output rows; input columns under `outs` consecutive outputs.
+  static int64_t RowsUnder(const ConvProblem& p, int64_t rows) { return (rows - 1) * p.sh + (p.kh - 1) * p.dh + 1; }
+  static int64_t ColumnsUnder(const ConvProblem& p, int64_t outs) { return (outs - 1) * p.sw + (p.kw - 1) * p.dw + 1; }
+  static int64_t StagedBytes(const ConvProblem& p, int64_t rows) { return RowsUnder(p, rows) * p.iw * p.elem(); }
+  // Outputs along W stored together: the widest power of two dividing `outs` and the output rows, within
+  // 16 bytes (rows starting at multiples of it keep the stores aligned).
+  static int64_t StoreWidth(const ConvProblem& p, int64_t outs) {
+    for (int64_t v : {8, 4, 2}) {
+      if (outs % v == 0 && p.ow % v == 0 && v * p.elem() <= 16) return v;
+    }
+    return 1;
+  }
+
+  Status Check(const Problem& problem, const Point& pt, const DeviceFacts& dev) const override {
+    const auto& p = static_cast<const ConvProblem&>(problem);
+    const int64_t strategy = pt.at("strategy"), threads = pt.at("threads"), outs = pt.at("outs"), rows = pt.at("rows"),
+                  vec = pt.at("vec");
+    if (strategy != kDirect && strategy != kBlocked && strategy != kStaged) return InvalidArgument("unknown strategy");
+    if (threads > dev.max_threads_per_block) return InvalidArgument("too many threads");
+    if (vec * p.elem() > 16) return InvalidArgument("vector wider than 16 bytes");
+    if (outs > p.ow) return InvalidArgument("more outputs per thread than the output row has");
+    if (rows > p.oh) return InvalidArgument("more rows than the output has");
+    const int64_t cv = p.channels_last ? vec : 1;  // channels per thread
+    if (p.channels_last) {
+      if (strategy == kStaged) return InvalidArgument("staging is for the NCHW layout");
+      if (p.c % vec != 0) return InvalidArgument("vector does not divide the channels");
+      if (vec * p.elem() > p.alignment) return InvalidArgument("input not aligned for the vector");
+    } else if (strategy == kStaged) {
+      if (p.iw % vec != 0) return InvalidArgument("vector does not divide the input rows");
+      if (vec * p.elem() > p.alignment) return InvalidArgument("input not aligned for the vector");
+      if (StagedBytes(p, rows) > std::min<int64_t>(kMaxStagedBytes, dev.max_shared_bytes_per_block)) {
+        return InvalidArgument("staged rows exceed the shared memory budget");
+      }
+    } else if (vec != 1) {
+      return InvalidArgument("NCHW direct and blocked reads are one element (vectors: staged, channels_last)");
+    }
+    if (strategy == kDirect && rows != 1) return InvalidArgument("rows apply to the blocked and staged strategies");
+    // The loops over the input rows under a thread's (blocked) or a block's (staged) output rows are
+    // unrolled or staged whole: rows a stride skips would cost code or shared memory for nothing.
+    const bool overlap_rows = p.sh < (p.kh - 1) * p.dh + 1;
+    if (strategy != kDirect && rows > 1 && !overlap_rows) {
+      return InvalidArgument("windows do not overlap vertically: output rows share no input row");
+    }
+    if (strategy == kBlocked && RowsUnder(p, rows) > kMaxRowsUnder) {
+      return InvalidArgument("too many input rows under a thread's outputs");
+    }
+    const int64_t thread_rows = strategy == kBlocked ? rows : 1;  // output rows one thread computes
+    if (thread_rows * outs * cv * p.kh * p.kw > kMaxUnrolledFmas) {
+      return InvalidArgument("too many unrolled multiply-adds per thread");
+    }
+    const int64_t held = strategy == kDirect ? outs * cv : (thread_rows * outs + ColumnsUnder(p, outs)) * cv;
+    if (held > kMaxHeldFloats) return InvalidArgument("too many values held per thread");
+    const int64_t groups = CeilDiv(p.ow, outs);
+    const int64_t max_grid = std::numeric_limits<int32_t>::max();
+    if (strategy == kStaged) {
+      if (threads > 64 && rows * groups <= threads / 2) return InvalidArgument("most threads would idle");
+      if (p.n * p.c * CeilDiv(p.oh, rows) > max_grid) return InvalidArgument("grid too large");
+      return Status::Ok();
+    }
+    const int64_t items = p.n * (p.c / cv) * CeilDiv(p.oh, thread_rows) * groups;
+    if (threads > 64 && items <= threads / 2) return InvalidArgument("most threads would idle");
+    if (CeilDiv(items, threads) > max_grid) return InvalidArgument("grid too large");
+    return Status::Ok();
+  }
+
+  Point ExpertDefault(const Problem& problem, const DeviceFacts& dev) const override {
+    const auto& p = static_cast<const ConvProblem&>(problem);
+    // Streaming stores where the tensors outgrow L2 (50 MB on the H200): the output is not read here.
+    const int64_t hint = (p.numel_in() + p.numel_out()) * p.elem() > (int64_t{64} << 20);
+    auto widest = [&](int64_t extent) {
+      for (int64_t v : {8, 4, 2}) {
+        if (v * p.elem() <= 16 && v * p.elem() <= p.alignment && extent % v == 0) return v;
+      }
+      return int64_t{1};
+    };
+    auto point = [&](int64_t strategy, int64_t threads, int64_t outs, int64_t rows, int64_t vec) {
+      return Point{{"strategy", strategy}, {"threads", threads}, {"outs", outs},
+                   {"rows", rows},         {"vec", vec},         {"hint", hint}};
+    };
+    // Windows overlapping vertically read each input row for several output rows: worth holding.
+    const bool overlap_rows = p.sh < (p.kh - 1) * p.dh + 1;
+    std::vector<Point> tries;
+    // Measured on the H200 (3x3, 32x128x128x128, NVRTC through CuPy, median of 30 with L2 flushed,
+    // 2026-12-01): blocked beat staged and direct in both layouts. f32 NCHW: blocked 8 rows x 4 outputs,
+    // 128 threads 179 us (4 rows x 4: 176-188, 8 outputs: 210), staged 290 us (4 outputs a thread: 330),
+    // direct 460 us; eager 622-664, torch.compile 462, floor 129. bf16 NCHW: 4 rows x 8 outputs 132 us,
+    // x 4: 150, staged 292 (compile 271, floor 64). channels_last f32: 16-byte vectors, 4 rows x 2 outputs,
+    // 64 threads 165 us, 2 x 2 with 8-byte vectors and 256 threads 167; direct 664 (cuDNN 184-204).
+    // channels_last bf16: 4 channels (8 bytes) 4 rows x 2 outputs, 64 threads 107 us, 2 channels 104,
+    // 8 channels (16 bytes) 152 (cuDNN 114-129, floor 64): 4 channels a thread, whatever the dtype (the
+    // registers of the f32 point).
+    if (p.channels_last) {
+      const int64_t v = std::min<int64_t>(widest(p.c), 4);
+      for (int64_t rows : {4, 2, 1}) {
+        if (rows > 1 && !overlap_rows) continue;
+        for (int64_t threads : {64, 128}) tries.push_back(point(kBlocked, threads, 2, rows, v));
+      }
+      tries.push_back(point(kDirect, 64, 1, 1, v));
+    } else {
+      // Rows of outputs a thread: each input row is read once for up to KH of them; 16 bytes of
+      // outputs along W (4 f32, 8 f16/bf16) share their input columns in registers.
+      const int64_t outs = 16 / p.elem() / std::max<int64_t>(1, p.sw);
+      // 8 rows measured best for f32, 4 for bf16.
+      const std::vector<int64_t> row_choices =
+          p.elem() == 4 ? std::vector<int64_t>{8, 4, 2, 1} : std::vector<int64_t>{4, 8, 2, 1};
+      for (int64_t o : {outs, outs / 2, int64_t{2}, int64_t{1}}) {
+        if (o < 1) continue;
+        for (int64_t rows : row_choices) {
+          if (rows > 1 && !overlap_rows) continue;
+          for (int64_t threads : {128, 64}) tries.push_back(point(kBlocked, threads, o, rows, 1));
+        }
+      }
+    }
+    tries.push_back(point(kDirect, 64, 1, 1, 1));
+    for (const Point& t : tries) {
+      if (Check(problem, t, dev).ok()) return t;
+    }
+    return tries.back();
+  }
+
+  Result<Candidate> Generate(const Problem& problem, const Point& pt, const DeviceFacts& dev) const override {
+    KJIT_RETURN_IF_ERROR(Check(problem, pt, dev));
+    const auto& p = static_cast<const ConvProblem&>(problem);
+    const int64_t strategy = pt.at("strategy"), threads = pt.at("threads"), outs = pt.at("outs"), rows = pt.at("rows"),
+                  vec = pt.at("vec"), hint = pt.at("hint");
+    const bool wide = std::max(p.numel_in(), p.numel_out()) >= (int64_t{1} << 31) - 4096;
+    const int64_t cv = p.channels_last ? vec : 1;
+    const int64_t thread_rows = strategy == kBlocked ? rows : 1;
+    std::ostringstream src;
+    src << "// kjit depthwise_conv family, codegen " << codegen_version() << ": " << p.description << "\n// point "
+        << PointToString(pt) << "\n" << codegen::kIncludes;
+    src << "typedef " << CudaType(p.dtype) << " in_t;\ntypedef in_t out_t;\n";
+    // Sizes fit int unless the tensors are near 2^31 elements: 32-bit index arithmetic is cheaper.
+    src << "typedef " << (wide ? "long long" : "int") << " idx_t;\n";
+    src << "#define VEC " << vec << "\n#define HINT " << hint << "\n#define HAS_BIAS " << (p.has_bias ? 1 : 0) << "\n";
+    src << "constexpr idx_t N_ = " << p.n << ", C_ = " << p.c << ", IH = " << p.ih << ", IW = " << p.iw << ", OH = " << p.oh
+        << ", OW = " << p.ow << ";\n";
+    src << "constexpr int KH = " << p.kh << ", KW = " << p.kw << ";\n";
+    src << "constexpr idx_t SH = " << p.sh << ", SW = " << p.sw << ", PH = " << p.ph << ", PW = " << p.pw
+        << ", DH = " << p.dh << ", DW = " << p.dw << ";\n";
+    src << "constexpr int THREADS = " << threads << ", OUTS = " << outs << ", ROWS = " << thread_rows
+        << ", CV = " << cv << ", STORE_W = " << (p.channels_last ? 1 : StoreWidth(p, outs)) << ";\n";
+    src << codegen::kElementAccess << codegen::kRawAccess << kPrelude;
+    // ABI: tensors in argument order (an absent bias is a null pointer), then the output.
+    const std::string params = p.cudnn ? "const in_t* __restrict__ x, const in_t* __restrict__ wt, out_t* __restrict__ y"
+                                       : "const in_t* __restrict__ x, const in_t* __restrict__ wt, "
+                                         "const in_t* __restrict__ bias, out_t* __restrict__ y";
+    const char* bias_of = p.has_bias ? "Bits<in_t>::to_f(__ldg(reinterpret_cast<const raw_t*>(bias) + (ch)))" : "0.f";
+    src << "#define BIAS_OF(ch) (" << bias_of << ")\n";
+    Candidate c;
+    c.entry_point = "kjit_depthwise_conv";
+    c.launch.block[0] = static_cast<uint32_t>(threads);
+    const int64_t groups = CeilDiv(p.ow, outs);
+    const char* compute = strategy == kDirect ? "conv_direct<EDGE>(oh0, ow0, load, weight, acc)"
+                                              : "conv_block<ROWS, EDGE>(oh0, ow0, load, weight, acc)";
+    if (!p.channels_last && strategy != kStaged) {
+      src << R"(
+// A thread per ROWS x OUTS outputs of one plane; consecutive threads take consecutive groups along a
+// row, so their windows are neighbours and L1 serves the overlap.
+constexpr idx_t G = (OW + OUTS - 1) / OUTS;
+constexpr idx_t RT = (OH + ROWS - 1) / ROWS;
+template <bool EDGE>
+__device__ __forceinline__ void run(const in_t* xp, const raw_t* wc, idx_t oh0, idx_t ow0, float (&acc)[ROWS][OUTS][1]) {
+  auto load = [&](idx_t h, idx_t w, raw_t (&v)[1]) { load_raw<1, false>(xp + (long long)h * IW + w, v); };
+  auto weight = [&](int i, int l, int) { return Bits<in_t>::to_f(__ldg(wc + i * KW + l)); };
+  )" << compute << R"(;
+}
+extern "C" __global__ void __launch_bounds__(THREADS) kjit_depthwise_conv()" << params << R"() {
+  const long long item = (long long)blockIdx.x * THREADS + threadIdx.x;
+  if (item >= (long long)N_ * C_ * RT * G) return;
+  const idx_t g = (idx_t)(item % G);
+  long long r = item / G;
+  const idx_t rt = (idx_t)(r % RT);
+  const long long plane = r / RT;
+  const idx_t ch = (idx_t)(plane % C_);
+  const idx_t oh0 = rt * ROWS, ow0 = g * OUTS;
+  const in_t* xp = x + plane * ((long long)IH * IW);
+  const raw_t* wc = reinterpret_cast<const raw_t*>(wt) + (long long)ch * (KH * KW);
+  float acc[ROWS][OUTS][1];
+  const float b0 = BIAS_OF(ch);
+#pragma unroll
+  for (int o = 0; o < ROWS; ++o)
+#pragma unroll
+    for (int j = 0; j < OUTS; ++j) acc[o][j][0] = b0;
+  if (columns_inside(ow0)) run<false>(xp, wc, oh0, ow0, acc);
+  else run<true>(xp, wc, oh0, ow0, acc);
+  store_plane<ROWS>(y + plane * ((long long)OH * OW), oh0, ow0, acc);
+}
+)";
+      c.launch.grid[0] = static_cast<uint32_t>(CeilDiv(p.n * p.c * CeilDiv(p.oh, thread_rows) * groups, threads));
+    } else if (p.channels_last) {
+      src << R"(
+// channels_last: a thread per CV channels x ROWS x OUTS outputs; consecutive threads take consecutive
+// channel vectors, so every input position is one coalesced read per warp.
+constexpr idx_t G = (OW + OUTS - 1) / OUTS;
+constexpr idx_t RT = (OH + ROWS - 1) / ROWS;
+constexpr idx_t CVS = C_ / CV;
+template <bool EDGE>
+__device__ __forceinline__ void run(const in_t* xn, const raw_t* wc, idx_t oh0, idx_t ow0, float (&acc)[ROWS][OUTS][CV]) {
+  auto load = [&](idx_t h, idx_t w, raw_t (&v)[CV]) { load_raw<CV, false>(xn + ((long long)h * IW + w) * C_, v); };
+  // Weights [C][KH][KW]: lane k's channel is KH * KW elements further on.
+  auto weight = [&](int i, int l, int k) { return Bits<in_t>::to_f(__ldg(wc + k * (KH * KW) + i * KW + l)); };
+  )" << compute << R"(;
+}
+extern "C" __global__ void __launch_bounds__(THREADS) kjit_depthwise_conv()" << params << R"() {
+  const long long item = (long long)blockIdx.x * THREADS + threadIdx.x;
+  if (item >= (long long)N_ * RT * G * CVS) return;
+  const idx_t cvi = (idx_t)(item % CVS);
+  long long r = item / CVS;
+  const idx_t g = (idx_t)(r % G);
+  r /= G;
+  const idx_t rt = (idx_t)(r % RT);
+  const long long n = r / RT;
+  const idx_t oh0 = rt * ROWS, ow0 = g * OUTS;
+  const in_t* xn = x + n * ((long long)IH * IW * C_) + (long long)cvi * CV;
+  const raw_t* wc = reinterpret_cast<const raw_t*>(wt) + (long long)cvi * CV * (KH * KW);
+  float acc[ROWS][OUTS][CV];
+#pragma unroll
+  for (int k = 0; k < CV; ++k) {
+    const float b0 = BIAS_OF(cvi * CV + k);
+#pragma unroll
+    for (int o = 0; o < ROWS; ++o)
+#pragma unroll
+      for (int j = 0; j < OUTS; ++j) acc[o][j][k] = b0;
+  }
+  if (columns_inside(ow0)) run<false>(xn, wc, oh0, ow0, acc);
+  else run<true>(xn, wc, oh0, ow0, acc);
+#pragma unroll
+  for (int o = 0; o < ROWS; ++o) {
+    const idx_t oh = oh0 + o;
+    if (oh >= OH) break;
+#pragma unroll
+    for (int j = 0; j < OUTS; ++j) {
+      const idx_t ow = ow0 + j;
+      if (ow >= OW) break;
+      raw_t v[CV];
+#pragma unroll
+      for (int k = 0; k < CV; ++k) v[k] = Bits<out_t>::from_f(acc[o][j][k]);
+      store_raw<CV>(y + ((n * OH + oh) * (long long)OW + ow) * C_ + (long long)cvi * CV, v);
+    }
+  }
+}
+)";
+      c.launch.grid[0] = static_cast<uint32_t>(CeilDiv(p.n * (p.c / cv) * CeilDiv(p.oh, thread_rows) * groups, threads));
+    } else {
+      src << "constexpr int TILE_ROWS = " << rows << ";\n";
+      src << R"(
+// A block per TILE_ROWS output rows of one plane: the input rows under them, whole, staged in shared
+// memory with VEC-element loads along W (rows outside the input are not loaded and never read); then
+// each thread computes OUTS consecutive outputs of a row from there, holding the columns under them
+// per kernel row in registers.
+constexpr idx_t G = (OW + OUTS - 1) / OUTS;
+constexpr idx_t RT = (OH + TILE_ROWS - 1) / TILE_ROWS;
+constexpr int IR = Under<TILE_ROWS>::R;
+constexpr int SEGS = (int)(IW / VEC);
+template <bool EDGE>
+__device__ __forceinline__ void run(const raw_t* tile, idx_t hbase, const raw_t* wc, idx_t oh, idx_t ow0,
+                                    float (&acc)[1][OUTS][1]) {
+  auto load = [&](idx_t h, idx_t w, raw_t (&v)[1]) { v[0] = tile[(long long)(h - hbase) * IW + w]; };
+  auto weight = [&](int i, int l, int) { return Bits<in_t>::to_f(__ldg(wc + i * KW + l)); };
+  conv_block<1, EDGE>(oh, ow0, load, weight, acc);
+}
+extern "C" __global__ void __launch_bounds__(THREADS) kjit_depthwise_conv()" << params << R"() {
+  extern __shared__ __align__(16) unsigned char smem[];
+  raw_t* tile = reinterpret_cast<raw_t*>(smem);  // [IR][IW]
+  const long long b = blockIdx.x;
+  const idx_t rt = (idx_t)(b % RT);
+  const long long plane = b / RT;
+  const idx_t ch = (idx_t)(plane % C_);
+  const in_t* xp = x + plane * ((long long)IH * IW);
+  const idx_t oh_first = rt * TILE_ROWS, hbase = oh_first * SH - PH;
+  for (int e = threadIdx.x; e < IR * SEGS; e += THREADS) {
+    const int seg = e % SEGS, ir = e / SEGS;
+    const idx_t h = hbase + ir;
+    if (h < 0 || h >= IH) continue;
+    raw_t v[VEC];
+    load_raw<VEC, HINT>(xp + (long long)h * IW + (idx_t)seg * VEC, v);
+    typedef typename RawOf<sizeof(raw_t) * VEC>::T R;
+    union { R rr; raw_t u[VEC]; } w;
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) w.u[k] = v[k];
+    *reinterpret_cast<R*>(tile + (long long)ir * IW + seg * VEC) = w.rr;
+  }
+  __syncthreads();
+  const raw_t* wc = reinterpret_cast<const raw_t*>(wt) + (long long)ch * (KH * KW);
+  const float b0 = BIAS_OF(ch);
+  out_t* yp = y + plane * ((long long)OH * OW);
+  for (int it = threadIdx.x; it < TILE_ROWS * G; it += THREADS) {
+    const idx_t oh = oh_first + it / G, ow0 = (idx_t)(it % G) * OUTS;
+    if (oh >= OH) break;
+    float acc[1][OUTS][1];
+#pragma unroll
+    for (int j = 0; j < OUTS; ++j) acc[0][j][0] = b0;
+    if (columns_inside(ow0)) run<false>(tile, hbase, wc, oh, ow0, acc);
+    else run<true>(tile, hbase, wc, oh, ow0, acc);
+    store_plane<1>(yp, oh, ow0, acc);
+  }
+}
+)";
+      c.launch.grid[0] = static_cast<uint32_t>(p.n * p.c * CeilDiv(p.oh, rows));
+      c.launch.dynamic_shared_bytes = static_cast<uint32_t>(StagedBytes(p, rows));
+    }
+    c.source = src.str();
+    c.options = {"--std=c++17", "--diag-suppress=177"};  // 177: a constant this strategy does not use
+    c.design = ToDesignPoint("depthwise_conv", pt, "");
+    return c;
+  }
+};
+
+}  // namespace
+
+const Family* DepthwiseConvFamily() {
+  static const DepthwiseConv family;
+  return &family;
+}
+
+}  // namespace kjit::policy
