@@ -108,11 +108,17 @@ case $case_name in
     "$kjit" daemon status | grep -q "as device $uuid; not used twice" || fail "kjit daemon status does not say why"
     stop
     # devices = all with every GPU hidden: no evaluator, and the reason names CUDA_VISIBLE_DEVICES or no device.
+    # kjitd may report it on its standard error before its log file is open (seen on the H200), so both count.
     CUDA_VISIBLE_DEVICES=-1 "$kjit" daemon start -- --evaluator "$evaluator" --devices all --when always \
-      --log-file "$tmp/kjitd.log" >/dev/null || fail "kjit daemon start failed"
-    sleep 1
-    grep -E '"evaluator_unavailable"' "$tmp/kjitd.log" | tail -1 | grep -Eqi "no GPU|no_device|no CUDA" ||
-      fail "no GPU visible, but kjitd did not say so: $(tail -3 "$tmp/kjitd.log")"
+      --log-file "$tmp/kjitd.log" >/dev/null 2>"$tmp/start.err" || fail "kjit daemon start failed"
+    said=0
+    for _ in $(seq 20); do
+      if cat "$tmp/kjitd.log" "$tmp/start.err" | grep -E '"evaluator_unavailable"' | grep -Eqi "no GPU|no_device|no CUDA"; then
+        said=1; break
+      fi
+      sleep 0.5
+    done
+    [[ $said == 1 ]] || fail "no GPU visible, but kjitd did not say so: $(tail -3 "$tmp/kjitd.log"; cat "$tmp/start.err")"
     stop
     echo "PASS"
     ;;
