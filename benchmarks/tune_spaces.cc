@@ -211,6 +211,7 @@ int main(int argc, char** argv) {
   CLI::App app{"Measure kjit's design spaces through the evaluator (needs a GPU)."};
   int verify = 0, max_points = 0, skip = 0, finalists = 3, climb_rounds = 4;
   std::string keys_from = "samples";
+  std::string key_contains;
   bool search = false, exhaustive = false;
   uint64_t seed = 1;
   std::string dataset, family_filter, cache_path;
@@ -225,6 +226,9 @@ int main(int argc, char** argv) {
   app.add_option("--finalists", finalists, "screened points fully verified per key besides the default")
       ->capture_default_str();
   app.add_option("--family", family_filter, "only this family");
+  app.add_option("--key-contains", key_contains,
+                 "--search only the keys whose text contains this (e.g. \"64,1000003\"), to re-measure a few "
+                 "keys within one device call");
   app.add_option("--seed", seed, "for --verify's choice of pairs")->capture_default_str();
   app.add_option("--skip", skip, "skip the first N evaluations (to get past a fault)");
   app.add_option("--cache", cache_path, "also store every measurement in this kernel cache's measurement history "
@@ -322,6 +326,7 @@ int main(int argc, char** argv) {
           // HeadroomKeys lists each table case first, then its three neighbours.
           if (keys_from == "headroom-cases" && i % 4 != 0) continue;
           const OpKey& k = all_keys[i];
+          if (!key_contains.empty() && k.ToString().find(key_contains) == std::string::npos) continue;
           auto p = f->Match(k);
           if (p.ok()) {
             search_keys.emplace_back(k, std::move(*p));
@@ -331,7 +336,10 @@ int main(int argc, char** argv) {
           }
         }
       } else {
-        for (auto& [k, p] : keys) search_keys.emplace_back(k, f->Match(k).value());
+        for (auto& [k, p] : keys) {
+          if (!key_contains.empty() && k.ToString().find(key_contains) == std::string::npos) continue;
+          search_keys.emplace_back(k, f->Match(k).value());
+        }
       }
       for (auto& [key, problem] : search_keys) {
         // Exhaustive: every valid point (or --max-points of them, evenly spread).
