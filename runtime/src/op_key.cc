@@ -206,7 +206,10 @@ void TensorText(std::string& out, const TensorDesc& t) {
     out += std::to_string(t.sizes[i]);
   }
   out += ']';
-  if (!t.is_contiguous()) {
+  // Strides are left out only when they are exactly the row-major ones: a tensor torch calls contiguous
+  // may differ in the strides of its size-1 dims (a channels_last [C,1,kH,kW] weight), and the key, which
+  // hashes every stride, must read back from its text.
+  if (t.strides != TensorDesc::Contiguous(t.dtype, t.sizes).strides) {
     out += '{';
     for (size_t i = 0; i < t.strides.size(); ++i) {
       if (i != 0) out += ',';

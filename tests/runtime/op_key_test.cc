@@ -132,6 +132,18 @@ TEST(OpKey, TextForm) {
             " sm_90 tf32 deterministic");
 }
 
+TEST(OpKey, TextShowsStridesOfSizeOneDimsThatDifferFromRowMajor) {
+  // A channels_last depthwise weight [C,1,3,3] is contiguous to torch (size-1 dims' strides do not count)
+  // but hashes differently from the row-major one: two keys must never share a text.
+  TensorDesc row_major = TensorDesc::Contiguous(DType::kFloat16, {40, 1, 3, 3});
+  TensorDesc channels_last = row_major;
+  channels_last.strides = {9, 1, 3, 1};
+  ASSERT_TRUE(channels_last.is_contiguous());
+  auto key = [](TensorDesc w) { return OpKey::Single("aten::neg", "", {std::move(w)}, 90); };
+  EXPECT_EQ(key(row_major).ToString(), "aten::neg(f16[40,1,3,3]) sm_90");
+  EXPECT_EQ(key(channels_last).ToString(), "aten::neg(f16[40,1,3,3]{9,1,3,1}) sm_90");
+}
+
 TEST(OpKey, DecodeRejectsEveryTruncation) {
   const std::string bytes = KitchenSinkKey().Encode();
   for (size_t n = 0; n < bytes.size(); ++n) {
