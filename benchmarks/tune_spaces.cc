@@ -326,7 +326,6 @@ int main(int argc, char** argv) {
           // HeadroomKeys lists each table case first, then its three neighbours.
           if (keys_from == "headroom-cases" && i % 4 != 0) continue;
           const OpKey& k = all_keys[i];
-          if (!key_contains.empty() && k.ToString().find(key_contains) == std::string::npos) continue;
           auto p = f->Match(k);
           if (p.ok()) {
             search_keys.emplace_back(k, std::move(*p));
@@ -336,10 +335,12 @@ int main(int argc, char** argv) {
           }
         }
       } else {
-        for (auto& [k, p] : keys) {
-          if (!key_contains.empty() && k.ToString().find(key_contains) == std::string::npos) continue;
-          search_keys.emplace_back(k, f->Match(k).value());
-        }
+        for (auto& [k, p] : keys) search_keys.emplace_back(k, f->Match(k).value());
+      }
+      if (!key_contains.empty()) {
+        std::erase_if(search_keys, [&](const auto& entry) {
+          return entry.first.ToString().find(key_contains) == std::string::npos;
+        });
       }
       for (auto& [key, problem] : search_keys) {
         // Exhaustive: every valid point (or --max-points of them, evenly spread).
