@@ -10,7 +10,8 @@
 #   summary.txt  build.log  tests.log  bench.md  bench.json  bench-torch.json  bench-cache.json  run.log
 # (at most 8 files come back from the device tool)
 # Set KJIT_GPU_RUN_SKIP_BENCH=1 to skip the benchmarks, KJIT_GPU_RUN_SKIP_TESTS=1 to skip
-# the tests (a second call on a warm machine reuses build-gpu/), KJIT_GPU_RUN_TUNE=1 to
+# the tests (a second call on a warm machine reuses build-gpu/), KJIT_GPU_RUN_CTEST_ARGS to pass ctest
+# more arguments ("-L gpu": only the GPU tests, ~2 min instead of ~5; CI runs the rest), KJIT_GPU_RUN_TUNE=1 to
 # verify and search the design spaces (tune.md, tune.tar.gz; see the step at the end),
 # KJIT_GPU_RUN_SHIM=1 to measure the shim and run its example twice (shim.tar.gz).
 # One device call is at most 10 minutes: split the work over calls, e.g.
@@ -55,7 +56,7 @@ note "kjit device: rc=$?"; tee -a "$summary" < /tmp/kjit-device.txt
 
 rc_tests=0; skipped_gpu=0
 if [[ "${KJIT_GPU_RUN_SKIP_TESTS:-0}" != 1 ]]; then
-(cd "$build" && ctest --output-on-failure -j 4 --timeout 300) > "$OUT/tests.log" 2>&1
+(cd "$build" && ctest --output-on-failure -j 4 --timeout 300 ${KJIT_GPU_RUN_CTEST_ARGS:-}) > "$OUT/tests.log" 2>&1
 rc_tests=$?
 note "ctest (all): rc=$rc_tests; $(grep -E 'tests passed' "$OUT/tests.log")"
 grep -E "Failed|Skipped|Not Run" "$OUT/tests.log" | tee -a "$summary"
