@@ -114,7 +114,7 @@ def make_cases_part2(torch):
     not contiguous) view for 2-D/3-D ones. Values: "finite", and "edge" (NaN, +-Inf, 1e4) only for
     ops whose result does not depend on the order of the arithmetic (the families' traits)."""
     F = torch.nn.functional
-    # op -> (input rank, fn, edge values allowed, 4-D/5-D layout allowed)
+    # op -> (input rank (1: a tiny 3-D tensor, contiguous only), fn, NaN/Inf inputs meaningful)
     ops = {
         "cumsum_last": (2, lambda x: torch.cumsum(x, dim=-1), False),
         "cumsum_mid": (3, lambda x: torch.cumsum(x, dim=1), False),
