@@ -232,8 +232,10 @@ bool PassesPreFilter(PreFilter filter, c10::ArrayRef<c10::IValue> args) {
     return CudnnConvMayBeDepthwise(std::span<const int64_t>(sizes.data(), sizes.size()),
                                    std::span<const int64_t>(w_sizes.data(), w_sizes.size()), args[5].toInt());
   }
+  // 0-d and empty inputs: every family of a filtered op leaves them to PyTorch.
+  if (sizes.empty()) return false;
   for (int64_t n : sizes) {
-    if (n == 0) return false;  // empty inputs: every family of a filtered op leaves them to PyTorch
+    if (n == 0) return false;
   }
   return true;
 }

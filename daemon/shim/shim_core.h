@@ -82,8 +82,9 @@ constexpr OpName SplitOpName(std::string_view op) {
 // declines whatever the rest of the key (its Match): widen a check when its family widens.
 enum class PreFilter : uint8_t {
   kNone,           // every call is keyed (softmax and the norms: their families key what they decline)
-  kServedFloat,    // the first argument is a non-empty float32/float16/bfloat16 tensor (scan, pool,
-                   // reduce and depthwise_conv serve those dtypes only, and no empty input)
+  kServedFloat,    // the first argument is a float32/float16/bfloat16 tensor of at least one dim and
+                   // no empty one (scan, pool, reduce and depthwise_conv serve those dtypes only, and
+                   // neither 0-d nor empty inputs)
   kDepthwiseConv,  // kServedFloat, and a depthwise convolution (CudnnConvMayBeDepthwise)
 };
 

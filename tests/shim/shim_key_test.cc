@@ -205,11 +205,15 @@ TEST(ShimKeys, WhatThePreFiltersDeclineTheFamiliesDecline) {
   EXPECT_FALSE(CudnnConvMayBeDepthwise(std::vector<int64_t>{2, 16, 10, 10}, std::vector<int64_t>{16, 4, 3, 3}, 4));
   EXPECT_TRUE(declined("aten::cudnn_convolution", "", {x, at::randn({16, 4, 3, 3}), one, one, one, int64_t{4}, false,
                                                        false, true}));
-  // Other dtypes and empty inputs (PreFilter::kServedFloat).
+  // Other dtypes, empty and 0-d inputs (PreFilter::kServedFloat).
   EXPECT_TRUE(declined("aten::cumsum", "", {at::ones({4, 8}, at::kLong), int64_t{1}, none}));
   EXPECT_TRUE(declined("aten::sum", "dim_IntList", {at::ones({4, 8}, at::kBool), std::vector<int64_t>{1}, false, none}));
   EXPECT_TRUE(declined("aten::argmax", "", {at::ones({4, 8}, at::kDouble), int64_t{1}, false}));
   EXPECT_TRUE(declined("aten::amax", "", {at::ones({0, 8}), std::vector<int64_t>{1}, false}));
+  // 0-d inputs.
+  EXPECT_TRUE(declined("aten::sum", "dim_IntList", {at::ones({}), std::vector<int64_t>{}, false, none}));
+  EXPECT_TRUE(declined("aten::cumsum", "", {at::ones({}), int64_t{0}, none}));
+  EXPECT_TRUE(declined("aten::argmax", "", {at::ones({}), none, false}));
   EXPECT_TRUE(declined("aten::max_pool2d_with_indices", "",
                        {at::ones({2, 3, 8, 8}, at::kDouble), std::vector<int64_t>{2, 2}, std::vector<int64_t>{2, 2},
                         std::vector<int64_t>{0, 0}, one, false}));
