@@ -6,6 +6,8 @@
 // one "Overriding a previously registered kernel" warning per op for that.
 //
 // Per call (Wrapper<I>):
+//   the op's pre-filter declines it (PreFilterFor: a dtype or shape its family never
+//     serves, a cuDNN convolution that is not depthwise)      -> PyTorch's kernel, unkeyed
 //   autograd would record (grad mode on, an input requires grad) -> PyTorch's kernel
 //   key the call (WriteCallKey), hash it, find its Entry (shim_core.h) for this device
 //     first sight   -> PyTorch's kernel; record its outputs' layouts; look the key up
@@ -37,6 +39,7 @@
 #include <cstdlib>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <utility>
@@ -208,6 +211,35 @@ struct Decision {
   Hash128 hash;
 };
 
+// The op's pre-filter (shim_core.h): true if the call may be one its family serves and is to be
+// keyed. Reads tensor metadata only; no allocation, no exception for any stack contents.
+bool PassesPreFilter(PreFilter filter, c10::ArrayRef<c10::IValue> args) {
+  if (filter == PreFilter::kNone) return true;
+  if (args.empty() || !args[0].isTensor()) return false;
+  const at::Tensor& x = args[0].toTensor();
+  if (!x.defined() || x.layout() != c10::kStrided) return false;
+  const c10::ScalarType type = x.scalar_type();
+  if (type != c10::ScalarType::Float && type != c10::ScalarType::Half && type != c10::ScalarType::BFloat16) {
+    return false;
+  }
+  const auto sizes = x.sizes();
+  if (filter == PreFilter::kDepthwiseConv) {
+    // cudnn_convolution(self, weight, padding, stride, dilation, groups, benchmark, deterministic, allow_tf32)
+    if (args.size() != 9 || !args[1].isTensor() || !args[5].isInt()) return false;
+    const at::Tensor& w = args[1].toTensor();
+    if (!w.defined()) return false;
+    const auto w_sizes = w.sizes();
+    return CudnnConvMayBeDepthwise(std::span<const int64_t>(sizes.data(), sizes.size()),
+                                   std::span<const int64_t>(w_sizes.data(), w_sizes.size()), args[5].toInt());
+  }
+  // 0-d and empty inputs: every family of a filtered op leaves them to PyTorch.
+  if (sizes.empty()) return false;
+  for (int64_t n : sizes) {
+    if (n == 0) return false;
+  }
+  return true;
+}
+
 bool AutogradWouldRecord(c10::ArrayRef<c10::IValue> args) {
   if (!c10::GradMode::is_enabled()) return false;
   for (const c10::IValue& v : args) {
@@ -294,11 +326,12 @@ Status Launch(Adapter& a, const Entry& entry, const LoadedKernel& kernel, Device
   return Status::Ok();
 }
 
-Decision TryServe(Adapter& a, const c10::OperatorHandle& op, ::torch::jit::Stack* stack) noexcept {
+Decision TryServe(Adapter& a, const c10::OperatorHandle& op, PreFilter filter, ::torch::jit::Stack* stack) noexcept {
   Decision d;
   try {
     const c10::FunctionSchema& schema = op.schema();
     auto args = ::torch::jit::last(*stack, schema.arguments().size());
+    if (!PassesPreFilter(filter, args)) return d;
     if (AutogradWouldRecord(args)) return d;
     d.device = CallDevice(args);
     DeviceSlot* slot = a.Device(d.device);
@@ -436,7 +469,8 @@ void ResolveFirstSight(Adapter& a, const c10::OperatorHandle& op, const Decision
 template <size_t I>
 void Wrapper(const c10::OperatorHandle& op, c10::DispatchKeySet keys, ::torch::jit::Stack* stack) {
   Adapter& a = *g_adapter;
-  const Decision d = TryServe(a, op, stack);
+  static constexpr PreFilter kFilter = PreFilterFor(kInterceptedOps[I]);
+  const Decision d = TryServe(a, op, kFilter, stack);
   if (d.served) return;
   if (d.negative == nullptr && d.first_sight == nullptr) {
     a.ops[I].pytorch->callBoxed(op, keys, stack);
@@ -476,15 +510,17 @@ void Attach() noexcept {
     static auto* library = new ::torch::Library(::torch::Library::IMPL, "aten", c10::DispatchKey::CUDA, __FILE__, __LINE__);
     static const auto factories = MakeWrapperFactories(std::make_index_sequence<kOpCount>{});
     for (size_t i = 0; i < kOpCount; ++i) {
-      const std::string name(kInterceptedOps[i]);
+      const std::string name(kInterceptedOps[i]);  // "name" or "name.overload"
       if (std::find(a->settings.ops.begin(), a->settings.ops.end(), name) == a->settings.ops.end()) continue;
-      auto handle = c10::Dispatcher::singleton().findSchema(c10::OperatorName("aten::" + name, ""));
+      const OpName parts = SplitOpName(kInterceptedOps[i]);
+      auto handle = c10::Dispatcher::singleton().findSchema(
+          c10::OperatorName("aten::" + std::string(parts.name), std::string(parts.overload)));
       if (!handle.has_value() || !handle->hasKernelForDispatchKey(c10::DispatchKey::CUDA)) {
         a->Log("aten::", name, " has no CUDA kernel in this PyTorch: not intercepted");
         continue;
       }
       a->ops[i].pytorch.emplace(handle->getComputedKernelForDispatchKey(c10::DispatchKey::CUDA));
-      library->impl(name.c_str(), factories[i]());
+      library->impl(name.c_str(), factories[i]());  // "name.overload": that overload only
       a->Log("intercepting aten::", name);
     }
   } catch (const std::exception& e) {

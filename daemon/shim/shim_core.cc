@@ -22,12 +22,16 @@ std::vector<std::string> ParseOpList(std::string_view value, std::vector<std::st
     std::string_view name = Trim(value.substr(0, comma));
     if (name.starts_with("aten::")) name.remove_prefix(6);
     if (!name.empty()) {
-      auto* it = std::find(std::begin(kInterceptedOps), std::end(kInterceptedOps), name);
-      if (it != std::end(kInterceptedOps)) {
-        wanted[static_cast<size_t>(it - std::begin(kInterceptedOps))] = true;
-      } else if (unknown != nullptr) {
-        unknown->emplace_back(name);
+      const OpName want = SplitOpName(name);
+      const bool any_overload = name.find('.') == std::string_view::npos;
+      const std::string_view overload = want.overload == "default" ? std::string_view() : want.overload;
+      const bool valid = any_overload || !want.overload.empty();  // "amax." names nothing
+      bool found = false;
+      for (size_t i = 0; valid && i < std::size(kInterceptedOps); ++i) {
+        const OpName op = SplitOpName(kInterceptedOps[i]);
+        if (op.name == want.name && (any_overload || op.overload == overload)) wanted[i] = found = true;
       }
+      if (!found && unknown != nullptr) unknown->emplace_back(name);
     }
     if (comma == std::string_view::npos) break;
     value.remove_prefix(comma + 1);
@@ -37,6 +41,15 @@ std::vector<std::string> ParseOpList(std::string_view value, std::vector<std::st
     if (wanted[i]) ops.emplace_back(kInterceptedOps[i]);
   }
   return ops;
+}
+
+bool CudnnConvMayBeDepthwise(std::span<const int64_t> input_sizes, std::span<const int64_t> weight_sizes,
+                             int64_t groups) {
+  if (input_sizes.size() != 4 || weight_sizes.size() != 4) return false;
+  const int64_t c = input_sizes[1];
+  if (c < 2 || groups != c) return false;
+  if (weight_sizes[0] != c || weight_sizes[1] != 1) return false;
+  return std::all_of(input_sizes.begin(), input_sizes.end(), [](int64_t n) { return n > 0; });
 }
 
 Settings ReadSettings(const std::function<const char*(const char*)>& getenv) {

@@ -28,6 +28,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -39,11 +40,71 @@
 
 namespace kjit::shim {
 
-// The ops kjit has design spaces for ("aten::" omitted): the adapter overrides these.
+// The ops kjit has design spaces for: the adapter overrides the CUDA kernels of exactly these
+// overloads. Written "name" (the default overload) or "name.overload", "aten::" omitted, as the
+// op's schema names them and as OpKeys do (OpCall::op "aten::name", OpCall::overload "overload"):
+// tests/shim/shim_key_test.cc keys calls of each through the shim's key writer and checks that
+// its family matches them. Only the functional overloads the families serve are listed: out=
+// and in-place variants are other overloads and keep PyTorch's kernels, untouched.
 inline constexpr std::string_view kInterceptedOps[] = {
-    "_softmax",          "_log_softmax",      "native_layer_norm", "_fused_rms_norm",
-    "native_group_norm", "native_batch_norm", "cudnn_batch_norm",
+    // softmax, layer_norm, group_norm, batch_norm
+    "_softmax", "_log_softmax", "native_layer_norm", "_fused_rms_norm", "native_group_norm", "native_batch_norm",
+    "cudnn_batch_norm",
+    // scan
+    "cumsum", "cumprod",
+    // pool: the ops with CUDA kernels (max_pool1d/2d/3d and avg_pool1d decompose into these).
+    // max_poolNd_with_indices returns (values, indices): both are recorded on a key's first call
+    // and both are allocated for a hit (int64 indices); the family's kernels write both, in
+    // PyTorch's return order (kernel ABI v1, daemon/worker_protocol.h).
+    "max_pool2d_with_indices", "max_pool3d_with_indices", "avg_pool2d", "avg_pool3d",
+    // reduce. argmax/argmin return int64 tensors: a hit's outputs take the dtype, sizes and
+    // strides of the outputs PyTorch's kernel returned on the key's first call, as every op's do.
+    "sum.dim_IntList", "mean.dim", "amax", "amin", "prod", "prod.dim_int", "argmax", "argmin",
+    // depthwise_conv. cudnn_convolution runs every cuDNN convolution: only depthwise calls pass
+    // its pre-filter (PreFilter::kDepthwiseConv) and are keyed.
+    "_conv_depthwise2d", "cudnn_convolution",
 };
+
+// An entry of kInterceptedOps split at its first '.': {"sum", "dim_IntList"}, {"amax", ""}.
+struct OpName {
+  std::string_view name;
+  std::string_view overload;
+};
+constexpr OpName SplitOpName(std::string_view op) {
+  const size_t dot = op.find('.');
+  if (dot == std::string_view::npos) return {op, {}};
+  return {op.substr(0, dot), op.substr(dot + 1)};
+}
+
+// What the adapter checks of a call before keying it. A call that fails its op's pre-filter
+// goes straight to PyTorch's kernel: no key is computed, no entry made, no miss reported. Each
+// check is a few reads of tensor metadata, and declines only calls that the op's family
+// declines whatever the rest of the key (its Match): widen a check when its family widens.
+enum class PreFilter : uint8_t {
+  kNone,           // every call is keyed (softmax and the norms: their families key what they decline)
+  kServedFloat,    // the first argument is a float32/float16/bfloat16 tensor of at least one dim and
+                   // no empty one (scan, pool, reduce and depthwise_conv serve those dtypes only, and
+                   // neither 0-d nor empty inputs)
+  kDepthwiseConv,  // kServedFloat, and a depthwise convolution (CudnnConvMayBeDepthwise)
+};
+
+constexpr PreFilter PreFilterFor(std::string_view op) {
+  if (op == "cudnn_convolution") return PreFilter::kDepthwiseConv;
+  for (std::string_view served : {"cumsum", "cumprod", "max_pool2d_with_indices", "max_pool3d_with_indices",
+                                  "avg_pool2d", "avg_pool3d", "sum.dim_IntList", "mean.dim", "amax", "amin", "prod",
+                                  "prod.dim_int", "argmax", "argmin", "_conv_depthwise2d"}) {
+    if (op == served) return PreFilter::kServedFloat;
+  }
+  return PreFilter::kNone;
+}
+
+// aten::cudnn_convolution(self, weight, padding, stride, dilation, groups, ...): whether the call
+// can be the depthwise convolution policy/depthwise_conv serves: a 4-D input [N, C, H, W] with
+// C >= 2 and no empty dim, a 4-D weight [C, 1, kH, kW], groups == C (groups == in_channels ==
+// out_channels, channel multiplier 1). Necessary, not sufficient: the family also checks
+// dtypes, layouts, strides, padding and the output size on the key.
+bool CudnnConvMayBeDepthwise(std::span<const int64_t> input_sizes, std::span<const int64_t> weight_sizes,
+                             int64_t groups);
 
 // The settings, read once from the environment.
 struct Settings {
@@ -58,7 +119,10 @@ Settings ReadSettings(const std::function<const char*(const char*)>& getenv);
 
 // KJIT_OPS's value: comma-separated op names, with or without "aten::",
 // blanks around names ignored, duplicates dropped, in kInterceptedOps order.
-// Names kjit does not intercept go to *unknown.
+// "name.overload" selects that overload ("name.default": the default one, as
+// torch.ops spells it); a bare "name" selects every intercepted overload of the
+// op ("sum": sum.dim_IntList; "prod": prod and prod.dim_int). Names that select
+// nothing kjit intercepts go to *unknown.
 std::vector<std::string> ParseOpList(std::string_view value, std::vector<std::string>* unknown);
 
 // One output of a call as PyTorch's kernel laid it out; the adapter allocates

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """An ordinary PyTorch inference program: nothing in it knows about kjit.
 
-It runs the normalization and softmax layers of a few familiar models at
-realistic sizes, in a loop, and prints the time per call of each (CUDA events)
+It runs the normalization and softmax layers of a few familiar models, and
+scans, reductions, pooling and depthwise convolutions, at realistic sizes, in a loop, and prints the time per call of each (CUDA events)
 and a checksum of each one's output. Run it as it is, then under kjit:
 
     python3 examples/shim_app/app.py
@@ -21,6 +21,12 @@ The ops (what eager PyTorch calls on CUDA, and kjit intercepts):
   group_norm     diffusion U-Net features     aten::native_group_norm
   batch_norm     ResNet block, eval mode      aten::cudnn_batch_norm / native_batch_norm
   instance_norm  style-transfer features      batch_norm in training mode over N*C channels
+  cumsum         running sums over sequences  aten::cumsum
+  mean           global average pooling       aten::mean.dim
+  argmax         greedy decoding over logits  aten::argmax (int64 output)
+  max_pool2d     ResNet stem                  aten::max_pool2d_with_indices (indices written, dropped)
+  depthwise_conv MobileNet block, NCHW fp32   aten::_conv_depthwise2d
+  depthwise_conv_cl  the same, channels_last fp16  aten::cudnn_convolution (depthwise calls only)
 
 Everything runs under torch.inference_mode(): kjit leaves calls that autograd
 records to PyTorch.
@@ -71,6 +77,25 @@ def make_cases(torch, scale):
         # Style transfer: instance norm over 64 channels at 256x256.
         ("instance_norm", lambda: (randn(b(8), 64, 256, 256), randn(64), randn(64)),
          lambda x, w, bias: F.instance_norm(x, weight=w, bias=bias)),
+        # Running sums over 256 sequences of 32768 positions.
+        ("cumsum", lambda: (randn(b(256), 32768),),
+         lambda x: torch.cumsum(x, dim=-1)),
+        # ResNet-50's global average pooling: 2048 channels at 7x7, half precision.
+        ("mean", lambda: (randn(b(256), 2048, 7, 7, dtype=f16),),
+         lambda x: x.mean(dim=(-2, -1))),
+        # Greedy decoding: the most likely of 32000 words for 2048 positions (int64 indices).
+        ("argmax", lambda: (randn(b(2048), 32000),),
+         lambda x: x.argmax(dim=-1)),
+        # ResNet's stem pooling: 3x3, stride 2, over 64 channels at 112x112, half precision.
+        ("max_pool2d", lambda: (randn(b(32), 64, 112, 112, dtype=f16),),
+         lambda x: F.max_pool2d(x, 3, 2, 1)),
+        # A MobileNetV2 depthwise 3x3 over 144 channels at 56x56 with bias (PyTorch's own depthwise kernel).
+        ("depthwise_conv", lambda: (randn(b(32), 144, 56, 56), randn(144, 1, 3, 3), randn(144)),
+         lambda x, w, bias: F.conv2d(x, w, bias, padding=1, groups=144)),
+        # The same block in half precision and channels_last, as mixed-precision training exports run it (cuDNN).
+        ("depthwise_conv_cl", lambda: (randn(b(32), 144, 56, 56, dtype=f16).to(memory_format=torch.channels_last),
+                                       randn(144, 1, 3, 3, dtype=f16)),
+         lambda x, w: F.conv2d(x, w, None, padding=1, groups=144)),
     ]
     return cases
 
@@ -153,7 +178,7 @@ def main():
                 time.sleep(args.pause_s)
             if args.rounds > 1:
                 print(f"round {round_index + 1} of {args.rounds}")
-            print(f"  {'op':<14} {'us/call':>10} {'checksum':>22}")
+            print(f"  {'op':<17} {'us/call':>10} {'checksum':>22}")
             for name, _, fn in cases:
                 x = inputs[name]
                 start.record()
@@ -169,7 +194,7 @@ def main():
                                                      "nonfinite": nonfinite, "dtype": str(out.dtype),
                                                      "shape": list(out.shape)})
                 note = f"  ({nonfinite} non-finite)" if nonfinite else ""
-                print(f"  {name:<14} {us:>10.1f} {checksum:>22.9e}{note}")
+                print(f"  {name:<17} {us:>10.1f} {checksum:>22.9e}{note}")
     total = time.perf_counter() - started
     print(f"total {total:.2f} s")
     if args.json:

@@ -45,6 +45,105 @@ TEST(ShimSettings, OpListRestrictsInInterceptOrder) {
   EXPECT_TRUE(FromEnv({{"KJIT_OPS", "gelu"}}).ops.empty());
 }
 
+TEST(ShimSettings, OpListOverloads) {
+  std::vector<std::string> unknown;
+  // An overload named exactly; the default overload as torch.ops spells it; "aten::" optional.
+  EXPECT_EQ(ParseOpList("aten::sum.dim_IntList, prod.default, mean.dim", &unknown),
+            (std::vector<std::string>{"sum.dim_IntList", "mean.dim", "prod"}));
+  EXPECT_TRUE(unknown.empty());
+  // A bare name selects every intercepted overload of the op.
+  EXPECT_EQ(ParseOpList("prod", &unknown), (std::vector<std::string>{"prod", "prod.dim_int"}));
+  EXPECT_EQ(ParseOpList("sum,argmax", &unknown), (std::vector<std::string>{"sum.dim_IntList", "argmax"}));
+  EXPECT_EQ(ParseOpList("cudnn_convolution,_conv_depthwise2d,max_pool2d_with_indices,cumsum", &unknown),
+            (std::vector<std::string>{"cumsum", "max_pool2d_with_indices", "_conv_depthwise2d", "cudnn_convolution"}));
+  EXPECT_TRUE(unknown.empty());
+  // Overloads kjit does not intercept, and dots in odd places, are unknown.
+  EXPECT_TRUE(ParseOpList("sum.IntList_out,sum.default,cumsum.out,amax.,.dim", &unknown).empty());
+  EXPECT_EQ(unknown, (std::vector<std::string>{"sum.IntList_out", "sum.default", "cumsum.out", "amax.", ".dim"}));
+  // The softmax ops select their only (default) overload, with or without ".default".
+  unknown.clear();
+  EXPECT_EQ(ParseOpList("_softmax.default,_log_softmax", &unknown),
+            (std::vector<std::string>{"_softmax", "_log_softmax"}));
+  EXPECT_TRUE(unknown.empty());
+  Settings s = FromEnv({{"KJIT_OPS", "aten::mean.dim,amax"}});
+  EXPECT_EQ(s.ops, (std::vector<std::string>{"mean.dim", "amax"}));
+}
+
+TEST(ShimOps, InterceptedOpsSplitIntoNameAndOverload) {
+  EXPECT_EQ(SplitOpName("sum.dim_IntList").name, "sum");
+  EXPECT_EQ(SplitOpName("sum.dim_IntList").overload, "dim_IntList");
+  EXPECT_EQ(SplitOpName("amax").name, "amax");
+  EXPECT_EQ(SplitOpName("amax").overload, "");
+  // Every entry is unique, has a name, and an overload only after a dot.
+  for (size_t i = 0; i < std::size(kInterceptedOps); ++i) {
+    const OpName op = SplitOpName(kInterceptedOps[i]);
+    EXPECT_FALSE(op.name.empty()) << kInterceptedOps[i];
+    EXPECT_FALSE(kInterceptedOps[i].starts_with("aten::")) << kInterceptedOps[i];
+    EXPECT_EQ(op.overload.empty(), kInterceptedOps[i].find('.') == std::string_view::npos) << kInterceptedOps[i];
+    for (size_t j = 0; j < i; ++j) EXPECT_NE(kInterceptedOps[i], kInterceptedOps[j]);
+  }
+}
+
+TEST(ShimOps, ThePartTwoFamiliesOpsAreIntercepted) {
+  auto listed = [](std::string_view op) {
+    return std::find(std::begin(kInterceptedOps), std::end(kInterceptedOps), op) != std::end(kInterceptedOps);
+  };
+  for (std::string_view op : {"_softmax", "_log_softmax", "native_layer_norm", "_fused_rms_norm", "native_group_norm",
+                              "native_batch_norm", "cudnn_batch_norm", "cumsum", "cumprod", "max_pool2d_with_indices",
+                              "max_pool3d_with_indices", "avg_pool2d", "avg_pool3d", "sum.dim_IntList", "mean.dim",
+                              "amax", "amin", "prod", "prod.dim_int", "argmax", "argmin", "_conv_depthwise2d",
+                              "cudnn_convolution"}) {
+    EXPECT_TRUE(listed(op)) << op;
+  }
+  EXPECT_EQ(std::size(kInterceptedOps), 23u);
+  // Overloads without CUDA kernels of their own, or that the families do not serve, are not listed.
+  for (std::string_view op : {"sum", "mean", "max_pool2d", "cumsum_", "cumsum.out", "sum.IntList_out"}) {
+    EXPECT_FALSE(listed(op)) << op;
+  }
+}
+
+TEST(ShimOps, PreFilters) {
+  // The softmax and norm ops key every call, as before; the part-2 ops check dtype and emptiness
+  // first; cudnn_convolution also that it is depthwise.
+  for (std::string_view op : {"_softmax", "_log_softmax", "native_layer_norm", "_fused_rms_norm", "native_group_norm",
+                              "native_batch_norm", "cudnn_batch_norm"}) {
+    EXPECT_EQ(PreFilterFor(op), PreFilter::kNone) << op;
+  }
+  for (std::string_view op : {"cumsum", "cumprod", "max_pool2d_with_indices", "max_pool3d_with_indices", "avg_pool2d",
+                              "avg_pool3d", "sum.dim_IntList", "mean.dim", "amax", "amin", "prod", "prod.dim_int",
+                              "argmax", "argmin", "_conv_depthwise2d"}) {
+    EXPECT_EQ(PreFilterFor(op), PreFilter::kServedFloat) << op;
+  }
+  EXPECT_EQ(PreFilterFor("cudnn_convolution"), PreFilter::kDepthwiseConv);
+  EXPECT_EQ(PreFilterFor("gelu"), PreFilter::kNone);
+  // Usable at compile time (the adapter's wrappers take theirs as a constant).
+  static_assert(PreFilterFor("cudnn_convolution") == PreFilter::kDepthwiseConv);
+  static_assert(SplitOpName("prod.dim_int").overload == "dim_int");
+}
+
+TEST(ShimOps, CudnnPreFilterPassesDepthwiseConvolutionsOnly) {
+  using V = std::vector<int64_t>;
+  auto depthwise = [](V x, V w, int64_t groups) { return CudnnConvMayBeDepthwise(x, w, groups); };
+  // F.conv2d(x[N, C, H, W], w[C, 1, kH, kW], groups=C): depthwise, whatever the kernel's size.
+  EXPECT_TRUE(depthwise({32, 128, 56, 56}, {128, 1, 3, 3}, 128));
+  EXPECT_TRUE(depthwise({1, 2, 7, 9}, {2, 1, 5, 1}, 2));
+  // An ordinary convolution (groups 1), a grouped one (groups < C), a channel multiplier of 2
+  // (out_channels = 2C), a single channel (groups == C == 1: a plain convolution).
+  EXPECT_FALSE(depthwise({32, 128, 56, 56}, {256, 128, 3, 3}, 1));
+  EXPECT_FALSE(depthwise({32, 128, 56, 56}, {128, 4, 3, 3}, 32));
+  EXPECT_FALSE(depthwise({32, 128, 56, 56}, {256, 1, 3, 3}, 128));
+  EXPECT_FALSE(depthwise({32, 1, 56, 56}, {1, 1, 3, 3}, 1));
+  // groups == C but the weight's in-channels per group is not 1 (PyTorch would reject it anyway).
+  EXPECT_FALSE(depthwise({8, 16, 10, 10}, {16, 2, 3, 3}, 16));
+  // 1-D and 3-D convolutions (cuDNN's 3-D and unsqueezed 1-D calls), and mismatched ranks.
+  EXPECT_FALSE(depthwise({8, 16, 100}, {16, 1, 3}, 16));
+  EXPECT_FALSE(depthwise({8, 16, 4, 10, 10}, {16, 1, 3, 3, 3}, 16));
+  EXPECT_FALSE(depthwise({8, 16, 10, 10}, {16, 1, 3}, 16));
+  // Empty inputs are left to PyTorch.
+  EXPECT_FALSE(depthwise({0, 16, 10, 10}, {16, 1, 3, 3}, 16));
+  EXPECT_FALSE(depthwise({4, 16, 0, 10}, {16, 1, 3, 3}, 16));
+}
+
 std::vector<OutputLayout> OneOutput() { return {OutputLayout{true, 6, {4, 8}, {8, 1}}}; }
 
 std::unique_ptr<LoadedKernel> FakeKernel(int64_t id) {

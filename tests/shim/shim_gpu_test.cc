@@ -21,6 +21,7 @@
 #include "kjit/runtime/gpu.h"
 #include "kjit/torch/call_key.h"
 #include "shim_adapter.h"
+#include "shim_core.h"
 
 namespace kjit::shim {
 namespace {
@@ -44,11 +45,52 @@ const AdapterStats& Stats(void* adapter) {
   return *static_cast<const AdapterStats*>(fn());
 }
 
+// Stores the family's expert-default kernel for the call (op, overload, args) in the open cache,
+// built the way kjitd would; the shim serves it from the key's second call.
+void StoreExpertDefault(const char* op, const char* overload, const std::vector<c10::IValue>& args, int arch,
+                        int sm_count) {
+  auto handle = c10::Dispatcher::singleton().findSchemaOrThrow(op, overload);
+  auto key = kjit::torch::CallKey(handle.schema(), args, static_cast<uint16_t>(arch), kjit::torch::CurrentNumerics());
+  ASSERT_TRUE(key.ok()) << key.status().ToString();
+  auto match = policy::FindFamily(*key);
+  ASSERT_TRUE(match.ok()) << match.status().ToString();
+  policy::DeviceFacts facts = policy::DeviceFacts::H200();
+  facts.arch = arch;
+  facts.sm_count = sm_count;
+  const policy::Point point = match->family->ExpertDefault(*match->problem, facts);
+  auto candidate = match->family->Generate(*match->problem, point, facts);
+  ASSERT_TRUE(candidate.ok()) << candidate.status().ToString();
+  Compiler compiler;
+  CompileRequest request;
+  request.source = candidate->source;
+  request.program_name = "shim_kernel.cu";
+  request.arch = arch;
+  request.options = candidate->options;
+  auto compiled = compiler.Compile(request);
+  ASSERT_TRUE(compiled.ok()) << compiled.status().ToString();
+  auto cache = cache::KernelCache::Open();
+  ASSERT_TRUE(cache.ok()) << cache.status().ToString();
+  cache::KernelRecord record;
+  record.key_bytes = key->Encode();
+  record.source = candidate->source;
+  record.compile_options = candidate->options;
+  record.entry_point = candidate->entry_point;
+  record.cubin = (*compiled)->cubin;
+  record.launch = candidate->launch;
+  record.design = candidate->design;
+  record.toolchain = cache::RunningToolchain();
+  record.status = cache::RecordStatus::kVerified;
+  auto id = (*cache)->Insert(std::move(record));
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+}
+
 class ShimGpu : public ::testing::Test {
  protected:
   static inline std::string skip_reason_;
   static inline void* adapter_ = nullptr;
   static inline at::Tensor miss_input_, miss_reference_, hit_input_, hit_reference_;
+  // Part-2 ops with a record: argmax (an int64 output), max_pool2d_with_indices (two outputs).
+  static inline at::Tensor argmax_input_, argmax_reference_, pool_input_, pool_values_, pool_indices_;
 
   static void SetUpTestSuite() {
     const auto dir = std::filesystem::temp_directory_path() / ("kjit-shim-gpu-" + std::to_string(getpid()));
@@ -113,6 +155,15 @@ class ShimGpu : public ::testing::Test {
     auto id = (*cache)->Insert(std::move(record));
     ASSERT_TRUE(id.ok()) << id.status().ToString();
 
+    argmax_input_ = at::randn({300, 517}, cuda);
+    argmax_reference_ = at::argmax(argmax_input_, 1, false);
+    StoreExpertDefault("aten::argmax", "", {argmax_input_, int64_t{1}, false}, arch, context->info().sm_count);
+    pool_input_ = at::randn({4, 16, 33, 35}, cuda.dtype(at::kHalf));
+    const std::vector<int64_t> k3{3, 3}, s2{2, 2}, p1{1, 1}, d1{1, 1};
+    std::tie(pool_values_, pool_indices_) = at::max_pool2d_with_indices(pool_input_, k3, s2, p1, d1, false);
+    StoreExpertDefault("aten::max_pool2d_with_indices", "", {pool_input_, k3, s2, p1, d1, false}, arch,
+                       context->info().sm_count);
+
     adapter_ = dlopen(KJIT_TORCH_ADAPTER, RTLD_NOW | RTLD_LOCAL);
     ASSERT_NE(adapter_, nullptr) << dlerror();
   }
@@ -124,6 +175,11 @@ class ShimGpu : public ::testing::Test {
     miss_reference_.reset();
     hit_input_.reset();
     hit_reference_.reset();
+    argmax_input_.reset();
+    argmax_reference_.reset();
+    pool_input_.reset();
+    pool_values_.reset();
+    pool_indices_.reset();
   }
 
   void SetUp() override {
@@ -136,6 +192,65 @@ class ShimGpu : public ::testing::Test {
 TEST_F(ShimGpu, InterceptsSoftmax) {
   const AdapterStats& s = Stats(adapter_);
   EXPECT_NE(std::find(s.intercepted_ops.begin(), s.intercepted_ops.end(), "_softmax"), s.intercepted_ops.end());
+}
+
+TEST_F(ShimGpu, InterceptsThePartTwoOps) {
+  const AdapterStats& s = Stats(adapter_);
+  for (const char* op : {"cumsum", "cumprod", "max_pool2d_with_indices", "max_pool3d_with_indices", "avg_pool2d",
+                         "avg_pool3d", "sum.dim_IntList", "mean.dim", "amax", "amin", "prod", "prod.dim_int", "argmax",
+                         "argmin", "_conv_depthwise2d", "cudnn_convolution"}) {
+    EXPECT_NE(std::find(s.intercepted_ops.begin(), s.intercepted_ops.end(), op), s.intercepted_ops.end()) << op;
+  }
+}
+
+// An int64 output: allocated like the first call's (PyTorch's) output, written by kjit's kernel.
+TEST_F(ShimGpu, ArgmaxHitReturnsInt64Indices) {
+  const uint64_t hits = Stats(adapter_).hits;
+  EXPECT_TRUE(at::equal(at::argmax(argmax_input_, 1, false), argmax_reference_));  // first sight
+  for (int i = 0; i < 3; ++i) {
+    at::Tensor out = at::argmax(argmax_input_, 1, false);
+    EXPECT_EQ(out.scalar_type(), at::kLong);
+    EXPECT_EQ(out.sizes(), argmax_reference_.sizes());
+    EXPECT_TRUE(at::equal(out, argmax_reference_)) << "call " << i;
+  }
+  EXPECT_EQ(Stats(adapter_).hits, hits + 3);
+}
+
+// Two outputs (values, int64 indices), both allocated and written for a hit; compared bitwise.
+TEST_F(ShimGpu, MaxPoolHitReturnsValuesAndIndices) {
+  const std::vector<int64_t> k3{3, 3}, s2{2, 2}, p1{1, 1}, d1{1, 1};
+  const uint64_t hits = Stats(adapter_).hits;
+  at::max_pool2d_with_indices(pool_input_, k3, s2, p1, d1, false);  // first sight
+  for (int i = 0; i < 3; ++i) {
+    auto [values, indices] = at::max_pool2d_with_indices(pool_input_, k3, s2, p1, d1, false);
+    EXPECT_EQ(values.strides(), pool_values_.strides());
+    EXPECT_EQ(indices.scalar_type(), at::kLong);
+    EXPECT_TRUE(at::equal(values, pool_values_)) << "call " << i;
+    EXPECT_TRUE(at::equal(indices, pool_indices_)) << "call " << i;
+  }
+  EXPECT_EQ(Stats(adapter_).hits, hits + 3);
+}
+
+// cudnn_convolution's pre-filter: ordinary and grouped convolutions are never keyed; a depthwise one is.
+TEST_F(ShimGpu, OnlyDepthwiseCudnnConvolutionsAreKeyed) {
+  const auto cuda = at::TensorOptions().device(at::kCUDA).dtype(at::kHalf);
+  const at::Tensor x = at::randn({2, 32, 20, 20}, cuda).contiguous(at::MemoryFormat::ChannelsLast);
+  const std::vector<int64_t> one{1, 1};
+  const size_t entries = Stats(adapter_).entries;
+  const uint64_t first_sights = Stats(adapter_).first_sights, misses = Stats(adapter_).misses;
+  for (int i = 0; i < 2; ++i) {
+    at::cudnn_convolution(x, at::randn({64, 32, 3, 3}, cuda), one, one, one, 1, false, false, true);
+    at::cudnn_convolution(x, at::randn({32, 8, 3, 3}, cuda), one, one, one, 4, false, false, true);
+  }
+  EXPECT_EQ(Stats(adapter_).entries, entries);
+  EXPECT_EQ(Stats(adapter_).first_sights, first_sights);
+  EXPECT_EQ(Stats(adapter_).misses, misses);
+  // int64 inputs never reach a part-2 family: not keyed either.
+  at::cumsum(at::ones({4, 8}, cuda.dtype(at::kLong)), 1);
+  EXPECT_EQ(Stats(adapter_).entries, entries);
+  at::cudnn_convolution(x, at::randn({32, 1, 3, 3}, cuda), one, one, one, 32, false, false, true);
+  EXPECT_EQ(Stats(adapter_).entries, entries + 1);
+  EXPECT_EQ(Stats(adapter_).first_sights, first_sights + 1);
 }
 
 TEST_F(ShimGpu, MissRunsPyTorchsKernel) {

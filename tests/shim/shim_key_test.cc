@@ -1,0 +1,223 @@
+// The shim's keys of the part-2 ops (scan, pool, reduce, depthwise_conv) are the keys their
+// families match, on CPU: for every sample key of those families, a call with tensors of exactly
+// its layouts (CPU tensors over a small buffer: the key reads metadata and the data address only)
+// is keyed through the schema the adapter overrides (kInterceptedOps, split into name and
+// overload) by the key writer the adapter uses (kjit_torch::WriteCallKey), and must give the
+// sample key byte for byte; the family must match it; and the op's pre-filter must let it through.
+#include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kjit/policy/design_space.h"
+#include "kjit/torch/call_key.h"
+#include "shim_core.h"
+
+namespace kjit::shim {
+namespace {
+
+constexpr std::string_view kPartTwoFamilies[] = {"scan", "pool", "reduce", "depthwise_conv"};
+
+// The kInterceptedOps entry for an OpCall's (op, overload), or "" if the shim does not intercept it.
+std::string InterceptedEntry(const OpCall& call) {
+  if (!call.op.starts_with("aten::")) return "";
+  const std::string_view name = std::string_view(call.op).substr(6);
+  for (std::string_view entry : kInterceptedOps) {
+    const OpName op = SplitOpName(entry);
+    if (op.name == name && op.overload == call.overload) return std::string(entry);
+  }
+  return "";
+}
+
+c10::ScalarType ScalarTypeOf(DType dtype) {
+  for (int i = 0; i < static_cast<int>(c10::ScalarType::NumOptions); ++i) {
+    const auto type = static_cast<c10::ScalarType>(i);
+    auto d = kjit::torch::DTypeOf(type);
+    if (d.ok() && *d == dtype) return type;
+  }
+  ADD_FAILURE() << "no scalar type for " << DTypeName(dtype);
+  return c10::ScalarType::Undefined;
+}
+
+// Tensors over this buffer: 256-byte aligned, never read (keys need metadata and the address).
+alignas(256) unsigned char g_buffer[512];
+
+at::Tensor TensorOf(const TensorDesc& d) {
+  // The address gives the key's alignment (16 means 16 or more; the buffer is 256-aligned).
+  void* data = g_buffer + (d.alignment < 16 ? d.alignment : 0);
+  at::Tensor t = at::from_blob(data, d.sizes, d.strides, at::TensorOptions().dtype(ScalarTypeOf(d.dtype)));
+  if (d.storage_offset != 0) t = t.as_strided(d.sizes, d.strides, d.storage_offset);
+  return t;
+}
+
+c10::IValue IValueOf(const Arg& arg) {
+  struct Visitor {
+    c10::IValue operator()(NoneArg) const { return c10::IValue(); }
+    c10::IValue operator()(bool v) const { return c10::IValue(v); }
+    c10::IValue operator()(int64_t v) const { return c10::IValue(v); }
+    c10::IValue operator()(double v) const { return c10::IValue(v); }
+    c10::IValue operator()(const std::string& v) const { return c10::IValue(v); }
+    c10::IValue operator()(DType v) const { return c10::IValue(static_cast<int64_t>(ScalarTypeOf(v))); }
+    c10::IValue operator()(const IntList& v) const { return c10::IValue(v); }
+    c10::IValue operator()(const DoubleList& v) const { return c10::IValue(v); }
+    c10::IValue operator()(const TensorDesc& v) const { return c10::IValue(TensorOf(v)); }
+    c10::IValue operator()(const TensorList& v) const {
+      std::vector<at::Tensor> list;
+      for (const TensorDesc& t : v) list.push_back(TensorOf(t));
+      return c10::IValue(list);
+    }
+    c10::IValue operator()(const ValueRef&) const {
+      ADD_FAILURE() << "a value reference in a single-call key";
+      return c10::IValue();
+    }
+  };
+  return std::visit(Visitor{}, arg);
+}
+
+TEST(ShimKeys, EveryInterceptedOpHasASchemaInThisPyTorch) {
+  for (std::string_view entry : kInterceptedOps) {
+    const OpName op = SplitOpName(entry);
+    auto handle = c10::Dispatcher::singleton().findSchema(
+        c10::OperatorName("aten::" + std::string(op.name), std::string(op.overload)));
+    ASSERT_TRUE(handle.has_value()) << entry;
+    EXPECT_EQ(handle->schema().name(), "aten::" + std::string(op.name));
+    EXPECT_EQ(handle->schema().overload_name(), op.overload);
+  }
+}
+
+TEST(ShimKeys, SampleKeysOfThePartTwoFamiliesAreTheShimsKeys) {
+  std::set<std::string> covered;
+  size_t keys = 0;
+  for (const policy::Family* family : policy::Families()) {
+    if (std::find(std::begin(kPartTwoFamilies), std::end(kPartTwoFamilies), family->name()) ==
+        std::end(kPartTwoFamilies)) {
+      continue;
+    }
+    for (const OpKey& sample : family->SampleKeys()) {
+      ASSERT_EQ(sample.calls.size(), 1u);
+      const OpCall& call = sample.calls[0];
+      const std::string text = sample.ToString();
+      const std::string entry = InterceptedEntry(call);
+      ASSERT_FALSE(entry.empty()) << "the shim does not intercept " << call.op << "." << call.overload << ": " << text;
+      covered.insert(entry);
+      const auto& schema = c10::Dispatcher::singleton().findSchemaOrThrow(call.op.c_str(), call.overload.c_str()).schema();
+      std::vector<c10::IValue> args;
+      for (const Arg& a : call.args) args.push_back(IValueOf(a));
+      // What TryServe computes for the call (its arch and numerics taken from the sample).
+      std::string bytes;
+      ASSERT_TRUE(kjit::torch::WriteCallKey(schema, std::span<const c10::IValue>(args.data(), args.size()), sample.arch,
+                                            sample.numerics, &bytes)
+                      .ok())
+          << text;
+      auto key = OpKey::Decode(bytes);
+      ASSERT_TRUE(key.ok()) << key.status().ToString();
+      EXPECT_EQ(key->ToString(), text);
+      EXPECT_EQ(bytes, sample.Encode()) << text;
+      EXPECT_EQ(HashBytes(bytes), sample.Hash()) << text;
+      auto match = policy::FindFamily(*key);
+      ASSERT_TRUE(match.ok()) << text << ": " << match.status().ToString();
+      EXPECT_EQ(match->family->name(), family->name()) << text;
+      // The pre-filter's view of the call lets it through.
+      const PreFilter filter = PreFilterFor(entry);
+      EXPECT_NE(filter, PreFilter::kNone) << entry;
+      const at::Tensor& x = args[0].toTensor();
+      EXPECT_TRUE(x.scalar_type() == at::kFloat || x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16);
+      EXPECT_GT(x.numel(), 0);
+      if (filter == PreFilter::kDepthwiseConv) {
+        const auto xs = x.sizes();
+        const auto ws = args[1].toTensor().sizes();
+        EXPECT_TRUE(CudnnConvMayBeDepthwise(std::span<const int64_t>(xs.data(), xs.size()),
+                                            std::span<const int64_t>(ws.data(), ws.size()), args[5].toInt()))
+            << text;
+      }
+      ++keys;
+    }
+  }
+  EXPECT_GE(keys, 40u);
+  // Every part-2 op the shim intercepts has a sample key: each is checked above.
+  for (std::string_view entry : kInterceptedOps) {
+    if (PreFilterFor(entry) == PreFilter::kNone) continue;
+    EXPECT_TRUE(covered.contains(std::string(entry))) << entry << " has no sample key in its family";
+  }
+}
+
+// Calls as PyTorch makes them, keyed from real CPU tensors (not from sample keys): the families
+// match the functional overloads the shim overrides.
+TEST(ShimKeys, EagerStyleCallsMatchTheirFamilies) {
+  auto key = [](const char* op, const char* overload, std::vector<c10::IValue> args) {
+    const auto& schema = c10::Dispatcher::singleton().findSchemaOrThrow(op, overload).schema();
+    return kjit::torch::CallKey(schema, args, 90, kNumericsDefault);
+  };
+  auto family_of = [](const Result<OpKey>& k) -> std::string {
+    if (!k.ok()) return "unkeyed: " + k.status().ToString();
+    auto m = policy::FindFamily(*k);
+    return m.ok() ? std::string(m->family->name()) : "declined: " + m.status().ToString();
+  };
+  const at::Tensor x = at::randn({8, 64, 14, 14});
+  const c10::IValue none;
+  EXPECT_EQ(family_of(key("aten::cumsum", "", {x, int64_t{1}, none})), "scan");
+  EXPECT_EQ(family_of(key("aten::cumprod", "", {x.to(at::kHalf), int64_t{-1}, none})), "scan");
+  // x.sum((2, 3)), x.mean(-1, keepdim=True), x.sum() (which PyTorch runs as sum.dim_IntList over []).
+  EXPECT_EQ(family_of(key("aten::sum", "dim_IntList", {x, std::vector<int64_t>{2, 3}, false, none})), "reduce");
+  EXPECT_EQ(family_of(key("aten::mean", "dim", {x, std::vector<int64_t>{-1}, true, none})), "reduce");
+  EXPECT_EQ(family_of(key("aten::sum", "dim_IntList", {x, std::vector<int64_t>{}, false, none})), "reduce");
+  EXPECT_EQ(family_of(key("aten::amax", "", {x, std::vector<int64_t>{1}, false})), "reduce");
+  EXPECT_EQ(family_of(key("aten::argmax", "", {x, int64_t{1}, false})), "reduce");
+  EXPECT_EQ(family_of(key("aten::argmin", "", {x, none, false})), "reduce");
+  EXPECT_EQ(family_of(key("aten::prod", "dim_int", {x, int64_t{0}, false, none})), "reduce");
+  EXPECT_EQ(family_of(key("aten::prod", "", {x, none})), "reduce");
+  // F.max_pool2d(x, 3, 2, 1) and F.avg_pool2d(x, 2), channels_last too.
+  const std::vector<int64_t> k3{3, 3}, s2{2, 2}, p1{1, 1}, d1{1, 1}, k2{2, 2}, p0{0, 0};
+  EXPECT_EQ(family_of(key("aten::max_pool2d_with_indices", "", {x, k3, s2, p1, d1, false})), "pool");
+  EXPECT_EQ(family_of(key("aten::max_pool2d_with_indices", "",
+                          {x.contiguous(at::MemoryFormat::ChannelsLast), k3, s2, p1, d1, false})),
+            "pool");
+  EXPECT_EQ(family_of(key("aten::avg_pool2d", "", {x, k2, k2, p0, false, true, none})), "pool");
+  // F.conv2d(x, w, b, groups=64) through each backend op.
+  const at::Tensor w = at::randn({64, 1, 3, 3}), b = at::randn({64});
+  EXPECT_EQ(family_of(key("aten::_conv_depthwise2d", "", {x, w, k3, b, d1, p1, d1})), "depthwise_conv");
+  EXPECT_EQ(family_of(key("aten::cudnn_convolution", "",
+                          {x.contiguous(at::MemoryFormat::ChannelsLast), w, p1, d1, d1, int64_t{64}, false, false,
+                           true})),
+            "depthwise_conv");
+}
+
+// What the pre-filters decline, the families decline: a cuDNN convolution that is not depthwise,
+// and inputs of a dtype or emptiness no part-2 family serves.
+TEST(ShimKeys, WhatThePreFiltersDeclineTheFamiliesDecline) {
+  auto declined = [](const char* op, const char* overload, std::vector<c10::IValue> args) {
+    const auto& schema = c10::Dispatcher::singleton().findSchemaOrThrow(op, overload).schema();
+    auto k = kjit::torch::CallKey(schema, args, 90, kNumericsDefault);
+    return !k.ok() || !policy::FindFamily(*k).ok();
+  };
+  const c10::IValue none;
+  const std::vector<int64_t> one{1, 1};
+  // An ordinary and a grouped convolution.
+  const at::Tensor x = at::randn({2, 16, 10, 10});
+  EXPECT_FALSE(CudnnConvMayBeDepthwise(std::vector<int64_t>{2, 16, 10, 10}, std::vector<int64_t>{32, 16, 3, 3}, 1));
+  EXPECT_TRUE(declined("aten::cudnn_convolution", "", {x, at::randn({32, 16, 3, 3}), one, one, one, int64_t{1}, false,
+                                                       false, true}));
+  EXPECT_FALSE(CudnnConvMayBeDepthwise(std::vector<int64_t>{2, 16, 10, 10}, std::vector<int64_t>{16, 4, 3, 3}, 4));
+  EXPECT_TRUE(declined("aten::cudnn_convolution", "", {x, at::randn({16, 4, 3, 3}), one, one, one, int64_t{4}, false,
+                                                       false, true}));
+  // Other dtypes, empty and 0-d inputs (PreFilter::kServedFloat).
+  EXPECT_TRUE(declined("aten::cumsum", "", {at::ones({4, 8}, at::kLong), int64_t{1}, none}));
+  EXPECT_TRUE(declined("aten::sum", "dim_IntList", {at::ones({4, 8}, at::kBool), std::vector<int64_t>{1}, false, none}));
+  EXPECT_TRUE(declined("aten::argmax", "", {at::ones({4, 8}, at::kDouble), int64_t{1}, false}));
+  EXPECT_TRUE(declined("aten::amax", "", {at::ones({0, 8}), std::vector<int64_t>{1}, false}));
+  // 0-d inputs.
+  EXPECT_TRUE(declined("aten::sum", "dim_IntList", {at::ones({}), std::vector<int64_t>{}, false, none}));
+  EXPECT_TRUE(declined("aten::cumsum", "", {at::ones({}), int64_t{0}, none}));
+  EXPECT_TRUE(declined("aten::argmax", "", {at::ones({}), none, false}));
+  EXPECT_TRUE(declined("aten::max_pool2d_with_indices", "",
+                       {at::ones({2, 3, 8, 8}, at::kDouble), std::vector<int64_t>{2, 2}, std::vector<int64_t>{2, 2},
+                        std::vector<int64_t>{0, 0}, one, false}));
+}
+
+}  // namespace
+}  // namespace kjit::shim
