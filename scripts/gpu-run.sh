@@ -63,7 +63,7 @@ grep -E "Failed|Skipped|Not Run" "$OUT/tests.log" | tee -a "$summary"
 # GPU tests must run here: a skip on the GPU machine is a failure. They ran above
 # with the rest (running them again cost minutes: the shim's Python tests take
 # 80-100 s each); pick their lines out of that log by name.
-(cd "$build" && ctest -N -L gpu) | sed -n 's/^ *Test *#[0-9]*: //p' > /tmp/kjit-gpu-tests.txt
+(cd "$build" && ctest -N -L gpu ${KJIT_GPU_RUN_CTEST_ARGS:-}) | sed -n 's/^ *Test *#[0-9]*: //p' > /tmp/kjit-gpu-tests.txt
 gpu_total=$(wc -l < /tmp/kjit-gpu-tests.txt)
 gpu_passed=0
 while read -r name; do
