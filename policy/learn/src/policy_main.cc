@@ -133,7 +133,10 @@ int RunOnline(const std::string& cache_path, const std::string& endpoint, int li
   co.name = "kjit-policy-online/0.1";
   co.request_timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
   kjit::ipc::Client client(co);
-  auto queued = client.ListTasks("queued", static_cast<uint32_t>(limit));
+  // Listing answers at once: a short timeout, so that a kjitd that is not running is reported in seconds.
+  kjit::ipc::ClientOptions lo = co;
+  lo.request_timeout = std::chrono::milliseconds(10000);
+  auto queued = kjit::ipc::Client(lo).ListTasks("queued", static_cast<uint32_t>(limit));
   if (!queued.ok()) return Fail(queued.status().WithContext("listing kjitd's queued tasks"));
   std::fprintf(stderr, "policy %s, %zu queued tasks, budget %d trials each\n", (*agent)->version().c_str(),
                queued->size(), options.budget);
