@@ -172,6 +172,10 @@ struct Agent::Impl {
   std::map<std::string, int> head_index;
   std::unique_ptr<torch::optim::Adam> optimizer;
   int64_t iteration = 0;
+  // The version of the checkpoint these weights were loaded from, as it was saved: a torch archive written
+  // again after loading need not be byte for byte the one loaded, so its hash is not recomputed. Cleared
+  // when the weights change.
+  std::string loaded_version;
 
   static int Inputs() { return static_cast<int>(TaskFeatureNames().size()) + kEpisodeFeatures; }
 
@@ -191,7 +195,10 @@ struct Agent::Impl {
       net->AddHead(static_cast<int>(knob.values.size()));
       added = true;
     }
-    if (added) optimizer.reset();  // new parameters: the optimizer is rebuilt on the next update
+    if (added) {
+      optimizer.reset();  // new parameters: the optimizer is rebuilt on the next update
+      loaded_version.clear();
+    }
     return added;
   }
 
@@ -472,6 +479,7 @@ Result<IterationStats> Agent::TrainIteration(const std::vector<const ReplayTask*
   torch::nn::utils::clip_grad_norm_(im.net->parameters(), 1.0);
   im.optimizer->step();
   ++im.iteration;
+  im.loaded_version.clear();
   stats.iteration = im.iteration;
   stats.mean_trial_reward /= std::max(trials, 1);
   stats.mean_best_reward /= std::max(episodes, 1);
@@ -589,10 +597,12 @@ Result<std::unique_ptr<Agent>> Agent::Deserialize(const std::string& blob) {
   } catch (const std::exception& e) {
     return Corruption(std::string("policy checkpoint weights do not load: ") + e.what());
   }
+  impl->loaded_version = "rl1-i" + std::to_string(impl->iteration) + "-" + HashBytes(blob).ToHex().substr(0, 8);
   return std::unique_ptr<Agent>(new Agent(std::move(impl)));
 }
 
 std::string Agent::version() const {
+  if (!impl_->loaded_version.empty()) return impl_->loaded_version;
   return "rl1-i" + std::to_string(impl_->iteration) + "-" + HashBytes(Serialize()).ToHex().substr(0, 8);
 }
 
