@@ -194,7 +194,8 @@ struct Server::Impl {
   void ReverifyDone(int64_t record_id, const std::string& key_bytes, const std::string& why, const Verdict& v);
   void QueueRetune(const std::string& key_bytes, const std::string& detail);
   ipc::Body SubmitCandidate(const ipc::SubmitCandidate& r);
-  void Record(const Episode& e, const CandidateSpec& c, const Verdict& v, const WorkerDevice& device);
+  void Record(const Episode& e, const CandidateSpec& c, const Verdict& v, const WorkerDevice& device,
+              const std::map<std::string, std::string>& client_design);
 };
 
 Server::Server(DaemonConfig config, std::unique_ptr<cache::KernelCache> cache, Log& log)
@@ -633,13 +634,17 @@ ipc::Body Server::Impl::SubmitCandidate(const ipc::SubmitCandidate& r) {
     c.launch.block[i] = r.block[i];
   }
   c.launch.dynamic_shared_bytes = r.dynamic_shared_bytes;
-  c.design.family = "agent";
-  c.design.policy_version = "external-agent";
+  // Where the client says the kernel came from (family, policy version, knobs); else an anonymous agent's.
+  if (r.design.has_value()) c.design = ipc::DesignFromWire(*r.design);
+  if (c.design.family.empty()) c.design.family = "agent";
+  if (c.design.policy_version.empty()) c.design.policy_version = "external-agent";
   ReplyRoute route = *current_route;
   current_route->socket = nullptr;
   const int64_t episode_id = r.episode_id;
   const int arch = it->second.key.arch;
-  pool->SubmitEvaluate(std::move(request), arch, [this, route, episode_id, c](const Verdict& v, const WorkerDevice& device) {
+  const std::map<std::string, std::string> client_design = r.design.value_or(std::map<std::string, std::string>{});
+  pool->SubmitEvaluate(std::move(request), arch, [this, route, episode_id, c, client_design](const Verdict& v,
+                                                                                              const WorkerDevice& device) {
     ipc::CandidateResult result;
     result.compiled = v.compiled;
     result.compile_log = v.compile_log;
@@ -662,7 +667,7 @@ ipc::Body Server::Impl::SubmitCandidate(const ipc::SubmitCandidate& r) {
                       {"flop_fraction", v.roofline.flop_fraction},
                       {"accepted", v.accepted ? 1.0 : 0.0}};
     auto e = episodes.find(episode_id);
-    if (e != episodes.end()) Record(e->second, c, v, device);
+    if (e != episodes.end()) Record(e->second, c, v, device, client_design);
     log.Write("info", "trial", {{"episode", std::to_string(episode_id)}, {"outcome", v.outcome},
                                  {"reason", v.reason.substr(0, 300)}, {"median_us", std::to_string(v.timing.median_us)},
                                  {"baseline_us", std::to_string(v.baseline.median_us)},
@@ -673,7 +678,8 @@ ipc::Body Server::Impl::SubmitCandidate(const ipc::SubmitCandidate& r) {
   return ipc::Ack{};
 }
 
-void Server::Impl::Record(const Episode& e, const CandidateSpec& c, const Verdict& v, const WorkerDevice& device) {
+void Server::Impl::Record(const Episode& e, const CandidateSpec& c, const Verdict& v, const WorkerDevice& device,
+                          const std::map<std::string, std::string>& client_design) {
   if (v.outcome == policy::OutcomeName(policy::Outcome::kResourceBackoff)) return;
   cache::Measurement m;
   m.key_hash = e.key.Hash();
@@ -694,6 +700,9 @@ void Server::Impl::Record(const Episode& e, const CandidateSpec& c, const Verdic
                            {"bandwidth_fraction", v.roofline.bandwidth_fraction},
                            {"launch", {c.launch.grid[0], c.launch.grid[1], c.launch.grid[2], c.launch.block[0],
                                        c.launch.block[1], c.launch.block[2], c.launch.dynamic_shared_bytes}}};
+  // What the client said of the kernel's origin, whole (e.g. the generator's codegen version, which the
+  // RL policy's training needs to tell current measurements from stale ones).
+  if (!client_design.empty()) detail["client_design"] = client_design;
   m.detail = detail.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   if (auto id = cache->AddMeasurement(m); !id.ok()) {
     log.Write("warn", "measurement_not_stored", {{"error", id.status().ToString()}});

@@ -100,6 +100,9 @@ std::string ThroughKjitd(ipc::Client& client, const OpKey& key) {
       submit.block[i] = candidate->launch.block[i];
     }
     submit.dynamic_shared_bytes = candidate->launch.dynamic_shared_bytes;
+    // Where the kernel came from, kept with its measurement (and `kjit policy train --measurements` learns from it).
+    submit.design = ipc::DesignToWire(candidate->design);
+    if (auto m = policy::FindFamily(key); m.ok()) (*submit.design)["codegen"] = std::to_string(m->family->codegen_version());
     auto result = client.SubmitCandidate(submit);
     if (!result.ok()) {
       what = "not evaluated: " + result.status().ToString();

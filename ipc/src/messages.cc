@@ -245,6 +245,7 @@ struct Schema<SubmitCandidate> {
     visit("grid", m.grid);
     visit("block", m.block);
     visit("dynamic_shared_bytes", m.dynamic_shared_bytes);
+    visit("design", m.design);
   }
 };
 template <>
@@ -792,6 +793,30 @@ Status FromError(const Error& error) {
 
 std::string AnnounceTopic(const Announce& announce) {
   return "sm_" + std::to_string(announce.arch) + "/" + announce.key_hash;
+}
+
+}  // namespace kjit::ipc
+
+namespace kjit::ipc {
+
+std::map<std::string, std::string> DesignToWire(const cache::DesignPoint& design) {
+  std::map<std::string, std::string> wire{{"family", design.family}, {"policy_version", design.policy_version}};
+  for (const auto& [name, value] : design.knobs) wire["knob." + name] = value;
+  return wire;
+}
+
+cache::DesignPoint DesignFromWire(const std::map<std::string, std::string>& wire) {
+  cache::DesignPoint design;
+  for (const auto& [name, value] : wire) {
+    if (name == "family") {
+      design.family = value;
+    } else if (name == "policy_version") {
+      design.policy_version = value;
+    } else if (name.starts_with("knob.") && name.size() > 5) {
+      design.knobs[name.substr(5)] = value;
+    }
+  }
+  return design;
 }
 
 }  // namespace kjit::ipc

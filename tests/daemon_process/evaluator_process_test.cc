@@ -69,7 +69,11 @@ TEST(KjitdEvaluator, AgentEpisodeVerifiesStoresAndRejects) {
   EXPECT_EQ(obs->op, "aten::relu");
   EXPECT_EQ(obs->device["outputs"], "f32[4]");
 
-  auto ok = c.SubmitCandidate(Candidate(obs->episode_id, "ok"));
+  // The accepted candidate says where it came from (the RL policy's checkpoint); the others do not.
+  auto ok_candidate = Candidate(obs->episode_id, "ok");
+  cache::DesignPoint design{"softmax", {{"threads", "256"}, {"vec", "4"}}, "rl1-i1500-1a2b3c4d"};
+  ok_candidate.design = ipc::DesignToWire(design);
+  auto ok = c.SubmitCandidate(ok_candidate);
   ASSERT_TRUE(ok.ok()) << ok.status().ToString();
   EXPECT_TRUE(ok->verified);
   EXPECT_NEAR(ok->reward, std::log(2.0), 1e-9);
@@ -97,11 +101,17 @@ TEST(KjitdEvaluator, AgentEpisodeVerifiesStoresAndRejects) {
   auto records = (*kc)->List(verified);
   ASSERT_TRUE(records.ok());
   ASSERT_EQ(records->size(), 1u);
+  auto record = (*kc)->Get(records->front().id);
+  ASSERT_TRUE(record.ok());
+  EXPECT_EQ(record->design, design);
   auto measurements = (*kc)->ListMeasurements();
   ASSERT_TRUE(measurements.ok());
   ASSERT_EQ(measurements->size(), 3u);
   std::multiset<std::string> outcomes;
-  for (const auto& m : *measurements) outcomes.insert(m.outcome);
+  for (const auto& m : *measurements) {
+    outcomes.insert(m.outcome);
+    EXPECT_EQ(m.design.policy_version, m.outcome == "verified" ? "rl1-i1500-1a2b3c4d" : "external-agent");
+  }
   EXPECT_EQ(outcomes, (std::multiset<std::string>{"verified", "wrong_result", "slower"}));
 }
 

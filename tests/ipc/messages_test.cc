@@ -91,6 +91,9 @@ std::vector<Envelope> SampleMessages() {
   SetTriple(candidate.block, 128, 2, 1);
   candidate.dynamic_shared_bytes = 1024;
   add(candidate);
+  candidate.design = std::map<std::string, std::string>{
+      {"family", "softmax"}, {"policy_version", "rl1-i1500-1a2b3c4d"}, {"knob.threads", "256"}};
+  add(candidate);
   add(CandidateResult{true, "warning: unused variable", false, "wrong result at element 17", 700.5, 812.25, -1.25,
                       {{"registers", 32}, {"bandwidth_fraction", 0.875}}});
   add(CloseEpisode{77});
@@ -216,6 +219,7 @@ void ExpectSame(const SubmitCandidate& a, const SubmitCandidate& b) {
   ExpectSameTriple(a.grid, b.grid, "grid");
   ExpectSameTriple(a.block, b.block, "block");
   EXPECT_EQ(a.dynamic_shared_bytes, b.dynamic_shared_bytes);
+  EXPECT_EQ(a.design, b.design);
 }
 void ExpectSame(const CandidateResult& a, const CandidateResult& b) {
   EXPECT_EQ(a.compiled, b.compiled);

@@ -136,6 +136,10 @@ TEST(Agent, CheckpointRoundTripsThroughTheCache) {
   ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
   EXPECT_TRUE(notes.empty());
   EXPECT_EQ((*loaded)->version(), agent->version());
+  // The version kernels are recorded with is the stored checkpoint's, whatever serialising again would give.
+  auto stored = (*cache)->LatestGoodCheckpoint();
+  ASSERT_TRUE(stored.ok());
+  EXPECT_EQ((*loaded)->version(), stored->version);
   EXPECT_EQ((*loaded)->iteration(), 3);
   EXPECT_EQ((*loaded)->Serialize(), agent->Serialize());
   // The same weights make the same choices.

@@ -2,6 +2,7 @@
 // back to their hashes, the codegen and merge rules, episodes, the baselines.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <set>
 
 #include "kjit/policy/learn/replay.h"
@@ -110,6 +111,52 @@ TEST(Replay, RandomSearchIsSeededAndReachesTheOracleWhenExhaustive) {
   const auto mean = a.Mean();
   EXPECT_LE(mean[0], mean[1]);
   EXPECT_DOUBLE_EQ(mean[2], 1.0);  // 64 trials try every point of these tasks
+}
+
+// The k=1 comparison with the expert default is the cache's acceptance rule (reward.h, Accept) on the
+// datasets' medians and interquartile ranges: a point "beats" the expert only beyond the noise.
+TEST(Replay, FirstTrialComparisonIsBeyondTheNoise) {
+  int compared = 0, unbeatable = 0;
+  for (const auto& t : Tasks()) {
+    if (t.expert_index < 0) continue;
+    ++compared;
+    EXPECT_EQ(CompareWithExpert(t, t.expert_index), VersusExpert::kTie);
+    const MeasuredPoint& e = t.points[t.expert_index];
+    bool any_faster = false;
+    for (size_t i = 0; i < t.points.size(); ++i) {
+      const MeasuredPoint& p = t.points[i];
+      const VersusExpert v = CompareWithExpert(t, static_cast<int>(i));
+      any_faster |= v == VersusExpert::kFaster;
+      if (p.outcome == Outcome::kVerified && e.outcome == Outcome::kVerified) {
+        EXPECT_GE(p.spread_us, 0);
+        // Faster needs more than 1% of the expert's time; a tie may be either side of it.
+        if (v == VersusExpert::kFaster) {
+          EXPECT_LT(p.time_us, 0.99 * e.time_us);
+        }
+        if (v == VersusExpert::kSlower) {
+          EXPECT_GT(p.time_us, e.time_us);
+        }
+      }
+    }
+    EXPECT_EQ(any_faster, ExpertBeatable(t));
+    unbeatable += !ExpertBeatable(t);
+  }
+  EXPECT_GT(compared, 0);
+  EXPECT_LT(unbeatable, compared);
+}
+
+// Live trials: an outcome observed elsewhere enters the episode as a replayed one would.
+TEST(Replay, ObservedTrialsCountLikeReplayedOnes) {
+  const ReplayTask& task = Tasks().front();
+  ReplayEpisode episode(task, 3);
+  ASSERT_TRUE(episode.Observe(0, Outcome::kWrongResult, 0).ok());
+  EXPECT_EQ(episode.best_index(), -1);
+  EXPECT_FALSE(episode.Observe(0, Outcome::kVerified, 1.0).ok());  // tried
+  EXPECT_FALSE(episode.Observe(1, Outcome::kVerified, 0).ok());    // verified without a time
+  auto r = episode.Observe(1, Outcome::kVerified, task.baseline_us / 2);
+  ASSERT_TRUE(r.ok());
+  EXPECT_NEAR(r->reward, std::log(2.0), 1e-9);
+  EXPECT_EQ(episode.best_index(), 1);
 }
 
 }  // namespace

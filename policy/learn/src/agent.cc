@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -171,6 +172,10 @@ struct Agent::Impl {
   std::map<std::string, int> head_index;
   std::unique_ptr<torch::optim::Adam> optimizer;
   int64_t iteration = 0;
+  // The version of the checkpoint these weights were loaded from, as it was saved: a torch archive written
+  // again after loading need not be byte for byte the one loaded, so its hash is not recomputed. Cleared
+  // when the weights change.
+  std::string loaded_version;
 
   static int Inputs() { return static_cast<int>(TaskFeatureNames().size()) + kEpisodeFeatures; }
 
@@ -190,7 +195,10 @@ struct Agent::Impl {
       net->AddHead(static_cast<int>(knob.values.size()));
       added = true;
     }
-    if (added) optimizer.reset();  // new parameters: the optimizer is rebuilt on the next update
+    if (added) {
+      optimizer.reset();  // new parameters: the optimizer is rebuilt on the next update
+      loaded_version.clear();
+    }
     return added;
   }
 
@@ -281,6 +289,12 @@ struct Agent::Impl {
       rollout->states.vf.resize(task.space.knobs.size());
     }
     std::vector<std::vector<float>> step_reward(eps.size());
+    // The expert default's reward, where it was measured (for first_trial_coef).
+    std::optional<double> expert_reward;
+    if (task.expert_index >= 0) {
+      ReplayEpisode probe(task, 1);
+      if (auto r = probe.Trial(task.expert_index); r.ok()) expert_reward = r->reward;
+    }
     while (!eps.front().done()) {
       std::vector<double> best_before;
       for (auto& e : eps) best_before.push_back(e.best_reward());
@@ -291,10 +305,14 @@ struct Agent::Impl {
         // Anytime: the best reward so far after every trial (from the slowest correct reward as zero),
         // over the budget, so the return is the area under the best-so-far curve, which is what the
         // metric averages over k. Otherwise: its improvement, so the return is the final best only.
-        double reward = options.anytime_reward
-                            ? (eps[i].best_reward() - kSlowestCorrectReward) / options.budget
-                            : eps[i].best_reward() - best_before[i];
+        // Mixed: anytime_weight of the one plus the rest of the other (--anytime: all anytime).
+        const double w = options.anytime_reward ? 1.0 : std::clamp(options.anytime_weight, 0.0, 1.0);
+        double reward = w * (eps[i].best_reward() - kSlowestCorrectReward) / options.budget +
+                        (1 - w) * (eps[i].best_reward() - best_before[i]);
         if (r->outcome != Outcome::kVerified) reward += options.failure_coef * r->reward;
+        if (eps[i].history().size() == 1 && options.first_trial_coef != 0 && expert_reward.has_value()) {
+          reward += options.first_trial_coef * (r->reward - *expert_reward);
+        }
         step_reward[i].push_back(static_cast<float>(reward));
         stats.mean_trial_reward += r->reward;
         ++trial_count;
@@ -383,6 +401,48 @@ Result<int> Agent::Propose(const ReplayEpisode& episode, bool greedy, std::mt199
   return index;
 }
 
+Result<int> Agent::ProposeEnsemble(const std::vector<Agent*>& agents, const ReplayEpisode& episode) {
+  if (agents.empty()) return InvalidArgument("an empty ensemble");
+  if (episode.done()) return InvalidArgument("the episode is over");
+  torch::NoGradGuard no_grad;
+  const ReplayTask& task = episode.task();
+  StateRows states;
+  AppendState(episode, states);
+  std::vector<std::vector<int>> heads;
+  std::vector<torch::Tensor> h;
+  for (Agent* a : agents) {
+    KJIT_ASSIGN_OR_RETURN(std::vector<int> member_heads, a->impl_->HeadsOf(task));
+    heads.push_back(std::move(member_heads));
+    h.push_back(a->impl_->net->Trunk(FloatTensor(states.x, {1, Impl::Inputs()})));
+  }
+  const size_t knobs = task.space.knobs.size();
+  std::vector<int> chosen(knobs, 0);
+  for (size_t k = 0; k < knobs; ++k) {
+    const int64_t d = static_cast<int64_t>(task.space.knobs[k].values.size());
+    const torch::Tensor vf = FloatTensor(states.vf[k], {1, d, kValueFeatures});
+    std::vector<uint8_t> mask(static_cast<size_t>(d));
+    AllowedValues(episode, k, chosen, mask.data());
+    const torch::Tensor allowed = torch::from_blob(mask.data(), {1, d}, torch::kUInt8).to(torch::kBool);
+    torch::Tensor total = torch::zeros({1, d});
+    for (size_t m = 0; m < agents.size(); ++m) {
+      total = total + torch::log_softmax(
+                          agents[m]->impl_->net->Logits(heads[m][k], h[m], vf).masked_fill(allowed.logical_not(), kMasked),
+                          -1);
+    }
+    const auto t = total.accessor<float, 2>();
+    int pick = -1;
+    for (int64_t v = 0; v < d; ++v) {
+      if (mask[v] && (pick < 0 || t[0][v] > t[0][pick])) pick = static_cast<int>(v);
+    }
+    chosen[k] = pick;
+    const torch::Tensor act = torch::full({1}, static_cast<int64_t>(pick), torch::kInt64);
+    for (size_t m = 0; m < agents.size(); ++m) h[m] = h[m] + agents[m]->impl_->net->Embed(heads[m][k], act);
+  }
+  const int index = PointWithValues(episode, chosen);
+  if (index < 0) return Internal("decoding produced no untried point (a mask bug)");
+  return index;
+}
+
 Result<IterationStats> Agent::TrainIteration(const std::vector<const ReplayTask*>& tasks, std::mt19937_64& rng) {
   if (tasks.empty()) return InvalidArgument("no tasks to train on");
   auto& im = *impl_;
@@ -419,6 +479,7 @@ Result<IterationStats> Agent::TrainIteration(const std::vector<const ReplayTask*
   torch::nn::utils::clip_grad_norm_(im.net->parameters(), 1.0);
   im.optimizer->step();
   ++im.iteration;
+  im.loaded_version.clear();
   stats.iteration = im.iteration;
   stats.mean_trial_reward /= std::max(trials, 1);
   stats.mean_best_reward /= std::max(episodes, 1);
@@ -468,6 +529,8 @@ std::string Agent::Serialize() const {
                        {"value_coef", im.options.value_coef},
                        {"failure_coef", im.options.failure_coef},
                        {"anytime_reward", im.options.anytime_reward},
+                       {"first_trial_coef", im.options.first_trial_coef},
+                       {"anytime_weight", im.options.anytime_weight},
                        {"budget", im.options.budget},
                        {"episodes_per_task", im.options.episodes_per_task},
                        {"tasks_per_iteration", im.options.tasks_per_iteration}};
@@ -506,6 +569,8 @@ Result<std::unique_ptr<Agent>> Agent::Deserialize(const std::string& blob) {
     impl->options.value_coef = o.at("value_coef").get<double>();
     impl->options.failure_coef = o.at("failure_coef").get<double>();
     impl->options.anytime_reward = o.value("anytime_reward", false);  // absent before the option existed
+    impl->options.first_trial_coef = o.value("first_trial_coef", 0.0);
+    impl->options.anytime_weight = o.value("anytime_weight", 0.0);
     impl->options.budget = o.at("budget").get<int>();
     impl->options.episodes_per_task = o.at("episodes_per_task").get<int>();
     impl->options.tasks_per_iteration = o.at("tasks_per_iteration").get<int>();
@@ -532,10 +597,12 @@ Result<std::unique_ptr<Agent>> Agent::Deserialize(const std::string& blob) {
   } catch (const std::exception& e) {
     return Corruption(std::string("policy checkpoint weights do not load: ") + e.what());
   }
+  impl->loaded_version = "rl1-i" + std::to_string(impl->iteration) + "-" + HashBytes(blob).ToHex().substr(0, 8);
   return std::unique_ptr<Agent>(new Agent(std::move(impl)));
 }
 
 std::string Agent::version() const {
+  if (!impl_->loaded_version.empty()) return impl_->loaded_version;
   return "rl1-i" + std::to_string(impl_->iteration) + "-" + HashBytes(Serialize()).ToHex().substr(0, 8);
 }
 
@@ -547,6 +614,14 @@ int PolicySearcher::Propose(const ReplayEpisode& episode) {
   auto index = agent_->Propose(episode, greedy_, rng_);
   if (index.ok()) return *index;
   ++fallbacks_;
+  RandomSearcher random;
+  random.BeginEpisode(episode.task(), rng_());
+  return random.Propose(episode);
+}
+
+int EnsembleSearcher::Propose(const ReplayEpisode& episode) {
+  auto index = Agent::ProposeEnsemble(agents_, episode);
+  if (index.ok()) return *index;
   RandomSearcher random;
   random.BeginEpisode(episode.task(), rng_());
   return random.Propose(episode);
@@ -570,7 +645,7 @@ class OracleSearcher : public Searcher {
 }  // namespace
 
 EvalSummary Evaluate(const std::vector<const ReplayTask*>& tasks, Agent* agent, const std::vector<int>& ks,
-                     int seeds) {
+                     int seeds, const std::vector<Agent*>& ensemble) {
   EvalSummary s;
   s.ks = ks;
   s.tasks = static_cast<int>(tasks.size());
@@ -582,21 +657,28 @@ EvalSummary Evaluate(const std::vector<const ReplayTask*>& tasks, Agent* agent, 
   s.curves.push_back(RunSearch(random, tasks, ks, seeds));
   if (agent != nullptr) {
     s.has_policy = true;
-    PolicySearcher policy(*agent, /*greedy=*/true);
+    PolicySearcher single(*agent, /*greedy=*/true);
+    EnsembleSearcher together(ensemble);
+    Searcher& policy = ensemble.size() > 1 ? static_cast<Searcher&>(together) : single;
     s.curves.push_back(RunSearch(policy, tasks, ks, seeds));
     const SearchCurve& pc = s.curves.back();
     for (size_t t = 0; t < tasks.size(); ++t) {
       const ReplayTask& task = *tasks[t];
-      if (task.expert_index < 0 || pc.first_time_us[t].empty()) continue;
+      if (task.expert_index < 0 || pc.first_index[t].empty()) continue;
       ++s.expert_measured;
+      FirstTrialDetail d;
+      d.task = &task;
+      d.policy_index = pc.first_index[t].front();
+      d.versus = CompareWithExpert(task, d.policy_index);
+      d.beatable = ExpertBeatable(task);
+      s.expert_unbeatable += !d.beatable;
+      s.policy_beats_expert += d.versus == VersusExpert::kFaster;
+      s.policy_ties_expert += d.versus == VersusExpert::kTie;
+      s.policy_same_point += d.policy_index == task.expert_index;
       const MeasuredPoint& e = task.points[task.expert_index];
       const double expert_us = e.outcome == Outcome::kVerified ? e.time_us : INFINITY;
-      const double policy_us = pc.first_time_us[t].front();
-      if (policy_us < expert_us) {
-        ++s.policy_beats_expert;
-      } else if (policy_us == expert_us) {
-        ++s.policy_ties_expert;
-      }
+      s.policy_faster_raw += pc.first_time_us[t].front() < expert_us;
+      s.first_trials.push_back(d);
     }
     // Random search's curve at every k up to the largest, for the trials it needs to match the policy at 16.
     const auto k16 = std::find(ks.begin(), ks.end(), 16);

@@ -2,14 +2,18 @@
 // CPU. `kjit policy ...` runs it (kjit itself does not link LibTorch).
 //
 //   kjit policy train [--datasets DIR] [--cache FILE] [--iterations N] [--fresh] ...
-//   kjit policy eval  [--datasets DIR] [--cache FILE] [--split heldout|train|all] [--seeds N] ...
+//   kjit policy eval  [--datasets DIR] [--cache FILE] [--split heldout|train|all] [--seeds N] [--verbose] ...
+//   kjit policy online [--cache FILE] [--endpoint E] [--budget N] [--limit N] ...: an episode per task
+//     kjitd has queued, through its agent environment (a GPU behind kjitd), with the newest checkpoint
 //
 // Exit status: 0 on success, 1 when the operation failed, 2 on bad usage.
 #include <CLI/CLI.hpp>
 
+#include <chrono>
 #include <cstdio>
 #include <iostream>
 
+#include "kjit/policy/learn/online.h"
 #include "kjit/policy/learn/train.h"
 
 namespace {
@@ -22,6 +26,7 @@ struct Common {
   std::string split = "heldout";
   int min_points = 0;
   bool exhaustive = false;
+  bool measurements = false;  // add the cache's measurements of online episodes to the datasets
 };
 
 void AddCommon(CLI::App* cmd, Common& c) {
@@ -33,6 +38,9 @@ void AddCommon(CLI::App* cmd, Common& c) {
       ->capture_default_str();
   cmd->add_flag("--exhaustive", c.exhaustive,
                 "Only keys whose every valid point was measured (where replay is the whole task, not a sample)");
+  cmd->add_flag("--measurements", c.measurements,
+                "Also the cache's measurements of online episodes (`kjit policy online`) as dataset rows; held-out "
+                "keys stay held out");
 }
 
 int Fail(const kjit::Status& s) {
@@ -45,11 +53,24 @@ struct Loaded {
   std::vector<const ReplayTask*> train, heldout;
 };
 
+kjit::Result<std::unique_ptr<kjit::cache::KernelCache>> OpenCache(const std::string& path, bool read_only);
+
 kjit::Result<Loaded> LoadTasks(const Common& c) {
   auto files = DatasetFiles(c.datasets);
   if (!files.ok()) return files.status();
+  std::vector<std::string> extra;
+  if (c.measurements) {
+    auto cache = OpenCache(c.cache_path, true);
+    if (!cache.ok()) return cache.status();
+    int skipped = 0;
+    auto rows = MeasurementRows(**cache, &skipped);
+    if (!rows.ok()) return rows.status();
+    extra = std::move(*rows);
+    std::fprintf(stderr, "cache measurements: %zu rows from online episodes (%d without a codegen version or design "
+                 "point skipped)\n", extra.size(), skipped);
+  }
   DatasetReport report;
-  auto tasks = LoadDatasets(*files, kjit::policy::DeviceFacts::H200(), &report);
+  auto tasks = LoadDatasets(*files, kjit::policy::DeviceFacts::H200(), &report, extra);
   if (!tasks.ok()) return tasks.status();
   Loaded l;
   l.tasks = std::move(*tasks);
@@ -98,6 +119,61 @@ std::vector<int> ParseKs(const std::string& text) {
   return ks;
 }
 
+// `kjit policy online`.
+int RunOnline(const std::string& cache_path, const std::string& endpoint, int limit, double timeout_s,
+              const OnlineOptions& options) {
+  auto cache = OpenCache(cache_path, false);
+  if (!cache.ok()) return Fail(cache.status());
+  std::vector<std::string> notes;
+  auto agent = LoadLatestCheckpoint(**cache, &notes);
+  for (const auto& n : notes) std::fprintf(stderr, "%s\n", n.c_str());
+  if (!agent.ok()) return Fail(agent.status().WithContext("no policy (run `kjit policy train --cache` on this cache)"));
+  kjit::ipc::ClientOptions co;
+  co.endpoint = endpoint;
+  co.name = "kjit-policy-online/0.1";
+  co.request_timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+  kjit::ipc::Client client(co);
+  // Listing answers at once: a short timeout, so that a kjitd that is not running is reported in seconds.
+  kjit::ipc::ClientOptions lo = co;
+  lo.request_timeout = std::chrono::milliseconds(10000);
+  auto queued = kjit::ipc::Client(lo).ListTasks("queued", static_cast<uint32_t>(limit));
+  if (!queued.ok()) return Fail(queued.status().WithContext("listing kjitd's queued tasks"));
+  std::fprintf(stderr, "policy %s, %zu queued tasks, budget %d trials each\n", (*agent)->version().c_str(),
+               queued->size(), options.budget);
+  KjitdEvaluator evaluator(client);
+  int episodes = 0;
+  for (const auto& info : *queued) {
+    // ListTasks carries the key's text and hash, not its bytes: the cache has them.
+    auto task = (*cache)->GetTask(info.id);
+    if (!task.ok()) continue;
+    auto key = kjit::OpKey::Decode(task->key_bytes);
+    if (!key.ok()) continue;
+    auto report = RunOnlineEpisode(**agent, *key, evaluator, options);
+    if (!report.ok()) {
+      std::printf("%s: skipped: %s\n", key->ToString().c_str(), report.status().ToString().c_str());
+      continue;
+    }
+    ++episodes;
+    std::printf("%s (%s): PyTorch %.2f us\n", report->key_text.c_str(), report->family.c_str(),
+                report->baseline.baseline_us);
+    for (size_t i = 0; i < report->trials.size(); ++i) {
+      const auto& t = report->trials[i];
+      std::printf("  %2zu %-40s %-22s %s%s\n", i + 1, kjit::policy::PointToString(t.point).c_str(),
+                  t.proposer.c_str(), t.verdict.verdict.substr(0, 100).c_str(), t.verdict.accepted ? " [stored]" : "");
+    }
+    if (report->best >= 0) {
+      const auto& b = report->trials[report->best].verdict;
+      std::printf("  best %.2f us (%.2fx PyTorch)%s\n", b.median_us, report->baseline.baseline_us / b.median_us,
+                  report->stopped.empty() ? "" : "");
+    }
+    if (!report->stopped.empty()) std::printf("  stopped: %s\n", report->stopped.c_str());
+    std::fflush(stdout);
+  }
+  std::printf("%d episodes; trials are in %s's measurements (train on them: kjit policy train --measurements)\n",
+              episodes, (*cache)->path().c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -120,11 +196,19 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   train->add_flag("--anytime", train_options.agent.anytime_reward,
                   "Reward the best-so-far after every trial (area under the curve) instead of its improvement");
+  train->add_option("--anytime-weight", train_options.agent.anytime_weight,
+                    "Share of the anytime reward, the rest the improvement (0: improvement only; --anytime: 1)")
+      ->capture_default_str();
+  train->add_option("--first-trial", train_options.agent.first_trial_coef,
+                    "Weight of the first trial's reward relative to the expert default's (zero-shot credit)")
+      ->capture_default_str();
   train->add_flag("--fresh", fresh, "Start from new weights instead of the newest good checkpoint");
 
   std::string ks_text = "1,4,16,64";
   int seeds = 20;
   bool no_policy = false;
+  bool verbose = false;
+  std::vector<std::string> ensemble_caches;
   auto* eval = app.add_subcommand("eval", "Print best time within k trials against the oracle: expert default, "
                                           "random search, the policy (newest good checkpoint), oracle");
   AddCommon(eval, common);
@@ -134,11 +218,38 @@ int main(int argc, char** argv) {
   eval->add_option("--k", ks_text, "Trial counts, comma-separated")->capture_default_str();
   eval->add_option("--seeds", seeds, "Seeds for the stochastic searchers")->capture_default_str();
   eval->add_flag("--no-policy", no_policy, "Only the baselines (no checkpoint needed)");
+  eval->add_option("--ensemble", ensemble_caches,
+                   "More cache DBs whose newest good checkpoints join --cache's in a greedy ensemble (e.g. runs "
+                   "with other seeds)");
+  eval->add_flag("--verbose", verbose,
+                 "Per key: expert default, oracle and the policy's first proposal (times, spreads, verdict)");
+
+  OnlineOptions online_options;
+  std::string endpoint;
+  int limit = 0;
+  double timeout_s = 600;
+  auto* online = app.add_subcommand(
+      "online", "An episode per task kjitd has queued: the newest checkpoint proposes points, kjitd's evaluator "
+                "verifies and times them (GPU), up to the budget; every trial lands in the cache's measurements");
+  online->add_option("--cache", common.cache_path,
+                     "The kernel cache kjitd uses, holding the policy checkpoints (default: KJIT_CACHE, else the user's)");
+  online->add_option("--endpoint", endpoint, "kjitd's endpoint (default: $KJIT_ENDPOINT, else the user's kjitd)");
+  online->add_option("--budget", online_options.budget, "Trials per episode")->capture_default_str();
+  online->add_option("--limit", limit, "At most this many tasks (0: all queued)")->capture_default_str();
+  online->add_option("--timeout-s", timeout_s, "How long kjitd may take to evaluate one kernel")->capture_default_str();
+  bool sampled = false;
+  online->add_flag("--sampled", sampled, "Sample proposals from the policy (seeded) instead of its mode");
+  online->add_option("--seed", online_options.seed, "Seed for --sampled")->capture_default_str();
 
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
+  }
+
+  if (*online) {
+    online_options.greedy = !sampled;
+    return RunOnline(common.cache_path, endpoint, limit, timeout_s, online_options);
   }
 
   auto loaded = LoadTasks(common);
@@ -186,9 +297,30 @@ int main(int argc, char** argv) {
       return Fail(kjit::InvalidArgument("--k takes comma-separated integers, e.g. 1,4,16,64"));
     }
     std::fprintf(stderr, "evaluating on %zu keys (%s), %d seeds...\n", tasks.size(), common.split.c_str(), seeds);
-    EvalSummary summary = Evaluate(tasks, agent.get(), ks, seeds);
+    std::vector<std::unique_ptr<Agent>> members;
+    std::vector<Agent*> ensemble;
+    if (agent && !ensemble_caches.empty()) {
+      ensemble.push_back(agent.get());
+      for (const auto& path : ensemble_caches) {
+        auto cache = OpenCache(path, false);
+        if (!cache.ok()) return Fail(cache.status());
+        std::vector<std::string> notes;
+        auto a = LoadLatestCheckpoint(**cache, &notes);
+        for (const auto& n : notes) std::fprintf(stderr, "%s\n", n.c_str());
+        if (!a.ok()) return Fail(a.status().WithContext(path));
+        std::fprintf(stderr, "ensemble member %s from %s\n", (*a)->version().c_str(), path.c_str());
+        members.push_back(std::move(*a));
+        ensemble.push_back(members.back().get());
+      }
+    }
+    EvalSummary summary = Evaluate(tasks, agent.get(), ks, seeds, ensemble);
     summary.split = common.split == "heldout" ? "held-out" : common.split == "train" ? "training" : "training and held-out";
     std::printf("%s", summary.Markdown().c_str());
+    if (verbose && summary.has_policy) {
+      std::printf("\nk=1 per key (times in us, iqr = interquartile range of the timed runs; faster/slower = beyond the "
+                  "noise, tie = within it):\n\n%s",
+                  summary.FirstTrialMarkdown().c_str());
+    }
     // How much of each key's valid space was measured: replay offers only measured points.
     std::printf("\n| key | family | measured points | valid points | verified | expert measured | codegen |\n"
                 "|---|---|---:|---:|---:|---|---|\n");

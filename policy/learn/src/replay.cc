@@ -200,6 +200,7 @@ struct Row {
   Outcome outcome;
   bool screened;
   double median_us, baseline_us, floor_us;
+  double spread_us;  // interquartile range of the kernel's timed runs (0 when the row has none)
   int codegen;
 };
 
@@ -211,16 +212,29 @@ struct KeyRows {
 }  // namespace
 
 Result<std::vector<ReplayTask>> LoadDatasets(const std::vector<std::string>& files, const DeviceFacts& device,
-                                             DatasetReport* report_out) {
+                                             DatasetReport* report_out, const std::vector<std::string>& extra_rows) {
   DatasetReport report;
   std::map<std::string, KeyRows> by_key;  // key hash -> rows; ordered, so tasks come out in a fixed order
-  for (const auto& file : files) {
-    std::ifstream in(file);
-    if (!in) return IOError("cannot read " + file);
-    ++report.files;
+  // Every file, then the extra rows (named "(extra rows)" in errors).
+  for (size_t source = 0; source <= files.size(); ++source) {
+    const bool extra = source == files.size();
+    const std::string file = extra ? std::string("(extra rows)") : files[source];
+    std::ifstream in;
+    if (!extra) {
+      in.open(file);
+      if (!in) return IOError("cannot read " + file);
+      ++report.files;
+    }
     std::string line;
     int line_no = 0;
-    while (std::getline(in, line)) {
+    size_t next_extra = 0;
+    auto next_line = [&]() -> bool {
+      if (!extra) return static_cast<bool>(std::getline(in, line));
+      if (next_extra >= extra_rows.size()) return false;
+      line = extra_rows[next_extra++];
+      return true;
+    };
+    while (next_line()) {
       ++line_no;
       if (line.empty()) continue;
       ++report.rows;
@@ -237,6 +251,7 @@ Result<std::vector<ReplayTask>> LoadDatasets(const std::vector<std::string>& fil
         }
         r.outcome = *parsed;
         r.median_us = j.value("median_us", 0.0);
+        r.spread_us = j.value("spread_us", 0.0);
         r.baseline_us = j.value("baseline_us", 0.0);
         r.floor_us = j.value("floor_us", 0.0);
         r.codegen = j.value("codegen", 0);
@@ -330,12 +345,13 @@ Result<std::vector<ReplayTask>> LoadDatasets(const std::vector<std::string>& fil
         ++report.points_invalid_now;
         continue;
       }
-      std::vector<double> verified_ratio, screened_ratio;
+      std::vector<double> verified_ratio, screened_ratio, verified_spread, screened_spread;
       for (const Row* r : rows) {
         if (r->outcome != Outcome::kVerified) {
           mp.outcome = r->outcome;
         } else if (r->baseline_us > 0 && r->median_us > 0) {
           (r->screened ? screened_ratio : verified_ratio).push_back(r->median_us / r->baseline_us);
+          (r->screened ? screened_spread : verified_spread).push_back(std::max(r->spread_us, 0.0) / r->baseline_us);
         }
       }
       if (mp.outcome == Outcome::kVerified) {
@@ -343,6 +359,7 @@ Result<std::vector<ReplayTask>> LoadDatasets(const std::vector<std::string>& fil
         const auto& ratios = mp.fully_verified ? verified_ratio : screened_ratio;
         if (ratios.empty()) continue;  // verified without a time: nothing to replay
         mp.time_us = Median(ratios) * task.baseline_us;
+        mp.spread_us = Median(mp.fully_verified ? verified_spread : screened_spread) * task.baseline_us;
       }
       task.points.push_back(std::move(mp));
     }
@@ -389,32 +406,77 @@ bool ReplayEpisode::done() const {
 }
 
 Result<TrialResult> ReplayEpisode::Trial(int index) {
-  if (done()) return InvalidArgument("the episode is over");
   if (index < 0 || index >= static_cast<int>(task_->points.size())) {
     return InvalidArgument("point index " + std::to_string(index) + " is not a measured point of the task");
   }
-  if (tried_[index]) return InvalidArgument("point index " + std::to_string(index) + " was already tried");
   const MeasuredPoint& p = task_->points[index];
+  return Observe(index, p.outcome, p.time_us);
+}
+
+Result<TrialResult> ReplayEpisode::Observe(int index, Outcome outcome, double time_us) {
+  if (done()) return InvalidArgument("the episode is over");
+  if (index < 0 || index >= static_cast<int>(task_->points.size())) {
+    return InvalidArgument("point index " + std::to_string(index) + " is not a point of the task");
+  }
+  if (tried_[index]) return InvalidArgument("point index " + std::to_string(index) + " was already tried");
+  if (outcome == Outcome::kVerified && !(time_us > 0)) return InvalidArgument("a verified trial needs a time");
   TrialResult r;
   r.index = index;
-  r.outcome = p.outcome;
+  r.outcome = outcome;
   TrialOutcome trial;
-  trial.outcome = p.outcome;
-  if (p.outcome == Outcome::kVerified) {
-    r.time_us = p.time_us;
-    r.roofline = task_->floor_us > 0 ? task_->floor_us / p.time_us : 0;
-    trial.candidate_us = p.time_us;
+  trial.outcome = outcome;
+  if (outcome == Outcome::kVerified) {
+    r.time_us = time_us;
+    r.roofline = task_->floor_us > 0 ? task_->floor_us / time_us : 0;
+    trial.candidate_us = time_us;
     trial.baseline_us = task_->baseline_us;
   }
   r.reward = Reward(trial);
   tried_[index] = true;
   history_.push_back(r);
-  if (p.outcome == Outcome::kVerified && p.time_us < best_time_us_) {
-    best_time_us_ = p.time_us;
+  if (outcome == Outcome::kVerified && time_us < best_time_us_) {
+    best_time_us_ = time_us;
     best_reward_ = r.reward;
     best_index_ = index;
   }
   return r;
+}
+
+Result<ReplayTask> MakeLiveTask(const OpKey& key, const DeviceFacts& device, double baseline_us, double floor_us) {
+  KJIT_ASSIGN_OR_RETURN(Match match, FindFamily(key));
+  ReplayTask task;
+  task.family = match.family;
+  task.family_name = std::string(match.family->name());
+  task.problem = std::shared_ptr<const Problem>(std::move(match.problem));
+  task.key = key;
+  task.key_hash = key.Hash().ToHex();
+  task.key_text = key.ToString();
+  task.codegen = task.family->codegen_version();
+  task.space = task.family->MakeSpace(*task.problem, device);
+  task.baseline_us = baseline_us;
+  task.floor_us = floor_us;
+  for (Point& point : ValidPoints(*task.family, *task.problem, device)) {
+    MeasuredPoint mp;
+    for (const auto& knob : task.space.knobs) {
+      auto it = point.find(knob.name);
+      auto v = it == point.end() ? knob.values.end() : std::find(knob.values.begin(), knob.values.end(), it->second);
+      if (v == knob.values.end()) break;
+      mp.value_index.push_back(static_cast<int>(v - knob.values.begin()));
+    }
+    if (mp.value_index.size() != task.space.knobs.size()) continue;
+    mp.point = std::move(point);
+    task.points.push_back(std::move(mp));
+  }
+  if (task.points.empty()) return NotFound("no valid point for " + task.key_text);
+  const Point expert = task.family->ExpertDefault(*task.problem, device);
+  task.expert_index = task.IndexOf(expert);
+  for (const auto& knob : task.space.knobs) {
+    auto it = expert.find(knob.name);
+    auto v = it == expert.end() ? knob.values.end() : std::find(knob.values.begin(), knob.values.end(), it->second);
+    task.expert_values.push_back(v == knob.values.end() ? -1 : static_cast<int>(v - knob.values.begin()));
+  }
+  task.features = TaskFeatures(task.key, *task.family, task.floor_us, device);
+  return task;
 }
 
 // ----------------------------------------------------------------- searchers
@@ -460,6 +522,7 @@ SearchCurve RunSearch(Searcher& searcher, const std::vector<const ReplayTask*>& 
   for (const ReplayTask* task : tasks) {
     std::vector<double> frac(ks.size(), 0.0);
     std::vector<double> firsts;
+    std::vector<int> first_indices;
     for (int s = 0; s < runs; ++s) {
       // The seed depends on the task and the run only, so adding tasks changes no other task's result.
       const uint64_t seed = seed_base * 1000003ull + std::hash<std::string>{}(task->key_hash) + static_cast<uint64_t>(s);
@@ -474,7 +537,10 @@ SearchCurve RunSearch(Searcher& searcher, const std::vector<const ReplayTask*>& 
                        task->key_text.c_str(), r.status().ToString().c_str());
           break;
         }
-        if (best_after.empty()) firsts.push_back(r->outcome == Outcome::kVerified ? r->time_us : INFINITY);
+        if (best_after.empty()) {
+          firsts.push_back(r->outcome == Outcome::kVerified ? r->time_us : INFINITY);
+          first_indices.push_back(index);
+        }
         best_after.push_back(episode.best_time_us());
       }
       for (size_t k = 0; k < ks.size(); ++k) {
@@ -486,8 +552,65 @@ SearchCurve RunSearch(Searcher& searcher, const std::vector<const ReplayTask*>& 
     for (auto& v : frac) v /= runs;
     curve.fraction.push_back(std::move(frac));
     curve.first_time_us.push_back(std::move(firsts));
+    curve.first_index.push_back(std::move(first_indices));
   }
   return curve;
+}
+
+const char* VersusExpertName(VersusExpert v) {
+  switch (v) {
+    case VersusExpert::kFaster: return "faster";
+    case VersusExpert::kTie: return "tie";
+    case VersusExpert::kSlower: return "slower";
+  }
+  return "?";
+}
+
+VersusExpert CompareWithExpert(const ReplayTask& task, int index) {
+  const MeasuredPoint& e = task.points[task.expert_index];
+  const MeasuredPoint& p = task.points[index];
+  const bool ev = e.outcome == Outcome::kVerified, pv = p.outcome == Outcome::kVerified;
+  if (index == task.expert_index || (!ev && !pv)) return VersusExpert::kTie;
+  if (!ev) return VersusExpert::kFaster;
+  if (!pv) return VersusExpert::kSlower;
+  if (Accept(p.time_us, p.spread_us, e.time_us, e.spread_us)) return VersusExpert::kFaster;
+  if (Accept(e.time_us, e.spread_us, p.time_us, p.spread_us)) return VersusExpert::kSlower;
+  return VersusExpert::kTie;
+}
+
+bool ExpertBeatable(const ReplayTask& task) {
+  for (size_t i = 0; i < task.points.size(); ++i) {
+    if (CompareWithExpert(task, static_cast<int>(i)) == VersusExpert::kFaster) return true;
+  }
+  return false;
+}
+
+std::string EvalSummary::FirstTrialMarkdown() const {
+  std::ostringstream out;
+  out << "| key | family | points | expert us (iqr) | oracle us | first proposal us (iqr) | vs expert | beatable |\n"
+         "|---|---|---:|---:|---:|---:|---|---|\n";
+  char buf[512];
+  auto time = [](const MeasuredPoint& p) {
+    char b[64];
+    if (p.outcome == Outcome::kVerified) {
+      std::snprintf(b, sizeof b, "%.2f (%.2f)", p.time_us, p.spread_us);
+    } else {
+      std::snprintf(b, sizeof b, "%s", std::string(OutcomeName(p.outcome)).c_str());
+    }
+    return std::string(b);
+  };
+  for (const auto& d : first_trials) {
+    const ReplayTask& t = *d.task;
+    const std::string first = d.policy_index < 0 ? std::string("-")
+                              : d.policy_index == t.expert_index
+                                  ? "= expert"
+                                  : time(t.points[d.policy_index]);
+    std::snprintf(buf, sizeof buf, "| `%s` | %s | %zu | %s | %.2f | %s | %s | %s |\n", t.key_text.c_str(),
+                  t.family_name.c_str(), t.points.size(), time(t.points[t.expert_index]).c_str(), t.oracle_us(),
+                  first.c_str(), VersusExpertName(d.versus), d.beatable ? "yes" : "no (expert ~ oracle)");
+    out << buf;
+  }
+  return out.str();
 }
 
 std::string EvalSummary::Markdown() const {
@@ -511,8 +634,12 @@ std::string EvalSummary::Markdown() const {
   }
   if (has_policy) {
     out << "\nk=1 against the expert default (keys whose expert point was measured: " << expert_measured
-        << "): policy faster on " << policy_beats_expert << ", tied on " << policy_ties_expert << ", slower on "
-        << expert_measured - policy_beats_expert - policy_ties_expert << ".\n";
+        << "; faster = beyond the noise, as the cache accepts a kernel): policy faster on " << policy_beats_expert
+        << ", tied on " << policy_ties_expert << " (the expert default itself on " << policy_same_point
+        << "), slower on " << expert_measured - policy_beats_expert - policy_ties_expert << ". Keys where no measured "
+        << "point beats the expert default: " << expert_unbeatable << " (so at most "
+        << expert_measured - expert_unbeatable << " can be won); median strictly below the expert's, noise ignored: "
+        << policy_faster_raw << ".\n";
   }
   // The trials random search needs is measured against the policy at k=16 only.
   if (has_policy && std::find(ks.begin(), ks.end(), 16) != ks.end()) {

@@ -18,6 +18,7 @@
 #include <variant>
 #include <vector>
 
+#include "kjit/cache/record.h"
 #include "kjit/runtime/status.h"
 
 namespace kjit::ipc {
@@ -168,6 +169,9 @@ struct SubmitCandidate {  // -> CandidateResult
   uint32_t grid[3] = {1, 1, 1};
   uint32_t block[3] = {1, 1, 1};
   uint32_t dynamic_shared_bytes = 0;
+  // Optional (added within version 1): family, policy_version and "knob.<name>" -> decimal value, recorded
+  // with the measurement and the kernel (PROTOCOL.md). Absent: family "agent", policy "external-agent".
+  std::optional<std::map<std::string, std::string>> design;
 };
 struct CandidateResult {
   bool compiled = false;
@@ -227,6 +231,11 @@ Result<Envelope> Decode(std::string_view bytes, uint64_t* id_out = nullptr);
 
 // An Error reply for a failed Status.
 Error ToError(const Status& status);
+
+// submit_candidate's `design` map to and from the cache's DesignPoint: "family", "policy_version" and
+// "knob.<name>" entries; other entries are ignored.
+std::map<std::string, std::string> DesignToWire(const cache::DesignPoint& design);
+cache::DesignPoint DesignFromWire(const std::map<std::string, std::string>& wire);
 // Back to a Status (unknown codes become kInternal).
 Status FromError(const Error& error);
 

@@ -59,6 +59,13 @@ struct AgentOptions {
   // Step reward: the best reward so far (anytime; the return is the area under the best-so-far curve)
   // or its improvement (the return is the best reward found by the end of the episode).
   bool anytime_reward = false;
+  // Between the two: this share of the anytime reward plus the rest of the improvement (ignored when
+  // anytime_reward is set).
+  double anytime_weight = 0.0;
+  // Zero-shot credit: the first trial's reward minus the expert default's (where the task measured it)
+  // times this, added to the first step's reward, so that the first proposal is trained to beat the
+  // expert default on its own, not only as the start of a search.
+  double first_trial_coef = 0.0;
   int budget = 16;               // trials per training episode
   int episodes_per_task = 8;     // episodes run in lockstep per task and iteration
   int tasks_per_iteration = 8;
@@ -96,6 +103,10 @@ class Agent {
   // sampled from `rng`. Always an untried point of the action set; NotFound if
   // the policy has no head for the task's space.
   Result<int> Propose(const ReplayEpisode& episode, bool greedy, std::mt19937_64& rng);
+  // The greedy point of an ensemble (e.g. policies trained with different seeds): knob by knob, the value
+  // with the highest log-probability summed over the members, each member conditioned on the values
+  // chosen so far. NotFound if a member has no head for the task's space.
+  static Result<int> ProposeEnsemble(const std::vector<Agent*>& agents, const ReplayEpisode& episode);
 
   // One update: `options().tasks_per_iteration` tasks drawn from `tasks` with
   // `rng`, episodes sampled from the policy, one gradient step.
@@ -131,9 +142,24 @@ class PolicySearcher : public Searcher {
   int fallbacks_ = 0;
 };
 
+// An ensemble of policies as a Searcher (greedy).
+class EnsembleSearcher : public Searcher {
+ public:
+  explicit EnsembleSearcher(std::vector<Agent*> agents) : agents_(std::move(agents)) {}
+  std::string name() const override { return "policy ensemble of " + std::to_string(agents_.size()) + " (greedy)"; }
+  void BeginEpisode(const ReplayTask& /*task*/, uint64_t seed) override { rng_.seed(seed); }
+  int Propose(const ReplayEpisode& episode) override;
+  bool stochastic() const override { return false; }
+
+ private:
+  std::vector<Agent*> agents_;
+  std::mt19937_64 rng_;
+};
+
 // The eval table for `tasks`: expert default then random, random search, the
 // policy (when given) and the oracle, at each k, averaged over `seeds`.
+// With more than one agent, the policy row is their ensemble (EnsembleSearcher).
 EvalSummary Evaluate(const std::vector<const ReplayTask*>& tasks, Agent* agent, const std::vector<int>& ks,
-                     int seeds);
+                     int seeds, const std::vector<Agent*>& ensemble = {});
 
 }  // namespace kjit::policy::learn

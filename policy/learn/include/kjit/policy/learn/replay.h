@@ -53,6 +53,7 @@ struct MeasuredPoint {
   std::vector<int> value_index;  // per knob of the task's space, the index of the point's value in its domain
   Outcome outcome = Outcome::kVerified;
   double time_us = 0;            // verified only: the merged median time
+  double spread_us = 0;          // verified only: the interquartile range of its timed runs, merged like time_us
   bool fully_verified = false;   // a `verified` row exists (else only `screened` rows timed it)
 };
 
@@ -105,9 +106,16 @@ struct DatasetReport {
   std::vector<std::string> skipped;  // keys not turned into tasks, with the reason
 };
 
-// Loads the given JSONL files. Tasks come out in a fixed order (family, then key hash).
+// Loads the given JSONL files, and `extra_rows` (lines in the same format, e.g. the cache's measurements
+// of online episodes, MeasurementRows in online.h). Tasks come out in a fixed order (family, then key hash).
 Result<std::vector<ReplayTask>> LoadDatasets(const std::vector<std::string>& files, const DeviceFacts& device,
-                                             DatasetReport* report = nullptr);
+                                             DatasetReport* report = nullptr,
+                                             const std::vector<std::string>& extra_rows = {});
+
+// A task for a key measured live (an online episode): the action set is every valid point of the
+// family's space, none measured (the episode's trials are observed, ReplayEpisode::Observe); the
+// expert default is located in it; oracle_index stays -1.
+Result<ReplayTask> MakeLiveTask(const OpKey& key, const DeviceFacts& device, double baseline_us, double floor_us);
 // Every *-h200.jsonl file in a directory, sorted.
 Result<std::vector<std::string>> DatasetFiles(const std::string& directory);
 // policy/datasets in the source tree this binary was built from.
@@ -142,6 +150,9 @@ class ReplayEpisode {
   // Runs a trial of task().points[index]. InvalidArgument when the index is out
   // of range, already tried, or the episode is done.
   Result<TrialResult> Trial(int index);
+  // Records a trial of task().points[index] whose outcome was measured elsewhere (online, by kjitd's
+  // evaluator) instead of answered from the task's data. Same refusals as Trial.
+  Result<TrialResult> Observe(int index, Outcome outcome, double time_us);
 
  private:
   const ReplayTask* task_;
@@ -196,11 +207,34 @@ struct SearchCurve {
   std::vector<int> ks;
   std::vector<std::vector<double>> fraction;  // [task][k index]
   std::vector<std::vector<double>> first_time_us;  // [task][seed]: the first trial's time (+inf if it failed)
+  std::vector<std::vector<int>> first_index;       // [task][seed]: the first trial's point (index in task.points)
   std::vector<double> Mean() const;           // over tasks, per k
 };
 
 SearchCurve RunSearch(Searcher& searcher, const std::vector<const ReplayTask*>& tasks, const std::vector<int>& ks,
                       int seeds, uint64_t seed_base = 1);
+
+// How a first proposal compares with the family's expert default on one key,
+// judged as the cache judges a kernel against PyTorch (reward.h, Accept): a
+// point "beats" the expert default only if its median plus the noise (the mean
+// of the two interquartile ranges the datasets record, at least 1% of the
+// expert's median) is below the expert's median. A difference inside the noise
+// is a tie. Where the expert default failed, any verified point beats it.
+enum class VersusExpert { kFaster, kTie, kSlower };
+const char* VersusExpertName(VersusExpert v);
+// `index` against task.expert_index (which must be >= 0).
+VersusExpert CompareWithExpert(const ReplayTask& task, int index);
+// Whether any measured point of the task beats its expert default (as above).
+// Where none does, no proposal can: the expert default is the oracle, or within noise of it.
+bool ExpertBeatable(const ReplayTask& task);
+
+// One held-out key's k=1 comparison, for `kjit policy eval --verbose`.
+struct FirstTrialDetail {
+  const ReplayTask* task = nullptr;
+  int policy_index = -1;  // the policy's first proposal
+  VersusExpert versus = VersusExpert::kTie;
+  bool beatable = false;  // ExpertBeatable
+};
 
 // The eval table: `kjit policy eval` prints it.
 struct EvalSummary {
@@ -211,13 +245,19 @@ struct EvalSummary {
   bool has_policy = false;  // curves hold a policy row
   // k=1 against the expert default, on tasks whose expert point was measured:
   int expert_measured = 0;
-  int policy_beats_expert = 0;  // strictly faster first trial
-  int policy_ties_expert = 0;   // the same point or time
+  int policy_beats_expert = 0;  // first trial faster beyond the noise (CompareWithExpert)
+  int policy_ties_expert = 0;   // within the noise (the same point included)
+  int policy_same_point = 0;    // ... of which the expert default itself
+  int policy_faster_raw = 0;    // first trial's median strictly below the expert's, noise ignored
+  int expert_unbeatable = 0;    // keys where no measured point beats the expert default (ExpertBeatable false)
+  std::vector<FirstTrialDetail> first_trials;  // per key whose expert point was measured, in task order
   // The fewest random-search trials whose mean fraction reaches the policy's at
   // k=16 (0 if random never does within the largest k evaluated).
   int random_trials_to_match_policy_k16 = 0;
   std::string split = "held-out";  // which keys, for the table's caption
   std::string Markdown() const;
+  // Per key: expert default, oracle and the policy's first proposal, times and spreads, and the verdict.
+  std::string FirstTrialMarkdown() const;
 };
 
 }  // namespace kjit::policy::learn

@@ -1,0 +1,107 @@
+// Online episodes (issue 8): the policy tunes a live key through kjitd's agent
+// environment instead of a replayed dataset. Per queued task, one episode:
+// the policy proposes a design point, the family generates its kernel, kjitd's
+// evaluator compiles, verifies and times it on the GPU, the verdict is what the
+// policy sees next, up to a trial budget. kjitd records every trial in the
+// cache's measurements (with the design point, the policy version and the
+// generator's codegen version, submit_candidate's `design`), and
+// MeasurementRows turns those into dataset rows, so that `kjit policy train
+// --measurements` learns from them.
+//
+// This runs in a client of kjitd (`kjit policy online`), not inside kjitd:
+// the policy links LibTorch and kjitd must not (it stays torch-free and runs
+// each GPU's evaluator as a separate process), and the dependency direction
+// stays runtime <- cache <- ipc <- policy <- daemon. The evaluator is an
+// interface so that tests drive episodes with a fake one on a CPU.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "kjit/cache/kernel_cache.h"
+#include "kjit/ipc/client.h"
+#include "kjit/policy/learn/agent.h"
+
+namespace kjit::policy::learn {
+
+// What opening an episode measured: PyTorch's kernel, the floor and the GPU.
+struct LiveBaseline {
+  double baseline_us = 0;
+  double baseline_spread_us = 0;
+  double floor_us = 0;
+  int sm_count = 0;  // 0: unknown
+};
+
+// What the evaluator said of one candidate.
+struct LiveVerdict {
+  Outcome outcome = Outcome::kVerified;
+  double median_us = 0;
+  double spread_us = 0;
+  double reward = 0;      // reward.h, as the evaluator computed it
+  bool accepted = false;  // entered the cache
+  std::string verdict;    // the evaluator's words
+};
+
+class LiveEvaluator {
+ public:
+  virtual ~LiveEvaluator() = default;
+  virtual Result<LiveBaseline> Open(const OpKey& key) = 0;
+  // `design`: submit_candidate's design map (family, policy_version, codegen, knob.<name>).
+  virtual Result<LiveVerdict> Submit(const Candidate& candidate, const std::map<std::string, std::string>& design) = 0;
+  virtual void Close() = 0;
+};
+
+// kjitd's agent environment through the ipc client (open_episode, submit_candidate, close_episode).
+class KjitdEvaluator : public LiveEvaluator {
+ public:
+  explicit KjitdEvaluator(ipc::Client& client) : client_(&client) {}
+  Result<LiveBaseline> Open(const OpKey& key) override;
+  Result<LiveVerdict> Submit(const Candidate& candidate, const std::map<std::string, std::string>& design) override;
+  void Close() override;
+
+ private:
+  ipc::Client* client_;
+  int64_t episode_ = -1;
+};
+
+struct OnlineOptions {
+  int budget = 8;        // trials per episode
+  bool greedy = true;    // the policy's mode at every step (false: sampled, seeded)
+  uint64_t seed = 1;
+  int max_backoffs = 2;  // resource_backoff answers (GPU busy, not the candidate's fault) before giving up
+};
+
+struct OnlineTrial {
+  Point point;
+  std::string proposer;  // the policy version, or "expert-default"/"random" where the policy had no head
+  LiveVerdict verdict;
+};
+
+struct OnlineReport {
+  std::string key_text;
+  std::string family;
+  std::string policy_version;
+  LiveBaseline baseline;
+  std::vector<OnlineTrial> trials;
+  int best = -1;       // index into trials of the fastest verified one
+  int fallbacks = 0;   // proposals the policy could not make (no head for the space)
+  int backoffs = 0;
+  std::string stopped;  // why the episode ended before its budget, if it did
+};
+
+// One episode on `key`. Errors only when the episode cannot start (no family, evaluator refuses to open);
+// a transport error mid-episode ends it with `stopped` saying why.
+Result<OnlineReport> RunOnlineEpisode(Agent& agent, const OpKey& key, LiveEvaluator& evaluator,
+                                      const OnlineOptions& options);
+
+// The design map a trial is submitted with.
+std::map<std::string, std::string> TrialDesign(const Family& family, const Point& point,
+                                               const std::string& policy_version);
+
+// The cache's measurements as dataset rows (policy/datasets/README.md's format), for LoadDatasets'
+// extra_rows. Only measurements whose client said the generator's codegen version (online episodes,
+// kjit_seed_defaults) and whose family and knobs are known; `skipped` counts the others.
+Result<std::vector<std::string>> MeasurementRows(const cache::KernelCache& cache, int* skipped = nullptr);
+
+}  // namespace kjit::policy::learn

@@ -1,0 +1,227 @@
+#include "kjit/policy/learn/online.h"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+namespace kjit::policy::learn {
+namespace {
+
+double MapNumber(const std::map<std::string, std::string>& m, const std::string& key) {
+  auto it = m.find(key);
+  if (it == m.end()) return 0;
+  try {
+    return std::stod(it->second);
+  } catch (const std::exception&) {
+    return 0;
+  }
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------ kjitd
+
+Result<LiveBaseline> KjitdEvaluator::Open(const OpKey& key) {
+  KJIT_ASSIGN_OR_RETURN(ipc::Observation o, client_->OpenEpisode(key.Encode()));
+  episode_ = o.episode_id;
+  LiveBaseline b;
+  b.baseline_us = o.baseline_us;
+  b.baseline_spread_us = MapNumber(o.device, "baseline_spread_us");
+  b.floor_us = MapNumber(o.device, "floor_us");
+  b.sm_count = static_cast<int>(MapNumber(o.device, "sm_count"));
+  return b;
+}
+
+Result<LiveVerdict> KjitdEvaluator::Submit(const Candidate& candidate,
+                                           const std::map<std::string, std::string>& design) {
+  if (episode_ < 0) return InvalidArgument("no open episode");
+  ipc::SubmitCandidate submit;
+  submit.episode_id = episode_;
+  submit.source = candidate.source;
+  submit.entry_point = candidate.entry_point;
+  submit.options = candidate.options;
+  for (int i = 0; i < 3; ++i) {
+    submit.grid[i] = candidate.launch.grid[i];
+    submit.block[i] = candidate.launch.block[i];
+  }
+  submit.dynamic_shared_bytes = candidate.launch.dynamic_shared_bytes;
+  submit.design = design;
+  KJIT_ASSIGN_OR_RETURN(ipc::CandidateResult r, client_->SubmitCandidate(submit));
+  LiveVerdict v;
+  v.verdict = r.verdict;
+  // The verdict reads "<outcome>: <reason>".
+  auto outcome = ParseOutcome(r.verdict.substr(0, r.verdict.find(':')));
+  v.outcome = outcome.ok() ? *outcome
+              : r.verified ? Outcome::kVerified
+              : r.compiled ? Outcome::kWrongResult
+                           : Outcome::kCompileError;
+  v.median_us = r.median_us;
+  v.reward = r.reward;
+  if (auto it = r.profile.find("spread_us"); it != r.profile.end()) v.spread_us = it->second;
+  if (auto it = r.profile.find("accepted"); it != r.profile.end()) v.accepted = it->second > 0;
+  return v;
+}
+
+void KjitdEvaluator::Close() {
+  if (episode_ >= 0) (void)client_->CloseEpisode(episode_);
+  episode_ = -1;
+}
+
+// ---------------------------------------------------------------- episodes
+
+std::map<std::string, std::string> TrialDesign(const Family& family, const Point& point,
+                                               const std::string& policy_version) {
+  auto design = ipc::DesignToWire(ToDesignPoint(std::string(family.name()), point, policy_version));
+  design["codegen"] = std::to_string(family.codegen_version());
+  return design;
+}
+
+Result<OnlineReport> RunOnlineEpisode(Agent& agent, const OpKey& key, LiveEvaluator& evaluator,
+                                      const OnlineOptions& options) {
+  KJIT_ASSIGN_OR_RETURN(Match match, FindFamily(key));
+  DeviceFacts device = DeviceFacts::H200();
+  device.arch = key.arch;
+  KJIT_ASSIGN_OR_RETURN(LiveBaseline baseline, evaluator.Open(key));
+  if (baseline.sm_count > 0) device.sm_count = baseline.sm_count;
+  auto task = MakeLiveTask(key, device, baseline.baseline_us, baseline.floor_us);
+  if (!task.ok()) {
+    evaluator.Close();
+    return task.status();
+  }
+  OnlineReport report;
+  report.key_text = task->key_text;
+  report.family = task->family_name;
+  report.policy_version = agent.version();
+  report.baseline = baseline;
+  ReplayEpisode episode(*task, options.budget);
+  std::mt19937_64 rng(options.seed);
+  while (!episode.done()) {
+    int index = -1;
+    std::string proposer = report.policy_version;
+    auto proposed = agent.Propose(episode, options.greedy, rng);
+    if (proposed.ok()) {
+      index = *proposed;
+    } else {
+      // No head for this space (a domain the policy never saw): the expert default, then random points.
+      ++report.fallbacks;
+      if (task->expert_index >= 0 && !episode.tried(task->expert_index)) {
+        index = task->expert_index;
+        proposer = "expert-default";
+      } else {
+        std::uniform_int_distribution<int> pick(0, episode.untried_count() - 1);
+        int nth = pick(rng);
+        for (int i = 0; i < static_cast<int>(task->points.size()) && index < 0; ++i) {
+          if (!episode.tried(i) && nth-- == 0) index = i;
+        }
+        proposer = "random";
+      }
+    }
+    const Point& point = task->points[index].point;
+    auto candidate = task->family->Generate(*task->problem, point, device);
+    LiveVerdict verdict;
+    if (!candidate.ok()) {
+      // The generator refused a point Check accepted: a design-space bug, recorded as a compile error.
+      verdict.outcome = Outcome::kCompileError;
+      verdict.verdict = "generate: " + candidate.status().ToString();
+      verdict.reward = Reward(TrialOutcome{Outcome::kCompileError});
+    } else {
+      auto answered = evaluator.Submit(*candidate, TrialDesign(*task->family, point, proposer));
+      if (!answered.ok()) {
+        report.stopped = "evaluator: " + answered.status().ToString();
+        break;
+      }
+      verdict = *answered;
+    }
+    if (!IsTrial(verdict.outcome)) {
+      // Not the candidate's fault (GPU busy, memory): try the same point again, a few times.
+      if (++report.backoffs > options.max_backoffs) {
+        report.stopped = "the evaluator kept backing off: " + verdict.verdict;
+        break;
+      }
+      continue;
+    }
+    auto observed = episode.Observe(index, verdict.outcome, verdict.median_us);
+    if (!observed.ok()) {
+      report.stopped = observed.status().ToString();
+      break;
+    }
+    report.trials.push_back({point, proposer, verdict});
+    if (verdict.outcome == Outcome::kVerified &&
+        (report.best < 0 || verdict.median_us < report.trials[report.best].verdict.median_us)) {
+      report.best = static_cast<int>(report.trials.size()) - 1;
+    }
+  }
+  evaluator.Close();
+  return report;
+}
+
+// --------------------------------------------------- measurements as rows
+
+Result<std::vector<std::string>> MeasurementRows(const cache::KernelCache& cache, int* skipped) {
+  KJIT_ASSIGN_OR_RETURN(std::vector<cache::Measurement> measurements, cache.ListMeasurements());
+  std::vector<std::string> rows;
+  int skip = 0;
+  for (const auto& m : measurements) {
+    nlohmann::json detail;
+    try {
+      detail = nlohmann::json::parse(m.detail);
+    } catch (const nlohmann::json::exception&) {
+      ++skip;
+      continue;
+    }
+    if (!detail.is_object() || !detail.contains("client_design") ||
+        !detail["client_design"].is_object() || !detail["client_design"].contains("codegen")) {
+      ++skip;  // no codegen version: cannot tell whether the kernel is still generated
+      continue;
+    }
+    auto key = OpKey::Decode(m.key_bytes);
+    const Family* family = nullptr;
+    for (const Family* f : Families()) {
+      if (f->name() == m.design.family) family = f;
+    }
+    if (!key.ok() || family == nullptr || m.design.knobs.empty()) {
+      ++skip;
+      continue;
+    }
+    nlohmann::json point = nlohmann::json::object();
+    bool numeric = true;
+    for (const auto& [name, value] : m.design.knobs) {
+      try {
+        point[name] = std::stoll(value);
+      } catch (const std::exception&) {
+        numeric = false;
+      }
+    }
+    const std::string outcome = m.outcome == "slower" ? "verified" : m.outcome;
+    if (!numeric || !ParseOutcome(outcome).ok()) {
+      ++skip;
+      continue;
+    }
+    int codegen = 0;
+    try {
+      codegen = std::stoi(detail["client_design"]["codegen"].get<std::string>());
+    } catch (const std::exception&) {
+      ++skip;
+      continue;
+    }
+    nlohmann::json row = {{"family", m.design.family},
+                          {"key", m.key_hash.ToHex()},
+                          {"key_text", key->ToString()},
+                          {"point", point},
+                          {"outcome", outcome},
+                          {"median_us", m.median_us},
+                          {"spread_us", detail.value("spread_us", 0.0)},
+                          {"baseline_us", m.baseline_us},
+                          {"floor_us", detail.value("floor_us", 0.0)},
+                          {"codegen", codegen},
+                          {"phase", "online"},
+                          {"policy_version", m.design.policy_version}};
+    rows.push_back(row.dump());
+  }
+  if (skipped != nullptr) *skipped = skip;
+  return rows;
+}
+
+}  // namespace kjit::policy::learn

@@ -1,0 +1,223 @@
+// Online episodes (policy/learn/online.h) on a CPU: a fake evaluator answers
+// from a key's measured dataset points (every valid point measured, so the
+// live action set is all answerable) and stores every trial in a cache as
+// kjitd does (server.cc, Record); the cache's measurements then read back as
+// dataset rows the trainer loads. Fixed seeds, no timing thresholds.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "../cache/cache_test_util.h"
+#include "kjit/policy/learn/online.h"
+
+namespace kjit::policy::learn {
+namespace {
+
+using cache::testing::TempDir;
+
+const std::vector<ReplayTask>& AllTasks() {
+  static const std::vector<ReplayTask> tasks = [] {
+    auto files = DatasetFiles(DefaultDatasetDirectory());
+    EXPECT_TRUE(files.ok()) << files.status().ToString();
+    auto loaded = LoadDatasets(*files, DeviceFacts::H200());
+    EXPECT_TRUE(loaded.ok()) << loaded.status().ToString();
+    return loaded.ok() ? std::move(*loaded) : std::vector<ReplayTask>{};
+  }();
+  return tasks;
+}
+
+// The first key (loader order) of `family` whose every valid point was measured, with at least 40.
+const ReplayTask* ExhaustiveTask(const std::string& family) {
+  for (const auto& t : AllTasks()) {
+    if (t.family_name != family || t.points.size() < 40) continue;
+    if (ValidPoints(*t.family, *t.problem, DeviceFacts::H200()).size() == t.points.size()) return &t;
+  }
+  return nullptr;
+}
+
+// kjitd's evaluator, faked: answers from the task's measurements and records each trial in `cache` the way
+// kjitd's server does (the design from the wire, the client's design map in the detail).
+class ReplayEvaluator : public LiveEvaluator {
+ public:
+  ReplayEvaluator(const ReplayTask& task, cache::KernelCache* cache) : task_(task), cache_(cache) {}
+
+  Result<LiveBaseline> Open(const OpKey& key) override {
+    EXPECT_EQ(key.Hash(), task_.key.Hash());
+    ++opened;
+    return LiveBaseline{task_.baseline_us, 0.5, task_.floor_us, 132};
+  }
+  Result<LiveVerdict> Submit(const Candidate& candidate, const std::map<std::string, std::string>& design) override {
+    if (fail_after >= 0 && static_cast<int>(designs.size()) >= fail_after) return Status(StatusCode::kUnavailable, "kjitd went away");
+    EXPECT_FALSE(candidate.source.empty());
+    EXPECT_FALSE(candidate.entry_point.empty());
+    LiveVerdict v;
+    if (backoff_first && !backed_off) {
+      backed_off = true;
+      v.outcome = Outcome::kResourceBackoff;
+      v.verdict = "resource_backoff: out of memory under the cap";
+      return v;
+    }
+    designs.push_back(design);
+    const cache::DesignPoint d = ipc::DesignFromWire(design);
+    Point point;
+    for (const auto& [name, value] : d.knobs) point[name] = std::stoll(value);
+    const int index = task_.IndexOf(point);
+    EXPECT_GE(index, 0) << PointToString(point);
+    if (index < 0) return Internal("not a measured point");
+    const MeasuredPoint& p = task_.points[index];
+    v.outcome = p.outcome;
+    v.median_us = p.outcome == Outcome::kVerified ? p.time_us : 0;
+    v.spread_us = p.spread_us;
+    v.reward = Reward(TrialOutcome{p.outcome, p.time_us, task_.baseline_us});
+    v.verdict = std::string(OutcomeName(p.outcome)) + ": from the dataset";
+    if (cache_ != nullptr) {
+      cache::Measurement m;
+      m.key_hash = task_.key.Hash();
+      m.key_bytes = task_.key.Encode();
+      m.design = d;
+      m.outcome = OutcomeName(p.outcome);
+      m.median_us = v.median_us;
+      m.baseline_us = task_.baseline_us;
+      m.reward = v.reward;
+      m.detail = nlohmann::json{{"reason", "fake"}, {"spread_us", p.spread_us}, {"floor_us", task_.floor_us},
+                                {"client_design", design}}
+                     .dump();
+      EXPECT_TRUE(cache_->AddMeasurement(m).ok());
+    }
+    return v;
+  }
+  void Close() override { ++closed; }
+
+  int opened = 0, closed = 0;
+  int fail_after = -1;
+  bool backoff_first = false, backed_off = false;
+  std::vector<std::map<std::string, std::string>> designs;
+
+ private:
+  const ReplayTask& task_;
+  cache::KernelCache* cache_;
+};
+
+AgentOptions SmallOptions() {
+  AgentOptions o;
+  o.hidden = 32;
+  o.seed = 3;
+  return o;
+}
+
+TEST(Online, EpisodeProposesValidUntriedPointsAndRecordsThePolicyVersion) {
+  const ReplayTask* task = ExhaustiveTask("layer_norm");
+  ASSERT_NE(task, nullptr);
+  auto agent = Agent::Create({task}, SmallOptions());
+  ReplayEvaluator evaluator(*task, nullptr);
+  OnlineOptions options;
+  options.budget = 6;
+  auto report = RunOnlineEpisode(*agent, task->key, evaluator, options);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_EQ(report->stopped, "");
+  EXPECT_EQ(report->fallbacks, 0);
+  EXPECT_EQ(report->policy_version, agent->version());
+  ASSERT_EQ(report->trials.size(), 6u);
+  EXPECT_EQ(evaluator.opened, 1);
+  EXPECT_EQ(evaluator.closed, 1);
+  std::set<Point> seen;
+  double best = INFINITY;
+  for (size_t i = 0; i < report->trials.size(); ++i) {
+    const auto& t = report->trials[i];
+    EXPECT_TRUE(seen.insert(t.point).second) << "proposed twice: " << PointToString(t.point);
+    EXPECT_TRUE(task->family->Check(*task->problem, t.point, DeviceFacts::H200()).ok());
+    EXPECT_EQ(t.proposer, agent->version());
+    // The design point kjitd stores with the trial and, if accepted, the kernel.
+    const auto& d = evaluator.designs[i];
+    EXPECT_EQ(d.at("family"), task->family_name);
+    EXPECT_EQ(d.at("policy_version"), agent->version());
+    EXPECT_EQ(d.at("codegen"), std::to_string(task->family->codegen_version()));
+    EXPECT_EQ(ipc::DesignFromWire(d).knobs.size(), task->space.knobs.size());
+    if (t.verdict.outcome == Outcome::kVerified) best = std::min(best, t.verdict.median_us);
+  }
+  ASSERT_GE(report->best, 0);
+  EXPECT_EQ(report->trials[report->best].verdict.median_us, best);
+
+  // Greedy episodes are deterministic.
+  ReplayEvaluator again(*task, nullptr);
+  auto second = RunOnlineEpisode(*agent, task->key, again, options);
+  ASSERT_TRUE(second.ok());
+  ASSERT_EQ(second->trials.size(), report->trials.size());
+  for (size_t i = 0; i < report->trials.size(); ++i) EXPECT_EQ(second->trials[i].point, report->trials[i].point);
+}
+
+TEST(Online, BackoffRetriesAndTransportErrorsEndTheEpisode) {
+  const ReplayTask* task = ExhaustiveTask("layer_norm");
+  ASSERT_NE(task, nullptr);
+  auto agent = Agent::Create({task}, SmallOptions());
+  OnlineOptions options;
+  options.budget = 4;
+  ReplayEvaluator busy(*task, nullptr);
+  busy.backoff_first = true;
+  auto r = RunOnlineEpisode(*agent, task->key, busy, options);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->backoffs, 1);
+  EXPECT_EQ(r->trials.size(), 4u);  // a backoff is not a trial
+
+  ReplayEvaluator gone(*task, nullptr);
+  gone.fail_after = 2;
+  r = RunOnlineEpisode(*agent, task->key, gone, options);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->trials.size(), 2u);
+  EXPECT_NE(r->stopped.find("kjitd went away"), std::string::npos) << r->stopped;
+  EXPECT_EQ(gone.closed, 1);
+}
+
+TEST(Online, TrialsStoredInTheCacheLoadAsTrainingRows) {
+  const ReplayTask* task = ExhaustiveTask("layer_norm");
+  ASSERT_NE(task, nullptr);
+  TempDir dir;
+  auto cache = cache::KernelCache::Open(cache::OpenOptions{.path = dir.file("cache.db")});
+  ASSERT_TRUE(cache.ok());
+  // A measurement without the client's codegen version (an external agent's) cannot be replayed.
+  cache::Measurement anonymous;
+  anonymous.key_hash = task->key.Hash();
+  anonymous.key_bytes = task->key.Encode();
+  anonymous.design = {"agent", {}, "external-agent"};
+  anonymous.outcome = "verified";
+  anonymous.median_us = 1;
+  anonymous.baseline_us = 2;
+  anonymous.detail = "{}";
+  ASSERT_TRUE((*cache)->AddMeasurement(anonymous).ok());
+
+  auto agent = Agent::Create({task}, SmallOptions());
+  ReplayEvaluator evaluator(*task, cache->get());
+  OnlineOptions options;
+  options.budget = 5;
+  auto report = RunOnlineEpisode(*agent, task->key, evaluator, options);
+  ASSERT_TRUE(report.ok());
+  ASSERT_EQ(report->trials.size(), 5u);
+
+  int skipped = 0;
+  auto rows = MeasurementRows(**cache, &skipped);
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  EXPECT_EQ(skipped, 1);
+  ASSERT_EQ(rows->size(), 5u);
+  DatasetReport loaded_report;
+  auto loaded = LoadDatasets({}, DeviceFacts::H200(), &loaded_report, *rows);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  ASSERT_EQ(loaded->size(), 1u) << (loaded_report.skipped.empty() ? "" : loaded_report.skipped.front());
+  const ReplayTask& live = loaded->front();
+  EXPECT_EQ(live.key_hash, task->key_hash);
+  EXPECT_EQ(IsHeldOut(live), IsHeldOut(*task));  // the split follows the key, wherever its rows came from
+  ASSERT_EQ(live.points.size(), 5u);
+  for (const auto& t : report->trials) {
+    const int i = live.IndexOf(t.point);
+    ASSERT_GE(i, 0);
+    EXPECT_EQ(live.points[i].outcome, t.verdict.outcome);
+    if (t.verdict.outcome == Outcome::kVerified) {
+      // Times are stored relative to the baseline timed with them, as dataset rows are.
+      EXPECT_NEAR(live.points[i].time_us, t.verdict.median_us, 1e-9 * t.verdict.median_us);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kjit::policy::learn
