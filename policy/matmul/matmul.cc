@@ -466,7 +466,8 @@ class Matmul final : public Family {
         const int64_t blocks = CeilDiv(p.m, s.bm) * CeilDiv(p.n, s.bn) * p.batch;
         if (need_blocks && blocks < 2 * dev.sm_count) continue;
         int64_t bpb = 1;
-        if (p.batched && s.bm >= p.m && s.bn >= p.n) {
+        // Matrices of little work (up to 32^3 multiply-adds) several a block, while blocks stay plentiful.
+        if (p.batched && s.bm >= p.m && s.bn >= p.n && p.m * p.n * p.k <= 32 * 32 * 32) {
           while (bpb < 8 && CeilDiv(p.batch, bpb * 2) >= 8 * dev.sm_count) bpb *= 2;
         }
         for (int64_t bk : {16, 8, 32}) {
