@@ -161,7 +161,7 @@ __device__ __forceinline__ void store_tile(out_t* c, long long m0, long long n0,
   }
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS) kjit_matmul(const in_t* __restrict__ a,
+extern "C" __global__ void __launch_bounds__(THREADS, MINB) kjit_matmul(const in_t* __restrict__ a,
                                                                   const in_t* __restrict__ b,
                                                                   out_t* __restrict__ c) {
 #if STAGE > 0
@@ -380,6 +380,7 @@ class Matmul final : public Family {
         {"vec", {1, 2, 4, 8}, "elements per global load along each operand's contiguous dim (staged)"},
         {"bpb", {1, 2, 4, 8}, "matrices of the batch per block, one after another (bmm, one tile a matrix)"},
         {"hint", {0, 1}, "1: streaming (evict-first) output stores"},
+        {"minb", {1, 2}, "blocks per SM the registers must allow (__launch_bounds__): 2 caps them at 32768 / threads"},
     };
     return s;
   }
@@ -439,6 +440,15 @@ class Matmul final : public Family {
         return InvalidArgument("slices exceed the shared memory budget");
       }
     }
+    const int64_t minb = pt.at("minb");
+    if (minb != 1 && minb != 2) return InvalidArgument("minb is 1 or 2");
+    if (minb == 2) {
+      // Two blocks' threads and shared memory must fit an SM; a cap below 64 registers a thread would spill.
+      if (2 * threads > 2048 || 2 * SharedBytes(stage, bm, bn, bk) > dev.shared_bytes_per_sm) {
+        return InvalidArgument("two blocks do not fit an SM");
+      }
+      if (threads < 256) return InvalidArgument("two blocks a SM cap registers only for 256 threads or more");
+    }
     if (bpb > 1) {
       if (!p.batched || bpb > p.batch) return InvalidArgument("more matrices per block than the batch has");
       if (bm < p.m || bn < p.n) return InvalidArgument("several matrices per block only where one tile covers a matrix");
@@ -474,14 +484,14 @@ class Matmul final : public Family {
           for (int64_t stage : {kDouble, kStaged}) {
             for (int64_t vec : {8, 4, 2, 1}) {
               tries.push_back(Point{{"stage", stage}, {"bm", s.bm}, {"bn", s.bn}, {"bk", bk}, {"tm", s.tm},
-                                    {"tn", s.tn}, {"vec", vec}, {"bpb", bpb}, {"hint", hint}});
+                                    {"tn", s.tn}, {"vec", vec}, {"bpb", bpb}, {"hint", hint}, {"minb", 1}});
             }
           }
         }
       }
     }
     tries.push_back(Point{{"stage", kDirect}, {"bm", 16}, {"bn", 16}, {"bk", 8}, {"tm", 1},
-                          {"tn", 2}, {"vec", 1}, {"bpb", 1}, {"hint", hint}});
+                          {"tn", 2}, {"vec", 1}, {"bpb", 1}, {"hint", hint}, {"minb", 1}});
     for (const Point& t : tries) {
       if (Check(problem, t, dev).ok()) return t;
     }
@@ -504,7 +514,7 @@ class Matmul final : public Family {
     src << "constexpr long long SAB = " << p.sab << ", SAM = " << p.sam << ", SAK = " << p.sak << ", SBB = " << p.sbb
         << ", SBK = " << p.sbk << ", SBN = " << p.sbn << ";\n";
     src << "constexpr int BM = " << bm << ", BN = " << bn << ", BK = " << bk << ", TM = " << tm << ", TN = " << tn
-        << ", BPB = " << bpb << ", THREADS = " << threads << ", SW = " << StoreWidth(p, tn) << ";\n";
+        << ", BPB = " << bpb << ", MINB = " << pt.at("minb") << ", THREADS = " << threads << ", SW = " << StoreWidth(p, tn) << ";\n";
     src << "constexpr bool A_KCONT = " << (p.a_kcont() ? "true" : "false")
         << ", B_NCONT = " << (p.b_ncont() ? "true" : "false") << ";\n";
     src << codegen::kElementAccess << codegen::kRawAccess;

@@ -1239,7 +1239,7 @@ TensorDesc Transposed(DType dt, int64_t rows, int64_t cols) {
 }
 Point MatmulPoint(int64_t stage, int64_t bm, int64_t bn, int64_t bk, int64_t tm, int64_t tn, int64_t vec, int64_t bpb = 1) {
   return Point{{"stage", stage}, {"bm", bm}, {"bn", bn}, {"bk", bk}, {"tm", tm},
-               {"tn", tn},       {"vec", vec}, {"bpb", bpb}, {"hint", 0}};
+               {"tn", tn},       {"vec", vec}, {"bpb", bpb}, {"hint", 0}, {"minb", 1}};
 }
 
 TEST(MatmulSpace, DeclinesWhatItCannotServe) {
@@ -1345,6 +1345,13 @@ TEST(MatmulSpace, ChecksFollowTheLayout) {
   // Several matrices a block: bmm only, where one tile covers a matrix.
   EXPECT_TRUE(ok(tiny, MatmulPoint(1, 16, 16, 8, 1, 2, 4, 8)));
   EXPECT_NE(why(plain, MatmulPoint(2, 64, 64, 16, 4, 4, 4, 2)).find("batch"), std::string::npos);
+  // Two blocks an SM: only where the cap binds (256 threads or more) and two blocks fit.
+  Point two = MatmulPoint(2, 128, 128, 16, 8, 8, 4);
+  two["minb"] = 2;
+  EXPECT_TRUE(ok(plain, two));
+  two = MatmulPoint(2, 64, 64, 16, 8, 8, 4);
+  two["minb"] = 2;
+  EXPECT_NE(why(plain, two).find("256 threads"), std::string::npos);
   const OpKey bmm64 = BmmKey(TensorDesc::Contiguous(f32, {4096, 64, 64}), TensorDesc::Contiguous(f32, {4096, 64, 64}));
   EXPECT_NE(why(bmm64, MatmulPoint(2, 32, 32, 16, 2, 2, 4, 2)).find("one tile"), std::string::npos);
 }

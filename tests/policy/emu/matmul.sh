@@ -32,7 +32,7 @@ r() {
   if res=$(timeout 300 "$work/run" "$work/$name.so" $args); then echo "$name [$pt]: $res"; else echo "$name [$pt]: $res"; failed=1; fi
 }
 # Each stage over odd sizes (partial tiles in m, n and k; K = 33 leaves a last slice of 1).
-r s0 mm f32 1,37,19,45 0,19,1 0,45,1 0 stage=0 bm=16 bn=16 bk=8 tm=1 tn=2 vec=1 bpb=1 hint=0
+r s0 mm f32 1,37,19,45 0,19,1 0,45,1 0 stage=0 bm=16 bn=16 bk=8 tm=1 tn=2 vec=1 bpb=1 hint=0 minb=1
 r s1 mm f32 1,70,33,50 0,33,1 0,50,1 0 stage=1 bm=32 bn=32 bk=16 tm=2 tn=2 vec=1 bpb=1 hint=0
 r s2 mm f32 1,64,64,96 0,64,1 0,96,1 0 stage=2 bm=64 bn=32 bk=16 tm=4 tn=2 vec=4 bpb=1 hint=1
 r s3 mm f32 1,70,33,50 0,33,1 0,50,1 0 stage=2 bm=32 bn=64 bk=8 tm=1 tn=8 vec=1 bpb=1 hint=0
@@ -49,7 +49,7 @@ r b1 bmm f16 10,8,8,8 64,8,1 64,8,1 0 stage=1 bm=16 bn=16 bk=8 tm=1 tn=2 vec=2 b
 r b2 bmm f32 7,16,16,16 256,16,1 256,16,1 0 stage=2 bm=16 bn=16 bk=8 tm=1 tn=2 vec=4 bpb=2 hint=0
 r b3 bmm bf16 6,12,16,10 192,16,1 160,10,1 0 stage=0 bm=16 bn=16 bk=16 tm=1 tn=2 vec=1 bpb=4 hint=0
 # The large tile: 128x128, 8x8 a thread, over 130x64 @ 64x136.
-r l1 mm f32 1,130,64,136 0,64,1 0,136,1 0 stage=2 bm=128 bn=128 bk=16 tm=8 tn=8 vec=4 bpb=1 hint=1
+r l1 mm f32 1,130,64,136 0,64,1 0,136,1 0 stage=2 bm=128 bn=128 bk=16 tm=8 tn=8 vec=4 bpb=1 hint=1 minb=2
 # Expert defaults: a tall-skinny product (TF32 allowed: still FP32 FMA), batches of 64x64, f16 vector @ matrix.
 r d1 mm f32 1,200,64,300 0,64,1 0,300,1 1
 r d2 bmm f32 6,64,64,64 4096,64,1 4096,64,1 0
