@@ -412,6 +412,13 @@ class Matmul final : public Family {
     if (bm > std::max<int64_t>(16, NextPow2(p.m))) return InvalidArgument("block tile taller than the output");
     if (bn > std::max<int64_t>(16, NextPow2(p.n))) return InvalidArgument("block tile wider than the output");
     if (bk > std::max<int64_t>(8, NextPow2(p.k))) return InvalidArgument("k slice deeper than K");
+    // Lopsided tiles reuse each loaded value less for the same registers or shared memory: within a factor
+    // of 4, unless the matrix caps the smaller side.
+    if (std::max(tm, tn) > 4 * std::min(tm, tn)) return InvalidArgument("thread tile more than 4x longer than wide");
+    const int64_t cap_m = std::max<int64_t>(16, NextPow2(p.m)), cap_n = std::max<int64_t>(16, NextPow2(p.n));
+    if ((bm > 4 * bn && bn < cap_n) || (bn > 4 * bm && bm < cap_m)) {
+      return InvalidArgument("block tile more than 4x longer than wide");
+    }
     if (stage == kDouble && CeilDiv(p.k, bk) < 2) return InvalidArgument("double buffering needs two k slices");
     if (vec * p.elem() > 16) return InvalidArgument("vector wider than 16 bytes");
     if (vec > 1) {

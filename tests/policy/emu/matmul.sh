@@ -35,7 +35,7 @@ r() {
 r s0 mm f32 1,37,19,45 0,19,1 0,45,1 0 stage=0 bm=16 bn=16 bk=8 tm=1 tn=2 vec=1 bpb=1 hint=0 minb=1
 r s1 mm f32 1,70,33,50 0,33,1 0,50,1 0 stage=1 bm=32 bn=32 bk=16 tm=2 tn=2 vec=1 bpb=1 hint=0
 r s2 mm f32 1,64,64,96 0,64,1 0,96,1 0 stage=2 bm=64 bn=32 bk=16 tm=4 tn=2 vec=4 bpb=1 hint=1
-r s3 mm f32 1,70,33,50 0,33,1 0,50,1 0 stage=2 bm=32 bn=64 bk=8 tm=1 tn=8 vec=1 bpb=1 hint=0
+r s3 mm f32 1,70,33,50 0,33,1 0,50,1 0 stage=2 bm=32 bn=64 bk=8 tm=2 tn=8 vec=1 bpb=1 hint=0
 # Transposed A (m contiguous: vectors along m), transposed B (k contiguous) in bf16 with 16-byte vectors.
 r t1 mm f32 1,48,40,36 0,1,48 0,36,1 0 stage=2 bm=32 bn=32 bk=8 tm=2 tn=2 vec=4 bpb=1 hint=0
 r t2 bmm bf16 3,33,40,24 1320,40,1 960,1,40 0 stage=2 bm=32 bn=32 bk=8 tm=2 tn=2 vec=8 bpb=1 hint=0
