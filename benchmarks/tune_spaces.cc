@@ -201,6 +201,22 @@ std::vector<OpKey> HeadroomKeys(const policy::Family& f) {
                                     IntList{1, 1}},
                                    90));
     }
+  } else if (name == "matmul") {
+    // torch.bmm(a, b) of 4096 x 64x64 float32 matrices, and the tall-skinny torch.mm(a, b) of 32768x64 @
+    // 64x32768 float32, with TF32 off (PyTorch's default: the key's numerics bits are 0).
+    for (auto s : std::vector<std::vector<int64_t>>{{4096, 64, 64, 64}, {2048, 64, 64, 64}, {8192, 64, 64, 64},
+                                                    {4095, 63, 63, 63}}) {
+      keys.push_back(OpKey::Single("aten::bmm", "",
+                                   {TensorDesc::Contiguous(f32, {s[0], s[1], s[2]}),
+                                    TensorDesc::Contiguous(f32, {s[0], s[2], s[3]})},
+                                   90));
+    }
+    for (auto s : std::vector<std::vector<int64_t>>{{32768, 64, 32768}, {16384, 64, 16384}, {32768, 128, 32768},
+                                                    {32767, 63, 32767}}) {
+      keys.push_back(OpKey::Single("aten::mm", "",
+                                   {TensorDesc::Contiguous(f32, {s[0], s[1]}), TensorDesc::Contiguous(f32, {s[1], s[2]})},
+                                   90));
+    }
   }
   return keys;
 }

@@ -110,7 +110,7 @@ if [[ "${KJIT_GPU_RUN_TUNE:-0}" == 1 ]]; then
   # the whole step within one device call; KJIT_TUNE_VERIFY (pairs, default 50),
   # KJIT_TUNE_KEYS (headroom | headroom-cases) and KJIT_TUNE_FAMILIES adjust it.
   tune=/tmp/kjit-tune; rm -rf "$tune"; mkdir -p "$tune"
-  families="${KJIT_TUNE_FAMILIES:-softmax layer_norm batch_norm group_norm scan pool reduce depthwise_conv}"
+  families="${KJIT_TUNE_FAMILIES:-softmax layer_norm batch_norm group_norm scan pool reduce depthwise_conv matmul}"
   # KJIT_TUNE_STEPS picks the steps (and KJIT_TUNE_SEARCH_FAMILIES the searched families) to fit one call;
   # KJIT_TUNE_EXHAUSTIVE=1 screens every valid point (KJIT_TUNE_MAX_POINTS=0: no cap);
   # KJIT_TUNE_KEY_CONTAINS=TEXT searches only the keys whose text contains TEXT.

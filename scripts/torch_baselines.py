@@ -95,6 +95,18 @@ def cases(torch, family):
             lambda s=shape: (torch.randn(*s, device="cuda"), torch.randn(s[1], 1, 3, 3, device="cuda"),
                              torch.randn(s[1], device="cuda")),
             lambda x, wt, b: F.conv2d(x, wt, b, 1, 1, 1, x.shape[1]))
+    # Small and skinny float32 matrix products, TF32 off (PyTorch's default; main() sets it).
+    for shape in [(4096, 64, 64, 64), (2048, 64, 64, 64), (8192, 64, 64, 64), (4095, 63, 63, 63)]:
+        b, m, k, n = shape
+        add("matmul", f"bmm f32 {b}x({m}x{k} @ {k}x{n})",
+            f"aten::bmm(f32[{b},{m},{k}], f32[{b},{k},{n}]) sm_90",
+            lambda b=b, m=m, k=k, n=n: (torch.randn(b, m, k, device="cuda"), torch.randn(b, k, n, device="cuda")),
+            lambda x, y: torch.bmm(x, y))
+    for shape in [(32768, 64, 32768), (16384, 64, 16384), (32768, 128, 32768), (32767, 63, 32767)]:
+        m, k, n = shape
+        add("matmul", f"mm f32 {m}x{k} @ {k}x{n}", f"aten::mm(f32[{m},{k}], f32[{k},{n}]) sm_90",
+            lambda m=m, k=k, n=n: (torch.randn(m, k, device="cuda"), torch.randn(k, n, device="cuda")),
+            lambda x, y: torch.mm(x, y))
     return out
 
 
@@ -125,7 +137,7 @@ def time_pair(torch, fns, args, runs, flush):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--family", help="only this family (softmax, layer_norm, group_norm, instance_norm, scan, pool, reduce, depthwise_conv)")
+    p.add_argument("--family", help="only this family (softmax, layer_norm, group_norm, instance_norm, scan, pool, reduce, depthwise_conv, matmul)")
     p.add_argument("--runs", type=int, default=100)
     p.add_argument("--cases-only", action="store_true",
                    help="only the headroom table's cases, not their neighbours (the first of each group of four)")

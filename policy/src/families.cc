@@ -4,6 +4,7 @@
 #include "depthwise_conv/depthwise_conv.h"
 #include "group_norm/group_norm.h"
 #include "layer_norm/layer_norm.h"
+#include "matmul/matmul.h"
 #include "pool/pool.h"
 #include "reduce/reduce.h"
 #include "scan/scan.h"
@@ -22,6 +23,7 @@ const std::vector<const Family*>& Families() {
     f.push_back(PoolFamily());
     f.push_back(ReduceFamily());
     f.push_back(DepthwiseConvFamily());
+    f.push_back(MatmulFamily());
     // Each family declares what the evaluator must know about its ops.
     for (const Family* family : f) {
       for (const std::string& op : family->ops()) DeclareOpTraits(op, family->traits(op));

@@ -29,6 +29,21 @@ OpTraits TraitsFor(std::string_view op) {
   return it == r.traits.end() ? DefaultOpTraits() : it->second;
 }
 
+double FlopsOf(const OpKey& key) {
+  if (key.calls.size() == 1) {
+    const OpCall& call = key.calls[0];
+    if ((call.op == "aten::mm" || call.op == "aten::bmm") && call.args.size() >= 2) {
+      const auto* a = std::get_if<TensorDesc>(&call.args[0]);
+      const auto* b = std::get_if<TensorDesc>(&call.args[1]);
+      if (a && b && a->sizes.size() >= 2 && !b->sizes.empty()) {
+        return 2.0 * static_cast<double>(a->numel()) * static_cast<double>(b->sizes.back());
+      }
+    }
+    return TraitsFor(call.op).flops;
+  }
+  return 0;
+}
+
 void DeclareOpTraits(std::string op, OpTraits traits) {
   Registry& r = GetRegistry();
   std::lock_guard<std::mutex> lock(r.mu);

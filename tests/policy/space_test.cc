@@ -1221,5 +1221,200 @@ TEST(DepthwiseConvSpace, CudnnIsNotFedSpecialValues) {
   EXPECT_EQ(TraitsFor("aten::_conv_depthwise2d").compare, ComparePolicy::kClose);
 }
 
+
+namespace matmul_test {
+
+OpKey MmKey(TensorDesc a, TensorDesc b, uint32_t numerics = kNumericsDefault) {
+  return OpKey::Single("aten::mm", "", {std::move(a), std::move(b)}, 90, numerics);
+}
+OpKey BmmKey(TensorDesc a, TensorDesc b, uint32_t numerics = kNumericsDefault) {
+  return OpKey::Single("aten::bmm", "", {std::move(a), std::move(b)}, 90, numerics);
+}
+// x.t() of a contiguous [cols, rows] matrix: sizes [rows, cols], strides [1, rows].
+TensorDesc Transposed(DType dt, int64_t rows, int64_t cols) {
+  TensorDesc d = TensorDesc::Contiguous(dt, {cols, rows});
+  d.sizes = {rows, cols};
+  d.strides = {1, rows};
+  return d;
+}
+Point MatmulPoint(int64_t stage, int64_t bm, int64_t bn, int64_t bk, int64_t tm, int64_t tn, int64_t vec, int64_t bpb = 1) {
+  return Point{{"stage", stage}, {"bm", bm}, {"bn", bn}, {"bk", bk}, {"tm", tm},
+               {"tn", tn},       {"vec", vec}, {"bpb", bpb}, {"hint", 0}, {"minb", 1}};
+}
+
+TEST(MatmulSpace, DeclinesWhatItCannotServe) {
+  constexpr DType f32 = DType::kFloat32, f16 = DType::kFloat16, bf16 = DType::kBFloat16;
+  auto c = [](DType dt, std::vector<int64_t> s) { return TensorDesc::Contiguous(dt, std::move(s)); };
+  const Family& f = *FindFamily(MmKey(c(f32, {64, 64}), c(f32, {64, 64})))->family;
+  EXPECT_EQ(f.name(), "matmul");
+  auto reason = [&](const OpKey& key) {
+    auto m = f.Match(key);
+    EXPECT_FALSE(m.ok()) << key.ToString();
+    return m.ok() ? std::string() : m.status().ToString();
+  };
+  // Large inner dimensions are cuBLAS's: float32 over 256, the half types over 64.
+  EXPECT_NE(reason(MmKey(c(f32, {4096, 512}), c(f32, {512, 4096}))).find("cuBLAS"), std::string::npos);
+  EXPECT_NE(reason(BmmKey(c(bf16, {64, 64, 128}), c(bf16, {64, 128, 64}))).find("tensor cores"), std::string::npos);
+  EXPECT_TRUE(f.Match(MmKey(c(f32, {4096, 256}), c(f32, {256, 4096}))).ok());
+  EXPECT_TRUE(f.Match(MmKey(c(f16, {4096, 64}), c(f16, {64, 4096}))).ok());
+  // What PyTorch rejects, other dtypes, empty products, negative strides, other ops and ranks.
+  EXPECT_NE(reason(MmKey(c(f32, {8, 16}), c(f16, {16, 8}))).find("mixed"), std::string::npos);
+  EXPECT_NE(reason(MmKey(c(f32, {8, 16}), c(f32, {15, 8}))).find("inner"), std::string::npos);
+  EXPECT_NE(reason(BmmKey(c(f32, {2, 8, 16}), c(f32, {3, 16, 8}))).find("batch"), std::string::npos);
+  EXPECT_NE(reason(MmKey(c(DType::kFloat64, {8, 16}), c(DType::kFloat64, {16, 8}))).find("dtype"), std::string::npos);
+  EXPECT_NE(reason(MmKey(c(f32, {0, 16}), c(f32, {16, 8}))).find("empty"), std::string::npos);
+  EXPECT_NE(reason(MmKey(c(f32, {8, 0}), c(f32, {0, 8}))).find("empty"), std::string::npos);
+  TensorDesc flipped = c(f32, {8, 16});
+  flipped.strides = {-16, 1};
+  EXPECT_NE(reason(MmKey(flipped, c(f32, {16, 8}))).find("negative"), std::string::npos);
+  EXPECT_NE(reason(MmKey(c(f32, {2, 8, 16}), c(f32, {16, 8}))).find("2-D"), std::string::npos);
+  EXPECT_NE(reason(BmmKey(c(f32, {8, 16}), c(f32, {16, 8}))).find("3-D"), std::string::npos);
+  EXPECT_FALSE(f.Match(OpKey::Single("aten::addmm", "", {c(f32, {8}), c(f32, {8, 16}), c(f32, {16, 8}), 1.0, 1.0}, 90)).ok());
+}
+
+TEST(MatmulSpace, TheKeyCarriesTf32AndKernelsUseFp32FmaOnly) {
+  const DeviceFacts device = DeviceFacts::H200();
+  const TensorDesc a = TensorDesc::Contiguous(DType::kFloat32, {32768, 64});
+  const TensorDesc b = TensorDesc::Contiguous(DType::kFloat32, {64, 32768});
+  const OpKey off = MmKey(a, b), on = MmKey(a, b, kAllowTF32Matmul);
+  // torch.backends.cuda.matmul.allow_tf32 is OpKey::numerics' bit (kjit_torch::CurrentNumerics): the two
+  // settings are two keys, so a kernel verified for one is never served to the other.
+  EXPECT_NE(off.Hash(), on.Hash());
+  for (const OpKey& key : {off, on, MmKey(a, b, kAllowBF16Matmul)}) {
+    auto found = FindFamily(key);
+    ASSERT_TRUE(found.ok()) << found.status().ToString();
+    // Every point multiplies with float32 fused multiply-adds: no inline PTX (mma, cvt.rna.tf32), no wmma.
+    for (const Point& p : PairwiseCover(*found->family, *found->problem, device)) {
+      auto c = found->family->Generate(*found->problem, p, device);
+      ASSERT_TRUE(c.ok()) << c.status().ToString();
+      EXPECT_NE(c->source.find("fmaf("), std::string::npos);
+      EXPECT_EQ(c->source.find("asm"), std::string::npos) << PointToString(p);
+      EXPECT_EQ(c->source.find("wmma"), std::string::npos) << PointToString(p);
+    }
+  }
+  EXPECT_NE(FindFamily(off)->problem->description.find("tf32-off"), std::string::npos);
+  EXPECT_NE(FindFamily(on)->problem->description.find("tf32-allowed"), std::string::npos);
+}
+
+TEST(MatmulSpace, ChecksFollowTheLayout) {
+  const DeviceFacts device = DeviceFacts::H200();
+  constexpr DType f32 = DType::kFloat32, bf16 = DType::kBFloat16;
+  auto why = [&](const OpKey& key, const Point& p) {
+    auto found = FindFamily(key);
+    EXPECT_TRUE(found.ok()) << found.status().ToString();
+    const Status st = found->family->Check(*found->problem, p, device);
+    EXPECT_FALSE(st.ok()) << PointToString(p);
+    return st.ToString();
+  };
+  auto ok = [&](const OpKey& key, const Point& p) {
+    auto found = FindFamily(key);
+    EXPECT_TRUE(found.ok());
+    return found->family->Check(*found->problem, p, device).ok();
+  };
+  const OpKey plain = MmKey(TensorDesc::Contiguous(f32, {256, 64}), TensorDesc::Contiguous(f32, {64, 256}));
+  EXPECT_TRUE(ok(plain, MatmulPoint(2, 64, 64, 16, 4, 4, 4)));
+  // Threads are bm/tm x bn/tn, a multiple of 32; accumulators are bounded.
+  EXPECT_NE(why(plain, MatmulPoint(2, 16, 16, 16, 4, 4, 1)).find("multiple of 32"), std::string::npos);
+  EXPECT_NE(why(plain, MatmulPoint(2, 128, 128, 16, 8, 16, 1)).find("accumulators"), std::string::npos);
+  // Vectors: 16 bytes at most, not for direct reads, not across a dim without unit stride.
+  EXPECT_NE(why(plain, MatmulPoint(2, 64, 64, 16, 4, 4, 8)).find("16 bytes"), std::string::npos);
+  EXPECT_NE(why(plain, MatmulPoint(0, 64, 64, 16, 4, 4, 4)).find("direct"), std::string::npos);
+  TensorDesc stepped = TensorDesc::Contiguous(f32, {256, 128});
+  stepped.sizes = {256, 64};
+  stepped.strides = {128, 2};  // x[:, ::2]
+  EXPECT_NE(why(MmKey(stepped, TensorDesc::Contiguous(f32, {64, 256})), MatmulPoint(2, 64, 64, 16, 4, 4, 4)).find("unit-stride"),
+            std::string::npos);
+  EXPECT_TRUE(ok(MmKey(stepped, TensorDesc::Contiguous(f32, {64, 256})), MatmulPoint(2, 64, 64, 16, 4, 4, 1)));
+  // A transposed operand is read in vectors along its own contiguous dim (m for A^T).
+  EXPECT_TRUE(ok(MmKey(Transposed(f32, 256, 64), TensorDesc::Contiguous(f32, {64, 256})), MatmulPoint(2, 64, 64, 16, 4, 4, 4)));
+  // An odd contiguous extent or a misaligned input keeps vectors out.
+  EXPECT_NE(why(MmKey(TensorDesc::Contiguous(f32, {256, 66}), TensorDesc::Contiguous(f32, {66, 256})),
+                MatmulPoint(2, 64, 64, 16, 4, 4, 4)).find("divide"),
+            std::string::npos);
+  TensorDesc misaligned = TensorDesc::Contiguous(bf16, {256, 64});
+  misaligned.alignment = 4;
+  EXPECT_NE(why(MmKey(misaligned, TensorDesc::Contiguous(bf16, {64, 256})), MatmulPoint(2, 64, 64, 16, 4, 4, 8)).find("aligned"),
+            std::string::npos);
+  EXPECT_TRUE(ok(MmKey(misaligned, TensorDesc::Contiguous(bf16, {64, 256})), MatmulPoint(2, 64, 64, 16, 4, 4, 2)));
+  // Double buffering needs two slices; tiles stay within the matrix's next power of two.
+  const OpKey small_k = MmKey(TensorDesc::Contiguous(f32, {256, 16}), TensorDesc::Contiguous(f32, {16, 256}));
+  EXPECT_NE(why(small_k, MatmulPoint(2, 64, 64, 16, 4, 4, 4)).find("two k slices"), std::string::npos);
+  EXPECT_TRUE(ok(small_k, MatmulPoint(1, 64, 64, 16, 4, 4, 4)));
+  const OpKey tiny = BmmKey(TensorDesc::Contiguous(f32, {4096, 8, 8}), TensorDesc::Contiguous(f32, {4096, 8, 8}));
+  EXPECT_NE(why(tiny, MatmulPoint(1, 32, 16, 8, 1, 1, 1)).find("taller"), std::string::npos);
+  // Several matrices a block: bmm only, where one tile covers a matrix.
+  EXPECT_TRUE(ok(tiny, MatmulPoint(1, 16, 16, 8, 1, 2, 4, 8)));
+  EXPECT_NE(why(plain, MatmulPoint(2, 64, 64, 16, 4, 4, 4, 2)).find("batch"), std::string::npos);
+  // Two blocks an SM: only where the cap binds (256 threads or more) and two blocks fit.
+  Point two = MatmulPoint(2, 128, 128, 16, 8, 8, 4);
+  two["minb"] = 2;
+  EXPECT_TRUE(ok(plain, two));
+  two = MatmulPoint(2, 64, 64, 16, 8, 8, 4);
+  two["minb"] = 2;
+  EXPECT_NE(why(plain, two).find("256 threads"), std::string::npos);
+  const OpKey bmm64 = BmmKey(TensorDesc::Contiguous(f32, {4096, 64, 64}), TensorDesc::Contiguous(f32, {4096, 64, 64}));
+  EXPECT_NE(why(bmm64, MatmulPoint(2, 32, 32, 16, 2, 2, 4, 2)).find("one tile"), std::string::npos);
+}
+
+TEST(MatmulSpace, ExpertDefaultsFitTheShapeAndTheAbi) {
+  const DeviceFacts device = DeviceFacts::H200();
+  constexpr DType f32 = DType::kFloat32, f16 = DType::kFloat16, bf16 = DType::kBFloat16;
+  auto default_of = [&](const OpKey& key, Candidate* out = nullptr) {
+    auto found = FindFamily(key);
+    EXPECT_TRUE(found.ok()) << found.status().ToString();
+    const Point p = found->family->ExpertDefault(*found->problem, device);
+    EXPECT_TRUE(found->family->Check(*found->problem, p, device).ok()) << PointToString(p);
+    auto c = found->family->Generate(*found->problem, p, device);
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    if (out && c.ok()) *out = *c;
+    return p;
+  };
+  // Tall-skinny headroom case: 128x128 tiles of 8x8 per thread, double-buffered 16-deep slices, float4
+  // fetches, streaming stores (a 4 GB output).
+  Candidate c;
+  Point p = default_of(MmKey(TensorDesc::Contiguous(f32, {32768, 64}), TensorDesc::Contiguous(f32, {64, 32768})), &c);
+  EXPECT_EQ(p.at("stage"), 2) << PointToString(p);
+  EXPECT_EQ(p.at("bm"), 128) << PointToString(p);
+  EXPECT_EQ(p.at("bn"), 128) << PointToString(p);
+  EXPECT_EQ(p.at("tm"), 8) << PointToString(p);
+  EXPECT_EQ(p.at("vec"), 4) << PointToString(p);
+  EXPECT_EQ(p.at("hint"), 1) << PointToString(p);
+  EXPECT_EQ(c.launch.grid[0], 256u * 256u);
+  EXPECT_EQ(c.launch.block[0], 256u);
+  EXPECT_EQ(c.launch.dynamic_shared_bytes, 2u * 16u * (132u + 132u) * 4u);
+  // (self, mat2, out).
+  EXPECT_NE(c.source.find("kjit_matmul(const in_t* __restrict__ a,"), std::string::npos);
+  EXPECT_EQ(c.entry_point, "kjit_matmul");
+  // Batched 64x64 headroom case: one 64x64 tile a matrix, 4x4 a thread, 4096 blocks.
+  p = default_of(BmmKey(TensorDesc::Contiguous(f32, {4096, 64, 64}), TensorDesc::Contiguous(f32, {4096, 64, 64})), &c);
+  EXPECT_EQ(p.at("bm"), 64) << PointToString(p);
+  EXPECT_EQ(p.at("bn"), 64) << PointToString(p);
+  EXPECT_EQ(p.at("bpb"), 1) << PointToString(p);
+  EXPECT_EQ(c.launch.grid[0], 4096u);
+  // Tiny matrices: several a block.
+  p = default_of(BmmKey(TensorDesc::Contiguous(f32, {65536, 8, 8}), TensorDesc::Contiguous(f32, {65536, 8, 8})));
+  EXPECT_GT(p.at("bpb"), 1) << PointToString(p);
+  // Odd, transposed, half-type, strided and one-row keys each have a valid default that generates.
+  default_of(MmKey(Transposed(f32, 1000, 33), TensorDesc::Contiguous(f32, {33, 777})));
+  default_of(BmmKey(TensorDesc::Contiguous(bf16, {3, 33, 40}), TensorDesc::Contiguous(bf16, {3, 40, 24})));
+  default_of(MmKey(TensorDesc::Contiguous(f16, {1, 64}), TensorDesc::Contiguous(f16, {64, 1})));
+  default_of(MmKey(TensorDesc::Contiguous(f32, {5, 1}), TensorDesc::Contiguous(f32, {1, 7})));
+  default_of(MmKey(TensorDesc::Contiguous(f32, {100000, 256}), TensorDesc::Contiguous(f32, {256, 3})));
+}
+
+TEST(MatmulSpace, TraitsAllowReorderedSumsAndKeepHalfOverflowAway) {
+  (void)Families();  // declares the traits
+  for (const char* op : {"aten::mm", "aten::bmm"}) {
+    const OpTraits t = TraitsFor(op);
+    EXPECT_TRUE(t.special_values);
+    EXPECT_EQ(t.compare, ComparePolicy::kClose);
+    EXPECT_DOUBLE_EQ(t.tolerance_by_dtype.at(DType::kFloat32).rtol, 1e-5);
+    EXPECT_EQ(t.no_large_inputs.count(DType::kFloat16), 1u);
+    EXPECT_EQ(t.no_large_inputs.count(DType::kFloat32), 0u);
+  }
+}
+
+}  // namespace matmul_test
+
 }  // namespace
 }  // namespace kjit::policy

@@ -354,7 +354,7 @@ struct Evaluator::Impl {
     daemon::Roofline r;
     for (const at::Tensor& t : TensorsIn(set.args)) r.bytes += BytesOf(t);
     for (const at::Tensor& t : set.reference) r.bytes += BytesOf(t);
-    r.flops = p.traits.flops;
+    r.flops = policy::FlopsOf(p.key);  // the traits' flops, or a matrix product's from its shapes
     const double bw_us = device.copy_bandwidth_bytes_per_s > 0 ? r.bytes / device.copy_bandwidth_bytes_per_s * 1e6 : 0;
     // FP32 FMA peak of the SMs: 128 lanes x 2 FLOPs per clock (Hopper and Ampere).
     const double peak = static_cast<double>(device.sm_count) * 128 * 2 * device.sm_clock_khz * 1e3;

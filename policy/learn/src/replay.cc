@@ -81,6 +81,15 @@ ReductionShape ReductionOf(const OpCall& call, const TensorDesc& x) {
       return r;
     }
     r.length = 1;  // inference: elementwise with a per-channel scale
+  } else if (op == "aten::mm" || op == "aten::bmm") {
+    // Each output is a dot product of K terms; there are (batch x) M x N of them, N to a row.
+    const TensorDesc* mat2 = call.args.size() > 1 ? std::get_if<TensorDesc>(&call.args[1]) : nullptr;
+    if (ndim >= 2 && mat2 != nullptr && !mat2->sizes.empty()) {
+      r.length = static_cast<double>(x.sizes.back());
+      r.inner = static_cast<double>(mat2->sizes.back());
+      r.count = numel / std::max(r.length, 1.0) * r.inner;
+      return r;
+    }
   } else if (ndim > 0) {
     r.length = static_cast<double>(x.sizes.back());
   }
@@ -127,7 +136,8 @@ std::vector<float> TaskFeatures(const OpKey& key, const Family& family, double f
   f.push_back(static_cast<float>(tensors) / 5.f);
   f.push_back(static_cast<float>(Log2p(bytes) / 40));
   // FLOPs: the declared compute floor, else ~5 per element (these families are memory-bound).
-  const double flops = TraitsFor(call.op).flops > 0 ? TraitsFor(call.op).flops : 5 * numel;
+  const double declared = FlopsOf(key);  // matrix products: from their shapes
+  const double flops = declared > 0 ? declared : 5 * numel;
   f.push_back(static_cast<float>(Log2p(flops) / 40));
   f.push_back(static_cast<float>(Log2p(floor_us) / 16));
   // Bytes per SM and per reduction against the shared memory of one block: what decides register,

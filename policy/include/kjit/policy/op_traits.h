@@ -72,6 +72,9 @@ OpTraits DefaultOpTraits();
 // The traits for an op ("aten::_softmax"): a declared one, else DefaultOpTraits().
 // Thread-safe.
 OpTraits TraitsFor(std::string_view op);
+// FLOPs of one keyed call, for the compute floor: for matrix products (aten::mm, aten::bmm), whose work
+// depends on the shapes, 2 x batch x M x N x K; otherwise the op's traits' `flops`.
+double FlopsOf(const OpKey& key);
 // Declares (or replaces) the traits of an op. Thread-safe.
 void DeclareOpTraits(std::string op, OpTraits traits);
 

@@ -1,0 +1,551 @@
+#include "matmul/matmul.h"
+
+#include "src/codegen.h"
+
+#include <algorithm>
+#include <limits>
+#include <sstream>
+
+namespace kjit::policy {
+namespace {
+
+using codegen::CeilDiv;
+using codegen::CudaType;
+
+// The ABI (daemon/worker_protocol.h): (self, mat2, out) for both ops.
+
+enum Stage : int64_t { kDirect = 0, kStaged = 1, kDouble = 2 };
+
+constexpr const char* kMm = "aten::mm";
+constexpr const char* kBmm = "aten::bmm";
+
+constexpr int64_t kMaxKFloat32 = 256;   // larger inner dimensions are cuBLAS's (near peak from K ~ 512 on)
+constexpr int64_t kMaxKHalf = 64;       // f16/bf16: tensor cores beat FP32 FMA once K grows
+constexpr int64_t kMaxSharedBytes = 64 * 1024;
+constexpr int64_t kMaxAccumulators = 64;  // tm x tn floats a thread holds
+constexpr int64_t kMaxFetchRegs = 32;     // elements a thread fetches per operand per slice
+
+struct MatmulProblem : Problem {
+  bool batched = false;
+  DType dtype = DType::kFloat32;
+  int64_t batch = 1, m = 1, n = 1, k = 1;
+  // Element strides; those of size-1 dims (and mm's batch) are 0.
+  int64_t sab = 0, sam = 0, sak = 0, sbb = 0, sbk = 0, sbn = 0;
+  int a_align = 16, b_align = 16;
+  bool tf32_allowed = false;  // the key's numerics allow TF32 (not used: FP32 FMA only)
+  int64_t elem() const { return static_cast<int64_t>(DTypeSize(dtype)); }
+  // Which dim each operand is read along in vectors: A along k (true) or m; B along n (true) or k.
+  // Where neither dim has unit stride, the one with the smaller stride (scalar reads only).
+  bool a_kcont() const { return sak == 1 || (sam != 1 && sak <= sam); }
+  bool b_ncont() const { return sbn == 1 || (sbk != 1 && sbn <= sbk); }
+};
+
+int64_t NextPow2(int64_t v) {
+  int64_t p = 1;
+  while (p < v) p *= 2;
+  return p;
+}
+
+bool Float(DType t) { return t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBFloat16; }
+
+constexpr const char* kBody = R"(
+constexpr int TX = BN / TN;  // threads along n; THREADS / TX along m
+constexpr long long TILES_M = (M_ + BM - 1) / BM, TILES_N = (N_ + BN - 1) / BN;
+constexpr int PAD = 4;  // keeps rows 16-byte aligned and spreads transposed stores over banks
+constexpr int LDA = BM + PAD, LDB = BN + PAD;  // shared slices: As[BK][LDA], Bs[BK][LDB], as float
+constexpr int KT = (int)((K_ + BK - 1) / BK);  // slices
+constexpr int KLAST = (int)(K_ - (long long)(KT - 1) * BK);  // k values of the last slice
+constexpr int A_VECS = BM * BK / VEC, A_PER = (A_VECS + THREADS - 1) / THREADS;
+constexpr int B_VECS = BK * BN / VEC, B_PER = (B_VECS + THREADS - 1) / THREADS;
+
+// One slice's elements a thread fetches, as raw bits (zeros outside the matrices).
+struct Frag { raw_t a[A_PER][VEC]; raw_t b[B_PER][VEC]; };
+
+// Vector e of the A slice: VEC elements along k (A_KCONT) or along m; of the B slice: along n
+// (B_NCONT) or along k. Consecutive threads take consecutive vectors along the contiguous dim.
+__device__ __forceinline__ void a_coords(int e, int& m, int& k) {
+  if (A_KCONT) { m = e / (BK / VEC); k = (e % (BK / VEC)) * VEC; }
+  else { k = e / (BM / VEC); m = (e % (BM / VEC)) * VEC; }
+}
+__device__ __forceinline__ void b_coords(int e, int& k, int& n) {
+  if (B_NCONT) { k = e / (BN / VEC); n = (e % (BN / VEC)) * VEC; }
+  else { n = e / (BK / VEC); k = (e % (BK / VEC)) * VEC; }
+}
+// A vector lies wholly inside or wholly outside its matrix (VEC divides the contiguous extent).
+__device__ __forceinline__ void fetch(const in_t* a, const in_t* b, long long m0, long long n0, long long k0, Frag& f) {
+#pragma unroll
+  for (int i = 0; i < A_PER; ++i) {
+    const int e = threadIdx.x + i * THREADS;
+    int m = 0, k = 0;
+    a_coords(e, m, k);
+    const long long gm = m0 + m, gk = k0 + k;
+    if ((A_VECS % THREADS == 0 || e < A_VECS) && gm < M_ && gk < K_) {
+      load_raw<VEC, false>(a + gm * SAM + gk * SAK, f.a[i]);
+    } else {
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) f.a[i][j] = 0;
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < B_PER; ++i) {
+    const int e = threadIdx.x + i * THREADS;
+    int k = 0, n = 0;
+    b_coords(e, k, n);
+    const long long gk = k0 + k, gn = n0 + n;
+    if ((B_VECS % THREADS == 0 || e < B_VECS) && gk < K_ && gn < N_) {
+      load_raw<VEC, false>(b + gk * SBK + gn * SBN, f.b[i]);
+    } else {
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) f.b[i][j] = 0;
+    }
+  }
+}
+__device__ __forceinline__ void stash(const Frag& f, float* As, float* Bs) {
+#pragma unroll
+  for (int i = 0; i < A_PER; ++i) {
+    const int e = threadIdx.x + i * THREADS;
+    if (A_VECS % THREADS != 0 && e >= A_VECS) break;
+    int m = 0, k = 0;
+    a_coords(e, m, k);
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+      if (A_KCONT) As[(k + j) * LDA + m] = Bits<in_t>::to_f(f.a[i][j]);
+      else As[k * LDA + m + j] = Bits<in_t>::to_f(f.a[i][j]);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < B_PER; ++i) {
+    const int e = threadIdx.x + i * THREADS;
+    if (B_VECS % THREADS != 0 && e >= B_VECS) break;
+    int k = 0, n = 0;
+    b_coords(e, k, n);
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+      if (B_NCONT) Bs[k * LDB + n + j] = Bits<in_t>::to_f(f.b[i][j]);
+      else Bs[(k + j) * LDB + n] = Bits<in_t>::to_f(f.b[i][j]);
+    }
+  }
+}
+// KN k values of a staged slice (the last slice stops at K: no padded terms enter a sum).
+template <int KN>
+__device__ __forceinline__ void multiply(const float* As, const float* Bs, int ty, int tx, float (&acc)[TM][TN]) {
+#pragma unroll
+  for (int k = 0; k < KN; ++k) {
+    float av[TM], bv[TN];
+#pragma unroll
+    for (int i = 0; i < TM; ++i) av[i] = As[k * LDA + ty * TM + i];
+#pragma unroll
+    for (int j = 0; j < TN; ++j) bv[j] = Bs[k * LDB + tx * TN + j];
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+      for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
+  }
+}
+// The thread's tm x tn outputs of one matrix, rounded once; rows and columns past the output are not
+// written. Stores of SW elements (SW divides TN and N).
+__device__ __forceinline__ void store_tile(out_t* c, long long m0, long long n0, int ty, int tx, const float (&acc)[TM][TN]) {
+#pragma unroll
+  for (int i = 0; i < TM; ++i) {
+    const long long gm = m0 + ty * TM + i;
+    if (gm >= M_) break;
+#pragma unroll
+    for (int j = 0; j < TN; j += SW) {
+      const long long gn = n0 + tx * TN + j;
+      if (gn >= N_) break;
+      raw_t r[SW];
+#pragma unroll
+      for (int q = 0; q < SW; ++q) r[q] = Bits<out_t>::from_f(acc[i][j + q]);
+      store_raw<SW>(c + gm * N_ + gn, r);
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, MINB) kjit_matmul(const in_t* __restrict__ a,
+                                                                  const in_t* __restrict__ b,
+                                                                  out_t* __restrict__ c) {
+#if STAGE > 0
+  extern __shared__ __align__(16) unsigned char smem[];
+  float* As0 = reinterpret_cast<float*>(smem);
+  float* Bs0 = As0 + BK * LDA;
+#if STAGE == 2
+  float* As1 = Bs0 + BK * LDB;
+  float* Bs1 = As1 + BK * LDA;
+#endif
+#endif
+  const long long tile = blockIdx.x % (TILES_M * TILES_N), group = blockIdx.x / (TILES_M * TILES_N);
+  const long long m0 = tile / TILES_N * BM, n0 = tile % TILES_N * BN;
+  const int tx = threadIdx.x % TX, ty = threadIdx.x / TX;
+  for (int bb = 0; bb < BPB; ++bb) {
+    const long long batch = group * BPB + bb;
+    if (batch >= BATCH) break;  // the same for every thread of the block
+    const in_t* ab = a + batch * SAB;
+    const in_t* bp = b + batch * SBB;
+    float acc[TM][TN];
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+      for (int j = 0; j < TN; ++j) acc[i][j] = 0.f;
+#if STAGE == 0
+    // Rows and columns past the matrix read its last one (never stored).
+    const raw_t* ar = reinterpret_cast<const raw_t*>(ab);
+    const raw_t* br = reinterpret_cast<const raw_t*>(bp);
+    long long arow[TM], bcol[TN];
+#pragma unroll
+    for (int i = 0; i < TM; ++i) arow[i] = min(m0 + ty * TM + i, M_ - 1) * SAM;
+#pragma unroll
+    for (int j = 0; j < TN; ++j) bcol[j] = min(n0 + tx * TN + j, N_ - 1) * SBN;
+    KUNROLL
+    for (long long k = 0; k < K_; ++k) {
+      float av[TM], bv[TN];
+#pragma unroll
+      for (int i = 0; i < TM; ++i) av[i] = Bits<in_t>::to_f(__ldg(ar + arow[i] + k * SAK));
+#pragma unroll
+      for (int j = 0; j < TN; ++j) bv[j] = Bits<in_t>::to_f(__ldg(br + k * SBK + bcol[j]));
+#pragma unroll
+      for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
+    }
+#elif STAGE == 1
+    for (int t = 0; t < KT; ++t) {
+      Frag f;
+      fetch(ab, bp, m0, n0, (long long)t * BK, f);
+      stash(f, As0, Bs0);
+      __syncthreads();
+      if (KLAST != BK && t == KT - 1) multiply<KLAST>(As0, Bs0, ty, tx, acc);
+      else multiply<BK>(As0, Bs0, ty, tx, acc);
+      __syncthreads();
+    }
+#else
+    Frag f;
+    fetch(ab, bp, m0, n0, 0, f);
+    stash(f, As0, Bs0);
+    __syncthreads();
+    for (int t = 0; t < KT; ++t) {
+      // The buffer written here was last read before the previous iteration's barrier.
+      if (t + 1 < KT) fetch(ab, bp, m0, n0, (long long)(t + 1) * BK, f);
+      const float* As = (t & 1) ? As1 : As0;
+      const float* Bs = (t & 1) ? Bs1 : Bs0;
+      if (KLAST != BK && t == KT - 1) multiply<KLAST>(As, Bs, ty, tx, acc);
+      else multiply<BK>(As, Bs, ty, tx, acc);
+      if (t + 1 < KT) stash(f, (t & 1) ? As0 : As1, (t & 1) ? Bs0 : Bs1);
+      __syncthreads();
+    }
+#endif
+    store_tile(c + batch * (M_ * N_), m0, n0, ty, tx, acc);
+  }
+}
+)";
+
+class Matmul final : public Family {
+ public:
+  std::string_view name() const override { return "matmul"; }
+  int codegen_version() const override { return 1; }
+  std::vector<std::string> ops() const override { return {kMm, kBmm}; }
+
+  OpTraits traits(std::string_view) const override {
+    OpTraits t;
+    // Sums of up to 256 products in another order than cuBLAS's (which may also split K): float32
+    // results differ by a few ulps of the largest partial sum, which assert_close's 1.3e-6 does not
+    // always allow near cancellation; the float64 rule (compare.h) is the second chance either way.
+    // f16/bf16: both round one float32 sum, so they differ by at most one ulp of the output
+    // (assert_close's defaults already allow it).
+    t.tolerance_by_dtype[DType::kFloat32] = {1e-5, 1e-5};
+    // float16's large inputs (2^10..2^14) make sums near float16's overflow threshold, where whether
+    // the rounded output is Inf depends on the order of the float32 partial sums: not fed.
+    t.no_large_inputs = {DType::kFloat16};
+    return t;
+  }
+
+  std::vector<OpKey> SampleKeys() const override {
+    constexpr DType f32 = DType::kFloat32, f16 = DType::kFloat16, bf16 = DType::kBFloat16;
+    auto c = [](DType dt, std::vector<int64_t> s) { return TensorDesc::Contiguous(dt, std::move(s)); };
+    // x.transpose(-1, -2) of a contiguous tensor of the transposed sizes.
+    auto t = [](DType dt, std::vector<int64_t> s) {
+      std::vector<int64_t> ts = s;
+      std::swap(ts[ts.size() - 1], ts[ts.size() - 2]);
+      TensorDesc d = TensorDesc::Contiguous(dt, ts);
+      d.sizes = s;
+      std::swap(d.strides[d.strides.size() - 1], d.strides[d.strides.size() - 2]);
+      return d;
+    };
+    auto mm = [](TensorDesc a, TensorDesc b, uint32_t numerics = kNumericsDefault) {
+      return OpKey::Single(kMm, "", {std::move(a), std::move(b)}, 90, numerics);
+    };
+    auto bmm = [](TensorDesc a, TensorDesc b, uint32_t numerics = kNumericsDefault) {
+      return OpKey::Single(kBmm, "", {std::move(a), std::move(b)}, 90, numerics);
+    };
+    TensorDesc expanded = c(f32, {64, 24});  // a [24, 64, 24] view of one matrix (batch stride 0)
+    expanded.sizes = {24, 64, 24};
+    expanded.strides = {0, 24, 1};
+    return {
+        // The headroom cases: batches of 64x64 products; the tall-skinny float32 product.
+        bmm(c(f32, {4096, 64, 64}), c(f32, {4096, 64, 64})),
+        mm(c(f32, {32768, 64}), c(f32, {64, 32768})),
+        // TF32 allowed: a different key, served with FP32 FMA all the same.
+        mm(c(f32, {8192, 32}), c(f32, {32, 8192}), kAllowTF32Matmul),
+        // Half types, odd sizes, transposed operands, tiny matrices, an expanded batch.
+        bmm(c(f16, {512, 33, 48}), c(f16, {512, 48, 40})),
+        bmm(c(bf16, {256, 64, 64}), t(bf16, {256, 64, 64})),
+        mm(t(f32, {1000, 33}), c(f32, {33, 777})),
+        mm(c(bf16, {4096, 64}), c(bf16, {64, 4096})),
+        bmm(c(f32, {16384, 8, 8}), c(f32, {16384, 8, 8})),
+        mm(c(f16, {1, 64}), c(f16, {64, 4096})),
+        bmm(c(f32, {24, 100, 64}), expanded),
+    };
+  }
+
+  Result<std::unique_ptr<Problem>> Match(const OpKey& key) const override {
+    if (key.calls.size() != 1) return InvalidArgument("a single call is needed");
+    const OpCall& call = key.calls[0];
+    auto p = std::make_unique<MatmulProblem>();
+    if (call.op == kMm) {
+      p->batched = false;
+    } else if (call.op == kBmm) {
+      p->batched = true;
+    } else {
+      return InvalidArgument("not aten::mm or aten::bmm");
+    }
+    if (!call.overload.empty()) return InvalidArgument("only the default overload (no out=)");
+    if (call.args.size() != 2) return InvalidArgument("expected (self, mat2)");
+    const auto* a = std::get_if<TensorDesc>(&call.args[0]);
+    const auto* b = std::get_if<TensorDesc>(&call.args[1]);
+    if (!a || !b) return InvalidArgument("self and mat2 must be tensors");
+    const size_t rank = p->batched ? 3 : 2;
+    if (a->sizes.size() != rank || b->sizes.size() != rank || a->strides.size() != rank || b->strides.size() != rank) {
+      return InvalidArgument(p->batched ? "bmm needs 3-D tensors" : "mm needs 2-D tensors");
+    }
+    if (!Float(a->dtype)) return InvalidArgument("dtype other than f32, f16, bf16");
+    if (a->dtype != b->dtype) return InvalidArgument("mixed dtypes: PyTorch rejects them");
+    const size_t o = p->batched ? 1 : 0;
+    if (p->batched && a->sizes[0] != b->sizes[0]) return InvalidArgument("batch sizes differ: PyTorch rejects it");
+    if (a->sizes[o + 1] != b->sizes[o]) return InvalidArgument("inner dimensions differ: PyTorch rejects it");
+    p->dtype = a->dtype;
+    p->batch = p->batched ? a->sizes[0] : 1;
+    p->m = a->sizes[o];
+    p->k = a->sizes[o + 1];
+    p->n = b->sizes[o + 1];
+    if (p->batch == 0 || p->m == 0 || p->n == 0 || p->k == 0) return InvalidArgument("empty product: declined");
+    for (const TensorDesc* d : {a, b}) {
+      for (int64_t s : d->strides) {
+        if (s < 0) return InvalidArgument("negative strides: declined");
+      }
+    }
+    const int64_t max_k = p->dtype == DType::kFloat32 ? kMaxKFloat32 : kMaxKHalf;
+    if (p->k > max_k) {
+      return InvalidArgument("inner dimension " + std::to_string(p->k) + " over " + std::to_string(max_k) +
+                             ": cuBLAS's large tiles" + (p->dtype == DType::kFloat32 ? "" : " and tensor cores") +
+                             " are the right answer there");
+    }
+    if (p->batch * p->m * p->n > (int64_t{1} << 40)) return InvalidArgument("output too large");
+    auto stride = [](const TensorDesc& d, size_t dim) { return d.sizes[dim] == 1 ? 0 : d.strides[dim]; };
+    if (p->batched) {
+      p->sab = stride(*a, 0);
+      p->sbb = stride(*b, 0);
+    }
+    p->sam = stride(*a, o);
+    p->sak = stride(*a, o + 1);
+    p->sbk = stride(*b, o);
+    p->sbn = stride(*b, o + 1);
+    if (a->alignment < p->elem() || b->alignment < p->elem()) return InvalidArgument("input not aligned to its element");
+    p->a_align = a->alignment;
+    p->b_align = b->alignment;
+    p->tf32_allowed = (key.numerics & kAllowTF32Matmul) != 0;
+    p->op = call.op;
+    std::ostringstream desc;
+    desc << "matmul " << DTypeName(p->dtype) << (p->batched ? " bmm " : " mm ");
+    if (p->batched) desc << p->batch << "x";
+    desc << "(" << p->m << "x" << p->k << " @ " << p->k << "x" << p->n << ")";
+    desc << " A" << (p->sak == 1 ? "" : p->sam == 1 ? "^T" : "(strided)") << " B"
+         << (p->sbn == 1 ? "" : p->sbk == 1 ? "^T" : "(strided)");
+    if (p->batched && p->sbb == 0 && p->batch > 1) desc << " B broadcast";
+    desc << (p->tf32_allowed ? " tf32-allowed (fp32 fma)" : " tf32-off");
+    p->description = desc.str();
+    return std::unique_ptr<Problem>(std::move(p));
+  }
+
+  Space MakeSpace(const Problem&, const DeviceFacts&) const override {
+    Space s;
+    s.family = "matmul";
+    s.knobs = {
+        {"stage", {kDirect, kStaged, kDouble},
+         "0 operands read from global memory (L1) at every k, 1 bk-deep slices staged in shared memory, "
+         "2 double-buffered slices, the next fetched into registers during the multiply"},
+        {"bm", {16, 32, 64, 128}, "block tile rows (of the output)"},
+        {"bn", {16, 32, 64, 128}, "block tile columns"},
+        {"bk", {8, 16, 32}, "k values per staged slice (direct: the k loop's unroll)"},
+        {"tm", {1, 2, 4, 8}, "output rows per thread (threads = bm/tm x bn/tn)"},
+        {"tn", {1, 2, 4, 8}, "output columns per thread, stored together"},
+        {"vec", {1, 2, 4, 8}, "elements per global load along each operand's contiguous dim (staged)"},
+        {"bpb", {1, 2, 4, 8}, "matrices of the batch per block, one after another (bmm, one tile a matrix)"},
+        {"hint", {0, 1}, "1: streaming (evict-first) output stores"},
+        {"minb", {1, 2}, "blocks per SM the registers must allow (__launch_bounds__): 2 caps them at 32768 / threads"},
+    };
+    return s;
+  }
+
+  static int64_t Threads(int64_t bm, int64_t bn, int64_t tm, int64_t tn) { return (bm / tm) * (bn / tn); }
+  static int64_t SharedBytes(int64_t stage, int64_t bm, int64_t bn, int64_t bk) {
+    if (stage == kDirect) return 0;
+    return (stage == kDouble ? 2 : 1) * bk * ((bm + 4) + (bn + 4)) * 4;
+  }
+  // Output columns stored together: the widest power of two dividing tn and N, within 16 bytes.
+  static int64_t StoreWidth(const MatmulProblem& p, int64_t tn) {
+    for (int64_t v : {8, 4, 2}) {
+      if (tn % v == 0 && p.n % v == 0 && v * p.elem() <= 16) return v;
+    }
+    return 1;
+  }
+
+  Status Check(const Problem& problem, const Point& pt, const DeviceFacts& dev) const override {
+    const auto& p = static_cast<const MatmulProblem&>(problem);
+    const int64_t stage = pt.at("stage"), bm = pt.at("bm"), bn = pt.at("bn"), bk = pt.at("bk"), tm = pt.at("tm"),
+                  tn = pt.at("tn"), vec = pt.at("vec"), bpb = pt.at("bpb");
+    if (stage != kDirect && stage != kStaged && stage != kDouble) return InvalidArgument("unknown stage");
+    if (tm > bm || tn > bn) return InvalidArgument("thread tile larger than the block tile");
+    if (tm * tn > kMaxAccumulators) return InvalidArgument("too many accumulators per thread");
+    const int64_t threads = Threads(bm, bn, tm, tn);
+    if (threads < 32 || threads % 32 != 0) return InvalidArgument("threads (bm/tm x bn/tn) not a multiple of 32");
+    if (threads > std::min(1024, dev.max_threads_per_block)) return InvalidArgument("too many threads");
+    // Tiles beyond the matrix's next power of two compute nothing but padding.
+    if (bm > std::max<int64_t>(16, NextPow2(p.m))) return InvalidArgument("block tile taller than the output");
+    if (bn > std::max<int64_t>(16, NextPow2(p.n))) return InvalidArgument("block tile wider than the output");
+    if (bk > std::max<int64_t>(8, NextPow2(p.k))) return InvalidArgument("k slice deeper than K");
+    // Lopsided tiles reuse each loaded value less for the same registers or shared memory: within a factor
+    // of 4, unless the matrix caps the smaller side.
+    if (std::max(tm, tn) > 4 * std::min(tm, tn)) return InvalidArgument("thread tile more than 4x longer than wide");
+    const int64_t cap_m = std::max<int64_t>(16, NextPow2(p.m)), cap_n = std::max<int64_t>(16, NextPow2(p.n));
+    if ((bm > 4 * bn && bn < cap_n) || (bn > 4 * bm && bm < cap_m)) {
+      return InvalidArgument("block tile more than 4x longer than wide");
+    }
+    if (stage == kDouble && CeilDiv(p.k, bk) < 2) return InvalidArgument("double buffering needs two k slices");
+    if (vec * p.elem() > 16) return InvalidArgument("vector wider than 16 bytes");
+    if (vec > 1) {
+      if (stage == kDirect) return InvalidArgument("direct reads are one element (vectors: staged slices)");
+      // A: along k or m; B: along n or k. The vector's dim must have unit stride, be divided by the
+      // vector (vectors lie wholly inside or outside) and by the slice, and every other stride must keep
+      // vectors aligned.
+      const bool ak = p.a_kcont(), bn_c = p.b_ncont();
+      const int64_t a_unit = ak ? p.sak : p.sam, a_ext = ak ? p.k : p.m, a_other = ak ? p.sam : p.sak;
+      const int64_t a_tile = ak ? bk : bm;
+      const int64_t b_unit = bn_c ? p.sbn : p.sbk, b_ext = bn_c ? p.n : p.k, b_other = bn_c ? p.sbk : p.sbn;
+      const int64_t b_tile = bn_c ? bn : bk;
+      if (a_unit != 1 || b_unit != 1) return InvalidArgument("an operand has no unit-stride dim: scalar reads");
+      if (a_ext % vec != 0 || b_ext % vec != 0) return InvalidArgument("vector does not divide a contiguous dim");
+      if (a_tile % vec != 0 || b_tile % vec != 0) return InvalidArgument("vector does not divide the slice");
+      if (a_other % vec != 0 || b_other % vec != 0 || p.sab % vec != 0 || p.sbb % vec != 0) {
+        return InvalidArgument("strides would misalign vectors");
+      }
+      if (p.a_align < vec * p.elem() || p.b_align < vec * p.elem()) return InvalidArgument("inputs not aligned for the vector");
+    }
+    if (stage != kDirect) {
+      const int64_t a_per = CeilDiv(bm * bk / vec, threads) * vec, b_per = CeilDiv(bk * bn / vec, threads) * vec;
+      if (a_per > kMaxFetchRegs || b_per > kMaxFetchRegs) return InvalidArgument("too many elements fetched per thread");
+      if (bm * bk < vec * 1 || bk * bn < vec) return InvalidArgument("slice smaller than a vector");
+      if (SharedBytes(stage, bm, bn, bk) > std::min<int64_t>(kMaxSharedBytes, dev.max_shared_bytes_per_block)) {
+        return InvalidArgument("slices exceed the shared memory budget");
+      }
+    }
+    const int64_t minb = pt.at("minb");
+    if (minb != 1 && minb != 2) return InvalidArgument("minb is 1 or 2");
+    if (minb == 2) {
+      // Two blocks' threads and shared memory must fit an SM; a cap below 64 registers a thread would spill.
+      if (2 * threads > 2048 || 2 * SharedBytes(stage, bm, bn, bk) > dev.shared_bytes_per_sm) {
+        return InvalidArgument("two blocks do not fit an SM");
+      }
+      if (threads < 256) return InvalidArgument("two blocks a SM cap registers only for 256 threads or more");
+    }
+    if (bpb > 1) {
+      if (!p.batched || bpb > p.batch) return InvalidArgument("more matrices per block than the batch has");
+      if (bm < p.m || bn < p.n) return InvalidArgument("several matrices per block only where one tile covers a matrix");
+    }
+    const int64_t blocks = CeilDiv(p.m, bm) * CeilDiv(p.n, bn) * CeilDiv(p.batch, bpb);
+    if (blocks > std::numeric_limits<int32_t>::max()) return InvalidArgument("grid too large");
+    return Status::Ok();
+  }
+
+  Point ExpertDefault(const Problem& problem, const DeviceFacts& dev) const override {
+    const auto& p = static_cast<const MatmulProblem&>(problem);
+    // Streaming stores where the output outgrows L2 (50 MB on the H200): it is not read again here.
+    const int64_t hint = p.batch * p.m * p.n * p.elem() > (int64_t{64} << 20);
+    // Not yet measured on the H200: the classic SIMT choices. The largest of these tiles that still gives
+    // two blocks per SM (outer products of 8x8 per thread reuse each loaded value 8 times), 16-deep
+    // slices double-buffered, the widest vector the layouts allow; a tile per small matrix, several
+    // matrices a block while blocks stay plentiful.
+    struct Shape { int64_t bm, bn, tm, tn; };
+    const Shape shapes[] = {{128, 128, 8, 8}, {128, 64, 8, 4}, {64, 128, 4, 8}, {64, 64, 4, 4},
+                            {64, 32, 4, 2},   {32, 64, 2, 4},  {32, 32, 2, 2},  {16, 32, 1, 2},
+                            {32, 16, 2, 1},   {16, 16, 1, 1}};
+    std::vector<Point> tries;
+    for (bool need_blocks : {true, false}) {
+      for (const Shape& s : shapes) {
+        const int64_t blocks = CeilDiv(p.m, s.bm) * CeilDiv(p.n, s.bn) * p.batch;
+        if (need_blocks && blocks < 2 * dev.sm_count) continue;
+        int64_t bpb = 1;
+        // Matrices of little work (up to 32^3 multiply-adds) several a block, while blocks stay plentiful.
+        if (p.batched && s.bm >= p.m && s.bn >= p.n && p.m * p.n * p.k <= 32 * 32 * 32) {
+          while (bpb < 8 && CeilDiv(p.batch, bpb * 2) >= 8 * dev.sm_count) bpb *= 2;
+        }
+        for (int64_t bk : {16, 8, 32}) {
+          for (int64_t stage : {kDouble, kStaged}) {
+            for (int64_t vec : {8, 4, 2, 1}) {
+              tries.push_back(Point{{"stage", stage}, {"bm", s.bm}, {"bn", s.bn}, {"bk", bk}, {"tm", s.tm},
+                                    {"tn", s.tn}, {"vec", vec}, {"bpb", bpb}, {"hint", hint}, {"minb", 1}});
+            }
+          }
+        }
+      }
+    }
+    tries.push_back(Point{{"stage", kDirect}, {"bm", 16}, {"bn", 16}, {"bk", 8}, {"tm", 1},
+                          {"tn", 2}, {"vec", 1}, {"bpb", 1}, {"hint", hint}, {"minb", 1}});
+    for (const Point& t : tries) {
+      if (Check(problem, t, dev).ok()) return t;
+    }
+    return tries.back();
+  }
+
+  Result<Candidate> Generate(const Problem& problem, const Point& pt, const DeviceFacts& dev) const override {
+    KJIT_RETURN_IF_ERROR(Check(problem, pt, dev));
+    const auto& p = static_cast<const MatmulProblem&>(problem);
+    const int64_t stage = pt.at("stage"), bm = pt.at("bm"), bn = pt.at("bn"), bk = pt.at("bk"), tm = pt.at("tm"),
+                  tn = pt.at("tn"), vec = pt.at("vec"), bpb = pt.at("bpb"), hint = pt.at("hint");
+    const int64_t threads = Threads(bm, bn, tm, tn);
+    std::ostringstream src;
+    src << "// kjit matmul family, codegen " << codegen_version() << ": " << p.description << "\n// point "
+        << PointToString(pt) << "\n// FP32 fused multiply-adds only (no TF32), ascending k from +0, rounded once.\n"
+        << codegen::kIncludes;
+    src << "typedef " << CudaType(p.dtype) << " in_t;\ntypedef in_t out_t;\n";
+    src << "#define VEC " << vec << "\n#define HINT " << hint << "\n#define STAGE " << stage << "\n";
+    src << "constexpr long long M_ = " << p.m << ", N_ = " << p.n << ", K_ = " << p.k << ", BATCH = " << p.batch << ";\n";
+    src << "constexpr long long SAB = " << p.sab << ", SAM = " << p.sam << ", SAK = " << p.sak << ", SBB = " << p.sbb
+        << ", SBK = " << p.sbk << ", SBN = " << p.sbn << ";\n";
+    src << "constexpr int BM = " << bm << ", BN = " << bn << ", BK = " << bk << ", TM = " << tm << ", TN = " << tn
+        << ", BPB = " << bpb << ", MINB = " << pt.at("minb") << ", THREADS = " << threads << ", SW = " << StoreWidth(p, tn) << ";\n";
+    src << "constexpr bool A_KCONT = " << (p.a_kcont() ? "true" : "false")
+        << ", B_NCONT = " << (p.b_ncont() ? "true" : "false") << ";\n";
+    src << codegen::kElementAccess << codegen::kRawAccess;
+    std::string body = kBody;
+    const std::string unroll = "#pragma unroll " + std::to_string(bk);
+    body.replace(body.find("KUNROLL"), 7, unroll);
+    src << body;
+    Candidate c;
+    c.source = src.str();
+    c.entry_point = "kjit_matmul";
+    c.launch.block[0] = static_cast<uint32_t>(threads);
+    c.launch.grid[0] = static_cast<uint32_t>(CeilDiv(p.m, bm) * CeilDiv(p.n, bn) * CeilDiv(p.batch, bpb));
+    c.launch.dynamic_shared_bytes = static_cast<uint32_t>(SharedBytes(stage, bm, bn, bk));
+    c.options = {"--std=c++17", "--diag-suppress=177"};  // 177: a helper this stage does not use
+    c.design = ToDesignPoint("matmul", pt, "");
+    return c;
+  }
+};
+
+}  // namespace
+
+const Family* MatmulFamily() {
+  static const Matmul family;
+  return &family;
+}
+
+}  // namespace kjit::policy

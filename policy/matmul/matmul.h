@@ -1,0 +1,35 @@
+// The small-matrix-product family: aten::mm and aten::bmm of f32, f16 and bf16 with a small inner
+// dimension K (tall-skinny products such as 32768x64 @ 64x32768, and batches of small matrices such as
+// 4096 x 64x64 @ 64x64), where cuBLAS's kernels leave time on the table (../shared/notes/h200-headroom.md:
+// eager 2.0x and 1.76x the floor).
+//
+// Semantics: out[b, m, n] = sum over k of A[b, m, k] * B[b, k, n], accumulated in float32 (f16/bf16
+// inputs converted exactly) as fused multiply-adds in ascending k from +0, rounded once to the
+// inputs' dtype; the output is contiguous [M, N] (mm) or [B, M, N] (bmm), as PyTorch allocates it.
+// Inputs may have any non-negative strides (transposed views, expanded batches). Every point of the
+// space computes each output with the same arithmetic in the same order, so all points are bitwise
+// equal to one another (and to a sequential float32 fma loop; tests/policy/emu/matmul.sh).
+//
+// Numerics: kernels use FP32 FMA only, never TF32 or reduced precision, whatever the key's numerics
+// bits say. The key carries torch.backends.cuda.matmul.allow_tf32 (and float32_matmul_precision
+// "medium") in OpKey::numerics (kjit_torch::CurrentNumerics), so TF32-on and TF32-off calls are
+// different keys: a TF32-off key is never served by a TF32 kernel. A TF32-on key may be served by
+// FP32 FMA (more accurate than what PyTorch would compute; the evaluator's float64 rule accepts it).
+//
+// Strategies (knob `stage`), a thread always computing tm x tn outputs of a bm x bn block tile:
+//   0 direct   operands read from global memory through L1 at every k (no shared memory)
+//   1 staged   bk-deep slices of the A and B tiles staged in shared memory (as float), one barrier
+//              pair per slice
+//   2 double   as staged, two shared buffers: the next slice is fetched into registers while the
+//              current one is multiplied, one barrier per slice
+// Declined: other ops and dtypes, mixed dtypes, empty products, negative strides, K over 256 (f32) or
+// over 64 (f16/bf16): there cuBLAS's large tiles and tensor cores are the right answer.
+#pragma once
+
+#include "kjit/policy/design_space.h"
+
+namespace kjit::policy {
+
+const Family* MatmulFamily();
+
+}  // namespace kjit::policy

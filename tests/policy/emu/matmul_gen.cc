@@ -1,0 +1,54 @@
+// Writes the matmul kernel for (key, point) as C++ for emu.h (the dynamic shared array becomes the
+// block's slab) and prints matmul_run's arguments after the .so:
+//   matmul_gen OUT.cc OP(mm|bmm) DTYPE B,M,K,N SAB,SAM,SAK SBB,SBK,SBN TF32(0|1) KNOB=VALUE...
+// Strides in elements (mm: the batch ones are ignored, B must be 1). Unnamed knobs: the expert default's.
+#include <cstdio>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include "kjit/policy/design_space.h"
+using namespace kjit; using namespace kjit::policy;
+static IntList List(const std::string& s) {
+  IntList v; std::stringstream ss(s); std::string x;
+  while (std::getline(ss, x, ',')) if (!x.empty()) v.push_back(atoll(x.c_str()));
+  return v;
+}
+int main(int argc, char** argv) {
+  int a = 1;
+  std::string out = argv[a++], op = argv[a++];
+  const DType dt = *ParseDType(argv[a++]);
+  const IntList sz = List(argv[a++]), sa = List(argv[a++]), sb = List(argv[a++]);
+  const bool tf32 = atoi(argv[a++]);
+  const bool bmm = op == "bmm";
+  const int64_t B = sz[0], M = sz[1], K = sz[2], N = sz[3];
+  TensorDesc ta, tb;
+  ta.dtype = tb.dtype = dt;
+  if (bmm) {
+    ta.sizes = {B, M, K}; ta.strides = {sa[0], sa[1], sa[2]};
+    tb.sizes = {B, K, N}; tb.strides = {sb[0], sb[1], sb[2]};
+  } else {
+    ta.sizes = {M, K}; ta.strides = {sa[1], sa[2]};
+    tb.sizes = {K, N}; tb.strides = {sb[1], sb[2]};
+  }
+  OpKey key = OpKey::Single(bmm ? "aten::bmm" : "aten::mm", "", {ta, tb}, 90, tf32 ? kAllowTF32Matmul : 0);
+  auto found = FindFamily(key);
+  if (!found.ok()) { std::printf("nomatch %s\n", found.status().ToString().c_str()); return 2; }
+  const DeviceFacts dev = DeviceFacts::H200();
+  Point pt = found->family->ExpertDefault(*found->problem, dev);
+  for (; a < argc; ++a) { std::string kv = argv[a]; auto eq = kv.find('='); pt[kv.substr(0, eq)] = atoll(kv.c_str() + eq + 1); }
+  auto c = found->family->Generate(*found->problem, pt, dev);
+  if (!c.ok()) { std::printf("invalid %s %s\n", PointToString(pt).c_str(), c.status().ToString().c_str()); return 3; }
+  // FP32 FMA only: no inline PTX (mma, cvt to tf32) and no wmma.
+  if (c->source.find("asm") != std::string::npos || c->source.find("wmma") != std::string::npos) {
+    std::printf("inline PTX or wmma in the source\n"); return 4;
+  }
+  std::string src = std::regex_replace(c->source, std::regex(R"(extern __shared__ __align__\(16\) unsigned char smem\[\];)"),
+                                       "unsigned char* smem = static_cast<unsigned char*>(emu_shared(0));");
+  std::ofstream(out) << "#include \"emu.h\"\n#include <cmath>\nusing std::min; using std::max; using std::fmaf;\n" << src;
+  // matmul_run's arguments: dtype B M K N SAB SAM SAK SBB SBK SBN grid block shared
+  std::printf("%d %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %u %u %u | %s\n",
+              dt == DType::kFloat32 ? 0 : dt == DType::kFloat16 ? 1 : 2, (long long)B, (long long)M, (long long)K,
+              (long long)N, (long long)(bmm ? sa[0] : 0), (long long)sa[1], (long long)sa[2], (long long)(bmm ? sb[0] : 0),
+              (long long)sb[1], (long long)sb[2], c->launch.grid[0], c->launch.block[0], c->launch.dynamic_shared_bytes,
+              PointToString(pt).c_str());
+}

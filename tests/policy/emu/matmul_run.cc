@@ -1,0 +1,116 @@
+// Runs one generated matmul kernel (rewritten by matmul_gen.cc for emu.h, built as a shared object) on
+// the CPU and checks it bitwise against the product the family promises: per output, float32 fused
+// multiply-adds of A[b, m, k] * B[b, k, n] in ascending k from +0, rounded once to the dtype (NaN
+// matching NaN). Inputs are laid out by the given strides in storages sized for them (transposed,
+// padded and broadcast operands); 1/256 of the elements are NaN, +-Inf or -0.0, so NaN and Inf results
+// appear and are checked. Also checks that nothing past the output is written. The reference is also
+// compared with a float64 product (finite outputs): a kernel that matched a wrong reference would show.
+// Usage: matmul_run SO DTYPE B M K N SAB SAM SAK SBB SBK SBN GRID BLOCK SHARED
+#include "emu.h"
+#include <dlfcn.h>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <thread>
+#include <vector>
+thread_local emu_dim3 threadIdx, blockIdx;
+emu_dim3 blockDim, gridDim;
+thread_local EmuBlock* emu_block;
+std::barrier<>* emu_cluster_bar;
+thread_local std::optional<std::barrier<>::arrival_token> emu_token;
+int emu_cluster = 1;
+static int dt;
+static float to_f(uint32_t u) {
+  if (dt == 0) return __uint_as_float(u);
+  if (dt == 1) return __half2float(__ushort_as_half((uint16_t)u));
+  return __bfloat162float(__ushort_as_bfloat16((uint16_t)u));
+}
+static uint32_t from_f(float f) {
+  if (dt == 0) return __float_as_uint(f);
+  if (dt == 1) return __half_as_ushort(__float2half_rn(f));
+  return __bfloat16_as_ushort(__float2bfloat16_rn(f));
+}
+int main(int argc, char** argv) {
+  void* so = dlopen(argv[1], RTLD_NOW);
+  if (!so) { std::printf("dlopen: %s\n", dlerror()); return 2; }
+  long long v[16];
+  for (int i = 2; i < argc && i < 18; ++i) v[i - 2] = atoll(argv[i]);
+  dt = (int)v[0];
+  const long long B = v[1], M = v[2], K = v[3], N = v[4], SAB = v[5], SAM = v[6], SAK = v[7], SBB = v[8], SBK = v[9],
+                  SBN = v[10];
+  gridDim.x = (unsigned)v[11]; blockDim.x = (unsigned)v[12];
+  if (v[13] > EMU_SLAB * EMU_VARS) { std::printf("shared memory over the emulator's slab\n"); return 2; }
+  const int es = dt == 0 ? 4 : 2;
+  const long long na = (B - 1) * SAB + (M - 1) * SAM + (K - 1) * SAK + 1;
+  const long long nb = (B - 1) * SBB + (K - 1) * SBK + (N - 1) * SBN + 1;
+  const long long nc = B * M * N;
+  std::vector<char> a(na * es), b(nb * es), c(nc * es + 64, 0x5a);
+  std::mt19937 gen(7);
+  std::normal_distribution<float> nd;
+  std::uniform_int_distribution<int> pick(0, 1023);
+  const float specials[4] = {__int_as_float(0x7fc00000), __int_as_float(0x7f800000), -__int_as_float(0x7f800000), -0.f};
+  auto fill = [&](std::vector<char>& t, long long count) {
+    for (long long i = 0; i < count; ++i) {
+      const int r = pick(gen);
+      const float f = r < 4 ? specials[r] : nd(gen);
+      const uint32_t u = from_f(f);
+      std::memcpy(&t[i * es], &u, es);
+    }
+  };
+  fill(a, na);
+  fill(b, nb);
+  void* fn = dlsym(so, "kjit_matmul");
+  for (unsigned blk_id = 0; blk_id < gridDim.x; ++blk_id) {
+    std::barrier<> bar(blockDim.x);
+    std::vector<char> shared(EMU_SLAB * EMU_VARS);
+    EmuBlock blk{};
+    blk.block_bar = &bar;
+    blk.shared = shared.data();
+    std::vector<std::thread> threads;
+    for (unsigned t = 0; t < blockDim.x; ++t) {
+      threads.emplace_back([&, blk_id, t] {
+        threadIdx.x = t; blockIdx.x = blk_id; emu_block = &blk;
+        reinterpret_cast<void (*)(const void*, const void*, void*)>(fn)(a.data(), b.data(), c.data());
+      });
+    }
+    for (auto& th : threads) th.join();
+  }
+  auto raw = [&](const std::vector<char>& t, long long e) { uint32_t u = 0; std::memcpy(&u, &t[e * es], es); return u; };
+  long long bad = 0, nans = 0, infs = 0, far = 0;
+  for (long long bi = 0; bi < B; ++bi)
+    for (long long m = 0; m < M; ++m)
+      for (long long n = 0; n < N; ++n) {
+        float acc = 0.f;
+        double exact = 0, mag = 0;
+        for (long long k = 0; k < K; ++k) {
+          const float x = to_f(raw(a, bi * SAB + m * SAM + k * SAK)), y = to_f(raw(b, bi * SBB + k * SBK + n * SBN));
+          acc = std::fmaf(x, y, acc);
+          exact += (double)x * y;
+          mag += std::fabs((double)x * y);
+        }
+        const uint32_t want = from_f(acc);
+        const uint32_t got = raw(c, (bi * M + m) * N + n);
+        const bool ok = got == want || (std::isnan(to_f(got)) && std::isnan(to_f(want)));
+        nans += std::isnan(to_f(want));
+        infs += std::isinf(to_f(want));
+        // The reference itself: within float32 rounding of the float64 sum, then the dtype's rounding.
+        if (std::isfinite(exact) && std::isfinite(to_f(want))) {
+          const double ulp = dt == 0 ? 0x1p-23 : dt == 1 ? 0x1p-10 : 0x1p-7;
+          if (std::fabs(to_f(want) - exact) > K * 0x1p-24 * mag + ulp * std::fabs(exact) + 1e-30) ++far;
+        }
+        if (!ok) {
+          if (bad == 0) {
+            std::printf("first bad at b=%lld m=%lld n=%lld: got %x (%g) want %x (%g)\n", bi, m, n, got, to_f(got), want,
+                        to_f(want));
+          }
+          ++bad;
+        }
+      }
+  for (int k = 0; k < 64; ++k) {
+    if (c[nc * es + k] != 0x5a) { std::printf("WROTE PAST END\n"); return 1; }
+  }
+  if (far) { std::printf("REFERENCE off the float64 product at %lld outputs\n", far); return 1; }
+  std::printf("%s bad=%lld of %lld (NaN results %lld, Inf results %lld)\n", bad ? "FAIL" : "ok", bad, nc, nans, infs);
+  return bad ? 1 : 0;
+}
