@@ -329,6 +329,7 @@ ipc::Body Server::Handle(const ipc::Body& request, bool* shutdown_requested) {
             reply.block[i] = served->launch.block[i];
           }
           reply.dynamic_shared_bytes = served->launch.dynamic_shared_bytes;
+          if (served->launch.workspace_bytes != 0) reply.workspace_bytes = served->launch.workspace_bytes;
           return reply;
         } else if constexpr (std::is_same_v<T, ipc::ReportMiss>) {
           auto merged = s.cache->AddMiss(r.key_bytes, r.calls, r.observed_us);
@@ -608,7 +609,9 @@ ipc::Body Server::Impl::OpenEpisode(const ipc::OpenEpisode& r) {
     o.device["sm_clock_khz"] = std::to_string(device.sm_clock_khz);
     o.device["l2_bytes"] = std::to_string(device.l2_bytes);
     o.device["copy_bandwidth_bytes_per_s"] = std::to_string(static_cast<uint64_t>(device.copy_bandwidth_bytes_per_s));
-    o.device["kernel_abi"] = "1: input tensor pointers in argument order (null for None), then output pointers";
+    o.device["kernel_abi"] =
+        "2: input tensor pointers in argument order (null for None), then output pointers, then (only when "
+        "workspace_bytes > 0) the workspace pointer: zeroed bytes the kernel must leave zeroed";
     log.Write("info", "episode_opened", {{"episode", std::to_string(episode_id)}, {"key", o.key_text},
                                           {"baseline_us", std::to_string(o.baseline_us)}});
     Reply(route, o);
@@ -633,6 +636,7 @@ ipc::Body Server::Impl::SubmitCandidate(const ipc::SubmitCandidate& r) {
     c.launch.block[i] = r.block[i];
   }
   c.launch.dynamic_shared_bytes = r.dynamic_shared_bytes;
+  c.launch.workspace_bytes = r.workspace_bytes.value_or(0);
   c.design.family = "agent";
   c.design.policy_version = "external-agent";
   ReplyRoute route = *current_route;
@@ -694,6 +698,7 @@ void Server::Impl::Record(const Episode& e, const CandidateSpec& c, const Verdic
                            {"bandwidth_fraction", v.roofline.bandwidth_fraction},
                            {"launch", {c.launch.grid[0], c.launch.grid[1], c.launch.grid[2], c.launch.block[0],
                                        c.launch.block[1], c.launch.block[2], c.launch.dynamic_shared_bytes}}};
+  if (c.launch.workspace_bytes != 0) detail["workspace_bytes"] = c.launch.workspace_bytes;
   m.detail = detail.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   if (auto id = cache->AddMeasurement(m); !id.ok()) {
     log.Write("warn", "measurement_not_stored", {{"error", id.status().ToString()}});

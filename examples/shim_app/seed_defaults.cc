@@ -100,6 +100,7 @@ std::string ThroughKjitd(ipc::Client& client, const OpKey& key) {
       submit.block[i] = candidate->launch.block[i];
     }
     submit.dynamic_shared_bytes = candidate->launch.dynamic_shared_bytes;
+    if (candidate->launch.workspace_bytes != 0) submit.workspace_bytes = candidate->launch.workspace_bytes;
     auto result = client.SubmitCandidate(submit);
     if (!result.ok()) {
       what = "not evaluated: " + result.status().ToString();

@@ -59,6 +59,7 @@ std::vector<Envelope> SampleMessages() {
   SetTriple(lookup_reply.grid, 64, 2, 3);
   SetTriple(lookup_reply.block, 256, 4, 0xffffffff);
   lookup_reply.dynamic_shared_bytes = 49152;
+  lookup_reply.workspace_bytes = (uint64_t{1} << 33) + 16;
   lookup_reply.reason = "served from cache";
   add(lookup_reply);
   add(ReportMiss{kBinaryBytes, std::numeric_limits<uint64_t>::max(), 41.5});
@@ -90,6 +91,7 @@ std::vector<Envelope> SampleMessages() {
   SetTriple(candidate.grid, 1024, 1, 2);
   SetTriple(candidate.block, 128, 2, 1);
   candidate.dynamic_shared_bytes = 1024;
+  candidate.workspace_bytes = 4096;
   add(candidate);
   add(CandidateResult{true, "warning: unused variable", false, "wrong result at element 17", 700.5, 812.25, -1.25,
                       {{"registers", 32}, {"bandwidth_fraction", 0.875}}});
@@ -148,6 +150,7 @@ void ExpectSame(const LookupReply& a, const LookupReply& b) {
   ExpectSameTriple(a.grid, b.grid, "grid");
   ExpectSameTriple(a.block, b.block, "block");
   EXPECT_EQ(a.dynamic_shared_bytes, b.dynamic_shared_bytes);
+  EXPECT_EQ(a.workspace_bytes, b.workspace_bytes);
   EXPECT_EQ(a.reason, b.reason);
 }
 void ExpectSame(const ReportMiss& a, const ReportMiss& b) {
@@ -216,6 +219,7 @@ void ExpectSame(const SubmitCandidate& a, const SubmitCandidate& b) {
   ExpectSameTriple(a.grid, b.grid, "grid");
   ExpectSameTriple(a.block, b.block, "block");
   EXPECT_EQ(a.dynamic_shared_bytes, b.dynamic_shared_bytes);
+  EXPECT_EQ(a.workspace_bytes, b.workspace_bytes);
 }
 void ExpectSame(const CandidateResult& a, const CandidateResult& b) {
   EXPECT_EQ(a.compiled, b.compiled);

@@ -63,6 +63,8 @@ struct LookupReply {
   uint32_t grid[3] = {1, 1, 1};
   uint32_t block[3] = {1, 1, 1};
   uint32_t dynamic_shared_bytes = 0;
+  // Per-launch workspace (kernel ABI v2, daemon/worker_protocol.h); absent: none.
+  std::optional<uint64_t> workspace_bytes;
   std::string reason;  // why not found
 };
 
@@ -168,6 +170,8 @@ struct SubmitCandidate {  // -> CandidateResult
   uint32_t grid[3] = {1, 1, 1};
   uint32_t block[3] = {1, 1, 1};
   uint32_t dynamic_shared_bytes = 0;
+  // Per-launch workspace (kernel ABI v2, daemon/worker_protocol.h); absent: none.
+  std::optional<uint64_t> workspace_bytes;
 };
 struct CandidateResult {
   bool compiled = false;
