@@ -219,7 +219,8 @@ Json RecordJson(const KernelRecord& r) {
       {"launch",
        {{"grid", {r.launch.grid[0], r.launch.grid[1], r.launch.grid[2]}},
         {"block", {r.launch.block[0], r.launch.block[1], r.launch.block[2]}},
-        {"dynamic_shared_bytes", r.launch.dynamic_shared_bytes}}},
+        {"dynamic_shared_bytes", r.launch.dynamic_shared_bytes},
+        {"workspace_bytes", r.launch.workspace_bytes}}},
       {"entry_point", r.entry_point},
       {"compile_options", r.compile_options},
       {"cubin", {{"size_bytes", r.cubin.size()}, {"checksum", r.cubin_checksum.ToHex()}}},
@@ -416,7 +417,8 @@ void PrintRecord(const KernelRecord& r) {
             << "launch          "
             << Format("grid (%u, %u, %u), block (%u, %u, %u), ", l.grid[0], l.grid[1], l.grid[2], l.block[0],
                       l.block[1], l.block[2])
-            << "dynamic shared " << HumanBytes(l.dynamic_shared_bytes) << "\n"
+            << "dynamic shared " << HumanBytes(l.dynamic_shared_bytes)
+            << (l.workspace_bytes != 0 ? ", workspace " + HumanBytes(l.workspace_bytes) : std::string()) << "\n"
             << "entry point     " << OrNone(r.entry_point) << "\n"
             << "compile options " << OrNone(Join(r.compile_options, " ")) << "\n"
             << "cubin           " << HumanBytes(r.cubin.size()) << " (" << r.cubin.size() << " bytes), checksum "

@@ -330,6 +330,7 @@ ipc::Body Server::Handle(const ipc::Body& request, bool* shutdown_requested) {
             reply.block[i] = served->launch.block[i];
           }
           reply.dynamic_shared_bytes = served->launch.dynamic_shared_bytes;
+          if (served->launch.workspace_bytes != 0) reply.workspace_bytes = served->launch.workspace_bytes;
           return reply;
         } else if constexpr (std::is_same_v<T, ipc::ReportMiss>) {
           auto merged = s.cache->AddMiss(r.key_bytes, r.calls, r.observed_us);
@@ -609,7 +610,9 @@ ipc::Body Server::Impl::OpenEpisode(const ipc::OpenEpisode& r) {
     o.device["sm_clock_khz"] = std::to_string(device.sm_clock_khz);
     o.device["l2_bytes"] = std::to_string(device.l2_bytes);
     o.device["copy_bandwidth_bytes_per_s"] = std::to_string(static_cast<uint64_t>(device.copy_bandwidth_bytes_per_s));
-    o.device["kernel_abi"] = "1: input tensor pointers in argument order (null for None), then output pointers";
+    o.device["kernel_abi"] =
+        "2: input tensor pointers in argument order (null for None), then output pointers, then (only when "
+        "workspace_bytes > 0) the workspace pointer: zeroed bytes the kernel must leave zeroed";
     log.Write("info", "episode_opened", {{"episode", std::to_string(episode_id)}, {"key", o.key_text},
                                           {"baseline_us", std::to_string(o.baseline_us)}});
     Reply(route, o);
@@ -634,6 +637,7 @@ ipc::Body Server::Impl::SubmitCandidate(const ipc::SubmitCandidate& r) {
     c.launch.block[i] = r.block[i];
   }
   c.launch.dynamic_shared_bytes = r.dynamic_shared_bytes;
+  c.launch.workspace_bytes = r.workspace_bytes.value_or(0);
   // Where the client says the kernel came from (family, policy version, knobs); else an anonymous agent's.
   if (r.design.has_value()) c.design = ipc::DesignFromWire(*r.design);
   if (c.design.family.empty()) c.design.family = "agent";
@@ -703,6 +707,7 @@ void Server::Impl::Record(const Episode& e, const CandidateSpec& c, const Verdic
   // What the client said of the kernel's origin, whole (e.g. the generator's codegen version, which the
   // RL policy's training needs to tell current measurements from stale ones).
   if (!client_design.empty()) detail["client_design"] = client_design;
+  if (c.launch.workspace_bytes != 0) detail["workspace_bytes"] = c.launch.workspace_bytes;
   m.detail = detail.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   if (auto id = cache->AddMeasurement(m); !id.ok()) {
     log.Write("warn", "measurement_not_stored", {{"error", id.status().ToString()}});

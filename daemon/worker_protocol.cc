@@ -46,9 +46,11 @@ Roofline RooflineFrom(const json& j) {
 }
 
 json ToJson(const cache::LaunchShape& l) {
-  return {{"grid", {l.grid[0], l.grid[1], l.grid[2]}},
-          {"block", {l.block[0], l.block[1], l.block[2]}},
-          {"dynamic_shared_bytes", l.dynamic_shared_bytes}};
+  json j = {{"grid", {l.grid[0], l.grid[1], l.grid[2]}},
+            {"block", {l.block[0], l.block[1], l.block[2]}},
+            {"dynamic_shared_bytes", l.dynamic_shared_bytes}};
+  if (l.workspace_bytes != 0) j["workspace_bytes"] = l.workspace_bytes;  // absent: none (kernel ABI v1)
+  return j;
 }
 cache::LaunchShape LaunchFrom(const json& j) {
   cache::LaunchShape l;
@@ -60,6 +62,7 @@ cache::LaunchShape LaunchFrom(const json& j) {
     l.block[i] = block[i];
   }
   l.dynamic_shared_bytes = j.at("dynamic_shared_bytes").get<uint32_t>();
+  l.workspace_bytes = j.value("workspace_bytes", uint64_t{0});
   return l;
 }
 

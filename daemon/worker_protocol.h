@@ -37,7 +37,7 @@ namespace kjit::daemon {
 inline constexpr size_t kMaxWorkerFrameBytes = 64u << 20;
 inline constexpr int kWorkerFd = 3;
 
-// A kernel to evaluate, and the calling convention it follows (kernel ABI v1):
+// A kernel to evaluate, and the calling convention it follows (kernel ABI v2):
 // its parameters are one device pointer per tensor argument of the key's call,
 // in argument order (tensor lists flattened, an absent optional tensor passed
 // as a null pointer), then one pointer per output tensor of the op, in the order
@@ -45,6 +45,38 @@ inline constexpr int kWorkerFd = 3;
 // storage offset applied). Sizes, strides and scalars are the key's, fixed: the
 // source is specialised to them. Outputs are laid out as PyTorch's own kernel
 // lays them out.
+//
+// Workspace (v2; v1 is v2 with launch.workspace_bytes == 0, and a v1 kernel
+// takes no extra parameter): when launch.workspace_bytes > 0 the launcher passes
+// one more pointer after the outputs, to workspace_bytes bytes of device memory
+// (at most kMaxWorkspaceBytes, aligned to at least 16 bytes) that
+//   - are all zero when the kernel starts,
+//   - are ordered on the launch stream: every earlier use of the same bytes has
+//     finished before the kernel starts, and no launch runs concurrently on them
+//     (another stream gets other bytes),
+//   - and that the kernel must leave all zero when it finishes: a counter it
+//     incremented is reset, a partial it wrote is cleared (typically by the one
+//     block that consumes them, as it reads them).
+// Why the kernel restores the zeros rather than the launcher re-zeroing before
+// each launch: re-zeroing is a memset per call, a second stream operation (and
+// a second node in a captured CUDA graph) that on a cache hit costs about as
+// much host and device time as a short kernel, while restoring costs the kernel
+// one store per byte it used, which it mostly reads anyway. So a launcher zeroes
+// a buffer once, when it allocates it, and reuses it for any later launch of
+// any workspace kernel on the same stream. The evaluator holds candidates to
+// this: it zeroes the workspace once per evaluation, passes the same one to
+// every run (verification and timing), and rejects a candidate that leaves a
+// non-zero byte (outcome stateful) or writes outside it (out_of_bounds).
+// A launch that fails, or a kernel that faults, may leave the bytes non-zero:
+// a launcher never reuses a workspace after one of its launches failed (the
+// shim drops the buffer and takes a new, zeroed one; a fault loses the CUDA
+// context anyway). Under CUDA graph capture nothing runs while the graph is
+// built, so a buffer cannot be zeroed eagerly there: the shim then takes a fresh
+// buffer per launch from PyTorch's caching allocator (the graph's private pool)
+// and zeroes it with a memset captured before the kernel, which every replay
+// repeats.
+using cache::kMaxWorkspaceBytes;  // 1 GiB
+
 struct CandidateSpec {
   std::string source;
   std::string entry_point;  // extern "C" symbol

@@ -129,18 +129,25 @@ CREATE INDEX tasks_queue ON tasks (state, priority DESC, expected_gain_us DESC, 
 CREATE INDEX tasks_by_key ON tasks (key_hash, state);
 )sql";
 
+// Version 3: kernels learn a per-launch workspace (LaunchShape::workspace_bytes);
+// rows stored before it read as 0 (no workspace), their checksums unchanged.
+constexpr const char* kSchemaV3 = R"sql(
+ALTER TABLE kernels ADD COLUMN workspace_bytes INTEGER NOT NULL DEFAULT 0;
+)sql";
+
 // kMigrations[v] brings a file from schema version v to v + 1. Version 0 is
 // an empty file.
-constexpr const char* kMigrations[] = {kSchemaV1, kSchemaV2};
+constexpr const char* kMigrations[] = {kSchemaV1, kSchemaV2, kSchemaV3};
 static_assert(std::size(kMigrations) == kSchemaVersion, "one migration per schema version");
 
-// Every column of `kernels`, in a fixed order that ReadRecord expects.
+// Every column of `kernels`, in a fixed order that ReadRecord expects: the
+// table's own order (Export copies rows with it), later versions' columns last.
 constexpr const char* kKernelColumns =
     "id, key_hash, key_bytes, key_text, op, arch, status, status_reason, source, compile_options, entry_point, "
     "grid_x, grid_y, grid_z, block_x, block_y, block_z, dynamic_shared_bytes, family, policy_version, design, "
     "timing, baseline, median_us, baseline_us, verification, driver_version, nvrtc_major, nvrtc_minor, "
     "codegen_version, cubin, cubin_checksum, serve_checksum, record_checksum, size_bytes, created_ms, "
-    "last_used_ms, use_count";
+    "last_used_ms, use_count, workspace_bytes";
 
 constexpr const char* kSummaryColumns =
     "id, key_hash, key_text, op, arch, status, median_us, baseline_us, "
@@ -222,6 +229,7 @@ Result<KernelRecord> ReadRecord(const Statement& s) {
   r.created_unix_ms = s.Int(c++);
   r.last_used_unix_ms = s.Int(c++);
   r.use_count = static_cast<uint64_t>(s.Int(c++));
+  r.launch.workspace_bytes = static_cast<uint64_t>(s.Int(c++));
   return r;
 }
 
@@ -511,7 +519,7 @@ Result<int64_t> KernelCache::Impl::InsertLocked(KernelRecord r, bool keep_checks
   const Hash128 serve = r.ComputeServeChecksum();
 
   std::string placeholders = "NULL";
-  for (int i = 0; i < 37; ++i) placeholders += ", ?";
+  for (int i = 0; i < 38; ++i) placeholders += ", ?";
   KJIT_ASSIGN_OR_RETURN(Statement ins,
                         db.Prepare(std::string("INSERT INTO kernels (") + kKernelColumns + ") VALUES (" + placeholders + ")"));
   int c = 1;
@@ -548,6 +556,7 @@ Result<int64_t> KernelCache::Impl::InsertLocked(KernelRecord r, bool keep_checks
   ins.Bind(c++, r.created_unix_ms);
   ins.Bind(c++, r.last_used_unix_ms);
   ins.Bind(c++, static_cast<int64_t>(r.use_count));
+  ins.Bind(c++, static_cast<int64_t>(r.launch.workspace_bytes));
   KJIT_RETURN_IF_ERROR(ins.Run());
   return db.LastInsertId();
 }
@@ -606,7 +615,8 @@ Result<ServedKernel> KernelCache::Lookup(const Hash128& key_hash, const ReaderCo
         impl_->lookup,
         impl_->db.Prepare("SELECT id, key_bytes, entry_point, grid_x, grid_y, grid_z, block_x, block_y, block_z, "
                           "dynamic_shared_bytes, arch, driver_version, nvrtc_major, nvrtc_minor, codegen_version, "
-                          "cubin, cubin_checksum, serve_checksum FROM kernels WHERE key_hash = ? AND status = 1 "
+                          "cubin, cubin_checksum, serve_checksum, workspace_bytes FROM kernels WHERE key_hash = ? AND "
+                          "status = 1 "
                           "ORDER BY median_us, id"));
   }
   Statement& s = *impl_->lookup;
@@ -628,6 +638,7 @@ Result<ServedKernel> KernelCache::Lookup(const Hash128& key_hash, const ReaderCo
     for (int i = 0; i < 3; ++i) r.launch.grid[i] = static_cast<uint32_t>(s.Int(3 + i));
     for (int i = 0; i < 3; ++i) r.launch.block[i] = static_cast<uint32_t>(s.Int(6 + i));
     r.launch.dynamic_shared_bytes = static_cast<uint32_t>(s.Int(9));
+    r.launch.workspace_bytes = static_cast<uint64_t>(s.Int(18));
     r.arch = static_cast<int>(s.Int(10));
     r.toolchain = {static_cast<int>(s.Int(11)), static_cast<int>(s.Int(12)), static_cast<int>(s.Int(13)),
                    static_cast<int>(s.Int(14))};

@@ -74,6 +74,10 @@ Hash128 KernelRecord::ComputeServeChecksum() const {
   AddInt(h, toolchain.nvrtc_minor);
   AddInt(h, toolchain.codegen_version);
   AddHash(h, cubin_checksum);
+  // Appended, and only when set: a record without a workspace hashes exactly
+  // as before the field existed (its stored checksums stay valid); one with a
+  // workspace hashes one more field at the end, which no record without one has.
+  if (launch.workspace_bytes != 0) h.Add("workspace_bytes").Add(launch.workspace_bytes);
   return h.Finish();
 }
 

@@ -15,7 +15,8 @@
 //     kNegative     -> PyTorch's kernel, timed on the host; the miss is counted and
 //                      reported (the first at once, then at most once a second per key)
 //     kLoaded       -> allocate outputs as the first call's, launch on PyTorch's
-//                      current stream (kernel ABI v1, daemon/worker_protocol.h)
+//                      current stream (kernel ABI v2, daemon/worker_protocol.h; a
+//                      kernel with a workspace gets the stream's, workspace.h)
 //     kFailed       -> PyTorch's kernel
 // Any failure of kjit's own falls back to PyTorch's kernel; a load or launch
 // failure also blacklists the entry for the process and is reported to kjitd
@@ -52,6 +53,7 @@
 #include "kjit/torch/call_key.h"
 #include "shim_adapter.h"
 #include "shim_core.h"
+#include "workspace.h"
 
 namespace kjit::shim {
 namespace {
@@ -82,6 +84,27 @@ class Adapter final : public KernelSource {
   std::atomic<uint64_t> first_sights{0};  // keys resolved (PyTorch's kernel ran)
   std::atomic<uint64_t> misses{0};       // calls of negative keys
   std::atomic<uint64_t> failures{0};     // entries blacklisted with a record (each reported once)
+  // Workspaces of kernels that take one: from PyTorch's caching allocator on the
+  // launch stream (the current stream), zeroed once with a memset on that stream.
+  WorkspacePool workspaces{[this](int device, CUstream stream, uint64_t bytes) {
+    return AllocateWorkspace(device, stream, bytes);
+  }};
+
+  Result<WorkspacePool::Buffer> AllocateWorkspace(int device, CUstream stream, uint64_t bytes) {
+    DeviceSlot* slot = Device(device);
+    if (slot == nullptr) return Status(StatusCode::kNoDevice, "device " + std::to_string(device) + " is not usable");
+    // Throws c10::Error when out of memory: TryServe then runs PyTorch's kernel (not the kernel's fault).
+    auto owner = std::make_shared<at::Tensor>(at::empty(
+        {static_cast<int64_t>(bytes)},
+        at::TensorOptions().dtype(at::kByte).device(c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(device)))));
+    WorkspacePool::Buffer b;
+    b.ptr = reinterpret_cast<CUdeviceptr>(owner->data_ptr());
+    b.bytes = bytes;
+    const Driver& driver = slot->context->driver();
+    KJIT_RETURN_IF_ERROR(driver.Check(driver.api().cuMemsetD8Async(b.ptr, 0, bytes, stream), "cuMemsetD8Async (workspace)"));
+    b.owner = std::move(owner);
+    return b;
+  }
 
   template <typename... Parts>
   void Log(const Parts&... parts) const {
@@ -141,6 +164,11 @@ class Adapter final : public KernelSource {
     k->launch.grid = {l.grid[0], l.grid[1], l.grid[2]};
     k->launch.block = {l.block[0], l.block[1], l.block[2]};
     k->launch.dynamic_shared_bytes = l.dynamic_shared_bytes;
+    k->workspace_bytes = l.workspace_bytes;
+    if (k->workspace_bytes > cache::kMaxWorkspaceBytes) {
+      return Status(StatusCode::kLaunchConfig, "a workspace of " + std::to_string(k->workspace_bytes) + " bytes is over " +
+                                                   std::to_string(cache::kMaxWorkspaceBytes));
+    }
     // Checked once here so that a record whose shape this device cannot run fails now, not per call.
     KJIT_RETURN_IF_ERROR(CheckLaunchConfig(k->launch, k->function->limits()));
     return k;
@@ -273,9 +301,10 @@ Status Launch(Adapter& a, const Entry& entry, const LoadedKernel& kernel, Device
   const size_t n_args = schema.arguments().size();
   const c10::Device device(c10::kCUDA, static_cast<c10::DeviceIndex>(entry.device()));
   auto args = ::torch::jit::last(*stack, n_args);
-  // Kernel ABI v1: input pointers in argument order (null for an absent optional tensor), then outputs.
+  // Kernel ABI v2: input pointers in argument order (null for an absent optional tensor), then outputs,
+  // then the workspace if the kernel has one (below).
   std::vector<CUdeviceptr> values;
-  values.reserve(n_args + entry.outputs().size());
+  values.reserve(n_args + entry.outputs().size() + 1);  // + the workspace, if any
   for (size_t i = 0; i < n_args; ++i) {
     const c10::IValue& v = args[i];
     if (v.isTensor()) {
@@ -308,8 +337,6 @@ Status Launch(Adapter& a, const Entry& entry, const LoadedKernel& kernel, Device
                                         at::TensorOptions().dtype(static_cast<c10::ScalarType>(o.scalar_type)).device(device)));
     values.push_back(reinterpret_cast<CUdeviceptr>(outputs.back().data_ptr()));
   }
-  std::vector<void*> params(values.size());
-  for (size_t i = 0; i < values.size(); ++i) params[i] = &values[i];
   const auto stream = static_cast<CUstream>(a.cuda_guard->getStream(device).native_handle());
   // PyTorch's threads have the device's primary context current; a thread that has never
   // touched CUDA through the runtime may have none, and then kjit makes it current.
@@ -320,7 +347,32 @@ Status Launch(Adapter& a, const Entry& entry, const LoadedKernel& kernel, Device
     KJIT_ASSIGN_OR_RETURN(ContextGuard g, ContextGuard::Push(*slot.context));
     guard.emplace(std::move(g));
   }
-  KJIT_RETURN_IF_ERROR(kernel.function->Launch(kernel.launch, stream, params.data()));
+  std::vector<void*> params(values.size() + 1);  // + the workspace, if any
+  for (size_t i = 0; i < values.size(); ++i) params[i] = &values[i];
+  if (kernel.workspace_bytes == 0) {
+    KJIT_RETURN_IF_ERROR(kernel.function->Launch(kernel.launch, stream, params.data()));
+  } else {
+    // Kernel ABI v2: the workspace pointer after the outputs.
+    CUdeviceptr workspace = 0;
+    params[values.size()] = &workspace;
+    auto launch = [&](CUdeviceptr ptr) {
+      workspace = ptr;
+      return kernel.function->Launch(kernel.launch, stream, params.data());
+    };
+    // A stream whose capture state cannot be read (the legacy stream while another is captured
+    // in global mode) is treated as captured: the per-launch path, which fails as PyTorch's would.
+    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (api.cuStreamIsCapturing(stream, &capture) != CUDA_SUCCESS) capture = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+    if (capture == CU_STREAM_CAPTURE_STATUS_NONE) {
+      KJIT_RETURN_IF_ERROR(a.workspaces.Run(entry.device(), stream, kernel.workspace_bytes, launch));
+    } else {
+      // Being captured into a CUDA graph: nothing runs now, so no buffer can be zeroed
+      // for later launches. A fresh one from the graph's pool, zeroed by a memset that
+      // the graph replays before the kernel each time (worker_protocol.h).
+      KJIT_ASSIGN_OR_RETURN(WorkspacePool::Buffer b, a.AllocateWorkspace(entry.device(), stream, kernel.workspace_bytes));
+      KJIT_RETURN_IF_ERROR(launch(b.ptr));
+    }
+  }
   ::torch::jit::drop(*stack, n_args);
   for (at::Tensor& t : outputs) stack->emplace_back(std::move(t));
   return Status::Ok();

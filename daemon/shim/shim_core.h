@@ -142,6 +142,7 @@ struct LoadedKernel {
   std::optional<Module> module;  // empty only in tests, which never launch
   std::optional<Function> function;
   LaunchConfig launch;
+  uint64_t workspace_bytes = 0;  // kernel ABI v2: > 0, one more parameter (daemon/shim/workspace.h)
 };
 
 enum class EntryState : uint8_t { kUnknown, kNegative, kLoaded, kFailed };

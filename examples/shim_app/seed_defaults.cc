@@ -103,6 +103,7 @@ std::string ThroughKjitd(ipc::Client& client, const OpKey& key) {
     // Where the kernel came from, kept with its measurement (and `kjit policy train --measurements` learns from it).
     submit.design = ipc::DesignToWire(candidate->design);
     if (auto m = policy::FindFamily(key); m.ok()) (*submit.design)["codegen"] = std::to_string(m->family->codegen_version());
+    if (candidate->launch.workspace_bytes != 0) submit.workspace_bytes = candidate->launch.workspace_bytes;
     auto result = client.SubmitCandidate(submit);
     if (!result.ok()) {
       what = "not evaluated: " + result.status().ToString();

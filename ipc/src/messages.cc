@@ -79,6 +79,7 @@ struct Schema<LookupReply> {
     visit("grid", m.grid);
     visit("block", m.block);
     visit("dynamic_shared_bytes", m.dynamic_shared_bytes);
+    visit("workspace_bytes", m.workspace_bytes);
     visit("reason", m.reason);
   }
 };
@@ -246,6 +247,7 @@ struct Schema<SubmitCandidate> {
     visit("block", m.block);
     visit("dynamic_shared_bytes", m.dynamic_shared_bytes);
     visit("design", m.design);
+    visit("workspace_bytes", m.workspace_bytes);
   }
 };
 template <>

@@ -13,11 +13,11 @@ using codegen::CeilDiv;
 using codegen::CudaType;
 
 // The ABI (daemon/worker_protocol.h): (x, y); y contiguous, of the output dtype (int64 for
-// argmax/argmin).
+// argmax/argmin). The split strategy takes a workspace too: (x, y, ws) (kernel ABI v2).
 
 enum Kind : int { kSum = 0, kMean = 1, kProd = 2, kMax = 3, kMin = 4, kArgMax = 5, kArgMin = 6 };
 
-enum Strategy : int64_t { kWarp = 0, kBlock = 1, kColumns = 2, kTile = 3 };
+enum Strategy : int64_t { kWarp = 0, kBlock = 1, kColumns = 2, kTile = 3, kSplit = 4 };
 
 constexpr int64_t kMaxRegisterFloats = 64;          // values and accumulators a thread holds
 constexpr int64_t kStaticSharedBytes = 48 * 1024;  // the tile strategy's partials, static shared memory
@@ -209,10 +209,25 @@ __device__ __forceinline__ Acc row_partial(const in_t* __restrict__ x, long long
 #endif
 )";
 
+// The split strategy's blocks per row; 1 for points recorded before the knob existed.
+int64_t Chunks(const Point& pt) {
+  auto it = pt.find("chunks");
+  return it == pt.end() ? 1 : it->second;
+}
+bool WideIndex(const ReduceProblem& p) { return p.len >= (int64_t{1} << 31) - 1; }
+int64_t Align16(int64_t n) { return (n + 15) / 16 * 16; }
+// The split strategy's workspace: a counter per row, then a partial per block (values, then, for
+// argmax/argmin, indices), each array 16-byte aligned.
+uint64_t WorkspaceBytes(const ReduceProblem& p, int64_t chunks) {
+  const int64_t blocks = p.outer * chunks;
+  const int64_t idx_bytes = p.arg() ? (WideIndex(p) ? 8 : 4) : 0;
+  return static_cast<uint64_t>(Align16(p.outer * 4) + Align16(blocks * 4) + Align16(blocks * idx_bytes));
+}
+
 class Reduce final : public Family {
  public:
   std::string_view name() const override { return "reduce"; }
-  int codegen_version() const override { return 1; }
+  int codegen_version() const override { return 2; }
   std::vector<std::string> ops() const override {
     return {"aten::sum", "aten::mean", "aten::amax", "aten::amin", "aten::prod", "aten::argmax", "aten::argmin"};
   }
@@ -287,6 +302,10 @@ class Reduce final : public Family {
         mean(channels_last(f16, {32, 256, 14, 14}), IntList{-1, -2}, true, NoneArg{}),
         // Per-channel statistics of NCHW (dims 0, 2, 3): segments around the kept channels.
         sum(x(bf16, {16, 64, 32, 32}), IntList{0, 2, 3}, false, f32),
+        // Long reductions to few outputs: the split strategy (blocks' partials through the workspace).
+        sum(x(f32, {4096, 4096}), IntList{}, false, NoneArg{}),
+        arg("aten::argmax", x(f16, {2, 8388608}), int64_t{1}, false),
+        mean(x(bf16, {128, 3, 256, 256}), IntList{0, 2, 3}, false, f32),
     };
   }
 
@@ -409,13 +428,12 @@ class Reduce final : public Family {
       }
     }
     if (p->numel() > (int64_t{1} << 40)) return InvalidArgument("too large");
-    // The most blocks any strategy gives (a cluster of 8 per row, or per column tile): fewer than a
-    // quarter of an H200's SMs on a long reduction cannot approach the floor, where PyTorch's grid-wide
-    // split is; that split needs a workspace the kernel ABI lacks.
-    const int64_t most_blocks = 8 * (p->inner == 1 ? p->outer : p->outer * CeilDiv(p->inner, 32));
-    if (most_blocks < 33 && p->numel() >= (int64_t{1} << 24)) {
-      return InvalidArgument("a long reduction to too few outputs to fill the GPU without a grid-wide split "
-                             "(a workspace the kernel ABI lacks): left to PyTorch");
+    // Columns: the most blocks a strategy gives (a cluster of 8 per column tile): fewer than a quarter
+    // of an H200's SMs on a long reduction cannot approach the floor, where PyTorch's grid-wide split is
+    // (rows have the split strategy; columns do not yet).
+    if (p->inner > 1 && 8 * p->outer * CeilDiv(p->inner, 32) < 33 && p->numel() >= (int64_t{1} << 24)) {
+      return InvalidArgument("a long reduction to too few column outputs to fill the GPU without a grid-wide "
+                             "split (the split strategy covers rows only): left to PyTorch");
     }
     p->alignment = x->alignment;
     // MeanOps' factor: static_cast<float>(outputs) / numel, in float.
@@ -436,15 +454,18 @@ class Reduce final : public Family {
     Space s;
     s.family = "reduce";
     s.knobs = {
-        {"strategy", {kWarp, kBlock, kColumns, kTile},
+        {"strategy", {kWarp, kBlock, kColumns, kTile, kSplit},
          "0 warp per row, 1 block (or cluster) per row, 2 a thread per columns walking the reduced dim, 3 a block "
-         "per tile of columns with the reduced dim split over its warps (and a cluster)"},
+         "per tile of columns with the reduced dim split over its warps (and a cluster), 4 `chunks` blocks per row, "
+         "partials combined by the last block through the workspace"},
         {"threads", {32, 64, 128, 256, 512, 1024}, "threads per block"},
         {"vec", {1, 2, 4, 8}, "elements per vector load (along the row, or adjacent columns)"},
         {"unroll", {1, 2, 4, 8}, "vectors (rows) in flight per thread, each into its own accumulator"},
         {"cluster", {1, 2, 4, 8}, "blocks per row or column tile (block and tile strategies)"},
         {"hint", {0, 1}, "1: streaming (evict-first) loads"},
+        {"chunks", {1, 4, 8, 16, 32, 64, 128, 256, 512, 1024}, "blocks per row (split strategy; 1 otherwise)"},
     };
+    s.absent_as = {{"chunks", 1}};  // added with codegen 2: the rows measured before had one block per row
     return s;
   }
 
@@ -452,11 +473,17 @@ class Reduce final : public Family {
     const auto& p = static_cast<const ReduceProblem&>(problem);
     const int64_t strategy = pt.at("strategy"), threads = pt.at("threads"), vec = pt.at("vec"),
                   unroll = pt.at("unroll"), cluster = pt.at("cluster");
+    const int64_t chunks = Chunks(pt);
     const int64_t size = static_cast<int64_t>(DTypeSize(p.in_dtype));
     const bool columns = strategy == kColumns || strategy == kTile;
     const int64_t per_value = p.arg() ? 2 : 1;  // registers per accumulator
     const int64_t max_grid = std::numeric_limits<int32_t>::max();
-    if (strategy < kWarp || strategy > kTile) return InvalidArgument("unknown strategy");
+    if (strategy < kWarp || strategy > kSplit) return InvalidArgument("unknown strategy");
+    if (strategy != kSplit && chunks != 1) return InvalidArgument("chunks are for the split strategy");
+    if (strategy == kSplit && chunks < 2) return InvalidArgument("a single chunk per row is the block strategy");
+    if (strategy == kSplit && WorkspaceBytes(p, chunks) > cache::kMaxWorkspaceBytes) {
+      return InvalidArgument("workspace too large");
+    }
     if (columns != (p.inner > 1)) {
       return InvalidArgument(columns ? "columns need kept dims after the reduced ones" : "rows need the reduced dims last");
     }
@@ -469,22 +496,26 @@ class Reduce final : public Family {
     if (vec * size > p.alignment) return InvalidArgument("input not aligned for the vector");
     switch (strategy) {
       case kWarp:
-      case kBlock: {
+      case kBlock:
+      case kSplit: {
         // (A vector that does not divide the row: each row a scalar head and tail around whole vectors.)
         if (vec > 1 && p.len < 4 * vec) return InvalidArgument("rows shorter than four vectors");
         // Segments are walked as whole vectors only.
         if (p.segs > 1 && p.len % vec != 0) return InvalidArgument("vector does not divide the segments");
         if (unroll * vec + unroll * per_value > kMaxRegisterFloats) return InvalidArgument("too many values in flight");
-        const int64_t lanes = strategy == kWarp ? 32 : threads * cluster;
+        const int64_t lanes = strategy == kWarp ? 32 : strategy == kSplit ? threads * chunks : threads * cluster;
         const int64_t vecs = p.reduced() / vec;
         if (unroll > 1 && (unroll - 1) * lanes >= vecs) return InvalidArgument("unroll longer than the row");
         if (strategy == kWarp) {
           if (threads > 32 && p.outer <= threads / 64) return InvalidArgument("most warps would idle");
           if (CeilDiv(p.outer, threads / 32) > max_grid) return InvalidArgument("grid too large");
-        } else {
+        } else if (strategy == kBlock) {
           if (threads == 32 && cluster == 1) return InvalidArgument("a single warp per row is the warp strategy");
           if (vecs <= lanes / 2) return InvalidArgument("most threads would idle");
           if (p.outer * cluster > max_grid) return InvalidArgument("grid too large");
+        } else {
+          if (vecs <= lanes / 2) return InvalidArgument("most threads would idle");
+          if (p.outer * chunks > max_grid) return InvalidArgument("grid too large");
         }
         break;
       }
@@ -526,15 +557,16 @@ class Reduce final : public Family {
       }
       return int64_t{1};
     };
-    auto point = [&](int64_t strategy, int64_t threads, int64_t vec, int64_t unroll, int64_t cluster) {
-      return Point{{"strategy", strategy}, {"threads", threads}, {"vec", vec},
-                   {"unroll", unroll},     {"cluster", cluster}, {"hint", hint}};
+    auto point = [&](int64_t strategy, int64_t threads, int64_t vec, int64_t unroll, int64_t cluster,
+                     int64_t chunks) {
+      return Point{{"strategy", strategy}, {"threads", threads}, {"vec", vec}, {"unroll", unroll},
+                   {"cluster", cluster},   {"hint", hint},       {"chunks", chunks}};
     };
     std::vector<Point> tries;
     // Each try with as much unroll as the shape allows (4 loads in flight per thread keep ~32 KB in
     // flight per SM at 16 warps), then less.
-    auto add = [&](int64_t strategy, int64_t threads, int64_t vec, int64_t cluster) {
-      for (int64_t u : {4, 2, 1}) tries.push_back(point(strategy, threads, vec, u, cluster));
+    auto add = [&](int64_t strategy, int64_t threads, int64_t vec, int64_t cluster, int64_t chunks = 1) {
+      for (int64_t u : {4, 2, 1}) tries.push_back(point(strategy, threads, vec, u, cluster, chunks));
     };
     if (p.inner == 1) {
       // Rows take the widest vector whatever their length (a scalar head and tail cover the rest)
@@ -551,6 +583,16 @@ class Reduce final : public Family {
         add(kWarp, 256, v, 1);
       } else if (p.outer >= dev.sm_count * 2) {
         add(kBlock, 256, v, 1);
+      } else if (p.outer * 8 < dev.sm_count * 2 && p.numel() >= (int64_t{1} << 22)) {
+        // Long rows too few for clusters to fill the GPU: split each row over enough blocks of 512
+        // threads for 4 per SM (a full SM), combined through the workspace; fewer where the rows are
+        // too short for that many.
+        int64_t ch = 2;
+        while (ch < 1024 && p.outer * ch < dev.sm_count * 4) ch *= 2;
+        for (int64_t c = ch; c >= 4; c /= 2) add(kSplit, 512, v, 1, c);
+        int64_t cl = 1;
+        while (cl < 8 && p.outer * cl < dev.sm_count * 2) cl *= 2;
+        add(kBlock, 512, v, cl);
       } else {
         // Few long rows: a cluster per row, enough blocks for every SM where there are enough rows.
         int64_t cl = 1;
@@ -595,7 +637,8 @@ class Reduce final : public Family {
     const auto& p = static_cast<const ReduceProblem&>(problem);
     const int64_t strategy = pt.at("strategy"), threads = pt.at("threads"), vec = pt.at("vec"),
                   unroll = pt.at("unroll"), cluster = pt.at("cluster"), hint = pt.at("hint");
-    const bool wide_index = p.len >= (int64_t{1} << 31) - 1;
+    const int64_t chunks = Chunks(pt);
+    const bool wide_index = WideIndex(p);
     std::ostringstream src;
     src << "// kjit reduce family, codegen " << codegen_version() << ": " << p.description << "\n// point "
         << PointToString(pt) << "\n" << codegen::kIncludes;
@@ -609,7 +652,8 @@ class Reduce final : public Family {
     // The factor exactly as the host rounded it (hexadecimal: no decimal round trip).
     src << "#define MEAN_FACTOR " << std::hexfloat << p.mean_factor << std::defaultfloat << "f\n";
     src << "constexpr long long OUTER = " << p.outer << "LL, LEN = " << p.len << "LL, INNER = " << p.inner << "LL;\n";
-    src << "constexpr int THREADS = " << threads << ", UNROLL = " << unroll << ", CLUSTER = " << cluster << ";\n";
+    src << "constexpr int THREADS = " << threads << ", UNROLL = " << unroll << ", CLUSTER = " << cluster
+        << ", CHUNKS = " << chunks << ";\n";
     src << codegen::kElementAccess << kPrelude;
     Candidate c;
     c.entry_point = "kjit_reduce";
@@ -655,6 +699,63 @@ kjit_reduce(const in_t* __restrict__ x, y_t* __restrict__ y) {
 }
 )";
         c.launch.grid[0] = static_cast<uint32_t>(p.outer * cluster);
+        break;
+      case kSplit:
+        src << "constexpr long long LANES = (long long)THREADS * CHUNKS;\n" << kRowPartial << R"(
+// Block `chunk` of a row's CHUNKS takes the row's vectors chunk * THREADS + t, then LANES apart, and
+// writes its partial to the workspace; the row's last block to finish (a counter per row) combines
+// the CHUNKS partials in chunk order, writes the output, and restores the workspace's zeros (the
+// counter and the partials it read) as the kernel ABI requires. The combination's order is fixed
+// whichever block comes last: the result is deterministic.
+// Workspace: counters[OUTER] | values[OUTER * CHUNKS] | (argmax/argmin) indices[OUTER * CHUNKS].
+constexpr long long COUNTERS_BYTES = (OUTER * 4 + 15) / 16 * 16;
+constexpr long long VALUES_BYTES = (OUTER * CHUNKS * 4 + 15) / 16 * 16;
+extern "C" __global__ void __launch_bounds__(THREADS)
+kjit_reduce(const in_t* __restrict__ x, y_t* __restrict__ y, unsigned char* __restrict__ ws) {
+  __shared__ Acc red[32];
+  __shared__ int last;
+  unsigned int* counters = reinterpret_cast<unsigned int*>(ws);
+  float* values = reinterpret_cast<float*>(ws + COUNTERS_BYTES);
+#if IS_ARG
+  idx_t* indices = reinterpret_cast<idx_t*>(ws + COUNTERS_BYTES + VALUES_BYTES);
+#endif
+  const long long row = blockIdx.x / CHUNKS;
+  const int chunk = (int)(blockIdx.x % CHUNKS);
+  Acc a = block_reduce(row_partial(x, row, (long long)chunk * THREADS + threadIdx.x), red);
+  if (threadIdx.x == 0) {
+    // The partial goes to L2 (.cg: other SMs read it), made visible device-wide before the count.
+    __stcg(values + row * CHUNKS + chunk, a.v);
+#if IS_ARG
+    __stcg(indices + row * CHUNKS + chunk, a.i);
+#endif
+    __threadfence();
+    last = atomicAdd(counters + row, 1u) == (unsigned int)(CHUNKS - 1);
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();  // every other block's partial is visible now
+  // Thread t combines chunks t, t + THREADS, ... in order, zeroing each as it reads it; then the
+  // block reduction: a fixed tree over the chunks.
+  Acc b = acc_ident();
+  for (int c = threadIdx.x; c < CHUNKS; c += THREADS) {
+    Acc part;
+    part.v = __ldcg(values + row * CHUNKS + c);
+    __stcg(values + row * CHUNKS + c, 0.f);
+#if IS_ARG
+    part.i = __ldcg(indices + row * CHUNKS + c);
+    __stcg(indices + row * CHUNKS + c, (idx_t)0);
+#endif
+    b = comb(b, part);
+  }
+  b = block_reduce(b, red);
+  if (threadIdx.x == 0) {
+    store_out(y + row, b);
+    counters[row] = 0u;  // every block of the row has counted: no one else touches it in this launch
+  }
+}
+)";
+        c.launch.grid[0] = static_cast<uint32_t>(p.outer * chunks);
+        c.launch.workspace_bytes = WorkspaceBytes(p, chunks);
         break;
       case kColumns:
         src << R"(

@@ -31,8 +31,8 @@
 // logical order in memory, argmax/argmin of a flattened non-contiguous input, empty and 0-d inputs,
 // reduced dims in more than one run in memory (size-1 dims dropped) other than two runs around one
 // kept run ([segs, outer, len]: dims 0, 2, 3 of NCHW, served as rows of segments), repeated dims, long
-// reductions to so few outputs that no kernel without a grid-wide split can fill the GPU (that needs
-// a workspace the kernel ABI lacks; PyTorch is at the floor there).
+// column reductions to so few outputs that no kernel without a grid-wide split can fill the GPU (rows
+// have the split strategy; columns do not yet).
 //
 // The key is seen as [outer, len, inner] in memory order: the reduced dims merged into len. Strategies:
 //   0 warp     inner == 1 (rows): a warp per row, threads/32 rows per block, vectors of `vec`
@@ -41,6 +41,9 @@
 //              walked as whole vectors; rows strategies only)
 //   1 block    rows: a block per row (a cluster of `cluster` blocks per row, partials combined
 //              through distributed shared memory), block reduction through shared memory
+//   4 split    rows: `chunks` blocks per row, each writing its partial to the workspace (kernel
+//              ABI v2); the row's last block (an atomic counter) combines them in chunk order,
+//              writes the output and restores the workspace's zeros. For long rows to few outputs.
 //   2 columns  inner > 1: a thread per `vec` adjacent columns walking down the reduced dim,
 //              `unroll` rows in flight, each into its own accumulators
 //   3 tile     inner > 1: a block per tile of 32 x vec columns of one outer index, the reduced dim

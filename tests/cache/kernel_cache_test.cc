@@ -427,6 +427,90 @@ TEST(KernelCache, MissesMergeIntoOneTaskOrderedByExpectedGain) {
   EXPECT_FALSE(cache->AddMiss(KeyBytes(3), 1, -1.0).ok());
 }
 
+TEST(KernelCache, WorkspaceBytesRoundTripAndAreChecksummed) {
+  TempDir dir;
+  auto cache = OpenOrDie(dir.file("c.db"));
+  KernelRecord in = MakeRecord(4096);
+  in.launch.workspace_bytes = (uint64_t{1} << 33) + 520;  // past 32 bits
+  auto id = cache->Insert(in);
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  auto out = cache->Get(*id);
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_EQ(out->launch, in.launch);
+  EXPECT_EQ(out->launch.workspace_bytes, (uint64_t{1} << 33) + 520);
+  auto served = cache->Lookup(OpKey::Decode(in.key_bytes)->Hash(), kReader);
+  ASSERT_TRUE(served.ok()) << served.status().ToString();
+  EXPECT_EQ(served->launch.workspace_bytes, in.launch.workspace_bytes);
+  EXPECT_TRUE(cache->Verify()->quarantined.empty());
+  // The workspace is part of what is served: another size is another checksum.
+  KernelRecord other = *out;
+  other.launch.workspace_bytes = 0;
+  EXPECT_NE(other.ComputeServeChecksum(), out->ComputeServeChecksum());
+  EXPECT_NE(other.ComputeRecordChecksum(), out->ComputeRecordChecksum());
+  other.launch.workspace_bytes = 520;
+  EXPECT_NE(other.ComputeServeChecksum(), out->ComputeServeChecksum());
+  // A stored workspace size changed behind the cache's back is caught by lookup.
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(dir.file("c.db").c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db, "UPDATE kernels SET workspace_bytes = 64", nullptr, nullptr, nullptr), SQLITE_OK);
+    sqlite3_close(db);
+  }
+  EXPECT_FALSE(cache->Lookup(OpKey::Decode(in.key_bytes)->Hash(), kReader).ok());
+  EXPECT_EQ(cache->Get(*id)->status, RecordStatus::kQuarantined);
+}
+
+// The checksums of a record without a workspace are what kjit computed before
+// LaunchShape had one (values from the code at e05cd84): records already in
+// users' caches stay valid.
+TEST(KernelCache, ChecksumsWithoutWorkspaceAreThoseBeforeItExisted) {
+  KernelRecord r = MakeRecord(64);
+  r.created_unix_ms = 1764583200000;
+  r.cubin_checksum = r.ComputeCubinChecksum();
+  ASSERT_EQ(r.launch.workspace_bytes, 0u);
+  EXPECT_EQ(r.ComputeServeChecksum().ToHex(), "2cf25dd07bdda9b7d7e81c24077a2b56");
+  EXPECT_EQ(r.ComputeRecordChecksum().ToHex(), "3fa422116f96165e95b14a9fa4cb563b");
+}
+
+// A record stored by a schema-2 kjit (no workspace column) is migrated, still
+// passes its checksums, and is served with no workspace.
+TEST(KernelCache, RecordFromBeforeWorkspacesStillVerifiesAndServes) {
+  TempDir dir;
+  const std::string fresh = dir.file("v3.db"), old = dir.file("v2.db");
+  KernelRecord in = MakeRecord(128);
+  {
+    auto cache = OpenOrDie(fresh);
+    ASSERT_TRUE(cache->Insert(in).ok());
+  }
+  ASSERT_TRUE(KernelCache::CreateAtSchemaVersion(old, 2).ok());
+  {
+    // Copy the row into the version-2 table: every column but the new one, checksums as stored.
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(old.c_str(), &db), SQLITE_OK);
+    const std::string attach = "ATTACH DATABASE '" + fresh + "' AS fresh";
+    ASSERT_EQ(sqlite3_exec(db, attach.c_str(), nullptr, nullptr, nullptr), SQLITE_OK);
+    const char* copy =
+        "INSERT INTO main.kernels SELECT id, key_hash, key_bytes, key_text, op, arch, status, status_reason, source, "
+        "compile_options, entry_point, grid_x, grid_y, grid_z, block_x, block_y, block_z, dynamic_shared_bytes, "
+        "family, policy_version, design, timing, baseline, median_us, baseline_us, verification, driver_version, "
+        "nvrtc_major, nvrtc_minor, codegen_version, cubin, cubin_checksum, serve_checksum, record_checksum, "
+        "size_bytes, created_ms, last_used_ms, use_count FROM fresh.kernels";
+    char* error = nullptr;
+    ASSERT_EQ(sqlite3_exec(db, copy, nullptr, nullptr, &error), SQLITE_OK) << (error ? error : "");
+    sqlite3_close(db);
+  }
+  auto cache = OpenOrDie(old);  // migrates to the current schema
+  EXPECT_EQ(cache->schema_version(), kSchemaVersion);
+  auto report = cache->Verify();
+  ASSERT_TRUE(report.ok());
+  EXPECT_EQ(report->checked, 1u);
+  EXPECT_TRUE(report->quarantined.empty());
+  auto served = cache->Lookup(OpKey::Decode(in.key_bytes)->Hash(), kReader);
+  ASSERT_TRUE(served.ok()) << served.status().ToString();
+  EXPECT_EQ(served->launch, in.launch);
+  EXPECT_EQ(served->launch.workspace_bytes, 0u);
+}
+
 TEST(KernelCache, MigratesVersion1KeepingItsData) {
   TempDir dir;
   const std::string path = dir.file("v1.db");

@@ -61,13 +61,15 @@ class EvaluatorGallery : public ::testing::Test {
     if (!skip_reason_.empty()) GTEST_SKIP() << skip_reason_;
   }
 
-  static ipc::CandidateResult Submit(int64_t episode, const std::string& source, uint32_t grid, uint32_t block = 256) {
+  static ipc::CandidateResult Submit(int64_t episode, const std::string& source, uint32_t grid, uint32_t block = 256,
+                                     uint64_t workspace_bytes = 0) {
     ipc::SubmitCandidate c;
     c.episode_id = episode;
     c.source = source;
     c.entry_point = "k";
     c.grid[0] = grid;
     c.block[0] = block;
+    if (workspace_bytes > 0) c.workspace_bytes = workspace_bytes;
     auto r = client_->SubmitCandidate(c);
     EXPECT_TRUE(r.ok()) << r.status().ToString();
     // kjitd keeps answering whatever the candidate did.
@@ -145,6 +147,42 @@ TEST_F(EvaluatorGallery, StateKeptBetweenCallsIsRejected) {
       "  out[i] = calls > 25 ? 0.f : ((v > 0.f || v != v) ? v : 0.f);",
       "__device__ int calls = 0;\n"));
   EXPECT_VERDICT(r, "stateful");
+}
+
+// relu with a workspace of 16 counters (kernel ABI v2): each block counts itself on ws[0] and the
+// last one resets it; ws[1..15] must be zero on entry (else the output is wrong). `tail` runs after.
+std::string ReluWithWorkspace(const std::string& tail) {
+  return "extern \"C\" __global__ void k(const float* __restrict__ x, float* __restrict__ out, unsigned int* ws) {\n"
+         "  const long long n = " + std::to_string(kN) + "LL;\n"
+         "  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
+         "  if (i < n) {\n"
+         "    float v = x[i];\n"
+         "    out[i] = ws[1 + i % 15] != 0u ? 12345.f : ((v > 0.f || v != v) ? v : 0.f);\n"
+         "  }\n"
+         "  __syncthreads();\n"
+         "  if (threadIdx.x == 0) {\n"
+         "    __threadfence();\n"
+         "    const bool last = atomicAdd(ws, 1u) == gridDim.x - 1;\n" + tail + "\n"
+         "  }\n"
+         "}\n";
+}
+
+TEST_F(EvaluatorGallery, WorkspaceKernelThatRestoresTheZerosIsVerified) {
+  auto r = Submit(relu_episode_, ReluWithWorkspace("    if (last) ws[0] = 0u;"), static_cast<uint32_t>((kN + 255) / 256),
+                  256, 64);
+  EXPECT_TRUE(r.verified) << r.verdict;
+}
+
+TEST_F(EvaluatorGallery, WorkspaceLeftNonZeroIsRejected) {
+  auto r = Submit(relu_episode_, ReluWithWorkspace("    (void)last;"), static_cast<uint32_t>((kN + 255) / 256), 256, 64);
+  EXPECT_VERDICT(r, "stateful");
+  EXPECT_NE(r.verdict.find("workspace"), std::string::npos) << r.verdict;
+}
+
+TEST_F(EvaluatorGallery, WritingPastTheWorkspaceIsRejected) {
+  auto r = Submit(relu_episode_, ReluWithWorkspace("    if (last) { ws[0] = 0u; ws[16] = 1u; }"),
+                  static_cast<uint32_t>((kN + 255) / 256), 256, 64);
+  EXPECT_VERDICT(r, "out_of_bounds");
 }
 
 TEST_F(EvaluatorGallery, DataRaceIsRejected) {

@@ -31,6 +31,13 @@ TEST(WorkerProtocol, EveryMessageRoundTrips) {
   EXPECT_EQ(e2.candidate.launch, e.candidate.launch);
   EXPECT_EQ(e2.candidate.design, e.candidate.design);
   EXPECT_EQ(e2.memory_cap_bytes, e.memory_cap_bytes);
+  // No workspace: the launch's JSON is what it was before workspaces (kernel ABI v1).
+  EXPECT_EQ(EncodeWorkerMessage(e).find("workspace_bytes"), std::string::npos);
+  EXPECT_EQ(e2.candidate.launch.workspace_bytes, 0u);
+  e.candidate.launch.workspace_bytes = (uint64_t{1} << 32) + 8;
+  back = DecodeWorkerMessage(EncodeWorkerMessage(e));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(std::get<EvaluateRequest>(*back).candidate.launch, e.candidate.launch);
 
   Verdict v;
   v.id = 9;

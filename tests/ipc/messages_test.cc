@@ -59,6 +59,7 @@ std::vector<Envelope> SampleMessages() {
   SetTriple(lookup_reply.grid, 64, 2, 3);
   SetTriple(lookup_reply.block, 256, 4, 0xffffffff);
   lookup_reply.dynamic_shared_bytes = 49152;
+  lookup_reply.workspace_bytes = (uint64_t{1} << 33) + 16;
   lookup_reply.reason = "served from cache";
   add(lookup_reply);
   add(ReportMiss{kBinaryBytes, std::numeric_limits<uint64_t>::max(), 41.5});
@@ -90,6 +91,7 @@ std::vector<Envelope> SampleMessages() {
   SetTriple(candidate.grid, 1024, 1, 2);
   SetTriple(candidate.block, 128, 2, 1);
   candidate.dynamic_shared_bytes = 1024;
+  candidate.workspace_bytes = 4096;
   add(candidate);
   candidate.design = std::map<std::string, std::string>{
       {"family", "softmax"}, {"policy_version", "rl1-i1500-1a2b3c4d"}, {"knob.threads", "256"}};
@@ -151,6 +153,7 @@ void ExpectSame(const LookupReply& a, const LookupReply& b) {
   ExpectSameTriple(a.grid, b.grid, "grid");
   ExpectSameTriple(a.block, b.block, "block");
   EXPECT_EQ(a.dynamic_shared_bytes, b.dynamic_shared_bytes);
+  EXPECT_EQ(a.workspace_bytes, b.workspace_bytes);
   EXPECT_EQ(a.reason, b.reason);
 }
 void ExpectSame(const ReportMiss& a, const ReportMiss& b) {
@@ -220,6 +223,7 @@ void ExpectSame(const SubmitCandidate& a, const SubmitCandidate& b) {
   ExpectSameTriple(a.block, b.block, "block");
   EXPECT_EQ(a.dynamic_shared_bytes, b.dynamic_shared_bytes);
   EXPECT_EQ(a.design, b.design);
+  EXPECT_EQ(a.workspace_bytes, b.workspace_bytes);
 }
 void ExpectSame(const CandidateResult& a, const CandidateResult& b) {
   EXPECT_EQ(a.compiled, b.compiled);

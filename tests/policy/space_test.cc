@@ -831,11 +831,15 @@ TEST(ReduceSpace, DeclinesWhatItCannotServe) {
   EXPECT_NE(reason(SumKey(TensorDesc::Contiguous(DType::kFloat16, {4, 4}), IntList{1}, false, DType::kFloat64))
                 .find("left to PyTorch"),
             std::string::npos);
-  // A long reduction to a handful of outputs: no kernel without a grid-wide split fills the GPU.
-  EXPECT_NE(reason(SumKey(TensorDesc::Contiguous(DType::kFloat32, {128, 4096, 512}), NoneArg{})).find("grid-wide"),
+  // A long reduction to a handful of column outputs: no kernel without a grid-wide split fills the GPU
+  // (rows have the split strategy, columns not yet).
+  EXPECT_NE(reason(OpKey::Single("aten::amax", "", {TensorDesc::Contiguous(DType::kFloat32, {1 << 20, 32}), IntList{0}, false},
+                                 90))
+                .find("grid-wide"),
             std::string::npos);
-  EXPECT_NE(reason(ArgKey("aten::argmax", TensorDesc::Contiguous(DType::kFloat32, {1 << 25}), NoneArg{})).find("grid-wide"),
-            std::string::npos);
+  // Long rows to a handful of outputs are served (the split strategy).
+  EXPECT_TRUE(FindFamily(SumKey(TensorDesc::Contiguous(DType::kFloat32, {128, 4096, 512}), NoneArg{})).ok());
+  EXPECT_TRUE(FindFamily(ArgKey("aten::argmax", TensorDesc::Contiguous(DType::kFloat32, {1 << 25}), NoneArg{})).ok());
   // Served: every dim (None, [], prod's own overload), size-1 dims between reduced ones, keepdim,
   // float32 results of float16 inputs, a dtype equal to the input's.
   EXPECT_TRUE(FindFamily(SumKey(x, NoneArg{})).ok());
@@ -1005,6 +1009,74 @@ TEST(ReduceSpace, ExpertDefaultsFitTheShapeAndTheAbi) {
   // Segments of 33 elements: vectors must divide them.
   p = default_of(SumKey(TensorDesc::Contiguous(DType::kFloat32, {5, 6, 33}), IntList{0, 2}));
   EXPECT_EQ(p.at("vec"), 1) << PointToString(p);
+  // One long row (sum of everything): split over 1024 blocks of 512 threads (4 per SM), partials
+  // and a counter in the workspace, the kernel's third parameter (kernel ABI v2).
+  p = default_of(SumKey(big, NoneArg{}), &c);
+  EXPECT_EQ(p.at("strategy"), 4) << PointToString(p);
+  EXPECT_EQ(p.at("chunks"), 1024) << PointToString(p);
+  EXPECT_EQ(p.at("threads"), 512) << PointToString(p);
+  EXPECT_EQ(c.launch.grid[0], 1024u);
+  EXPECT_EQ(c.launch.workspace_bytes, 16u + 1024u * 4u);
+  EXPECT_NE(c.source.find("kjit_reduce(const in_t* __restrict__ x, y_t* __restrict__ y, unsigned char* __restrict__ ws)"),
+            std::string::npos);
+  // argmax of a flattened 2^25: indices in the workspace too (32-bit: the row is shorter than 2^31 - 1).
+  p = default_of(ArgKey("aten::argmax", TensorDesc::Contiguous(DType::kFloat32, {1 << 25}), NoneArg{}), &c);
+  EXPECT_EQ(p.at("strategy"), 4) << PointToString(p);
+  EXPECT_EQ(c.launch.workspace_bytes, 16u + 2 * 1024u * 4u);
+  // Three per-channel means of [128, 3, 256, 256]: 3 rows of segments, 256 blocks each.
+  p = default_of(OpKey::Single("aten::mean", "dim", {TensorDesc::Contiguous(DType::kBFloat16, {128, 3, 256, 256}),
+                                                     IntList{0, 2, 3}, false, DType::kFloat32},
+                               90),
+                 &c);
+  EXPECT_EQ(p.at("strategy"), 4) << PointToString(p);
+  EXPECT_EQ(p.at("chunks"), 256) << PointToString(p);
+  EXPECT_EQ(c.launch.grid[0], 3u * 256u);
+  EXPECT_EQ(c.launch.workspace_bytes, 16u + 3u * 256u * 4u);
+  // Rows that clusters fill the GPU with keep them (no workspace).
+  p = default_of(SumKey(TensorDesc::Contiguous(DType::kFloat16, {4, 262144}), IntList{-1}, false, DType::kFloat32), &c);
+  EXPECT_EQ(c.launch.workspace_bytes, 0u);
+}
+
+TEST(ReduceSpace, SplitStrategyChecksAndOlderPoints) {
+  const DeviceFacts device = DeviceFacts::H200();
+  auto found = FindFamily(SumKey(TensorDesc::Contiguous(DType::kFloat32, {4, 1 << 22}), IntList{1}));
+  ASSERT_TRUE(found.ok());
+  const Family& f = *found->family;
+  const Problem& problem = *found->problem;
+  auto point = [](int64_t strategy, int64_t threads, int64_t chunks, int64_t cluster = 1, int64_t unroll = 2) {
+    return Point{{"strategy", strategy}, {"threads", threads}, {"vec", 4}, {"unroll", unroll},
+                 {"cluster", cluster},   {"hint", 0},          {"chunks", chunks}};
+  };
+  EXPECT_TRUE(f.Check(problem, point(4, 512, 256), device).ok());
+  EXPECT_NE(f.Check(problem, point(4, 512, 1), device).message().find("block strategy"), std::string::npos);
+  EXPECT_NE(f.Check(problem, point(1, 512, 16), device).message().find("split strategy"), std::string::npos);
+  EXPECT_NE(f.Check(problem, point(4, 512, 16, 2), device).message().find("clusters"), std::string::npos);
+  // 2^18 vectors per row over 1024 blocks of 1024 threads: most would idle.
+  auto shorter = FindFamily(SumKey(TensorDesc::Contiguous(DType::kFloat32, {4, 1 << 20}), IntList{1}));
+  ASSERT_TRUE(shorter.ok());
+  EXPECT_NE(f.Check(*shorter->problem, point(4, 1024, 1024, 1, 1), device).message().find("idle"), std::string::npos);
+  // Columns have no split strategy.
+  auto columns = FindFamily(SumKey(TensorDesc::Contiguous(DType::kFloat32, {64, 300, 64}), IntList{1}));
+  ASSERT_TRUE(columns.ok());
+  EXPECT_FALSE(columns->family->Check(*columns->problem, point(4, 128, 4), device).ok());
+  // A point measured before the chunks knob existed (codegen 1): one block per row, as today's chunks=1.
+  Point old = point(1, 512, 1, 4);
+  old.erase("chunks");
+  EXPECT_TRUE(f.Check(problem, old, device).ok());
+  const Space space = f.MakeSpace(problem, device);
+  ASSERT_EQ(space.absent_as.count("chunks"), 1u);
+  EXPECT_EQ(space.absent_as.at("chunks"), 1);
+  // Every valid split point generates, with a workspace that holds a counter and a partial per block.
+  int split_points = 0;
+  for (const Point& v : ValidPoints(f, problem, device)) {
+    if (v.at("strategy") != 4) continue;
+    ++split_points;
+    auto c = f.Generate(problem, v, device);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    EXPECT_EQ(c->launch.workspace_bytes, 16u + static_cast<uint64_t>(4 * v.at("chunks")) * 4u) << PointToString(v);
+    EXPECT_EQ(c->launch.grid[0], static_cast<uint32_t>(4 * v.at("chunks")));
+  }
+  EXPECT_GT(split_points, 0);
 }
 
 TEST(ReduceSpace, TraitsFollowWhatPyTorchFixes) {

@@ -3,7 +3,9 @@
 // libkjit_torch_adapter.so (as libkjit_preload.so would) and calls
 // at::_softmax on CUDA tensors. A key without a record runs PyTorch's kernel;
 // a key with a verified record in a temporary cache (a softmax kernel from the
-// policy's generator, compiled here) is served by it from its second call.
+// policy's generator, compiled here) is served by it from its second call; so is
+// a key whose record takes a workspace (kernel ABI v2: a hand-written softmax
+// that counts its blocks in the workspace and restores its zeros).
 // Skipped, with the reason, where there is no CUDA PyTorch or no GPU.
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -88,9 +90,53 @@ class ShimGpu : public ::testing::Test {
  protected:
   static inline std::string skip_reason_;
   static inline void* adapter_ = nullptr;
-  static inline at::Tensor miss_input_, miss_reference_, hit_input_, hit_reference_;
+  static inline at::Tensor miss_input_, miss_reference_, hit_input_, hit_reference_, ws_input_, ws_reference_;
   // Part-2 ops with a record: argmax (an int64 output), max_pool2d_with_indices (two outputs).
   static inline at::Tensor argmax_input_, argmax_reference_, pool_input_, pool_values_, pool_indices_;
+
+  // softmax of ROWS x 1024 floats, a block of 256 threads per row, 4 elements a thread; ws[0]
+  // counts the blocks (the last resets it), ws[1..63] must be zero on entry (else NaN out).
+  static std::string WorkspaceSoftmax(int rows) {
+    return "constexpr int ROWS = " + std::to_string(rows) + R"(;
+__device__ float block_max(float v, float* red) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = v;
+  __syncthreads();
+  float r = red[0];
+  for (int w = 1; w < 8; ++w) r = fmaxf(r, red[w]);
+  __syncthreads();
+  return r;
+}
+__device__ float block_sum(float v, float* red) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = v;
+  __syncthreads();
+  float r = red[0];
+  for (int w = 1; w < 8; ++w) r += red[w];
+  __syncthreads();
+  return r;
+}
+extern "C" __global__ void __launch_bounds__(256)
+ws_softmax(const float* __restrict__ x, float* __restrict__ y, unsigned int* ws) {
+  __shared__ float red[8];
+  const float* xr = x + (long long)blockIdx.x * 1024;
+  float v[4];
+  float m = __int_as_float(0xff800000);
+  for (int k = 0; k < 4; ++k) { v[k] = xr[threadIdx.x + 256 * k]; m = fmaxf(m, v[k]); }
+  m = block_max(m, red);
+  float s = 0.f;
+  for (int k = 0; k < 4; ++k) { v[k] = __expf(v[k] - m); s += v[k]; }
+  s = block_sum(s, red);
+  const bool dirty = ws[1 + threadIdx.x % 63] != 0u;
+  for (int k = 0; k < 4; ++k) y[(long long)blockIdx.x * 1024 + threadIdx.x + 256 * k] = dirty ? __int_as_float(0x7fffffff) : v[k] / s;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    if (atomicAdd(ws, 1u) == ROWS - 1) ws[0] = 0u;
+  }
+}
+)";
+  }
 
   static void SetUpTestSuite() {
     const auto dir = std::filesystem::temp_directory_path() / ("kjit-shim-gpu-" + std::to_string(getpid()));
@@ -115,6 +161,8 @@ class ShimGpu : public ::testing::Test {
     hit_input_ = at::randn({64, 1024}, cuda);
     miss_reference_ = at::_softmax(miss_input_, -1, false);
     hit_reference_ = at::_softmax(hit_input_, -1, false);
+    ws_input_ = at::randn({48, 1024}, cuda);
+    ws_reference_ = at::_softmax(ws_input_, -1, false);
     auto context = PrimaryContext::Retain(0);
     ASSERT_TRUE(context.ok()) << context.status().ToString();
     const int arch = context->info().arch();
@@ -163,6 +211,28 @@ class ShimGpu : public ::testing::Test {
     std::tie(pool_values_, pool_indices_) = at::max_pool2d_with_indices(pool_input_, k3, s2, p1, d1, false);
     StoreExpertDefault("aten::max_pool2d_with_indices", "", {pool_input_, k3, s2, p1, d1, false}, arch,
                        context->info().sm_count);
+    // A record with a workspace for the [48, 1024] key.
+    std::vector<c10::IValue> ws_args{ws_input_, int64_t{-1}, false};
+    auto ws_key = kjit::torch::CallKey(handle.schema(), ws_args, static_cast<uint16_t>(arch), kjit::torch::CurrentNumerics());
+    ASSERT_TRUE(ws_key.ok()) << ws_key.status().ToString();
+    request.source = WorkspaceSoftmax(48);
+    request.program_name = "shim_ws_softmax.cu";
+    request.options = {};
+    auto ws_compiled = compiler.Compile(request);
+    ASSERT_TRUE(ws_compiled.ok()) << ws_compiled.status().ToString();
+    cache::KernelRecord ws_record;
+    ws_record.key_bytes = ws_key->Encode();
+    ws_record.source = request.source;
+    ws_record.entry_point = "ws_softmax";
+    ws_record.cubin = (*ws_compiled)->cubin;
+    ws_record.launch.grid[0] = 48;
+    ws_record.launch.block[0] = 256;
+    ws_record.launch.workspace_bytes = 256;
+    ws_record.design.family = "test";
+    ws_record.toolchain = cache::RunningToolchain();
+    ws_record.status = cache::RecordStatus::kVerified;
+    auto ws_id = (*cache)->Insert(std::move(ws_record));
+    ASSERT_TRUE(ws_id.ok()) << ws_id.status().ToString();
 
     adapter_ = dlopen(KJIT_TORCH_ADAPTER, RTLD_NOW | RTLD_LOCAL);
     ASSERT_NE(adapter_, nullptr) << dlerror();
@@ -180,6 +250,8 @@ class ShimGpu : public ::testing::Test {
     pool_input_.reset();
     pool_values_.reset();
     pool_indices_.reset();
+    ws_input_.reset();
+    ws_reference_.reset();
   }
 
   void SetUp() override {
@@ -274,6 +346,19 @@ TEST_F(ShimGpu, HitLaunchesTheCachedKernel) {
     EXPECT_TRUE(at::allclose(out, hit_reference_, 1e-5, 1e-6)) << "call " << i;
   }
   EXPECT_EQ(Stats(adapter_).hits, hits + 3);
+}
+
+TEST_F(ShimGpu, HitWithAWorkspaceGetsAZeroedOnePerStream) {
+  const uint64_t hits = Stats(adapter_).hits;
+  at::Tensor first = at::_softmax(ws_input_, -1, false);  // first sight: PyTorch's kernel, record loaded
+  EXPECT_TRUE(at::equal(first, ws_reference_));
+  // Every call after the first relies on the previous one having restored the zeros.
+  for (int i = 0; i < 5; ++i) {
+    at::Tensor out = at::_softmax(ws_input_, -1, false);
+    EXPECT_TRUE(at::allclose(out, ws_reference_, 1e-5, 1e-6)) << "call " << i;
+  }
+  EXPECT_EQ(Stats(adapter_).hits, hits + 5);
+  EXPECT_EQ(Stats(adapter_).failures, 0u);
 }
 
 TEST_F(ShimGpu, AutogradCallsAreLeftToPyTorch) {

@@ -275,10 +275,11 @@ struct Evaluator::Impl {
     return set;
   }
 
-  // The kernel's parameter values (ABI v1, worker_protocol.h): input tensor
-  // pointers in argument order, null for absent optional tensors, then outputs.
+  // The kernel's parameter values (ABI v2, worker_protocol.h): input tensor
+  // pointers in argument order, null for absent optional tensors, then outputs,
+  // then the workspace when the candidate has one.
   std::vector<CUdeviceptr> Params(const Prepared& p, const std::vector<c10::IValue>& args,
-                                  const std::vector<GuardedTensor>& outs) {
+                                  const std::vector<GuardedTensor>& outs, const GuardedTensor* workspace) {
     std::vector<CUdeviceptr> values;
     for (size_t i = 0; i < args.size(); ++i) {
       const c10::IValue& v = args[i];
@@ -293,7 +294,33 @@ struct Evaluator::Impl {
       }
     }
     for (const GuardedTensor& g : outs) values.push_back(reinterpret_cast<CUdeviceptr>(g.tensor.data_ptr()));
+    if (workspace != nullptr) values.push_back(reinterpret_cast<CUdeviceptr>(workspace->tensor.data_ptr()));
     return values;
+  }
+
+  // A candidate's workspace (kernel ABI v2): `bytes` zeroed bytes between guard
+  // bytes, on the evaluation stream, zeroed once, as the shim zeroes a buffer once.
+  Result<GuardedTensor> MakeWorkspace(uint64_t bytes) {
+    const at::Tensor like =
+        at::empty({static_cast<int64_t>(bytes)}, at::TensorOptions().dtype(at::kByte).device(torch_device));
+    KJIT_ASSIGN_OR_RETURN(GuardedTensor g, MakeGuarded(like));
+    g.tensor.zero_();
+    return g;
+  }
+
+  // Whether the kernel kept the workspace contract after its runs so far: no
+  // write outside it, and every byte zero again (the next launch relies on it).
+  std::optional<RunFailure> CheckWorkspace(const GuardedTensor* workspace, const std::string& where) {
+    if (workspace == nullptr) return std::nullopt;
+    if (!GuardsIntact(*workspace)) return RunFailure{Outcome::kOutOfBounds, "wrote outside the workspace " + where};
+    const int64_t nonzero = workspace->tensor.count_nonzero().item<int64_t>();
+    if (nonzero != 0) {
+      return RunFailure{Outcome::kStateful, "left " + std::to_string(nonzero) + " of " +
+                                                std::to_string(workspace->tensor.numel()) +
+                                                " workspace bytes non-zero " + where +
+                                                " (the kernel must leave its workspace zeroed)"};
+    }
+    return std::nullopt;
   }
 
   // Waits for `event` with a deadline, so a kernel that never ends is found.
@@ -613,7 +640,12 @@ daemon::Verdict Evaluator::Evaluate(const daemon::EvaluateRequest& request, cons
     auto prepared = s.Prepare(request.key_bytes);
     if (!prepared.ok()) return finish(Outcome::kResourceBackoff, "cannot evaluate this key: " + prepared.status().ToString());
     const Impl::Prepared& p = *prepared;
-    if (request.memory_cap_bytes > 0 && s.EstimateBytes(p) > request.memory_cap_bytes) {
+    const uint64_t workspace_bytes = request.candidate.launch.workspace_bytes;
+    if (workspace_bytes > daemon::kMaxWorkspaceBytes) {
+      return finish(Outcome::kLaunchError, "a workspace of " + std::to_string(workspace_bytes) +
+                                               " bytes is over the limit of " + std::to_string(daemon::kMaxWorkspaceBytes));
+    }
+    if (request.memory_cap_bytes > 0 && s.EstimateBytes(p) + workspace_bytes > request.memory_cap_bytes) {
       v.retry_later = true;
       return finish(Outcome::kResourceBackoff, "the inputs need more GPU memory than the cap allows now");
     }
@@ -651,6 +683,15 @@ daemon::Verdict Evaluator::Evaluate(const daemon::EvaluateRequest& request, cons
     config.dynamic_shared_bytes = c.launch.dynamic_shared_bytes;
     if (Status st = CheckLaunchConfig(config, limits); !st.ok()) return finish(Outcome::kLaunchError, st.ToString());
     v.cubin = (*compiled)->cubin;
+    // One workspace for the whole evaluation, zeroed once: every run after the
+    // first relies on the kernel leaving it zeroed, as the shim's launches do.
+    std::optional<GuardedTensor> workspace_storage;
+    if (workspace_bytes > 0) {
+      auto made = s.MakeWorkspace(workspace_bytes);
+      if (!made.ok()) return finish(Outcome::kResourceBackoff, "workspace: " + made.status().ToString());
+      workspace_storage.emplace(std::move(*made));
+    }
+    const GuardedTensor* workspace = workspace_storage ? &*workspace_storage : nullptr;
 
     if (request.screen_only) {
       // One run on the key's cached screening set, compared, then a short timing (see EvaluateRequest).
@@ -666,8 +707,9 @@ daemon::Verdict Evaluator::Evaluate(const daemon::EvaluateRequest& request, cons
       auto guarded = Impl::GuardedOutputs(set.reference, Poison::kNaN);
       if (!guarded.ok()) return finish(Outcome::kResourceBackoff, guarded.status().ToString());
       const std::vector<GuardedTensor>& outs = *guarded;
-      std::vector<CUdeviceptr> values = s.Params(p, set.args, outs);
+      std::vector<CUdeviceptr> values = s.Params(p, set.args, outs, workspace);
       if (auto f = s.RunOnce(*fn, config, values, deadline)) return finish(f->outcome, f->reason + " on the screening set");
+      if (auto f = s.CheckWorkspace(workspace, "on the screening set")) return finish(f->outcome, f->reason);
       for (size_t i = 0; i < outs.size(); ++i) {
         if (!GuardsIntact(outs[i])) return finish(Outcome::kOutOfBounds, "wrote outside output " + std::to_string(i));
         const Comparison cmp = s.JudgeOutput(p, set, i, outs[i].tensor);
@@ -676,6 +718,7 @@ daemon::Verdict Evaluator::Evaluate(const daemon::EvaluateRequest& request, cons
       auto pair = s.TimeLoop([&]() -> std::optional<RunFailure> { return s.Launch(*fn, config, values); },
                              [&] { (void)s.CallReference(p, set.args); }, deadline, s.ScreenTiming());
       if (pair.failure) return finish(pair.failure->outcome, pair.failure->reason + " while timing");
+      if (auto f = s.CheckWorkspace(workspace, "while timing")) return finish(f->outcome, f->reason);
       v.timing = Summarize(pair.candidate_us);
       v.baseline = Summarize(pair.reference_us);
       v.roofline = s.Floor(p, set);
@@ -745,9 +788,10 @@ daemon::Verdict Evaluator::Evaluate(const daemon::EvaluateRequest& request, cons
       const Poison poisons[2] = {Poison::kNaN, Poison::kFinite};
       for (int run = 0; run < 2; ++run) {
         for (const GuardedTensor& g : outs) ResetGuarded(g, poisons[run]);
-        if (auto f = s.RunOnce(*fn, config, s.Params(p, set->args, outs), deadline)) {
+        if (auto f = s.RunOnce(*fn, config, s.Params(p, set->args, outs, workspace), deadline)) {
           return finish(f->outcome, f->reason + " on " + where);
         }
+        if (auto f = s.CheckWorkspace(workspace, "on " + where)) return finish(f->outcome, f->reason);
         for (size_t i = 0; i < outs.size(); ++i) {
           if (!GuardsIntact(outs[i])) {
             return finish(Outcome::kOutOfBounds, "wrote outside output " + std::to_string(i) + " on " + where);
@@ -814,12 +858,13 @@ daemon::Verdict Evaluator::Evaluate(const daemon::EvaluateRequest& request, cons
     auto guarded = Impl::GuardedOutputs(set->reference, Poison::kNaN);
     if (!guarded.ok()) return finish(Outcome::kResourceBackoff, guarded.status().ToString());
     const std::vector<GuardedTensor>& outs = *guarded;
-    std::vector<CUdeviceptr> values = s.Params(p, set->args, outs);
+    std::vector<CUdeviceptr> values = s.Params(p, set->args, outs, workspace);
     auto timed = [&]() -> std::optional<RunFailure> { return s.Launch(*fn, config, values); };
     progress("time", std::chrono::milliseconds(s.options.timing_budget * 3 + deadline * 40));
     auto pair = s.TimeLoop(timed, [&] { (void)s.CallReference(p, set->args); }, deadline, s.FullTiming());
     if (pair.failure) return finish(pair.failure->outcome, pair.failure->reason + " while timing");
     if (auto f = s.Wait(s.events[0], deadline, "the candidate")) return finish(f->outcome, f->reason);
+    if (auto f = s.CheckWorkspace(workspace, "after the timed runs")) return finish(f->outcome, f->reason);
     v.timing = Summarize(pair.candidate_us);
     v.baseline = Summarize(pair.reference_us);
     v.roofline = s.Floor(p, *set);

@@ -319,7 +319,10 @@ Result<std::vector<ReplayTask>> LoadDatasets(const std::vector<std::string>& fil
         ++report.rows_older_codegen;
         continue;
       }
-      by_point[r.point].push_back(&r);
+      // Knobs added since the row was measured take the value they had in effect.
+      Point point = r.point;
+      for (const auto& [name, value] : task.space.absent_as) point.emplace(name, value);
+      by_point[point].push_back(&r);
       if (r.outcome == Outcome::kVerified && r.baseline_us > 0) baselines.push_back(r.baseline_us);
       if (r.floor_us > 0) floors.push_back(r.floor_us);
     }

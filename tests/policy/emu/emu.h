@@ -70,6 +70,15 @@ inline void* __cluster_map_shared_rank(void* p, int r) {
 template <typename T> inline T __ldcs(const T* p) { return *p; }
 template <typename T> inline T __ldg(const T* p) { return *p; }
 template <typename T> inline void __stcs(T* p, T v) { *p = v; }
+// Global memory shared by blocks (the reduce family's workspace): .cg loads and stores, device-wide
+// fences and atomics. Blocks of different clusters run one after another here, so the last block's
+// logic runs as on a GPU whose blocks finish in grid order.
+template <typename T> inline T __ldcg(const T* p) { return __atomic_load_n(p, __ATOMIC_SEQ_CST); }
+template <typename T> inline void __stcg(T* p, T v) { __atomic_store_n(p, v, __ATOMIC_SEQ_CST); }
+inline float __ldcg(const float* p) { float v; __atomic_load(p, &v, __ATOMIC_SEQ_CST); return v; }
+inline void __stcg(float* p, float v) { __atomic_store(p, &v, __ATOMIC_SEQ_CST); }
+inline unsigned atomicAdd(unsigned* p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
 inline float __uint_as_float(unsigned i) { float f; std::memcpy(&f, &i, 4); return f; }
 inline unsigned __float_as_uint(float f) { unsigned i; std::memcpy(&i, &f, 4); return i; }

@@ -4,7 +4,8 @@
 # with PyTorch's reductions transcribed (reduce_run.cc): argmax/argmin indices and amax/amin values
 # exactly, with ties, NaN, +-Inf, -0.0 and all-infinite slices; sums, means (PyTorch's factor) and
 # products against float64. It checks every strategy's indexing, tails, unroll, vectors, the warp,
-# block and cluster combinations; not NVRTC or timing. Not part of CI (host compiler and CUDA
+# block and cluster combinations, and the split strategy's workspace (zero again after each run, a
+# second run on it the same); not NVRTC or timing. Not part of CI (host compiler and CUDA
 # headers at run time).
 #
 #   tests/policy/emu/reduce.sh [BUILD_DIR]     (BUILD_DIR: a configured build with kjit_policy built)
@@ -76,4 +77,14 @@ r t4 argmin bf16 3,50,33 1 0 none strategy=3 threads=64 vec=1 unroll=2 cluster=4
 r t5 mean f16 600,24 0 0 f32 strategy=3 threads=128 vec=1 unroll=4 cluster=8
 r t6 prod f32 2,40,100 1 0 none strategy=3 threads=64 vec=2 unroll=1 cluster=1
 r t7 sum bf16 3,7,9,50 1,2 0 f32 strategy=3 threads=128 vec=2 unroll=2 cluster=2
+# split rows over blocks (strategy 4): partials in the workspace, combined by the last block, which
+# restores the workspace's zeros; each case runs twice on one workspace (reduce_run.cc)
+r p1 sum f32 2,5000 1 0 none strategy=4 threads=64 vec=4 unroll=2 cluster=1 chunks=8
+r p2 argmax f32 3,3001 none 0 none strategy=4 threads=64 vec=1 unroll=2 cluster=1 chunks=16
+r p3 argmin f16 2,4001 -1 0 none strategy=4 threads=32 vec=8 unroll=1 cluster=1 chunks=4
+r p4 amax bf16 3,3000 1 0 none strategy=4 threads=128 vec=8 unroll=1 cluster=1 chunks=4
+r p5 mean bf16 4,6,400 0,2 1 none strategy=4 threads=64 vec=8 unroll=1 cluster=1 chunks=4
+r p6 prod f32 2,999 1 0 none strategy=4 threads=32 vec=1 unroll=4 cluster=1 chunks=8
+r p7 sum f16 3,5,70 none 0 f32 strategy=4 threads=32 vec=2 unroll=1 cluster=1 chunks=4
+r p8 amin f32 2,3,1000 1,2 0 none strategy=4 threads=256 vec=4 unroll=1 cluster=1 chunks=4
 exit $failed

@@ -52,7 +52,7 @@ int main(int argc, char** argv) {
   }
   res += src.substr(last);
   std::ofstream(out) << "#include \"emu.h\"\nusing std::min;\n" << res;
-  // reduce_run's arguments: kind in_dtype out_dtype segs outer len inner grid block cluster | point
+  // reduce_run's arguments: kind in_dtype out_dtype segs outer len inner grid block cluster workspace | point
   std::smatch m;
   const std::string desc = found->problem->description;
   if (!std::regex_search(desc, m, std::regex(R"(outer=(\d+) len=(\d+) inner=(\d+))"))) return 4;
@@ -64,8 +64,7 @@ int main(int argc, char** argv) {
   while (kind_name != kinds[kind]) ++kind;
   auto code = [](DType t) { return t == DType::kFloat32 ? 0 : t == DType::kFloat16 ? 1 : t == DType::kBFloat16 ? 2 : 3; };
   const DType out_dt = kind >= 5 ? DType::kInt64 : std::holds_alternative<DType>(dtype) ? std::get<DType>(dtype) : dt;
-  std::printf("%d %d %d %s %s %s %s %u %u %lld | %s\n", kind, code(dt), code(out_dt), segs_text.c_str(), m[1].str().c_str(),
-              m[2].str().c_str(),
-              m[3].str().c_str(), c->launch.grid[0], c->launch.block[0], (long long)pt.at("cluster"),
-              PointToString(pt).c_str());
+  std::printf("%d %d %d %s %s %s %s %u %u %lld %llu | %s\n", kind, code(dt), code(out_dt), segs_text.c_str(),
+              m[1].str().c_str(), m[2].str().c_str(), m[3].str().c_str(), c->launch.grid[0], c->launch.block[0],
+              (long long)pt.at("cluster"), (unsigned long long)c->launch.workspace_bytes, PointToString(pt).c_str());
 }

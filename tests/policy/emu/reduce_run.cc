@@ -5,10 +5,13 @@
 // products against float64 within float32 accumulation error; and that nothing is written past the
 // output. Inputs for min/max are small integers (ties) with NaN, +-Inf and -0.0 in some slices and
 // slices wholly -Inf or +Inf; for sums, normal values with NaN/Inf in some slices.
-// Usage: reduce_run SO KIND IN_DTYPE OUT_DTYPE SEGS OUTER LEN INNER GRID BLOCK CLUSTER
+// Usage: reduce_run SO KIND IN_DTYPE OUT_DTYPE SEGS OUTER LEN INNER GRID BLOCK CLUSTER WORKSPACE
 //   (the memory-order view: SEGS segments of [OUTER, LEN, INNER]; output (o, i) reduces element
 //   ((s * OUTER + o) * LEN + j) * INNER + i over s and j)
 //   KIND 0 sum 1 mean 2 prod 3 amax 4 amin 5 argmax 6 argmin; dtypes 0 f32 1 f16 2 bf16 3 i64
+//   WORKSPACE: bytes of the kernel's workspace (kernel ABI v2), 0 for none. With one, the kernel is
+//   run twice on the same zeroed-once workspace, as the shim runs it: the second run must give the
+//   same bytes, and the workspace must be all zero after each run.
 #include "emu.h"
 #include <dlfcn.h>
 #include <cmath>
@@ -36,13 +39,22 @@ static uint32_t from_f(float f, int dt) {
 }
 static int esize(int dt) { return dt == 0 ? 4 : dt == 3 ? 8 : 2; }
 int main(int argc, char** argv) {
-  if (argc < 12) { std::printf("usage\n"); return 2; }
+  if (argc < 13) { std::printf("usage\n"); return 2; }
   void* so = dlopen(argv[1], RTLD_NOW);
   if (!so) { std::printf("dlopen: %s\n", dlerror()); return 2; }
-  auto kernel = reinterpret_cast<void (*)(const void*, void*)>(dlsym(so, "kjit_reduce"));
+  void* entry = dlsym(so, "kjit_reduce");
   const int kind = atoi(argv[2]), dt = atoi(argv[3]), odt = atoi(argv[4]);
   const long long segs = atoll(argv[5]), outer = atoll(argv[6]), len = atoll(argv[7]), inner = atoll(argv[8]);
   gridDim.x = atoi(argv[9]); blockDim.x = atoi(argv[10]); emu_cluster = atoi(argv[11]);
+  const long long ws_bytes = atoll(argv[12]);
+  std::vector<unsigned char> ws(ws_bytes + 64, 0);  // 16-byte aligned by the allocator; 64 guard bytes after
+  auto kernel = [&](const void* xp, void* yp) {
+    if (ws_bytes > 0) {
+      reinterpret_cast<void (*)(const void*, void*, unsigned char*)>(entry)(xp, yp, ws.data());
+    } else {
+      reinterpret_cast<void (*)(const void*, void*)>(entry)(xp, yp);
+    }
+  };
   const bool minmax = kind >= 3;
   const long long n = segs * outer * len * inner, n_out = outer * inner, per_out = segs * len;
   // Element j of output (o, i)'s slice (j over segments, then within one).
@@ -78,6 +90,9 @@ int main(int argc, char** argv) {
   // Blocks of one cluster run together; clusters one after another.
   const int nthreads = blockDim.x * emu_cluster;
   std::vector<char> shared((size_t)emu_cluster * EMU_SLAB * EMU_VARS);
+  std::vector<char> first_y;
+  for (int pass = 0; pass < (ws_bytes > 0 ? 2 : 1); ++pass) {
+  if (pass == 1) { first_y = y; std::fill(y.begin(), y.end() - 64, 0x5a); }
   for (unsigned c0 = 0; c0 < gridDim.x; c0 += emu_cluster) {
     std::barrier<> cluster_bar(nthreads);
     emu_cluster_bar = &cluster_bar;
@@ -103,6 +118,15 @@ int main(int argc, char** argv) {
     }
     for (auto& t : ts) t.join();
   }
+  for (long long k = 0; k < ws_bytes + 64; ++k) {
+    if (ws[k] != 0) {
+      std::printf("%s at workspace byte %lld of %lld after run %d\n",
+                  k < ws_bytes ? "NOT ZEROED" : "WROTE PAST THE WORKSPACE", k, ws_bytes, pass + 1);
+      return 1;
+    }
+  }
+  }
+  if (!first_y.empty() && first_y != y) { std::printf("SECOND RUN DIFFERS (nondeterministic or stateful)\n"); return 1; }
   // PyTorch's results, slice by slice.
   const float factor = (float)n_out / (float)n;  // MeanOps' factor, rounded as PyTorch rounds it
   long long bad = 0, nan_slices = 0;

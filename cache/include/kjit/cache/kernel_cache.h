@@ -32,7 +32,7 @@
 
 namespace kjit::cache {
 
-inline constexpr int kSchemaVersion = 2;
+inline constexpr int kSchemaVersion = 3;
 
 // $KJIT_CACHE if set, else <kjit::CacheDir()>/cache.db ($XDG_CACHE_HOME/kjit/cache.db).
 std::string DefaultCachePath();

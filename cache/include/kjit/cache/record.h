@@ -28,10 +28,19 @@ enum class RecordStatus : int {
 std::string_view RecordStatusName(RecordStatus s);  // "verified", ...
 Result<RecordStatus> ParseRecordStatus(std::string_view name);
 
+// The largest workspace a kernel may ask for (LaunchShape::workspace_bytes).
+inline constexpr uint64_t kMaxWorkspaceBytes = uint64_t{1} << 30;
+
 struct LaunchShape {
   uint32_t grid[3] = {1, 1, 1};
   uint32_t block[3] = {1, 1, 1};
   uint32_t dynamic_shared_bytes = 0;
+  // Bytes of per-launch scratch memory the kernel takes as one extra pointer
+  // parameter after its outputs (kernel ABI v2, daemon/worker_protocol.h):
+  // zeroed before the kernel first sees it, and left zeroed by the kernel.
+  // 0: none, and no extra parameter (ABI v1). Records stored before the field
+  // existed read as 0, with their checksums unchanged.
+  uint64_t workspace_bytes = 0;
   friend bool operator==(const LaunchShape&, const LaunchShape&) = default;
 };
 
@@ -118,7 +127,9 @@ struct KernelRecord {
   uint64_t size_bytes() const { return cubin.size() + source.size() + key_bytes.size(); }
 
   // Recomputes the checksums from the fields. The serve checksum covers what
-  // Lookup hands out (key, entry point, launch shape, toolchain, CUBIN checksum),
+  // Lookup hands out (key, entry point, launch shape, toolchain, CUBIN checksum;
+  // launch.workspace_bytes only when it is not 0, so that the checksums of
+  // records stored before it existed still hold),
   // so the read path can check it without parsing the rest; the record checksum
   // covers every immutable field, the serve checksum included.
   Hash128 ComputeCubinChecksum() const;

@@ -64,6 +64,8 @@ struct LookupReply {
   uint32_t grid[3] = {1, 1, 1};
   uint32_t block[3] = {1, 1, 1};
   uint32_t dynamic_shared_bytes = 0;
+  // Per-launch workspace (kernel ABI v2, daemon/worker_protocol.h); absent: none.
+  std::optional<uint64_t> workspace_bytes;
   std::string reason;  // why not found
 };
 
@@ -172,6 +174,8 @@ struct SubmitCandidate {  // -> CandidateResult
   // Optional (added within version 1): family, policy_version and "knob.<name>" -> decimal value, recorded
   // with the measurement and the kernel (PROTOCOL.md). Absent: family "agent", policy "external-agent".
   std::optional<std::map<std::string, std::string>> design;
+  // Per-launch workspace (kernel ABI v2, daemon/worker_protocol.h); absent: none.
+  std::optional<uint64_t> workspace_bytes;
 };
 struct CandidateResult {
   bool compiled = false;

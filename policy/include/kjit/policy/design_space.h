@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -53,6 +54,10 @@ struct Knob {
 struct Space {
   std::string family;
   std::vector<Knob> knobs;
+  // Knobs added to a family later: the value that a point recorded before one
+  // existed (a dataset row without it) had in effect. A knob not listed here
+  // and absent from a point puts the point outside today's space.
+  std::map<std::string, int64_t> absent_as;
   // Number of points in the full cross product (valid or not).
   uint64_t size() const;
 };
