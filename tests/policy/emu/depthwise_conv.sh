@@ -9,28 +9,9 @@
 #
 #   tests/policy/emu/depthwise_conv.sh [BUILD_DIR]     (BUILD_DIR: a configured build with kjit_policy built)
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/../../.." && pwd)
-build=$(cd "${1:-$root/build}" && pwd)
-cuda=${KJIT_CUDA_HOME:-/usr/local/cuda}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-g++ -std=c++20 -O1 -rdynamic -I"$cuda/include" -I"$here" "$here/depthwise_conv_run.cc" -o "$work/run" -ldl -lpthread
-g++ -std=c++20 -O1 -I"$root/policy/include" -I"$root/runtime/include" -I"$root/cache/include" "$here/depthwise_conv_gen.cc" \
-  -o "$work/gen" "$build/policy/libkjit_policy.a" "$build/cache/libkjit_cache.a" "$build/runtime/libkjit_runtime.a" \
-  -L"$cuda/lib64" -lnvrtc -lsqlite3 -lxxhash -ldl -lpthread -Wl,-rpath,"$cuda/lib64"
-failed=0
+source "$(dirname "$0")/emu_lib.sh"
+emu_setup depthwise_conv_run.cc depthwise_conv_gen.cc "${1:-}"
 # r NAME OP(native|cudnn) DTYPE LAYOUT(c|cl) N,C,H,W KH,KW SH,SW PH,PW DH,DW BIAS KNOB=VALUE...
-r() {
-  local name=$1
-  shift
-  local line
-  line=$("$work/gen" "$work/$name.cc" "$@") || { echo "$name: $line"; failed=1; return; }
-  local args=${line% | *} pt=${line#* | }
-  g++ -std=c++20 -O1 -w -fPIC -shared -I"$cuda/include" -I"$here" "$work/$name.cc" -o "$work/$name.so"
-  local res
-  if res=$(timeout 300 "$work/run" "$work/$name.so" $args); then echo "$name [$pt]: $res"; else echo "$name [$pt]: $res"; failed=1; fi
-}
 # _conv_depthwise2d, NCHW: direct, blocked and staged; outs and rows that leave partial tiles; stores of
 # several elements; stride, dilation, a 3x5 kernel, a 7x7 kernel over long rows, 1x1, one-column rows,
 # windows wholly in the padding (dilation 4 over 6x7: outputs that are the bias alone)

@@ -9,28 +9,9 @@
 #
 #   tests/policy/emu/matmul.sh [BUILD_DIR]     (BUILD_DIR: a configured build with kjit_policy built)
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/../../.." && pwd)
-build=$(cd "${1:-$root/build}" && pwd)
-cuda=${KJIT_CUDA_HOME:-/usr/local/cuda}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-g++ -std=c++20 -O1 -rdynamic -I"$cuda/include" -I"$here" "$here/matmul_run.cc" -o "$work/run" -ldl -lpthread
-g++ -std=c++20 -O1 -I"$root/policy/include" -I"$root/runtime/include" -I"$root/cache/include" "$here/matmul_gen.cc" \
-  -o "$work/gen" "$build/policy/libkjit_policy.a" "$build/cache/libkjit_cache.a" "$build/runtime/libkjit_runtime.a" \
-  -L"$cuda/lib64" -lnvrtc -lsqlite3 -lxxhash -ldl -lpthread -Wl,-rpath,"$cuda/lib64"
-failed=0
+source "$(dirname "$0")/emu_lib.sh"
+emu_setup matmul_run.cc matmul_gen.cc "${1:-}"
 # r NAME OP(mm|bmm) DTYPE B,M,K,N SAB,SAM,SAK SBB,SBK,SBN TF32 KNOB=VALUE...
-r() {
-  local name=$1
-  shift
-  local line
-  line=$("$work/gen" "$work/$name.cc" "$@") || { echo "$name: $line"; failed=1; return; }
-  local args=${line% | *} pt=${line#* | }
-  g++ -std=c++20 -O1 -w -fPIC -shared -I"$cuda/include" -I"$here" "$work/$name.cc" -o "$work/$name.so"
-  local res
-  if res=$(timeout 300 "$work/run" "$work/$name.so" $args); then echo "$name [$pt]: $res"; else echo "$name [$pt]: $res"; failed=1; fi
-}
 # Each stage over odd sizes (partial tiles in m, n and k; K = 33 leaves a last slice of 1).
 r s0 mm f32 1,37,19,45 0,19,1 0,45,1 0 stage=0 bm=16 bn=16 bk=8 tm=1 tn=2 vec=1 bpb=1 hint=0 minb=1
 r s1 mm f32 1,70,33,50 0,33,1 0,50,1 0 stage=1 bm=32 bn=32 bk=16 tm=2 tn=2 vec=1 bpb=1 hint=0

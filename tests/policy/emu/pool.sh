@@ -8,28 +8,9 @@
 #
 #   tests/policy/emu/pool.sh [BUILD_DIR]     (BUILD_DIR: a configured build with kjit_policy built)
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/../../.." && pwd)
-build=$(cd "${1:-$root/build}" && pwd)
-cuda=${KJIT_CUDA_HOME:-/usr/local/cuda}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-g++ -std=c++20 -O1 -rdynamic -I"$cuda/include" -I"$here" "$here/pool_run.cc" -o "$work/run" -ldl -lpthread
-g++ -std=c++20 -O1 -I"$root/policy/include" -I"$root/runtime/include" -I"$root/cache/include" "$here/pool_gen.cc" \
-  -o "$work/gen" "$build/policy/libkjit_policy.a" "$build/cache/libkjit_cache.a" "$build/runtime/libkjit_runtime.a" \
-  -L"$cuda/lib64" -lnvrtc -lsqlite3 -lxxhash -ldl -lpthread -Wl,-rpath,"$cuda/lib64"
-failed=0
+source "$(dirname "$0")/emu_lib.sh"
+emu_setup pool_run.cc pool_gen.cc "${1:-}"
 # r NAME OP DTYPE LAYOUT SIZES K S P D CEIL CIP DIV KNOB=VALUE...
-r() {
-  local name=$1
-  shift
-  local line
-  line=$("$work/gen" "$work/$name.cc" "$@") || { echo "$name: $line"; failed=1; return; }
-  local args=${line% | *} pt=${line#* | }
-  g++ -std=c++20 -O1 -w -fPIC -shared -I"$cuda/include" -I"$here" "$work/$name.cc" -o "$work/$name.so"
-  local res
-  if res=$(timeout 300 "$work/run" "$work/$name.so" $args); then echo "$name [$pt]: $res"; else echo "$name [$pt]: $res"; failed=1; fi
-}
 m2=aten::max_pool2d_with_indices m3=aten::max_pool3d_with_indices a2=aten::avg_pool2d a3=aten::avg_pool3d
 # max 2-D contiguous: direct and staged, outs, rows, vectors along W, dilation, ceil_mode, odd sizes
 r m1 $m2 f32 c 2,3,13,16 3,3 2,2 1,1 1,1 0 1 -1 strategy=0 threads=64 outs=2 vec=1 rows=1 hint=1

@@ -10,28 +10,9 @@
 #
 #   tests/policy/emu/reduce.sh [BUILD_DIR]     (BUILD_DIR: a configured build with kjit_policy built)
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/../../.." && pwd)
-build=$(cd "${1:-$root/build}" && pwd)
-cuda=${KJIT_CUDA_HOME:-/usr/local/cuda}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-g++ -std=c++20 -O1 -rdynamic -I"$cuda/include" -I"$here" "$here/reduce_run.cc" -o "$work/run" -ldl -lpthread
-g++ -std=c++20 -O1 -I"$root/policy/include" -I"$root/runtime/include" -I"$root/cache/include" "$here/reduce_gen.cc" \
-  -o "$work/gen" "$build/policy/libkjit_policy.a" "$build/cache/libkjit_cache.a" "$build/runtime/libkjit_runtime.a" \
-  -L"$cuda/lib64" -lnvrtc -lsqlite3 -lxxhash -ldl -lpthread -Wl,-rpath,"$cuda/lib64"
-failed=0
+source "$(dirname "$0")/emu_lib.sh"
+emu_setup reduce_run.cc reduce_gen.cc "${1:-}"
 # r NAME OP DTYPE SIZES DIMS KEEPDIM DTYPE_ARG KNOB=VALUE...
-r() {
-  local name=$1
-  shift
-  local line
-  line=$("$work/gen" "$work/$name.cc" "$@") || { echo "$name: $line"; failed=1; return; }
-  local args=${line% | *} pt=${line#* | }
-  g++ -std=c++20 -O1 -w -fPIC -shared -I"$cuda/include" -I"$here" "$work/$name.cc" -o "$work/$name.so"
-  local res
-  if res=$(timeout 300 "$work/run" "$work/$name.so" $args); then echo "$name [$pt]: $res"; else echo "$name [$pt]: $res"; failed=1; fi
-}
 # warp per row: vectors, unroll with tails, every op and dtype
 r w1 argmax f32 37,301 1 0 none strategy=0 threads=128 vec=1 unroll=4 hint=1 cluster=1
 r w2 amax f16 9,1000 -1 0 none strategy=0 threads=64 vec=8 unroll=2 cluster=1

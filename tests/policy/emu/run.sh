@@ -8,17 +8,8 @@
 #
 #   tests/policy/emu/run.sh [BUILD_DIR]     (BUILD_DIR: a configured build with kjit_policy built)
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/../../.." && pwd)
-build=$(cd "${1:-$root/build}" && pwd)
-cuda=${KJIT_CUDA_HOME:-/usr/local/cuda}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-g++ -std=c++20 -O1 -rdynamic -I"$cuda/include" -I"$here" "$here/emu_run.cc" -o "$work/emu_run" -ldl -lpthread
-g++ -std=c++20 -O1 -I"$root/policy/include" -I"$root/runtime/include" -I"$root/cache/include" "$here/gen.cc" \
-  -o "$work/gen" "$build/policy/libkjit_policy.a" "$build/cache/libkjit_cache.a" "$build/runtime/libkjit_runtime.a" \
-  -L"$cuda/lib64" -lnvrtc -lsqlite3 -lxxhash -ldl -lpthread -Wl,-rpath,"$cuda/lib64"
-failed=0
+source "$(dirname "$0")/emu_lib.sh"
+emu_setup emu_run.cc gen.cc "${1:-}"
 # r OUTER LEN INNER PROD DTYPE(0 f32, 1 f16, 2 bf16) NAME OP DTYPE DIM NSIZES SIZES... KNOB=VALUE...
 r() {
   local outer=$1 len=$2 inner=$3 prod=$4 dt=$5 name=$6
@@ -26,8 +17,8 @@ r() {
   local line grid block cluster pt res
   line=$("$work/gen" "$work/$name.cc" "$@") || { echo "$name: $line"; failed=1; return; }
   read -r grid block cluster pt <<< "$line"
-  g++ -std=c++20 -O1 -w -fPIC -shared -I"$cuda/include" -I"$here" "$work/$name.cc" -o "$work/$name.so"
-  if res=$(timeout 300 "$work/emu_run" "$work/$name.so" "$outer" "$len" "$inner" "$prod" "$dt" "$grid" "$block" "$cluster"); then
+  emu_compile_kernel "$name"
+  if res=$(timeout 300 "$work/run" "$work/$name.so" "$outer" "$len" "$inner" "$prod" "$dt" "$grid" "$block" "$cluster"); then
     echo "$name [$pt]: $res"
   else
     echo "$name [$pt]: $res"; failed=1
