@@ -168,40 +168,8 @@ ws_softmax(const float* __restrict__ x, float* __restrict__ y, unsigned int* ws)
     const int arch = context->info().arch();
 
     // A verified record for the hit key, built the way kjitd would.
-    auto handle = c10::Dispatcher::singleton().findSchemaOrThrow("aten::_softmax", "");
-    std::vector<c10::IValue> args{hit_input_, int64_t{-1}, false};
-    auto key = kjit::torch::CallKey(handle.schema(), args, static_cast<uint16_t>(arch), kjit::torch::CurrentNumerics());
-    ASSERT_TRUE(key.ok()) << key.status().ToString();
-    auto match = policy::FindFamily(*key);
-    ASSERT_TRUE(match.ok()) << match.status().ToString();
-    policy::DeviceFacts facts = policy::DeviceFacts::H200();
-    facts.arch = arch;
-    facts.sm_count = context->info().sm_count;
-    const policy::Point point = match->family->ExpertDefault(*match->problem, facts);
-    auto candidate = match->family->Generate(*match->problem, point, facts);
-    ASSERT_TRUE(candidate.ok()) << candidate.status().ToString();
-    Compiler compiler;
-    CompileRequest request;
-    request.source = candidate->source;
-    request.program_name = "shim_softmax.cu";
-    request.arch = arch;
-    request.options = candidate->options;
-    auto compiled = compiler.Compile(request);
-    ASSERT_TRUE(compiled.ok()) << compiled.status().ToString();
-    auto cache = cache::KernelCache::Open();
-    ASSERT_TRUE(cache.ok()) << cache.status().ToString();
-    cache::KernelRecord record;
-    record.key_bytes = key->Encode();
-    record.source = candidate->source;
-    record.compile_options = candidate->options;
-    record.entry_point = candidate->entry_point;
-    record.cubin = (*compiled)->cubin;
-    record.launch = candidate->launch;
-    record.design = candidate->design;
-    record.toolchain = cache::RunningToolchain();
-    record.status = cache::RecordStatus::kVerified;
-    auto id = (*cache)->Insert(std::move(record));
-    ASSERT_TRUE(id.ok()) << id.status().ToString();
+    StoreExpertDefault("aten::_softmax", "", {hit_input_, int64_t{-1}, false}, arch, context->info().sm_count);
+    if (HasFatalFailure()) return;
 
     argmax_input_ = at::randn({300, 517}, cuda);
     argmax_reference_ = at::argmax(argmax_input_, 1, false);
@@ -211,13 +179,17 @@ ws_softmax(const float* __restrict__ x, float* __restrict__ y, unsigned int* ws)
     std::tie(pool_values_, pool_indices_) = at::max_pool2d_with_indices(pool_input_, k3, s2, p1, d1, false);
     StoreExpertDefault("aten::max_pool2d_with_indices", "", {pool_input_, k3, s2, p1, d1, false}, arch,
                        context->info().sm_count);
+    if (HasFatalFailure()) return;
     // A record with a workspace for the [48, 1024] key.
+    auto handle = c10::Dispatcher::singleton().findSchemaOrThrow("aten::_softmax", "");
     std::vector<c10::IValue> ws_args{ws_input_, int64_t{-1}, false};
     auto ws_key = kjit::torch::CallKey(handle.schema(), ws_args, static_cast<uint16_t>(arch), kjit::torch::CurrentNumerics());
     ASSERT_TRUE(ws_key.ok()) << ws_key.status().ToString();
+    Compiler compiler;
+    CompileRequest request;
     request.source = WorkspaceSoftmax(48);
     request.program_name = "shim_ws_softmax.cu";
-    request.options = {};
+    request.arch = arch;
     auto ws_compiled = compiler.Compile(request);
     ASSERT_TRUE(ws_compiled.ok()) << ws_compiled.status().ToString();
     cache::KernelRecord ws_record;
@@ -231,6 +203,8 @@ ws_softmax(const float* __restrict__ x, float* __restrict__ y, unsigned int* ws)
     ws_record.design.family = "test";
     ws_record.toolchain = cache::RunningToolchain();
     ws_record.status = cache::RecordStatus::kVerified;
+    auto cache = cache::KernelCache::Open();
+    ASSERT_TRUE(cache.ok()) << cache.status().ToString();
     auto ws_id = (*cache)->Insert(std::move(ws_record));
     ASSERT_TRUE(ws_id.ok()) << ws_id.status().ToString();
 
