@@ -13,7 +13,8 @@
 # the tests (a second call on a warm machine reuses build-gpu/), KJIT_GPU_RUN_CTEST_ARGS to pass ctest
 # more arguments ("-L gpu": only the GPU tests, ~2 min instead of ~5; CI runs the rest), KJIT_GPU_RUN_TUNE=1 to
 # verify and search the design spaces (tune.md, tune.tar.gz; see the step at the end),
-# KJIT_GPU_RUN_SHIM=1 to measure the shim and run its example twice (shim.tar.gz).
+# KJIT_GPU_RUN_SHIM=1 to measure the shim and run its example twice (shim.tar.gz), KJIT_GPU_RUN_ONLINE=1 for
+# online policy episodes on the example's keys against random search and the expert default (online.tar.gz).
 # One device call is at most 10 minutes: split the work over calls, e.g.
 #   KJIT_GPU_RUN_SKIP_BENCH=1 KJIT_GPU_RUN_SKIP_TESTS=1 KJIT_GPU_RUN_TUNE=1 \
 #     KJIT_TUNE_FAMILIES=softmax KJIT_TUNE_VERIFY_S=150 KJIT_TUNE_SEARCH_S=300 bash scripts/gpu-run.sh
@@ -159,5 +160,34 @@ if [[ "${KJIT_GPU_RUN_SHIM:-0}" == 1 ]]; then
   "$build/daemon/kjit" daemon stop > /dev/null 2>&1 || pkill -f "$build/daemon/kjitd" || true
   unset KJIT_CACHE KJIT_RUNTIME_DIR XDG_CACHE_HOME
   tar -C /tmp -czf "$OUT/shim.tar.gz" kjit-shim
+fi
+if [[ "${KJIT_GPU_RUN_ONLINE:-0}" == 1 ]]; then
+  # Issue 8's online run: the example program under the shim queues its keys (misses) with a private kjitd;
+  # then `kjit policy online` runs an episode per queued key through kjitd's evaluator, once per proposer
+  # (the policy, random search, the expert default then random), KJIT_ONLINE_BUDGET trials each; every
+  # episode is a JSON line in online.jsonl and scripts/online_curve.py draws the learning curves (curve.md).
+  # The checkpoint: .gpu-online/cache.db if carried (trained on a CPU: `kjit policy train --cache
+  # .gpu-online/cache.db`), else trained here first.
+  on=/tmp/kjit-online; rm -rf "$on"; mkdir -p "$on/run"
+  export KJIT_CACHE="$on/cache.db" KJIT_RUNTIME_DIR="$on/run" XDG_CACHE_HOME="$on/xdg"
+  if [[ -f .gpu-online/cache.db ]]; then
+    cp .gpu-online/cache.db "$KJIT_CACHE"; note "online: checkpoint from the carried .gpu-online/cache.db"
+  else
+    timeout 400 "$build/daemon/kjit" policy train --fresh > "$on/train.txt" 2>&1
+    note "online: policy train rc=$?"
+  fi
+  timeout 90 "$build/daemon/kjit" run -- python3 examples/shim_app/app.py --iters 10 > "$on/app.txt" 2>&1
+  note "online: app run (queues the misses): rc=$?"
+  for mode in ${KJIT_ONLINE_PROPOSERS:-policy random expert}; do
+    timeout "${KJIT_ONLINE_S:-150}" "$build/daemon/kjit" policy online --proposer "$mode" \
+      --budget "${KJIT_ONLINE_BUDGET:-8}" --json "$on/online.jsonl" > "$on/online-$mode.txt" 2>&1
+    note "online --proposer $mode: rc=$? $(grep -c '^  best' "$on/online-$mode.txt") episodes with a verified kernel"
+  done
+  python3 scripts/online_curve.py "$on/online.jsonl" --json "$on/curve.json" > "$on/curve.md" 2>&1
+  cat "$on/curve.md" >> "$summary"
+  "$build/daemon/kjit" cache ls > "$on/cache-ls.txt" 2>&1
+  "$build/daemon/kjit" daemon stop > /dev/null 2>&1 || pkill -f "$build/daemon/kjitd" || true
+  unset KJIT_CACHE KJIT_RUNTIME_DIR XDG_CACHE_HOME
+  tar -C /tmp -czf "$OUT/online.tar.gz" --exclude='kjit-online/run' kjit-online
 fi
 [[ $rc_tests -eq 0 && $skipped_gpu -eq 0 ]]

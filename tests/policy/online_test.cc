@@ -219,5 +219,46 @@ TEST(Online, TrialsStoredInTheCacheLoadAsTrainingRows) {
   }
 }
 
+// The baselines of the online learning curve: no policy needed, no point proposed twice, every one valid;
+// "expert" starts at the family's expert default, "random" does not favour it.
+TEST(Online, BaselineProposersNeedNoPolicyAndWriteJson) {
+  const ReplayTask* task = ExhaustiveTask("layer_norm");
+  ASSERT_NE(task, nullptr);
+  ASSERT_GE(task->expert_index, 0);
+  for (Proposer proposer : {Proposer::kRandom, Proposer::kExpertThenRandom}) {
+    SCOPED_TRACE(ProposerName(proposer));
+    ReplayEvaluator evaluator(*task, nullptr);
+    OnlineOptions options;
+    options.proposer = proposer;
+    options.budget = 5;
+    options.seed = 7;
+    auto report = RunOnlineEpisode(nullptr, task->key, evaluator, options);
+    ASSERT_TRUE(report.ok()) << report.status().ToString();
+    ASSERT_EQ(report->trials.size(), 5u);
+    EXPECT_EQ(report->fallbacks, 0);
+    std::set<Point> seen;
+    for (const auto& t : report->trials) {
+      EXPECT_TRUE(seen.insert(t.point).second);
+      EXPECT_TRUE(task->family->Check(*task->problem, t.point, DeviceFacts::H200()).ok());
+    }
+    const bool first_is_expert = report->trials[0].point == task->points[task->expert_index].point;
+    EXPECT_EQ(first_is_expert, proposer == Proposer::kExpertThenRandom);
+    EXPECT_EQ(report->trials[0].proposer, proposer == Proposer::kExpertThenRandom ? "expert-default" : "random");
+
+    auto j = nlohmann::json::parse(OnlineReportJson(*report, proposer));
+    EXPECT_EQ(j["mode"], ProposerName(proposer));
+    EXPECT_EQ(j["key"], task->key.Hash().ToHex());
+    ASSERT_EQ(j["trials"].size(), 5u);
+    EXPECT_EQ(j["trials"][0]["point"], PointToString(report->trials[0].point));
+    EXPECT_EQ(j["best"], report->best);
+  }
+  // The policy proposer without a policy is refused, not a crash.
+  ReplayEvaluator evaluator(*task, nullptr);
+  EXPECT_FALSE(RunOnlineEpisode(nullptr, task->key, evaluator, OnlineOptions{}).ok());
+  EXPECT_EQ(evaluator.opened, 0);
+  EXPECT_EQ(ParseProposer("expert").value(), Proposer::kExpertThenRandom);
+  EXPECT_FALSE(ParseProposer("oracle").ok());
+}
+
 }  // namespace
 }  // namespace kjit::policy::learn

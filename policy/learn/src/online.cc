@@ -71,6 +71,22 @@ void KjitdEvaluator::Close() {
 
 // ---------------------------------------------------------------- episodes
 
+const char* ProposerName(Proposer p) {
+  switch (p) {
+    case Proposer::kPolicy: return "policy";
+    case Proposer::kRandom: return "random";
+    case Proposer::kExpertThenRandom: return "expert";
+  }
+  return "?";
+}
+
+Result<Proposer> ParseProposer(const std::string& name) {
+  for (Proposer p : {Proposer::kPolicy, Proposer::kRandom, Proposer::kExpertThenRandom}) {
+    if (name == ProposerName(p)) return p;
+  }
+  return InvalidArgument("unknown proposer '" + name + "' (policy, random or expert)");
+}
+
 std::map<std::string, std::string> TrialDesign(const Family& family, const Point& point,
                                                const std::string& policy_version) {
   auto design = ipc::DesignToWire(ToDesignPoint(std::string(family.name()), point, policy_version));
@@ -78,8 +94,9 @@ std::map<std::string, std::string> TrialDesign(const Family& family, const Point
   return design;
 }
 
-Result<OnlineReport> RunOnlineEpisode(Agent& agent, const OpKey& key, LiveEvaluator& evaluator,
+Result<OnlineReport> RunOnlineEpisode(Agent* agent, const OpKey& key, LiveEvaluator& evaluator,
                                       const OnlineOptions& options) {
+  if (options.proposer == Proposer::kPolicy && agent == nullptr) return InvalidArgument("no policy to propose points");
   KJIT_ASSIGN_OR_RETURN(Match match, FindFamily(key));
   DeviceFacts device = DeviceFacts::H200();
   device.arch = key.arch;
@@ -92,21 +109,24 @@ Result<OnlineReport> RunOnlineEpisode(Agent& agent, const OpKey& key, LiveEvalua
   }
   OnlineReport report;
   report.key_text = task->key_text;
+  report.key_hash = key.Hash().ToHex();
   report.family = task->family_name;
-  report.policy_version = agent.version();
+  report.policy_version = agent != nullptr ? agent->version() : "";
   report.baseline = baseline;
   ReplayEpisode episode(*task, options.budget);
   std::mt19937_64 rng(options.seed);
   while (!episode.done()) {
     int index = -1;
     std::string proposer = report.policy_version;
-    auto proposed = agent.Propose(episode, options.greedy, rng);
+    Result<int> proposed = InvalidArgument("not the policy's turn");
+    if (options.proposer == Proposer::kPolicy) proposed = agent->Propose(episode, options.greedy, rng);
     if (proposed.ok()) {
       index = *proposed;
     } else {
-      // No head for this space (a domain the policy never saw): the expert default, then random points.
-      ++report.fallbacks;
-      if (task->expert_index >= 0 && !episode.tried(task->expert_index)) {
+      // The baselines, or no head for this space (a domain the policy never saw): the expert default
+      // (not for the random baseline), then random points.
+      if (options.proposer == Proposer::kPolicy) ++report.fallbacks;
+      if (options.proposer != Proposer::kRandom && task->expert_index >= 0 && !episode.tried(task->expert_index)) {
         index = task->expert_index;
         proposer = "expert-default";
       } else {
@@ -155,6 +175,31 @@ Result<OnlineReport> RunOnlineEpisode(Agent& agent, const OpKey& key, LiveEvalua
   }
   evaluator.Close();
   return report;
+}
+
+std::string OnlineReportJson(const OnlineReport& report, Proposer proposer) {
+  nlohmann::json trials = nlohmann::json::array();
+  for (const auto& t : report.trials) {
+    trials.push_back({{"point", PointToString(t.point)},
+                      {"proposer", t.proposer},
+                      {"outcome", std::string(OutcomeName(t.verdict.outcome))},
+                      {"median_us", t.verdict.median_us},
+                      {"spread_us", t.verdict.spread_us},
+                      {"accepted", t.verdict.accepted}});
+  }
+  nlohmann::json j = {{"key", report.key_hash},
+                      {"key_text", report.key_text},
+                      {"family", report.family},
+                      {"mode", ProposerName(proposer)},
+                      {"policy_version", report.policy_version},
+                      {"baseline_us", report.baseline.baseline_us},
+                      {"baseline_spread_us", report.baseline.baseline_spread_us},
+                      {"floor_us", report.baseline.floor_us},
+                      {"trials", trials},
+                      {"best", report.best},
+                      {"fallbacks", report.fallbacks},
+                      {"stopped", report.stopped}};
+  return j.dump();
 }
 
 // --------------------------------------------------- measurements as rows

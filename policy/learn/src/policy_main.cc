@@ -121,13 +121,24 @@ std::vector<int> ParseKs(const std::string& text) {
 
 // `kjit policy online`.
 int RunOnline(const std::string& cache_path, const std::string& endpoint, int limit, double timeout_s,
-              const OnlineOptions& options) {
+              const OnlineOptions& options, const std::string& json_path) {
   auto cache = OpenCache(cache_path, false);
   if (!cache.ok()) return Fail(cache.status());
-  std::vector<std::string> notes;
-  auto agent = LoadLatestCheckpoint(**cache, &notes);
-  for (const auto& n : notes) std::fprintf(stderr, "%s\n", n.c_str());
-  if (!agent.ok()) return Fail(agent.status().WithContext("no policy (run `kjit policy train --cache` on this cache)"));
+  std::unique_ptr<Agent> agent;
+  if (options.proposer == Proposer::kPolicy) {
+    std::vector<std::string> notes;
+    auto loaded = LoadLatestCheckpoint(**cache, &notes);
+    for (const auto& n : notes) std::fprintf(stderr, "%s\n", n.c_str());
+    if (!loaded.ok()) {
+      return Fail(loaded.status().WithContext("no policy (run `kjit policy train --cache` on this cache)"));
+    }
+    agent = std::move(*loaded);
+  }
+  std::FILE* json = nullptr;
+  if (!json_path.empty()) {
+    json = std::fopen(json_path.c_str(), "a");
+    if (json == nullptr) return Fail(kjit::InvalidArgument("cannot open --json file " + json_path));
+  }
   kjit::ipc::ClientOptions co;
   co.endpoint = endpoint;
   co.name = "kjit-policy-online/0.1";
@@ -138,8 +149,9 @@ int RunOnline(const std::string& cache_path, const std::string& endpoint, int li
   lo.request_timeout = std::chrono::milliseconds(10000);
   auto queued = kjit::ipc::Client(lo).ListTasks("queued", static_cast<uint32_t>(limit));
   if (!queued.ok()) return Fail(queued.status().WithContext("listing kjitd's queued tasks"));
-  std::fprintf(stderr, "policy %s, %zu queued tasks, budget %d trials each\n", (*agent)->version().c_str(),
-               queued->size(), options.budget);
+  std::fprintf(stderr, "%s, %zu queued tasks, budget %d trials each\n",
+               agent ? ("policy " + agent->version()).c_str() : ProposerName(options.proposer), queued->size(),
+               options.budget);
   KjitdEvaluator evaluator(client);
   int episodes = 0;
   for (const auto& info : *queued) {
@@ -148,7 +160,8 @@ int RunOnline(const std::string& cache_path, const std::string& endpoint, int li
     if (!task.ok()) continue;
     auto key = kjit::OpKey::Decode(task->key_bytes);
     if (!key.ok()) continue;
-    auto report = RunOnlineEpisode(**agent, *key, evaluator, options);
+    std::fprintf(stderr, "[%d/%zu] %s\n", episodes + 1, queued->size(), key->ToString().c_str());
+    auto report = RunOnlineEpisode(agent.get(), *key, evaluator, options);
     if (!report.ok()) {
       std::printf("%s: skipped: %s\n", key->ToString().c_str(), report.status().ToString().c_str());
       continue;
@@ -168,7 +181,12 @@ int RunOnline(const std::string& cache_path, const std::string& endpoint, int li
     }
     if (!report->stopped.empty()) std::printf("  stopped: %s\n", report->stopped.c_str());
     std::fflush(stdout);
+    if (json != nullptr) {
+      std::fprintf(json, "%s\n", OnlineReportJson(*report, options.proposer).c_str());
+      std::fflush(json);
+    }
   }
+  if (json != nullptr) std::fclose(json);
   std::printf("%d episodes; trials are in %s's measurements (train on them: kjit policy train --measurements)\n",
               episodes, (*cache)->path().c_str());
   return 0;
@@ -239,7 +257,16 @@ int main(int argc, char** argv) {
   online->add_option("--timeout-s", timeout_s, "How long kjitd may take to evaluate one kernel")->capture_default_str();
   bool sampled = false;
   online->add_flag("--sampled", sampled, "Sample proposals from the policy (seeded) instead of its mode");
-  online->add_option("--seed", online_options.seed, "Seed for --sampled")->capture_default_str();
+  online->add_option("--seed", online_options.seed, "Seed for --sampled and the random proposers")
+      ->capture_default_str();
+  std::string proposer_name = "policy";
+  online->add_option("--proposer", proposer_name,
+                     "Who proposes: the policy, or a baseline for its learning curve: random (uniform over the "
+                     "valid untried points), expert (the expert default, then random); no checkpoint needed for those")
+      ->check(CLI::IsMember({"policy", "random", "expert"}))
+      ->capture_default_str();
+  std::string online_json;
+  online->add_option("--json", online_json, "Append one JSON line per episode here (trials, times, baseline)");
 
   try {
     app.parse(argc, argv);
@@ -249,7 +276,8 @@ int main(int argc, char** argv) {
 
   if (*online) {
     online_options.greedy = !sampled;
-    return RunOnline(common.cache_path, endpoint, limit, timeout_s, online_options);
+    online_options.proposer = *ParseProposer(proposer_name);
+    return RunOnline(common.cache_path, endpoint, limit, timeout_s, online_options, online_json);
   }
 
   auto loaded = LoadTasks(common);

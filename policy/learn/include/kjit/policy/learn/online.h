@@ -65,7 +65,15 @@ class KjitdEvaluator : public LiveEvaluator {
   int64_t episode_ = -1;
 };
 
+// Who proposes the points of an episode. The policy is what kjit runs; the other two are the baselines
+// its learning curve is compared with on the same live keys (issue 8): uniform random search over the valid
+// untried points, and the family's expert default followed by random points.
+enum class Proposer { kPolicy, kRandom, kExpertThenRandom };
+const char* ProposerName(Proposer p);
+Result<Proposer> ParseProposer(const std::string& name);  // "policy", "random", "expert"
+
 struct OnlineOptions {
+  Proposer proposer = Proposer::kPolicy;
   int budget = 8;        // trials per episode
   bool greedy = true;    // the policy's mode at every step (false: sampled, seeded)
   uint64_t seed = 1;
@@ -80,6 +88,8 @@ struct OnlineTrial {
 
 struct OnlineReport {
   std::string key_text;
+  std::string key_hash;  // hex, as the datasets' "key"
+
   std::string family;
   std::string policy_version;
   LiveBaseline baseline;
@@ -91,9 +101,18 @@ struct OnlineReport {
 };
 
 // One episode on `key`. Errors only when the episode cannot start (no family, evaluator refuses to open);
-// a transport error mid-episode ends it with `stopped` saying why.
-Result<OnlineReport> RunOnlineEpisode(Agent& agent, const OpKey& key, LiveEvaluator& evaluator,
+// a transport error mid-episode ends it with `stopped` saying why. `agent` may be null unless
+// options.proposer is kPolicy.
+Result<OnlineReport> RunOnlineEpisode(Agent* agent, const OpKey& key, LiveEvaluator& evaluator,
                                       const OnlineOptions& options);
+inline Result<OnlineReport> RunOnlineEpisode(Agent& agent, const OpKey& key, LiveEvaluator& evaluator,
+                                             const OnlineOptions& options) {
+  return RunOnlineEpisode(&agent, key, evaluator, options);
+}
+
+// An episode as one line of JSON (kjit policy online --json): the key, its hash, the baseline and floor, every trial
+// (point, proposer, outcome, median, whether stored) and the best; what learning curves are drawn from.
+std::string OnlineReportJson(const OnlineReport& report, Proposer proposer);
 
 // The design map a trial is submitted with.
 std::map<std::string, std::string> TrialDesign(const Family& family, const Point& point,

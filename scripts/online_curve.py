@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""Learning curves of online episodes (issue 8): best-so-far against trials, the policy against its baselines.
+
+    python3 scripts/online_curve.py online.jsonl [more.jsonl ...] [--datasets policy/datasets] [--json out.json]
+
+Input: the JSON lines `kjit policy online --json FILE` appends, one per episode, from runs with
+`--proposer policy`, `random` and `expert` on the same queued keys (kjitd's evaluator on the GPU). Only keys
+that every mode in the files finished are compared. Per mode and trial count t, two figures, averaged over keys:
+
+  speedup   geometric mean of PyTorch's time / the fastest verified kernel within t trials (1.0 while none is
+            verified: the program keeps PyTorch's kernel), each episode against the PyTorch time it measured
+  of best   mean of (fastest time any mode found on the key) / (fastest within t trials); 0 while none
+
+Keys found in the datasets (their key hash in policy/datasets/*.jsonl) are marked: issue 8 asks for keys
+outside them. Prints markdown tables; nothing here is a pass/fail threshold.
+"""
+import argparse
+import glob
+import json
+import math
+import os
+import sys
+
+
+def dataset_keys(directory):
+    keys = set()
+    for path in glob.glob(os.path.join(directory, "*.jsonl")):
+        with open(path) as f:
+            for line in f:
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    keys.add(json.loads(line)["key"])
+                except (ValueError, KeyError):
+                    continue
+    return keys
+
+
+def best_so_far(trials, t):
+    times = [x["median_us"] for x in trials[:t] if x["outcome"] == "verified" and x["median_us"] > 0]
+    return min(times) if times else None
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("files", nargs="+", help="JSON lines from kjit policy online --json")
+    parser.add_argument("--datasets", default=os.path.join(os.path.dirname(__file__), "..", "policy", "datasets"),
+                        help="directory of the measured datasets (to mark keys seen in training data)")
+    parser.add_argument("--json", help="also write the curves here")
+    args = parser.parse_args()
+
+    episodes = {}  # (key, mode) -> the last episode
+    for path in args.files:
+        with open(path) as f:
+            for n, line in enumerate(f, 1):
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    e = json.loads(line)
+                    episodes[(e["key"], e["mode"])] = e
+                except (ValueError, KeyError) as err:
+                    print(f"{path}:{n}: skipped: {err}", file=sys.stderr)
+    if not episodes:
+        print("online_curve.py: no episodes in the input", file=sys.stderr)
+        return 1
+    modes = sorted({m for _, m in episodes}, key=lambda m: {"policy": 0, "expert": 1, "random": 2}.get(m, 3))
+    keys = sorted({k for k, _ in episodes if all((k, m) in episodes for m in modes)})
+    if not keys:
+        print("online_curve.py: no key was finished by every mode", file=sys.stderr)
+        return 1
+    known = dataset_keys(args.datasets)
+    budget = max(len(e["trials"]) for e in episodes.values())
+
+    def curve(mode, metric):
+        out = []
+        for t in range(1, budget + 1):
+            vals = []
+            for k in keys:
+                e = episodes[(k, mode)]
+                b = best_so_far(e["trials"], t)
+                if metric == "speedup":
+                    vals.append(math.log(e["baseline_us"] / b if b and e["baseline_us"] > 0 else 1.0))
+                else:
+                    best_any = min(x for x in (best_so_far(episodes[(k, m)]["trials"], budget) for m in modes) if x)
+                    vals.append(best_any / b if b else 0.0)
+            out.append(math.exp(sum(vals) / len(vals)) if metric == "speedup" else sum(vals) / len(vals))
+        return out
+
+    curves = {m: {"speedup": curve(m, "speedup"), "of_best": curve(m, "of_best")} for m in modes}
+    unseen = [k for k in keys if k not in known]
+    print(f"{len(keys)} keys finished by every mode ({', '.join(modes)}); {len(unseen)} of them outside the "
+          f"datasets; budget {budget} trials\n")
+    for metric, title in (("speedup", "geomean speedup over PyTorch of the best kernel within t trials"),
+                          ("of_best", "mean fraction of the best time any mode found, within t trials")):
+        print(f"**{title}**\n")
+        print("| t | " + " | ".join(modes) + " |")
+        print("|---:|" + "---:|" * len(modes))
+        for t in range(budget):
+            print(f"| {t + 1} | " + " | ".join(f"{curves[m][metric][t]:.3f}" for m in modes) + " |")
+        print()
+    print("**per key** (PyTorch us; best us within the budget per mode; trials to reach it)\n")
+    print("| key | family | in datasets | PyTorch us | " + " | ".join(modes) + " |")
+    print("|---|---|---|---:|" + "---:|" * len(modes))
+    for k in keys:
+        e0 = episodes[(k, modes[0])]
+        cells = []
+        for m in modes:
+            tr = episodes[(k, m)]["trials"]
+            b = best_so_far(tr, budget)
+            if b is None:
+                cells.append("none verified")
+                continue
+            first = next(t for t in range(1, budget + 1) if best_so_far(tr, t) == b)
+            cells.append(f"{b:.2f} ({first})")
+        print(f"| `{e0['key_text'][:70]}` | {e0['family']} | {'yes' if k in known else 'no'} | "
+              f"{e0['baseline_us']:.2f} | " + " | ".join(cells) + " |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"keys": keys, "unseen": unseen, "modes": modes, "curves": curves}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
