@@ -179,9 +179,12 @@ if [[ "${KJIT_GPU_RUN_ONLINE:-0}" == 1 ]]; then
   timeout 90 "$build/daemon/kjit" run -- python3 examples/shim_app/app.py --iters 10 > "$on/app.txt" 2>&1
   note "online: app run (queues the misses): rc=$?"
   for mode in ${KJIT_ONLINE_PROPOSERS:-policy random expert}; do
-    timeout "${KJIT_ONLINE_S:-150}" "$build/daemon/kjit" policy online --proposer "$mode" \
-      --budget "${KJIT_ONLINE_BUDGET:-8}" --json "$on/online.jsonl" > "$on/online-$mode.txt" 2>&1
-    note "online --proposer $mode: rc=$? $(grep -c '^  best' "$on/online-$mode.txt") episodes with a verified kernel"
+    seeds=1; [[ $mode == policy ]] || seeds="${KJIT_ONLINE_SEEDS:-1 2 3}"  # the baselines are random: average
+    for seed in $seeds; do
+      timeout "${KJIT_ONLINE_S:-150}" "$build/daemon/kjit" policy online --proposer "$mode" --seed "$seed" \
+        --budget "${KJIT_ONLINE_BUDGET:-8}" --json "$on/online.jsonl" > "$on/online-$mode-$seed.txt" 2>&1
+      note "online --proposer $mode --seed $seed: rc=$? $(grep -c '^  best' "$on/online-$mode-$seed.txt") episodes with a verified kernel"
+    done
   done
   python3 scripts/online_curve.py "$on/online.jsonl" --json "$on/curve.json" > "$on/curve.md" 2>&1
   cat "$on/curve.md" >> "$summary"

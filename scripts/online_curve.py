@@ -50,7 +50,7 @@ def main():
     parser.add_argument("--json", help="also write the curves here")
     args = parser.parse_args()
 
-    episodes = {}  # (key, mode) -> the last episode
+    episodes = {}  # (key, mode) -> every episode (random runs with several seeds: averaged per key)
     for path in args.files:
         with open(path) as f:
             for n, line in enumerate(f, 1):
@@ -59,7 +59,7 @@ def main():
                     continue
                 try:
                     e = json.loads(line)
-                    episodes[(e["key"], e["mode"])] = e
+                    episodes.setdefault((e["key"], e["mode"]), []).append(e)
                 except (ValueError, KeyError) as err:
                     print(f"{path}:{n}: skipped: {err}", file=sys.stderr)
     if not episodes:
@@ -71,27 +71,32 @@ def main():
         print("online_curve.py: no key was finished by every mode", file=sys.stderr)
         return 1
     known = dataset_keys(args.datasets)
-    budget = max(len(e["trials"]) for e in episodes.values())
+    budget = max(len(e["trials"]) for es in episodes.values() for e in es)
+    runs = {m: max(len(episodes[(k, m)]) for k in keys) for m in modes}
+
+    def best_any(k):
+        return min(b for b in (best_so_far(e["trials"], budget) for m in modes for e in episodes[(k, m)]) if b)
 
     def curve(mode, metric):
         out = []
         for t in range(1, budget + 1):
             vals = []
             for k in keys:
-                e = episodes[(k, mode)]
-                b = best_so_far(e["trials"], t)
-                if metric == "speedup":
-                    vals.append(math.log(e["baseline_us"] / b if b and e["baseline_us"] > 0 else 1.0))
-                else:
-                    best_any = min(x for x in (best_so_far(episodes[(k, m)]["trials"], budget) for m in modes) if x)
-                    vals.append(best_any / b if b else 0.0)
+                per_run = []
+                for e in episodes[(k, mode)]:
+                    b = best_so_far(e["trials"], t)
+                    if metric == "speedup":
+                        per_run.append(math.log(e["baseline_us"] / b if b and e["baseline_us"] > 0 else 1.0))
+                    else:
+                        per_run.append(best_any(k) / b if b else 0.0)
+                vals.append(sum(per_run) / len(per_run))
             out.append(math.exp(sum(vals) / len(vals)) if metric == "speedup" else sum(vals) / len(vals))
         return out
 
     curves = {m: {"speedup": curve(m, "speedup"), "of_best": curve(m, "of_best")} for m in modes}
     unseen = [k for k in keys if k not in known]
-    print(f"{len(keys)} keys finished by every mode ({', '.join(modes)}); {len(unseen)} of them outside the "
-          f"datasets; budget {budget} trials\n")
+    print(f"{len(keys)} keys finished by every mode ({', '.join(f'{m} x{runs[m]}' for m in modes)} episodes per "
+          f"key); {len(unseen)} of them outside the datasets; budget {budget} trials\n")
     for metric, title in (("speedup", "geomean speedup over PyTorch of the best kernel within t trials"),
                           ("of_best", "mean fraction of the best time any mode found, within t trials")):
         print(f"**{title}**\n")
@@ -100,14 +105,15 @@ def main():
         for t in range(budget):
             print(f"| {t + 1} | " + " | ".join(f"{curves[m][metric][t]:.3f}" for m in modes) + " |")
         print()
-    print("**per key** (PyTorch us; best us within the budget per mode; trials to reach it)\n")
+    print("**per key** (PyTorch us; best us within the budget per mode, its first run if several; trials to "
+          "reach it)\n")
     print("| key | family | in datasets | PyTorch us | " + " | ".join(modes) + " |")
     print("|---|---|---|---:|" + "---:|" * len(modes))
     for k in keys:
-        e0 = episodes[(k, modes[0])]
+        e0 = episodes[(k, modes[0])][0]
         cells = []
         for m in modes:
-            tr = episodes[(k, m)]["trials"]
+            tr = episodes[(k, m)][0]["trials"]
             b = best_so_far(tr, budget)
             if b is None:
                 cells.append("none verified")

@@ -260,5 +260,42 @@ TEST(Online, BaselineProposersNeedNoPolicyAndWriteJson) {
   EXPECT_FALSE(ParseProposer("oracle").ok());
 }
 
+
+// A split reduction (kernel ABI v2) takes a workspace: the request must say so, or kjitd's launch passes one
+// parameter too few and every such point fails with CUDA_ERROR_INVALID_VALUE (seen on the H200).
+TEST(Online, SubmitCarriesTheLaunchShapeAndWorkspace) {
+  const ReplayTask* split = nullptr;
+  int index = -1;
+  for (const auto& t : AllTasks()) {
+    if (t.family_name != "reduce") continue;
+    for (size_t i = 0; i < t.points.size() && index < 0; ++i) {
+      auto c = t.family->Generate(*t.problem, t.points[i].point, DeviceFacts::H200());
+      if (c.ok() && c->launch.workspace_bytes != 0) {
+        split = &t;
+        index = static_cast<int>(i);
+      }
+    }
+    if (split != nullptr) break;
+  }
+  ASSERT_NE(split, nullptr) << "no reduce point in the datasets uses a workspace";
+  auto c = split->family->Generate(*split->problem, split->points[index].point, DeviceFacts::H200());
+  ASSERT_TRUE(c.ok());
+  const auto design = TrialDesign(*split->family, split->points[index].point, "test");
+  const ipc::SubmitCandidate s = SubmitFor(42, *c, design);
+  EXPECT_EQ(s.episode_id, 42);
+  EXPECT_EQ(s.source, c->source);
+  EXPECT_EQ(s.entry_point, c->entry_point);
+  EXPECT_EQ(s.dynamic_shared_bytes, c->launch.dynamic_shared_bytes);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(s.grid[i], c->launch.grid[i]);
+    EXPECT_EQ(s.block[i], c->launch.block[i]);
+  }
+  ASSERT_TRUE(s.workspace_bytes.has_value());
+  EXPECT_EQ(*s.workspace_bytes, c->launch.workspace_bytes);
+  EXPECT_EQ(s.design, design);
+  c->launch.workspace_bytes = 0;
+  EXPECT_FALSE(SubmitFor(42, *c, design).workspace_bytes.has_value());  // v1 kernels: the field is absent
+}
+
 }  // namespace
 }  // namespace kjit::policy::learn

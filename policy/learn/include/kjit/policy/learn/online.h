@@ -52,6 +52,11 @@ class LiveEvaluator {
   virtual void Close() = 0;
 };
 
+// The request that submits `candidate` to episode `episode`: source, options, launch shape (workspace
+// included: a kernel of ABI v2 takes one more parameter, and a launch without it fails) and design.
+ipc::SubmitCandidate SubmitFor(int64_t episode, const Candidate& candidate,
+                               const std::map<std::string, std::string>& design);
+
 // kjitd's agent environment through the ipc client (open_episode, submit_candidate, close_episode).
 class KjitdEvaluator : public LiveEvaluator {
  public:
