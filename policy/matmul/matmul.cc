@@ -14,7 +14,7 @@ using codegen::CudaType;
 
 // The ABI (daemon/worker_protocol.h): (self, mat2, out) for both ops.
 
-enum Stage : int64_t { kDirect = 0, kStaged = 1, kDouble = 2 };
+enum Stage : int64_t { kDirect = 0, kStaged = 1, kDouble = 2, kResident = 3 };
 
 constexpr const char* kMm = "aten::mm";
 constexpr const char* kBmm = "aten::bmm";
@@ -161,11 +161,160 @@ __device__ __forceinline__ void store_tile(out_t* c, long long m0, long long n0,
   }
 }
 
+#if STAGE == 3
+// The resident strategy: a tile's whole K staged once, k-major (As[k * LDA3 + m], Bs[k * LDB3 + n], as
+// float), then K outer products from registers. A thread's TM rows are GM groups of RV consecutive rows,
+// SPM apart (likewise its TN columns: GN groups of CV), so fragments are float4 reads of shared memory
+// that a warp's lanes spread over all banks, and a warp's stores cover whole rows of the tile.
+constexpr int LDA3 = BM + 4, LDB3 = BN + 4;
+constexpr int RV = TM < 4 ? TM : 4, CV = TN < 4 ? TN : 4;
+constexpr int GM = TM / RV, GN = TN / CV, SPM = BM / GM, SPN = BN / GN;
+__device__ __forceinline__ int row_of(int ty, int i) { return (i / RV) * SPM + ty * RV + i % RV; }
+__device__ __forceinline__ int col_of(int tx, int j) { return (j / CV) * SPN + tx * CV + j % CV; }
+template <int W> struct FVec;
+template <> struct FVec<1> { typedef float T; };
+template <> struct FVec<2> { typedef float2 T; };
+template <> struct FVec<4> { typedef float4 T; };
+// W floats at p (aligned to their size) from / to shared memory; 8 as two float4.
+template <int W>
+__device__ __forceinline__ void lds(const float* p, float* v) {
+  typedef typename FVec<W>::T T;
+  union { T t; float f[W]; } u;
+  u.t = *reinterpret_cast<const T*>(p);
+#pragma unroll
+  for (int q = 0; q < W; ++q) v[q] = u.f[q];
+}
+template <int W>
+__device__ __forceinline__ void sts(float* p, const float* v) {
+  if (W == 8) {
+    sts<4>(p, v);
+    sts<4>(p + 4, v + 4);
+  } else {
+    typedef typename FVec<(W > 4 ? 4 : W)>::T T;
+    union { T t; float f[(W > 4 ? 4 : W)]; } u;
+#pragma unroll
+    for (int q = 0; q < (W > 4 ? 4 : W); ++q) u.f[q] = v[q];
+    *reinterpret_cast<T*>(p) = u.t;
+  }
+}
+// One operand's R x K_ tile (rows: m of A, n of B) staged into S[k * LD + r]: element (r, k) at
+// x + r * SR + k * SK, rows at or past RLIM zeros. KC: vectors run along k (P lanes share a row and take
+// consecutive vectors, together a 32-byte sector), else along r (RLIM and R divisible by VEC). Up to 32
+// elements a thread per round: a round's loads are all issued before its stores.
+template <bool KC, int R, int LD, long long RLIM, long long SR, long long SK>
+struct Operand {
+  static constexpr int VK = (int)(K_ / VEC), VR = R / VEC;
+  static constexpr int TOTAL = KC ? R * VK : (int)K_ * VR;
+  static constexpr int PER = (TOTAL + THREADS - 1) / THREADS;
+  static constexpr int CB = PER < 32 / VEC ? PER : 32 / VEC;
+  static constexpr int ROUNDS = (PER + CB - 1) / CB;
+  static constexpr int PS = (int)(32 / (VEC * sizeof(raw_t)));
+  static constexpr int P = KC && PS >= 2 && VK % 2 == 0 ? 2 : 1;
+  __device__ static __forceinline__ void coords(int e, int& r, int& k) {
+    if (KC) {
+      const int rest = e / P;
+      r = rest % R;
+      k = ((rest / R) * P + e % P) * VEC;
+    } else {
+      k = e / VR;
+      r = (e % VR) * VEC;
+    }
+  }
+  __device__ static __forceinline__ bool live(int rd, int i, int e) {
+    return rd * CB + i < PER && (TOTAL % THREADS == 0 || e < TOTAL);
+  }
+  __device__ static __forceinline__ void load(const in_t* x, long long r0, int rd, raw_t (&v)[CB][VEC]) {
+#pragma unroll
+    for (int i = 0; i < CB; ++i) {
+      const int e = threadIdx.x + (rd * CB + i) * THREADS;
+      int r = 0, k = 0;
+      coords(e, r, k);
+      if (live(rd, i, e) && r0 + r < RLIM) {
+        load_raw<VEC, false>(x + (r0 + r) * SR + (long long)k * SK, v[i]);
+      } else {
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) v[i][j] = 0;
+      }
+    }
+  }
+  __device__ static __forceinline__ void store(float* S, int rd, const raw_t (&v)[CB][VEC]) {
+#pragma unroll
+    for (int i = 0; i < CB; ++i) {
+      const int e = threadIdx.x + (rd * CB + i) * THREADS;
+      if (!live(rd, i, e)) break;
+      int r = 0, k = 0;
+      coords(e, r, k);
+      float f[VEC];
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) f[j] = Bits<in_t>::to_f(v[i][j]);
+      if (KC) {
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) S[(k + j) * LD + r] = f[j];
+      } else {
+        sts<VEC>(S + k * LD + r, f);
+      }
+    }
+  }
+};
+typedef Operand<A_KCONT, BM, LDA3, M_, SAM, SAK> OpA;
+typedef Operand<!B_NCONT, BN, LDB3, N_, SBN, SBK> OpB;
+constexpr int ROUNDS3 = OpA::ROUNDS > OpB::ROUNDS ? OpA::ROUNDS : OpB::ROUNDS;
+__device__ __forceinline__ void stage_all(const in_t* a, const in_t* b, long long m0, long long n0, float* As, float* Bs) {
+#pragma unroll
+  for (int rd = 0; rd < ROUNDS3; ++rd) {
+    raw_t va[OpA::CB][VEC], vb[OpB::CB][VEC];
+    if (rd < OpA::ROUNDS) OpA::load(a, m0, rd, va);
+    if (rd < OpB::ROUNDS) OpB::load(b, n0, rd, vb);
+    if (rd < OpA::ROUNDS) OpA::store(As, rd, va);
+    if (rd < OpB::ROUNDS) OpB::store(Bs, rd, vb);
+  }
+}
+__device__ __forceinline__ void frag(const float* As, const float* Bs, int k, int ty, int tx, float (&av)[TM], float (&bv)[TN]) {
+#pragma unroll
+  for (int g = 0; g < GM; ++g) lds<RV>(As + k * LDA3 + g * SPM + ty * RV, av + g * RV);
+#pragma unroll
+  for (int g = 0; g < GN; ++g) lds<CV>(Bs + k * LDB3 + g * SPN + tx * CV, bv + g * CV);
+}
+__device__ __forceinline__ void outer(const float (&av)[TM], const float (&bv)[TN], float (&acc)[TM][TN]) {
+#pragma unroll
+  for (int i = 0; i < TM; ++i)
+#pragma unroll
+    for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
+}
+// The thread's outputs (rows row_of, columns col_of), SW columns a store (SW divides CV and N).
+__device__ __forceinline__ void store_tile3(out_t* c, long long m0, long long n0, int ty, int tx, const float (&acc)[TM][TN]) {
+#pragma unroll
+  for (int i = 0; i < TM; ++i) {
+    const long long gm = m0 + row_of(ty, i);
+    if (gm >= M_) break;  // rows grow with i
+#pragma unroll
+    for (int j = 0; j < TN; j += SW) {
+      const long long gn = n0 + col_of(tx, j);
+      if (gn >= N_) continue;
+      // One explicit vector store (write-back, or evict-first with HINT): a plain store of the union
+      // was split into scalar ones for some rows.
+      typedef typename RawOf<sizeof(raw_t) * SW>::T R;
+      union { R r; raw_t u[SW]; } w;
+#pragma unroll
+      for (int q = 0; q < SW; ++q) w.u[q] = Bits<out_t>::from_f(acc[i][j + q]);
+      R* dst = reinterpret_cast<R*>(c + gm * N_ + gn);
+      if (HINT) __stcs(dst, w.r);
+      else __stwb(dst, w.r);
+    }
+  }
+}
+#endif
+
 extern "C" __global__ void __launch_bounds__(THREADS, MINB) kjit_matmul(const in_t* __restrict__ a,
                                                                   const in_t* __restrict__ b,
                                                                   out_t* __restrict__ c) {
 #if STAGE > 0
   extern __shared__ __align__(16) unsigned char smem[];
+#endif
+#if STAGE == 3
+  float* As3 = reinterpret_cast<float*>(smem);
+  float* Bs3 = As3 + K_ * LDA3;
+#elif STAGE > 0
   float* As0 = reinterpret_cast<float*>(smem);
   float* Bs0 = As0 + BK * LDA;
 #if STAGE == 2
@@ -217,6 +366,24 @@ extern "C" __global__ void __launch_bounds__(THREADS, MINB) kjit_matmul(const in
       else multiply<BK>(As0, Bs0, ty, tx, acc);
       __syncthreads();
     }
+#elif STAGE == 3
+    stage_all(ab, bp, m0, n0, As3, Bs3);
+    __syncthreads();
+    {
+      // Fragments double-buffered in registers: k + 1's are read while k's are multiplied.
+      float a0[TM], b0[TN], a1[TM], b1[TN];
+      frag(As3, Bs3, 0, ty, tx, a0, b0);
+      K3UNROLL
+      for (int k = 0; k + 2 <= (int)K_; k += 2) {
+        frag(As3, Bs3, k + 1, ty, tx, a1, b1);
+        outer(a0, b0, acc);
+        if (k + 2 < (int)K_) frag(As3, Bs3, k + 2, ty, tx, a0, b0);
+        outer(a1, b1, acc);
+      }
+      if (K_ % 2 == 1) outer(a0, b0, acc);
+    }
+    if (BPB > 1) __syncthreads();  // the next matrix is staged over this one
+    store_tile3(c + batch * (M_ * N_), m0, n0, ty, tx, acc);
 #else
     Frag f;
     fetch(ab, bp, m0, n0, 0, f);
@@ -233,7 +400,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, MINB) kjit_matmul(const in
       __syncthreads();
     }
 #endif
+#if STAGE != 3
     store_tile(c + batch * (M_ * N_), m0, n0, ty, tx, acc);
+#endif
   }
 }
 )";
@@ -241,7 +410,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, MINB) kjit_matmul(const in
 class Matmul final : public Family {
  public:
   std::string_view name() const override { return "matmul"; }
-  int codegen_version() const override { return 1; }
+  int codegen_version() const override { return 2; }
   std::vector<std::string> ops() const override { return {kMm, kBmm}; }
 
   OpTraits traits(std::string_view) const override {
@@ -369,12 +538,13 @@ class Matmul final : public Family {
     Space s;
     s.family = "matmul";
     s.knobs = {
-        {"stage", {kDirect, kStaged, kDouble},
+        {"stage", {kDirect, kStaged, kDouble, kResident},
          "0 operands read from global memory (L1) at every k, 1 bk-deep slices staged in shared memory, "
-         "2 double-buffered slices, the next fetched into registers during the multiply"},
-        {"bm", {16, 32, 64, 128}, "block tile rows (of the output)"},
-        {"bn", {16, 32, 64, 128}, "block tile columns"},
-        {"bk", {8, 16, 32}, "k values per staged slice (direct: the k loop's unroll)"},
+         "2 double-buffered slices, the next fetched into registers during the multiply, 3 resident: the "
+         "tile's whole K staged once (k-major), float4 fragments double-buffered in registers"},
+        {"bm", {16, 32, 64, 128, 256}, "block tile rows (of the output)"},
+        {"bn", {16, 32, 64, 128, 256}, "block tile columns"},
+        {"bk", {8, 16, 32}, "k values per staged slice (direct and resident: the k loop's unroll)"},
         {"tm", {1, 2, 4, 8}, "output rows per thread (threads = bm/tm x bn/tn)"},
         {"tn", {1, 2, 4, 8}, "output columns per thread, stored together"},
         {"vec", {1, 2, 4, 8}, "elements per global load along each operand's contiguous dim (staged)"},
@@ -386,8 +556,9 @@ class Matmul final : public Family {
   }
 
   static int64_t Threads(int64_t bm, int64_t bn, int64_t tm, int64_t tn) { return (bm / tm) * (bn / tn); }
-  static int64_t SharedBytes(int64_t stage, int64_t bm, int64_t bn, int64_t bk) {
+  static int64_t SharedBytes(int64_t stage, int64_t bm, int64_t bn, int64_t bk, int64_t k) {
     if (stage == kDirect) return 0;
+    if (stage == kResident) return k * ((bm + 4) + (bn + 4)) * 4;
     return (stage == kDouble ? 2 : 1) * bk * ((bm + 4) + (bn + 4)) * 4;
   }
   // Output columns stored together: the widest power of two dividing tn and N, within 16 bytes.
@@ -402,7 +573,7 @@ class Matmul final : public Family {
     const auto& p = static_cast<const MatmulProblem&>(problem);
     const int64_t stage = pt.at("stage"), bm = pt.at("bm"), bn = pt.at("bn"), bk = pt.at("bk"), tm = pt.at("tm"),
                   tn = pt.at("tn"), vec = pt.at("vec"), bpb = pt.at("bpb");
-    if (stage != kDirect && stage != kStaged && stage != kDouble) return InvalidArgument("unknown stage");
+    if (stage != kDirect && stage != kStaged && stage != kDouble && stage != kResident) return InvalidArgument("unknown stage");
     if (tm > bm || tn > bn) return InvalidArgument("thread tile larger than the block tile");
     if (tm * tn > kMaxAccumulators) return InvalidArgument("too many accumulators per thread");
     const int64_t threads = Threads(bm, bn, tm, tn);
@@ -428,9 +599,10 @@ class Matmul final : public Family {
       // vectors aligned.
       const bool ak = p.a_kcont(), bn_c = p.b_ncont();
       const int64_t a_unit = ak ? p.sak : p.sam, a_ext = ak ? p.k : p.m, a_other = ak ? p.sam : p.sak;
-      const int64_t a_tile = ak ? bk : bm;
+      const int64_t kslice = stage == kResident ? p.k : bk;  // resident: one slice of all K
+      const int64_t a_tile = ak ? kslice : bm;
       const int64_t b_unit = bn_c ? p.sbn : p.sbk, b_ext = bn_c ? p.n : p.k, b_other = bn_c ? p.sbk : p.sbn;
-      const int64_t b_tile = bn_c ? bn : bk;
+      const int64_t b_tile = bn_c ? bn : kslice;
       if (a_unit != 1 || b_unit != 1) return InvalidArgument("an operand has no unit-stride dim: scalar reads");
       if (a_ext % vec != 0 || b_ext % vec != 0) return InvalidArgument("vector does not divide a contiguous dim");
       if (a_tile % vec != 0 || b_tile % vec != 0) return InvalidArgument("vector does not divide the slice");
@@ -439,11 +611,20 @@ class Matmul final : public Family {
       }
       if (p.a_align < vec * p.elem() || p.b_align < vec * p.elem()) return InvalidArgument("inputs not aligned for the vector");
     }
-    if (stage != kDirect) {
+    if (stage == kResident) {
+      // The whole K of both tiles in shared memory (up to the opt-in limit), staged in rounds of 32
+      // elements a thread; at most 128 elements an operand a thread (the unrolled staging code).
+      if (CeilDiv(bm * p.k, threads) > 128 || CeilDiv(bn * p.k, threads) > 128) {
+        return InvalidArgument("too many elements staged per thread");
+      }
+      if (SharedBytes(stage, bm, bn, bk, p.k) > dev.max_shared_bytes_per_block) {
+        return InvalidArgument("the whole-K tiles exceed the shared memory of a block");
+      }
+    } else if (stage != kDirect) {
       const int64_t a_per = CeilDiv(bm * bk / vec, threads) * vec, b_per = CeilDiv(bk * bn / vec, threads) * vec;
       if (a_per > kMaxFetchRegs || b_per > kMaxFetchRegs) return InvalidArgument("too many elements fetched per thread");
       if (bm * bk < vec * 1 || bk * bn < vec) return InvalidArgument("slice smaller than a vector");
-      if (SharedBytes(stage, bm, bn, bk) > std::min<int64_t>(kMaxSharedBytes, dev.max_shared_bytes_per_block)) {
+      if (SharedBytes(stage, bm, bn, bk, p.k) > std::min<int64_t>(kMaxSharedBytes, dev.max_shared_bytes_per_block)) {
         return InvalidArgument("slices exceed the shared memory budget");
       }
     }
@@ -451,7 +632,7 @@ class Matmul final : public Family {
     if (minb != 1 && minb != 2) return InvalidArgument("minb is 1 or 2");
     if (minb == 2) {
       // Two blocks' threads and shared memory must fit an SM; a cap below 64 registers a thread would spill.
-      if (2 * threads > 2048 || 2 * SharedBytes(stage, bm, bn, bk) > dev.shared_bytes_per_sm) {
+      if (2 * threads > 2048 || 2 * (SharedBytes(stage, bm, bn, bk, p.k) + 1024) > dev.shared_bytes_per_sm) {
         return InvalidArgument("two blocks do not fit an SM");
       }
       if (threads < 256) return InvalidArgument("two blocks a SM cap registers only for 256 threads or more");
@@ -487,6 +668,20 @@ class Matmul final : public Family {
         if (p.batched && s.bm >= p.m && s.bn >= p.n && p.m * p.n * p.k <= 32 * 32 * 32) {
           while (bpb < 8 && CeilDiv(p.batch, bpb * 2) >= 8 * dev.sm_count) bpb *= 2;
         }
+        // Resident first where two blocks of its whole-K tiles fit an SM (one block loads while the other
+        // multiplies): K outer products from shared memory with no barrier between them, the register cap of
+        // two 256-thread blocks (128) holding 8x8 accumulators and two fragment buffers without spills.
+        const int64_t resident_bytes = SharedBytes(kResident, s.bm, s.bn, 8, p.k);
+        if (2 * (resident_bytes + 1024) <= dev.shared_bytes_per_sm) {
+          const int64_t threads = Threads(s.bm, s.bn, s.tm, s.tn);
+          for (int64_t bk : {32, 16, 8}) {
+            for (int64_t vec : {8, 4, 2, 1}) {
+              tries.push_back(Point{{"stage", kResident}, {"bm", s.bm}, {"bn", s.bn}, {"bk", bk}, {"tm", s.tm},
+                                    {"tn", s.tn}, {"vec", vec}, {"bpb", bpb}, {"hint", hint},
+                                    {"minb", threads >= 256 ? 2 : 1}});
+            }
+          }
+        }
         for (int64_t bk : {16, 8, 32}) {
           for (int64_t stage : {kDouble, kStaged}) {
             for (int64_t vec : {8, 4, 2, 1}) {
@@ -521,20 +716,22 @@ class Matmul final : public Family {
     src << "constexpr long long SAB = " << p.sab << ", SAM = " << p.sam << ", SAK = " << p.sak << ", SBB = " << p.sbb
         << ", SBK = " << p.sbk << ", SBN = " << p.sbn << ";\n";
     src << "constexpr int BM = " << bm << ", BN = " << bn << ", BK = " << bk << ", TM = " << tm << ", TN = " << tn
-        << ", BPB = " << bpb << ", MINB = " << pt.at("minb") << ", THREADS = " << threads << ", SW = " << StoreWidth(p, tn) << ";\n";
+        << ", BPB = " << bpb << ", MINB = " << pt.at("minb") << ", THREADS = " << threads << ", SW = " << StoreWidth(p, stage == kResident ? std::min<int64_t>(tn, 4) : tn) << ";\n";
     src << "constexpr bool A_KCONT = " << (p.a_kcont() ? "true" : "false")
         << ", B_NCONT = " << (p.b_ncont() ? "true" : "false") << ";\n";
     src << codegen::kElementAccess << codegen::kRawAccess;
     std::string body = kBody;
     const std::string unroll = "#pragma unroll " + std::to_string(bk);
     body.replace(body.find("KUNROLL"), 7, unroll);
+    // Resident: the k loop takes two k values an iteration.
+    body.replace(body.find("K3UNROLL"), 8, "#pragma unroll " + std::to_string(std::max<int64_t>(1, bk / 2)));
     src << body;
     Candidate c;
     c.source = src.str();
     c.entry_point = "kjit_matmul";
     c.launch.block[0] = static_cast<uint32_t>(threads);
     c.launch.grid[0] = static_cast<uint32_t>(CeilDiv(p.m, bm) * CeilDiv(p.n, bn) * CeilDiv(p.batch, bpb));
-    c.launch.dynamic_shared_bytes = static_cast<uint32_t>(SharedBytes(stage, bm, bn, bk));
+    c.launch.dynamic_shared_bytes = static_cast<uint32_t>(SharedBytes(stage, bm, bn, bk, p.k));
     c.options = {"--std=c++17", "--diag-suppress=177"};  // 177: a helper this stage does not use
     c.design = ToDesignPoint("matmul", pt, "");
     return c;

@@ -1424,6 +1424,21 @@ TEST(MatmulSpace, ChecksFollowTheLayout) {
   two = MatmulPoint(2, 64, 64, 16, 8, 8, 4);
   two["minb"] = 2;
   EXPECT_NE(why(plain, two).find("256 threads"), std::string::npos);
+  // Resident: the whole K in shared memory up to the opt-in limit (not the slices' 64 KB), its vectors
+  // dividing K; two blocks an SM only where two whole-K tiles fit.
+  Point res = MatmulPoint(3, 128, 128, 32, 8, 8, 4);
+  EXPECT_TRUE(ok(plain, res));
+  res["minb"] = 2;
+  EXPECT_TRUE(ok(plain, res));
+  const OpKey k256 = MmKey(TensorDesc::Contiguous(f32, {4096, 256}), TensorDesc::Contiguous(f32, {256, 4096}));
+  EXPECT_NE(why(k256, MatmulPoint(3, 128, 128, 32, 8, 8, 4)).find("shared memory"), std::string::npos);
+  EXPECT_TRUE(ok(k256, MatmulPoint(3, 128, 64, 32, 8, 4, 4)));  // 200 KB: one block an SM
+  Point res2 = MatmulPoint(3, 128, 64, 32, 8, 4, 4);
+  res2["minb"] = 2;
+  EXPECT_NE(why(k256, res2).find("two blocks"), std::string::npos);
+  const OpKey odd_k = MmKey(TensorDesc::Contiguous(f32, {256, 66}), TensorDesc::Contiguous(f32, {66, 256}));
+  EXPECT_NE(why(odd_k, MatmulPoint(3, 64, 64, 16, 4, 4, 4)).find("divide"), std::string::npos);
+  EXPECT_TRUE(ok(odd_k, MatmulPoint(3, 64, 64, 16, 4, 4, 2)));
   const OpKey bmm64 = BmmKey(TensorDesc::Contiguous(f32, {4096, 64, 64}), TensorDesc::Contiguous(f32, {4096, 64, 64}));
   EXPECT_NE(why(bmm64, MatmulPoint(2, 32, 32, 16, 2, 2, 4, 2)).find("one tile"), std::string::npos);
 }
@@ -1441,11 +1456,12 @@ TEST(MatmulSpace, ExpertDefaultsFitTheShapeAndTheAbi) {
     if (out && c.ok()) *out = *c;
     return p;
   };
-  // Tall-skinny headroom case: 128x128 tiles of 8x8 per thread, double-buffered 16-deep slices, float4
-  // fetches, streaming stores (a 4 GB output).
+  // Tall-skinny headroom case: resident 128x128 tiles of 8x8 per thread (the whole K = 64 staged once, two
+  // blocks an SM, registers capped at 128), float4 fetches, streaming stores (a 4 GB output).
   Candidate c;
   Point p = default_of(MmKey(TensorDesc::Contiguous(f32, {32768, 64}), TensorDesc::Contiguous(f32, {64, 32768})), &c);
-  EXPECT_EQ(p.at("stage"), 2) << PointToString(p);
+  EXPECT_EQ(p.at("stage"), 3) << PointToString(p);
+  EXPECT_EQ(p.at("minb"), 2) << PointToString(p);
   EXPECT_EQ(p.at("bm"), 128) << PointToString(p);
   EXPECT_EQ(p.at("bn"), 128) << PointToString(p);
   EXPECT_EQ(p.at("tm"), 8) << PointToString(p);
@@ -1453,12 +1469,14 @@ TEST(MatmulSpace, ExpertDefaultsFitTheShapeAndTheAbi) {
   EXPECT_EQ(p.at("hint"), 1) << PointToString(p);
   EXPECT_EQ(c.launch.grid[0], 256u * 256u);
   EXPECT_EQ(c.launch.block[0], 256u);
-  EXPECT_EQ(c.launch.dynamic_shared_bytes, 2u * 16u * (132u + 132u) * 4u);
+  EXPECT_EQ(c.launch.dynamic_shared_bytes, 64u * (132u + 132u) * 4u);
   // (self, mat2, out).
   EXPECT_NE(c.source.find("kjit_matmul(const in_t* __restrict__ a,"), std::string::npos);
   EXPECT_EQ(c.entry_point, "kjit_matmul");
-  // Batched 64x64 headroom case: one 64x64 tile a matrix, 4x4 a thread, 4096 blocks.
+  // Batched 64x64 headroom case: one resident 64x64 tile a matrix, 4x4 a thread, 4096 blocks.
   p = default_of(BmmKey(TensorDesc::Contiguous(f32, {4096, 64, 64}), TensorDesc::Contiguous(f32, {4096, 64, 64})), &c);
+  EXPECT_EQ(p.at("stage"), 3) << PointToString(p);
+  EXPECT_EQ(c.launch.dynamic_shared_bytes, 64u * (68u + 68u) * 4u);
   EXPECT_EQ(p.at("bm"), 64) << PointToString(p);
   EXPECT_EQ(p.at("bn"), 64) << PointToString(p);
   EXPECT_EQ(p.at("bpb"), 1) << PointToString(p);
@@ -1472,6 +1490,10 @@ TEST(MatmulSpace, ExpertDefaultsFitTheShapeAndTheAbi) {
   default_of(MmKey(TensorDesc::Contiguous(f16, {1, 64}), TensorDesc::Contiguous(f16, {64, 1})));
   default_of(MmKey(TensorDesc::Contiguous(f32, {5, 1}), TensorDesc::Contiguous(f32, {1, 7})));
   default_of(MmKey(TensorDesc::Contiguous(f32, {100000, 256}), TensorDesc::Contiguous(f32, {256, 3})));
+  // K = 256 with 128x128 tiles: two resident blocks do not fit an SM, so double-buffered slices.
+  p = default_of(MmKey(TensorDesc::Contiguous(f32, {8192, 256}), TensorDesc::Contiguous(f32, {256, 8192})));
+  EXPECT_EQ(p.at("stage"), 2) << PointToString(p);
+  EXPECT_EQ(p.at("bm"), 128) << PointToString(p);
 }
 
 TEST(MatmulSpace, TraitsAllowReorderedSumsAndKeepHalfOverflowAway) {

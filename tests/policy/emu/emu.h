@@ -70,6 +70,7 @@ inline void* __cluster_map_shared_rank(void* p, int r) {
 template <typename T> inline T __ldcs(const T* p) { return *p; }
 template <typename T> inline T __ldg(const T* p) { return *p; }
 template <typename T> inline void __stcs(T* p, T v) { *p = v; }
+template <typename T> inline void __stwb(T* p, T v) { *p = v; }
 // Global memory shared by blocks (the reduce family's workspace): .cg loads and stores, device-wide
 // fences and atomics. Blocks of different clusters run one after another here, so the last block's
 // logic runs as on a GPU whose blocks finish in grid order.

@@ -14,23 +14,39 @@ emu_setup matmul_run.cc matmul_gen.cc "${1:-}"
 # r NAME OP(mm|bmm) DTYPE B,M,K,N SAB,SAM,SAK SBB,SBK,SBN TF32 KNOB=VALUE...
 # Each stage over odd sizes (partial tiles in m, n and k; K = 33 leaves a last slice of 1).
 r s0 mm f32 1,37,19,45 0,19,1 0,45,1 0 stage=0 bm=16 bn=16 bk=8 tm=1 tn=2 vec=1 bpb=1 hint=0 minb=1
-r s1 mm f32 1,70,33,50 0,33,1 0,50,1 0 stage=1 bm=32 bn=32 bk=16 tm=2 tn=2 vec=1 bpb=1 hint=0
-r s2 mm f32 1,64,64,96 0,64,1 0,96,1 0 stage=2 bm=64 bn=32 bk=16 tm=4 tn=2 vec=4 bpb=1 hint=1
-r s3 mm f32 1,70,33,50 0,33,1 0,50,1 0 stage=2 bm=32 bn=64 bk=8 tm=2 tn=8 vec=1 bpb=1 hint=0
+r s1 mm f32 1,70,33,50 0,33,1 0,50,1 0 stage=1 bm=32 bn=32 bk=16 tm=2 tn=2 vec=1 bpb=1 hint=0 minb=1
+r s2 mm f32 1,64,64,96 0,64,1 0,96,1 0 stage=2 bm=64 bn=32 bk=16 tm=4 tn=2 vec=4 bpb=1 hint=1 minb=1
+r s3 mm f32 1,70,33,50 0,33,1 0,50,1 0 stage=2 bm=32 bn=64 bk=8 tm=2 tn=8 vec=1 bpb=1 hint=0 minb=1
 # Transposed A (m contiguous: vectors along m), transposed B (k contiguous) in bf16 with 16-byte vectors.
-r t1 mm f32 1,48,40,36 0,1,48 0,36,1 0 stage=2 bm=32 bn=32 bk=8 tm=2 tn=2 vec=4 bpb=1 hint=0
-r t2 bmm bf16 3,33,40,24 1320,40,1 960,1,40 0 stage=2 bm=32 bn=32 bk=8 tm=2 tn=2 vec=8 bpb=1 hint=0
-r t3 bmm f16 2,20,24,30 480,1,20 720,1,24 0 stage=1 bm=32 bn=32 bk=8 tm=1 tn=4 vec=4 bpb=1 hint=0
+r t1 mm f32 1,48,40,36 0,1,48 0,36,1 0 stage=2 bm=32 bn=32 bk=8 tm=2 tn=2 vec=4 bpb=1 hint=0 minb=1
+r t2 bmm bf16 3,33,40,24 1320,40,1 960,1,40 0 stage=2 bm=32 bn=32 bk=8 tm=2 tn=2 vec=8 bpb=1 hint=0 minb=1
+r t3 bmm f16 2,20,24,30 480,1,20 720,1,24 0 stage=1 bm=32 bn=32 bk=8 tm=1 tn=4 vec=4 bpb=1 hint=0 minb=1
 # No unit stride (a stepped view): scalar reads; an expanded (batch stride 0) operand.
-r g1 mm f32 1,17,9,13 0,20,2 0,30,2 0 stage=1 bm=16 bn=16 bk=8 tm=1 tn=2 vec=1 bpb=1 hint=0
-r g2 bmm f32 5,20,12,24 240,12,1 0,24,1 0 stage=2 bm=32 bn=32 bk=8 tm=2 tn=2 vec=4 bpb=1 hint=0
-r g3 mm f16 1,31,1,17 0,1,1 0,17,1 0 stage=0 bm=32 bn=32 bk=8 tm=2 tn=2 vec=1 bpb=1 hint=0
+r g1 mm f32 1,17,9,13 0,20,2 0,30,2 0 stage=1 bm=16 bn=16 bk=8 tm=1 tn=2 vec=1 bpb=1 hint=0 minb=1
+r g2 bmm f32 5,20,12,24 240,12,1 0,24,1 0 stage=2 bm=32 bn=32 bk=8 tm=2 tn=2 vec=4 bpb=1 hint=0 minb=1
+r g3 mm f16 1,31,1,17 0,1,1 0,17,1 0 stage=0 bm=32 bn=32 bk=8 tm=2 tn=2 vec=1 bpb=1 hint=0 minb=1
 # Batches of tiny matrices, several a block (the last block's batch runs out).
-r b1 bmm f16 10,8,8,8 64,8,1 64,8,1 0 stage=1 bm=16 bn=16 bk=8 tm=1 tn=2 vec=2 bpb=4 hint=0
-r b2 bmm f32 7,16,16,16 256,16,1 256,16,1 0 stage=2 bm=16 bn=16 bk=8 tm=1 tn=2 vec=4 bpb=2 hint=0
-r b3 bmm bf16 6,12,16,10 192,16,1 160,10,1 0 stage=0 bm=16 bn=16 bk=16 tm=1 tn=2 vec=1 bpb=4 hint=0
+r b1 bmm f16 10,8,8,8 64,8,1 64,8,1 0 stage=1 bm=16 bn=16 bk=8 tm=1 tn=2 vec=2 bpb=4 hint=0 minb=1
+r b2 bmm f32 7,16,16,16 256,16,1 256,16,1 0 stage=2 bm=16 bn=16 bk=8 tm=1 tn=2 vec=4 bpb=2 hint=0 minb=1
+r b3 bmm bf16 6,12,16,10 192,16,1 160,10,1 0 stage=0 bm=16 bn=16 bk=16 tm=1 tn=2 vec=1 bpb=4 hint=0 minb=1
 # The large tile: 128x128, 8x8 a thread, over 130x64 @ 64x136.
 r l1 mm f32 1,130,64,136 0,64,1 0,136,1 0 stage=2 bm=128 bn=128 bk=16 tm=8 tn=8 vec=4 bpb=1 hint=1 minb=2
+# Resident (whole K staged once, k-major; grouped float4 fragments): the 128x128 8x8 tile over ragged M and N,
+# K odd with scalar reads, K = 256, transposed operands (A along m, B along k) in f32, f16 and bf16 with
+# 16-byte vectors, a stepped view, an expanded batch, two matrices a block, a 256x128 tile of 512 threads.
+r r1 mm f32 1,130,64,136 0,64,1 0,136,1 0 stage=3 bm=128 bn=128 bk=32 tm=8 tn=8 vec=4 bpb=1 hint=1 minb=2
+r r2 mm f32 1,70,33,50 0,33,1 0,50,1 0 stage=3 bm=32 bn=64 bk=8 tm=2 tn=8 vec=1 bpb=1 hint=0 minb=1
+r r3 mm f32 1,40,256,24 0,256,1 0,24,1 0 stage=3 bm=64 bn=32 bk=16 tm=4 tn=2 vec=4 bpb=1 hint=0 minb=1
+r r4 mm f32 1,48,40,36 0,1,48 0,36,1 0 stage=3 bm=32 bn=32 bk=16 tm=4 tn=4 vec=4 bpb=1 hint=0 minb=1
+r r5 bmm bf16 3,33,40,24 1320,40,1 960,1,40 0 stage=3 bm=64 bn=32 bk=8 tm=4 tn=2 vec=8 bpb=1 hint=0 minb=1
+r r6 bmm f16 2,20,24,30 480,1,20 720,1,24 0 stage=3 bm=32 bn=32 bk=8 tm=4 tn=8 vec=4 bpb=1 hint=1 minb=1
+r r7 mm f16 1,37,64,72 0,64,1 0,72,1 0 stage=3 bm=64 bn=64 bk=32 tm=4 tn=4 vec=8 bpb=1 hint=0 minb=2
+r r8 mm f32 1,17,9,13 0,20,2 0,30,2 0 stage=3 bm=16 bn=16 bk=8 tm=1 tn=2 vec=1 bpb=1 hint=0 minb=1
+r r9 bmm f32 5,20,12,24 240,12,1 0,24,1 0 stage=3 bm=32 bn=32 bk=8 tm=4 tn=4 vec=4 bpb=1 hint=0 minb=1
+r r10 bmm f32 7,16,16,16 256,16,1 256,16,1 0 stage=3 bm=16 bn=16 bk=8 tm=1 tn=2 vec=4 bpb=2 hint=0 minb=1
+r r11 bmm f32 3,64,64,64 4096,64,1 4096,64,1 0 stage=3 bm=64 bn=64 bk=32 tm=4 tn=4 vec=4 bpb=1 hint=0 minb=2
+r r12 mm f32 1,200,64,260 0,64,1 0,260,1 0 stage=3 bm=256 bn=128 bk=32 tm=8 tn=8 vec=4 bpb=1 hint=1 minb=1
+r r13 bmm bf16 4,50,64,40 3200,1,50 2560,40,1 0 stage=3 bm=64 bn=64 bk=16 tm=8 tn=4 vec=2 bpb=1 hint=0 minb=1
 # Expert defaults: a tall-skinny product (TF32 allowed: still FP32 FMA), batches of 64x64, f16 vector @ matrix.
 r d1 mm f32 1,200,64,300 0,64,1 0,300,1 1
 r d2 bmm f32 6,64,64,64 4096,64,1 4096,64,1 0

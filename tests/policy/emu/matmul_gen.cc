@@ -42,6 +42,8 @@ int main(int argc, char** argv) {
   if (c->source.find("asm") != std::string::npos || c->source.find("wmma") != std::string::npos) {
     std::printf("inline PTX or wmma in the source\n"); return 4;
   }
+  // The source as NVRTC gets it (OUT.cu), e.g. for `nvcc -arch=sm_90 -Xptxas -v` (registers, spills).
+  std::ofstream(out.substr(0, out.rfind('.')) + ".cu") << c->source;
   std::string src = std::regex_replace(c->source, std::regex(R"(extern __shared__ __align__\(16\) unsigned char smem\[\];)"),
                                        "unsigned char* smem = static_cast<unsigned char*>(emu_shared(0));");
   std::ofstream(out) << "#include \"emu.h\"\n#include <cmath>\nusing std::min; using std::max; using std::fmaf;\n" << src;
