@@ -297,5 +297,40 @@ TEST(Online, SubmitCarriesTheLaunchShapeAndWorkspace) {
   EXPECT_FALSE(SubmitFor(42, *c, design).workspace_bytes.has_value());  // v1 kernels: the field is absent
 }
 
+
+// Online learning between episodes: the trials of an episode (stored as kjitd stores them) join the datasets,
+// training resumes from the checkpoint that proposed them, and the next checkpoint is what the cache serves.
+TEST(Online, LearnFromTrialsResumesAndSavesTheNextCheckpoint) {
+  const ReplayTask* task = ExhaustiveTask("layer_norm");
+  ASSERT_NE(task, nullptr);
+  TempDir dir;
+  auto cache = cache::KernelCache::Open(cache::OpenOptions{.path = dir.file("cache.db")});
+  ASSERT_TRUE(cache.ok());
+  auto agent = Agent::Create({task}, SmallOptions());
+  ASSERT_TRUE(SaveCheckpoint(**cache, *agent).ok());
+  ReplayEvaluator evaluator(*task, cache->get());
+  OnlineOptions options;
+  options.budget = 3;
+  ASSERT_TRUE(RunOnlineEpisode(*agent, task->key, evaluator, options).ok());
+
+  TrainReport report;
+  auto learned = LearnFromTrials(DefaultDatasetDirectory(), **cache, 2, &report);
+  ASSERT_TRUE(learned.ok()) << learned.status().ToString();
+  EXPECT_TRUE(report.resumed);
+  EXPECT_EQ(report.start_iteration, agent->iteration());
+  EXPECT_EQ((*learned)->iteration(), agent->iteration() + 2);
+  EXPECT_EQ(report.checkpoints_saved, 1);
+  auto newest = LoadLatestCheckpoint(**cache, nullptr);
+  ASSERT_TRUE(newest.ok()) << newest.status().ToString();
+  EXPECT_EQ((*newest)->version(), (*learned)->version());
+  EXPECT_NE((*learned)->version(), agent->version());
+
+  // No datasets and nothing measured: an error, and the cache keeps its checkpoints.
+  TempDir empty;
+  auto bare = cache::KernelCache::Open(cache::OpenOptions{.path = empty.file("cache.db")});
+  ASSERT_TRUE(bare.ok());
+  EXPECT_FALSE(LearnFromTrials(empty.path(), **bare, 2).ok());
+}
+
 }  // namespace
 }  // namespace kjit::policy::learn

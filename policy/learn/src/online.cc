@@ -276,4 +276,22 @@ Result<std::vector<std::string>> MeasurementRows(const cache::KernelCache& cache
   return rows;
 }
 
+Result<std::unique_ptr<Agent>> LearnFromTrials(const std::string& dataset_directory, cache::KernelCache& cache,
+                                               int iterations, TrainReport* report) {
+  KJIT_ASSIGN_OR_RETURN(std::vector<std::string> files, DatasetFiles(dataset_directory));
+  KJIT_ASSIGN_OR_RETURN(std::vector<std::string> rows, MeasurementRows(cache));
+  KJIT_ASSIGN_OR_RETURN(std::vector<ReplayTask> tasks, LoadDatasets(files, DeviceFacts::H200(), nullptr, rows));
+  std::vector<const ReplayTask*> train;
+  for (const auto& t : tasks) {
+    if (!IsHeldOut(t)) train.push_back(&t);
+  }
+  if (train.empty()) return NotFound("no training keys in " + dataset_directory + " or the cache's measurements");
+  TrainOptions options;
+  options.iterations = iterations;
+  options.resume = true;
+  options.checkpoint_every = 0;  // one, at the end
+  options.report_every = 0;
+  return Train(train, &cache, options, report);
+}
+
 }  // namespace kjit::policy::learn

@@ -121,7 +121,7 @@ std::vector<int> ParseKs(const std::string& text) {
 
 // `kjit policy online`.
 int RunOnline(const std::string& cache_path, const std::string& endpoint, int limit, double timeout_s,
-              const OnlineOptions& options, const std::string& json_path) {
+              const OnlineOptions& options, const std::string& json_path, int learn_iterations) {
   auto cache = OpenCache(cache_path, false);
   if (!cache.ok()) return Fail(cache.status());
   std::unique_ptr<Agent> agent;
@@ -184,6 +184,18 @@ int RunOnline(const std::string& cache_path, const std::string& endpoint, int li
     if (json != nullptr) {
       std::fprintf(json, "%s\n", OnlineReportJson(*report, options.proposer).c_str());
       std::fflush(json);
+    }
+    if (agent && learn_iterations > 0) {
+      // A failed update keeps the current policy: the episodes go on, the error is reported.
+      auto learned = LearnFromTrials(DefaultDatasetDirectory(), **cache, learn_iterations);
+      if (learned.ok()) {
+        agent = std::move(*learned);
+        std::fprintf(stderr, "learned from the trials so far (%d iterations): policy %s\n", learn_iterations,
+                     agent->version().c_str());
+      } else {
+        std::fprintf(stderr, "kjit policy: learning between episodes failed, keeping policy %s: %s\n",
+                     agent->version().c_str(), learned.status().ToString().c_str());
+      }
     }
   }
   if (json != nullptr) std::fclose(json);
@@ -267,6 +279,12 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   std::string online_json;
   online->add_option("--json", online_json, "Append one JSON line per episode here (trials, times, baseline)");
+  int learn_iterations = 25;
+  online->add_option("--learn", learn_iterations,
+                     "Training iterations between episodes on the datasets plus the trials measured so far (the "
+                     "cache's measurements), from the newest checkpoint, saved as the next one (0: no updates)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
 
   try {
     app.parse(argc, argv);
@@ -277,7 +295,7 @@ int main(int argc, char** argv) {
   if (*online) {
     online_options.greedy = !sampled;
     online_options.proposer = *ParseProposer(proposer_name);
-    return RunOnline(common.cache_path, endpoint, limit, timeout_s, online_options, online_json);
+    return RunOnline(common.cache_path, endpoint, limit, timeout_s, online_options, online_json, learn_iterations);
   }
 
   auto loaded = LoadTasks(common);

@@ -22,6 +22,7 @@
 #include "kjit/cache/kernel_cache.h"
 #include "kjit/ipc/client.h"
 #include "kjit/policy/learn/agent.h"
+#include "kjit/policy/learn/train.h"
 
 namespace kjit::policy::learn {
 
@@ -127,5 +128,12 @@ std::map<std::string, std::string> TrialDesign(const Family& family, const Point
 // extra_rows. Only measurements whose client said the generator's codegen version (online episodes,
 // kjit_seed_defaults) and whose family and knobs are known; `skipped` counts the others.
 Result<std::vector<std::string>> MeasurementRows(const cache::KernelCache& cache, int* skipped = nullptr);
+
+// The policy update between online episodes: `iterations` training iterations on the training split of the
+// datasets in `dataset_directory` plus the trials measured so far (MeasurementRows of `cache`), resumed from
+// the cache's newest good checkpoint and saved to it as the next one. Held-out keys stay held out, live ones
+// included. Returns the updated policy; on error the caller keeps the one it has.
+Result<std::unique_ptr<Agent>> LearnFromTrials(const std::string& dataset_directory, cache::KernelCache& cache,
+                                               int iterations, TrainReport* report = nullptr);
 
 }  // namespace kjit::policy::learn
