@@ -2,6 +2,7 @@
 // intercepted launch before its cache lookup. CPU tensors: the key reads
 // metadata only, so the figure is the same for CUDA tensors.
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <benchmark/benchmark.h>
 
@@ -85,7 +86,7 @@ void BM_ShimTableFindExisting(benchmark::State& state) {
     if (++i == hashes.size()) i = 0;
   }
 }
-BENCHMARK(BM_ShimTableFindExisting)->Arg(1)->Arg(64);
+BENCHMARK(BM_ShimTableFindExisting)->Arg(1)->Arg(64)->Arg(1024);
 
 // A miss's accounting (Entry::CountMiss) with its two clock reads around PyTorch's kernel.
 void BM_ShimCountMissWithClocks(benchmark::State& state) {
@@ -99,6 +100,23 @@ void BM_ShimCountMissWithClocks(benchmark::State& state) {
 }
 BENCHMARK(BM_ShimCountMissWithClocks);
 
+// The adapter's miss path as it is now: one miss in Entry::kMissTimingStride timed (the two
+// clock reads and CountMiss), the others counted by CountUntimedMiss.
+void BM_ShimCountMissSampled(benchmark::State& state) {
+  kjit::shim::Entry entry("key", 0);
+  for (auto _ : state) {
+    if (entry.TimeThisMiss()) {
+      const auto start = std::chrono::steady_clock::now();
+      const auto end = std::chrono::steady_clock::now();
+      const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(end - start).count();
+      benchmark::DoNotOptimize(entry.CountMiss(static_cast<uint64_t>(ns), end.time_since_epoch().count()));
+    } else {
+      entry.CountUntimedMiss();
+    }
+  }
+}
+BENCHMARK(BM_ShimCountMissSampled);
+
 void BM_SteadyClockNow(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(std::chrono::steady_clock::now());
 }
@@ -106,8 +124,11 @@ BENCHMARK(BM_SteadyClockNow);
 
 // What a boxed-only kernel costs a caller that holds unboxed arguments (at::_softmax from
 // at::softmax): the dispatcher boxes them into a Stack, the boxed kernel (here PyTorch's CPU
-// kernel, called boxed) unboxes them again. Compare with the unboxed call below.
+// kernel, called boxed) unboxes them again. Against the same op called unboxed through the
+// dispatcher (BM_TorchSmallSoftmaxUnboxedCall); the difference is the boxing round trip.
+// One intra-op thread: the figure is dispatch, not parallel_for start-up.
 void BM_TorchSmallSoftmaxBoxedCall(benchmark::State& state) {
+  at::set_num_threads(1);
   const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::_softmax", "");
   const at::Tensor x = at::randn({8, 64});
   torch::jit::Stack stack;
@@ -123,8 +144,11 @@ void BM_TorchSmallSoftmaxBoxedCall(benchmark::State& state) {
 BENCHMARK(BM_TorchSmallSoftmaxBoxedCall);
 
 void BM_TorchSmallSoftmaxUnboxedCall(benchmark::State& state) {
+  at::set_num_threads(1);
+  const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::_softmax", "")
+                      .typed<at::Tensor(const at::Tensor&, int64_t, bool)>();
   const at::Tensor x = at::randn({8, 64});
-  for (auto _ : state) benchmark::DoNotOptimize(at::_softmax(x, -1, false));
+  for (auto _ : state) benchmark::DoNotOptimize(op.call(x, -1, false));
 }
 BENCHMARK(BM_TorchSmallSoftmaxUnboxedCall);
 

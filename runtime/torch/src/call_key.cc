@@ -8,7 +8,10 @@ namespace {
 bool IsScalarTypeArg(const c10::Argument& arg) {
   const c10::TypePtr& t = arg.real_type();
   if (t->kind() == c10::TypeKind::ScalarTypeType) return true;
-  if (auto opt = t->cast<c10::OptionalType>()) return opt->getElementType()->kind() == c10::TypeKind::ScalarTypeType;
+  // castRaw: no shared_ptr copy (an atomic increment and decrement) per keyed int argument.
+  if (const auto* opt = t->castRaw<c10::OptionalType>()) {
+    return opt->getElementType()->kind() == c10::TypeKind::ScalarTypeType;
+  }
   return false;
 }
 
