@@ -13,11 +13,14 @@ The same timing loop runs in fresh subprocesses, each under one setting:
   (e) preload, KJIT_DISABLE=1  softmax, libkjit_preload.so loaded but doing nothing (no adapter)
   (f) adapter, op not intercepted  softmax, the adapter attached with KJIT_OPS=cumsum: softmax keeps
                                PyTorch's kernel, so any change is process-wide, not the wrapper's
+  (g) wrapper only forwards    softmax intercepted with KJIT_PASSTHROUGH=1: the boxed wrapper calls
+                               PyTorch's kernel at once (no key, no lookup): the cost of the override
+                               itself (the dispatcher boxing the call, PyTorch's kernel called boxed)
   (d) not intercepted          torch.add, without and with the shim
 
 Between-process variation is as large as the effects measured (a process's
 median moves by microseconds from one run to the next), so each setting runs
-in several processes, in interleaved rounds (a b c e f d d', then again with
+in several processes, in interleaved rounds (a b c e f g d d', then again with
 the order rotated by one, ...), for as many rounds as fit in --budget-s (at
 least --min-rounds, at most --rounds). Each process warms up, then times
 --loops loops of --calls calls with time.perf_counter_ns (host time only: the
@@ -128,7 +131,7 @@ def run_child(args, op, preload, cache_path, runtime_dir, extra_env=None):
     env.pop("LD_PRELOAD", None)
     env["KJIT_CACHE"] = cache_path
     env["KJIT_RUNTIME_DIR"] = runtime_dir
-    for name in ("KJIT_ENDPOINT", "KJIT_DISABLE", "KJIT_OPS", "KJIT_PROFILE"):
+    for name in ("KJIT_ENDPOINT", "KJIT_DISABLE", "KJIT_OPS", "KJIT_PROFILE", "KJIT_PASSTHROUGH"):
         env.pop(name, None)  # each setting says its own
     if preload:
         env["LD_PRELOAD"] = preload
@@ -180,6 +183,8 @@ def make_settings(preload, empty_cache, hit_cache):
         out.append(setting("c", "(c) shim, hit", "softmax", True, cache=hit_cache, base="a", profile=True))
     out += [setting("e", "(e) preload, KJIT_DISABLE=1", "softmax", True, env={"KJIT_DISABLE": "1"}, base="a"),
             setting("f", "(f) adapter, softmax not intercepted", "softmax", True, env={"KJIT_OPS": "cumsum"},
+                    base="a"),
+            setting("g", "(g) shim, wrapper only forwards", "softmax", True, env={"KJIT_PASSTHROUGH": "1"},
                     base="a"),
             setting("d0", "(d) not intercepted, no shim", "add", False),
             setting("d1", "(d) not intercepted, shim", "add", True, base="d0")]
@@ -248,6 +253,9 @@ def notes(rows, hit_cache):
         f["note"] = "the adapter was not attached"
     elif any((f.get("counters") or {}).get(k) for k in ("hits", "misses", "first_sights")):
         f["note"] = "softmax was intercepted: KJIT_OPS not honoured?"
+    g = by_id["g"]
+    if any((g.get("counters") or {}).get(k) for k in ("hits", "misses", "first_sights")):
+        g["note"] = "calls were keyed: KJIT_PASSTHROUGH not honoured?"
     if by_id["e"].get("counters"):
         by_id["e"]["note"] = "the adapter was loaded despite KJIT_DISABLE=1"
 

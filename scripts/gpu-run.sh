@@ -146,8 +146,12 @@ if [[ "${KJIT_GPU_RUN_SHIM:-0}" == 1 ]]; then
   shim=/tmp/kjit-shim; rm -rf "$shim"; mkdir -p "$shim/run"
   export KJIT_CACHE="$shim/cache.db" KJIT_RUNTIME_DIR="$shim/run" XDG_CACHE_HOME="$shim/xdg"
   # Interleaved rounds of one process per setting (no shim, miss, hit, KJIT_DISABLE=1, adapter without
-  # softmax, add with and without) within a 70 s budget, then a KJIT_PROFILE=1 process per intercepted
-  # setting (the adapter's stage profile); the script's docstring says what each setting isolates.
+  # softmax, a wrapper that only forwards, add with and without) within a 70 s budget, then a
+  # KJIT_PROFILE=1 process per intercepted setting (the adapter's stage profile); the script's
+  # docstring says what each setting isolates. The clock source: a clock read that is a system call
+  # (no TSC in the VM) would make every timed call dear.
+  cat /sys/devices/system/clocksource/clocksource0/current_clocksource > "$shim/clocksource.txt" 2>&1
+  note "clock source: $(cat "$shim/clocksource.txt")"
   timeout 150 python3 benchmarks/shim_overhead.py --build "$build" --prepare-hit --json "$shim/overhead.json" \
     > "$shim/overhead.md" 2> "$shim/overhead.err"
   note "shim overhead: rc=$?"; cat "$shim/overhead.md" >> "$summary"

@@ -19,7 +19,8 @@
 //                      kernel with a workspace gets the stream's, workspace.h)
 //     kFailed       -> PyTorch's kernel
 // KJIT_PROFILE=1 (or a file path): the time of each stage above per call (StageProfile,
-// shim_core.h), printed at exit; off, the wrapper pays one predictable branch for it.
+// shim_core.h), printed at exit. KJIT_PASSTHROUGH=1 (a benchmark aid): the wrapper only
+// forwards to PyTorch's kernel. Both off, the wrapper pays one predictable branch for them.
 //
 // Any failure of kjit's own falls back to PyTorch's kernel; a load or launch
 // failure also blacklists the entry for the process and is reported to kjitd
@@ -90,6 +91,7 @@ class Adapter final : public KernelSource {
   std::atomic<uint64_t> misses{0};       // calls of negative keys
   std::atomic<uint64_t> failures{0};     // entries blacklisted with a record (each reported once)
   StageProfile profile;                  // KJIT_PROFILE (settings.profile)
+  bool diagnostics = false;              // KJIT_PROFILE or KJIT_PASSTHROUGH: the wrapper's one branch
   // Workspaces of kernels that take one: from PyTorch's caching allocator on the
   // launch stream (the current stream), zeroed once with a memset on that stream.
   WorkspacePool workspaces{[this](int device, CUstream stream, uint64_t bytes) {
@@ -608,7 +610,11 @@ void ServeOrForward(Adapter& a, const c10::OperatorHandle& op, c10::DispatchKeyS
 template <size_t I>
 void Wrapper(const c10::OperatorHandle& op, c10::DispatchKeySet keys, ::torch::jit::Stack* stack) {
   Adapter& a = *g_adapter;
-  if (__builtin_expect(a.settings.profile, false)) {
+  if (__builtin_expect(a.diagnostics, false)) {
+    if (a.settings.passthrough) {
+      a.ops[I].pytorch->callBoxed(op, keys, stack);
+      return;
+    }
     ServeOrForward<I, true>(a, op, keys, stack);
   } else {
     ServeOrForward<I, false>(a, op, keys, stack);
@@ -655,6 +661,8 @@ void Attach() noexcept {
     for (const std::string& op : a->settings.unknown_ops) a->Log("KJIT_OPS: ", op, " is not an op kjit intercepts");
     a->cuda_guard = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
     if (a->settings.profile) StartProfile(*a);
+    a->diagnostics = a->settings.profile || a->settings.passthrough;
+    if (a->settings.passthrough) a->Log("KJIT_PASSTHROUGH: the intercepted ops only forward to PyTorch's kernels");
     g_adapter = a;
     // Kept alive for the process: destroying it would deregister the overrides.
     static auto* library = new ::torch::Library(::torch::Library::IMPL, "aten", c10::DispatchKey::CUDA, __FILE__, __LINE__);

@@ -62,6 +62,7 @@ Settings ReadSettings(const std::function<const char*(const char*)>& getenv) {
   };
   s.disabled = set("KJIT_DISABLE").value_or("0") != "0";
   s.log = set("KJIT_LOG").value_or("0") != "0";
+  s.passthrough = set("KJIT_PASSTHROUGH").value_or("0") != "0";
   if (auto profile = set("KJIT_PROFILE"); profile && *profile != "0") {
     s.profile = true;
     if (*profile != "1") s.profile_path = std::string(*profile);

@@ -115,6 +115,9 @@ struct Settings {
   // stderr at exit; any other value is a file the table is appended to at exit.
   bool profile = false;
   std::string profile_path;        // empty: stderr
+  // KJIT_PASSTHROUGH=1, a benchmark aid: the intercepted ops' wrappers only forward to PyTorch's
+  // kernels (no key, no table, no report), which measures what the boxed override itself costs.
+  bool passthrough = false;
   std::vector<std::string> ops;    // KJIT_OPS, else every op of kInterceptedOps
   std::vector<std::string> unknown_ops;  // KJIT_OPS entries that are not in kInterceptedOps (ignored)
 };

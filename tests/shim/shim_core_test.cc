@@ -46,6 +46,12 @@ TEST(ShimSettings, Profile) {
   EXPECT_EQ(to_file.profile_path, "/tmp/kjit-profile.txt");
 }
 
+TEST(ShimSettings, Passthrough) {
+  EXPECT_FALSE(FromEnv({}).passthrough);
+  EXPECT_FALSE(FromEnv({{"KJIT_PASSTHROUGH", "0"}}).passthrough);
+  EXPECT_TRUE(FromEnv({{"KJIT_PASSTHROUGH", "1"}}).passthrough);
+}
+
 TEST(ShimProfile, TableAndJsonListTheStagesSeen) {
   StageProfile p;
   p.clock_ns = 18.5;
