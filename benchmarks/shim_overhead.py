@@ -30,6 +30,9 @@ call. Per setting the table gives the median of the per-process medians, their
 spread (min-max over processes), the difference to the baseline (a for
 softmax, d without the shim for add) and the median of the per-round paired
 differences (the same round's baseline process: robust to drift over the run).
+--pin CPUS pins every timed process to the same CPUs (off by default), which
+may narrow the spread further on a machine whose cores differ (SMT siblings,
+NUMA nodes); the CPUs are reported per process.
 
 Then one more process per intercepted setting (b, c) runs with KJIT_PROFILE=1:
 the adapter's per-call stage profile (daemon/shim/shim_core.h, Stage): host
@@ -66,6 +69,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def child(args):
     """One setting: time the op in this process and print a JSON line."""
     import ctypes
+    pinned = None
+    if args.pin:
+        # Only CPUs this process may run on: a list written for another machine pins what it can.
+        allowed = os.sched_getaffinity(0)
+        want = {int(c) for c in args.pin.split(",") if c.strip()} & allowed
+        if want:
+            os.sched_setaffinity(0, want)
+            pinned = sorted(want)
     import torch
 
     if not torch.cuda.is_available():
@@ -122,7 +133,8 @@ def child(args):
     q = statistics.quantiles(samples, n=4)
     print(json.dumps({"median_us": statistics.median(samples), "iqr_us": q[2] - q[0], "loops": len(samples),
                       "max_abs_diff": (out.float() - eager.float()).abs().max().item(),
-                      "stable": bool(torch.equal(out, reference)), "counters": counters, "profile": profile}))
+                      "stable": bool(torch.equal(out, reference)), "counters": counters, "profile": profile,
+                      "pinned": pinned}))
     return 0
 
 
@@ -138,7 +150,7 @@ def run_child(args, op, preload, cache_path, runtime_dir, extra_env=None):
     env.update(extra_env or {})
     cmd = [sys.executable, os.path.abspath(__file__), "--child", "--op", op, "--rows", str(args.rows),
            "--cols", str(args.cols), "--calls", str(args.calls), "--loops", str(args.loops), "--warmup",
-           str(args.warmup)]
+           str(args.warmup)] + (["--pin", args.pin] if args.pin else [])
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     lines = [line for line in p.stdout.splitlines() if line.startswith("{")]
     if p.returncode != 0 or not lines:
@@ -314,6 +326,8 @@ def main():
     parser.add_argument("--budget-s", type=float, default=70,
                         help="start no round that would end past this many seconds since the start (default 70)")
     parser.add_argument("--no-profile", action="store_true", help="skip the KJIT_PROFILE=1 processes")
+    parser.add_argument("--pin", metavar="CPUS", help="pin each timed process to these CPUs (comma-separated; those "
+                        "this machine lacks are left out; default: not pinned)")
     parser.add_argument("--prepare-hit", action="store_true", help="make a cache that serves the softmax key")
     parser.add_argument("--hit-cache", metavar="FILE", help="a kernel cache that serves the softmax key")
     parser.add_argument("--json", metavar="FILE", help="write the figures here")
