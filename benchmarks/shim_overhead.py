@@ -34,14 +34,16 @@ differences (the same round's baseline process: robust to drift over the run).
 may narrow the spread further on a machine whose cores differ (SMT siblings,
 NUMA nodes); the CPUs are reported per process.
 
-Then one more process per intercepted setting (b, c) runs with KJIT_PROFILE=1:
+Then one more process per intercepted setting (b, c, g) runs with KJIT_PROFILE=1:
 the adapter's per-call stage profile (daemon/shim/shim_core.h, Stage): host
-time in the pre-filter, keying, hashing, table lookup, launch (hit) or
-PyTorch's kernel (miss), miss accounting, and the wrapper as a whole. Each
-figure includes one clock read (its cost is printed). "added vs no shim" minus
-the wrapper's own time (wrapper total - PyTorch's kernel) is what the shim
-costs outside the wrapper: the dispatcher boxing the call for the boxed
-wrapper, and anything process-wide. Profiled timings are not in the main table.
+time in the pre-filter, keying, hashing, table lookup, output allocation and
+launch (hit) or PyTorch's kernel (miss, and g), miss accounting, and the
+wrapper as a whole. Each figure includes one clock read (its cost is printed
+and taken out of the sums below the tables). "added vs no shim" minus kjit's
+own time per miss is what the shim costs outside its code: the dispatcher
+boxing the call for the boxed wrapper, and anything process-wide; a hit's
+allocation and launch are to be set against PyTorch's kernel's host time in
+the (g) profile. Profiled timings are not in the main table.
 
 The hit case needs a cached kernel for the benchmark's key. --prepare-hit makes
 one: it runs the loop once under the shim with a private kjitd (no evaluator),
@@ -197,7 +199,7 @@ def make_settings(preload, empty_cache, hit_cache):
             setting("f", "(f) adapter, softmax not intercepted", "softmax", True, env={"KJIT_OPS": "cumsum"},
                     base="a"),
             setting("g", "(g) shim, wrapper only forwards", "softmax", True, env={"KJIT_PASSTHROUGH": "1"},
-                    base="a"),
+                    base="a", profile=True),
             setting("d0", "(d) not intercepted, no shim", "add", False),
             setting("d1", "(d) not intercepted, shim", "add", True, base="d0")]
     return out
@@ -289,7 +291,8 @@ def markdown(rows):
     return "\n".join(lines)
 
 
-def profile_markdown(setting, result):
+def profile_markdown(setting, result, row=None):
+    """The stage table of one profiled process, and what it says about the setting's added time."""
     p = result.get("profile")
     head = f"Stage profile, {setting['case']} (one process, KJIT_PROFILE=1; its median {result['median_us']:.3f} us/call)"
     if not p:
@@ -298,18 +301,41 @@ def profile_markdown(setting, result):
              "| stage | calls | mean ns/call |", "|---|---:|---:|"]
     for st in p["stages"]:
         lines.append(f"| {st['stage']} | {st['calls']} | {st['mean_ns']:.1f} |")
-    stages = {st["stage"]: st for st in p["stages"]}
-    total = stages.get("wrapper total")
-    kernel = stages.get("pytorch (miss)") or stages.get("launch (hit)")
-    if total and stages.get("pytorch (miss)"):
-        own = total["mean_ns"] - stages["pytorch (miss)"]["mean_ns"]
-        lines.append("")
-        lines.append(f"The wrapper's own time on a miss (wrapper total - PyTorch's kernel): {own:.0f} ns per call.")
-    elif total and kernel:
-        lines.append("")
-        lines.append(f"A hit's time in the wrapper (launch included): {total['mean_ns']:.0f} ns per call.")
-    return "\n".join(lines)
+    stages = {st["stage"]: st["mean_ns"] for st in p["stages"]}
+    clock = p["clock_ns"]
+    added = row.get("added_us") if row else None
+    notes = []
 
+    def own(names):
+        """The stages' means summed, less one clock read each (the lap's own)."""
+        present = [n for n in names if n in stages]
+        return sum(stages[n] for n in present) - clock * len(present)
+
+    kjit_stages = ["pre-filter", "key", "hash", "lookup"]
+    if "pytorch (miss)" in stages:
+        mine = own(kjit_stages + ["miss accounting"])
+        notes.append(f"kjit's own time per miss (pre-filter, key, hash, lookup, miss accounting; clock reads "
+                     f"taken out): {mine:.0f} ns; PyTorch's kernel called from the wrapper: "
+                     f"{stages['pytorch (miss)'] - clock:.0f} ns.")
+        if added is not None:
+            notes.append(f"Added vs no shim (the rounds above) minus kjit's own time: {added * 1000 - mine:+.0f} ns per "
+                         "call spent outside kjit's code (the dispatcher boxing the call for the boxed wrapper, "
+                         "process-wide effects) or noise; the (g) row measures the boxed override alone.")
+    elif "launch (hit)" in stages:
+        mine = own(kjit_stages)
+        serve = own(["allocate outputs (hit)", "launch (hit)"])
+        notes.append(f"kjit's own time per hit before serving it (pre-filter, key, hash, lookup): {mine:.0f} ns; "
+                     f"allocating the outputs and launching: {serve:.0f} ns (clock reads taken out). Set the "
+                     "latter against PyTorch's kernel's host time in the (g) profile.")
+    elif "pytorch (not keyed)" in stages:
+        notes.append(f"PyTorch's kernel called from the wrapper: {stages['pytorch (not keyed)'] - clock:.0f} ns per "
+                     "call (clock read taken out).")
+        if added is not None:
+            notes.append(f"Added vs no shim (the rounds above): {added * 1000:+.0f} ns per call: the boxed override "
+                         "alone (boxing in the dispatcher, the wrapper's branch and call) or noise.")
+    if notes:
+        lines += [""] + notes
+    return "\n".join(lines)
 
 def main():
     parser = argparse.ArgumentParser(description="Host time per call added by the kjit shim, from Python: no shim, "
@@ -375,7 +401,8 @@ def main():
             print("\n(c) not measured: run with --prepare-hit, or --hit-cache FILE")
         for sid, r in profiles.items():
             print()
-            print(profile_markdown(next(s for s in settings if s["id"] == sid), r))
+            print(profile_markdown(next(s for s in settings if s["id"] == sid), r,
+                                   next(row for row in summary if row["id"] == sid)))
         if args.json:
             with open(args.json, "w") as f:
                 json.dump({"torch": torch.__version__, "device": torch.cuda.get_device_name(), "rows": summary,

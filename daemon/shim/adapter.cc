@@ -612,7 +612,15 @@ void Wrapper(const c10::OperatorHandle& op, c10::DispatchKeySet keys, ::torch::j
   Adapter& a = *g_adapter;
   if (__builtin_expect(a.diagnostics, false)) {
     if (a.settings.passthrough) {
-      a.ops[I].pytorch->callBoxed(op, keys, stack);
+      // Profiled too: PyTorch's kernel's host time as the wrapper sees it, to set against a hit's.
+      if (a.settings.profile) {
+        Stopwatch<true> clock(&a.profile);
+        a.ops[I].pytorch->callBoxed(op, keys, stack);
+        clock.Lap(Stage::kPyTorchDeclined);
+        clock.Total();
+      } else {
+        a.ops[I].pytorch->callBoxed(op, keys, stack);
+      }
       return;
     }
     ServeOrForward<I, true>(a, op, keys, stack);
