@@ -36,6 +36,7 @@
 #include <c10/core/GradMode.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/SmallVector.h>
+#include <dlfcn.h>
 #include <torch/library.h>
 
 #include <array>
@@ -67,6 +68,28 @@ namespace {
 constexpr size_t kOpCount = std::size(kInterceptedOps);
 constexpr int kMaxDevices = 64;
 
+// at::detail::empty_strided_cuda(IntArrayRef, IntArrayRef, ScalarType, std::optional<Device>):
+// how PyTorch's own (structured) CUDA kernels allocate their outputs, without the dispatcher
+// (PyTorch's caching allocator, or the allocator a program plugged in). It lives in
+// libtorch_cuda, which the adapter does not link (link.adapter_no_torch_cuda): looked up once
+// in the loaded library by its mangled name, which encodes the parameter types, so a PyTorch
+// whose function differs has no such symbol and the hits allocate through at::empty_strided.
+using EmptyStridedCuda = at::TensorBase (*)(c10::IntArrayRef, c10::IntArrayRef, c10::ScalarType,
+                                            std::optional<c10::Device>);
+constexpr const char* kEmptyStridedCudaSymbol =
+    "_ZN2at6detail18empty_strided_cudaEN3c108ArrayRefIlEES3_NS1_10ScalarTypeESt8optionalINS1_6DeviceEE";
+
+EmptyStridedCuda FindEmptyStridedCuda() {
+  void* torch_cuda = dlopen("libtorch_cuda.so", RTLD_LAZY | RTLD_NOLOAD);
+  if (torch_cuda == nullptr) return nullptr;
+  void* symbol = dlsym(torch_cuda, kEmptyStridedCudaSymbol);
+  dlclose(torch_cuda);  // RTLD_NOLOAD took a reference; the library stays loaded (PyTorch's)
+  EmptyStridedCuda f = nullptr;
+  static_assert(sizeof f == sizeof symbol);
+  std::memcpy(&f, &symbol, sizeof f);
+  return f;
+}
+
 // What kjit knows about one CUDA device, set up on first use.
 struct DeviceSlot {
   std::mutex mutex;
@@ -86,6 +109,7 @@ class Adapter final : public KernelSource {
   std::array<InterceptedOp, kOpCount> ops;
   std::array<DeviceSlot, kMaxDevices> devices;
   const c10::impl::DeviceGuardImplInterface* cuda_guard = nullptr;
+  EmptyStridedCuda empty_strided_cuda = nullptr;  // null: hits allocate through at::empty_strided
   std::atomic<uint64_t> hits{0};         // calls served by kjit's kernels
   std::atomic<uint64_t> first_sights{0};  // keys resolved (PyTorch's kernel ran)
   std::atomic<uint64_t> misses{0};       // calls of negative keys
@@ -363,14 +387,24 @@ Status Launch(Adapter& a, const Entry& entry, const LoadedKernel& kernel, Device
     }
   }
   c10::SmallVector<at::Tensor, 4> outputs;
+  // Allocated as PyTorch's own kernels allocate theirs (at::detail::empty_strided_cuda: no trip
+  // through the dispatcher), unless the deterministic mode asks empty tensors to be filled, which
+  // only at::empty_strided does.
+  const auto& ctx = at::globalContext();
+  const bool direct = a.empty_strided_cuda != nullptr &&
+                      !(ctx.deterministicAlgorithms() && ctx.deterministicFillUninitializedMemory());
   for (const OutputLayout& o : entry.outputs()) {
     if (!o.defined) {
       outputs.emplace_back();
       values.push_back(0);
       continue;
     }
-    outputs.push_back(at::empty_strided(o.sizes, o.strides,
-                                        at::TensorOptions().dtype(static_cast<c10::ScalarType>(o.scalar_type)).device(device)));
+    const auto dtype = static_cast<c10::ScalarType>(o.scalar_type);
+    if (direct) {
+      outputs.emplace_back(a.empty_strided_cuda(o.sizes, o.strides, dtype, device));
+    } else {
+      outputs.push_back(at::empty_strided(o.sizes, o.strides, at::TensorOptions().dtype(dtype).device(device)));
+    }
     values.push_back(reinterpret_cast<CUdeviceptr>(outputs.back().data_ptr()));
   }
   clock.Lap(Stage::kAllocate);
@@ -668,6 +702,8 @@ void Attach() noexcept {
     a->settings = std::move(settings);
     for (const std::string& op : a->settings.unknown_ops) a->Log("KJIT_OPS: ", op, " is not an op kjit intercepts");
     a->cuda_guard = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
+    a->empty_strided_cuda = FindEmptyStridedCuda();
+    if (a->empty_strided_cuda == nullptr) a->Log("at::detail::empty_strided_cuda not found: hits allocate through at::empty_strided");
     if (a->settings.profile) StartProfile(*a);
     a->diagnostics = a->settings.profile || a->settings.passthrough;
     if (a->settings.passthrough) a->Log("KJIT_PASSTHROUGH: the intercepted ops only forward to PyTorch's kernels");
