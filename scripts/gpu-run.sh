@@ -157,7 +157,7 @@ if [[ "${KJIT_GPU_RUN_SHIM:-0}" == 1 ]]; then
   note "shim overhead: rc=$?"; cat "$shim/overhead.md" >> "$summary"
   # The CPU side of the hot path on this machine's CPU: keying, hashing, the entry table, miss accounting,
   # boxed against unboxed dispatch (benchmarks/bench_torch.cc).
-  timeout 60 "$build/benchmarks/kjit_bench_torch" --benchmark_filter='Small|Shim|Steady|Numerics' \
+  timeout 40 "$build/benchmarks/kjit_bench_torch" --benchmark_filter='Small|Shim|Steady|Numerics' --benchmark_min_time=0.1 \
     > "$shim/bench_torch.txt" 2>&1
   note "kjit_bench_torch (shim hot path, CPU): rc=$?"
   app=(python3 examples/shim_app/app.py --iters "${KJIT_SHIM_ITERS:-30}")
