@@ -2,6 +2,7 @@
 // intercepted launch before its cache lookup. CPU tensors: the key reads
 // metadata only, so the figure is the same for CUDA tensors.
 #include <ATen/ATen.h>
+#include <ATen/EmptyTensor.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <benchmark/benchmark.h>
@@ -151,6 +152,24 @@ void BM_TorchSmallSoftmaxUnboxedCall(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(op.call(x, -1, false));
 }
 BENCHMARK(BM_TorchSmallSoftmaxUnboxedCall);
+
+// A hit's output allocation: at::empty_strided goes through the dispatcher (TensorOptions to a
+// dispatch key, BackendSelect, then the backend's kernel), where PyTorch's own kernels allocate
+// their outputs directly (structured kernels: at::detail::empty_strided_<backend>). The
+// difference is what the shim pays per hit output for allocating through the dispatcher (on
+// CPU here; the CUDA path adds the same dispatch to the caching allocator's cost).
+void BM_TorchSmallEmptyStridedDispatched(benchmark::State& state) {
+  const std::vector<int64_t> sizes{8, 64}, strides{64, 1};
+  const auto options = at::TensorOptions().dtype(at::kFloat);
+  for (auto _ : state) benchmark::DoNotOptimize(at::empty_strided(sizes, strides, options));
+}
+BENCHMARK(BM_TorchSmallEmptyStridedDispatched);
+
+void BM_TorchSmallEmptyStridedDirect(benchmark::State& state) {
+  const std::vector<int64_t> sizes{8, 64}, strides{64, 1};
+  for (auto _ : state) benchmark::DoNotOptimize(at::detail::empty_strided_cpu(sizes, strides, at::kFloat));
+}
+BENCHMARK(BM_TorchSmallEmptyStridedDirect);
 
 }  // namespace
 
