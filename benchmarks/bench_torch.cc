@@ -2,12 +2,16 @@
 // intercepted launch before its cache lookup. CPU tensors: the key reads
 // metadata only, so the figure is the same for CUDA tensors.
 #include <ATen/ATen.h>
+#include <ATen/EmptyTensor.h>
+#include <ATen/Parallel.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <benchmark/benchmark.h>
 
+#include <chrono>
 #include <vector>
 
 #include "kjit/torch/call_key.h"
+#include "shim_core.h"
 
 namespace {
 
@@ -40,6 +44,132 @@ void BM_TorchCurrentNumerics(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(kjit::torch::CurrentNumerics());
 }
 BENCHMARK(BM_TorchCurrentNumerics);
+
+// The shim's small-tensor case (benchmarks/shim_overhead.py): f32[8,64] softmax, keyed and hashed.
+void BM_TorchSmallSoftmaxCallKeyAndHash(benchmark::State& state) {
+  KeyAndHashLoop(state, "aten::_softmax", "", {at::empty({8, 64}), int64_t{-1}, false});
+}
+BENCHMARK(BM_TorchSmallSoftmaxCallKeyAndHash);
+
+// Keying alone (no hash), the same call.
+void BM_TorchSmallSoftmaxCallKey(benchmark::State& state) {
+  const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::_softmax", "");
+  const std::vector<c10::IValue> args{at::empty({8, 64}), int64_t{-1}, false};
+  std::string buffer;
+  for (auto _ : state) {
+    if (!kjit::torch::WriteCallKey(op.schema(), args, 90, 0, &buffer).ok()) state.SkipWithError("key failed");
+    benchmark::DoNotOptimize(buffer.data());
+  }
+}
+BENCHMARK(BM_TorchSmallSoftmaxCallKey);
+
+// A reduction with an int[] and an optional dtype (sum.dim_IntList): the list and ScalarType paths.
+void BM_TorchSmallSumCallKeyAndHash(benchmark::State& state) {
+  KeyAndHashLoop(state, "aten::sum", "dim_IntList",
+                 {at::empty({8, 64}), c10::IValue(std::vector<int64_t>{1}), false, c10::IValue()});
+}
+BENCHMARK(BM_TorchSmallSumCallKeyAndHash);
+
+// The shim's table lookup of a key it has seen (the hit and miss paths' FindOrCreate).
+void BM_ShimTableFindExisting(benchmark::State& state) {
+  kjit::shim::EntryTable table;
+  std::vector<kjit::Hash128> hashes;
+  for (int i = 0; i < static_cast<int>(state.range(0)); ++i) {
+    const std::string key = "key " + std::to_string(i);
+    hashes.push_back(kjit::HashBytes(key));
+    bool created = false;
+    table.FindOrCreate(hashes.back(), 0, key, &created);
+  }
+  size_t i = 0;
+  for (auto _ : state) {
+    bool created = false;
+    benchmark::DoNotOptimize(table.FindOrCreate(hashes[i], 0, "", &created));
+    if (++i == hashes.size()) i = 0;
+  }
+}
+BENCHMARK(BM_ShimTableFindExisting)->Arg(1)->Arg(64)->Arg(1024);
+
+// A miss's accounting (Entry::CountMiss) with its two clock reads around PyTorch's kernel.
+void BM_ShimCountMissWithClocks(benchmark::State& state) {
+  kjit::shim::Entry entry("key", 0);
+  for (auto _ : state) {
+    const auto start = std::chrono::steady_clock::now();
+    const auto end = std::chrono::steady_clock::now();
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(end - start).count();
+    benchmark::DoNotOptimize(entry.CountMiss(static_cast<uint64_t>(ns), end.time_since_epoch().count()));
+  }
+}
+BENCHMARK(BM_ShimCountMissWithClocks);
+
+// The adapter's miss path as it is now: one miss in Entry::kMissTimingStride timed (the two
+// clock reads and CountMiss), the others counted by CountUntimedMiss.
+void BM_ShimCountMissSampled(benchmark::State& state) {
+  kjit::shim::Entry entry("key", 0);
+  for (auto _ : state) {
+    if (entry.TimeThisMiss()) {
+      const auto start = std::chrono::steady_clock::now();
+      const auto end = std::chrono::steady_clock::now();
+      const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(end - start).count();
+      benchmark::DoNotOptimize(entry.CountMiss(static_cast<uint64_t>(ns), end.time_since_epoch().count()));
+    } else {
+      entry.CountUntimedMiss();
+    }
+  }
+}
+BENCHMARK(BM_ShimCountMissSampled);
+
+void BM_SteadyClockNow(benchmark::State& state) {
+  for (auto _ : state) benchmark::DoNotOptimize(std::chrono::steady_clock::now());
+}
+BENCHMARK(BM_SteadyClockNow);
+
+// What a boxed-only kernel costs a caller that holds unboxed arguments (at::_softmax from
+// at::softmax): the dispatcher boxes them into a Stack, the boxed kernel (here PyTorch's CPU
+// kernel, called boxed) unboxes them again. Against the same op called unboxed through the
+// dispatcher (BM_TorchSmallSoftmaxUnboxedCall); the difference is the boxing round trip.
+// One intra-op thread: the figure is dispatch, not parallel_for start-up.
+void BM_TorchSmallSoftmaxBoxedCall(benchmark::State& state) {
+  at::set_num_threads(1);
+  const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::_softmax", "");
+  const at::Tensor x = at::randn({8, 64});
+  torch::jit::Stack stack;
+  for (auto _ : state) {
+    stack.clear();
+    stack.emplace_back(x);
+    stack.emplace_back(int64_t{-1});
+    stack.emplace_back(false);
+    op.callBoxed(&stack);
+    benchmark::DoNotOptimize(stack.back());
+  }
+}
+BENCHMARK(BM_TorchSmallSoftmaxBoxedCall);
+
+void BM_TorchSmallSoftmaxUnboxedCall(benchmark::State& state) {
+  at::set_num_threads(1);
+  const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::_softmax", "")
+                      .typed<at::Tensor(const at::Tensor&, int64_t, bool)>();
+  const at::Tensor x = at::randn({8, 64});
+  for (auto _ : state) benchmark::DoNotOptimize(op.call(x, -1, false));
+}
+BENCHMARK(BM_TorchSmallSoftmaxUnboxedCall);
+
+// A hit's output allocation: at::empty_strided goes through the dispatcher (TensorOptions to a
+// dispatch key, BackendSelect, then the backend's kernel), where PyTorch's own kernels allocate
+// their outputs directly (structured kernels: at::detail::empty_strided_<backend>). The
+// difference is what the shim pays per hit output for allocating through the dispatcher (on
+// CPU here; the CUDA path adds the same dispatch to the caching allocator's cost).
+void BM_TorchSmallEmptyStridedDispatched(benchmark::State& state) {
+  const std::vector<int64_t> sizes{8, 64}, strides{64, 1};
+  const auto options = at::TensorOptions().dtype(at::kFloat);
+  for (auto _ : state) benchmark::DoNotOptimize(at::empty_strided(sizes, strides, options));
+}
+BENCHMARK(BM_TorchSmallEmptyStridedDispatched);
+
+void BM_TorchSmallEmptyStridedDirect(benchmark::State& state) {
+  const std::vector<int64_t> sizes{8, 64}, strides{64, 1};
+  for (auto _ : state) benchmark::DoNotOptimize(at::detail::empty_strided_cpu(sizes, strides, at::kFloat));
+}
+BENCHMARK(BM_TorchSmallEmptyStridedDirect);
 
 }  // namespace
 

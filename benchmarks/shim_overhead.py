@@ -3,20 +3,47 @@
 
 Run on the GPU machine (its python3 has a CUDA torch; kjit built against that torch):
 
-    python3 benchmarks/shim_overhead.py --build build-gpu [--prepare-hit]
+    python3 benchmarks/shim_overhead.py --build build-gpu [--prepare-hit] [--json FILE]
 
 The same timing loop runs in fresh subprocesses, each under one setting:
 
-  (a) no shim             LD_PRELOAD unset
-  (b) shim, miss          libkjit_preload.so, an empty kernel cache: the intercepted op's key has no kernel
-  (c) shim, hit           libkjit_preload.so, a cache holding a kernel for exactly that key
-  (d) not intercepted     torch.add, with and without the shim
+  (a) no shim                  softmax, LD_PRELOAD unset
+  (b) shim, miss               softmax, libkjit_preload.so, an empty kernel cache: the key has no kernel
+  (c) shim, hit                softmax, a cache holding a kernel for exactly that key (--prepare-hit)
+  (e) preload, KJIT_DISABLE=1  softmax, libkjit_preload.so loaded but doing nothing (no adapter)
+  (f) adapter, op not intercepted  softmax, the adapter attached with KJIT_OPS=cumsum: softmax keeps
+                               PyTorch's kernel, so any change is process-wide, not the wrapper's
+  (g) wrapper only forwards    softmax intercepted with KJIT_PASSTHROUGH=1: the boxed wrapper calls
+                               PyTorch's kernel at once (no key, no lookup): the cost of the override
+                               itself (the dispatcher boxing the call, PyTorch's kernel called boxed)
+  (d) not intercepted          torch.add, without and with the shim
 
-Each subprocess warms up, then times --loops loops of --calls calls with
-time.perf_counter_ns (host time only: the loop does not wait for the GPU,
-and the queue is drained between loops, untimed, so the GPU never holds the
-host back), and reports the median and interquartile range per call. The
-table's last column is the difference to (a) for the same op.
+Between-process variation is as large as the effects measured (a process's
+median moves by microseconds from one run to the next), so each setting runs
+in several processes, in interleaved rounds (a b c e f g d d', then again with
+the order rotated by one, ...), for as many rounds as fit in --budget-s (at
+least --min-rounds, at most --rounds). Each process warms up, then times
+--loops loops of --calls calls with time.perf_counter_ns (host time only: the
+loop does not wait for the GPU, and the queue is drained between loops,
+untimed, so the GPU never holds the host back) and reports its median per
+call. Per setting the table gives the median of the per-process medians, their
+spread (min-max over processes), the difference to the baseline (a for
+softmax, d without the shim for add) and the median of the per-round paired
+differences (the same round's baseline process: robust to drift over the run).
+--pin CPUS pins every timed process to the same CPUs (off by default), which
+may narrow the spread further on a machine whose cores differ (SMT siblings,
+NUMA nodes); the CPUs are reported per process.
+
+Then one more process per intercepted setting (b, c, g) runs with KJIT_PROFILE=1:
+the adapter's per-call stage profile (daemon/shim/shim_core.h, Stage): host
+time in the pre-filter, keying, hashing, table lookup, output allocation and
+launch (hit) or PyTorch's kernel (miss, and g), miss accounting, and the
+wrapper as a whole. Each figure includes one clock read (its cost is printed
+and taken out of the sums below the tables). "added vs no shim" minus kjit's
+own time per miss is what the shim costs outside its code: the dispatcher
+boxing the call for the boxed wrapper, and anything process-wide; a hit's
+allocation and launch are to be set against PyTorch's kernel's host time in
+the (g) profile. Profiled timings are not in the main table.
 
 The hit case needs a cached kernel for the benchmark's key. --prepare-hit makes
 one: it runs the loop once under the shim with a private kjitd (no evaluator),
@@ -26,7 +53,7 @@ against eager here instead). Or pass --hit-cache FILE, a cache that already
 serves the key (e.g. after kjit_seed_defaults through kjitd's evaluator).
 
 Nothing here is a pass/fail threshold; issue 9's targets are at most 1 us
-added on a hit and 0.5 us on a miss.
+added on a hit and 0.5 us on a miss, and no change for ops not intercepted.
 """
 import argparse
 import json
@@ -44,6 +71,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def child(args):
     """One setting: time the op in this process and print a JSON line."""
     import ctypes
+    pinned = None
+    if args.pin:
+        # Only CPUs this process may run on: a list written for another machine pins what it can.
+        allowed = os.sched_getaffinity(0)
+        want = {int(c) for c in args.pin.split(",") if c.strip()} & allowed
+        if want:
+            os.sched_setaffinity(0, want)
+            pinned = sorted(want)
     import torch
 
     if not torch.cuda.is_available():
@@ -86,10 +121,22 @@ def child(args):
         counters = dict(zip(["attached", "hits", "first_sights", "misses", "failures"], list(values)[:n]))
     except OSError:
         pass  # not loaded: no shim in this process
+    profile = None
+    if os.environ.get("KJIT_PROFILE", "0") not in ("", "0"):
+        try:
+            adapter = ctypes.CDLL("libkjit_torch_adapter.so", mode=os.RTLD_NOLOAD | os.RTLD_LOCAL)
+            buf = ctypes.create_string_buffer(16384)
+            adapter.kjit_adapter_profile_json.restype = ctypes.c_int
+            n = adapter.kjit_adapter_profile_json(buf, len(buf))
+            if 0 <= n < len(buf):
+                profile = json.loads(buf.value.decode())
+        except (OSError, AttributeError, ValueError):
+            pass  # no adapter, or one without the profile: reported as missing
     q = statistics.quantiles(samples, n=4)
     print(json.dumps({"median_us": statistics.median(samples), "iqr_us": q[2] - q[0], "loops": len(samples),
                       "max_abs_diff": (out.float() - eager.float()).abs().max().item(),
-                      "stable": bool(torch.equal(out, reference)), "counters": counters}))
+                      "stable": bool(torch.equal(out, reference)), "counters": counters, "profile": profile,
+                      "pinned": pinned}))
     return 0
 
 
@@ -98,15 +145,15 @@ def run_child(args, op, preload, cache_path, runtime_dir, extra_env=None):
     env.pop("LD_PRELOAD", None)
     env["KJIT_CACHE"] = cache_path
     env["KJIT_RUNTIME_DIR"] = runtime_dir
-    env.pop("KJIT_ENDPOINT", None)
-    env.pop("KJIT_DISABLE", None)
+    for name in ("KJIT_ENDPOINT", "KJIT_DISABLE", "KJIT_OPS", "KJIT_PROFILE", "KJIT_PASSTHROUGH"):
+        env.pop(name, None)  # each setting says its own
     if preload:
         env["LD_PRELOAD"] = preload
     env.update(extra_env or {})
     cmd = [sys.executable, os.path.abspath(__file__), "--child", "--op", op, "--rows", str(args.rows),
            "--cols", str(args.cols), "--calls", str(args.calls), "--loops", str(args.loops), "--warmup",
-           str(args.warmup)]
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+           str(args.warmup)] + (["--pin", args.pin] if args.pin else [])
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     lines = [line for line in p.stdout.splitlines() if line.startswith("{")]
     if p.returncode != 0 or not lines:
         raise RuntimeError(f"{op} ({'shim' if preload else 'no shim'}) failed, status {p.returncode}:\n"
@@ -139,6 +186,157 @@ def prepare_hit(args, preload, work):
     return cache_path
 
 
+def make_settings(preload, empty_cache, hit_cache):
+    """The settings, in round order. base: the id of the setting a row is compared with."""
+    def setting(sid, label, op, shim, cache=empty_cache, env=None, base=None, profile=False):
+        return {"id": sid, "case": label, "op": op, "preload": preload if shim else None, "cache": cache,
+                "env": env or {}, "base": base, "profile": profile}
+    out = [setting("a", "(a) no shim", "softmax", False),
+           setting("b", "(b) shim, miss", "softmax", True, base="a", profile=True)]
+    if hit_cache:
+        out.append(setting("c", "(c) shim, hit", "softmax", True, cache=hit_cache, base="a", profile=True))
+    out += [setting("e", "(e) preload, KJIT_DISABLE=1", "softmax", True, env={"KJIT_DISABLE": "1"}, base="a"),
+            setting("f", "(f) adapter, softmax not intercepted", "softmax", True, env={"KJIT_OPS": "cumsum"},
+                    base="a"),
+            setting("g", "(g) shim, wrapper only forwards", "softmax", True, env={"KJIT_PASSTHROUGH": "1"},
+                    base="a", profile=True),
+            setting("d0", "(d) not intercepted, no shim", "add", False),
+            setting("d1", "(d) not intercepted, shim", "add", True, base="d0")]
+    return out
+
+
+def run_rounds(args, settings, run_dir, began):
+    """Interleaved rounds, each running every setting once (order rotated by one per round).
+
+    Stops after --rounds rounds, or earlier once at least --min-rounds are done and another
+    round (timed as the slowest so far), plus the profiled processes after the rounds, would
+    pass --budget-s since `began`."""
+    rounds = []
+    slowest = 0.0
+    profiled = 0 if args.no_profile else sum(1 for s in settings if s["profile"])
+    for i in range(args.rounds):
+        reserve = slowest * (1 + profiled / len(settings))
+        if i >= args.min_rounds and time.monotonic() - began + reserve > args.budget_s:
+            break
+        t0 = time.monotonic()
+        k = i % len(settings)
+        results = {}
+        for s in settings[k:] + settings[:k]:
+            results[s["id"]] = run_child(args, s["op"], s["preload"], s["cache"], run_dir, s["env"])
+        rounds.append(results)
+        slowest = max(slowest, time.monotonic() - t0)
+    return rounds
+
+
+def summarize(settings, rounds):
+    """One row per setting: median and spread of its per-process medians, and the added time."""
+    rows = []
+    medians = {s["id"]: [r[s["id"]]["median_us"] for r in rounds] for s in settings}
+    for s in settings:
+        m = medians[s["id"]]
+        row = {"id": s["id"], "case": s["case"], "op": s["op"], "processes": len(m),
+               "median_us": statistics.median(m), "min_us": min(m), "max_us": max(m),
+               "per_process_us": m, "within_iqr_us": statistics.median(r[s["id"]]["iqr_us"] for r in rounds),
+               "counters": rounds[-1][s["id"]].get("counters"),
+               "max_abs_diff": max(r[s["id"]]["max_abs_diff"] for r in rounds),
+               "stable": all(r[s["id"]]["stable"] for r in rounds)}
+        if s["base"]:
+            row["added_us"] = row["median_us"] - statistics.median(medians[s["base"]])
+            paired = [a - b for a, b in zip(m, medians[s["base"]])]
+            row["paired_added_us"] = statistics.median(paired)
+            row["paired_min_us"] = min(paired)
+            row["paired_max_us"] = max(paired)
+        rows.append(row)
+    return rows
+
+
+def notes(rows, hit_cache):
+    by_id = {r["id"]: r for r in rows}
+    miss = by_id["b"]
+    if not (miss.get("counters") or {}).get("misses"):
+        miss["note"] = "the shim counted no misses: was the adapter loaded (KJIT_LOG=1)?"
+    if "c" in by_id:
+        hit = by_id["c"]
+        c = hit.get("counters") or {}
+        if not c.get("hits"):
+            hit["note"] = "no hits: the cache did not serve this key here (arch, toolchain?)"
+        elif hit["max_abs_diff"] > 1e-5 or miss["max_abs_diff"] > 1e-5:
+            hit["note"] = f"kernel output differs from eager by {hit['max_abs_diff']:.3g}"
+    f = by_id["f"]
+    if (f.get("counters") or {}).get("attached") != 1:
+        f["note"] = "the adapter was not attached"
+    elif any((f.get("counters") or {}).get(k) for k in ("hits", "misses", "first_sights")):
+        f["note"] = "softmax was intercepted: KJIT_OPS not honoured?"
+    g = by_id["g"]
+    if any((g.get("counters") or {}).get(k) for k in ("hits", "misses", "first_sights")):
+        g["note"] = "calls were keyed: KJIT_PASSTHROUGH not honoured?"
+    if by_id["e"].get("counters"):
+        by_id["e"]["note"] = "the adapter was loaded despite KJIT_DISABLE=1"
+
+
+def markdown(rows):
+    lines = ["| case | op | processes | host us/call (median of process medians) | spread (min-max) | "
+             "within-process IQR | added vs baseline | paired per round (median [min, max]) | shim counters (last) "
+             "| note |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---|---|"]
+    for r in rows:
+        added = f"{r['added_us']:+.3f}" if "added_us" in r else ""
+        paired = (f"{r['paired_added_us']:+.3f} [{r['paired_min_us']:+.2f}, {r['paired_max_us']:+.2f}]"
+                  if "paired_added_us" in r else "")
+        counters = r.get("counters")
+        ctext = ", ".join(f"{k} {v}" for k, v in counters.items() if k != "attached") if counters else "-"
+        lines.append(f"| {r['case']} | {r['op']} | {r['processes']} | {r['median_us']:.3f} | "
+                     f"{r['min_us']:.2f}-{r['max_us']:.2f} | {r['within_iqr_us']:.3f} | {added} | {paired} | {ctext} "
+                     f"| {r.get('note', '')} |")
+    return "\n".join(lines)
+
+
+def profile_markdown(setting, result, row=None):
+    """The stage table of one profiled process, and what it says about the setting's added time."""
+    p = result.get("profile")
+    head = f"Stage profile, {setting['case']} (one process, KJIT_PROFILE=1; its median {result['median_us']:.3f} us/call)"
+    if not p:
+        return head + ": no profile (adapter not attached, or built without kjit_adapter_profile_json)"
+    lines = [head + f"; each figure includes one clock read ({p['clock_ns']:.1f} ns):", "",
+             "| stage | calls | mean ns/call |", "|---|---:|---:|"]
+    for st in p["stages"]:
+        lines.append(f"| {st['stage']} | {st['calls']} | {st['mean_ns']:.1f} |")
+    stages = {st["stage"]: st["mean_ns"] for st in p["stages"]}
+    clock = p["clock_ns"]
+    added = row.get("added_us") if row else None
+    notes = []
+
+    def own(names):
+        """The stages' means summed, less one clock read each (the lap's own)."""
+        present = [n for n in names if n in stages]
+        return sum(stages[n] for n in present) - clock * len(present)
+
+    kjit_stages = ["pre-filter", "key", "hash", "lookup"]
+    if "pytorch (miss)" in stages:
+        mine = own(kjit_stages + ["miss accounting"])
+        notes.append(f"kjit's own time per miss (pre-filter, key, hash, lookup, miss accounting; clock reads "
+                     f"taken out): {mine:.0f} ns; PyTorch's kernel called from the wrapper: "
+                     f"{stages['pytorch (miss)'] - clock:.0f} ns.")
+        if added is not None:
+            notes.append(f"Added vs no shim (the rounds above) minus kjit's own time: {added * 1000 - mine:+.0f} ns per "
+                         "call spent outside kjit's code (the dispatcher boxing the call for the boxed wrapper, "
+                         "process-wide effects) or noise; the (g) row measures the boxed override alone.")
+    elif "launch (hit)" in stages:
+        mine = own(kjit_stages)
+        serve = own(["allocate outputs (hit)", "launch (hit)"])
+        notes.append(f"kjit's own time per hit before serving it (pre-filter, key, hash, lookup): {mine:.0f} ns; "
+                     f"allocating the outputs and launching: {serve:.0f} ns (clock reads taken out). Set the "
+                     "latter against PyTorch's kernel's host time in the (g) profile.")
+    elif "pytorch (not keyed)" in stages:
+        notes.append(f"PyTorch's kernel called from the wrapper: {stages['pytorch (not keyed)'] - clock:.0f} ns per "
+                     "call (clock read taken out).")
+        if added is not None:
+            notes.append(f"Added vs no shim (the rounds above): {added * 1000:+.0f} ns per call: the boxed override "
+                         "alone (boxing in the dispatcher, the wrapper's branch and call) or noise.")
+    if notes:
+        lines += [""] + notes
+    return "\n".join(lines)
+
 def main():
     parser = argparse.ArgumentParser(description="Host time per call added by the kjit shim, from Python: no shim, "
                                                  "shim with a miss, shim with a hit, and a non-intercepted op.",
@@ -147,8 +345,15 @@ def main():
     parser.add_argument("--rows", type=int, default=8)
     parser.add_argument("--cols", type=int, default=64, help="small on purpose: launch-bound, not GPU-bound")
     parser.add_argument("--calls", type=int, default=200, help="calls per timed loop (below the launch queue depth)")
-    parser.add_argument("--loops", type=int, default=200, help="timed loops per setting")
+    parser.add_argument("--loops", type=int, default=100, help="timed loops per process")
     parser.add_argument("--warmup", type=int, default=500)
+    parser.add_argument("--rounds", type=int, default=8, help="at most this many rounds of one process per setting")
+    parser.add_argument("--min-rounds", type=int, default=3, help="at least this many rounds, whatever the budget")
+    parser.add_argument("--budget-s", type=float, default=70,
+                        help="start no round that would end past this many seconds since the start (default 70)")
+    parser.add_argument("--no-profile", action="store_true", help="skip the KJIT_PROFILE=1 processes")
+    parser.add_argument("--pin", metavar="CPUS", help="pin each timed process to these CPUs (comma-separated; those "
+                        "this machine lacks are left out; default: not pinned)")
     parser.add_argument("--prepare-hit", action="store_true", help="make a cache that serves the softmax key")
     parser.add_argument("--hit-cache", metavar="FILE", help="a kernel cache that serves the softmax key")
     parser.add_argument("--json", metavar="FILE", help="write the figures here")
@@ -174,49 +379,35 @@ def main():
     try:
         empty_cache = os.path.join(work, "empty.db")  # never created: every key is a miss
         run_dir = os.path.join(work, "run")  # no kjitd there: misses are queued in the shim, not sent
+        began = time.monotonic()
         hit_cache = args.hit_cache or (prepare_hit(args, preload, work) if args.prepare_hit else None)
-        rows = []
-
-        def measure(label, op, shim, cache, base=None):
-            r = run_child(args, op, preload if shim else None, cache, run_dir)
-            r.update(case=label, op=op)
-            if base is not None:
-                r["added_us"] = r["median_us"] - base["median_us"]
-            rows.append(r)
-            return r
-
-        base = measure("(a) no shim", "softmax", False, empty_cache)
-        miss = measure("(b) shim, miss", "softmax", True, empty_cache, base)
-        if hit_cache:
-            hit = measure("(c) shim, hit", "softmax", True, hit_cache, base)
-            c = hit.get("counters") or {}
-            if not c.get("hits"):
-                hit["note"] = "no hits: the cache did not serve this key here (arch, toolchain?)"
-            elif hit["max_abs_diff"] > 1e-5 or miss["max_abs_diff"] > 1e-5:
-                hit["note"] = f"kernel output differs from eager by {hit['max_abs_diff']:.3g}"
-        add_base = measure("(d) not intercepted, no shim", "add", False, empty_cache)
-        measure("(d) not intercepted, shim", "add", True, empty_cache, add_base)
-        for r in (miss,):
-            if not (r.get("counters") or {}).get("misses"):
-                r["note"] = "the shim counted no misses: was the adapter loaded (KJIT_LOG=1)?"
-
+        settings = make_settings(preload, empty_cache, hit_cache)
+        rounds = run_rounds(args, settings, run_dir, began)
+        profiles = {}
+        if not args.no_profile:
+            for s in settings:
+                if s["profile"]:
+                    r = run_child(args, s["op"], s["preload"], s["cache"], run_dir, dict(s["env"], KJIT_PROFILE="1"))
+                    profiles[s["id"]] = r
+        summary = summarize(settings, rounds)
+        notes(summary, hit_cache)
+        elapsed = time.monotonic() - began
         print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}, f32[{args.rows},{args.cols}], "
-              f"{args.loops} loops of {args.calls} calls")
+              f"{len(rounds)} rounds (one process per setting each, order rotated per round), "
+              f"{args.loops} loops of {args.calls} calls per process, {elapsed:.0f} s")
         print()
-        print("| case | op | host us/call (median) | IQR | added vs no shim | shim counters | note |")
-        print("|---|---|---|---|---|---|---|")
-        for r in rows:
-            added = f"{r['added_us']:+.3f}" if "added_us" in r else ""
-            counters = r.get("counters")
-            ctext = ", ".join(f"{k} {v}" for k, v in counters.items() if k != "attached") if counters else "-"
-            print(f"| {r['case']} | {r['op']} | {r['median_us']:.3f} | {r['iqr_us']:.3f} | {added} | {ctext} | "
-                  f"{r.get('note', '')} |")
+        print(markdown(summary))
         if not hit_cache:
             print("\n(c) not measured: run with --prepare-hit, or --hit-cache FILE")
+        for sid, r in profiles.items():
+            print()
+            print(profile_markdown(next(s for s in settings if s["id"] == sid), r,
+                                   next(row for row in summary if row["id"] == sid)))
         if args.json:
             with open(args.json, "w") as f:
-                json.dump({"torch": torch.__version__, "device": torch.cuda.get_device_name(), "rows": rows}, f,
-                          indent=1)
+                json.dump({"torch": torch.__version__, "device": torch.cuda.get_device_name(), "rows": summary,
+                           "rounds": rounds, "profiles": profiles, "elapsed_s": elapsed,
+                           "args": {k: v for k, v in vars(args).items() if k not in ("child", "op")}}, f, indent=1)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0

@@ -146,9 +146,21 @@ if [[ "${KJIT_GPU_RUN_SHIM:-0}" == 1 ]]; then
   # by kjitd's evaluator and stored if faster), then the hits. Into shim.tar.gz.
   shim=/tmp/kjit-shim; rm -rf "$shim"; mkdir -p "$shim/run"
   export KJIT_CACHE="$shim/cache.db" KJIT_RUNTIME_DIR="$shim/run" XDG_CACHE_HOME="$shim/xdg"
-  timeout 100 python3 benchmarks/shim_overhead.py --build "$build" --prepare-hit --json "$shim/overhead.json" \
+  # Interleaved rounds of one process per setting (no shim, miss, hit, KJIT_DISABLE=1, adapter without
+  # softmax, a wrapper that only forwards, add with and without) within a 70 s budget, then a
+  # KJIT_PROFILE=1 process per intercepted setting (the adapter's stage profile); the script's
+  # docstring says what each setting isolates. The clock source: a clock read that is a system call
+  # (no TSC in the VM) would make every timed call dear.
+  cat /sys/devices/system/clocksource/clocksource0/current_clocksource > "$shim/clocksource.txt" 2>&1
+  note "clock source: $(cat "$shim/clocksource.txt")"
+  timeout 150 python3 benchmarks/shim_overhead.py --build "$build" --prepare-hit --json "$shim/overhead.json" \
     > "$shim/overhead.md" 2> "$shim/overhead.err"
   note "shim overhead: rc=$?"; cat "$shim/overhead.md" >> "$summary"
+  # The CPU side of the hot path on this machine's CPU: keying, hashing, the entry table, miss accounting,
+  # boxed against unboxed dispatch (benchmarks/bench_torch.cc).
+  timeout 40 "$build/benchmarks/kjit_bench_torch" --benchmark_filter='Small|Shim|Steady|Numerics' --benchmark_min_time=0.1 \
+    > "$shim/bench_torch.txt" 2>&1
+  note "kjit_bench_torch (shim hot path, CPU): rc=$?"
   app=(python3 examples/shim_app/app.py --iters "${KJIT_SHIM_ITERS:-30}")
   timeout 75 "$build/daemon/kjit" run -- "${app[@]}" --json "$shim/run1.json" > "$shim/run1.txt" 2>&1
   note "app run 1 (misses): rc=$?"

@@ -12,12 +12,16 @@
 //   key the call (WriteCallKey), hash it, find its Entry (shim_core.h) for this device
 //     first sight   -> PyTorch's kernel; record its outputs' layouts; look the key up
 //                      in the disk cache once: a record -> load it (kLoaded), none -> kNegative
-//     kNegative     -> PyTorch's kernel, timed on the host; the miss is counted and
-//                      reported (the first at once, then at most once a second per key)
+//     kNegative     -> PyTorch's kernel, one call in 16 timed on the host; the miss is counted
+//                      and reported (the first at once, then at most once a second per key)
 //     kLoaded       -> allocate outputs as the first call's, launch on PyTorch's
 //                      current stream (kernel ABI v2, daemon/worker_protocol.h; a
 //                      kernel with a workspace gets the stream's, workspace.h)
 //     kFailed       -> PyTorch's kernel
+// KJIT_PROFILE=1 (or a file path): the time of each stage above per call (StageProfile,
+// shim_core.h), printed at exit. KJIT_PASSTHROUGH=1 (a benchmark aid): the wrapper only
+// forwards to PyTorch's kernel. Both off, the wrapper pays one predictable branch for them.
+//
 // Any failure of kjit's own falls back to PyTorch's kernel; a load or launch
 // failure also blacklists the entry for the process and is reported to kjitd
 // (ipc::ReportFailure, once per key and process). No exception of kjit's
@@ -31,6 +35,8 @@
 #include <ATen/core/stack.h>
 #include <c10/core/GradMode.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/util/SmallVector.h>
+#include <dlfcn.h>
 #include <torch/library.h>
 
 #include <array>
@@ -38,6 +44,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <optional>
 #include <span>
@@ -61,6 +68,28 @@ namespace {
 constexpr size_t kOpCount = std::size(kInterceptedOps);
 constexpr int kMaxDevices = 64;
 
+// at::detail::empty_strided_cuda(IntArrayRef, IntArrayRef, ScalarType, std::optional<Device>):
+// how PyTorch's own (structured) CUDA kernels allocate their outputs, without the dispatcher
+// (PyTorch's caching allocator, or the allocator a program plugged in). It lives in
+// libtorch_cuda, which the adapter does not link (link.adapter_no_torch_cuda): looked up once
+// in the loaded library by its mangled name, which encodes the parameter types, so a PyTorch
+// whose function differs has no such symbol and the hits allocate through at::empty_strided.
+using EmptyStridedCuda = at::TensorBase (*)(c10::IntArrayRef, c10::IntArrayRef, c10::ScalarType,
+                                            std::optional<c10::Device>);
+constexpr const char* kEmptyStridedCudaSymbol =
+    "_ZN2at6detail18empty_strided_cudaEN3c108ArrayRefIlEES3_NS1_10ScalarTypeESt8optionalINS1_6DeviceEE";
+
+EmptyStridedCuda FindEmptyStridedCuda() {
+  void* torch_cuda = dlopen("libtorch_cuda.so", RTLD_LAZY | RTLD_NOLOAD);
+  if (torch_cuda == nullptr) return nullptr;
+  void* symbol = dlsym(torch_cuda, kEmptyStridedCudaSymbol);
+  dlclose(torch_cuda);  // RTLD_NOLOAD took a reference; the library stays loaded (PyTorch's)
+  EmptyStridedCuda f = nullptr;
+  static_assert(sizeof f == sizeof symbol);
+  std::memcpy(&f, &symbol, sizeof f);
+  return f;
+}
+
 // What kjit knows about one CUDA device, set up on first use.
 struct DeviceSlot {
   std::mutex mutex;
@@ -80,10 +109,13 @@ class Adapter final : public KernelSource {
   std::array<InterceptedOp, kOpCount> ops;
   std::array<DeviceSlot, kMaxDevices> devices;
   const c10::impl::DeviceGuardImplInterface* cuda_guard = nullptr;
+  EmptyStridedCuda empty_strided_cuda = nullptr;  // null: hits allocate through at::empty_strided
   std::atomic<uint64_t> hits{0};         // calls served by kjit's kernels
   std::atomic<uint64_t> first_sights{0};  // keys resolved (PyTorch's kernel ran)
   std::atomic<uint64_t> misses{0};       // calls of negative keys
   std::atomic<uint64_t> failures{0};     // entries blacklisted with a record (each reported once)
+  StageProfile profile;                  // KJIT_PROFILE (settings.profile)
+  bool diagnostics = false;              // KJIT_PROFILE or KJIT_PASSTHROUGH: the wrapper's one branch
   // Workspaces of kernels that take one: from PyTorch's caching allocator on the
   // launch stream (the current stream), zeroed once with a memset on that stream.
   WorkspacePool workspaces{[this](int device, CUstream stream, uint64_t bytes) {
@@ -229,6 +261,34 @@ class Adapter final : public KernelSource {
 
 Adapter* g_adapter = nullptr;
 
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// The stage clock of one call (KJIT_PROFILE): Lap(stage) charges the time since the last lap to
+// `stage`. The profiled and unprofiled wrappers are the same template; the unprofiled one's
+// laps compile to nothing.
+template <bool kOn>
+struct Stopwatch {
+  explicit Stopwatch(StageProfile*) {}
+  void Lap(Stage) {}
+  void Total() {}
+};
+template <>
+struct Stopwatch<true> {
+  explicit Stopwatch(StageProfile* p) : profile(p), start(NowNs()), last(start) {}
+  void Lap(Stage stage) {
+    const int64_t now = NowNs();
+    profile->Add(stage, now - last);
+    last = now;
+  }
+  void Total() { profile->Add(Stage::kWrapper, NowNs() - start); }
+  StageProfile* profile;
+  int64_t start;
+  int64_t last;
+};
+
 // What to do with a call once TryServe has looked at it.
 struct Decision {
   bool served = false;         // kjit's kernel ran; the stack holds its outputs
@@ -296,15 +356,16 @@ int CallDevice(c10::ArrayRef<c10::IValue> args) {
 // Runs a loaded kernel for the call: allocates outputs like the first call's,
 // launches on PyTorch's current stream, and on success replaces the arguments
 // on the stack by the outputs. On failure the stack is untouched.
+template <bool kProfile>
 Status Launch(Adapter& a, const Entry& entry, const LoadedKernel& kernel, DeviceSlot& slot,
-              const c10::FunctionSchema& schema, ::torch::jit::Stack* stack) {
+              const c10::FunctionSchema& schema, ::torch::jit::Stack* stack, Stopwatch<kProfile>& clock) {
   const size_t n_args = schema.arguments().size();
   const c10::Device device(c10::kCUDA, static_cast<c10::DeviceIndex>(entry.device()));
   auto args = ::torch::jit::last(*stack, n_args);
   // Kernel ABI v2: input pointers in argument order (null for an absent optional tensor), then outputs,
   // then the workspace if the kernel has one (below).
-  std::vector<CUdeviceptr> values;
-  values.reserve(n_args + entry.outputs().size() + 1);  // + the workspace, if any
+  // Inline capacity for every intercepted op's arguments and outputs: no heap allocation per hit.
+  c10::SmallVector<CUdeviceptr, 16> values;
   for (size_t i = 0; i < n_args; ++i) {
     const c10::IValue& v = args[i];
     if (v.isTensor()) {
@@ -325,18 +386,28 @@ Status Launch(Adapter& a, const Entry& entry, const LoadedKernel& kernel, Device
       return InvalidArgument("tensor-list arguments are not served yet");
     }
   }
-  std::vector<at::Tensor> outputs;
-  outputs.reserve(entry.outputs().size());
+  c10::SmallVector<at::Tensor, 4> outputs;
+  // Allocated as PyTorch's own kernels allocate theirs (at::detail::empty_strided_cuda: no trip
+  // through the dispatcher), unless the deterministic mode asks empty tensors to be filled, which
+  // only at::empty_strided does.
+  const auto& ctx = at::globalContext();
+  const bool direct = a.empty_strided_cuda != nullptr &&
+                      !(ctx.deterministicAlgorithms() && ctx.deterministicFillUninitializedMemory());
   for (const OutputLayout& o : entry.outputs()) {
     if (!o.defined) {
       outputs.emplace_back();
       values.push_back(0);
       continue;
     }
-    outputs.push_back(at::empty_strided(o.sizes, o.strides,
-                                        at::TensorOptions().dtype(static_cast<c10::ScalarType>(o.scalar_type)).device(device)));
+    const auto dtype = static_cast<c10::ScalarType>(o.scalar_type);
+    if (direct) {
+      outputs.emplace_back(a.empty_strided_cuda(o.sizes, o.strides, dtype, device));
+    } else {
+      outputs.push_back(at::empty_strided(o.sizes, o.strides, at::TensorOptions().dtype(dtype).device(device)));
+    }
     values.push_back(reinterpret_cast<CUdeviceptr>(outputs.back().data_ptr()));
   }
+  clock.Lap(Stage::kAllocate);
   const auto stream = static_cast<CUstream>(a.cuda_guard->getStream(device).native_handle());
   // PyTorch's threads have the device's primary context current; a thread that has never
   // touched CUDA through the runtime may have none, and then kjit makes it current.
@@ -347,7 +418,7 @@ Status Launch(Adapter& a, const Entry& entry, const LoadedKernel& kernel, Device
     KJIT_ASSIGN_OR_RETURN(ContextGuard g, ContextGuard::Push(*slot.context));
     guard.emplace(std::move(g));
   }
-  std::vector<void*> params(values.size() + 1);  // + the workspace, if any
+  c10::SmallVector<void*, 17> params(values.size() + 1);  // + the workspace, if any
   for (size_t i = 0; i < values.size(); ++i) params[i] = &values[i];
   if (kernel.workspace_bytes == 0) {
     KJIT_RETURN_IF_ERROR(kernel.function->Launch(kernel.launch, stream, params.data()));
@@ -378,7 +449,9 @@ Status Launch(Adapter& a, const Entry& entry, const LoadedKernel& kernel, Device
   return Status::Ok();
 }
 
-Decision TryServe(Adapter& a, const c10::OperatorHandle& op, PreFilter filter, ::torch::jit::Stack* stack) noexcept {
+template <bool kProfile>
+Decision TryServe(Adapter& a, const c10::OperatorHandle& op, PreFilter filter, ::torch::jit::Stack* stack,
+                  Stopwatch<kProfile>& clock) noexcept {
   Decision d;
   try {
     const c10::FunctionSchema& schema = op.schema();
@@ -389,15 +462,19 @@ Decision TryServe(Adapter& a, const c10::OperatorHandle& op, PreFilter filter, :
     DeviceSlot* slot = a.Device(d.device);
     if (slot == nullptr) return d;
     d.arch = slot->arch;
+    clock.Lap(Stage::kPreFilter);
     thread_local std::string key;
     if (!kjit::torch::WriteCallKey(schema, std::span<const c10::IValue>(args.data(), args.size()),
                                    static_cast<uint16_t>(d.arch), kjit::torch::CurrentNumerics(), &key)
              .ok()) {
       return d;  // a call kjit cannot key (e.g. an argument type it does not encode)
     }
+    clock.Lap(Stage::kKey);
     d.hash = HashBytes(key);
+    clock.Lap(Stage::kHash);
     bool created = false;
     Entry* entry = a.table.FindOrCreate(d.hash, d.device, key, &created);
+    clock.Lap(Stage::kLookup);
     if (created) {
       d.first_sight = entry;
       return d;
@@ -414,7 +491,7 @@ Decision TryServe(Adapter& a, const c10::OperatorHandle& op, PreFilter filter, :
         if (kernel == nullptr) return d;
         Status s;
         try {
-          s = Launch(a, *entry, *kernel, *slot, schema, stack);
+          s = Launch(a, *entry, *kernel, *slot, schema, stack, clock);
         } catch (const std::exception& e) {
           // Allocation failures are PyTorch's to report: its own kernel will meet the same.
           a.Log("launch skipped for ", schema.name(), ": ", e.what());
@@ -429,6 +506,7 @@ Decision TryServe(Adapter& a, const c10::OperatorHandle& op, PreFilter filter, :
         }
         entry->CountHit();
         a.hits.fetch_add(1, std::memory_order_relaxed);
+        clock.Lap(Stage::kLaunch);
         d.served = true;
         return d;
       }
@@ -441,6 +519,12 @@ Decision TryServe(Adapter& a, const c10::OperatorHandle& op, PreFilter filter, :
 
 int64_t SteadyNs(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+
+// A miss that was not timed (Entry::TimeThisMiss): counted, reported later with a timed one.
+void CountUntimedMiss(Adapter& a, Entry& entry) noexcept {
+  a.misses.fetch_add(1, std::memory_order_relaxed);
+  entry.CountUntimedMiss();
 }
 
 void CountMiss(Adapter& a, Entry& entry, std::chrono::steady_clock::time_point start,
@@ -518,24 +602,64 @@ void ResolveFirstSight(Adapter& a, const c10::OperatorHandle& op, const Decision
   }
 }
 
-template <size_t I>
-void Wrapper(const c10::OperatorHandle& op, c10::DispatchKeySet keys, ::torch::jit::Stack* stack) {
-  Adapter& a = *g_adapter;
+template <size_t I, bool kProfile>
+void ServeOrForward(Adapter& a, const c10::OperatorHandle& op, c10::DispatchKeySet keys, ::torch::jit::Stack* stack) {
   static constexpr PreFilter kFilter = PreFilterFor(kInterceptedOps[I]);
-  const Decision d = TryServe(a, op, kFilter, stack);
-  if (d.served) return;
-  if (d.negative == nullptr && d.first_sight == nullptr) {
-    a.ops[I].pytorch->callBoxed(op, keys, stack);
+  Stopwatch<kProfile> clock(&a.profile);
+  const Decision d = TryServe(a, op, kFilter, stack, clock);
+  if (d.served) {
+    clock.Total();
     return;
   }
-  // PyTorch's own kernel: its exceptions are the user's to see, as without kjit.
+  if (d.negative == nullptr && d.first_sight == nullptr) {
+    a.ops[I].pytorch->callBoxed(op, keys, stack);
+    clock.Lap(Stage::kPyTorchDeclined);
+    clock.Total();
+    return;
+  }
+  // PyTorch's own kernel: its exceptions are the user's to see, as without kjit. Timed for
+  // kjitd (the host time it reports) on a first sight and one miss in kMissTimingStride.
+  if (d.negative != nullptr && !d.negative->TimeThisMiss()) {
+    a.ops[I].pytorch->callBoxed(op, keys, stack);
+    clock.Lap(Stage::kPyTorchMiss);
+    CountUntimedMiss(a, *d.negative);
+    clock.Lap(Stage::kMissAccounting);
+    clock.Total();
+    return;
+  }
   const auto start = std::chrono::steady_clock::now();
   a.ops[I].pytorch->callBoxed(op, keys, stack);
   const auto end = std::chrono::steady_clock::now();
   if (d.first_sight != nullptr) {
     ResolveFirstSight(a, op, d, *stack, start, end);
+    clock.Lap(Stage::kPyTorchFirst);
   } else {
+    clock.Lap(Stage::kPyTorchMiss);
     CountMiss(a, *d.negative, start, end);
+    clock.Lap(Stage::kMissAccounting);
+  }
+  clock.Total();
+}
+
+template <size_t I>
+void Wrapper(const c10::OperatorHandle& op, c10::DispatchKeySet keys, ::torch::jit::Stack* stack) {
+  Adapter& a = *g_adapter;
+  if (__builtin_expect(a.diagnostics, false)) {
+    if (a.settings.passthrough) {
+      // Profiled too: PyTorch's kernel's host time as the wrapper sees it, to set against a hit's.
+      if (a.settings.profile) {
+        Stopwatch<true> clock(&a.profile);
+        a.ops[I].pytorch->callBoxed(op, keys, stack);
+        clock.Lap(Stage::kPyTorchDeclined);
+        clock.Total();
+      } else {
+        a.ops[I].pytorch->callBoxed(op, keys, stack);
+      }
+      return;
+    }
+    ServeOrForward<I, true>(a, op, keys, stack);
+  } else {
+    ServeOrForward<I, false>(a, op, keys, stack);
   }
 }
 
@@ -549,6 +673,27 @@ std::array<::torch::CppFunction (*)(), sizeof...(I)> MakeWrapperFactories(std::i
   return {&WrapperFunction<I>...};
 }
 
+// Prints the stage profile: on stderr, or appended to KJIT_PROFILE's file.
+void PrintProfileAtExit() {
+  if (g_adapter == nullptr) return;
+  const std::string table = g_adapter->profile.Table();
+  const std::string& path = g_adapter->settings.profile_path;
+  FILE* f = path.empty() ? stderr : std::fopen(path.c_str(), "a");
+  if (f == nullptr) f = stderr;
+  std::fputs(table.c_str(), f);
+  if (f != stderr) std::fclose(f);
+}
+
+void StartProfile(Adapter& a) {
+  // The cost of one clock read, the floor of every figure.
+  constexpr int kReads = 2000;
+  const int64_t begin = NowNs();
+  int64_t last = begin;
+  for (int i = 0; i < kReads; ++i) last = NowNs();
+  a.profile.clock_ns = static_cast<double>(last - begin) / kReads;
+  std::atexit(PrintProfileAtExit);
+}
+
 void Attach() noexcept {
   try {
     Settings settings = ReadSettings([](const char* name) { return std::getenv(name); });
@@ -557,6 +702,11 @@ void Attach() noexcept {
     a->settings = std::move(settings);
     for (const std::string& op : a->settings.unknown_ops) a->Log("KJIT_OPS: ", op, " is not an op kjit intercepts");
     a->cuda_guard = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
+    a->empty_strided_cuda = FindEmptyStridedCuda();
+    if (a->empty_strided_cuda == nullptr) a->Log("at::detail::empty_strided_cuda not found: hits allocate through at::empty_strided");
+    if (a->settings.profile) StartProfile(*a);
+    a->diagnostics = a->settings.profile || a->settings.passthrough;
+    if (a->settings.passthrough) a->Log("KJIT_PASSTHROUGH: the intercepted ops only forward to PyTorch's kernels");
     g_adapter = a;
     // Kept alive for the process: destroying it would deregister the overrides.
     static auto* library = new ::torch::Library(::torch::Library::IMPL, "aten", c10::DispatchKey::CUDA, __FILE__, __LINE__);
@@ -620,6 +770,25 @@ extern "C" int kjit_adapter_counters(uint64_t* out, int n) {
   int written = 0;
   for (; written < n && written < 5; ++written) out[written] = values[written];
   return written;
+}
+
+// The stage profile (KJIT_PROFILE) as JSON (StageProfile::Json) into out[0..size), NUL-terminated.
+// Returns the JSON's length (without the NUL; more than size - 1: truncated), or -1 if the
+// adapter is not attached or not profiling.
+extern "C" __attribute__((visibility("default"))) int kjit_adapter_profile_json(char* out, int size);
+extern "C" int kjit_adapter_profile_json(char* out, int size) {
+  if (kjit::shim::g_adapter == nullptr || !kjit::shim::g_adapter->settings.profile) return -1;
+  try {
+    const std::string json = kjit::shim::g_adapter->profile.Json();
+    if (size > 0) {
+      const size_t n = std::min(json.size(), static_cast<size_t>(size - 1));
+      std::memcpy(out, json.data(), n);
+      out[n] = '\0';
+    }
+    return static_cast<int>(json.size());
+  } catch (...) {
+    return -1;
+  }
 }
 
 __attribute__((constructor)) static void KjitAdapterInit() { kjit::shim::Attach(); }

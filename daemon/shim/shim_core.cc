@@ -3,6 +3,7 @@
 #include <tbb/concurrent_hash_map.h>
 
 #include <algorithm>
+#include <cstdio>
 
 namespace kjit::shim {
 namespace {
@@ -61,6 +62,11 @@ Settings ReadSettings(const std::function<const char*(const char*)>& getenv) {
   };
   s.disabled = set("KJIT_DISABLE").value_or("0") != "0";
   s.log = set("KJIT_LOG").value_or("0") != "0";
+  s.passthrough = set("KJIT_PASSTHROUGH").value_or("0") != "0";
+  if (auto profile = set("KJIT_PROFILE"); profile && *profile != "0") {
+    s.profile = true;
+    if (*profile != "1") s.profile_path = std::string(*profile);
+  }
   if (auto ops = set("KJIT_OPS")) {
     s.ops = ParseOpList(*ops, &s.unknown_ops);
   } else {
@@ -126,6 +132,7 @@ Entry::MissReport Entry::CountMiss(uint64_t host_ns, int64_t now_ns) {
   misses_.fetch_add(1, std::memory_order_relaxed);
   // Time first, then the call: a report that takes this call also takes its time.
   pending_ns_.fetch_add(host_ns, std::memory_order_relaxed);
+  pending_timed_.fetch_add(1, std::memory_order_relaxed);
   pending_calls_.fetch_add(1, std::memory_order_acq_rel);
   int64_t last = last_report_ns_.load(std::memory_order_relaxed);
   if (last != kNeverReported && now_ns - last < kMissReportIntervalNs) return {};
@@ -133,8 +140,9 @@ Entry::MissReport Entry::CountMiss(uint64_t host_ns, int64_t now_ns) {
   if (!last_report_ns_.compare_exchange_strong(last, now_ns, std::memory_order_acq_rel)) return {};
   MissReport report;
   report.calls = pending_calls_.exchange(0, std::memory_order_acq_rel);
+  const uint64_t timed = pending_timed_.exchange(0, std::memory_order_relaxed);
   const uint64_t ns = pending_ns_.exchange(0, std::memory_order_relaxed);
-  if (report.calls > 0) report.mean_host_us = static_cast<double>(ns) / 1000.0 / static_cast<double>(report.calls);
+  if (timed > 0) report.mean_host_us = static_cast<double>(ns) / 1000.0 / static_cast<double>(timed);
   return report;
 }
 
@@ -160,10 +168,39 @@ struct EntryTable::Impl {
   tbb::concurrent_hash_map<TableKey, std::unique_ptr<Entry>, TableKeyCompare> map;
 };
 
-EntryTable::EntryTable() : impl_(std::make_unique<Impl>()) {}
+namespace {
+std::atomic<uint64_t> g_next_table_id{1};
+
+// A thread's last-found entries, direct-mapped by hash: a hit costs no lock and no atomic
+// read-modify-write (the table's find takes its bucket's reader lock). Tagged with the table's
+// id, never its address, so that a table made where a destroyed one was (tests) never sees
+// the old one's entries.
+struct CachedEntry {
+  uint64_t table = 0;  // 0: empty
+  Hash128 hash;
+  int device = 0;
+  Entry* entry = nullptr;
+};
+constexpr size_t kThreadCacheSlots = 256;  // 10 KiB a thread: a model's distinct keys per step, or most of them
+thread_local std::array<CachedEntry, kThreadCacheSlots> t_entry_cache;
+
+CachedEntry& CacheSlot(const Hash128& hash, int device) {
+  return t_entry_cache[(hash.low ^ static_cast<uint64_t>(device)) % kThreadCacheSlots];
+}
+}  // namespace
+
+EntryTable::EntryTable() : impl_(std::make_unique<Impl>()), id_(g_next_table_id.fetch_add(1)) {}
 EntryTable::~EntryTable() = default;
 
 Entry* EntryTable::Find(const Hash128& hash, int device) const {
+  CachedEntry& c = CacheSlot(hash, device);
+  if (c.table == id_ && c.device == device && c.hash == hash) return c.entry;
+  Entry* e = FindLocked(hash, device);
+  if (e != nullptr) c = CachedEntry{id_, hash, device, e};
+  return e;
+}
+
+Entry* EntryTable::FindLocked(const Hash128& hash, int device) const {
   decltype(impl_->map)::const_accessor a;
   if (!impl_->map.find(a, TableKey{hash, device})) return nullptr;
   return a->second.get();
@@ -181,6 +218,64 @@ Entry* EntryTable::FindOrCreate(const Hash128& hash, int device, std::string_vie
 }
 
 size_t EntryTable::size() const { return impl_->map.size(); }
+
+std::string_view StageName(Stage stage) {
+  switch (stage) {
+    case Stage::kPreFilter: return "pre-filter";
+    case Stage::kKey: return "key";
+    case Stage::kHash: return "hash";
+    case Stage::kLookup: return "lookup";
+    case Stage::kAllocate: return "allocate outputs (hit)";
+    case Stage::kLaunch: return "launch (hit)";
+    case Stage::kPyTorchDeclined: return "pytorch (not keyed)";
+    case Stage::kPyTorchFirst: return "pytorch + resolve (first sight)";
+    case Stage::kPyTorchMiss: return "pytorch (miss)";
+    case Stage::kMissAccounting: return "miss accounting";
+    case Stage::kWrapper: return "wrapper total";
+    case Stage::kCount: break;
+  }
+  return "?";
+}
+
+std::string StageProfile::Table() const {
+  char line[200];
+  std::snprintf(line, sizeof line,
+                "kjit profile (KJIT_PROFILE): host time per call by stage; each figure includes one clock read "
+                "(%.1f ns)\n",
+                clock_ns);
+  std::string out = line;
+  std::snprintf(line, sizeof line, "  %-32s %12s %12s %12s\n", "stage", "calls", "mean ns", "total ms");
+  out += line;
+  for (size_t i = 0; i < static_cast<size_t>(Stage::kCount); ++i) {
+    const auto stage = static_cast<Stage>(i);
+    const uint64_t n = calls(stage);
+    if (n == 0) continue;
+    std::snprintf(line, sizeof line, "  %-32s %12llu %12.1f %12.3f\n", std::string(StageName(stage)).c_str(),
+                  static_cast<unsigned long long>(n), static_cast<double>(ns(stage)) / static_cast<double>(n),
+                  static_cast<double>(ns(stage)) / 1e6);
+    out += line;
+  }
+  return out;
+}
+
+std::string StageProfile::Json() const {
+  char buf[200];
+  std::snprintf(buf, sizeof buf, "{\"clock_ns\": %.2f, \"stages\": [", clock_ns);
+  std::string out = buf;
+  bool first = true;
+  for (size_t i = 0; i < static_cast<size_t>(Stage::kCount); ++i) {
+    const auto stage = static_cast<Stage>(i);
+    const uint64_t n = calls(stage);
+    if (n == 0) continue;
+    std::snprintf(buf, sizeof buf, "%s{\"stage\": \"%s\", \"calls\": %llu, \"mean_ns\": %.2f, \"total_ns\": %llu}",
+                  first ? "" : ", ", std::string(StageName(stage)).c_str(), static_cast<unsigned long long>(n),
+                  static_cast<double>(ns(stage)) / static_cast<double>(n),
+                  static_cast<unsigned long long>(ns(stage)));
+    out += buf;
+    first = false;
+  }
+  return out + "]}";
+}
 
 cache::ReaderContext ReaderFor(int arch) { return cache::ReaderContext{arch, cache::RunningToolchain()}; }
 

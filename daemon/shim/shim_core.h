@@ -21,6 +21,7 @@
 //   outputs cannot be served): PyTorch's kernel from then on.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <climits>
 #include <cstdint>
@@ -110,6 +111,13 @@ bool CudnnConvMayBeDepthwise(std::span<const int64_t> input_sizes, std::span<con
 struct Settings {
   bool disabled = false;           // KJIT_DISABLE=1
   bool log = false;                // KJIT_LOG set and not "0"
+  // KJIT_PROFILE: unset or "0": off. "1": the stage profile (StageProfile) is printed on
+  // stderr at exit; any other value is a file the table is appended to at exit.
+  bool profile = false;
+  std::string profile_path;        // empty: stderr
+  // KJIT_PASSTHROUGH=1, a benchmark aid: the intercepted ops' wrappers only forward to PyTorch's
+  // kernels (no key, no table, no report), which measures what the boxed override itself costs.
+  bool passthrough = false;
   std::vector<std::string> ops;    // KJIT_OPS, else every op of kInterceptedOps
   std::vector<std::string> unknown_ops;  // KJIT_OPS entries that are not in kInterceptedOps (ignored)
 };
@@ -184,12 +192,23 @@ class Entry {
   // kMissReportInterval per key, each report holding every call since the last:
   // a hot loop costs a few atomic adds per call and one message a second per key.
   // Calls that race with a report may land in that report or the next one.
+  //
+  // Only one miss in kMissTimingStride is timed (TimeThisMiss; the key's first always is):
+  // the others are counted by CountUntimedMiss, without the two clock reads, and are
+  // reported with the next timed one that is due. A report's mean host time is its timed
+  // calls' mean.
   struct MissReport {
     uint64_t calls = 0;
     double mean_host_us = 0;  // host time per call: launch and allocation, not the kernel's device time
   };
   static constexpr int64_t kMissReportIntervalNs = 1'000'000'000;
+  static constexpr uint64_t kMissTimingStride = 16;
+  bool TimeThisMiss() const { return misses_.load(std::memory_order_relaxed) % kMissTimingStride == 0; }
   MissReport CountMiss(uint64_t host_ns, int64_t now_ns);
+  void CountUntimedMiss() {
+    misses_.fetch_add(1, std::memory_order_relaxed);
+    pending_calls_.fetch_add(1, std::memory_order_relaxed);
+  }
   uint64_t misses() const { return misses_.load(std::memory_order_relaxed); }
   uint64_t hits() const { return hits_.load(std::memory_order_relaxed); }
   void CountHit() { hits_.fetch_add(1, std::memory_order_relaxed); }
@@ -203,6 +222,7 @@ class Entry {
   std::atomic<const LoadedKernel*> kernel_{nullptr};
   std::atomic<uint64_t> misses_{0};
   std::atomic<uint64_t> pending_calls_{0};  // misses since the last report
+  std::atomic<uint64_t> pending_timed_{0};  // those of them timed
   std::atomic<uint64_t> pending_ns_{0};     // their host time
   static constexpr int64_t kNeverReported = INT64_MIN;
   std::atomic<int64_t> last_report_ns_{kNeverReported};
@@ -222,7 +242,9 @@ class EntryTable {
   EntryTable(const EntryTable&) = delete;
   EntryTable& operator=(const EntryTable&) = delete;
 
-  // The entry of `hash` on `device`, or null.
+  // The entry of `hash` on `device`, or null. A key found once is found again by the same
+  // thread without a lock: each thread keeps a small cache of the entries it found last
+  // (entries are never removed, so a cached pointer stays valid for the table's life).
   Entry* Find(const Hash128& hash, int device) const;
   // The same, created in kUnknown if absent; *created says whether this call made it
   // (that caller then resolves it).
@@ -230,14 +252,62 @@ class EntryTable {
   size_t size() const;
 
  private:
+  Entry* FindLocked(const Hash128& hash, int device) const;
   struct Impl;
   std::unique_ptr<Impl> impl_;
+  const uint64_t id_;  // unique per table for the process: tags its threads' cached entries
 };
 
 // Which stage of a failure report (ipc::ReportFailure::stage) a failed launch
 // is: "argument" when the shim could not pass the call's arguments to the
 // kernel (kInvalidArgument: not the kernel's fault), else "launch".
 std::string_view LaunchFailureStage(const Status& status);
+
+// KJIT_PROFILE's per-call stage profile of the adapter's hot path: how many calls
+// passed through each stage and their host time there. Off (the default), the
+// adapter pays one predictable branch per call for it; on, two clock reads per
+// stage and two relaxed atomic adds (their cost, `clock_ns` per read, is in
+// the figures: subtract it per stage for the stage's own time).
+enum class Stage : uint8_t {
+  kPreFilter,        // pre-filter, autograd check, the call's device
+  kKey,              // WriteCallKey (numerics settings included)
+  kHash,             // HashBytes of the key
+  kLookup,           // EntryTable::FindOrCreate
+  kAllocate,         // a hit: its arguments' pointers gathered, its outputs allocated (at::empty_strided)
+  kLaunch,           // a hit: the stream, the context, cuLaunchKernel; the hit counted
+  kPyTorchDeclined,  // a call kjit does not key (pre-filter, autograd, failed key...): the checks that
+                     // declined it and PyTorch's kernel
+  kPyTorchFirst,     // a key's first call: PyTorch's kernel, then the entry resolved (cache lookup, load)
+  kPyTorchMiss,      // a known miss: PyTorch's kernel
+  kMissAccounting,   // a known miss: counted (Entry::CountMiss) and, at most once a second, reported
+  kWrapper,          // the whole boxed wrapper, every call (from entry to return)
+  kCount,
+};
+std::string_view StageName(Stage stage);
+
+class StageProfile {
+ public:
+  void Add(Stage stage, int64_t ns) {
+    Slot& s = slots_[static_cast<size_t>(stage)];
+    s.calls.fetch_add(1, std::memory_order_relaxed);
+    s.ns.fetch_add(static_cast<uint64_t>(ns < 0 ? 0 : ns), std::memory_order_relaxed);
+  }
+  uint64_t calls(Stage stage) const { return slots_[static_cast<size_t>(stage)].calls.load(std::memory_order_relaxed); }
+  uint64_t ns(Stage stage) const { return slots_[static_cast<size_t>(stage)].ns.load(std::memory_order_relaxed); }
+  // Time of one clock read, measured when profiling starts.
+  double clock_ns = 0;
+  // A table for people: stage, calls, mean ns per call, total ms.
+  std::string Table() const;
+  // The same as one JSON object: {"clock_ns": x, "stages": [{"stage", "calls", "mean_ns", "total_ns"}...]}.
+  std::string Json() const;
+
+ private:
+  struct Slot {
+    std::atomic<uint64_t> calls{0};
+    std::atomic<uint64_t> ns{0};
+  };
+  std::array<Slot, static_cast<size_t>(Stage::kCount)> slots_;
+};
 
 // The toolchain a record must have been built with to be served here: the
 // versions kjitd records when it stores a kernel (cache::RunningToolchain).

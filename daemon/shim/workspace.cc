@@ -4,25 +4,26 @@
 
 namespace kjit::shim {
 
-Result<CUdeviceptr> WorkspacePool::AcquireLocked(int device, CUstream stream, uint64_t bytes) {
+Result<const WorkspacePool::Buffer*> WorkspacePool::AcquireLocked(int device, CUstream stream, uint64_t bytes) {
   if (bytes == 0) return InvalidArgument("a workspace of 0 bytes");
   auto it = std::find_if(slots_.begin(), slots_.end(),
                          [&](const Slot& s) { return s.device == device && s.stream == stream; });
-  if (it != slots_.end() && it->buffer.bytes >= bytes) return it->buffer.ptr;
+  if (it != slots_.end() && it->buffer.bytes >= bytes) return &it->buffer;
   const uint64_t want = (bytes + kGranule - 1) / kGranule * kGranule;
   KJIT_ASSIGN_OR_RETURN(Buffer buffer, allocate_(device, stream, want));
   if (buffer.ptr == 0 || buffer.bytes < bytes) return Internal("the workspace allocator returned too little");
   ++allocations_;
   if (it != slots_.end()) {
     it->buffer = std::move(buffer);  // the old one is released after the work queued on this stream
-    return it->buffer.ptr;
+    return &it->buffer;
   }
   slots_.push_back(Slot{device, stream, std::move(buffer)});
-  return slots_.back().buffer.ptr;
+  return &slots_.back().buffer;
 }
 
-void WorkspacePool::DropLocked(int device, CUstream stream) {
-  std::erase_if(slots_, [&](const Slot& s) { return s.device == device && s.stream == stream; });
+void WorkspacePool::DropLocked(int device, CUstream stream, CUdeviceptr ptr) {
+  std::erase_if(slots_,
+                [&](const Slot& s) { return s.device == device && s.stream == stream && s.buffer.ptr == ptr; });
 }
 
 size_t WorkspacePool::buffers() const {

@@ -13,8 +13,12 @@
 // Torch-free: the adapter supplies the allocator (at::empty on the stream,
 // then a memset on the stream), so this logic is unit-tested without a GPU.
 // The hit path is a mutex and a scan of a few entries, and only launches of
-// workspace kernels take it. The mutex is held across the launch so that no
-// thread frees a buffer another thread is passing to a kernel.
+// workspace kernels take it. The mutex is not held across the launch (threads
+// launching on other streams do not wait for each other's launches): the
+// launching thread holds a reference to the buffer's owner instead, so that a
+// thread that replaces or drops the buffer meanwhile does not free it before
+// the launch is queued. Freed after that, it goes back to PyTorch's caching
+// allocator behind the launch on its stream, as any tensor freed after use.
 #pragma once
 
 #include <cstdint>
@@ -45,10 +49,19 @@ class WorkspacePool {
   // first if it is smaller than `bytes`. If launch fails, the buffer is dropped.
   template <typename Launch>
   Status Run(int device, CUstream stream, uint64_t bytes, Launch&& launch) {
-    std::lock_guard lock(mutex_);
-    KJIT_ASSIGN_OR_RETURN(CUdeviceptr ptr, AcquireLocked(device, stream, bytes));
+    CUdeviceptr ptr = 0;
+    std::shared_ptr<void> hold;  // keeps the buffer allocated until the launch is queued
+    {
+      std::lock_guard lock(mutex_);
+      KJIT_ASSIGN_OR_RETURN(const Buffer* buffer, AcquireLocked(device, stream, bytes));
+      ptr = buffer->ptr;
+      hold = buffer->owner;
+    }
     Status s = launch(ptr);
-    if (!s.ok()) DropLocked(device, stream);
+    if (!s.ok()) {
+      std::lock_guard lock(mutex_);
+      DropLocked(device, stream, ptr);
+    }
     return s;
   }
 
@@ -65,8 +78,9 @@ class WorkspacePool {
     CUstream stream;
     Buffer buffer;
   };
-  Result<CUdeviceptr> AcquireLocked(int device, CUstream stream, uint64_t bytes);
-  void DropLocked(int device, CUstream stream);
+  Result<const Buffer*> AcquireLocked(int device, CUstream stream, uint64_t bytes);
+  // Drops the stream's buffer if it is still the one at `ptr` (another thread may have replaced it).
+  void DropLocked(int device, CUstream stream, CUdeviceptr ptr);
 
   Allocator allocate_;
   mutable std::mutex mutex_;

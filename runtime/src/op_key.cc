@@ -491,22 +491,20 @@ std::string OpKey::ToString() const {
 
 KeyWriter::KeyWriter(std::string* out) : out_(out) { out_->clear(); }
 
-// Varint and Fixed build their bytes locally and append once per field.
+// Varint and Fixed push their bytes one by one: push_back is inlined (a capacity check and a
+// store), where append(buf, n) is an out-of-line call per field, which was most of the cost of
+// keying a small call (benchmarks/bench_torch.cc). The key is written once per intercepted
+// launch, into a buffer whose capacity is reused.
 void KeyWriter::Varint(uint64_t v) {
-  char buf[10];
-  size_t n = 0;
   while (v >= 0x80) {
-    buf[n++] = static_cast<char>(v | 0x80);
+    out_->push_back(static_cast<char>(v | 0x80));
     v >>= 7;
   }
-  buf[n++] = static_cast<char>(v);
-  out_->append(buf, n);
+  out_->push_back(static_cast<char>(v));
 }
 
 void KeyWriter::Fixed(uint64_t v, int bytes) {
-  char buf[8];
-  for (int i = 0; i < bytes; ++i) buf[i] = static_cast<char>(v >> (8 * i));
-  out_->append(buf, static_cast<size_t>(bytes));
+  for (int i = 0; i < bytes; ++i) out_->push_back(static_cast<char>(v >> (8 * i)));
 }
 
 void KeyWriter::CountArg() {

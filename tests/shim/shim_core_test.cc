@@ -34,6 +34,50 @@ TEST(ShimSettings, DisableAndLog) {
   EXPECT_FALSE(FromEnv({{"KJIT_LOG", "0"}}).log);
 }
 
+TEST(ShimSettings, Profile) {
+  EXPECT_FALSE(FromEnv({}).profile);
+  EXPECT_FALSE(FromEnv({{"KJIT_PROFILE", "0"}}).profile);
+  EXPECT_FALSE(FromEnv({{"KJIT_PROFILE", ""}}).profile);
+  const Settings stderr_table = FromEnv({{"KJIT_PROFILE", "1"}});
+  EXPECT_TRUE(stderr_table.profile);
+  EXPECT_EQ(stderr_table.profile_path, "");
+  const Settings to_file = FromEnv({{"KJIT_PROFILE", "/tmp/kjit-profile.txt"}});
+  EXPECT_TRUE(to_file.profile);
+  EXPECT_EQ(to_file.profile_path, "/tmp/kjit-profile.txt");
+}
+
+TEST(ShimSettings, Passthrough) {
+  EXPECT_FALSE(FromEnv({}).passthrough);
+  EXPECT_FALSE(FromEnv({{"KJIT_PASSTHROUGH", "0"}}).passthrough);
+  EXPECT_TRUE(FromEnv({{"KJIT_PASSTHROUGH", "1"}}).passthrough);
+}
+
+TEST(ShimProfile, TableAndJsonListTheStagesSeen) {
+  StageProfile p;
+  p.clock_ns = 18.5;
+  EXPECT_EQ(p.Json(), "{\"clock_ns\": 18.50, \"stages\": []}");
+  p.Add(Stage::kKey, 100);
+  p.Add(Stage::kKey, 300);
+  p.Add(Stage::kWrapper, 5000);
+  p.Add(Stage::kLookup, -5);  // a clock that stepped back counts as 0
+  EXPECT_EQ(p.calls(Stage::kKey), 2u);
+  EXPECT_EQ(p.ns(Stage::kKey), 400u);
+  EXPECT_EQ(p.ns(Stage::kLookup), 0u);
+  EXPECT_EQ(p.calls(Stage::kLaunch), 0u);
+  EXPECT_EQ(p.Json(),
+            "{\"clock_ns\": 18.50, \"stages\": [{\"stage\": \"key\", \"calls\": 2, \"mean_ns\": 200.00, "
+            "\"total_ns\": 400}, {\"stage\": \"lookup\", \"calls\": 1, \"mean_ns\": 0.00, \"total_ns\": 0}, "
+            "{\"stage\": \"wrapper total\", \"calls\": 1, \"mean_ns\": 5000.00, \"total_ns\": 5000}]}");
+  const std::string table = p.Table();
+  EXPECT_NE(table.find("18.5 ns"), std::string::npos) << table;
+  EXPECT_NE(table.find("key"), std::string::npos) << table;
+  EXPECT_NE(table.find("200.0"), std::string::npos) << table;
+  EXPECT_EQ(table.find("launch"), std::string::npos) << "stages no call reached are left out:\n" << table;
+  for (size_t i = 0; i < static_cast<size_t>(Stage::kCount); ++i) {
+    EXPECT_NE(StageName(static_cast<Stage>(i)), "?");
+  }
+}
+
 TEST(ShimSettings, OpListRestrictsInInterceptOrder) {
   std::vector<std::string> unknown;
   EXPECT_EQ(ParseOpList(" native_layer_norm, aten::_softmax ,_softmax,,gelu", &unknown),
@@ -229,6 +273,35 @@ TEST(ShimEntry, MissesReportedFirstThenOncePerInterval) {
   EXPECT_EQ(e.misses(), 100'004u);
 }
 
+// The adapter times one miss in kMissTimingStride (and a key's first): the untimed ones
+// are counted and reported with the next timed one that is due, and do not enter the mean.
+TEST(ShimEntry, UntimedMissesAreCountedAndReportedWithTheNextTimedOne) {
+  Entry e("key", 0);
+  constexpr int64_t kSecond = Entry::kMissReportIntervalNs;
+  EXPECT_TRUE(e.TimeThisMiss()) << "a key's first miss is timed";
+  EXPECT_EQ(e.CountMiss(8000, kSecond).calls, 1u);
+  uint64_t timed = 0, untimed = 0;
+  for (int i = 0; i < 1000; ++i) {
+    if (e.TimeThisMiss()) {
+      ++timed;
+      EXPECT_EQ(e.CountMiss(2000, kSecond + 1 + i).calls, 0u) << "within the interval";
+    } else {
+      ++untimed;
+      e.CountUntimedMiss();
+    }
+  }
+  EXPECT_GT(untimed, 0u);
+  EXPECT_EQ(timed, (1000 + 1 + Entry::kMissTimingStride - 1) / Entry::kMissTimingStride - 1)
+      << "one miss in kMissTimingStride is timed";
+  // Untimed misses never report, however late.
+  e.CountUntimedMiss();
+  EXPECT_EQ(e.misses(), 1002u);
+  const Entry::MissReport r = e.CountMiss(4000, 3 * kSecond);
+  EXPECT_EQ(r.calls, 1002u) << "every miss since the first report, untimed ones included";
+  EXPECT_DOUBLE_EQ(r.mean_host_us, (2.0 * static_cast<double>(timed) + 4.0) / static_cast<double>(timed + 1))
+      << "the mean of the timed misses only";
+}
+
 TEST(ShimEntry, ConcurrentMissesAreEachReportedOnce) {
   Entry e("key", 0);
   constexpr int kThreads = 4, kCalls = 20000;
@@ -278,6 +351,36 @@ TEST(ShimTable, OneCreatorPerKeyAndDevice) {
   EXPECT_EQ(table.Find(h, 1), other_device);
   EXPECT_EQ(table.Find(HashBytes("other"), 0), nullptr);
   EXPECT_EQ(table.size(), 2u);
+}
+
+// Find's per-thread cache of found entries: many keys (more than its slots) found again and
+// again, a table made after another is destroyed (perhaps at its address) never returning the
+// old one's entries, and other threads finding the same entries.
+TEST(ShimTable, FoundEntriesStayFoundAcrossTables) {
+  std::vector<Hash128> hashes;
+  for (int i = 0; i < 100; ++i) hashes.push_back(HashBytes("key " + std::to_string(i)));
+  for (int round = 0; round < 3; ++round) {
+    auto table = std::make_unique<EntryTable>();
+    std::vector<Entry*> entries;
+    for (const Hash128& h : hashes) {
+      EXPECT_EQ(table->Find(h, 0), nullptr) << "round " << round << ": an entry of a destroyed table";
+      bool created = false;
+      entries.push_back(table->FindOrCreate(h, 0, "k", &created));
+      EXPECT_TRUE(created);
+    }
+    for (int pass = 0; pass < 3; ++pass) {
+      for (size_t i = 0; i < hashes.size(); ++i) {
+        bool created = true;
+        EXPECT_EQ(table->FindOrCreate(hashes[i], 0, "k", &created), entries[i]);
+        EXPECT_FALSE(created);
+        EXPECT_EQ(table->Find(hashes[i], 1), nullptr) << "another device's entry";
+      }
+    }
+    std::thread other([&] {
+      for (size_t i = 0; i < hashes.size(); ++i) EXPECT_EQ(table->Find(hashes[i], 0), entries[i]);
+    });
+    other.join();
+  }
 }
 
 class FakeSource : public KernelSource {

@@ -103,6 +103,33 @@ TEST(WorkspacePool, AFailedLaunchDropsTheBuffer) {
   EXPECT_EQ(pool.allocations(), 2u);
 }
 
+// The pool's lock is not held across a launch: a launch on one stream may run while another
+// thread grows, replaces or drops buffers; the buffer being launched with stays allocated
+// until its launch returns, and a failed launch drops only the buffer it was given.
+TEST(WorkspacePool, ABufferOutlivesItsReplacementDuringALaunch) {
+  FakeAllocator a;
+  WorkspacePool pool(a.fn());
+  CUdeviceptr outer = 0, inner = 0;
+  Status s = pool.Run(0, S(1), 100, [&](CUdeviceptr p) {
+    outer = p;
+    // Another launch on the same stream that needs a larger workspace replaces the buffer
+    // (and fails, dropping its own new one).
+    EXPECT_TRUE(pool.Run(0, S(1), 3 * WorkspacePool::kGranule, [&](CUdeviceptr q) {
+                      inner = q;
+                      return Status::Ok();
+                    }).ok());
+    EXPECT_EQ(a.live, 2) << "the replaced buffer stays allocated while a launch holds it";
+    return Status(StatusCode::kCudaError, "cuLaunchKernel: CUDA_ERROR_LAUNCH_FAILED");
+  });
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(outer, inner);
+  EXPECT_EQ(a.live, 1) << "the replaced buffer is freed once its launch returned";
+  EXPECT_EQ(pool.buffers(), 1u) << "the failed launch's buffer was already replaced: the new one stays";
+  CUdeviceptr again = 0;
+  ASSERT_TRUE(pool.Run(0, S(1), 100, [&](CUdeviceptr p) { again = p; return Status::Ok(); }).ok());
+  EXPECT_EQ(again, inner);
+}
+
 TEST(WorkspacePool, AllocationFailureIsReturnedAndNothingLaunches) {
   FakeAllocator a;
   a.fail = true;

@@ -8,7 +8,10 @@ namespace {
 bool IsScalarTypeArg(const c10::Argument& arg) {
   const c10::TypePtr& t = arg.real_type();
   if (t->kind() == c10::TypeKind::ScalarTypeType) return true;
-  if (auto opt = t->cast<c10::OptionalType>()) return opt->getElementType()->kind() == c10::TypeKind::ScalarTypeType;
+  // castRaw: no shared_ptr copy (an atomic increment and decrement) per keyed int argument.
+  if (const auto* opt = t->castRaw<c10::OptionalType>()) {
+    return opt->getElementType()->kind() == c10::TypeKind::ScalarTypeType;
+  }
   return false;
 }
 
@@ -138,7 +141,8 @@ Status WriteCallKey(const c10::FunctionSchema& schema, std::span<const c10::IVal
   w.BeginKey(arch, numerics, 1);
   w.BeginCall(schema.name(), schema.overload_name(), static_cast<uint32_t>(args.size()));
   for (size_t i = 0; i < args.size(); ++i) {
-    KJIT_RETURN_IF_ERROR(WriteArg(w, formals[i], args[i]).WithContext(schema.name()));
+    // The context only on failure: WithContext copies the status, once per argument otherwise.
+    if (Status s = WriteArg(w, formals[i], args[i]); !s.ok()) return s.WithContext(schema.name());
   }
   return w.Finish();
 }
