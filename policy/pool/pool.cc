@@ -461,7 +461,6 @@ class Pool final : public Family {
       // Windows that do not overlap read each element once anyway: direct.
       auto overlaps = [&](int d) { return p.s[d] < (p.k[d] - 1) * p.dil[d] + 1; };
       const bool overlap = overlaps(0) || overlaps(1) || overlaps(2);
-      const int64_t v = widest(p.in[2]);
       if (overlap) {
         const int64_t outs = p.out[2] >= 2 ? 2 : 1;
         auto sliding_vec = [&](int64_t o) {
@@ -479,9 +478,6 @@ class Pool final : public Family {
         tries.push_back(point(kSliding, 128, outs, sv, 2, 1));
         tries.push_back(point(kSliding, 128, outs, sv, 1, 1));
         tries.push_back(point(kSliding, 64, 1, 1, 1, 1));
-        for (int64_t rows : {4, 2, 1}) tries.push_back(point(kStaged, 256, 1, v, rows));
-        for (int64_t rows : {4, 2, 1}) tries.push_back(point(kStaged, 128, 1, v, rows));
-        for (int64_t rows : {2, 1}) tries.push_back(point(kStaged, 64, 1, 1, rows));
       }
       tries.push_back(point(kDirect, 256, 2, 1, 1));
       tries.push_back(point(kDirect, 256, 1, 1, 1));
