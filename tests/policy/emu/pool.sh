@@ -53,6 +53,8 @@ r s9 $m3 f32 c 2,3,7,8,12 3,3,3 2,2,2 1,1,1 1,1,1 0 1 -1 strategy=2 threads=64 o
 r s10 $m3 f16 c 5,7,9,8 2 2 0 1 1 1 -1 strategy=2 threads=64 outs=2 vec=2 rows=2 hint=0 frames=2
 r s11 $m3 bf16 c 1,2,6,7,8 3,2,3 1,2,2 1,1,1 2,1,2 1 1 -1 strategy=2 threads=64 outs=2 vec=4 rows=2 hint=0 frames=4
 r s12 $m3 f32 c 1,2,9,16,16 3,3,3 2,2,2 1,1,1 1,1,1 0 1 -1
+r s13 $m2 f32 c 2,3,18,32 3,3 2,2 1,1 1,1 0 1 -1
+r s14 $m2 f32 c 2,3,17,17 3,3 2,2 1,1 1,1 0 1 -1
 r a1 $a2 f32 c 2,3,13,15 3,3 2,2 1,1 - 1 0 -1 strategy=2 threads=64 outs=2 vec=1 rows=4 hint=0 frames=1
 r a2 $a2 f16 c 2,3,14,16 3,3 2,2 1,1 - 1 1 5 strategy=2 threads=64 outs=2 vec=4 rows=2 hint=1 frames=1
 r a3 $a3 f32 c 1,2,7,8,12 3,3,3 2,2,2 1,1,1 - 1 1 -1 strategy=2 threads=64 outs=2 vec=4 rows=2 hint=0 frames=2
