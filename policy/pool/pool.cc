@@ -30,10 +30,19 @@ using codegen::IsChannelsLast;
 //
 // The ABI (daemon/worker_protocol.h): max: (x, out, indices); avg: (x, out).
 
-enum Strategy : int64_t { kDirect = 0, kStaged = 1 };
+enum Strategy : int64_t { kDirect = 0, kStaged = 1, kSliding = 2 };
 
 constexpr int64_t kMaxStagedBytes = 64 * 1024;  // keeps three blocks per SM
 constexpr int64_t kMaxLanes = 32;               // accumulators a thread holds (outs x vec)
+constexpr int64_t kMaxSlidingOutputs = 16;      // sliding: outputs a thread holds (frames x rows x outs)
+constexpr int64_t kMaxSlidingRows = 81;         // sliding: input rows a thread walks (unrolled)
+constexpr int64_t kMaxSlidingSpan = 64;         // sliding: input columns a thread holds per row
+
+// The sliding strategy's output frames per thread; 1 for points recorded before the knob existed.
+int64_t Frames(const Point& pt) {
+  auto it = pt.find("frames");
+  return it == pt.end() ? 1 : it->second;
+}
 
 struct PoolProblem : Problem {
   bool max = true;
@@ -67,6 +76,14 @@ int64_t OutputSize(int64_t in, int64_t k, int64_t pad, int64_t stride, int64_t d
 constexpr const char* kPrelude = R"(__device__ __forceinline__ void store_index(long long* p, long long v) {
   if (HINT) __stcs(p, v);
   else *p = v;
+}
+// Two indices at p, 16-byte aligned.
+__device__ __forceinline__ void store_index2(long long* p, long long a, long long b) {
+  longlong2 v;
+  v.x = a;
+  v.y = b;
+  if (HINT) __stcs(reinterpret_cast<longlong2*>(p), v);
+  else *reinterpret_cast<longlong2*>(p) = v;
 }
 
 // The first position of a window at or past 0, as PyTorch's `while (start < 0) start += dilation`.
@@ -159,7 +176,7 @@ __device__ __forceinline__ void pool_window(idx_t od, idx_t oh, idx_t ow, const 
 class Pool final : public Family {
  public:
   std::string_view name() const override { return "pool"; }
-  int codegen_version() const override { return 1; }
+  int codegen_version() const override { return 2; }
   std::vector<std::string> ops() const override {
     return {"aten::max_pool2d_with_indices", "aten::max_pool3d_with_indices", "aten::avg_pool2d", "aten::avg_pool3d"};
   }
@@ -333,15 +350,19 @@ class Pool final : public Family {
     Space s;
     s.family = "pool";
     s.knobs = {
-        {"strategy", {kDirect, kStaged},
-         "0 windows read from global memory, 1 (contiguous) a block's input rows staged in shared memory"},
+        {"strategy", {kDirect, kStaged, kSliding},
+         "0 windows read from global memory, 1 (contiguous) a block's input rows staged in shared memory, 2 "
+         "(contiguous) a thread per frames x rows x outs outputs reading each input row segment under them once, "
+         "with vectors along W"},
         {"threads", {64, 128, 256, 512}, "threads per block"},
         {"outs", {1, 2, 4}, "consecutive outputs along W per thread"},
         {"vec", {1, 2, 4, 8},
          "elements per vector: channels per thread (channels_last), the staging loads along W (staged)"},
-        {"rows", {1, 2, 4}, "output rows per block (staged)"},
+        {"rows", {1, 2, 4}, "output rows per block (staged), per thread (sliding)"},
         {"hint", {0, 1}, "1: streaming (evict-first) stores, and staging loads"},
+        {"frames", {1, 2, 4}, "output frames (D) per thread (sliding; 1 otherwise)"},
     };
+    s.absent_as = {{"frames", 1}};  // added with codegen 2 (the sliding strategy)
     return s;
   }
 
@@ -351,12 +372,19 @@ class Pool final : public Family {
     return p.k[0] * StagedRows(p, rows) * p.in[2] * static_cast<int64_t>(DTypeSize(p.dtype));
   }
 
+  // Input positions along dim d (0 D, 1 H, 2 W) under `outs` consecutive outputs: a sliding thread's extent.
+  static int64_t SlidingInput(const PoolProblem& p, int d, int64_t outs) {
+    return (outs - 1) * p.s[d] + (p.k[d] - 1) * p.dil[d] + 1;
+  }
+
   Status Check(const Problem& problem, const Point& pt, const DeviceFacts& dev) const override {
     const auto& p = static_cast<const PoolProblem&>(problem);
     const int64_t strategy = pt.at("strategy"), threads = pt.at("threads"), outs = pt.at("outs"), vec = pt.at("vec"),
                   rows = pt.at("rows");
     const int64_t size = static_cast<int64_t>(DTypeSize(p.dtype));
-    if (strategy != kDirect && strategy != kStaged) return InvalidArgument("unknown strategy");
+    const int64_t frames = Frames(pt);
+    if (strategy != kDirect && strategy != kStaged && strategy != kSliding) return InvalidArgument("unknown strategy");
+    if (strategy != kSliding && frames != 1) return InvalidArgument("frames apply to the sliding strategy");
     if (threads > dev.max_threads_per_block) return InvalidArgument("too many threads");
     if (vec * size > 16) return InvalidArgument("vector wider than 16 bytes");
     if (outs > p.out[2]) return InvalidArgument("more outputs per thread than the output row has");
@@ -372,6 +400,23 @@ class Pool final : public Family {
       }
       if (outs * vec > kMaxLanes) return InvalidArgument("too many accumulators per thread");
       const int64_t items = p.n * (p.channels_last ? p.c / vec : p.c) * p.out[0] * p.out[1] * groups;
+      if (threads > 64 && items <= threads / 2) return InvalidArgument("most threads would idle");
+      if (CeilDiv(items, threads) > max_grid) return InvalidArgument("grid too large");
+      return Status::Ok();
+    }
+    if (strategy == kSliding) {
+      if (p.channels_last) return InvalidArgument("sliding is for the contiguous layout");
+      if (p.in[2] % vec != 0) return InvalidArgument("vector does not divide the input rows");
+      if (vec * size > p.alignment) return InvalidArgument("input not aligned for the vector");
+      if ((outs * p.s[2]) % vec != 0) return InvalidArgument("vector does not divide a thread's step along W (outs x stride)");
+      if (rows > p.out[1]) return InvalidArgument("more rows per thread than the output has");
+      if (frames > p.out[0]) return InvalidArgument("more frames per thread than the output has");
+      if (frames * rows * outs > kMaxSlidingOutputs) return InvalidArgument("too many outputs per thread");
+      if (SlidingInput(p, 0, frames) * SlidingInput(p, 1, rows) > kMaxSlidingRows) {
+        return InvalidArgument("too many input rows per thread");
+      }
+      if (SlidingInput(p, 2, outs) > kMaxSlidingSpan) return InvalidArgument("row segment too long for registers");
+      const int64_t items = p.n * p.c * CeilDiv(p.out[0], frames) * CeilDiv(p.out[1], rows) * groups;
       if (threads > 64 && items <= threads / 2) return InvalidArgument("most threads would idle");
       if (CeilDiv(items, threads) > max_grid) return InvalidArgument("grid too large");
       return Status::Ok();
@@ -399,9 +444,9 @@ class Pool final : public Family {
       }
       return int64_t{1};
     };
-    auto point = [&](int64_t strategy, int64_t threads, int64_t outs, int64_t vec, int64_t rows) {
-      return Point{{"strategy", strategy}, {"threads", threads}, {"outs", outs},
-                   {"vec", vec},           {"rows", rows},       {"hint", hint}};
+    auto point = [&](int64_t strategy, int64_t threads, int64_t outs, int64_t vec, int64_t rows, int64_t frames = 1) {
+      return Point{{"strategy", strategy}, {"threads", threads}, {"outs", outs}, {"vec", vec},
+                   {"rows", rows},         {"hint", hint},       {"frames", frames}};
     };
     std::vector<Point> tries;
     if (p.channels_last) {
@@ -409,15 +454,30 @@ class Pool final : public Family {
       const int64_t v = widest(p.c);
       tries = {point(kDirect, 256, 1, v, 1), point(kDirect, 128, 1, v, 1), point(kDirect, 64, 1, 1, 1)};
     } else {
-      // Overlapping windows (stride < extent) read most elements several times: staging reads each
-      // once, coalesced, with vectors along W. Windows that do not overlap read each element once anyway.
-      const bool overlap = p.s[1] < (p.k[1] - 1) * p.dil[1] + 1 || p.s[2] < (p.k[2] - 1) * p.dil[2] + 1 ||
-                           p.s[0] < (p.k[0] - 1) * p.dil[0] + 1;
-      const int64_t v = widest(p.in[2]);
+      // Overlapping windows (stride < extent) read most elements several times. Sliding: a thread
+      // holds 8 outputs, 2 along W (or 1 where the output row is 1 wide) times 2 frames x 2 rows (3-D,
+      // D overlapping) or 4 rows, and reads the input rows under them once, a segment each with the
+      // widest vector along W its step allows (staging whole rows in shared memory measured no gain).
+      // Windows that do not overlap read each element once anyway: direct.
+      auto overlaps = [&](int d) { return p.s[d] < (p.k[d] - 1) * p.dil[d] + 1; };
+      const bool overlap = overlaps(0) || overlaps(1) || overlaps(2);
       if (overlap) {
-        for (int64_t rows : {4, 2, 1}) tries.push_back(point(kStaged, 256, 1, v, rows));
-        for (int64_t rows : {4, 2, 1}) tries.push_back(point(kStaged, 128, 1, v, rows));
-        for (int64_t rows : {2, 1}) tries.push_back(point(kStaged, 64, 1, 1, rows));
+        const int64_t outs = p.out[2] >= 2 ? 2 : 1;
+        auto sliding_vec = [&](int64_t o) {
+          for (int64_t sv : {8, 4, 2, 1}) {
+            if (sv * size <= 16 && sv * size <= p.alignment && p.in[2] % sv == 0 && (o * p.s[2]) % sv == 0) return sv;
+          }
+          return int64_t{1};
+        };
+        const int64_t sv = sliding_vec(outs);
+        if (p.three_d && overlaps(0)) {
+          tries.push_back(point(kSliding, 128, outs, sv, 2, 2));
+          tries.push_back(point(kSliding, 128, outs, sv, 2, 1));
+        }
+        tries.push_back(point(kSliding, 128, outs, sv, 4, 1));
+        tries.push_back(point(kSliding, 128, outs, sv, 2, 1));
+        tries.push_back(point(kSliding, 128, outs, sv, 1, 1));
+        tries.push_back(point(kSliding, 64, 1, 1, 1, 1));
       }
       tries.push_back(point(kDirect, 256, 2, 1, 1));
       tries.push_back(point(kDirect, 256, 1, 1, 1));
@@ -530,6 +590,178 @@ extern "C" __global__ void __launch_bounds__(THREADS) kjit_pool()" << params << 
 }
 )";
       c.launch.grid[0] = static_cast<uint32_t>(CeilDiv(p.n * (p.c / vec) * p.out[0] * p.out[1] * groups, threads));
+    } else if (strategy == kSliding) {
+      src << "constexpr int FR = " << Frames(pt) << ";\n";
+      src << R"(
+// A thread per FR x ROWS x OUTS outputs of one plane (FR consecutive output frames, ROWS rows, OUTS
+// consecutive outputs along W); threads in a warp take consecutive groups along W. The thread walks
+// the IT x IR input rows under its outputs once each (frames outer, rows inner), loading each row's
+// segment of SPAN columns once (HEAD scalars up to a VEC boundary, MID aligned vectors, TAIL scalars;
+// OUTS * SW is a multiple of VEC, so the segment's offset from the boundary is a constant), and folds
+// every element into each output whose window holds it. Each output sees its window in (t, h, w)
+// order, as PyTorch's loops: the same maxima, ties, NaN and indices, the same float sums.
+constexpr idx_t G = (OW + OUTS - 1) / OUTS, RT = (OH + ROWS - 1) / ROWS, FT = (OD + FR - 1) / FR;
+constexpr int IT = (int)((FR - 1) * ST + (KT - 1) * DT + 1);
+constexpr int IR = (int)((ROWS - 1) * SH + (KH - 1) * DH + 1);
+constexpr int SPAN = (int)((OUTS - 1) * SW + (KW - 1) * DW + 1);
+constexpr int HEAD = (int)(PW % VEC) < SPAN ? (int)(PW % VEC) : SPAN;
+constexpr int MID = (SPAN - HEAD) / VEC, TAIL = (SPAN - HEAD) % VEC;
+// Whether input position i of a thread's extent is window position j of its output o (compile time).
+__device__ __forceinline__ constexpr bool in_window(int i, int o, int s, int d, int k) {
+  return i - o * s >= 0 && (i - o * s) % d == 0 && (i - o * s) / d < k;
+}
+extern "C" __global__ void __launch_bounds__(THREADS) kjit_pool()" << params << R"() {
+  const long long item = (long long)blockIdx.x * THREADS + threadIdx.x;
+  if (item >= (long long)N_ * C_ * FT * RT * G) return;
+  const idx_t g = (idx_t)(item % G);
+  long long r_ = item / G;
+  const idx_t rt = (idx_t)(r_ % RT);
+  r_ /= RT;
+  const idx_t ft = (idx_t)(r_ % FT);
+  const long long plane = r_ / FT;
+  const in_t* xp = x + plane * ((long long)ID * IH * IW);
+  const idx_t od0 = ft * FR, oh0 = rt * ROWS, ow0 = g * OUTS;
+  const idx_t tb = od0 * ST - PT, hb = oh0 * SH - PH, wb = ow0 * SW - PW;
+#if IS_MAX
+  float best[FR][ROWS][OUTS];
+  raw_t res[FR][ROWS][OUTS];
+  idx_t at[FR][ROWS][OUTS];
+#pragma unroll
+  for (int f = 0; f < FR; ++f)
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r)
+#pragma unroll
+      for (int o = 0; o < OUTS; ++o) {
+        best[f][r][o] = -KJIT_INF;
+        res[f][r][o] = Bits<in_t>::from_f(-KJIT_INF);
+        at[f][r][o] = (first_in(tb + f * ST, DT) * IH + first_in(hb + r * SH, DH)) * IW + first_in(wb + o * SW, DW);
+      }
+#else
+  float sum[FR][ROWS][OUTS];
+#pragma unroll
+  for (int f = 0; f < FR; ++f)
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r)
+#pragma unroll
+      for (int o = 0; o < OUTS; ++o) sum[f][r][o] = 0.f;
+#endif
+#pragma unroll
+  for (int it = 0; it < IT; ++it) {
+    const idx_t t = tb + it;
+    if (t < 0 || t >= ID) continue;
+#pragma unroll
+    for (int ir = 0; ir < IR; ++ir) {
+      const idx_t h = hb + ir;
+      if (h < 0 || h >= IH) continue;
+      const in_t* rp = xp + (t * IH + h) * IW;
+      raw_t seg[SPAN];
+#pragma unroll
+      for (int e = 0; e < SPAN; ++e) seg[e] = 0;
+#pragma unroll
+      for (int e = 0; e < HEAD; ++e) {
+        const idx_t w = wb + e;
+        if (w >= 0 && w < IW) { raw_t v[1]; load_raw<1, false>(rp + w, v); seg[e] = v[0]; }
+      }
+#pragma unroll
+      for (int m = 0; m < MID; ++m) {
+        const idx_t w = wb + HEAD + m * VEC;  // a multiple of VEC, and IW is: wholly inside or outside
+        if (w >= 0 && w < IW) {
+          raw_t v[VEC];
+          load_raw<VEC, false>(rp + w, v);
+#pragma unroll
+          for (int k = 0; k < VEC; ++k) seg[HEAD + m * VEC + k] = v[k];
+        }
+      }
+#pragma unroll
+      for (int e = SPAN - TAIL; e < SPAN; ++e) {
+        const idx_t w = wb + e;
+        if (w >= 0 && w < IW) { raw_t v[1]; load_raw<1, false>(rp + w, v); seg[e] = v[0]; }
+      }
+      const idx_t row_at = (t * IH + h) * IW;
+#pragma unroll
+      for (int f = 0; f < FR; ++f) {
+        if (!in_window(it, f, (int)ST, (int)DT, KT)) continue;
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r) {
+          if (!in_window(ir, r, (int)SH, (int)DH, KH)) continue;
+#pragma unroll
+          for (int o = 0; o < OUTS; ++o) {
+#pragma unroll
+            for (int l = 0; l < KW; ++l) {
+              const int e = o * (int)SW + l * (int)DW;
+              const idx_t w = wb + e;
+              if (w < 0 || w >= IW) continue;
+#if IS_MAX
+              const float v = Bits<in_t>::to_f(seg[e]);
+              if (v > best[f][r][o] || v != v) {
+                best[f][r][o] = v;
+                res[f][r][o] = seg[e];
+                at[f][r][o] = row_at + w;
+              }
+#else
+              sum[f][r][o] += Bits<in_t>::to_f(seg[e]);
+#endif
+            }
+          }
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int f = 0; f < FR; ++f) {
+    const idx_t od = od0 + f;
+    if (od >= OD) break;
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+      const idx_t oh = oh0 + r;
+      if (oh >= OH) break;
+      raw_t out[OUTS];
+#if IS_MAX
+#pragma unroll
+      for (int o = 0; o < OUTS; ++o) out[o] = res[f][r][o];
+#else
+#pragma unroll
+      for (int o = 0; o < OUTS; ++o) {
+        // As pool_window: the divisor from the window clipped to input + padding, or to the input.
+        const idx_t t0 = tb + f * ST, h0 = hb + r * SH, w0 = wb + o * SW;
+        const idx_t te = min(t0 + KT, ID + PT), he = min(h0 + KH, IH + PH), we = min(w0 + KW, IW + PW);
+        const int pool_size = (int)((te - t0) * (he - h0) * (we - w0));
+        const idx_t ts = max(t0, (idx_t)0), hs = max(h0, (idx_t)0), ws = max(w0, (idx_t)0);
+        const idx_t tc = min(te, ID), hc = min(he, IH), wc = min(we, IW);
+        const bool empty = ts >= tc || hs >= hc || ws >= wc;
+        const int divide = DIVISOR != 0 ? DIVISOR : COUNT_INCLUDE_PAD ? pool_size : (int)((tc - ts) * (hc - hs) * (wc - ws));
+        out[o] = Bits<in_t>::from_f(empty ? 0.f : sum[f][r][o] / (float)divide);
+      }
+#endif
+      const long long o_at = ((plane * OD + od) * OH + oh) * (long long)OW + ow0;
+      if (OW % OUTS == 0) {
+        // Whole groups: OUTS-element stores, and the indices in pairs (16 bytes).
+        store_raw<OUTS>(y + o_at, out);
+#if IS_MAX
+        if (OUTS == 1) {
+          store_index(ind + o_at, at[f][r][0]);
+        } else {
+#pragma unroll
+          for (int o = 0; o + 1 < OUTS; o += 2) store_index2(ind + o_at + o, at[f][r][o], at[f][r][o + 1]);
+        }
+#endif
+      } else {
+#pragma unroll
+        for (int o = 0; o < OUTS; ++o) {
+          if (ow0 + o >= OW) break;
+          raw_t one[1] = {out[o]};
+          store_raw<1>(y + o_at + o, one);
+#if IS_MAX
+          store_index(ind + o_at + o, at[f][r][o]);
+#endif
+        }
+      }
+    }
+  }
+}
+)";
+      c.launch.grid[0] = static_cast<uint32_t>(
+          CeilDiv(p.n * p.c * CeilDiv(p.out[0], Frames(pt)) * CeilDiv(p.out[1], rows) * groups, threads));
     } else {
       src << "constexpr int IR = " << StagedRows(p, rows) << ";\n";
       src << R"(

@@ -708,9 +708,25 @@ TEST(PoolSpace, ChecksFollowTheLayout) {
   EXPECT_NE(why(nchw, point(0, 256, 1, 4, 1)).find("staged"), std::string::npos);
   EXPECT_NE(why(nchw, point(0, 256, 1, 1, 2)).find("rows"), std::string::npos);
   EXPECT_NE(why(nchw, point(1, 256, 1, 8, 1)).find("16 bytes"), std::string::npos);
+  // Sliding: vectors must divide a thread's step along W (outs x stride 2), frames only there.
+  EXPECT_TRUE(nchw.family->Check(*nchw.problem, point(2, 128, 2, 4, 4), device).ok());
+  EXPECT_TRUE(nchw.family->Check(*nchw.problem, point(2, 128, 1, 2, 1), device).ok());
+  EXPECT_NE(why(nchw, point(2, 128, 1, 4, 1)).find("step"), std::string::npos);
+  Point framed = point(2, 128, 2, 4, 2);
+  framed["frames"] = 2;
+  EXPECT_NE(why(nchw, framed).find("frames"), std::string::npos);  // a 2-D key has one output frame
+  framed["strategy"] = 0;
+  framed["vec"] = 1;
+  framed["rows"] = 1;
+  EXPECT_NE(why(nchw, framed).find("sliding"), std::string::npos);
+  const Match odd = match(MaxPoolKey("aten::max_pool2d_with_indices",
+                                     TensorDesc::Contiguous(DType::kFloat32, {31, 64, 255, 255}), {3, 3}, {2, 2}, {1, 1},
+                                     {1, 1}, false));
+  EXPECT_NE(why(odd, point(2, 128, 2, 2, 4)).find("divide the input rows"), std::string::npos);
   const Match cl = match(MaxPoolKey("aten::max_pool2d_with_indices", ChannelsLast(DType::kFloat16, {8, 24, 56, 56}), {3},
                                     {2}, {1}, {1}, false));
   EXPECT_NE(why(cl, point(1, 256, 1, 1, 1)).find("contiguous"), std::string::npos);
+  EXPECT_NE(why(cl, point(2, 256, 1, 1, 1)).find("contiguous"), std::string::npos);
   EXPECT_NE(why(cl, point(0, 256, 1, 16, 1)).find("16 bytes"), std::string::npos);
   // 24 channels: vectors of 8 (16 bytes of f16) divide them; a 4-byte aligned input allows only 2.
   EXPECT_TRUE(cl.family->Check(*cl.problem, point(0, 128, 1, 8, 1), device).ok());
@@ -718,11 +734,11 @@ TEST(PoolSpace, ChecksFollowTheLayout) {
   misaligned.alignment = 4;
   const Match narrow = match(MaxPoolKey("aten::max_pool2d_with_indices", misaligned, {3}, {2}, {1}, {1}, false));
   for (const Point& v : ValidPoints(*narrow.family, *narrow.problem, device)) EXPECT_LE(v.at("vec"), 2);
-  // Rows of a million: staging whole rows exceeds shared memory, the direct strategy remains.
+  // Rows of a million: staging whole rows exceeds shared memory; direct and sliding remain.
   const Match long_rows = match(AvgPoolKey("aten::avg_pool2d", TensorDesc::Contiguous(DType::kFloat32, {4, 8, 1, 1 << 20}),
                                            {1, 3}, {1, 2}, {0, 1}, false, true, NoneArg{}));
   EXPECT_NE(why(long_rows, point(1, 256, 1, 4, 1)).find("shared memory"), std::string::npos);
-  for (const Point& v : ValidPoints(*long_rows.family, *long_rows.problem, device)) EXPECT_EQ(v.at("strategy"), 0);
+  for (const Point& v : ValidPoints(*long_rows.family, *long_rows.problem, device)) EXPECT_NE(v.at("strategy"), 1);
 }
 
 TEST(PoolSpace, ExpertDefaultsFitTheShapeAndTheAbi) {
@@ -737,22 +753,37 @@ TEST(PoolSpace, ExpertDefaultsFitTheShapeAndTheAbi) {
     if (out && c.ok()) *out = *c;
     return p;
   };
-  // The headroom cases: overlapping windows over contiguous planes are staged, 16-byte loads along W.
+  // The headroom cases: overlapping windows over contiguous planes slide (a thread per 2 outputs along
+  // W x 4 rows, 16-byte loads along W), 3-D over 2 frames x 2 rows; odd rows load scalars.
   Candidate c;
   Point p = default_of(MaxPoolKey("aten::max_pool2d_with_indices", TensorDesc::Contiguous(DType::kFloat32, {32, 64, 256, 256}),
                                   {3, 3}, {2, 2}, {1, 1}, {1, 1}, false),
                        &c);
-  EXPECT_EQ(p.at("strategy"), 1) << PointToString(p);
+  EXPECT_EQ(p.at("strategy"), 2) << PointToString(p);
   EXPECT_EQ(p.at("vec"), 4) << PointToString(p);
+  EXPECT_EQ(p.at("outs"), 2) << PointToString(p);
+  EXPECT_EQ(p.at("rows"), 4) << PointToString(p);
+  EXPECT_EQ(p.at("frames"), 1) << PointToString(p);
   EXPECT_EQ(p.at("hint"), 1) << PointToString(p);
   // (x, out, indices): indices int64.
   EXPECT_NE(c.source.find("const in_t* __restrict__ x, out_t* __restrict__ y, long long* __restrict__ ind"),
             std::string::npos);
-  EXPECT_GT(c.launch.dynamic_shared_bytes, 0u);
+  EXPECT_EQ(c.launch.dynamic_shared_bytes, 0u);
+  p = default_of(MaxPoolKey("aten::max_pool2d_with_indices", TensorDesc::Contiguous(DType::kFloat32, {31, 64, 255, 255}),
+                            {3, 3}, {2, 2}, {1, 1}, {1, 1}, false));
+  EXPECT_EQ(p.at("strategy"), 2) << PointToString(p);
+  EXPECT_EQ(p.at("vec"), 1) << PointToString(p);
+  p = default_of(MaxPoolKey("aten::max_pool3d_with_indices", TensorDesc::Contiguous(DType::kFloat32, {16, 32, 64, 128, 128}),
+                            {3, 3, 3}, {2, 2, 2}, {1, 1, 1}, {1, 1, 1}, false));
+  EXPECT_EQ(p.at("strategy"), 2) << PointToString(p);
+  EXPECT_EQ(p.at("frames"), 2) << PointToString(p);
+  EXPECT_EQ(p.at("rows"), 2) << PointToString(p);
+  EXPECT_EQ(p.at("vec"), 4) << PointToString(p);
   p = default_of(AvgPoolKey("aten::avg_pool3d", TensorDesc::Contiguous(DType::kFloat32, {16, 32, 64, 128, 128}), {3, 3, 3},
                             {2, 2, 2}, {1, 1, 1}, false, true, NoneArg{}),
                  &c);
-  EXPECT_EQ(p.at("strategy"), 1) << PointToString(p);
+  EXPECT_EQ(p.at("strategy"), 2) << PointToString(p);
+  EXPECT_EQ(p.at("frames"), 2) << PointToString(p);
   // (x, out).
   EXPECT_NE(c.source.find("const in_t* __restrict__ x, out_t* __restrict__ y)"), std::string::npos);
   // Non-overlapping windows read every element once anyway: direct.

@@ -3,7 +3,7 @@
 # each kernel is compiled with the host compiler and run one std::thread per CUDA thread, and its
 # outputs compared with PyTorch's CUDA pooling loops transcribed (pool_run.cc): max pooling bitwise
 # on values and indices, average pooling to 1e-6. It checks the index arithmetic, windows, padding,
-# dilation, ceil_mode, NaN and tie rules and staging of every strategy; not NVRTC or timing.
+# dilation, ceil_mode, NaN and tie rules, staging and sliding of every strategy; not NVRTC or timing.
 # Not part of CI (host compiler and CUDA headers at run time).
 #
 #   tests/policy/emu/pool.sh [BUILD_DIR]     (BUILD_DIR: a configured build with kjit_policy built)
@@ -25,17 +25,40 @@ r n1 $m2 f16 cl 2,16,9,10 3,3 2,2 1,1 1,1 0 1 -1 strategy=0 threads=64 outs=1 ve
 r n2 $m2 f32 cl 2,12,9,10 2,3 1,2 1,1 2,1 1 1 -1 strategy=0 threads=64 outs=2 vec=4 rows=1 hint=1
 r n3 $m2 bf16 cl 1,6,4,300 1,2 1,2 0,1 1,301 0 1 -1 strategy=0 threads=64 outs=1 vec=2 rows=1 hint=0
 # max 3-D
-r t1 $m3 f32 c 2,3,7,8,9 3,3,3 2,2,2 1,1,1 1,1,1 0 1 -1 strategy=1 threads=64 outs=1 vec=1 rows=2 hint=0
-r t2 $m3 f16 c 5,7,9,8 2 2 0 1 1 1 -1 strategy=0 threads=64 outs=2 vec=1 rows=1 hint=1
-r t3 $m3 bf16 cl 2,16,9,10,11 2,3,3 2,2,1 1,1,1 1,2,1 1 1 -1 strategy=0 threads=64 outs=1 vec=4 rows=1 hint=0
-r t4 $m3 f32 c 1,2,6,7,8 3,2,3 1,2,2 1,1,1 2,1,2 1 1 -1 strategy=1 threads=64 outs=2 vec=4 rows=1 hint=0
+r t1 $m3 f32 c 2,3,7,8,9 3,3,3 2,2,2 1,1,1 1,1,1 0 1 -1 strategy=1 threads=64 outs=1 vec=1 rows=2 hint=0 frames=1
+r t2 $m3 f16 c 5,7,9,8 2 2 0 1 1 1 -1 strategy=0 threads=64 outs=2 vec=1 rows=1 hint=1 frames=1
+r t3 $m3 bf16 cl 2,16,9,10,11 2,3,3 2,2,1 1,1,1 1,2,1 1 1 -1 strategy=0 threads=64 outs=1 vec=4 rows=1 hint=0 frames=1
+r t4 $m3 f32 c 1,2,6,7,8 3,2,3 1,2,2 1,1,1 2,1,2 1 1 -1 strategy=1 threads=64 outs=2 vec=4 rows=1 hint=0 frames=1
 # avg 2-D: padding counted or not, divisor_override, ceil_mode, channels_last, 1-D
 r v1 $a2 f32 c 2,3,13,15 3,3 2,2 1,1 - 1 0 -1 strategy=1 threads=64 outs=1 vec=1 rows=4 hint=0
 r v2 $a2 f32 c 2,3,13,15 3,3 2,2 1,1 - 1 1 -1 strategy=0 threads=64 outs=2 vec=1 rows=1 hint=0
 r v3 $a2 bf16 cl 2,24,7,7 2,3 2,2 1,1 - 0 1 5 strategy=0 threads=64 outs=1 vec=8 rows=1 hint=0
 r v4 $a2 f16 c 2,4,1,301 1,3 1,2 0,1 - 1 1 -1 strategy=1 threads=64 outs=4 vec=1 rows=1 hint=1
 # avg 3-D
-r w1 $a3 f16 c 2,3,9,10,11 3 1,2,2 1 - 0 0 -1 strategy=1 threads=64 outs=2 vec=1 rows=2 hint=0
-r w2 $a3 bf16 c 4,5,6,7 2,2,3 2 1,0,1 - 1 1 7 strategy=0 threads=64 outs=1 vec=1 rows=1 hint=0
-r w3 $a3 f32 c 1,2,7,8,12 3,3,3 2,2,2 1,1,1 - 1 1 -1 strategy=1 threads=64 outs=1 vec=4 rows=1 hint=0
+r w1 $a3 f16 c 2,3,9,10,11 3 1,2,2 1 - 0 0 -1 strategy=1 threads=64 outs=2 vec=1 rows=2 hint=0 frames=1
+r w2 $a3 bf16 c 4,5,6,7 2,2,3 2 1,0,1 - 1 1 7 strategy=0 threads=64 outs=1 vec=1 rows=1 hint=0 frames=1
+r w3 $a3 f32 c 1,2,7,8,12 3,3,3 2,2,2 1,1,1 - 1 1 -1 strategy=1 threads=64 outs=1 vec=4 rows=1 hint=0 frames=1
+# sliding (strategy 2): segments of rows read once, vectors along W with scalar head and tail, row and
+# frame tiles, partial groups (scalar stores) and whole ones (vector stores, paired indices), odd sizes
+# (vec 1), dilation, ceil_mode, empty windows, each dtype; and the expert default of a 3-D key
+r s1 $m2 f32 c 2,3,13,16 3,3 2,2 1,1 1,1 0 1 -1 strategy=2 threads=64 outs=2 vec=4 rows=2 hint=1 frames=1
+r s2 $m2 f32 c 2,3,15,15 3,3 2,2 1,1 1,1 0 1 -1 strategy=2 threads=64 outs=2 vec=1 rows=4 hint=1 frames=1
+r s3 $m2 f32 c 2,2,14,16 3,3 2,2 1,1 1,1 1 1 -1 strategy=2 threads=64 outs=4 vec=4 rows=4 hint=0 frames=1
+r s4 $m2 bf16 c 3,2,17,24 3,2 2,1 1,0 2,1 1 1 -1 strategy=2 threads=64 outs=4 vec=4 rows=2 hint=0 frames=1
+r s5 $m2 f16 c 2,2,11,24 2,3 1,2 1,1 3,2 1 1 -1 strategy=2 threads=64 outs=2 vec=4 rows=2 hint=0 frames=1
+r s6 $m2 f32 c 2,3,1,301 1,4 1,3 0,2 1,1 1 1 -1 strategy=2 threads=64 outs=4 vec=1 rows=1 hint=0 frames=1
+r s7 $m2 f32 c 3,1,5 1,2 1,1 0,1 1,6 0 1 -1 strategy=2 threads=64 outs=1 vec=1 rows=1 hint=0 frames=1
+r s8 $m3 f32 c 1,2,7,15,15 3,3,3 2,2,2 1,1,1 1,1,1 0 1 -1 strategy=2 threads=64 outs=2 vec=1 rows=2 hint=1 frames=2
+r s9 $m3 f32 c 2,3,7,8,12 3,3,3 2,2,2 1,1,1 1,1,1 0 1 -1 strategy=2 threads=64 outs=2 vec=4 rows=2 hint=0 frames=2
+r s10 $m3 f16 c 5,7,9,8 2 2 0 1 1 1 -1 strategy=2 threads=64 outs=2 vec=2 rows=2 hint=0 frames=2
+r s11 $m3 bf16 c 1,2,6,7,8 3,2,3 1,2,2 1,1,1 2,1,2 1 1 -1 strategy=2 threads=64 outs=2 vec=4 rows=2 hint=0 frames=4
+r s12 $m3 f32 c 1,2,9,16,16 3,3,3 2,2,2 1,1,1 1,1,1 0 1 -1
+r s13 $m2 f32 c 2,3,18,32 3,3 2,2 1,1 1,1 0 1 -1
+r s14 $m2 f32 c 2,3,17,17 3,3 2,2 1,1 1,1 0 1 -1
+r a1 $a2 f32 c 2,3,13,15 3,3 2,2 1,1 - 1 0 -1 strategy=2 threads=64 outs=2 vec=1 rows=4 hint=0 frames=1
+r a2 $a2 f16 c 2,3,14,16 3,3 2,2 1,1 - 1 1 5 strategy=2 threads=64 outs=2 vec=4 rows=2 hint=1 frames=1
+r a3 $a3 f32 c 1,2,7,8,12 3,3,3 2,2,2 1,1,1 - 1 1 -1 strategy=2 threads=64 outs=2 vec=4 rows=2 hint=0 frames=2
+r a4 $a3 bf16 c 4,5,6,8 2,2,3 2 1,0,1 - 1 1 7 strategy=2 threads=64 outs=2 vec=4 rows=2 hint=0 frames=2
+r a5 $a3 f16 c 2,3,9,10,12 3 1,2,2 1 - 0 0 -1 strategy=2 threads=64 outs=4 vec=4 rows=1 hint=0 frames=4
+r a6 $a3 f32 c 1,2,9,15,15 3,3,3 2,2,2 1,1,1 - 0 1 -1
 exit $failed
