@@ -225,6 +225,10 @@ def run_rounds(args, settings, run_dir, began):
             results[s["id"]] = run_child(args, s["op"], s["preload"], s["cache"], run_dir, s["env"])
         rounds.append(results)
         slowest = max(slowest, time.monotonic() - t0)
+        # Progress (and what is left if a time limit kills the run before the table): one line per round.
+        print(f"round {i + 1}: {time.monotonic() - t0:.0f} s; " +
+              ", ".join(f"{sid} {r.get('median_us', float('nan')):.2f}" for sid, r in results.items()),
+              file=sys.stderr, flush=True)
     return rounds
 
 

@@ -498,12 +498,22 @@ def loop_with(e, action, seconds=60):
     return run, log
 
 
+def seed_once_queued(e, within=40.0):
+    """Seeds the program's keys once its misses have reached kjitd's queue. The program may take seconds to
+    import torch and make its first calls on a loaded machine (ctest -j): retry, do not guess a delay."""
+    deadline = time.monotonic() + within
+    while True:
+        time.sleep(1.0)
+        if e.seed() or time.monotonic() > deadline:
+            return
+
+
 def case_hotswap(e):
     import torch
     reference, _ = e.program("outputs", os.path.join(e.work, "eager.pt"), shim=False, calls=1)
     e.start_kjitd()
     # The program starts with no kernels; they are stored (and announced by kjitd) while it runs.
-    run, log = loop_with(e, lambda: (time.sleep(1.0), e.seed()))
+    run, log = loop_with(e, lambda: seed_once_queued(e))
     e.stop_kjitd()
     if not run["counters"]["hits"]:
         fail(f"no kernel was swapped in while the program ran:\n{log[-3000:]}")
