@@ -207,6 +207,10 @@ int main(int argc, char** argv) {
   train->add_option("--first-trial", train_options.agent.first_trial_coef,
                     "Weight of the first trial's reward relative to the expert default's (zero-shot credit)")
       ->capture_default_str();
+  train->add_option("--first-trial-bandit", train_options.agent.first_trial_bandit,
+                    "One-trial episodes per task and iteration whose first proposal is trained as a bandit on its "
+                    "reward (0: off)")
+      ->capture_default_str();
   train->add_flag("--fresh", fresh, "Start from new weights instead of the newest good checkpoint");
   train->add_flag("--exclude-validation", exclude_validation,
                   "Train without the validation keys (for choosing a configuration with `eval --split validation`)");
@@ -273,12 +277,12 @@ int main(int argc, char** argv) {
     }
     std::fprintf(stderr,
                  "training on %zu keys%s, %d iterations of %d keys x %d episodes x %d trials; reward: %.2f anytime + "
-                 "%.2f improvement, first trial x %.2f; seed %llu; cache %s\n",
+                 "%.2f improvement, first trial x %.2f, first-trial bandit %d; seed %llu; cache %s\n",
                  keys.size(), exclude_validation ? " (validation keys excluded)" : "", train_options.iterations, train_options.agent.tasks_per_iteration,
                  train_options.agent.episodes_per_task, train_options.agent.budget,
                  train_options.agent.anytime_reward ? 1.0 : train_options.agent.anytime_weight,
                  train_options.agent.anytime_reward ? 0.0 : 1.0 - train_options.agent.anytime_weight,
-                 train_options.agent.first_trial_coef, static_cast<unsigned long long>(train_options.agent.seed),
+                 train_options.agent.first_trial_coef, train_options.agent.first_trial_bandit, static_cast<unsigned long long>(train_options.agent.seed),
                  (*cache)->path().c_str());
     TrainReport report;
     auto agent = Train(keys, cache->get(), train_options, &report);
