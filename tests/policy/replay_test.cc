@@ -96,6 +96,31 @@ TEST(Replay, HeldOutRuleIsFixedAndSplitsBothWays) {
   EXPECT_TRUE(IsHeldOut(t));
 }
 
+TEST(Replay, ValidationRuleIsFixedAndDisjointFromHeldOut) {
+  int validation = 0, held = 0, train = 0;
+  for (const auto& t : Tasks()) {
+    EXPECT_FALSE(IsValidation(t) && IsHeldOut(t)) << t.key_text;
+    validation += IsValidation(t);
+    held += IsHeldOut(t);
+    train += !IsHeldOut(t);
+  }
+  // Validation keys are training keys, some but not all of them.
+  EXPECT_GT(held, 0);
+  EXPECT_GT(validation, 0);
+  EXPECT_LT(validation, train);
+  ReplayTask t;
+  t.key_hash = "c97c4393cb47064a169d4bec25de480d";  // 0xc9 = 201 = 1 mod 4: training, not validation
+  EXPECT_FALSE(IsValidation(t));
+  t.key_hash = "8a75b403b1f1aeb8a82f41bf847e7e96";  // 0x8a = 138 = 2 mod 4: validation
+  EXPECT_TRUE(IsValidation(t));
+  EXPECT_FALSE(IsHeldOut(t));
+  t.key_hash = "70daaad8c9ee208f3ae46801da2072dc";  // 0x70 = 112 = 0 mod 4: held out, never validation
+  EXPECT_FALSE(IsValidation(t));
+  t.key_hash = "zz";  // not hex: neither
+  EXPECT_FALSE(IsValidation(t));
+  EXPECT_FALSE(IsHeldOut(t));
+}
+
 TEST(Replay, EpisodeAnswersFromTheDataAndRefusesRepeats) {
   const ReplayTask& task = Tasks().front();
   ReplayEpisode episode(task, 2);

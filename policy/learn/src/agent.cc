@@ -458,6 +458,24 @@ Result<IterationStats> Agent::TrainIteration(const std::vector<const ReplayTask*
     KJIT_RETURN_IF_ERROR(im.RunEpisodes(*tasks[pick(rng)], im.options.episodes_per_task, rng, &ro, stats, trials,
                                         episodes));
   }
+  // The first-proposal bandit: one-trial episodes on the same tasks (AgentOptions::first_trial_bandit).
+  std::vector<Rollout> bandits;
+  if (im.options.first_trial_bandit > 0) {
+    const int budget = im.options.budget;
+    im.options.budget = 1;
+    IterationStats unused;
+    int unused_trials = 0, unused_episodes = 0;
+    for (const auto& ro : rollouts) {
+      bandits.emplace_back();
+      const Status s = im.RunEpisodes(*ro.task, im.options.first_trial_bandit, rng, &bandits.back(), unused,
+                                      unused_trials, unused_episodes);
+      if (!s.ok()) {
+        im.options.budget = budget;
+        return s;
+      }
+    }
+    im.options.budget = budget;
+  }
   std::vector<torch::Tensor> logps, ents, values, returns;
   for (const auto& ro : rollouts) {
     torch::Tensor lp, ent, v;
@@ -472,8 +490,19 @@ Result<IterationStats> Agent::TrainIteration(const std::vector<const ReplayTask*
   torch::Tensor advantage = ret - value.detach();
   advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-6);
   const torch::Tensor value_loss = torch::mse_loss(value, ret);
-  const torch::Tensor loss = -(logp * advantage).mean() + im.options.value_coef * value_loss -
-                             im.options.entropy_coef * entropy.mean();
+  torch::Tensor loss = -(logp * advantage).mean() + im.options.value_coef * value_loss -
+                       im.options.entropy_coef * entropy.mean();
+  if (!bandits.empty()) {
+    torch::Tensor bandit_loss = torch::zeros({});
+    for (const auto& b : bandits) {
+      torch::Tensor lp, ent, v;
+      im.Replay(b, lp, ent, v);
+      const torch::Tensor r = FloatTensor(b.returns, {b.rows});
+      const torch::Tensor adv = b.rows > 1 ? (r - r.mean()) / (r.std() + 1e-6) : torch::zeros_like(r);
+      bandit_loss = bandit_loss - (lp * adv).mean();
+    }
+    loss = loss + bandit_loss / static_cast<double>(bandits.size());
+  }
   im.optimizer->zero_grad();
   loss.backward();
   torch::nn::utils::clip_grad_norm_(im.net->parameters(), 1.0);
@@ -531,6 +560,7 @@ std::string Agent::Serialize() const {
                        {"anytime_reward", im.options.anytime_reward},
                        {"first_trial_coef", im.options.first_trial_coef},
                        {"anytime_weight", im.options.anytime_weight},
+                       {"first_trial_bandit", im.options.first_trial_bandit},
                        {"budget", im.options.budget},
                        {"episodes_per_task", im.options.episodes_per_task},
                        {"tasks_per_iteration", im.options.tasks_per_iteration}};
@@ -571,6 +601,7 @@ Result<std::unique_ptr<Agent>> Agent::Deserialize(const std::string& blob) {
     impl->options.anytime_reward = o.value("anytime_reward", false);  // absent before the option existed
     impl->options.first_trial_coef = o.value("first_trial_coef", 0.0);
     impl->options.anytime_weight = o.value("anytime_weight", 0.0);
+    impl->options.first_trial_bandit = o.value("first_trial_bandit", 0);
     impl->options.budget = o.at("budget").get<int>();
     impl->options.episodes_per_task = o.at("episodes_per_task").get<int>();
     impl->options.tasks_per_iteration = o.at("tasks_per_iteration").get<int>();

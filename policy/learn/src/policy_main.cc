@@ -51,6 +51,7 @@ int Fail(const kjit::Status& s) {
 struct Loaded {
   std::vector<ReplayTask> tasks;
   std::vector<const ReplayTask*> train, heldout;
+  std::vector<const ReplayTask*> validation;  // the training keys IsValidation picks (also in `train`)
 };
 
 kjit::Result<std::unique_ptr<kjit::cache::KernelCache>> OpenCache(const std::string& path, bool read_only);
@@ -83,6 +84,7 @@ kjit::Result<Loaded> LoadTasks(const Common& c) {
       continue;
     }
     (IsHeldOut(t) ? l.heldout : l.train).push_back(&t);
+    if (IsValidation(t)) l.validation.push_back(&t);
   }
   std::fprintf(stderr,
                "datasets: %d files, %d rows, %d keys -> %d tasks (%d rows of older codegen dropped, %d points invalid "
@@ -90,8 +92,10 @@ kjit::Result<Loaded> LoadTasks(const Common& c) {
                report.files, report.rows, report.keys, report.tasks, report.rows_older_codegen,
                report.points_invalid_now, report.stale_codegen_tasks);
   for (const auto& s : report.skipped) std::fprintf(stderr, "  skipped %s\n", s.c_str());
-  std::fprintf(stderr, "split (held out iff the key hash's first byte %% 4 == 0): %zu training, %zu held-out keys",
-               l.train.size(), l.heldout.size());
+  std::fprintf(stderr,
+               "split (held out iff the key hash's first byte %% 4 == 0; validation, within training, iff it is 2 "
+               "mod 4): %zu training (%zu of them validation), %zu held-out keys",
+               l.train.size(), l.validation.size(), l.heldout.size());
   if (c.min_points > 0 || c.exhaustive) {
     std::fprintf(stderr, " (%d keys left out: fewer than %d points%s)", thin, c.min_points,
                  c.exhaustive ? " or not measured exhaustively" : "");
@@ -213,7 +217,13 @@ int main(int argc, char** argv) {
 
   Common common;
   TrainOptions train_options;
+  // The default configuration of `kjit policy train`, chosen on the validation keys (policy/README.md,
+  // "Results on a CPU"): the anytime reward with the first-trial credit x 3. AgentOptions' own defaults
+  // (the improvement reward) stay as they are for the library and its tests.
+  train_options.agent.anytime_weight = 1.0;
+  train_options.agent.first_trial_coef = 3.0;
   bool fresh = false;
+  bool exclude_validation = false;
   auto* train = app.add_subcommand("train", "Train the policy on the training keys; checkpoints go to the cache DB");
   AddCommon(train, common);
   train->add_option("--iterations", train_options.iterations, "Gradient steps")->capture_default_str();
@@ -232,7 +242,13 @@ int main(int argc, char** argv) {
   train->add_option("--first-trial", train_options.agent.first_trial_coef,
                     "Weight of the first trial's reward relative to the expert default's (zero-shot credit)")
       ->capture_default_str();
+  train->add_option("--first-trial-bandit", train_options.agent.first_trial_bandit,
+                    "One-trial episodes per task and iteration whose first proposal is trained as a bandit on its "
+                    "reward (0: off)")
+      ->capture_default_str();
   train->add_flag("--fresh", fresh, "Start from new weights instead of the newest good checkpoint");
+  train->add_flag("--exclude-validation", exclude_validation,
+                  "Train without the validation keys (for choosing a configuration with `eval --split validation`)");
 
   std::string ks_text = "1,4,16,64";
   int seeds = 20;
@@ -243,7 +259,7 @@ int main(int argc, char** argv) {
                                           "random search, the policy (newest good checkpoint), oracle");
   AddCommon(eval, common);
   eval->add_option("--split", common.split, "Keys to evaluate on")
-      ->check(CLI::IsMember({"heldout", "train", "all"}))
+      ->check(CLI::IsMember({"heldout", "train", "validation", "all"}))
       ->capture_default_str();
   eval->add_option("--k", ks_text, "Trial counts, comma-separated")->capture_default_str();
   eval->add_option("--seeds", seeds, "Seeds for the stochastic searchers")->capture_default_str();
@@ -306,11 +322,21 @@ int main(int argc, char** argv) {
     if (!cache.ok()) return Fail(cache.status());
     train_options.resume = !fresh;
     train_options.progress = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
-    std::fprintf(stderr, "training on %zu keys, %d iterations of %d keys x %d episodes x %d trials; cache %s\n",
-                 loaded->train.size(), train_options.iterations, train_options.agent.tasks_per_iteration,
-                 train_options.agent.episodes_per_task, train_options.agent.budget, (*cache)->path().c_str());
+    std::vector<const ReplayTask*> keys;
+    for (const ReplayTask* t : loaded->train) {
+      if (!exclude_validation || !IsValidation(*t)) keys.push_back(t);
+    }
+    std::fprintf(stderr,
+                 "training on %zu keys%s, %d iterations of %d keys x %d episodes x %d trials; reward: %.2f anytime + "
+                 "%.2f improvement, first trial x %.2f, first-trial bandit %d; seed %llu; cache %s\n",
+                 keys.size(), exclude_validation ? " (validation keys excluded)" : "", train_options.iterations, train_options.agent.tasks_per_iteration,
+                 train_options.agent.episodes_per_task, train_options.agent.budget,
+                 train_options.agent.anytime_reward ? 1.0 : train_options.agent.anytime_weight,
+                 train_options.agent.anytime_reward ? 0.0 : 1.0 - train_options.agent.anytime_weight,
+                 train_options.agent.first_trial_coef, train_options.agent.first_trial_bandit, static_cast<unsigned long long>(train_options.agent.seed),
+                 (*cache)->path().c_str());
     TrainReport report;
-    auto agent = Train(loaded->train, cache->get(), train_options, &report);
+    auto agent = Train(keys, cache->get(), train_options, &report);
     if (!agent.ok()) return Fail(agent.status());
     std::printf("trained policy %s (iterations %lld..%lld, %d checkpoints saved)\n", (*agent)->version().c_str(),
                 static_cast<long long>(report.start_iteration), static_cast<long long>((*agent)->iteration()),
@@ -333,8 +359,12 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "policy %s from %s\n", agent->version().c_str(), (*cache)->path().c_str());
     }
     std::vector<const ReplayTask*> tasks;
-    if (common.split != "train") tasks.insert(tasks.end(), loaded->heldout.begin(), loaded->heldout.end());
-    if (common.split != "heldout") tasks.insert(tasks.end(), loaded->train.begin(), loaded->train.end());
+    if (common.split == "validation") {
+      tasks = loaded->validation;
+    } else {
+      if (common.split != "train") tasks.insert(tasks.end(), loaded->heldout.begin(), loaded->heldout.end());
+      if (common.split != "heldout") tasks.insert(tasks.end(), loaded->train.begin(), loaded->train.end());
+    }
     if (tasks.empty()) return Fail(kjit::NotFound("no keys in the " + common.split + " split"));
     std::vector<int> ks;
     try {
@@ -360,7 +390,10 @@ int main(int argc, char** argv) {
       }
     }
     EvalSummary summary = Evaluate(tasks, agent.get(), ks, seeds, ensemble);
-    summary.split = common.split == "heldout" ? "held-out" : common.split == "train" ? "training" : "training and held-out";
+    summary.split = common.split == "heldout"      ? "held-out"
+                    : common.split == "train"      ? "training"
+                    : common.split == "validation" ? "validation"
+                                                   : "training and held-out";
     std::printf("%s", summary.Markdown().c_str());
     if (verbose && summary.has_policy) {
       std::printf("\nk=1 per key (times in us, iqr = interquartile range of the timed runs; faster/slower = beyond the "

@@ -1,6 +1,7 @@
 #include "kjit/policy/learn/replay.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -182,10 +183,25 @@ int ReplayTask::IndexOf(const Point& point) const {
   return -1;
 }
 
+namespace {
+// The first byte of the key hash, -1 if the hash is not hex.
+int FirstHashByte(const ReplayTask& task) {
+  if (task.key_hash.size() < 2 || !std::isxdigit(static_cast<unsigned char>(task.key_hash[0])) ||
+      !std::isxdigit(static_cast<unsigned char>(task.key_hash[1]))) {
+    return -1;
+  }
+  return std::stoi(task.key_hash.substr(0, 2), nullptr, 16);
+}
+}  // namespace
+
 bool IsHeldOut(const ReplayTask& task) {
-  if (task.key_hash.size() < 2) return false;
-  const int first_byte = std::stoi(task.key_hash.substr(0, 2), nullptr, 16);
-  return first_byte % 4 == 0;
+  const int first_byte = FirstHashByte(task);
+  return first_byte >= 0 && first_byte % 4 == 0;
+}
+
+bool IsValidation(const ReplayTask& task) {
+  const int first_byte = FirstHashByte(task);
+  return first_byte >= 0 && first_byte % 4 == 2;
 }
 
 std::string DefaultDatasetDirectory() { return KJIT_SOURCE_DIR "/policy/datasets"; }

@@ -66,6 +66,12 @@ struct AgentOptions {
   // times this, added to the first step's reward, so that the first proposal is trained to beat the
   // expert default on its own, not only as the start of a search.
   double first_trial_coef = 0.0;
+  // First-proposal bandit: per task drawn in an iteration, this many extra one-trial episodes, whose
+  // first proposals are trained as a contextual bandit on the trial's reward (the first trial's step
+  // reward above), each against the mean of the task's samples (their state is the same, so the mean is
+  // an exact baseline), normalised per task. Zero: off. This trains the zero-shot proposal on far more
+  // samples per step than the 8 episodes' first steps, whose returns also carry the later trials.
+  int first_trial_bandit = 0;
   int budget = 16;               // trials per training episode
   int episodes_per_task = 8;     // episodes run in lockstep per task and iteration
   int tasks_per_iteration = 8;

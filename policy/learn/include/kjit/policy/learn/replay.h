@@ -94,6 +94,15 @@ struct ReplayTask {
 // family, file order or anything measured.
 bool IsHeldOut(const ReplayTask& task);
 
+// The fixed rule that carves a validation split out of the training keys, for
+// choosing a configuration (reward, weights, ensemble) without looking at the
+// held-out keys: a key is a validation key iff the first byte of its hash is 2
+// mod 4, i.e. about a third of the keys that are not held out (never a held-out
+// key: those are 0 mod 4). Runs that choose train without them (`kjit policy
+// train --exclude-validation`) and compare on them (`eval --split validation`);
+// the chosen configuration's final runs train on every training key.
+bool IsValidation(const ReplayTask& task);
+
 struct DatasetReport {
   int files = 0;
   int rows = 0;
