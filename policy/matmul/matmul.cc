@@ -232,7 +232,7 @@ struct Operand {
   __device__ static __forceinline__ void load(const in_t* x, long long r0, int rd, raw_t (&v)[CB][VEC]) {
 #pragma unroll
     for (int i = 0; i < CB; ++i) {
-      const int e = threadIdx.x + (rd * CB + i) * THREADS;
+      const int e = (int)(threadIdx.x % THREADS) + (rd * CB + i) * THREADS;  // the range lets coords fold
       int r = 0, k = 0;
       coords(e, r, k);
       if (live(rd, i, e) && r0 + r < RLIM && (VKP == VK || k < K_)) {
@@ -246,7 +246,7 @@ struct Operand {
   __device__ static __forceinline__ void store(float* S, int rd, const raw_t (&v)[CB][VEC]) {
 #pragma unroll
     for (int i = 0; i < CB; ++i) {
-      const int e = threadIdx.x + (rd * CB + i) * THREADS;
+      const int e = (int)(threadIdx.x % THREADS) + (rd * CB + i) * THREADS;  // the range lets coords fold
       if (!live(rd, i, e)) break;
       int r = 0, k = 0;
       coords(e, r, k);
@@ -756,19 +756,11 @@ class Matmul final : public Family {
         // Matrices of little work (up to 32^3 multiply-adds) several a block, while blocks stay plentiful;
         // so too matrices a resident block fetches in one round (the next matrix's tiles in flight while
         // this one is multiplied and stored: codegen 3's prefetch).
-        // With scalar reads (odd sizes) the prefetched elements' own addresses and guards need too many
-        // registers (a 64x64 tile of 4x4: 255 registers without the cap, spills with it): vectors only.
+        // (64x64 tiles of 4x4, 256 threads: 117 registers with the prefetch and float4 reads, 116 with
+        // scalar reads, no spills under minb=2's cap; 61 and 96 without it.)
         const int64_t threads_s = Threads(s.bm, s.bn, s.tm, s.tn);
-        bool one_round = CeilDiv(ResidentElems(p, s.bm, p.a_kcont(), 1), threads_s) <= 32 &&
-                         CeilDiv(ResidentElems(p, s.bn, !p.b_ncont(), 1), threads_s) <= 32;
-        if (one_round) {
-          bool wide = false;
-          for (int64_t vec : {8, 4, 2}) {
-            wide = wide || Check(problem, Point{{"stage", kResident}, {"bm", s.bm}, {"bn", s.bn}, {"bk", 8}, {"tm", s.tm},
-                                                {"tn", s.tn}, {"vec", vec}, {"bpb", 1}, {"hint", 0}, {"minb", 1}}, dev).ok();
-          }
-          one_round = wide;
-        }
+        const bool one_round = CeilDiv(ResidentElems(p, s.bm, p.a_kcont(), 1), threads_s) <= 32 &&
+                               CeilDiv(ResidentElems(p, s.bn, !p.b_ncont(), 1), threads_s) <= 32;
         if (p.batched && s.bm >= p.m && s.bn >= p.n && (p.m * p.n * p.k <= 32 * 32 * 32 || one_round)) {
           while (bpb < 8 && CeilDiv(p.batch, bpb * 2) >= 8 * dev.sm_count) bpb *= 2;
         }
