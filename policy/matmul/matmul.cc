@@ -269,6 +269,29 @@ constexpr int ROUNDS3 = OpA::ROUNDS > OpB::ROUNDS ? OpA::ROUNDS : OpB::ROUNDS;
 // Several matrices a block whose tiles a thread fetches in one round: the next matrix's tiles are fetched
 // into registers while this one is multiplied and stored (one shared buffer, stored to after a barrier).
 constexpr bool PREFETCH3 = BPB > 1 && ROUNDS3 == 1;
+// One tile a matrix whose rows take scalar stores (N_ odd: a thread's 4 columns would be 4 stores 16 bytes
+// apart): the matrix goes through shared memory (dense, over the staged tiles) and out as one contiguous
+// span, consecutive threads writing consecutive elements.
+constexpr bool FLAT3 = TILES_M == 1 && TILES_N == 1 && SW == 1 && M_ * N_ <= K_ * (LDA3 + LDB3);
+__device__ __forceinline__ void store_flat3(out_t* c, float* Cs, int ty, int tx, const float (&acc)[TM][TN]) {
+  __syncthreads();  // every thread is done reading the staged tiles
+#pragma unroll
+  for (int i = 0; i < TM; ++i) {
+    const int m = row_of(ty, i);
+    if (m >= M_) break;
+#pragma unroll
+    for (int j = 0; j < TN; ++j) {
+      const int n = col_of(tx, j);
+      if (n < N_) Cs[m * N_ + n] = acc[i][j];
+    }
+  }
+  __syncthreads();
+  for (int f = (int)(threadIdx.x % THREADS); f < M_ * N_; f += THREADS) {
+    const raw_t r = Bits<out_t>::from_f(Cs[f]);
+    if (HINT) __stcs(reinterpret_cast<raw_t*>(c) + f, r);
+    else reinterpret_cast<raw_t*>(c)[f] = r;
+  }
+}
 __device__ __forceinline__ void stage_all(const in_t* a, const in_t* b, long long m0, long long n0, float* As, float* Bs) {
 #pragma unroll
   for (int rd = 0; rd < ROUNDS3; ++rd) {
@@ -410,8 +433,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, MINB) kjit_matmul(const in
       }
       if (K_ % 2 == 1) outer(a0, b0, acc);
     }
-    if (BPB > 1 && !PREFETCH3) __syncthreads();  // the next matrix is staged over this one
-    store_tile3(c + batch * (M_ * N_), m0, n0, ty, tx, acc);
+    if (BPB > 1 && !PREFETCH3 && !FLAT3) __syncthreads();  // the next matrix is staged over this one
+    if (FLAT3) {
+      store_flat3(c + batch * (M_ * N_), As3, ty, tx, acc);
+      if (BPB > 1 && !PREFETCH3) __syncthreads();  // read out before the next matrix is staged over it
+    } else {
+      store_tile3(c + batch * (M_ * N_), m0, n0, ty, tx, acc);
+    }
 #else
     Frag f;
     fetch(ab, bp, m0, n0, 0, f);

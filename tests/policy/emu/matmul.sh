@@ -66,6 +66,12 @@ r p2 bmm f32 5,63,63,63 3969,63,1 3969,63,1 0 stage=3 bm=64 bn=64 bk=32 tm=4 tn=
 r p3 bmm bf16 6,33,40,24 1320,40,1 960,1,40 0 stage=3 bm=64 bn=32 bk=8 tm=4 tn=2 vec=8 bpb=4 hint=0 minb=1
 r p4 bmm f16 5,20,12,24 240,12,1 0,24,1 0 stage=3 bm=32 bn=32 bk=8 tm=4 tn=4 vec=4 bpb=2 hint=0 minb=1
 r p5 bmm f32 9,16,16,16 256,1,16 256,16,1 0 stage=3 bm=16 bn=16 bk=8 tm=1 tn=2 vec=4 bpb=4 hint=0 minb=1
+# One tile a matrix with N odd: the matrix out through shared memory as one contiguous span (FLAT3): several a
+# block without the prefetch (two staging rounds), bf16 with the prefetch and streaming stores; K = 1 keeps
+# the per-thread stores (the matrix does not fit over the staged tiles).
+r f1 bmm f32 3,63,63,63 3969,63,1 3969,63,1 0 stage=3 bm=64 bn=64 bk=8 tm=8 tn=8 vec=1 bpb=2 hint=0 minb=1
+r f2 bmm bf16 5,20,16,33 320,16,1 528,33,1 0 stage=3 bm=32 bn=64 bk=8 tm=2 tn=4 vec=1 bpb=2 hint=1 minb=1
+r f3 bmm f32 2,15,1,17 15,1,1 17,17,1 0 stage=3 bm=16 bn=32 bk=8 tm=1 tn=2 vec=1 bpb=2 hint=0 minb=1
 # Expert defaults: a tall-skinny product (TF32 allowed: still FP32 FMA), batches of 64x64, f16 vector @ matrix.
 r d1 mm f32 1,200,64,300 0,64,1 0,300,1 1
 r d2 bmm f32 6,64,64,64 4096,64,1 4096,64,1 0
