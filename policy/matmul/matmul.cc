@@ -336,6 +336,37 @@ __device__ __forceinline__ void store_tile3(out_t* c, long long m0, long long n0
     }
   }
 }
+// Tiled outputs whose rows take narrower stores than a thread's CV columns (N not a multiple of 4: a
+// thread's stores 16 bytes apart, a warp's store touching twice or four times the sectors it fills): each
+// warp passes its rows through shared memory (over the staged tiles, after a barrier), one thread row at a
+// time, and writes them with consecutive lanes on consecutive columns (whole 128-byte lines).
+constexpr int WT3 = TX < 32 ? TX : 32, WR3 = 32 / WT3, WC3 = WT3 * TN;  // a warp: WR3 rows x WC3 columns
+constexpr bool WSTORE3 = !FLAT3 && SW < CV && (long long)THREADS * TN <= K_ * (LDA3 + LDB3);
+__device__ __forceinline__ void store_warp3(out_t* c, long long m0, long long n0, float* S, int ty, int tx, const float (&acc)[TM][TN]) {
+  __syncthreads();  // every thread is done reading the staged tiles
+  const int lane = threadIdx.x % 32, warp = (int)(threadIdx.x % THREADS) / 32;
+  float* buf = S + warp * (32 * TN);
+  const int ty0 = warp * 32 / TX, tx0 = warp * 32 % TX;
+#pragma unroll
+  for (int i = 0; i < TM; ++i) {
+#pragma unroll
+    for (int g = 0; g < GN; ++g) sts<CV>(buf + (ty - ty0) * WC3 + g * (WT3 * CV) + (tx - tx0) * CV, &acc[i][g * CV]);
+    __syncwarp();
+#pragma unroll
+    for (int q = 0; q < TN; ++q) {
+      const int idx = q * 32 + lane, r = idx / WC3, lc = idx % WC3;
+      const long long gm = m0 + row_of(ty0 + r, i);
+      const long long gn = n0 + (lc / (WT3 * CV)) * SPN + tx0 * CV + lc % (WT3 * CV);
+      if (gm < M_ && gn < N_) {
+        const raw_t v = Bits<out_t>::from_f(buf[idx]);
+        raw_t* dst = reinterpret_cast<raw_t*>(c + gm * N_ + gn);
+        if (HINT) __stcs(dst, v);
+        else *dst = v;
+      }
+    }
+    __syncwarp();  // read before the next row is written
+  }
+}
 #endif
 
 extern "C" __global__ void __launch_bounds__(THREADS, MINB) kjit_matmul(const in_t* __restrict__ a,
@@ -433,9 +464,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, MINB) kjit_matmul(const in
       }
       if (K_ % 2 == 1) outer(a0, b0, acc);
     }
-    if (BPB > 1 && !PREFETCH3 && !FLAT3) __syncthreads();  // the next matrix is staged over this one
+    if (BPB > 1 && !PREFETCH3 && !FLAT3 && !WSTORE3) __syncthreads();  // the next matrix is staged over this one
     if (FLAT3) {
       store_flat3(c + batch * (M_ * N_), As3, ty, tx, acc);
+      if (BPB > 1 && !PREFETCH3) __syncthreads();  // read out before the next matrix is staged over it
+    } else if (WSTORE3) {
+      store_warp3(c + batch * (M_ * N_), m0, n0, As3, ty, tx, acc);
       if (BPB > 1 && !PREFETCH3) __syncthreads();  // read out before the next matrix is staged over it
     } else {
       store_tile3(c + batch * (M_ * N_), m0, n0, ty, tx, acc);

@@ -72,6 +72,13 @@ r p5 bmm f32 9,16,16,16 256,1,16 256,16,1 0 stage=3 bm=16 bn=16 bk=8 tm=1 tn=2 v
 r f1 bmm f32 3,63,63,63 3969,63,1 3969,63,1 0 stage=3 bm=64 bn=64 bk=8 tm=8 tn=8 vec=1 bpb=2 hint=0 minb=1
 r f2 bmm bf16 5,20,16,33 320,16,1 528,33,1 0 stage=3 bm=32 bn=64 bk=8 tm=2 tn=4 vec=1 bpb=2 hint=1 minb=1
 r f3 bmm f32 2,15,1,17 15,1,1 17,17,1 0 stage=3 bm=16 bn=32 bk=8 tm=1 tn=2 vec=1 bpb=2 hint=0 minb=1
+# Tiled outputs with stores narrower than a thread's 4 (or 2) columns: rows through a warp's shared buffer,
+# consecutive lanes on consecutive columns (WSTORE3): 512 threads (a warp within one row), bf16 pairs, two
+# matrices a block in two staging rounds, 2-column groups (o7 above: 8x8 of 128 threads, N = 99).
+r w1 mm f32 1,100,63,199 0,63,1 0,199,1 0 stage=3 bm=128 bn=256 bk=8 tm=8 tn=8 vec=1 bpb=1 hint=1 minb=1
+r w2 mm bf16 1,70,40,42 0,40,1 0,42,1 0 stage=3 bm=32 bn=64 bk=8 tm=2 tn=8 vec=2 bpb=1 hint=0 minb=1
+r w3 bmm f32 3,30,200,30 6000,200,1 6000,30,1 0 stage=3 bm=32 bn=32 bk=8 tm=4 tn=4 vec=2 bpb=2 hint=1 minb=1
+r w4 mm f32 1,50,17,33 0,17,1 0,33,1 0 stage=3 bm=64 bn=32 bk=8 tm=4 tn=2 vec=1 bpb=1 hint=0 minb=1
 # Expert defaults: a tall-skinny product (TF32 allowed: still FP32 FMA), batches of 64x64, f16 vector @ matrix.
 r d1 mm f32 1,200,64,300 0,64,1 0,300,1 1
 r d2 bmm f32 6,64,64,64 4096,64,1 4096,64,1 0
