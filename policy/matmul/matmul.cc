@@ -198,18 +198,24 @@ __device__ __forceinline__ void sts(float* p, const float* v) {
   }
 }
 // One operand's R x K_ tile (rows: m of A, n of B) staged into S[k * LD + r]: element (r, k) at
-// x + r * SR + k * SK, rows at or past RLIM zeros. KC: vectors run along k (P lanes share a row and take
-// consecutive vectors, together a 32-byte sector), else along r (RLIM and R divisible by VEC). Up to 32
-// elements a thread per round: a round's loads are all issued before its stores.
+// x + r * SR + k * SK, rows at or past RLIM zeros. KC: vectors run along k, P lanes sharing a row take
+// consecutive vectors (a 32-byte sector of f32, 8 elements at most: with LD = 4 mod 32 banks the
+// transposed stores of a warp's 32/P rows x P*VEC k stay free of conflicts), k past K_ (VK not a multiple
+// of P: odd K with scalar reads) neither read nor stored; else vectors run along r (RLIM and R divisible
+// by VEC). The shared layout is the same whatever VEC is (rows of LD floats, LD a multiple of 4), so the
+// fragments stay float4 with scalar global reads. Up to 32 elements a thread per round: a round's loads
+// are all issued before its stores.
 template <bool KC, int R, int LD, long long RLIM, long long SR, long long SK>
 struct Operand {
   static constexpr int VK = (int)(K_ / VEC), VR = R / VEC;
-  static constexpr int TOTAL = KC ? R * VK : (int)K_ * VR;
+  static constexpr int PS = (int)(32 / (VEC * sizeof(raw_t)));
+  static constexpr int PW = PS < 8 / VEC ? PS : 8 / VEC;
+  static constexpr int P = !KC || PS < 2 ? 1 : PW >= 2 ? PW : 2;
+  static constexpr int VKP = (VK + P - 1) / P * P;  // vectors along k a row, rounded up to P lanes
+  static constexpr int TOTAL = KC ? R * VKP : (int)K_ * VR;
   static constexpr int PER = (TOTAL + THREADS - 1) / THREADS;
   static constexpr int CB = PER < 32 / VEC ? PER : 32 / VEC;
   static constexpr int ROUNDS = (PER + CB - 1) / CB;
-  static constexpr int PS = (int)(32 / (VEC * sizeof(raw_t)));
-  static constexpr int P = KC && PS >= 2 && VK % 2 == 0 ? 2 : 1;
   __device__ static __forceinline__ void coords(int e, int& r, int& k) {
     if (KC) {
       const int rest = e / P;
@@ -226,10 +232,10 @@ struct Operand {
   __device__ static __forceinline__ void load(const in_t* x, long long r0, int rd, raw_t (&v)[CB][VEC]) {
 #pragma unroll
     for (int i = 0; i < CB; ++i) {
-      const int e = threadIdx.x + (rd * CB + i) * THREADS;
+      const int e = (int)(threadIdx.x % THREADS) + (rd * CB + i) * THREADS;  // the range lets coords fold
       int r = 0, k = 0;
       coords(e, r, k);
-      if (live(rd, i, e) && r0 + r < RLIM) {
+      if (live(rd, i, e) && r0 + r < RLIM && (VKP == VK || k < K_)) {
         load_raw<VEC, false>(x + (r0 + r) * SR + (long long)k * SK, v[i]);
       } else {
 #pragma unroll
@@ -240,10 +246,11 @@ struct Operand {
   __device__ static __forceinline__ void store(float* S, int rd, const raw_t (&v)[CB][VEC]) {
 #pragma unroll
     for (int i = 0; i < CB; ++i) {
-      const int e = threadIdx.x + (rd * CB + i) * THREADS;
+      const int e = (int)(threadIdx.x % THREADS) + (rd * CB + i) * THREADS;  // the range lets coords fold
       if (!live(rd, i, e)) break;
       int r = 0, k = 0;
       coords(e, r, k);
+      if (VKP != VK && k >= K_) continue;  // past K: never read by the multiply
       float f[VEC];
 #pragma unroll
       for (int j = 0; j < VEC; ++j) f[j] = Bits<in_t>::to_f(v[i][j]);
@@ -259,6 +266,32 @@ struct Operand {
 typedef Operand<A_KCONT, BM, LDA3, M_, SAM, SAK> OpA;
 typedef Operand<!B_NCONT, BN, LDB3, N_, SBN, SBK> OpB;
 constexpr int ROUNDS3 = OpA::ROUNDS > OpB::ROUNDS ? OpA::ROUNDS : OpB::ROUNDS;
+// Several matrices a block whose tiles a thread fetches in one round: the next matrix's tiles are fetched
+// into registers while this one is multiplied and stored (one shared buffer, stored to after a barrier).
+constexpr bool PREFETCH3 = BPB > 1 && ROUNDS3 == 1;
+// One tile a matrix whose rows take scalar stores (N_ odd: a thread's 4 columns would be 4 stores 16 bytes
+// apart): the matrix goes through shared memory (dense, over the staged tiles) and out as one contiguous
+// span, consecutive threads writing consecutive elements.
+constexpr bool FLAT3 = TILES_M == 1 && TILES_N == 1 && SW == 1 && M_ * N_ <= K_ * (LDA3 + LDB3);
+__device__ __forceinline__ void store_flat3(out_t* c, float* Cs, int ty, int tx, const float (&acc)[TM][TN]) {
+  __syncthreads();  // every thread is done reading the staged tiles
+#pragma unroll
+  for (int i = 0; i < TM; ++i) {
+    const int m = row_of(ty, i);
+    if (m >= M_) break;
+#pragma unroll
+    for (int j = 0; j < TN; ++j) {
+      const int n = col_of(tx, j);
+      if (n < N_) Cs[m * N_ + n] = acc[i][j];
+    }
+  }
+  __syncthreads();
+  for (int f = (int)(threadIdx.x % THREADS); f < M_ * N_; f += THREADS) {
+    const raw_t r = Bits<out_t>::from_f(Cs[f]);
+    if (HINT) __stcs(reinterpret_cast<raw_t*>(c) + f, r);
+    else reinterpret_cast<raw_t*>(c)[f] = r;
+  }
+}
 __device__ __forceinline__ void stage_all(const in_t* a, const in_t* b, long long m0, long long n0, float* As, float* Bs) {
 #pragma unroll
   for (int rd = 0; rd < ROUNDS3; ++rd) {
@@ -303,6 +336,37 @@ __device__ __forceinline__ void store_tile3(out_t* c, long long m0, long long n0
     }
   }
 }
+// Tiled outputs whose rows take narrower stores than a thread's CV columns (N not a multiple of 4: a
+// thread's stores 16 bytes apart, a warp's store touching twice or four times the sectors it fills): each
+// warp passes its rows through shared memory (over the staged tiles, after a barrier), one thread row at a
+// time, and writes them with consecutive lanes on consecutive columns (whole 128-byte lines).
+constexpr int WT3 = TX < 32 ? TX : 32, WR3 = 32 / WT3, WC3 = WT3 * TN;  // a warp: WR3 rows x WC3 columns
+constexpr bool WSTORE3 = !FLAT3 && SW < CV && (long long)THREADS * TN <= K_ * (LDA3 + LDB3);
+__device__ __forceinline__ void store_warp3(out_t* c, long long m0, long long n0, float* S, int ty, int tx, const float (&acc)[TM][TN]) {
+  __syncthreads();  // every thread is done reading the staged tiles
+  const int lane = threadIdx.x % 32, warp = (int)(threadIdx.x % THREADS) / 32;
+  float* buf = S + warp * (32 * TN);
+  const int ty0 = warp * 32 / TX, tx0 = warp * 32 % TX;
+#pragma unroll
+  for (int i = 0; i < TM; ++i) {
+#pragma unroll
+    for (int g = 0; g < GN; ++g) sts<CV>(buf + (ty - ty0) * WC3 + g * (WT3 * CV) + (tx - tx0) * CV, &acc[i][g * CV]);
+    __syncwarp();
+#pragma unroll
+    for (int q = 0; q < TN; ++q) {
+      const int idx = q * 32 + lane, r = idx / WC3, lc = idx % WC3;
+      const long long gm = m0 + row_of(ty0 + r, i);
+      const long long gn = n0 + (lc / (WT3 * CV)) * SPN + tx0 * CV + lc % (WT3 * CV);
+      if (gm < M_ && gn < N_) {
+        const raw_t v = Bits<out_t>::from_f(buf[idx]);
+        raw_t* dst = reinterpret_cast<raw_t*>(c + gm * N_ + gn);
+        if (HINT) __stcs(dst, v);
+        else *dst = v;
+      }
+    }
+    __syncwarp();  // read before the next row is written
+  }
+}
 #endif
 
 extern "C" __global__ void __launch_bounds__(THREADS, MINB) kjit_matmul(const in_t* __restrict__ a,
@@ -325,6 +389,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, MINB) kjit_matmul(const in
   const long long tile = blockIdx.x % (TILES_M * TILES_N), group = blockIdx.x / (TILES_M * TILES_N);
   const long long m0 = tile / TILES_N * BM, n0 = tile % TILES_N * BN;
   const int tx = threadIdx.x % TX, ty = threadIdx.x / TX;
+#if STAGE == 3
+  raw_t pa[OpA::CB][VEC], pb[OpB::CB][VEC];  // PREFETCH3: the next matrix's tiles
+  if (PREFETCH3) {
+    OpA::load(a + group * BPB * SAB, m0, 0, pa);  // group * BPB < BATCH: the grid has no empty block
+    OpB::load(b + group * BPB * SBB, n0, 0, pb);
+  }
+#endif
   for (int bb = 0; bb < BPB; ++bb) {
     const long long batch = group * BPB + bb;
     if (batch >= BATCH) break;  // the same for every thread of the block
@@ -367,8 +438,19 @@ extern "C" __global__ void __launch_bounds__(THREADS, MINB) kjit_matmul(const in
       __syncthreads();
     }
 #elif STAGE == 3
-    stage_all(ab, bp, m0, n0, As3, Bs3);
-    __syncthreads();
+    if (PREFETCH3) {
+      if (bb > 0) __syncthreads();  // every thread is done with the previous matrix's tiles
+      OpA::store(As3, 0, pa);
+      OpB::store(Bs3, 0, pb);
+      __syncthreads();
+      if (bb + 1 < BPB && batch + 1 < BATCH) {  // in flight during this matrix's multiply and stores
+        OpA::load(ab + SAB, m0, 0, pa);
+        OpB::load(bp + SBB, n0, 0, pb);
+      }
+    } else {
+      stage_all(ab, bp, m0, n0, As3, Bs3);
+      __syncthreads();
+    }
     {
       // Fragments double-buffered in registers: k + 1's are read while k's are multiplied.
       float a0[TM], b0[TN], a1[TM], b1[TN];
@@ -382,8 +464,16 @@ extern "C" __global__ void __launch_bounds__(THREADS, MINB) kjit_matmul(const in
       }
       if (K_ % 2 == 1) outer(a0, b0, acc);
     }
-    if (BPB > 1) __syncthreads();  // the next matrix is staged over this one
-    store_tile3(c + batch * (M_ * N_), m0, n0, ty, tx, acc);
+    if (BPB > 1 && !PREFETCH3 && !FLAT3 && !WSTORE3) __syncthreads();  // the next matrix is staged over this one
+    if (FLAT3) {
+      store_flat3(c + batch * (M_ * N_), As3, ty, tx, acc);
+      if (BPB > 1 && !PREFETCH3) __syncthreads();  // read out before the next matrix is staged over it
+    } else if (WSTORE3) {
+      store_warp3(c + batch * (M_ * N_), m0, n0, As3, ty, tx, acc);
+      if (BPB > 1 && !PREFETCH3) __syncthreads();  // read out before the next matrix is staged over it
+    } else {
+      store_tile3(c + batch * (M_ * N_), m0, n0, ty, tx, acc);
+    }
 #else
     Frag f;
     fetch(ab, bp, m0, n0, 0, f);
@@ -410,7 +500,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, MINB) kjit_matmul(const in
 class Matmul final : public Family {
  public:
   std::string_view name() const override { return "matmul"; }
-  int codegen_version() const override { return 2; }
+  int codegen_version() const override { return 3; }
   std::vector<std::string> ops() const override { return {kMm, kBmm}; }
 
   OpTraits traits(std::string_view) const override {
@@ -550,7 +640,7 @@ class Matmul final : public Family {
         {"vec", {1, 2, 4, 8}, "elements per global load along each operand's contiguous dim (staged)"},
         {"bpb", {1, 2, 4, 8}, "matrices of the batch per block, one after another (bmm, one tile a matrix)"},
         {"hint", {0, 1}, "1: streaming (evict-first) output stores"},
-        {"minb", {1, 2}, "blocks per SM the registers must allow (__launch_bounds__): 2 caps them at 32768 / threads"},
+        {"minb", {1, 2, 4}, "blocks per SM the registers must allow (__launch_bounds__): 2 caps them at 32768 / threads, 4 at 16384 / threads"},
     };
     return s;
   }
@@ -560,6 +650,14 @@ class Matmul final : public Family {
     if (stage == kDirect) return 0;
     if (stage == kResident) return k * ((bm + 4) + (bn + 4)) * 4;
     return (stage == kDouble ? 2 : 1) * bk * ((bm + 4) + (bn + 4)) * 4;
+  }
+  // Elements of one operand's whole-K tile (rows x K) the resident staging loop covers: read along k
+  // (kc), P lanes take a row's consecutive vectors, so a row's vectors round up to P (the kernel's Operand).
+  static int64_t ResidentElems(const MatmulProblem& p, int64_t rows, bool kc, int64_t vec) {
+    if (!kc) return rows * p.k;
+    const int64_t ps = 32 / (vec * p.elem()), pw = std::min<int64_t>(ps, std::max<int64_t>(1, 8 / vec));
+    const int64_t lanes = ps < 2 ? 1 : pw >= 2 ? pw : 2;
+    return rows * (CeilDiv(p.k / vec, lanes) * lanes) * vec;
   }
   // Output columns stored together: the widest power of two dividing tn and N, within 16 bytes.
   static int64_t StoreWidth(const MatmulProblem& p, int64_t tn) {
@@ -614,7 +712,8 @@ class Matmul final : public Family {
     if (stage == kResident) {
       // The whole K of both tiles in shared memory (up to the opt-in limit), staged in rounds of 32
       // elements a thread; at most 128 elements an operand a thread (the unrolled staging code).
-      if (CeilDiv(bm * p.k, threads) > 128 || CeilDiv(bn * p.k, threads) > 128) {
+      if (CeilDiv(ResidentElems(p, bm, p.a_kcont(), vec), threads) > 128 ||
+          CeilDiv(ResidentElems(p, bn, !p.b_ncont(), vec), threads) > 128) {
         return InvalidArgument("too many elements staged per thread");
       }
       if (SharedBytes(stage, bm, bn, bk, p.k) > dev.max_shared_bytes_per_block) {
@@ -629,7 +728,15 @@ class Matmul final : public Family {
       }
     }
     const int64_t minb = pt.at("minb");
-    if (minb != 1 && minb != 2) return InvalidArgument("minb is 1 or 2");
+    if (minb != 1 && minb != 2 && minb != 4) return InvalidArgument("minb is 1, 2 or 4");
+    if (minb == 4) {
+      // Four blocks of 128 (cap 128 registers) or 256 threads (cap 64): the cap binds and does not starve 8x8 tiles.
+      if (threads < 128 || threads > 256) return InvalidArgument("four blocks a SM cap registers only for 128 or 256 threads");
+      if (4 * (SharedBytes(stage, bm, bn, bk, p.k) + 1024) > dev.shared_bytes_per_sm) {
+        return InvalidArgument("four blocks do not fit an SM");
+      }
+      if (threads == 256 && tm * tn > 16) return InvalidArgument("64 registers cannot hold the thread's accumulators");
+    }
     if (minb == 2) {
       // Two blocks' threads and shared memory must fit an SM; a cap below 64 registers a thread would spill.
       if (2 * threads > 2048 || 2 * (SharedBytes(stage, bm, bn, bk, p.k) + 1024) > dev.shared_bytes_per_sm) {
@@ -659,13 +766,64 @@ class Matmul final : public Family {
                             {64, 32, 4, 2},   {32, 64, 2, 4},  {32, 32, 2, 2},  {16, 32, 1, 2},
                             {32, 16, 2, 1},   {16, 16, 1, 1}};
     std::vector<Point> tries;
+    // Compute-bound products (issue 7's tall-skinny ones: more FLOPs per byte moved than the H200's
+    // FP32-FMA peak per byte of DRAM bandwidth, ~67 TFLOP/s / 4.1 TB/s = 16): resident tiles of 8x8 a
+    // thread (64 FMAs per four float4 fragment reads). A resident block loads, then multiplies with no
+    // global access, then stores; the overlap of those phases comes only from the other blocks on the SM,
+    // and the FMA pipes need enough warps: so the block tile is the one that keeps the most threads resident
+    // an SM (the least of the shared-memory limit of its whole-K tiles, the 65536 registers at ~128 a
+    // thread, 2048 threads), ties to the most blocks (finer interleaving of load and multiply phases), then
+    // to the wider tile (longer output row segments). K = 64: 64x128 (4 blocks of 128 threads, 51 KB each)
+    // over 128x128 (2 of 256) and 128x256 (1 of 512), all 512 threads; K = 128: 128x256 (one 196 KB block
+    // of 512 threads) over 64x128 and 128x128 (256 threads). The k loop is unrolled for 8 trips (bk =
+    // K/8 within 8..32). Measured on the H200 (codegen 2 search): these were the best points of both keys.
+    const double flops = 2.0 * p.batch * p.m * p.n * p.k;
+    const double bytes = static_cast<double>(p.elem()) * p.batch * (p.m * p.k + p.k * p.n + p.m * p.n);
+    if (flops > 16.0 * bytes) {
+      struct Big { int64_t bm, bn; };
+      const Big bigs[] = {{128, 256}, {256, 128}, {64, 128}, {128, 64}, {128, 128}, {64, 64}};
+      int64_t best_threads = 0, best_blocks = 0;
+      Point best;
+      const int64_t bk = std::clamp<int64_t>(NextPow2(std::max<int64_t>(1, p.k / 8)), 8, 32);
+      for (const Big& t : bigs) {
+        const int64_t threads = Threads(t.bm, t.bn, 8, 8);
+        const int64_t smem = SharedBytes(kResident, t.bm, t.bn, bk, p.k) + 1024;
+        const int64_t per_sm = std::min({dev.shared_bytes_per_sm / smem, int64_t{dev.registers_per_sm} / (threads * 128),
+                                         2048 / threads, int64_t{32}});
+        const int64_t grid = CeilDiv(p.m, t.bm) * CeilDiv(p.n, t.bn) * p.batch;
+        if (per_sm < 1 || grid < per_sm * dev.sm_count) continue;
+        for (int64_t vec : {8, 4, 2, 1}) {
+          // The register cap that lets per_sm blocks in (128 a thread): launch bounds of 4 blocks for 128
+          // threads, 2 for 256; 512 threads are capped at 128 by their size alone.
+          const int64_t minb = threads == 128 && per_sm >= 4 ? 4 : threads == 256 && per_sm >= 2 ? 2 : 1;
+          Point pt{{"stage", kResident}, {"bm", t.bm}, {"bn", t.bn}, {"bk", bk}, {"tm", 8}, {"tn", 8}, {"vec", vec},
+                   {"bpb", 1}, {"hint", hint}, {"minb", minb}};
+          if (!Check(problem, pt, dev).ok()) continue;
+          const int64_t resident = per_sm * threads;
+          if (resident > best_threads || (resident == best_threads && per_sm > best_blocks)) {
+            best_threads = resident;
+            best_blocks = per_sm;
+            best = pt;
+          }
+          break;
+        }
+      }
+      if (best_threads >= 256) return best;
+    }
     for (bool need_blocks : {true, false}) {
       for (const Shape& s : shapes) {
         const int64_t blocks = CeilDiv(p.m, s.bm) * CeilDiv(p.n, s.bn) * p.batch;
         if (need_blocks && blocks < 2 * dev.sm_count) continue;
         int64_t bpb = 1;
-        // Matrices of little work (up to 32^3 multiply-adds) several a block, while blocks stay plentiful.
-        if (p.batched && s.bm >= p.m && s.bn >= p.n && p.m * p.n * p.k <= 32 * 32 * 32) {
+        // Matrices of little work (up to 32^3 multiply-adds) several a block, while blocks stay plentiful;
+        // so too matrices a resident block fetches in one round (the next matrix's tiles in flight while
+        // this one is multiplied and stored: codegen 3's prefetch).
+        // (64x64 tiles of 4x4, 256 threads: 117 registers with the prefetch and float4 reads, 116 with
+        // scalar reads, no spills under minb=2's cap; 61 and 96 without it.)
+        const int64_t threads_s = Threads(s.bm, s.bn, s.tm, s.tn);
+        const bool one_round = CeilDiv(ResidentElems(p, s.bm, p.a_kcont(), 1), threads_s) <= 32 &&
+                               CeilDiv(ResidentElems(p, s.bn, !p.b_ncont(), 1), threads_s) <= 32;
+        if (p.batched && s.bm >= p.m && s.bn >= p.n && (p.m * p.n * p.k <= 32 * 32 * 32 || one_round)) {
           while (bpb < 8 && CeilDiv(p.batch, bpb * 2) >= 8 * dev.sm_count) bpb *= 2;
         }
         // Resident first where two blocks of its whole-K tiles fit an SM (one block loads while the other

@@ -24,7 +24,9 @@
 //              current one is multiplied, one barrier per slice
 //   3 resident the tile's whole K staged once (k-major, A transposed on the way in), then K outer products
 //              from shared memory with no barrier: a thread's rows and columns are groups of 4, read as
-//              float4 fragments (double-buffered in registers), a warp's stores whole tile rows
+//              float4 fragments (double-buffered in registers, whatever the global vector width), a
+//              warp's stores whole tile rows; with several matrices a block staged in one round, the
+//              next matrix's tiles are fetched into registers during this one's multiply (codegen 3)
 // Declined: other ops and dtypes, mixed dtypes, empty products, negative strides, K over 256 (f32) or
 // over 64 (f16/bf16): there cuBLAS's large tiles and tensor cores are the right answer.
 #pragma once

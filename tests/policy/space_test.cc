@@ -1470,6 +1470,33 @@ TEST(MatmulSpace, ChecksFollowTheLayout) {
   const OpKey odd_k = MmKey(TensorDesc::Contiguous(f32, {256, 66}), TensorDesc::Contiguous(f32, {66, 256}));
   EXPECT_NE(why(odd_k, MatmulPoint(3, 64, 64, 16, 4, 4, 4)).find("divide"), std::string::npos);
   EXPECT_TRUE(ok(odd_k, MatmulPoint(3, 64, 64, 16, 4, 4, 2)));
+  // Four blocks an SM: 128 threads (a 128-register cap) or 256 with at most 16 accumulators, four whole-K
+  // tiles fitting an SM.
+  Point four = MatmulPoint(3, 64, 128, 8, 8, 8, 4);
+  four["minb"] = 4;
+  EXPECT_TRUE(ok(plain, four));
+  four = MatmulPoint(3, 128, 128, 8, 8, 8, 4);
+  four["minb"] = 4;
+  EXPECT_NE(why(plain, four).find("four blocks"), std::string::npos);
+  four = MatmulPoint(3, 64, 64, 8, 8, 8, 4);
+  four["minb"] = 4;
+  EXPECT_NE(why(plain, four).find("four blocks"), std::string::npos);
+  four = MatmulPoint(3, 64, 64, 8, 4, 4, 4);
+  four["minb"] = 4;
+  EXPECT_TRUE(ok(plain, four));
+  four = MatmulPoint(3, 64, 128, 8, 8, 8, 4);
+  four["minb"] = 4;
+  const OpKey k128 = MmKey(TensorDesc::Contiguous(f32, {4096, 128}), TensorDesc::Contiguous(f32, {128, 4096}));
+  EXPECT_NE(why(k128, four).find("four blocks"), std::string::npos);  // 100 KB each
+  four["minb"] = 3;
+  EXPECT_NE(why(plain, four).find("minb"), std::string::npos);
+  // Odd K: scalar reads only, the resident 8x8 tile of 128 threads all the same.
+  const OpKey k63 = MmKey(TensorDesc::Contiguous(f32, {32767, 63}), TensorDesc::Contiguous(f32, {63, 32767}));
+  four = MatmulPoint(3, 64, 128, 8, 8, 8, 1);
+  four["minb"] = 4;
+  EXPECT_TRUE(ok(k63, four));
+  four["vec"] = 2;
+  EXPECT_NE(why(k63, four).find("divide"), std::string::npos);
   const OpKey bmm64 = BmmKey(TensorDesc::Contiguous(f32, {4096, 64, 64}), TensorDesc::Contiguous(f32, {4096, 64, 64}));
   EXPECT_NE(why(bmm64, MatmulPoint(2, 32, 32, 16, 2, 2, 4, 2)).find("one tile"), std::string::npos);
 }
@@ -1487,20 +1514,37 @@ TEST(MatmulSpace, ExpertDefaultsFitTheShapeAndTheAbi) {
     if (out && c.ok()) *out = *c;
     return p;
   };
-  // Tall-skinny headroom case: resident 128x128 tiles of 8x8 per thread (the whole K = 64 staged once, two
-  // blocks an SM, registers capped at 128), float4 fetches, streaming stores (a 4 GB output).
+  // Tall-skinny headroom case (compute-bound): resident 64x128 tiles of 8x8 per thread (the whole K = 64
+  // staged once, four 128-thread blocks an SM, registers capped at 128 by minb=4: 512 threads, as many as
+  // 128x128 or 128x256 keep, in more blocks), float4 fetches, streaming stores (a 4 GB output), 8 trips.
   Candidate c;
   Point p = default_of(MmKey(TensorDesc::Contiguous(f32, {32768, 64}), TensorDesc::Contiguous(f32, {64, 32768})), &c);
   EXPECT_EQ(p.at("stage"), 3) << PointToString(p);
-  EXPECT_EQ(p.at("minb"), 2) << PointToString(p);
-  EXPECT_EQ(p.at("bm"), 128) << PointToString(p);
+  EXPECT_EQ(p.at("minb"), 4) << PointToString(p);
+  EXPECT_EQ(p.at("bm"), 64) << PointToString(p);
   EXPECT_EQ(p.at("bn"), 128) << PointToString(p);
   EXPECT_EQ(p.at("tm"), 8) << PointToString(p);
+  EXPECT_EQ(p.at("tn"), 8) << PointToString(p);
+  EXPECT_EQ(p.at("bk"), 8) << PointToString(p);
   EXPECT_EQ(p.at("vec"), 4) << PointToString(p);
   EXPECT_EQ(p.at("hint"), 1) << PointToString(p);
-  EXPECT_EQ(c.launch.grid[0], 256u * 256u);
-  EXPECT_EQ(c.launch.block[0], 256u);
-  EXPECT_EQ(c.launch.dynamic_shared_bytes, 64u * (132u + 132u) * 4u);
+  EXPECT_EQ(c.launch.grid[0], 512u * 256u);
+  EXPECT_EQ(c.launch.block[0], 128u);
+  EXPECT_EQ(c.launch.dynamic_shared_bytes, 64u * (68u + 132u) * 4u);
+  // K = 128: two 64x128 blocks (256 threads) or one 128x128 (256) an SM; one 128x256 block keeps 512.
+  p = default_of(MmKey(TensorDesc::Contiguous(f32, {32768, 128}), TensorDesc::Contiguous(f32, {128, 32768})), &c);
+  EXPECT_EQ(p.at("stage"), 3) << PointToString(p);
+  EXPECT_EQ(p.at("bm"), 128) << PointToString(p);
+  EXPECT_EQ(p.at("bn"), 256) << PointToString(p);
+  EXPECT_EQ(p.at("bk"), 16) << PointToString(p);
+  EXPECT_EQ(p.at("minb"), 1) << PointToString(p);
+  EXPECT_EQ(c.launch.block[0], 512u);
+  // Odd sizes: the same tile, scalar reads (coalesced along k), float4 fragments all the same.
+  p = default_of(MmKey(TensorDesc::Contiguous(f32, {32767, 63}), TensorDesc::Contiguous(f32, {63, 32767})), &c);
+  EXPECT_EQ(p.at("stage"), 3) << PointToString(p);
+  EXPECT_EQ(p.at("bm"), 64) << PointToString(p);
+  EXPECT_EQ(p.at("bn"), 128) << PointToString(p);
+  EXPECT_EQ(p.at("vec"), 1) << PointToString(p);
   // (self, mat2, out).
   EXPECT_NE(c.source.find("kjit_matmul(const in_t* __restrict__ a,"), std::string::npos);
   EXPECT_EQ(c.entry_point, "kjit_matmul");
@@ -1510,8 +1554,17 @@ TEST(MatmulSpace, ExpertDefaultsFitTheShapeAndTheAbi) {
   EXPECT_EQ(c.launch.dynamic_shared_bytes, 64u * (68u + 68u) * 4u);
   EXPECT_EQ(p.at("bm"), 64) << PointToString(p);
   EXPECT_EQ(p.at("bn"), 64) << PointToString(p);
+  EXPECT_EQ(p.at("bpb"), 2) << PointToString(p);  // the second matrix prefetched during the first's multiply
+  EXPECT_EQ(c.launch.grid[0], 2048u);
+  EXPECT_NE(c.source.find("PREFETCH3 = BPB > 1"), std::string::npos);
+  // Fewer matrices: one a block while fewer than 8 blocks an SM would remain.
+  p = default_of(BmmKey(TensorDesc::Contiguous(f32, {2048, 64, 64}), TensorDesc::Contiguous(f32, {2048, 64, 64})));
   EXPECT_EQ(p.at("bpb"), 1) << PointToString(p);
-  EXPECT_EQ(c.launch.grid[0], 4096u);
+  // Odd 63x63 batches: resident with scalar reads, prefetched too.
+  p = default_of(BmmKey(TensorDesc::Contiguous(f32, {4095, 63, 63}), TensorDesc::Contiguous(f32, {4095, 63, 63})));
+  EXPECT_EQ(p.at("stage"), 3) << PointToString(p);
+  EXPECT_EQ(p.at("vec"), 1) << PointToString(p);
+  EXPECT_EQ(p.at("bpb"), 2) << PointToString(p);
   // Tiny matrices: several a block.
   p = default_of(BmmKey(TensorDesc::Contiguous(f32, {65536, 8, 8}), TensorDesc::Contiguous(f32, {65536, 8, 8})));
   EXPECT_GT(p.at("bpb"), 1) << PointToString(p);

@@ -35,6 +35,8 @@ extern int emu_cluster;
 constexpr long long EMU_SLAB = 1 << 16, EMU_VARS = 8;
 inline void* emu_shared(int id) { return emu_block->shared + id * EMU_SLAB; }
 inline void __syncthreads() { emu_block->block_bar->arrive_and_wait(); }
+// A warp's barrier (all 32 lanes; the runner sets warp_bar, as for shuffles).
+inline void __syncwarp(unsigned = 0xffffffffu) { emu_block->warp_bar[threadIdx.x / 32]->arrive_and_wait(); }
 inline float emu_exchange(float v, int src_lane) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   emu_block->warp_slot[warp][lane] = v;

@@ -47,9 +47,45 @@ r r10 bmm f32 7,16,16,16 256,16,1 256,16,1 0 stage=3 bm=16 bn=16 bk=8 tm=1 tn=2 
 r r11 bmm f32 3,64,64,64 4096,64,1 4096,64,1 0 stage=3 bm=64 bn=64 bk=32 tm=4 tn=4 vec=4 bpb=1 hint=0 minb=2
 r r12 mm f32 1,200,64,260 0,64,1 0,260,1 0 stage=3 bm=256 bn=128 bk=32 tm=8 tn=8 vec=4 bpb=1 hint=1 minb=1
 r r13 bmm bf16 4,50,64,40 3200,1,50 2560,40,1 0 stage=3 bm=64 bn=64 bk=16 tm=8 tn=4 vec=2 bpb=1 hint=0 minb=1
+# Codegen 3. Odd K read in scalars along k (P lanes a row, k padded to P lanes and neither read nor stored):
+# f32 (8 lanes), A and B^T, f16 scalars, bf16 and f32 pairs with an odd count of pairs; float4 fragments all
+# the same; the 8x8 tile of 128 threads capped by minb=4 over ragged M and N, N odd (scalar stores).
+r o1 mm f32 1,37,63,45 0,63,1 0,45,1 0 stage=3 bm=64 bn=64 bk=8 tm=4 tn=4 vec=1 bpb=1 hint=0 minb=2
+r o2 mm f32 1,40,33,50 0,33,1 0,1,33 0 stage=3 bm=32 bn=64 bk=16 tm=2 tn=8 vec=1 bpb=1 hint=1 minb=1
+r o3 bmm f16 3,20,27,30 540,27,1 810,30,1 0 stage=3 bm=32 bn=32 bk=8 tm=2 tn=4 vec=1 bpb=1 hint=0 minb=1
+r o4 bmm bf16 2,24,30,40 720,30,1 1200,40,1 0 stage=3 bm=32 bn=64 bk=8 tm=4 tn=4 vec=2 bpb=1 hint=0 minb=1
+r o5 mm f32 1,33,42,20 0,42,1 0,20,1 0 stage=3 bm=64 bn=32 bk=8 tm=4 tn=2 vec=2 bpb=1 hint=0 minb=1
+r o6 mm f32 1,130,63,260 0,63,1 0,260,1 0 stage=3 bm=64 bn=128 bk=8 tm=8 tn=8 vec=1 bpb=1 hint=1 minb=4
+r o7 mm f32 1,100,63,99 0,63,1 0,99,1 0 stage=3 bm=64 bn=128 bk=8 tm=8 tn=8 vec=1 bpb=1 hint=1 minb=4
+r o8 bmm f16 2,40,31,36 0,1,40 1116,36,1 0 stage=3 bm=64 bn=64 bk=8 tm=4 tn=4 vec=1 bpb=1 hint=0 minb=2
+# Several matrices a block fetched in one round: the next matrix's tiles prefetched into registers during the
+# multiply (the last group short of BPB), ragged 63x63 with odd K in scalars, B^T in bf16 with 16-byte vectors,
+# an expanded f16 operand, A^T in f32.
+r p1 bmm f32 7,64,64,64 4096,64,1 4096,64,1 0 stage=3 bm=64 bn=64 bk=32 tm=4 tn=4 vec=4 bpb=2 hint=0 minb=2
+r p2 bmm f32 5,63,63,63 3969,63,1 3969,63,1 0 stage=3 bm=64 bn=64 bk=32 tm=4 tn=4 vec=1 bpb=4 hint=1 minb=2
+r p3 bmm bf16 6,33,40,24 1320,40,1 960,1,40 0 stage=3 bm=64 bn=32 bk=8 tm=4 tn=2 vec=8 bpb=4 hint=0 minb=1
+r p4 bmm f16 5,20,12,24 240,12,1 0,24,1 0 stage=3 bm=32 bn=32 bk=8 tm=4 tn=4 vec=4 bpb=2 hint=0 minb=1
+r p5 bmm f32 9,16,16,16 256,1,16 256,16,1 0 stage=3 bm=16 bn=16 bk=8 tm=1 tn=2 vec=4 bpb=4 hint=0 minb=1
+# One tile a matrix with N odd: the matrix out through shared memory as one contiguous span (FLAT3): several a
+# block without the prefetch (two staging rounds), bf16 with the prefetch and streaming stores; K = 1 keeps
+# the per-thread stores (the matrix does not fit over the staged tiles).
+r f1 bmm f32 3,63,63,63 3969,63,1 3969,63,1 0 stage=3 bm=64 bn=64 bk=8 tm=8 tn=8 vec=1 bpb=2 hint=0 minb=1
+r f2 bmm bf16 5,20,16,33 320,16,1 528,33,1 0 stage=3 bm=32 bn=64 bk=8 tm=2 tn=4 vec=1 bpb=2 hint=1 minb=1
+r f3 bmm f32 2,15,1,17 15,1,1 17,17,1 0 stage=3 bm=16 bn=32 bk=8 tm=1 tn=2 vec=1 bpb=2 hint=0 minb=1
+# Tiled outputs with stores narrower than a thread's 4 (or 2) columns: rows through a warp's shared buffer,
+# consecutive lanes on consecutive columns (WSTORE3): 512 threads (a warp within one row), bf16 pairs, two
+# matrices a block in two staging rounds, 2-column groups (o7 above: 8x8 of 128 threads, N = 99).
+r w1 mm f32 1,100,63,199 0,63,1 0,199,1 0 stage=3 bm=128 bn=256 bk=8 tm=8 tn=8 vec=1 bpb=1 hint=1 minb=1
+r w2 mm bf16 1,70,40,42 0,40,1 0,42,1 0 stage=3 bm=32 bn=64 bk=8 tm=2 tn=8 vec=2 bpb=1 hint=0 minb=1
+r w3 bmm f32 3,30,200,30 6000,200,1 6000,30,1 0 stage=3 bm=32 bn=32 bk=8 tm=4 tn=4 vec=2 bpb=2 hint=1 minb=1
+r w4 mm f32 1,50,17,33 0,17,1 0,33,1 0 stage=3 bm=64 bn=32 bk=8 tm=4 tn=2 vec=1 bpb=1 hint=0 minb=1
 # Expert defaults: a tall-skinny product (TF32 allowed: still FP32 FMA), batches of 64x64, f16 vector @ matrix.
 r d1 mm f32 1,200,64,300 0,64,1 0,300,1 1
 r d2 bmm f32 6,64,64,64 4096,64,1 4096,64,1 0
 r d3 bmm bf16 4,64,64,64 4096,64,1 4096,1,64 0
 r d4 mm f16 1,1,64,520 0,64,1 0,520,1 0
+# Codegen 3's defaults: the compute-bound rule (64x128 of 8x8, minb=4) with odd K, M and N; odd 63x63 batches.
+r d5 mm f32 1,1100,63,3900 0,63,1 0,3900,1 0
+r d6 bmm f32 3,63,63,63 3969,63,1 3969,63,1 0
+r d7 bmm f32 2200,64,64,64 4096,64,1 4096,64,1 0
 exit $failed

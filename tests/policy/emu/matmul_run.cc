@@ -9,6 +9,7 @@
 #include "emu.h"
 #include <dlfcn.h>
 #include <cmath>
+#include <memory>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -66,6 +67,11 @@ int main(int argc, char** argv) {
     std::vector<char> shared(EMU_SLAB * EMU_VARS);
     EmuBlock blk{};
     blk.block_bar = &bar;
+    std::vector<std::unique_ptr<std::barrier<>>> warp_bars;  // __syncwarp (blocks are whole warps)
+    for (unsigned w = 0; w < (blockDim.x + 31) / 32; ++w) {
+      warp_bars.emplace_back(new std::barrier<>(32));
+      blk.warp_bar[w] = warp_bars.back().get();
+    }
     blk.shared = shared.data();
     std::vector<std::thread> threads;
     for (unsigned t = 0; t < blockDim.x; ++t) {
