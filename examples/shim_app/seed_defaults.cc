@@ -25,6 +25,7 @@
 #include "kjit/cache/kernel_cache.h"
 #include "kjit/ipc/client.h"
 #include "kjit/policy/design_space.h"
+#include "kjit/policy/submit.h"
 #include "kjit/runtime/compiler.h"
 #include "kjit/runtime/op_key.h"
 
@@ -90,20 +91,10 @@ std::string ThroughKjitd(ipc::Client& client, const OpKey& key) {
   if (!candidate.ok()) {
     what = "skipped: " + candidate.status().message();
   } else {
-    ipc::SubmitCandidate submit;
-    submit.episode_id = observation->episode_id;
-    submit.source = candidate->source;
-    submit.entry_point = candidate->entry_point;
-    submit.options = candidate->options;
-    for (int i = 0; i < 3; ++i) {
-      submit.grid[i] = candidate->launch.grid[i];
-      submit.block[i] = candidate->launch.block[i];
-    }
-    submit.dynamic_shared_bytes = candidate->launch.dynamic_shared_bytes;
     // Where the kernel came from, kept with its measurement (and `kjit policy train --measurements` learns from it).
-    submit.design = ipc::DesignToWire(candidate->design);
-    if (auto m = policy::FindFamily(key); m.ok()) (*submit.design)["codegen"] = std::to_string(m->family->codegen_version());
-    if (candidate->launch.workspace_bytes != 0) submit.workspace_bytes = candidate->launch.workspace_bytes;
+    auto design = ipc::DesignToWire(candidate->design);
+    if (auto m = policy::FindFamily(key); m.ok()) design["codegen"] = std::to_string(m->family->codegen_version());
+    const ipc::SubmitCandidate submit = policy::SubmitFor(observation->episode_id, *candidate, design);
     auto result = client.SubmitCandidate(submit);
     if (!result.ok()) {
       what = "not evaluated: " + result.status().ToString();

@@ -23,23 +23,6 @@ double MapNumber(const std::map<std::string, std::string>& m, const std::string&
 
 // ------------------------------------------------------------------ kjitd
 
-ipc::SubmitCandidate SubmitFor(int64_t episode, const Candidate& candidate,
-                               const std::map<std::string, std::string>& design) {
-  ipc::SubmitCandidate submit;
-  submit.episode_id = episode;
-  submit.source = candidate.source;
-  submit.entry_point = candidate.entry_point;
-  submit.options = candidate.options;
-  for (int i = 0; i < 3; ++i) {
-    submit.grid[i] = candidate.launch.grid[i];
-    submit.block[i] = candidate.launch.block[i];
-  }
-  submit.dynamic_shared_bytes = candidate.launch.dynamic_shared_bytes;
-  if (candidate.launch.workspace_bytes != 0) submit.workspace_bytes = candidate.launch.workspace_bytes;
-  submit.design = design;
-  return submit;
-}
-
 Result<LiveBaseline> KjitdEvaluator::Open(const OpKey& key) {
   KJIT_ASSIGN_OR_RETURN(ipc::Observation o, client_->OpenEpisode(key.Encode()));
   episode_ = o.episode_id;

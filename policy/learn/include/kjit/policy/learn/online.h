@@ -23,6 +23,7 @@
 #include "kjit/ipc/client.h"
 #include "kjit/policy/learn/agent.h"
 #include "kjit/policy/learn/train.h"
+#include "kjit/policy/submit.h"  // SubmitFor
 
 namespace kjit::policy::learn {
 
@@ -52,11 +53,6 @@ class LiveEvaluator {
   virtual Result<LiveVerdict> Submit(const Candidate& candidate, const std::map<std::string, std::string>& design) = 0;
   virtual void Close() = 0;
 };
-
-// The request that submits `candidate` to episode `episode`: source, options, launch shape (workspace
-// included: a kernel of ABI v2 takes one more parameter, and a launch without it fails) and design.
-ipc::SubmitCandidate SubmitFor(int64_t episode, const Candidate& candidate,
-                               const std::map<std::string, std::string>& design);
 
 // kjitd's agent environment through the ipc client (open_episode, submit_candidate, close_episode).
 class KjitdEvaluator : public LiveEvaluator {
