@@ -112,6 +112,14 @@ kjit::Result<std::unique_ptr<kjit::cache::KernelCache>> OpenCache(const std::str
   return kjit::cache::KernelCache::Open(o);
 }
 
+// The cache's newest good checkpoint; the ones set aside on the way (corrupt, incompatible) are said on stderr.
+kjit::Result<std::unique_ptr<Agent>> LoadPolicy(kjit::cache::KernelCache& cache) {
+  std::vector<std::string> notes;
+  auto agent = LoadLatestCheckpoint(cache, &notes);
+  for (const auto& n : notes) std::fprintf(stderr, "%s\n", n.c_str());
+  return agent;
+}
+
 std::vector<int> ParseKs(const std::string& text) {
   std::vector<int> ks;
   size_t pos = 0;
@@ -130,9 +138,7 @@ int RunOnline(const std::string& cache_path, const std::string& endpoint, int li
   if (!cache.ok()) return Fail(cache.status());
   std::unique_ptr<Agent> agent;
   if (options.proposer == Proposer::kPolicy) {
-    std::vector<std::string> notes;
-    auto loaded = LoadLatestCheckpoint(**cache, &notes);
-    for (const auto& n : notes) std::fprintf(stderr, "%s\n", n.c_str());
+    auto loaded = LoadPolicy(**cache);
     if (!loaded.ok()) {
       return Fail(loaded.status().WithContext("no policy (run `kjit policy train --cache` on this cache)"));
     }
@@ -349,9 +355,7 @@ int main(int argc, char** argv) {
     if (!no_policy) {
       auto cache = OpenCache(common.cache_path, false);
       if (!cache.ok()) return Fail(cache.status());
-      std::vector<std::string> notes;
-      auto a = LoadLatestCheckpoint(**cache, &notes);
-      for (const auto& n : notes) std::fprintf(stderr, "%s\n", n.c_str());
+      auto a = LoadPolicy(**cache);
       if (!a.ok()) {
         return Fail(a.status().WithContext("no policy to evaluate (run `kjit policy train` first, or --no-policy)"));
       }
@@ -380,9 +384,7 @@ int main(int argc, char** argv) {
       for (const auto& path : ensemble_caches) {
         auto cache = OpenCache(path, false);
         if (!cache.ok()) return Fail(cache.status());
-        std::vector<std::string> notes;
-        auto a = LoadLatestCheckpoint(**cache, &notes);
-        for (const auto& n : notes) std::fprintf(stderr, "%s\n", n.c_str());
+        auto a = LoadPolicy(**cache);
         if (!a.ok()) return Fail(a.status().WithContext(path));
         std::fprintf(stderr, "ensemble member %s from %s\n", (*a)->version().c_str(), path.c_str());
         members.push_back(std::move(*a));
