@@ -205,6 +205,9 @@ constexpr idx_t G = (OW + OUTS - 1) / OUTS;
 constexpr idx_t RT = (OH + ROWS - 1) / ROWS;
 constexpr int V = OUTS * (int)SW;        // the columns a thread loads
 constexpr int NR = Under<ROWS>::R;       // input rows under a thread's outputs
+// Rows whose loads are issued ahead of the row being summed (without it ptxas issued each row's load
+// after the previous row's sums: one 16-byte load in flight a thread).
+constexpr int PF = NR < 4 ? NR : 4;
 __device__ __forceinline__ raw_t shfl_raw(raw_t v, int src) {
   return (raw_t)__shfl_sync(0xffffffffu, (unsigned)v, src);
 }
@@ -238,6 +241,27 @@ __device__ __forceinline__ void slide(const in_t* __restrict__ x, const in_t* __
   for (int o = 0; o < ROWS; ++o)
 #pragma unroll
     for (int j = 0; j < OUTS; ++j) acc[o][j] = b0;
+  // Row rr's V columns, in VEC-element loads (zeros outside the input: never summed).
+  auto load_row = [&](int rr, raw_t (&core)[V]) {
+    const idx_t h = oh0 * SH - PH + rr;
+    const bool hok = h >= 0 && h < IH;
+#pragma unroll
+    for (int k = 0; k < V; k += VEC) {
+      raw_t v[VEC];
+      if (hok && cs + k + VEC <= IW) {
+        load_raw<VEC, HINT>(xp + (long long)h * IW + cs + k, v);
+      } else {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) v[e] = 0;
+      }
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) core[k + e] = v[e];
+    }
+  };
+  raw_t ring[PF][V];
+#pragma unroll
+  for (int rr = 0; rr < PF; ++rr)
+    if (row_used<ROWS>(rr)) load_row(rr, ring[rr]);
 #pragma unroll
   for (int rr = 0; rr < NR; ++rr) {
     if (!row_used<ROWS>(rr)) continue;
@@ -246,17 +270,8 @@ __device__ __forceinline__ void slide(const in_t* __restrict__ x, const in_t* __
     const in_t* xr = xp + (long long)h * IW;
     raw_t core[V];
 #pragma unroll
-    for (int k = 0; k < V; k += VEC) {
-      raw_t v[VEC];
-      if (hok && cs + k + VEC <= IW) {
-        load_raw<VEC, HINT>(xr + cs + k, v);
-      } else {
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) v[e] = 0;
-      }
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) core[k + e] = v[e];
-    }
+    for (int e = 0; e < V; ++e) core[e] = ring[rr % PF][e];
+    if (rr + PF < NR && row_used<ROWS>(rr + PF)) load_row(rr + PF, ring[rr % PF]);
     raw_t seg[SEG];
 #pragma unroll
     for (int m = 0; m < SEG; ++m) {
