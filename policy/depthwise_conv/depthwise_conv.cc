@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <numeric>
 #include <sstream>
 
 namespace kjit::policy {
@@ -16,13 +17,14 @@ using codegen::IsChannelsLast;
 // The ABI (daemon/worker_protocol.h): _conv_depthwise2d: (x, weight, bias or null, out);
 // cudnn_convolution: (x, weight, out).
 
-enum Strategy : int64_t { kDirect = 0, kBlocked = 1, kStaged = 2 };
+enum Strategy : int64_t { kDirect = 0, kBlocked = 1, kStaged = 2, kSlide = 3 };
 
 constexpr int64_t kMaxStagedBytes = 64 * 1024;  // keeps three blocks per SM, as the pool family
 constexpr int64_t kMaxUnrolledFmas = 2048;      // fully unrolled multiply-adds per thread (twice: edge and interior)
 constexpr int64_t kMaxHeldFloats = 128;         // accumulators and input segments a thread holds
 constexpr int64_t kMaxKernelTaps = 2048;        // larger windows are left to PyTorch
-constexpr int64_t kMaxRowsUnder = 64;           // input rows a blocked thread's unrolled loop walks
+constexpr int64_t kMaxRowsUnder = 64;           // input rows a blocked or sliding thread's unrolled loop walks
+constexpr int64_t kMaxBlockedRows = 8;          // rows 16 and 32 are for the sliding strategy
 
 constexpr const char* kDepthwise2d = "aten::_conv_depthwise2d";
 constexpr const char* kCudnn = "aten::cudnn_convolution";
@@ -189,10 +191,140 @@ __device__ __forceinline__ void store_plane(out_t* yp, idx_t oh0, idx_t ow0, con
 }
 )";
 
+// Strategy 3, slide (NCHW): a thread per ROWS x OUTS outputs of one plane, consecutive lanes taking
+// consecutive OUTS-wide groups along a row. It walks down the input rows under its outputs once, in
+// order: each row's V = OUTS * SW columns starting at its first output's are loaded in VEC-element
+// loads (aligned: VEC divides W and V), the other columns of its segment (the halo) come from the lanes
+// holding them by shuffle, or from memory where that lane is in another warp or another row tile; the
+// row's taps go to every output row it is a kernel row of (at most KH sums are open at once), and an
+// output row is stored as soon as its last kernel row is in. Weights and bias are read once into
+// registers. Every lane of a warp runs every shuffle (threads past the end compute on item 0 and store
+// nothing); taps in the padding are skipped by a predicate, not by a branch.
+constexpr const char* kSlideKernel = R"(
+constexpr idx_t G = (OW + OUTS - 1) / OUTS;
+constexpr idx_t RT = (OH + ROWS - 1) / ROWS;
+constexpr int V = OUTS * (int)SW;        // the columns a thread loads
+constexpr int NR = Under<ROWS>::R;       // input rows under a thread's outputs
+// Rows whose loads are issued ahead of the row being summed (without it ptxas issued each row's load
+// after the previous row's sums: one 16-byte load in flight a thread).
+constexpr int PF = NR < 4 ? NR : 4;
+__device__ __forceinline__ raw_t shfl_raw(raw_t v, int src) {
+  return (raw_t)__shfl_sync(0xffffffffu, (unsigned)v, src);
+}
+__device__ __forceinline__ constexpr int floor_div(int a, int b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+__device__ __forceinline__ void slide(const in_t* __restrict__ x, const in_t* __restrict__ wt,
+                                      const in_t* __restrict__ bias, out_t* __restrict__ y) {
+  const long long item0 = (long long)blockIdx.x * THREADS + threadIdx.x;
+  const bool active = item0 < (long long)N_ * C_ * RT * G;
+  const long long item = active ? item0 : 0;
+  const idx_t g = (idx_t)(item % G);
+  const long long r0 = item / G;
+  const idx_t rt = (idx_t)(r0 % RT);
+  const long long plane = r0 / RT;
+  const idx_t ch = (idx_t)(plane % C_);
+  const int lane = (int)(threadIdx.x & 31);
+  const idx_t oh0 = rt * ROWS, cs = g * OUTS * SW, c0 = cs - PW;  // first loaded column, segment column 0
+  const in_t* xp = x + plane * ((long long)IH * IW);
+  out_t* yp = y + plane * ((long long)OH * OW);
+  const raw_t* wc = reinterpret_cast<const raw_t*>(wt) + (long long)ch * (KH * KW);
+  float wr[KH][KW];
+#pragma unroll
+  for (int i = 0; i < KH; ++i)
+#pragma unroll
+    for (int l = 0; l < KW; ++l) wr[i][l] = Bits<in_t>::to_f(__ldg(wc + i * KW + l));
+  const float b0 = BIAS_OF(ch);
+  bool inside[SEG];  // segment column m lies inside the input (else its taps are padding: skipped)
+#pragma unroll
+  for (int m = 0; m < SEG; ++m) inside[m] = c0 + m >= 0 && c0 + m < IW;
+  float acc[ROWS][OUTS];
+#pragma unroll
+  for (int o = 0; o < ROWS; ++o)
+#pragma unroll
+    for (int j = 0; j < OUTS; ++j) acc[o][j] = b0;
+  // Row rr's V columns, in VEC-element loads (zeros outside the input: never summed).
+  auto load_row = [&](int rr, raw_t (&core)[V]) {
+    const idx_t h = oh0 * SH - PH + rr;
+    const bool hok = h >= 0 && h < IH;
+#pragma unroll
+    for (int k = 0; k < V; k += VEC) {
+      raw_t v[VEC];
+      if (hok && cs + k + VEC <= IW) {
+        load_raw<VEC, HINT>(xp + (long long)h * IW + cs + k, v);
+      } else {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) v[e] = 0;
+      }
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) core[k + e] = v[e];
+    }
+  };
+  raw_t ring[PF][V];
+#pragma unroll
+  for (int rr = 0; rr < PF; ++rr)
+    if (row_used<ROWS>(rr)) load_row(rr, ring[rr]);
+#pragma unroll
+  for (int rr = 0; rr < NR; ++rr) {
+    if (!row_used<ROWS>(rr)) continue;
+    const idx_t h = oh0 * SH - PH + rr;
+    const bool hok = h >= 0 && h < IH;
+    const in_t* xr = xp + (long long)h * IW;
+    raw_t core[V];
+#pragma unroll
+    for (int e = 0; e < V; ++e) core[e] = ring[rr % PF][e];
+    if (rr + PF < NR && row_used<ROWS>(rr + PF)) load_row(rr + PF, ring[rr % PF]);
+    raw_t seg[SEG];
+#pragma unroll
+    for (int m = 0; m < SEG; ++m) {
+      if (!column_used(m)) continue;
+      const int rel = m - (int)PW, q = floor_div(rel, V), e = rel - q * V;
+      if (q == 0) {
+        seg[m] = core[e];
+      } else {
+        raw_t v = shfl_raw(core[e], (lane + q) & 31);
+        const bool ok = lane + q >= 0 && lane + q < 32 && g + q >= 0 && g + q < G;
+        if (!ok && hok && inside[m]) v = __ldg(reinterpret_cast<const raw_t*>(xr + c0 + m));
+        seg[m] = v;
+      }
+    }
+    if (hok) {
+#pragma unroll
+      for (int o = 0; o < ROWS; ++o) {
+        const int d = rr - o * (int)SH;
+        if (d < 0 || d % (int)DH != 0 || d / (int)DH >= KH) continue;
+        const int i = d / (int)DH;
+#pragma unroll
+        for (int j = 0; j < OUTS; ++j)
+#pragma unroll
+          for (int l = 0; l < KW; ++l) {
+            const int m = j * (int)SW + l * (int)DW;
+            if (inside[m]) acc[o][j] = fmaf(wr[i][l], Bits<in_t>::to_f(seg[m]), acc[o][j]);
+          }
+      }
+    }
+    // Output rows whose last kernel row this was: stored now.
+#pragma unroll
+    for (int o = 0; o < ROWS; ++o) {
+      if (rr != o * (int)SH + (KH - 1) * (int)DH) continue;
+      const idx_t oh = oh0 + o;
+      if (!active || oh >= OH) continue;
+      out_t* row = yp + (long long)oh * OW + g * OUTS;
+#pragma unroll
+      for (int j = 0; j < OUTS; j += STORE_W) {
+        if (g * OUTS + j >= OW) break;
+        raw_t st[STORE_W];
+#pragma unroll
+        for (int k = 0; k < STORE_W; ++k) st[k] = Bits<out_t>::from_f(acc[o][j + k]);
+        store_raw<STORE_W>(row + j, st);
+      }
+    }
+  }
+}
+)";
+
 class DepthwiseConv final : public Family {
  public:
   std::string_view name() const override { return "depthwise_conv"; }
-  int codegen_version() const override { return 1; }
+  int codegen_version() const override { return 2; }
   std::vector<std::string> ops() const override { return {kDepthwise2d, kCudnn}; }
 
   OpTraits traits(std::string_view op) const override {
@@ -360,13 +492,16 @@ class DepthwiseConv final : public Family {
     Space s;
     s.family = "depthwise_conv";
     s.knobs = {
-        {"strategy", {kDirect, kBlocked, kStaged},
+        {"strategy", {kDirect, kBlocked, kStaged, kSlide},
          "0 taps read from global memory per output, 1 input rows read once into registers for rows x outs "
-         "outputs, 2 (NCHW) a block's input rows staged whole in shared memory"},
+         "outputs, 2 (NCHW) a block's input rows staged whole in shared memory, 3 (NCHW) a thread walks down "
+         "rows x outs outputs, each input row loaded once in vec-element loads, halo columns from the "
+         "neighbouring lanes by shuffle"},
         {"threads", {64, 128, 256, 512}, "threads per block"},
         {"outs", {1, 2, 4, 8}, "consecutive outputs along W per thread"},
-        {"rows", {1, 2, 4, 8}, "output rows per thread (blocked) or per block (staged)"},
-        {"vec", {1, 2, 4, 8}, "channels per thread (channels_last), or elements per staging load along W (staged)"},
+        {"rows", {1, 2, 4, 8, 16, 32}, "output rows per thread (blocked, slide; over 8: slide only) or per block (staged)"},
+        {"vec", {1, 2, 4, 8},
+         "channels per thread (channels_last), or elements per load along W (staged: staging; slide: the row segment)"},
         {"hint", {0, 1}, "1: streaming (evict-first) stores, and staging loads"},
     };
     return s;
@@ -389,14 +524,16 @@ class DepthwiseConv final : public Family {
     const auto& p = static_cast<const ConvProblem&>(problem);
     const int64_t strategy = pt.at("strategy"), threads = pt.at("threads"), outs = pt.at("outs"), rows = pt.at("rows"),
                   vec = pt.at("vec");
-    if (strategy != kDirect && strategy != kBlocked && strategy != kStaged) return InvalidArgument("unknown strategy");
+    if (strategy != kDirect && strategy != kBlocked && strategy != kStaged && strategy != kSlide) {
+      return InvalidArgument("unknown strategy");
+    }
     if (threads > dev.max_threads_per_block) return InvalidArgument("too many threads");
     if (vec * p.elem() > 16) return InvalidArgument("vector wider than 16 bytes");
     if (outs > p.ow) return InvalidArgument("more outputs per thread than the output row has");
     if (rows > p.oh) return InvalidArgument("more rows than the output has");
     const int64_t cv = p.channels_last ? vec : 1;  // channels per thread
     if (p.channels_last) {
-      if (strategy == kStaged) return InvalidArgument("staging is for the NCHW layout");
+      if (strategy == kStaged || strategy == kSlide) return InvalidArgument("staging and sliding are for the NCHW layout");
       if (p.c % vec != 0) return InvalidArgument("vector does not divide the channels");
       if (vec * p.elem() > p.alignment) return InvalidArgument("input not aligned for the vector");
     } else if (strategy == kStaged) {
@@ -405,24 +542,38 @@ class DepthwiseConv final : public Family {
       if (StagedBytes(p, rows) > std::min<int64_t>(kMaxStagedBytes, dev.max_shared_bytes_per_block)) {
         return InvalidArgument("staged rows exceed the shared memory budget");
       }
+    } else if (strategy == kSlide) {
+      // A thread's segment: the outs * SW input columns starting at its first output's (its lanes'
+      // neighbours hold the columns around it), in loads of vec elements that never straddle the row end.
+      if ((outs * p.sw) % vec != 0) return InvalidArgument("vector does not divide the thread's outs x stride columns");
+      if (p.iw % vec != 0) return InvalidArgument("vector does not divide the input rows");
+      if (vec * p.elem() > p.alignment) return InvalidArgument("input not aligned for the vector");
+      if (threads % 32 != 0) return InvalidArgument("sliding needs whole warps (shuffles)");
     } else if (vec != 1) {
-      return InvalidArgument("NCHW direct and blocked reads are one element (vectors: staged, channels_last)");
+      return InvalidArgument("NCHW direct and blocked reads are one element (vectors: staged, slide, channels_last)");
     }
-    if (strategy == kDirect && rows != 1) return InvalidArgument("rows apply to the blocked and staged strategies");
+    if (strategy == kDirect && rows != 1) return InvalidArgument("rows apply to the blocked, staged and slide strategies");
+    if (strategy != kSlide && rows > kMaxBlockedRows) return InvalidArgument("rows over 8 are for the slide strategy");
     // The loops over the input rows under a thread's (blocked) or a block's (staged) output rows are
     // unrolled or staged whole: rows a stride skips would cost code or shared memory for nothing.
     const bool overlap_rows = p.sh < (p.kh - 1) * p.dh + 1;
     if (strategy != kDirect && rows > 1 && !overlap_rows) {
       return InvalidArgument("windows do not overlap vertically: output rows share no input row");
     }
-    if (strategy == kBlocked && RowsUnder(p, rows) > kMaxRowsUnder) {
+    if ((strategy == kBlocked || strategy == kSlide) && RowsUnder(p, rows) > kMaxRowsUnder) {
       return InvalidArgument("too many input rows under a thread's outputs");
     }
-    const int64_t thread_rows = strategy == kBlocked ? rows : 1;  // output rows one thread computes
+    const int64_t thread_rows = strategy == kBlocked || strategy == kSlide ? rows : 1;  // output rows one thread computes
+    // Blocked and direct unroll their taps twice (edge and interior copies); slide once (predicated taps).
     if (thread_rows * outs * cv * p.kh * p.kw > kMaxUnrolledFmas) {
       return InvalidArgument("too many unrolled multiply-adds per thread");
     }
-    const int64_t held = strategy == kDirect ? outs * cv : (thread_rows * outs + ColumnsUnder(p, outs)) * cv;
+    // Slide: the output rows whose sums are open at once (a window's height over the stride), the segment,
+    // the loaded columns and the weights, hoisted.
+    const int64_t open_rows = std::min<int64_t>(rows, CeilDiv((p.kh - 1) * p.dh + 1, p.sh));
+    const int64_t held = strategy == kDirect  ? outs * cv
+                         : strategy == kSlide ? open_rows * outs + ColumnsUnder(p, outs) + outs * p.sw + p.kh * p.kw
+                                              : (thread_rows * outs + ColumnsUnder(p, outs)) * cv;
     if (held > kMaxHeldFloats) return InvalidArgument("too many values held per thread");
     const int64_t groups = CeilDiv(p.ow, outs);
     const int64_t max_grid = std::numeric_limits<int32_t>::max();
@@ -471,6 +622,21 @@ class DepthwiseConv final : public Family {
       }
       tries.push_back(point(kDirect, 64, 1, 1, v));
     } else {
+      // Slide (codegen 2, not yet measured on the H200): what the blocked point's 1.27x of the floor on the
+      // headroom shape left, a thread walking down 16 output rows of 16 bytes along W (4 f32, 8 f16/bf16),
+      // each input row loaded once as one aligned vector (the halo columns from the neighbouring lanes),
+      // so every input byte is read once plus the two halo rows of each 16-row tile, with 16-byte loads
+      // and stores. Where the rows allow no vector (odd W: 127) it loads elements, still each once. Stride 1
+      // along W (a neighbour's columns are the halo); rows: the largest of 16, 8, 4 leaving under an
+      // eighth of the last tile idle (56 rows: 8).
+      if (p.sw == 1 && overlap_rows) {
+        const int64_t o = 16 / p.elem();
+        const int64_t v = std::min<int64_t>(widest(std::gcd(p.iw, o)), o);
+        for (int64_t rows : {16, 8, 4, 2}) {
+          if (rows > 2 && (CeilDiv(p.oh, rows) * rows - p.oh) * 8 > p.oh) continue;
+          tries.push_back(point(kSlide, 128, o, rows, v));
+        }
+      }
       // Rows of outputs a thread: each input row is read once for up to KH of them; 16 bytes of
       // outputs along W (4 f32, 8 f16/bf16) share their input columns in registers.
       const int64_t outs = 16 / p.elem() / std::max<int64_t>(1, p.sw);
@@ -499,7 +665,7 @@ class DepthwiseConv final : public Family {
                   vec = pt.at("vec"), hint = pt.at("hint");
     const bool wide = std::max(p.numel_in(), p.numel_out()) >= (int64_t{1} << 31) - 4096;
     const int64_t cv = p.channels_last ? vec : 1;
-    const int64_t thread_rows = strategy == kBlocked ? rows : 1;
+    const int64_t thread_rows = strategy == kBlocked || strategy == kSlide ? rows : 1;
     std::ostringstream src;
     src << "// kjit depthwise_conv family, codegen " << codegen_version() << ": " << p.description << "\n// point "
         << PointToString(pt) << "\n" << codegen::kIncludes;
@@ -527,7 +693,11 @@ class DepthwiseConv final : public Family {
     const int64_t groups = CeilDiv(p.ow, outs);
     const char* compute = strategy == kDirect ? "conv_direct<EDGE>(oh0, ow0, load, weight, acc)"
                                               : "conv_block<ROWS, EDGE>(oh0, ow0, load, weight, acc)";
-    if (!p.channels_last && strategy != kStaged) {
+    if (strategy == kSlide) {
+      src << kSlideKernel << "extern \"C\" __global__ void __launch_bounds__(THREADS) kjit_depthwise_conv(" << params
+          << ") {\n  slide(x, wt, " << (p.cudnn ? "nullptr" : "bias") << ", y);\n}\n";
+      c.launch.grid[0] = static_cast<uint32_t>(CeilDiv(p.n * p.c * CeilDiv(p.oh, rows) * groups, threads));
+    } else if (!p.channels_last && strategy != kStaged) {
       src << R"(
 // A thread per ROWS x OUTS outputs of one plane; consecutive threads take consecutive groups along a
 // row, so their windows are neighbours and L1 serves the overlap.

@@ -36,6 +36,12 @@
 //              whole, staged in shared memory with `vec`-element loads along W; then each thread
 //              computes `outs` consecutive outputs of a row from there, its input row segments held
 //              in registers
+//   3 slide    NCHW only (codegen 2): a thread per `rows` x `outs` outputs walking down the input rows
+//              under them once, in order: each row's outs x SW columns in `vec`-element aligned loads
+//              issued 4 rows ahead, the halo columns from the neighbouring lanes by shuffle (from memory at
+//              warp and row-tile edges), weights and bias in registers, an output row stored (16-byte
+//              stores where W allows) as soon as its last kernel row is summed; padding taps skipped by
+//              predicate. rows 16 and 32 are slide's alone.
 #pragma once
 
 #include "kjit/policy/design_space.h"

@@ -1226,6 +1226,17 @@ TEST(DepthwiseConvSpace, ChecksFollowTheLayout) {
   misaligned.alignment = 4;
   const Match narrow = match(CudnnConvKey(misaligned, DepthwiseWeight(f16, 24, 5, 5), {2, 2}, {1, 1}, {1, 1}, 24));
   for (const Point& v : ValidPoints(*narrow.family, *narrow.problem, device)) EXPECT_LE(v.at("vec"), 2);
+  // Slide: NCHW, whole warps, vectors dividing the thread's columns and the rows; rows over 8 are slide's.
+  EXPECT_TRUE(nchw.family->Check(*nchw.problem, point(3, 128, 4, 16, 4), device).ok());
+  EXPECT_TRUE(nchw.family->Check(*nchw.problem, point(3, 256, 4, 32, 2), device).ok());
+  EXPECT_NE(why(nchw, point(3, 128, 2, 16, 4)).find("divide"), std::string::npos);
+  EXPECT_NE(why(nchw, point(1, 128, 4, 16, 1)).find("slide"), std::string::npos);
+  EXPECT_NE(why(nchw, point(2, 128, 4, 16, 4)).find("slide"), std::string::npos);
+  EXPECT_NE(why(cl, point(3, 128, 2, 2, 8)).find("NCHW"), std::string::npos);
+  const Match odd = match(DepthwiseKey(TensorDesc::Contiguous(f32, {31, 128, 127, 127}), DepthwiseWeight(f32, 128, 3, 3),
+                                       {3, 3}, NoneArg{}, {1, 1}, {1, 1}, {1, 1}));
+  EXPECT_NE(why(odd, point(3, 128, 4, 16, 4)).find("input rows"), std::string::npos);
+  EXPECT_TRUE(odd.family->Check(*odd.problem, point(3, 128, 4, 16, 1), device).ok());
   // Rows of a million: staging whole rows exceeds shared memory; the other strategies remain.
   const Match long_rows = match(DepthwiseKey(TensorDesc::Contiguous(f32, {1, 4, 4, 1 << 20}), DepthwiseWeight(f32, 4, 3, 3),
                                              {3, 3}, NoneArg{}, {1, 1}, {1, 1}, {1, 1}));
@@ -1261,23 +1272,25 @@ TEST(DepthwiseConvSpace, ExpertDefaultsFitTheShapeAndTheAbi) {
     return p;
   };
   constexpr DType f32 = DType::kFloat32, f16 = DType::kFloat16, bf16 = DType::kBFloat16;
-  // The headroom case (measured best of the points tried on the H200): blocked, 8 rows x 4 outputs a
-  // thread, 128 threads, streaming stores (256 MB each way).
+  // The headroom case: slide (codegen 2; codegen 1's measured best was blocked 8 rows x 4 outputs), a
+  // thread walking down 16 rows of 4 outputs in 16-byte loads, 128 threads, streaming stores (256 MB
+  // each way).
   Candidate c;
   Point p = default_of(DepthwiseKey(TensorDesc::Contiguous(f32, {32, 128, 128, 128}), DepthwiseWeight(f32, 128, 3, 3),
                                     {3, 3}, TensorDesc::Contiguous(f32, {128}), {1, 1}, {1, 1}, {1, 1}),
                        &c);
-  EXPECT_EQ(p.at("strategy"), 1) << PointToString(p);
-  EXPECT_EQ(p.at("rows"), 8) << PointToString(p);
+  EXPECT_EQ(p.at("strategy"), 3) << PointToString(p);
+  EXPECT_EQ(p.at("rows"), 16) << PointToString(p);
   EXPECT_EQ(p.at("outs"), 4) << PointToString(p);
+  EXPECT_EQ(p.at("vec"), 4) << PointToString(p);
   EXPECT_EQ(p.at("threads"), 128) << PointToString(p);
   EXPECT_EQ(p.at("hint"), 1) << PointToString(p);
   // (x, weight, bias, out): the bias pointer is passed (null when absent) whether or not the key has one.
   EXPECT_NE(c.source.find("(const in_t* __restrict__ x, const in_t* __restrict__ wt, const in_t* __restrict__ bias, "
                           "out_t* __restrict__ y)"),
             std::string::npos);
-  // A thread per 8 x 4 outputs: 32 x 128 planes x 16 row tiles x 32 column groups, 128 a block.
-  EXPECT_EQ(c.launch.grid[0], 32u * 128u * 16u * 32u / 128u);
+  // A thread per 16 x 4 outputs: 32 x 128 planes x 8 row tiles x 32 column groups, 128 a block.
+  EXPECT_EQ(c.launch.grid[0], 32u * 128u * 8u * 32u / 128u);
   EXPECT_EQ(c.launch.dynamic_shared_bytes, 0u);
   Candidate nobias;
   default_of(DepthwiseKey(TensorDesc::Contiguous(f32, {2, 8, 16, 16}), DepthwiseWeight(f32, 8, 3, 3), {3, 3}, NoneArg{}, {1},
@@ -1297,12 +1310,23 @@ TEST(DepthwiseConvSpace, ExpertDefaultsFitTheShapeAndTheAbi) {
                               64));
   EXPECT_EQ(p.at("vec"), 4) << PointToString(p);
   EXPECT_EQ(p.at("rows"), 4) << PointToString(p);
-  // 2-byte elements: 8 outputs (16 bytes) along W, 4 rows.
+  // 2-byte elements: slide, 8 outputs (16 bytes) along W; 56 rows: 8 a thread (16 would idle 8 of 64).
   p = default_of(DepthwiseKey(TensorDesc::Contiguous(bf16, {8, 64, 56, 56}), DepthwiseWeight(bf16, 64, 3, 3), {3, 3},
                               NoneArg{}, {1, 1}, {1, 1}, {1, 1}));
-  EXPECT_EQ(p.at("strategy"), 1) << PointToString(p);
+  EXPECT_EQ(p.at("strategy"), 3) << PointToString(p);
   EXPECT_EQ(p.at("outs"), 8) << PointToString(p);
-  EXPECT_EQ(p.at("rows"), 4) << PointToString(p);
+  EXPECT_EQ(p.at("rows"), 8) << PointToString(p);
+  EXPECT_EQ(p.at("vec"), 8) << PointToString(p);
+  // An odd width (127): slide with element loads (no vector divides the rows), 16 rows.
+  p = default_of(DepthwiseKey(TensorDesc::Contiguous(f32, {31, 128, 127, 127}), DepthwiseWeight(f32, 128, 3, 3), {3, 3},
+                              TensorDesc::Contiguous(f32, {128}), {1, 1}, {1, 1}, {1, 1}));
+  EXPECT_EQ(p.at("strategy"), 3) << PointToString(p);
+  EXPECT_EQ(p.at("vec"), 1) << PointToString(p);
+  EXPECT_EQ(p.at("rows"), 16) << PointToString(p);
+  // Stride 2 along W: blocked as before (a neighbour's columns are not the halo's).
+  p = default_of(DepthwiseKey(TensorDesc::Contiguous(bf16, {8, 64, 56, 56}), DepthwiseWeight(bf16, 64, 5, 5), {5, 5},
+                              NoneArg{}, {2, 2}, {2, 2}, {1, 1}));
+  EXPECT_EQ(p.at("strategy"), 1) << PointToString(p);
   // Windows that do not overlap (1x1, stride 2): one output row a thread; stride 2 halves the outputs
   // along W that share columns.
   p = default_of(DepthwiseKey(TensorDesc::Contiguous(f16, {8, 32, 64, 64}), DepthwiseWeight(f16, 32, 1, 1), {1, 1}, NoneArg{},

@@ -30,7 +30,27 @@ r a12 native f16 c 2,3,13,16 3,3 2,2 1,1 1,1 0 strategy=0 threads=64 outs=4 rows
 # stride 2 with dilation 2 along H under 4 output rows a thread (input rows no output uses are skipped)
 r a13 native f32 c 1,2,20,11 3,3 2,1 2,1 2,1 1 strategy=1 threads=64 outs=2 rows=4 vec=1 hint=0
 r a14 native bf16 c 1,2,20,16 3,3 2,1 2,1 2,1 1 strategy=2 threads=64 outs=2 rows=4 vec=8 hint=0
-# expert defaults: the headroom shape's (staged), a wide kernel's, and with bias absent
+# slide (strategy 3): vector loads of each row segment, halo columns by shuffle; warps spanning
+# several row tiles and planes (narrow rows), rows longer than a warp (halo loads at the warp edges),
+# odd widths (element loads, a partial last group), stride 2, dilation and a 3x5 kernel, no padding,
+# windows wholly in the padding, partial row tiles, 16 and 32 rows a thread, a 7x7 kernel, one-column rows
+r s1 native f32 c 2,3,13,16 3,3 1,1 1,1 1,1 1 strategy=3 threads=64 outs=4 rows=4 vec=4 hint=0
+r s2 native f32 c 1,2,27,27 3,3 1,1 1,1 1,1 1 strategy=3 threads=64 outs=4 rows=8 vec=1 hint=1
+r s3 native f32 c 1,2,10,200 3,3 1,1 1,1 1,1 0 strategy=3 threads=64 outs=4 rows=4 vec=4 hint=0
+r s4 native f32 c 1,3,20,21 3,3 2,2 1,1 1,1 1 strategy=3 threads=64 outs=4 rows=2 vec=1 hint=0
+r s5 native bf16 c 1,3,20,48 3,3 2,2 1,1 1,1 1 strategy=3 threads=64 outs=4 rows=4 vec=8 hint=1
+r s6 native f16 c 2,3,17,20 3,5 1,1 2,2 2,1 1 strategy=3 threads=64 outs=8 rows=4 vec=4 hint=0
+r s7 native f32 c 1,2,12,12 3,3 1,1 0,0 1,1 1 strategy=3 threads=64 outs=4 rows=2 vec=4 hint=0
+r s8 native f32 c 1,2,6,7 3,3 1,1 4,4 4,4 1 strategy=3 threads=64 outs=2 rows=2 vec=1 hint=0
+r s9 native bf16 c 2,4,33,64 3,3 1,1 1,1 1,1 0 strategy=3 threads=128 outs=8 rows=16 vec=8 hint=1
+r s10 native f32 c 1,3,70,32 3,3 1,1 1,1 1,1 1 strategy=3 threads=64 outs=4 rows=32 vec=4 hint=0
+r s11 native f32 c 1,2,9,300 7,7 1,1 3,3 1,1 1 strategy=3 threads=64 outs=4 rows=2 vec=4 hint=0
+r s12 native bf16 c 3,6,40,1 3,1 1,1 1,0 1,1 1 strategy=3 threads=64 outs=1 rows=8 vec=1 hint=0
+r s13 native f16 c 1,2,20,37 5,5 1,1 2,2 1,1 1 strategy=3 threads=64 outs=2 rows=8 vec=1 hint=0
+r s14 cudnn f16 c 2,32,12,12 3,3 1,1 1,1 1,1 0 strategy=3 threads=64 outs=8 rows=4 vec=4 hint=0
+# expert defaults: the headroom shape's (slide), a wide kernel's, and with bias absent; an odd width's
+r d4 native f32 c 1,2,127,127 3,3 1,1 1,1 1,1 1
+r d5 native bf16 c 2,4,56,56 3,3 1,1 1,1 1,1 0
 r d1 native f32 c 2,4,16,16 3,3 1,1 1,1 1,1 1
 r d2 native bf16 c 1,3,12,33 5,5 1,1 2,2 1,1 0
 # cudnn_convolution: channels_last (direct and blocked, channel vectors, dilation, stride), and NCHW fp16

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <random>
 #include <thread>
+#include <memory>
 #include <vector>
 thread_local emu_dim3 threadIdx, blockIdx;
 emu_dim3 blockDim, gridDim;
@@ -71,6 +72,11 @@ int main(int argc, char** argv) {
     EmuBlock blk{};
     blk.block_bar = &bar;
     blk.shared = shared.data();
+    std::vector<std::unique_ptr<std::barrier<>>> warp_bars;  // shuffles (the slide strategy; blocks are whole warps)
+    for (unsigned w = 0; w < (blockDim.x + 31) / 32; ++w) {
+      warp_bars.emplace_back(new std::barrier<>(std::min(32u, blockDim.x - 32 * w)));
+      blk.warp_bar[w] = warp_bars.back().get();
+    }
     std::vector<std::thread> threads;
     for (unsigned t = 0; t < blockDim.x; ++t) {
       threads.emplace_back([&, blk_id, t] {

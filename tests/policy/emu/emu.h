@@ -8,6 +8,7 @@
 #include <optional>
 #include <cstring>
 #include <cstdint>
+#include <type_traits>
 #ifndef __device__
 #define __device__
 #endif
@@ -50,6 +51,17 @@ inline float __shfl_up_sync(unsigned, float v, int d) {
   return emu_exchange(v, lane >= d ? lane - d : lane);
 }
 inline float __shfl_sync(unsigned, float v, int src) { return emu_exchange(v, src); }
+// Raw bits (the depthwise_conv family's slide strategy shuffles elements as unsigned): exactly unsigned,
+// so calls with other types still take the float overload above.
+template <typename T> requires std::is_same_v<T, unsigned>
+inline T __shfl_sync(unsigned, T v, int src) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  emu_block->warp_slot64[warp][lane] = v;
+  emu_block->warp_bar[warp]->arrive_and_wait();
+  const T r = (T)emu_block->warp_slot64[warp][src];
+  emu_block->warp_bar[warp]->arrive_and_wait();
+  return r;
+}
 // Butterfly exchanges of up to 8-byte values (float, int, long long).
 template <typename T> inline T __shfl_xor_sync(unsigned, T v, int mask) {
   static_assert(sizeof(T) <= 8);
