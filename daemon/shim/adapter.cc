@@ -7,7 +7,8 @@
 //
 // Per call (Wrapper<I>):
 //   the op's pre-filter declines it (PreFilterFor: a dtype or shape its family never
-//     serves, a cuDNN convolution that is not depthwise)      -> PyTorch's kernel, unkeyed
+//     serves, a cuDNN convolution that is not depthwise, a matmul of large K)
+//                                                             -> PyTorch's kernel, unkeyed
 //   autograd would record (grad mode on, an input requires grad) -> PyTorch's kernel
 //   key the call (WriteCallKey), hash it, find its Entry (shim_core.h) for this device
 //     first sight   -> PyTorch's kernel; record its outputs' layouts; look the key up
@@ -299,6 +300,25 @@ struct Decision {
   Hash128 hash;
 };
 
+// PreFilter::kSmallMatmul / kSmallBatchedMatmul: mm(self, mat2) or bmm(self, mat2), self a
+// defined strided tensor.
+bool SmallMatmulArgsPass(bool batched, const at::Tensor& self, c10::ArrayRef<c10::IValue> args) {
+  if (args.size() != 2 || !args[1].isTensor()) return false;
+  const at::Tensor& mat2 = args[1].toTensor();
+  if (!mat2.defined() || mat2.layout() != c10::kStrided || mat2.scalar_type() != self.scalar_type()) return false;
+  DType dtype;
+  switch (self.scalar_type()) {
+    case c10::ScalarType::Float: dtype = DType::kFloat32; break;
+    case c10::ScalarType::Half: dtype = DType::kFloat16; break;
+    case c10::ScalarType::BFloat16: dtype = DType::kBFloat16; break;
+    default: return false;
+  }
+  const auto a_sizes = self.sizes(), a_strides = self.strides(), b_sizes = mat2.sizes(), b_strides = mat2.strides();
+  return SmallMatmulMayBeServed(batched, dtype,
+                                {{a_sizes.data(), a_sizes.size()}, {a_strides.data(), a_strides.size()}},
+                                {{b_sizes.data(), b_sizes.size()}, {b_strides.data(), b_strides.size()}});
+}
+
 // The op's pre-filter (shim_core.h): true if the call may be one its family serves and is to be
 // keyed. Reads tensor metadata only; no allocation, no exception for any stack contents.
 bool PassesPreFilter(PreFilter filter, c10::ArrayRef<c10::IValue> args) {
@@ -309,6 +329,9 @@ bool PassesPreFilter(PreFilter filter, c10::ArrayRef<c10::IValue> args) {
   const c10::ScalarType type = x.scalar_type();
   if (type != c10::ScalarType::Float && type != c10::ScalarType::Half && type != c10::ScalarType::BFloat16) {
     return false;
+  }
+  if (filter == PreFilter::kSmallMatmul || filter == PreFilter::kSmallBatchedMatmul) {
+    return SmallMatmulArgsPass(filter == PreFilter::kSmallBatchedMatmul, x, args);
   }
   const auto sizes = x.sizes();
   if (filter == PreFilter::kDepthwiseConv) {

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "kjit/runtime/matmul_limits.h"
+
 namespace kjit::shim {
 namespace {
 
@@ -51,6 +53,24 @@ bool CudnnConvMayBeDepthwise(std::span<const int64_t> input_sizes, std::span<con
   if (c < 2 || groups != c) return false;
   if (weight_sizes[0] != c || weight_sizes[1] != 1) return false;
   return std::all_of(input_sizes.begin(), input_sizes.end(), [](int64_t n) { return n > 0; });
+}
+
+bool SmallMatmulMayBeServed(bool batched, DType dtype, MatmulOperand self, MatmulOperand mat2) {
+  const size_t rank = batched ? 3 : 2;
+  if (self.sizes.size() != rank || mat2.sizes.size() != rank || self.strides.size() != rank ||
+      mat2.strides.size() != rank) {
+    return false;
+  }
+  const size_t o = batched ? 1 : 0;
+  const int64_t k = self.sizes[o + 1];
+  if (k > MatmulMaxK(dtype)) return false;  // also every dtype the family does not serve (limit 0)
+  if (mat2.sizes[o] != k || (batched && mat2.sizes[0] != self.sizes[0])) return false;  // PyTorch rejects these
+  for (const MatmulOperand& x : {self, mat2}) {
+    for (size_t i = 0; i < rank; ++i) {
+      if (x.sizes[i] <= 0 || x.strides[i] < 0) return false;
+    }
+  }
+  return true;
 }
 
 Settings ReadSettings(const std::function<const char*(const char*)>& getenv) {

@@ -37,6 +37,7 @@
 #include "kjit/cache/kernel_cache.h"
 #include "kjit/runtime/gpu.h"
 #include "kjit/runtime/hash.h"
+#include "kjit/runtime/op_key.h"
 #include "kjit/runtime/status.h"
 
 namespace kjit::shim {
@@ -64,6 +65,11 @@ inline constexpr std::string_view kInterceptedOps[] = {
     // depthwise_conv. cudnn_convolution runs every cuDNN convolution: only depthwise calls pass
     // its pre-filter (PreFilter::kDepthwiseConv) and are keyed.
     "_conv_depthwise2d", "cudnn_convolution",
+    // matmul. Most products of a model run through these (torch.matmul and x @ y fold into them;
+    // F.linear with a bias is addmm, not intercepted): only small-K products pass their
+    // pre-filters (kSmallMatmul, kSmallBatchedMatmul) and are keyed, the others cost a few
+    // metadata reads.
+    "mm", "bmm",
 };
 
 // An entry of kInterceptedOps split at its first '.': {"sum", "dim_IntList"}, {"amax", ""}.
@@ -87,10 +93,14 @@ enum class PreFilter : uint8_t {
                    // no empty one (scan, pool, reduce and depthwise_conv serve those dtypes only, and
                    // neither 0-d nor empty inputs)
   kDepthwiseConv,  // kServedFloat, and a depthwise convolution (CudnnConvMayBeDepthwise)
+  kSmallMatmul,         // aten::mm of a small inner dimension (SmallMatmulMayBeServed, 2-D)
+  kSmallBatchedMatmul,  // aten::bmm of a small inner dimension (SmallMatmulMayBeServed, 3-D)
 };
 
 constexpr PreFilter PreFilterFor(std::string_view op) {
   if (op == "cudnn_convolution") return PreFilter::kDepthwiseConv;
+  if (op == "mm") return PreFilter::kSmallMatmul;
+  if (op == "bmm") return PreFilter::kSmallBatchedMatmul;
   for (std::string_view served : {"cumsum", "cumprod", "max_pool2d_with_indices", "max_pool3d_with_indices",
                                   "avg_pool2d", "avg_pool3d", "sum.dim_IntList", "mean.dim", "amax", "amin", "prod",
                                   "prod.dim_int", "argmax", "argmin", "_conv_depthwise2d"}) {
@@ -106,6 +116,21 @@ constexpr PreFilter PreFilterFor(std::string_view op) {
 // dtypes, layouts, strides, padding and the output size on the key.
 bool CudnnConvMayBeDepthwise(std::span<const int64_t> input_sizes, std::span<const int64_t> weight_sizes,
                              int64_t groups);
+
+// aten::mm(self, mat2) (batched false) or aten::bmm(self, mat2) (true) of two tensors of `dtype`
+// (the adapter has checked that both are strided and of the same dtype): whether the call can be
+// a product policy/matmul serves: 2-D (mm) or 3-D (bmm) operands, no empty dim, no negative
+// stride, agreeing batch and inner dimensions, a dtype the family serves and the inner dimension K
+// (self's last) within MatmulMaxK (kjit/runtime/matmul_limits.h, the limits the family's Match
+// uses). K is checked first: large products, the common case in real models, fail there.
+// Necessary, not sufficient: the family also checks on the key that the operands are aligned to
+// their element (as PyTorch allocates them) and that the output has at most 2^40 elements (more
+// than any GPU holds).
+struct MatmulOperand {
+  std::span<const int64_t> sizes;
+  std::span<const int64_t> strides;
+};
+bool SmallMatmulMayBeServed(bool batched, DType dtype, MatmulOperand self, MatmulOperand mat2);
 
 // The settings, read once from the environment.
 struct Settings {

@@ -2,7 +2,7 @@
 """An ordinary PyTorch inference program: nothing in it knows about kjit.
 
 It runs the normalization and softmax layers of a few familiar models, and
-scans, reductions, pooling and depthwise convolutions, at realistic sizes, in a loop, and prints the time per call of each (CUDA events)
+scans, reductions, pooling, depthwise convolutions and small-K matrix products, at realistic sizes, in a loop, and prints the time per call of each (CUDA events)
 and a checksum of each one's output. Run it as it is, then under kjit:
 
     python3 examples/shim_app/app.py
@@ -27,6 +27,8 @@ The ops (what eager PyTorch calls on CUDA, and kjit intercepts):
   max_pool2d     ResNet stem                  aten::max_pool2d_with_indices (indices written, dropped)
   depthwise_conv MobileNet block, NCHW fp32   aten::_conv_depthwise2d
   depthwise_conv_cl  the same, channels_last fp16  aten::cudnn_convolution (depthwise calls only)
+  bmm            per-head 64x64 products, fp32 aten::bmm (K <= 256 in fp32, <= 64 in fp16/bf16 only)
+  mm_skinny      a rank-64 factor product, fp32  aten::mm (idem)
 
 Everything runs under torch.inference_mode(): kjit leaves calls that autograd
 records to PyTorch.
@@ -96,6 +98,13 @@ def make_cases(torch, scale):
         ("depthwise_conv_cl", lambda: (randn(b(32), 144, 56, 56, dtype=f16).to(memory_format=torch.channels_last),
                                        randn(144, 1, 3, 3, dtype=f16)),
          lambda x, w: F.conv2d(x, w, None, padding=1, groups=144)),
+        # Per-head products of 64x64 matrices in float32 (4096 = 64 sequences x 64 heads), e.g. linear
+        # attention's k^T v; float32 matmuls run without TF32 unless the program allows it (the default).
+        ("bmm", lambda: (randn(b(4096), 64, 64), randn(b(4096), 64, 64)),
+         lambda x, y: torch.bmm(x, y)),
+        # A tall-skinny product of rank-64 factors, as in a low-rank (LoRA-style) expansion: 32768 x 64 @ 64 x 4096.
+        ("mm_skinny", lambda: (randn(b(32768), 64), randn(64, 4096)),
+         lambda x, y: x @ y),
     ]
     return cases
 

@@ -6,6 +6,8 @@
 #include <limits>
 #include <sstream>
 
+#include "kjit/runtime/matmul_limits.h"
+
 namespace kjit::policy {
 namespace {
 
@@ -19,8 +21,6 @@ enum Stage : int64_t { kDirect = 0, kStaged = 1, kDouble = 2, kResident = 3 };
 constexpr const char* kMm = "aten::mm";
 constexpr const char* kBmm = "aten::bmm";
 
-constexpr int64_t kMaxKFloat32 = 256;   // larger inner dimensions are cuBLAS's (near peak from K ~ 512 on)
-constexpr int64_t kMaxKHalf = 64;       // f16/bf16: tensor cores beat FP32 FMA once K grows
 constexpr int64_t kMaxSharedBytes = 64 * 1024;
 constexpr int64_t kMaxAccumulators = 64;  // tm x tn floats a thread holds
 constexpr int64_t kMaxFetchRegs = 32;     // elements a thread fetches per operand per slice
@@ -591,7 +591,8 @@ class Matmul final : public Family {
         if (s < 0) return InvalidArgument("negative strides: declined");
       }
     }
-    const int64_t max_k = p->dtype == DType::kFloat32 ? kMaxKFloat32 : kMaxKHalf;
+    // The shim's pre-filter declines a larger K with the same limit, before keying the call.
+    const int64_t max_k = MatmulMaxK(p->dtype);
     if (p->k > max_k) {
       return InvalidArgument("inner dimension " + std::to_string(p->k) + " over " + std::to_string(max_k) +
                              ": cuBLAS's large tiles" + (p->dtype == DType::kFloat32 ? "" : " and tensor cores") +

@@ -28,7 +28,8 @@
 //              warp's stores whole tile rows; with several matrices a block staged in one round, the
 //              next matrix's tiles are fetched into registers during this one's multiply (codegen 3)
 // Declined: other ops and dtypes, mixed dtypes, empty products, negative strides, K over 256 (f32) or
-// over 64 (f16/bf16): there cuBLAS's large tiles and tensor cores are the right answer.
+// over 64 (f16/bf16): there cuBLAS's large tiles and tensor cores are the right answer. The limits are
+// kjit/runtime/matmul_limits.h's, shared with the shim's pre-filter (PreFilter::kSmallMatmul).
 #pragma once
 
 #include "kjit/policy/design_space.h"

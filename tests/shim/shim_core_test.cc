@@ -128,7 +128,7 @@ TEST(ShimOps, InterceptedOpsSplitIntoNameAndOverload) {
   }
 }
 
-TEST(ShimOps, ThePartTwoFamiliesOpsAreIntercepted) {
+TEST(ShimOps, TheFamiliesOpsAreIntercepted) {
   auto listed = [](std::string_view op) {
     return std::find(std::begin(kInterceptedOps), std::end(kInterceptedOps), op) != std::end(kInterceptedOps);
   };
@@ -136,12 +136,13 @@ TEST(ShimOps, ThePartTwoFamiliesOpsAreIntercepted) {
                               "native_batch_norm", "cudnn_batch_norm", "cumsum", "cumprod", "max_pool2d_with_indices",
                               "max_pool3d_with_indices", "avg_pool2d", "avg_pool3d", "sum.dim_IntList", "mean.dim",
                               "amax", "amin", "prod", "prod.dim_int", "argmax", "argmin", "_conv_depthwise2d",
-                              "cudnn_convolution"}) {
+                              "cudnn_convolution", "mm", "bmm"}) {
     EXPECT_TRUE(listed(op)) << op;
   }
-  EXPECT_EQ(std::size(kInterceptedOps), 23u);
+  EXPECT_EQ(std::size(kInterceptedOps), 25u);
   // Overloads without CUDA kernels of their own, or that the families do not serve, are not listed.
-  for (std::string_view op : {"sum", "mean", "max_pool2d", "cumsum_", "cumsum.out", "sum.IntList_out"}) {
+  for (std::string_view op : {"sum", "mean", "max_pool2d", "cumsum_", "cumsum.out", "sum.IntList_out", "mm.out",
+                              "bmm.out", "addmm", "matmul"}) {
     EXPECT_FALSE(listed(op)) << op;
   }
 }
@@ -159,9 +160,13 @@ TEST(ShimOps, PreFilters) {
     EXPECT_EQ(PreFilterFor(op), PreFilter::kServedFloat) << op;
   }
   EXPECT_EQ(PreFilterFor("cudnn_convolution"), PreFilter::kDepthwiseConv);
+  EXPECT_EQ(PreFilterFor("mm"), PreFilter::kSmallMatmul);
+  EXPECT_EQ(PreFilterFor("bmm"), PreFilter::kSmallBatchedMatmul);
   EXPECT_EQ(PreFilterFor("gelu"), PreFilter::kNone);
+  EXPECT_EQ(PreFilterFor("addmm"), PreFilter::kNone);
   // Usable at compile time (the adapter's wrappers take theirs as a constant).
   static_assert(PreFilterFor("cudnn_convolution") == PreFilter::kDepthwiseConv);
+  static_assert(PreFilterFor("bmm") == PreFilter::kSmallBatchedMatmul);
   static_assert(SplitOpName("prod.dim_int").overload == "dim_int");
 }
 
@@ -186,6 +191,67 @@ TEST(ShimOps, CudnnPreFilterPassesDepthwiseConvolutionsOnly) {
   // Empty inputs are left to PyTorch.
   EXPECT_FALSE(depthwise({0, 16, 10, 10}, {16, 1, 3, 3}, 16));
   EXPECT_FALSE(depthwise({4, 16, 0, 10}, {16, 1, 3, 3}, 16));
+}
+
+TEST(ShimOps, MatmulPreFilterPassesSmallInnerDimensionsOnly) {
+  using V = std::vector<int64_t>;
+  // Contiguous strides of `sizes`.
+  auto dense = [](const V& sizes) {
+    V strides(sizes.size(), 1);
+    for (size_t i = sizes.size(); i-- > 1;) strides[i - 1] = strides[i] * sizes[i];
+    return strides;
+  };
+  auto mm = [&](DType dtype, V a, V b) {
+    const V sa = dense(a), sb = dense(b);
+    return SmallMatmulMayBeServed(false, dtype, {a, sa}, {b, sb});
+  };
+  auto bmm = [&](DType dtype, V a, V b) {
+    const V sa = dense(a), sb = dense(b);
+    return SmallMatmulMayBeServed(true, dtype, {a, sa}, {b, sb});
+  };
+  // The headroom shapes: the skinny float32 product, batches of 64x64 matrices.
+  EXPECT_TRUE(mm(DType::kFloat32, {32768, 64}, {64, 32768}));
+  EXPECT_TRUE(bmm(DType::kFloat32, {4096, 64, 64}, {4096, 64, 64}));
+  EXPECT_TRUE(bmm(DType::kBFloat16, {256, 64, 64}, {256, 64, 64}));
+  EXPECT_TRUE(mm(DType::kFloat16, {1, 64}, {64, 4096}));
+  // K at the family's limits and one past them (kjit/runtime/matmul_limits.h).
+  EXPECT_TRUE(mm(DType::kFloat32, {8, 256}, {256, 8}));
+  EXPECT_FALSE(mm(DType::kFloat32, {8, 257}, {257, 8}));
+  EXPECT_TRUE(bmm(DType::kFloat16, {2, 8, 64}, {2, 64, 8}));
+  EXPECT_FALSE(bmm(DType::kFloat16, {2, 8, 65}, {2, 65, 8}));
+  EXPECT_FALSE(mm(DType::kBFloat16, {8, 65}, {65, 8}));
+  // Large products, the common case in models: a transformer's projection, attention's scores.
+  EXPECT_FALSE(mm(DType::kFloat32, {4096, 4096}, {4096, 4096}));
+  EXPECT_FALSE(bmm(DType::kBFloat16, {32, 128, 1024}, {32, 1024, 128}));
+  // Large M and N do not matter, K does.
+  EXPECT_TRUE(mm(DType::kFloat32, {1 << 20, 16}, {16, 1 << 16}));
+  // dtypes the family does not serve, at any K.
+  for (DType t : {DType::kFloat64, DType::kInt64, DType::kInt32, DType::kBool, DType::kFloat8E4M3FN}) {
+    EXPECT_FALSE(mm(t, {8, 4}, {4, 8})) << DTypeName(t);
+  }
+  // Ranks: mm is 2-D, bmm 3-D.
+  EXPECT_FALSE(mm(DType::kFloat32, {64}, {64, 8}));
+  EXPECT_FALSE(mm(DType::kFloat32, {2, 8, 64}, {2, 64, 8}));
+  EXPECT_FALSE(bmm(DType::kFloat32, {8, 64}, {64, 8}));
+  EXPECT_FALSE(bmm(DType::kFloat32, {1, 2, 8, 64}, {1, 2, 64, 8}));
+  // Empty products.
+  EXPECT_FALSE(mm(DType::kFloat32, {0, 64}, {64, 8}));
+  EXPECT_FALSE(mm(DType::kFloat32, {8, 0}, {0, 8}));
+  EXPECT_FALSE(mm(DType::kFloat32, {8, 64}, {64, 0}));
+  EXPECT_FALSE(bmm(DType::kFloat32, {0, 8, 64}, {0, 64, 8}));
+  // Operands PyTorch rejects: inner or batch dimensions that differ.
+  EXPECT_FALSE(mm(DType::kFloat32, {8, 64}, {32, 8}));
+  EXPECT_FALSE(bmm(DType::kFloat32, {2, 8, 64}, {3, 64, 8}));
+  // Transposed and expanded operands pass; negative strides (never PyTorch's) do not.
+  const V a{8, 64}, a_t{1, 8}, b{64, 8}, bt{1, 64};
+  EXPECT_TRUE(SmallMatmulMayBeServed(false, DType::kFloat32, {a, a_t}, {b, bt}));
+  const V ea{4, 8, 64}, es{0, 64, 1}, eb{4, 64, 8}, ebs{512, 8, 1};
+  EXPECT_TRUE(SmallMatmulMayBeServed(true, DType::kFloat32, {ea, es}, {eb, ebs}));
+  const V neg{-64, 1};
+  EXPECT_FALSE(SmallMatmulMayBeServed(false, DType::kFloat32, {a, neg}, {b, bt}));
+  // Sizes and strides of different ranks (not a tensor's, but declined rather than read past).
+  const V short_strides{1};
+  EXPECT_FALSE(SmallMatmulMayBeServed(false, DType::kFloat32, {a, short_strides}, {b, bt}));
 }
 
 std::vector<OutputLayout> OneOutput() { return {OutputLayout{true, 6, {4, 8}, {8, 1}}}; }

@@ -5,7 +5,9 @@
 // a key with a verified record in a temporary cache (a softmax kernel from the
 // policy's generator, compiled here) is served by it from its second call; so is
 // a key whose record takes a workspace (kernel ABI v2: a hand-written softmax
-// that counts its blocks in the workspace and restores its zeros).
+// that counts its blocks in the workspace and restores its zeros). mm and bmm with
+// records of the matmul family: hits allocate PyTorch's contiguous outputs; the TF32 setting is
+// part of the key; products the family does not serve are never keyed.
 // Skipped, with the reason, where there is no CUDA PyTorch or no GPU.
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -93,6 +95,9 @@ class ShimGpu : public ::testing::Test {
   static inline at::Tensor miss_input_, miss_reference_, hit_input_, hit_reference_, ws_input_, ws_reference_;
   // Part-2 ops with a record: argmax (an int64 output), max_pool2d_with_indices (two outputs).
   static inline at::Tensor argmax_input_, argmax_reference_, pool_input_, pool_values_, pool_indices_;
+  // matmul records (TF32 off): a skinny f32 mm with A transposed, a f16 bmm of 64x64 matrices with
+  // B transposed; their products in float64.
+  static inline at::Tensor mm_a_, mm_b_, mm_exact_, bmm_a_, bmm_b_, bmm_exact_;
 
   // softmax of ROWS x 1024 floats, a block of 256 threads per row, 4 elements a thread; ws[0]
   // counts the blocks (the last resets it), ws[1..63] must be zero on entry (else NaN out).
@@ -180,6 +185,16 @@ ws_softmax(const float* __restrict__ x, float* __restrict__ y, unsigned int* ws)
     StoreExpertDefault("aten::max_pool2d_with_indices", "", {pool_input_, k3, s2, p1, d1, false}, arch,
                        context->info().sm_count);
     if (HasFatalFailure()) return;
+    at::globalContext().setAllowTF32CuBLAS(false);  // the keys of the records below carry it
+    mm_a_ = at::randn({64, 1000}, cuda).t();
+    mm_b_ = at::randn({64, 300}, cuda);
+    mm_exact_ = at::mm(mm_a_.cpu().to(at::kDouble), mm_b_.cpu().to(at::kDouble));
+    StoreExpertDefault("aten::mm", "", {mm_a_, mm_b_}, arch, context->info().sm_count);
+    bmm_a_ = at::randn({96, 64, 64}, cuda.dtype(at::kHalf));
+    bmm_b_ = at::randn({96, 64, 64}, cuda.dtype(at::kHalf)).transpose(1, 2);
+    bmm_exact_ = at::bmm(bmm_a_.cpu().to(at::kDouble), bmm_b_.cpu().to(at::kDouble));
+    StoreExpertDefault("aten::bmm", "", {bmm_a_, bmm_b_}, arch, context->info().sm_count);
+    if (HasFatalFailure()) return;
     // A record with a workspace for the [48, 1024] key.
     auto handle = c10::Dispatcher::singleton().findSchemaOrThrow("aten::_softmax", "");
     std::vector<c10::IValue> ws_args{ws_input_, int64_t{-1}, false};
@@ -226,6 +241,7 @@ ws_softmax(const float* __restrict__ x, float* __restrict__ y, unsigned int* ws)
     pool_indices_.reset();
     ws_input_.reset();
     ws_reference_.reset();
+    for (at::Tensor* t : {&mm_a_, &mm_b_, &mm_exact_, &bmm_a_, &bmm_b_, &bmm_exact_}) t->reset();
   }
 
   void SetUp() override {
@@ -297,6 +313,87 @@ TEST_F(ShimGpu, OnlyDepthwiseCudnnConvolutionsAreKeyed) {
   at::cudnn_convolution(x, at::randn({32, 1, 3, 3}, cuda), one, one, one, 32, false, false, true);
   EXPECT_EQ(Stats(adapter_).entries, entries + 1);
   EXPECT_EQ(Stats(adapter_).first_sights, first_sights + 1);
+}
+
+TEST_F(ShimGpu, InterceptsMatmul) {
+  const AdapterStats& s = Stats(adapter_);
+  for (const char* op : {"mm", "bmm"}) {
+    EXPECT_NE(std::find(s.intercepted_ops.begin(), s.intercepted_ops.end(), op), s.intercepted_ops.end()) << op;
+  }
+}
+
+// Within `rtol` of the product in float64 (kjit's kernels accumulate in float32 and round once).
+void ExpectNearExact(const at::Tensor& got, const at::Tensor& exact, double rtol, double atol, int call) {
+  const at::Tensor g = got.cpu().to(at::kDouble);
+  const double worst = ((g - exact).abs() - rtol * exact.abs()).max().item<double>();
+  EXPECT_LE(worst, atol) << "call " << call;
+}
+
+// Hits allocate outputs as PyTorch does for mm and bmm (contiguous [M, N], [B, M, N]) whatever the
+// inputs' layouts, and the family's kernels compute the product.
+TEST_F(ShimGpu, MatmulHitsReturnContiguousProducts) {
+  at::globalContext().setAllowTF32CuBLAS(false);
+  at::mm(mm_a_, mm_b_);  // first sight (or a hit, if another test met the key first)
+  at::bmm(bmm_a_, bmm_b_);
+  const uint64_t before = Stats(adapter_).hits;
+  for (int i = 0; i < 3; ++i) {
+    const at::Tensor out = at::mm(mm_a_, mm_b_);
+    EXPECT_EQ(out.sizes(), (std::vector<int64_t>{1000, 300}));
+    EXPECT_TRUE(out.is_contiguous());
+    EXPECT_EQ(out.scalar_type(), at::kFloat);
+    ExpectNearExact(out, mm_exact_, 1e-5, 1e-4, i);
+    const at::Tensor bout = at::bmm(bmm_a_, bmm_b_);
+    EXPECT_EQ(bout.sizes(), (std::vector<int64_t>{96, 64, 64}));
+    EXPECT_TRUE(bout.is_contiguous());
+    EXPECT_EQ(bout.scalar_type(), at::kHalf);
+    ExpectNearExact(bout, bmm_exact_, 1e-3, 1e-3, i);  // float16's rounding: 2^-11 relative
+  }
+  EXPECT_EQ(Stats(adapter_).hits, before + 6);
+  EXPECT_EQ(Stats(adapter_).failures, 0u);
+}
+
+// A TF32-on call is another key than the TF32-off one whose record exists: PyTorch's kernel runs
+// (a first sight, then misses), never the TF32-off key's kernel; TF32 off again, the record serves.
+TEST_F(ShimGpu, Tf32OnMatmulIsAnotherKey) {
+  auto& ctx = at::globalContext();
+  ctx.setAllowTF32CuBLAS(false);
+  at::mm(mm_a_, mm_b_);  // the TF32-off key seen (its record loaded)
+  const AdapterStats s0 = Stats(adapter_);
+  ctx.setAllowTF32CuBLAS(true);
+  at::mm(mm_a_, mm_b_);
+  at::mm(mm_a_, mm_b_);
+  const AdapterStats s1 = Stats(adapter_);
+  ctx.setAllowTF32CuBLAS(false);
+  EXPECT_EQ(s1.hits, s0.hits);
+  EXPECT_EQ(s1.entries, s0.entries + 1);
+  EXPECT_EQ(s1.first_sights, s0.first_sights + 1);
+  EXPECT_EQ(s1.misses, s0.misses + 2);  // the first sight, found in no record, counts as a miss too
+  at::mm(mm_a_, mm_b_);
+  EXPECT_EQ(Stats(adapter_).hits, s1.hits + 1);
+}
+
+// mm/bmm's pre-filter: products the matmul family never serves (K over its limit, other dtypes,
+// empty, mixed dtypes) are not keyed; a small-K one is.
+TEST_F(ShimGpu, OnlySmallMatmulsAreKeyed) {
+  const auto cuda = at::TensorOptions().device(at::kCUDA).dtype(at::kFloat);
+  const AdapterStats s0 = Stats(adapter_);
+  for (int i = 0; i < 2; ++i) {
+    at::mm(at::randn({256, 1024}, cuda), at::randn({1024, 256}, cuda));
+    at::bmm(at::randn({8, 64, 128}, cuda.dtype(at::kBFloat16)), at::randn({8, 128, 64}, cuda.dtype(at::kBFloat16)));
+    at::mm(at::randn({64, 64}, cuda.dtype(at::kDouble)), at::randn({64, 64}, cuda.dtype(at::kDouble)));
+    at::mm(at::randn({0, 64}, cuda), at::randn({64, 8}, cuda));
+    try {
+      at::mm(at::randn({8, 64}, cuda), at::randn({64, 8}, cuda.dtype(at::kHalf)));  // PyTorch may reject it
+    } catch (const std::exception&) {
+    }
+  }
+  const AdapterStats s1 = Stats(adapter_);
+  EXPECT_EQ(s1.entries, s0.entries);
+  EXPECT_EQ(s1.first_sights, s0.first_sights);
+  EXPECT_EQ(s1.misses, s0.misses);
+  at::mm(at::randn({128, 32}, cuda), at::randn({32, 128}, cuda));
+  EXPECT_EQ(Stats(adapter_).entries, s1.entries + 1);
+  EXPECT_EQ(Stats(adapter_).first_sights, s1.first_sights + 1);
 }
 
 TEST_F(ShimGpu, MissRunsPyTorchsKernel) {

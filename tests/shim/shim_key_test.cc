@@ -1,5 +1,5 @@
-// The shim's keys of the part-2 ops (scan, pool, reduce, depthwise_conv) are the keys their
-// families match, on CPU: for every sample key of those families, a call with tensors of exactly
+// The shim's keys of the pre-filtered ops (scan, pool, reduce, depthwise_conv, matmul) are the keys
+// their families match, on CPU: for every sample key of those families, a call with tensors of exactly
 // its layouts (CPU tensors over a small buffer: the key reads metadata and the data address only)
 // is keyed through the schema the adapter overrides (kInterceptedOps, split into name and
 // overload) by the key writer the adapter uses (kjit_torch::WriteCallKey), and must give the
@@ -15,13 +15,28 @@
 #include <vector>
 
 #include "kjit/policy/design_space.h"
+#include "kjit/runtime/matmul_limits.h"
 #include "kjit/torch/call_key.h"
 #include "shim_core.h"
 
 namespace kjit::shim {
 namespace {
 
-constexpr std::string_view kPartTwoFamilies[] = {"scan", "pool", "reduce", "depthwise_conv"};
+// The families whose ops have a pre-filter (PreFilterFor is not kNone).
+constexpr std::string_view kPreFilteredFamilies[] = {"scan", "pool", "reduce", "depthwise_conv", "matmul"};
+
+// What the adapter's pre-filter of mm/bmm (PassesPreFilter, SmallMatmulArgsPass) computes from
+// the call's tensors.
+bool MatmulPreFilterPasses(bool batched, const at::Tensor& a, const at::Tensor& b) {
+  if (a.layout() != c10::kStrided || b.layout() != c10::kStrided || a.scalar_type() != b.scalar_type()) return false;
+  const c10::ScalarType type = a.scalar_type();
+  if (type != at::kFloat && type != at::kHalf && type != at::kBFloat16) return false;
+  const auto dtype = kjit::torch::DTypeOf(type);
+  if (!dtype.ok()) return false;
+  const auto as = a.sizes(), ast = a.strides(), bs = b.sizes(), bst = b.strides();
+  return SmallMatmulMayBeServed(batched, *dtype, {{as.data(), as.size()}, {ast.data(), ast.size()}},
+                                {{bs.data(), bs.size()}, {bst.data(), bst.size()}});
+}
 
 // The kInterceptedOps entry for an OpCall's (op, overload), or "" if the shim does not intercept it.
 std::string InterceptedEntry(const OpCall& call) {
@@ -90,12 +105,12 @@ TEST(ShimKeys, EveryInterceptedOpHasASchemaInThisPyTorch) {
   }
 }
 
-TEST(ShimKeys, SampleKeysOfThePartTwoFamiliesAreTheShimsKeys) {
+TEST(ShimKeys, SampleKeysOfThePreFilteredFamiliesAreTheShimsKeys) {
   std::set<std::string> covered;
   size_t keys = 0;
   for (const policy::Family* family : policy::Families()) {
-    if (std::find(std::begin(kPartTwoFamilies), std::end(kPartTwoFamilies), family->name()) ==
-        std::end(kPartTwoFamilies)) {
+    if (std::find(std::begin(kPreFilteredFamilies), std::end(kPreFilteredFamilies), family->name()) ==
+        std::end(kPreFilteredFamilies)) {
       continue;
     }
     for (const OpKey& sample : family->SampleKeys()) {
@@ -135,11 +150,14 @@ TEST(ShimKeys, SampleKeysOfThePartTwoFamiliesAreTheShimsKeys) {
                                             std::span<const int64_t>(ws.data(), ws.size()), args[5].toInt()))
             << text;
       }
+      if (filter == PreFilter::kSmallMatmul || filter == PreFilter::kSmallBatchedMatmul) {
+        EXPECT_TRUE(MatmulPreFilterPasses(filter == PreFilter::kSmallBatchedMatmul, x, args[1].toTensor())) << text;
+      }
       ++keys;
     }
   }
-  EXPECT_GE(keys, 40u);
-  // Every part-2 op the shim intercepts has a sample key: each is checked above.
+  EXPECT_GE(keys, 50u);
+  // Every pre-filtered op the shim intercepts has a sample key: each is checked above.
   for (std::string_view entry : kInterceptedOps) {
     if (PreFilterFor(entry) == PreFilter::kNone) continue;
     EXPECT_TRUE(covered.contains(std::string(entry))) << entry << " has no sample key in its family";
@@ -185,6 +203,123 @@ TEST(ShimKeys, EagerStyleCallsMatchTheirFamilies) {
                           {x.contiguous(at::MemoryFormat::ChannelsLast), w, p1, d1, d1, int64_t{64}, false, false,
                            true})),
             "depthwise_conv");
+}
+
+// mm and bmm as PyTorch calls them (x @ w, torch.matmul folding a 3-D input, attention's scores),
+// keyed from real CPU tensors: the matmul family matches them, transposed and expanded operands too.
+TEST(ShimKeys, EagerStyleMatmulCallsMatchTheMatmulFamily) {
+  auto family_of = [](const char* op, const at::Tensor& a, const at::Tensor& b) -> std::string {
+    const auto& schema = c10::Dispatcher::singleton().findSchemaOrThrow(op, "").schema();
+    const std::vector<c10::IValue> args{a, b};
+    auto k = kjit::torch::CallKey(schema, args, 90, kNumericsDefault);
+    if (!k.ok()) return "unkeyed: " + k.status().ToString();
+    auto m = policy::FindFamily(*k);
+    return m.ok() ? std::string(m->family->name()) : "declined: " + m.status().ToString();
+  };
+  const at::Tensor a = at::randn({512, 64}), w = at::randn({64, 256});
+  EXPECT_EQ(family_of("aten::mm", a, w), "matmul");
+  EXPECT_EQ(family_of("aten::mm", a, at::randn({256, 64}).t()), "matmul");  // x @ weight.t()
+  EXPECT_EQ(family_of("aten::mm", at::randn({64, 512}).t(), w), "matmul");
+  EXPECT_EQ(family_of("aten::mm", a.to(at::kHalf), w.to(at::kHalf)), "matmul");
+  // [B*H, L, 64] @ [B*H, 64, L] (k transposed), and a batch of one matrix expanded (stride 0).
+  const at::Tensor q = at::randn({16, 128, 64}), k = at::randn({16, 128, 64});
+  EXPECT_EQ(family_of("aten::bmm", q, k.transpose(1, 2)), "matmul");
+  EXPECT_EQ(family_of("aten::bmm", q.to(at::kBFloat16), k.to(at::kBFloat16).transpose(1, 2)), "matmul");
+  EXPECT_EQ(family_of("aten::bmm", q, at::randn({64, 32}).expand({16, 64, 32})), "matmul");
+}
+
+// The pre-filter of mm/bmm and the family's Match agree on every call, whatever the rest of the
+// key: passed by one exactly when matched by the other (the tensors here are 16-byte aligned, the
+// one thing only the family checks). Around K's limits, and on what each declines.
+TEST(ShimKeys, MatmulPreFilterAgreesWithTheFamily) {
+  struct Call {
+    bool batched;
+    at::Tensor a, b;
+    std::string what;
+  };
+  std::vector<Call> calls;
+  for (at::ScalarType type : {at::kFloat, at::kHalf, at::kBFloat16, at::kDouble, at::kLong, at::kInt}) {
+    const auto o = at::TensorOptions().dtype(type);
+    const std::string t(c10::toString(type));
+    for (int64_t k : {int64_t{1}, kMatmulMaxKHalf - 1, kMatmulMaxKHalf, kMatmulMaxKHalf + 1, kMatmulMaxKFloat32,
+                      kMatmulMaxKFloat32 + 1, int64_t{1024}}) {
+      const std::string ks = " K=" + std::to_string(k);
+      calls.push_back({false, at::zeros({8, k}, o), at::zeros({k, 24}, o), "mm " + t + ks});
+      calls.push_back({false, at::zeros({k, 8}, o).t(), at::zeros({24, k}, o).t(), "mm transposed " + t + ks});
+      calls.push_back({true, at::zeros({3, 8, k}, o), at::zeros({3, k, 24}, o), "bmm " + t + ks});
+      calls.push_back({true, at::zeros({8, k}, o).expand({3, 8, k}), at::zeros({3, 24, k}, o).transpose(1, 2),
+                       "bmm expanded " + t + ks});
+    }
+    // Empty products.
+    calls.push_back({false, at::zeros({0, 16}, o), at::zeros({16, 8}, o), "mm M=0 " + t});
+    calls.push_back({false, at::zeros({8, 0}, o), at::zeros({0, 8}, o), "mm K=0 " + t});
+    calls.push_back({false, at::zeros({8, 16}, o), at::zeros({16, 0}, o), "mm N=0 " + t});
+    calls.push_back({true, at::zeros({0, 8, 16}, o), at::zeros({0, 16, 8}, o), "bmm B=0 " + t});
+    // Ranks the op does not take (PyTorch rejects them; the family declines them).
+    calls.push_back({false, at::zeros({16}, o), at::zeros({16, 8}, o), "mm 1-D " + t});
+    calls.push_back({false, at::zeros({2, 8, 16}, o), at::zeros({2, 16, 8}, o), "mm 3-D " + t});
+    calls.push_back({true, at::zeros({8, 16}, o), at::zeros({16, 8}, o), "bmm 2-D " + t});
+    // Dimensions that disagree (PyTorch rejects them).
+    calls.push_back({false, at::zeros({8, 16}, o), at::zeros({32, 8}, o), "mm inner " + t});
+    calls.push_back({true, at::zeros({2, 8, 16}, o), at::zeros({3, 16, 8}, o), "bmm batch " + t});
+  }
+  // Mixed dtypes (PyTorch rejects them).
+  calls.push_back({false, at::zeros({8, 16}), at::zeros({16, 8}, at::kHalf), "mm f32 @ f16"});
+  calls.push_back({true, at::zeros({2, 8, 16}, at::kBFloat16), at::zeros({2, 16, 8}, at::kHalf), "bmm bf16 @ f16"});
+  size_t served = 0;
+  for (const Call& c : calls) {
+    const char* op = c.batched ? "aten::bmm" : "aten::mm";
+    const auto& schema = c10::Dispatcher::singleton().findSchemaOrThrow(op, "").schema();
+    ASSERT_EQ(reinterpret_cast<uintptr_t>(c.a.data_ptr()) % 16, 0u) << c.what;
+    const std::vector<c10::IValue> args{c.a, c.b};
+    auto key = kjit::torch::CallKey(schema, args, 90, kNumericsDefault);
+    ASSERT_TRUE(key.ok()) << c.what << ": " << key.status().ToString();
+    auto match = policy::FindFamily(*key);
+    const bool matched = match.ok() && match->family->name() == "matmul";
+    EXPECT_EQ(PreFilterFor(c.batched ? "bmm" : "mm"),
+              c.batched ? PreFilter::kSmallBatchedMatmul : PreFilter::kSmallMatmul);
+    EXPECT_EQ(MatmulPreFilterPasses(c.batched, c.a, c.b), matched)
+        << c.what << ": the family says " << (match.ok() ? "matched" : match.status().ToString());
+    served += matched ? 1 : 0;
+  }
+  // Both sides of every limit were met: f32 at K = 1, 63, 64, 65, 256; f16/bf16 at K = 1, 63, 64;
+  // four layouts each.
+  EXPECT_EQ(served, 4u * (5 + 3 + 3));
+}
+
+// The key carries torch.backends.cuda.matmul.allow_tf32 (OpKey::numerics through CurrentNumerics,
+// as the adapter keys every call): a kernel stored for a TF32-off call is never served to a
+// TF32-on one, or the other way round.
+TEST(ShimKeys, Tf32OnAndOffMatmulCallsHaveDifferentKeys) {
+  auto& ctx = at::globalContext();
+  const bool was = ctx.allowTF32CuBLAS();
+  const auto& schema = c10::Dispatcher::singleton().findSchemaOrThrow("aten::mm", "").schema();
+  const std::vector<c10::IValue> args{at::zeros({256, 64}), at::zeros({64, 256})};
+  auto key_now = [&] {
+    std::string bytes;
+    EXPECT_TRUE(kjit::torch::WriteCallKey(schema, std::span<const c10::IValue>(args.data(), args.size()), 90,
+                                          kjit::torch::CurrentNumerics(), &bytes)
+                    .ok());
+    return bytes;
+  };
+  ctx.setAllowTF32CuBLAS(false);
+  const uint32_t off_numerics = kjit::torch::CurrentNumerics();
+  const std::string off = key_now();
+  ctx.setAllowTF32CuBLAS(true);
+  const uint32_t on_numerics = kjit::torch::CurrentNumerics();
+  const std::string on = key_now();
+  ctx.setAllowTF32CuBLAS(was);
+  EXPECT_EQ(off_numerics & kAllowTF32Matmul, 0u);
+  EXPECT_NE(on_numerics & kAllowTF32Matmul, 0u);
+  EXPECT_NE(off, on);
+  EXPECT_NE(HashBytes(off), HashBytes(on));
+  for (const std::string* bytes : {&off, &on}) {
+    auto key = OpKey::Decode(*bytes);
+    ASSERT_TRUE(key.ok()) << key.status().ToString();
+    auto match = policy::FindFamily(*key);
+    ASSERT_TRUE(match.ok()) << key->ToString() << ": " << match.status().ToString();
+    EXPECT_EQ(match->family->name(), "matmul");
+  }
 }
 
 // What the pre-filters decline, the families decline: a cuDNN convolution that is not depthwise,

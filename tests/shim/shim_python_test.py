@@ -14,6 +14,11 @@ libkjit_preload.so in LD_PRELOAD. One CASE per ctest test (label gpu):
                 no farther from a float64 reference than eager's (sums in
                 another order); also that non-depthwise cuDNN convolutions are
                 never keyed (no first sight, no miss)
+  equivalence_matmul  the same for mm and bmm (the matmul family): f32/f16/bf16, contiguous
+                and transposed operands, an expanded batch, TF32 on and off (another key
+                each; kjit's FP32 FMA may be more accurate than eager's TF32: the float64
+                rule); hits return eager's (contiguous) strides; every case is served; and
+                products the family never serves (large K, float64) are never keyed
   corrupt       records whose CUBIN bytes were changed on disk are refused
                 (quarantined), and the program's outputs are eager's
   load_failure  records that pass their checksums but cannot be loaded: the
@@ -198,10 +203,67 @@ def make_cases_part2(torch):
     return cases, inputs
 
 
-# Part-2 cases whose eager result is compared through a float64 reference where the two differ:
-# sums and products in another order than PyTorch's (kjit accumulates in float32 and rounds once;
-# PyTorch's float16/bfloat16 scans round every partial result).
-FLOAT64_RULE = ("cumsum", "cumprod", "sum", "mean", "prod", "avg_pool", "depthwise", "conv")
+def make_cases_matmul(torch):
+    """make_cases for mm and bmm: (case, op, dtype, layout, values, fn) and inputs(...). Layouts:
+    "contiguous", "a_t" and "b_t" (that operand a transposed view). Values: "fp32" (TF32 off) and,
+    for float32, "tf32" (torch.backends.cuda.matmul.allow_tf32 on around the call: another key).
+    Ops ending in "_large" have a K the family never serves, and float64 cases too: never keyed."""
+    # op -> (batch or None for mm, M, K, N, expanded batch of B); K at most 64 (f16/bf16's limit)
+    # except in the "_large" ops.
+    ops = {
+        "mm_skinny": (None, 512, 64, 384, False),
+        "mm_odd": (None, 301, 37, 129, False),
+        "bmm_64": (64, 64, 64, 64, False),
+        "bmm_scores": (32, 100, 64, 100, False),  # attention's q @ k^T, [B*H, L, 64] @ [B*H, 64, L]
+        "bmm_expanded": (24, 50, 48, 40, True),  # one B for every matrix of the batch (stride 0)
+        "mm_large": (None, 128, 512, 128, False),
+        "bmm_large": (4, 64, 320, 64, False),
+    }
+
+    def operand(rows, cols, batch, transposed, expanded, dtype, gen):
+        shape = (cols, rows) if transposed else (rows, cols)
+        if batch is not None and not expanded:
+            shape = (batch,) + shape
+        x = torch.randn(*shape, generator=gen).to(dtype).cuda()
+        if transposed:
+            x = x.transpose(-1, -2)
+        if expanded:
+            x = x.expand(batch, rows, cols)
+        return x
+
+    def inputs(op, dtype, layout, values, gen):
+        batch, m, k, n, expanded = ops[op]
+        return (operand(m, k, batch, layout == "a_t", False, dtype, gen),
+                operand(k, n, batch, layout == "b_t", expanded, dtype, gen))
+
+    def call(tf32):
+        def fn(a, b):
+            torch.backends.cuda.matmul.allow_tf32 = tf32
+            return torch.mm(a, b) if a.dim() == 2 else torch.bmm(a, b)
+        return fn
+
+    cases = []
+    for name in ops:
+        dtypes = (torch.float32, torch.float16, torch.bfloat16)
+        if name.endswith("_large"):
+            dtypes += (torch.float64,)
+        for dtype in dtypes:
+            for layout in ("contiguous", "a_t", "b_t"):
+                for values in (("fp32", "tf32") if dtype == torch.float32 else ("fp32",)):
+                    case = f"{name}/{str(dtype).replace('torch.', '')}/{layout}/{values}"
+                    cases.append((case, name, dtype, layout, values, call(values == "tf32")))
+    return cases, inputs
+
+
+def matmul_case_served(case):
+    """Whether the matmul family serves a make_cases_matmul case."""
+    return not case.split("/")[0].endswith("_large") and "/float64/" not in case
+
+
+# Part-2 and matmul cases whose eager result is compared through a float64 reference where the two
+# differ: sums and products in another order than PyTorch's (kjit accumulates in float32 and rounds
+# once; PyTorch's float16/bfloat16 scans round every partial result; its TF32 matmuls round inputs).
+FLOAT64_RULE = ("cumsum", "cumprod", "sum", "mean", "prod", "avg_pool", "depthwise", "conv", "mm", "bmm")
 
 
 def counters():
@@ -219,10 +281,18 @@ def child_outputs(torch, calls, devices=(0,), part="part1"):
     """Every case `calls` times (first sight, then hits) on each device; the last outputs, on the
     CPU, keyed by case on device 0 and "case@N" on device N. An op returning several tensors gives
     "case#0", "case#1", ...; part-2 cases under FLOAT64_RULE also "case#f64", the op on the CPU in
-    float64 (never intercepted: the shim overrides CUDA kernels only)."""
-    cases, inputs = make_cases(torch) if part == "part1" else make_cases_part2(torch)
+    float64 (never intercepted: the shim overrides CUDA kernels only); matmul cases also
+    "case#strides", the output's strides."""
+    if part == "part1":
+        cases, inputs = make_cases(torch)
+    elif part.startswith("matmul"):
+        cases, inputs = make_cases_matmul(torch)
+    else:
+        cases, inputs = make_cases_part2(torch)
     if part == "part2-dense":  # only the convolutions that are not depthwise
         cases = [c for c in cases if c[1].startswith("conv_")]
+    if part == "matmul-declined":  # only the products the family never serves
+        cases = [c for c in cases if not matmul_case_served(c[0])]
     outputs = {}
     with torch.inference_mode():
         for device in devices:
@@ -239,6 +309,8 @@ def child_outputs(torch, calls, devices=(0,), part="part1"):
                             outputs[f"{name}#{i}"] = o.cpu()
                     else:
                         outputs[name] = out.cpu()
+                    if part.startswith("matmul"):
+                        outputs[f"{name}#strides"] = torch.tensor(out.stride())
                     if part != "part1" and op.startswith(FLOAT64_RULE) and device == 0:
                         outputs[f"{case}#f64"] = fn(*[a.cpu().double() for a in args]).to(out.dtype)
     torch.cuda.synchronize()
@@ -438,6 +510,32 @@ def case_equivalence_part2(e):
     print(f"non-depthwise convolutions: counters {c}, none keyed")
 
 
+def case_equivalence_matmul(e):
+    import torch
+    reference = first_run_and_seed(e, "matmul")
+    # kjitd absent from here on.
+    second, log = e.program("outputs", os.path.join(e.work, "second.pt"), calls=3, part="matmul")
+    c = second["counters"]
+    print(f"counters: {c}")
+    if c["failures"]:
+        fail(f"{c['failures']} records failed in the shim:\n{log[-3000:]}")
+    compare_all(torch, second["outputs"], reference, "served by kjit's kernels")
+    # Every served case is its own key (TF32 on and off included): its first call loads the
+    # record, the other two are hits; the others are never keyed.
+    served = [case for case, *_ in make_cases_matmul(torch)[0] if matmul_case_served(case)]
+    if c["hits"] != 2 * len(served):
+        fail(f"{c['hits']} hits, not 2 for each of the {len(served)} served cases:\n{log[-3000:]}")
+    for op in ("aten::mm", "aten::bmm"):
+        if f" for {op} " not in log:
+            fail(f"no record was loaded for {op}:\n{log[-3000:]}")
+    # The pre-filter: in a process that runs only products the family never serves, nothing is keyed.
+    only, log = e.program("outputs", os.path.join(e.work, "declined.pt"), calls=3, part="matmul-declined")
+    c = only["counters"]
+    if c["first_sights"] or c["misses"] or c["hits"]:
+        fail(f"products the matmul family never serves were keyed (counters {c}):\n{log[-3000:]}")
+    print(f"large-K and float64 products: counters {c}, none keyed")
+
+
 def case_corrupt(e):
     import torch
     reference = first_run_and_seed(e)
@@ -556,8 +654,9 @@ def case_two_devices(e):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("case", nargs="?", choices=["equivalence", "equivalence_part2", "corrupt", "load_failure",
-                                                    "hotswap", "kill_kjitd", "two_devices"])
+    parser.add_argument("case", nargs="?", choices=["equivalence", "equivalence_part2", "equivalence_matmul",
+                                                    "corrupt", "load_failure", "hotswap", "kill_kjitd",
+                                                    "two_devices"])
     parser.add_argument("--kjit")
     parser.add_argument("--preload")
     parser.add_argument("--seed")
