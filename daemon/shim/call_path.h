@@ -77,40 +77,38 @@ inline bool PassesPreFilter(PreFilter filter, c10::ArrayRef<c10::IValue> args) {
   return true;
 }
 
-inline bool AutogradWouldRecord(c10::ArrayRef<c10::IValue> args) {
-  if (!c10::GradMode::is_enabled()) return false;
-  for (const c10::IValue& v : args) {
-    if (v.isTensor() && v.toTensor().defined() && v.toTensor().requires_grad()) return true;
-  }
-  return false;
-}
-
-// The device of the call's tensor arguments, all of type kDevice (CUDA in the adapter); -1 if the
-// first is not such a tensor, or if they are on more than one device. Such a call is left to
-// PyTorch's kernel, which rejects it (or handles it) as it would without kjit: served, it would
-// fail the launch and blacklist the key on this device for the process, though the kernel is sound.
+// The device of the call's tensor arguments, all of type kDevice (CUDA in the adapter), in
+// *device; -1 if the first is not such a tensor, or if they are on more than one device. Such a
+// call is left to PyTorch's kernel, which rejects it (or handles it) as it would without kjit:
+// served, it would fail the launch and blacklist the key on this device for the process, though
+// the kernel is sound. False if autograd would record the call (grad mode on and a tensor
+// argument requires grad): PyTorch's kernel too. One pass over the arguments for both.
 template <c10::DeviceType kDevice = c10::DeviceType::CUDA>
-int CallDevice(c10::ArrayRef<c10::IValue> args) {
-  int device = -2;  // no tensor seen yet
+bool DeviceWithoutAutograd(c10::ArrayRef<c10::IValue> args, int* device) {
+  const bool grad_mode = c10::GradMode::is_enabled();
+  int found = -2;  // no tensor seen yet
   for (const c10::IValue& v : args) {
-    if (!v.isTensor() || !v.toTensor().defined()) continue;
+    if (!v.isTensor()) continue;
     const at::Tensor& t = v.toTensor();
-    if (t.device().type() != kDevice) return -1;
-    const int d = t.device().index();
-    if (device != -2 && d != device) return -1;
-    device = d;
+    if (!t.defined()) continue;
+    if (grad_mode && t.requires_grad()) return false;
+    if (found == -1) continue;  // only autograd is left to check
+    const c10::Device d = t.device();
+    if (d.type() != kDevice || (found != -2 && d.index() != found)) {
+      found = -1;
+    } else {
+      found = d.index();
+    }
   }
-  return device == -2 ? -1 : device;
+  *device = found == -2 ? -1 : found;
+  return true;
 }
 
 // The checks of a call before it is keyed: its op's pre-filter, autograd, its device. False:
 // PyTorch's kernel, unkeyed; true: *device is the call's.
 template <c10::DeviceType kDevice = c10::DeviceType::CUDA>
 bool CheckCall(PreFilter filter, c10::ArrayRef<c10::IValue> args, int* device) {
-  if (!PassesPreFilter(filter, args)) return false;
-  if (AutogradWouldRecord(args)) return false;
-  *device = CallDevice<kDevice>(args);
-  return true;
+  return PassesPreFilter(filter, args) && DeviceWithoutAutograd<kDevice>(args, device);
 }
 
 // A checked call's key, its hash and its entry on `device` (created in kUnknown if absent:
