@@ -128,8 +128,6 @@ BENCHMARK(BM_ShimCountMissSampled);
 // kernel's launch between two calls cools them: the in-process figures (KJIT_PROFILE) are higher.
 // With kProfile, the stage clock is on, and its per-stage means (clock reads included, as in
 // KJIT_PROFILE's table) are counters of the run.
-std::atomic<uint64_t> g_misses{0};  // the adapter's Adapter::misses
-
 template <bool kProfile>
 void MissLoop(benchmark::State& state, const char* name, const char* overload, const char* intercepted,
               const std::vector<c10::IValue>& args) {
@@ -174,14 +172,12 @@ void MissLoop(benchmark::State& state, const char* name, const char* overload, c
     }
     if (!entry->TimeThisMiss()) {
       clock.Lap(Stage::kPyTorchMiss);
-      g_misses.fetch_add(1, std::memory_order_relaxed);
       entry->CountUntimedMiss();
       clock.Lap(Stage::kMissAccounting);
     } else {
       const auto start = std::chrono::steady_clock::now();
       const auto end = std::chrono::steady_clock::now();
       clock.Lap(Stage::kPyTorchMiss);
-      g_misses.fetch_add(1, std::memory_order_relaxed);
       const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(end - start).count();
       benchmark::DoNotOptimize(entry->CountMiss(static_cast<uint64_t>(ns), end.time_since_epoch().count()));
       clock.Lap(Stage::kMissAccounting);

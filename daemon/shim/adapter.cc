@@ -112,7 +112,6 @@ class Adapter final : public KernelSource {
   EmptyStridedCuda empty_strided_cuda = nullptr;  // null: hits allocate through at::empty_strided
   std::atomic<uint64_t> hits{0};         // calls served by kjit's kernels
   std::atomic<uint64_t> first_sights{0};  // keys resolved (PyTorch's kernel ran)
-  std::atomic<uint64_t> misses{0};       // calls of negative keys
   std::atomic<uint64_t> failures{0};     // entries blacklisted with a record (each reported once)
   StageProfile profile;                  // KJIT_PROFILE (settings.profile)
   bool diagnostics = false;              // KJIT_PROFILE or KJIT_PASSTHROUGH: the wrapper's one branch
@@ -430,13 +429,11 @@ int64_t SteadyNs(std::chrono::steady_clock::time_point t) {
 
 // A miss that was not timed (Entry::TimeThisMiss): counted, reported later with a timed one.
 void CountUntimedMiss(Adapter& a, Entry& entry) noexcept {
-  a.misses.fetch_add(1, std::memory_order_relaxed);
   entry.CountUntimedMiss();
 }
 
 void CountMiss(Adapter& a, Entry& entry, std::chrono::steady_clock::time_point start,
                std::chrono::steady_clock::time_point end) noexcept {
-  a.misses.fetch_add(1, std::memory_order_relaxed);
   const auto host_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(end - start).count();
   const Entry::MissReport report = entry.CountMiss(static_cast<uint64_t>(std::max<int64_t>(host_ns, 0)), SteadyNs(end));
   try {
@@ -653,7 +650,7 @@ AdapterStats CurrentAdapterStats() {
   s.entries = g_adapter->table.size();
   s.hits = g_adapter->hits.load();
   s.first_sights = g_adapter->first_sights.load();
-  s.misses = g_adapter->misses.load();
+  s.misses = g_adapter->table.misses();
   s.failures = g_adapter->failures.load();
   return s;
 }
