@@ -427,11 +427,6 @@ int64_t SteadyNs(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
 }
 
-// A miss that was not timed (Entry::TimeThisMiss): counted, reported later with a timed one.
-void CountUntimedMiss(Adapter& a, Entry& entry) noexcept {
-  entry.CountUntimedMiss();
-}
-
 void CountMiss(Adapter& a, Entry& entry, std::chrono::steady_clock::time_point start,
                std::chrono::steady_clock::time_point end) noexcept {
   const auto host_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(end - start).count();
@@ -526,7 +521,7 @@ void ServeOrForward(Adapter& a, const c10::OperatorHandle& op, c10::DispatchKeyS
   if (d.negative != nullptr && !d.negative->TimeThisMiss()) {
     a.ops[I].pytorch->callBoxed(op, keys, stack);
     clock.Lap(Stage::kPyTorchMiss);
-    CountUntimedMiss(a, *d.negative);
+    d.negative->CountUntimedMiss();  // reported later, with a timed miss
     clock.Lap(Stage::kMissAccounting);
     clock.Total();
     return;
