@@ -7,9 +7,12 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <benchmark/benchmark.h>
 
+#include <atomic>
 #include <chrono>
+#include <string>
 #include <vector>
 
+#include "call_path.h"
 #include "kjit/torch/call_key.h"
 #include "shim_core.h"
 
@@ -117,6 +120,104 @@ void BM_ShimCountMissSampled(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_ShimCountMissSampled);
+
+// A known miss as the adapter's wrapper (daemon/shim/adapter.cc, ServeOrForward) handles it, all
+// but PyTorch's kernel (not called): the call's checks, key, hash, lookup and miss accounting,
+// through the same functions (call_path.h), on CPU tensors (the adapter's are CUDA ones). One key,
+// found again each call. Caches and branch predictors stay warm here, where in a program the
+// kernel's launch between two calls cools them: the in-process figures (KJIT_PROFILE) are higher.
+// With kProfile, the stage clock is on, and its per-stage means (clock reads included, as in
+// KJIT_PROFILE's table) are counters of the run.
+template <bool kProfile>
+void MissLoop(benchmark::State& state, const char* name, const char* overload, const char* intercepted,
+              const std::vector<c10::IValue>& args) {
+  using namespace kjit::shim;
+  const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow(name, overload);
+  const PreFilter filter = PreFilterFor(intercepted);
+  EntryTable table;
+  StageProfile profile;
+  constexpr int kDevice = 0;  // CPU tensors have no device index; the table's device of the call
+  constexpr int kArch = 90;
+  // The key's first call: resolved negative, as the adapter resolves a key without a record.
+  {
+    Stopwatch<false> clock(nullptr);
+    int device = -1;
+    kjit::Hash128 hash;
+    bool created = false;
+    Entry* entry = CheckCall<c10::DeviceType::CPU>(filter, args, &device)
+                       ? FindEntry(table, op.schema(), args, kDevice, kArch, clock, &hash, &created)
+                       : nullptr;
+    if (entry == nullptr || !created) {
+      state.SkipWithError("the call was not keyed");
+      return;
+    }
+    entry->ResolveNegative({});
+    entry->CountMiss(1000, NowNs());
+  }
+  for (auto _ : state) {
+    Stopwatch<kProfile> clock(&profile);
+    const c10::FunctionSchema& schema = op.schema();
+    int device = -1;
+    if (!CheckCall<c10::DeviceType::CPU>(filter, args, &device)) {
+      state.SkipWithError("declined");
+      break;
+    }
+    clock.Lap(Stage::kPreFilter);
+    kjit::Hash128 hash;
+    bool created = false;
+    Entry* entry = FindEntry(table, schema, args, kDevice, kArch, clock, &hash, &created);
+    if (entry == nullptr || entry->state() != EntryState::kNegative) {
+      state.SkipWithError("not a known miss");
+      break;
+    }
+    if (!entry->TimeThisMiss()) {
+      clock.Lap(Stage::kPyTorchMiss);
+      entry->CountUntimedMiss();
+      clock.Lap(Stage::kMissAccounting);
+    } else {
+      const auto start = std::chrono::steady_clock::now();
+      const auto end = std::chrono::steady_clock::now();
+      clock.Lap(Stage::kPyTorchMiss);
+      const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(end - start).count();
+      benchmark::DoNotOptimize(entry->CountMiss(static_cast<uint64_t>(ns), end.time_since_epoch().count()));
+      clock.Lap(Stage::kMissAccounting);
+    }
+    clock.Total();
+  }
+  if (kProfile) {
+    for (Stage s : {Stage::kPreFilter, Stage::kKey, Stage::kHash, Stage::kLookup, Stage::kMissAccounting}) {
+      const uint64_t n = profile.calls(s);
+      if (n == 0) continue;
+      state.counters[std::string(StageName(s))] =
+          benchmark::Counter(static_cast<double>(profile.ns(s)) / static_cast<double>(n));
+    }
+  }
+}
+
+template <bool kProfile>
+void BM_ShimMissSmallSoftmax(benchmark::State& state) {
+  MissLoop<kProfile>(state, "aten::_softmax", "", "_softmax", {at::empty({8, 64}), int64_t{-1}, false});
+}
+BENCHMARK(BM_ShimMissSmallSoftmax<false>);
+BENCHMARK(BM_ShimMissSmallSoftmax<true>);
+
+template <bool kProfile>
+void BM_ShimMissSmallSum(benchmark::State& state) {
+  MissLoop<kProfile>(state, "aten::sum", "dim_IntList", "sum.dim_IntList",
+                     {at::empty({8, 64}), c10::IValue(std::vector<int64_t>{1}), false, c10::IValue()});
+}
+BENCHMARK(BM_ShimMissSmallSum<false>);
+BENCHMARK(BM_ShimMissSmallSum<true>);
+
+template <bool kProfile>
+void BM_ShimMissSmallLayerNorm(benchmark::State& state) {
+  at::Tensor x = at::empty({8, 64}, at::kBFloat16);
+  at::Tensor w = at::empty({64}, at::kBFloat16);
+  MissLoop<kProfile>(state, "aten::native_layer_norm", "", "native_layer_norm",
+                     {x, c10::IValue(std::vector<int64_t>{64}), w, w, 1e-5});
+}
+BENCHMARK(BM_ShimMissSmallLayerNorm<false>);
+BENCHMARK(BM_ShimMissSmallLayerNorm<true>);
 
 void BM_SteadyClockNow(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(std::chrono::steady_clock::now());

@@ -34,7 +34,6 @@
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
-#include <c10/core/GradMode.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/SmallVector.h>
 #include <dlfcn.h>
@@ -55,6 +54,7 @@
 #include <vector>
 
 #include "announcements.h"
+#include "call_path.h"
 #include "kjit/cache/kernel_cache.h"
 #include "kjit/ipc/client.h"
 #include "kjit/runtime/gpu.h"
@@ -113,7 +113,6 @@ class Adapter final : public KernelSource {
   EmptyStridedCuda empty_strided_cuda = nullptr;  // null: hits allocate through at::empty_strided
   std::atomic<uint64_t> hits{0};         // calls served by kjit's kernels
   std::atomic<uint64_t> first_sights{0};  // keys resolved (PyTorch's kernel ran)
-  std::atomic<uint64_t> misses{0};       // calls of negative keys
   std::atomic<uint64_t> failures{0};     // entries blacklisted with a record (each reported once)
   StageProfile profile;                  // KJIT_PROFILE (settings.profile)
   bool diagnostics = false;              // KJIT_PROFILE or KJIT_PASSTHROUGH: the wrapper's one branch
@@ -262,34 +261,6 @@ class Adapter final : public KernelSource {
 
 Adapter* g_adapter = nullptr;
 
-int64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-// The stage clock of one call (KJIT_PROFILE): Lap(stage) charges the time since the last lap to
-// `stage`. The profiled and unprofiled wrappers are the same template; the unprofiled one's
-// laps compile to nothing.
-template <bool kOn>
-struct Stopwatch {
-  explicit Stopwatch(StageProfile*) {}
-  void Lap(Stage) {}
-  void Total() {}
-};
-template <>
-struct Stopwatch<true> {
-  explicit Stopwatch(StageProfile* p) : profile(p), start(NowNs()), last(start) {}
-  void Lap(Stage stage) {
-    const int64_t now = NowNs();
-    profile->Add(stage, now - last);
-    last = now;
-  }
-  void Total() { profile->Add(Stage::kWrapper, NowNs() - start); }
-  StageProfile* profile;
-  int64_t start;
-  int64_t last;
-};
-
 // What to do with a call once TryServe has looked at it.
 struct Decision {
   bool served = false;         // kjit's kernel ran; the stack holds its outputs
@@ -299,82 +270,6 @@ struct Decision {
   int arch = 0;
   Hash128 hash;
 };
-
-// PreFilter::kSmallMatmul / kSmallBatchedMatmul: mm(self, mat2) or bmm(self, mat2), self a
-// defined strided tensor.
-bool SmallMatmulArgsPass(bool batched, const at::Tensor& self, c10::ArrayRef<c10::IValue> args) {
-  if (args.size() != 2 || !args[1].isTensor()) return false;
-  const at::Tensor& mat2 = args[1].toTensor();
-  if (!mat2.defined() || mat2.layout() != c10::kStrided || mat2.scalar_type() != self.scalar_type()) return false;
-  DType dtype;
-  switch (self.scalar_type()) {
-    case c10::ScalarType::Float: dtype = DType::kFloat32; break;
-    case c10::ScalarType::Half: dtype = DType::kFloat16; break;
-    case c10::ScalarType::BFloat16: dtype = DType::kBFloat16; break;
-    default: return false;
-  }
-  const auto a_sizes = self.sizes(), a_strides = self.strides(), b_sizes = mat2.sizes(), b_strides = mat2.strides();
-  return SmallMatmulMayBeServed(batched, dtype,
-                                {{a_sizes.data(), a_sizes.size()}, {a_strides.data(), a_strides.size()}},
-                                {{b_sizes.data(), b_sizes.size()}, {b_strides.data(), b_strides.size()}});
-}
-
-// The op's pre-filter (shim_core.h): true if the call may be one its family serves and is to be
-// keyed. Reads tensor metadata only; no allocation, no exception for any stack contents.
-bool PassesPreFilter(PreFilter filter, c10::ArrayRef<c10::IValue> args) {
-  if (filter == PreFilter::kNone) return true;
-  if (args.empty() || !args[0].isTensor()) return false;
-  const at::Tensor& x = args[0].toTensor();
-  if (!x.defined() || x.layout() != c10::kStrided) return false;
-  const c10::ScalarType type = x.scalar_type();
-  if (type != c10::ScalarType::Float && type != c10::ScalarType::Half && type != c10::ScalarType::BFloat16) {
-    return false;
-  }
-  if (filter == PreFilter::kSmallMatmul || filter == PreFilter::kSmallBatchedMatmul) {
-    return SmallMatmulArgsPass(filter == PreFilter::kSmallBatchedMatmul, x, args);
-  }
-  const auto sizes = x.sizes();
-  if (filter == PreFilter::kDepthwiseConv) {
-    // cudnn_convolution(self, weight, padding, stride, dilation, groups, benchmark, deterministic, allow_tf32)
-    if (args.size() != 9 || !args[1].isTensor() || !args[5].isInt()) return false;
-    const at::Tensor& w = args[1].toTensor();
-    if (!w.defined()) return false;
-    const auto w_sizes = w.sizes();
-    return CudnnConvMayBeDepthwise(std::span<const int64_t>(sizes.data(), sizes.size()),
-                                   std::span<const int64_t>(w_sizes.data(), w_sizes.size()), args[5].toInt());
-  }
-  // 0-d and empty inputs: every family of a filtered op leaves them to PyTorch.
-  if (sizes.empty()) return false;
-  for (int64_t n : sizes) {
-    if (n == 0) return false;
-  }
-  return true;
-}
-
-bool AutogradWouldRecord(c10::ArrayRef<c10::IValue> args) {
-  if (!c10::GradMode::is_enabled()) return false;
-  for (const c10::IValue& v : args) {
-    if (v.isTensor() && v.toTensor().defined() && v.toTensor().requires_grad()) return true;
-  }
-  return false;
-}
-
-// The CUDA device of the call's tensor arguments; -1 if the first is not a CUDA tensor, or
-// if they are on more than one device. Such a call is left to PyTorch's kernel, which
-// rejects it (or handles it) as it would without kjit: served, it would fail the launch
-// and blacklist the key on this device for the process, though the kernel is sound.
-int CallDevice(c10::ArrayRef<c10::IValue> args) {
-  int device = -2;  // no tensor seen yet
-  for (const c10::IValue& v : args) {
-    if (!v.isTensor() || !v.toTensor().defined()) continue;
-    const at::Tensor& t = v.toTensor();
-    if (!t.is_cuda()) return -1;
-    const int d = t.get_device();
-    if (device != -2 && d != device) return -1;
-    device = d;
-  }
-  return device == -2 ? -1 : device;
-}
 
 // Runs a loaded kernel for the call: allocates outputs like the first call's,
 // launches on PyTorch's current stream, and on success replaces the arguments
@@ -479,25 +374,14 @@ Decision TryServe(Adapter& a, const c10::OperatorHandle& op, PreFilter filter, :
   try {
     const c10::FunctionSchema& schema = op.schema();
     auto args = ::torch::jit::last(*stack, schema.arguments().size());
-    if (!PassesPreFilter(filter, args)) return d;
-    if (AutogradWouldRecord(args)) return d;
-    d.device = CallDevice(args);
+    if (!CheckCall(filter, args, &d.device)) return d;
     DeviceSlot* slot = a.Device(d.device);
     if (slot == nullptr) return d;
     d.arch = slot->arch;
     clock.Lap(Stage::kPreFilter);
-    thread_local std::string key;
-    if (!kjit::torch::WriteCallKey(schema, std::span<const c10::IValue>(args.data(), args.size()),
-                                   static_cast<uint16_t>(d.arch), kjit::torch::CurrentNumerics(), &key)
-             .ok()) {
-      return d;  // a call kjit cannot key (e.g. an argument type it does not encode)
-    }
-    clock.Lap(Stage::kKey);
-    d.hash = HashBytes(key);
-    clock.Lap(Stage::kHash);
     bool created = false;
-    Entry* entry = a.table.FindOrCreate(d.hash, d.device, key, &created);
-    clock.Lap(Stage::kLookup);
+    Entry* entry = FindEntry(a.table, schema, args, d.device, d.arch, clock, &d.hash, &created);
+    if (entry == nullptr) return d;  // a call kjit cannot key (e.g. an argument type it does not encode)
     if (created) {
       d.first_sight = entry;
       return d;
@@ -544,15 +428,8 @@ int64_t SteadyNs(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
 }
 
-// A miss that was not timed (Entry::TimeThisMiss): counted, reported later with a timed one.
-void CountUntimedMiss(Adapter& a, Entry& entry) noexcept {
-  a.misses.fetch_add(1, std::memory_order_relaxed);
-  entry.CountUntimedMiss();
-}
-
 void CountMiss(Adapter& a, Entry& entry, std::chrono::steady_clock::time_point start,
                std::chrono::steady_clock::time_point end) noexcept {
-  a.misses.fetch_add(1, std::memory_order_relaxed);
   const auto host_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(end - start).count();
   const Entry::MissReport report = entry.CountMiss(static_cast<uint64_t>(std::max<int64_t>(host_ns, 0)), SteadyNs(end));
   try {
@@ -645,7 +522,7 @@ void ServeOrForward(Adapter& a, const c10::OperatorHandle& op, c10::DispatchKeyS
   if (d.negative != nullptr && !d.negative->TimeThisMiss()) {
     a.ops[I].pytorch->callBoxed(op, keys, stack);
     clock.Lap(Stage::kPyTorchMiss);
-    CountUntimedMiss(a, *d.negative);
+    d.negative->CountUntimedMiss();  // reported later, with a timed miss
     clock.Lap(Stage::kMissAccounting);
     clock.Total();
     return;
@@ -769,7 +646,7 @@ AdapterStats CurrentAdapterStats() {
   s.entries = g_adapter->table.size();
   s.hits = g_adapter->hits.load();
   s.first_sights = g_adapter->first_sights.load();
-  s.misses = g_adapter->misses.load();
+  s.misses = g_adapter->table.misses();
   s.failures = g_adapter->failures.load();
   return s;
 }

@@ -149,17 +149,23 @@ std::string Entry::failure() const {
 }
 
 Entry::MissReport Entry::CountMiss(uint64_t host_ns, int64_t now_ns) {
-  misses_.fetch_add(1, std::memory_order_relaxed);
   // Time first, then the call: a report that takes this call also takes its time.
   pending_ns_.fetch_add(host_ns, std::memory_order_relaxed);
   pending_timed_.fetch_add(1, std::memory_order_relaxed);
-  pending_calls_.fetch_add(1, std::memory_order_acq_rel);
+  misses_.fetch_add(1, std::memory_order_acq_rel);
   int64_t last = last_report_ns_.load(std::memory_order_relaxed);
   if (last != kNeverReported && now_ns - last < kMissReportIntervalNs) return {};
   // One thread wins the report; the others carry on.
   if (!last_report_ns_.compare_exchange_strong(last, now_ns, std::memory_order_acq_rel)) return {};
   MissReport report;
-  report.calls = pending_calls_.exchange(0, std::memory_order_acq_rel);
+  // The calls since the last report. Only moved forward: a report that raced with a later one
+  // (its thread held up past the next interval) takes what that one left, if anything.
+  const uint64_t misses = misses_.load(std::memory_order_acquire);
+  uint64_t reported = reported_misses_.load(std::memory_order_relaxed);
+  while (reported < misses &&
+         !reported_misses_.compare_exchange_weak(reported, misses, std::memory_order_relaxed)) {
+  }
+  report.calls = reported < misses ? misses - reported : 0;
   const uint64_t timed = pending_timed_.exchange(0, std::memory_order_relaxed);
   const uint64_t ns = pending_ns_.exchange(0, std::memory_order_relaxed);
   if (timed > 0) report.mean_host_us = static_cast<double>(ns) / 1000.0 / static_cast<double>(timed);
@@ -186,6 +192,9 @@ struct TableKeyCompare {
 
 struct EntryTable::Impl {
   tbb::concurrent_hash_map<TableKey, std::unique_ptr<Entry>, TableKeyCompare> map;
+  // The entries again, for misses(): the map cannot be walked while other threads insert.
+  mutable std::mutex mutex;
+  std::vector<const Entry*> entries;
 };
 
 namespace {
@@ -233,11 +242,22 @@ Entry* EntryTable::FindOrCreate(const Hash128& hash, int device, std::string_vie
   }
   decltype(impl_->map)::accessor a;
   *created = impl_->map.insert(a, TableKey{hash, device});
-  if (*created) a->second = std::make_unique<Entry>(std::string(key_bytes), device);
+  if (*created) {
+    a->second = std::make_unique<Entry>(std::string(key_bytes), device);
+    std::lock_guard lock(impl_->mutex);
+    impl_->entries.push_back(a->second.get());
+  }
   return a->second.get();
 }
 
 size_t EntryTable::size() const { return impl_->map.size(); }
+
+uint64_t EntryTable::misses() const {
+  std::lock_guard lock(impl_->mutex);
+  uint64_t n = 0;
+  for (const Entry* e : impl_->entries) n += e->misses();
+  return n;
+}
 
 std::string_view StageName(Stage stage) {
   switch (stage) {

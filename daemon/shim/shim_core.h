@@ -230,10 +230,8 @@ class Entry {
   static constexpr uint64_t kMissTimingStride = 16;
   bool TimeThisMiss() const { return misses_.load(std::memory_order_relaxed) % kMissTimingStride == 0; }
   MissReport CountMiss(uint64_t host_ns, int64_t now_ns);
-  void CountUntimedMiss() {
-    misses_.fetch_add(1, std::memory_order_relaxed);
-    pending_calls_.fetch_add(1, std::memory_order_relaxed);
-  }
+  // One atomic add: a report's calls are the misses counted since the last report's.
+  void CountUntimedMiss() { misses_.fetch_add(1, std::memory_order_relaxed); }
   uint64_t misses() const { return misses_.load(std::memory_order_relaxed); }
   uint64_t hits() const { return hits_.load(std::memory_order_relaxed); }
   void CountHit() { hits_.fetch_add(1, std::memory_order_relaxed); }
@@ -246,7 +244,7 @@ class Entry {
   std::vector<OutputLayout> outputs_;
   std::atomic<const LoadedKernel*> kernel_{nullptr};
   std::atomic<uint64_t> misses_{0};
-  std::atomic<uint64_t> pending_calls_{0};  // misses since the last report
+  std::atomic<uint64_t> reported_misses_{0};  // misses_ as of the last report
   std::atomic<uint64_t> pending_timed_{0};  // those of them timed
   std::atomic<uint64_t> pending_ns_{0};     // their host time
   static constexpr int64_t kNeverReported = INT64_MIN;
@@ -275,6 +273,9 @@ class EntryTable {
   // (that caller then resolves it).
   Entry* FindOrCreate(const Hash128& hash, int device, std::string_view key_bytes, bool* created);
   size_t size() const;
+  // Every entry's misses() summed: the process's misses, without a counter that every thread's
+  // every miss would write (one cache line bouncing between the threads that run ops).
+  uint64_t misses() const;
 
  private:
   Entry* FindLocked(const Hash128& hash, int device) const;

@@ -414,11 +414,13 @@ OpKey OpKey::Single(std::string op, std::string overload, std::vector<Arg> args,
 
 std::string OpKey::Encode() const {
   std::string out;
-  KeyWriter w(&out);
-  w.BeginKey(arch, numerics, static_cast<uint32_t>(calls.size()));
-  for (const auto& c : calls) {
-    w.BeginCall(c.op, c.overload, static_cast<uint32_t>(c.args.size()));
-    for (const auto& a : c.args) WriteArg(w, a);
+  {
+    KeyWriter w(&out);  // its bytes reach `out` when it goes
+    w.BeginKey(arch, numerics, static_cast<uint32_t>(calls.size()));
+    for (const auto& c : calls) {
+      w.BeginCall(c.op, c.overload, static_cast<uint32_t>(c.args.size()));
+      for (const auto& a : c.args) WriteArg(w, a);
+    }
   }
   return out;
 }
@@ -491,20 +493,21 @@ std::string OpKey::ToString() const {
 
 KeyWriter::KeyWriter(std::string* out) : out_(out) { out_->clear(); }
 
-// Varint and Fixed push their bytes one by one: push_back is inlined (a capacity check and a
-// store), where append(buf, n) is an out-of-line call per field, which was most of the cost of
-// keying a small call (benchmarks/bench_torch.cc). The key is written once per intercepted
-// launch, into a buffer whose capacity is reused.
-void KeyWriter::Varint(uint64_t v) {
-  while (v >= 0x80) {
-    out_->push_back(static_cast<char>(v | 0x80));
-    v >>= 7;
-  }
-  out_->push_back(static_cast<char>(v));
+void KeyWriter::Flush() {
+  out_->append(buffer_, used_);
+  used_ = 0;
 }
 
-void KeyWriter::Fixed(uint64_t v, int bytes) {
-  for (int i = 0; i < bytes; ++i) out_->push_back(static_cast<char>(v >> (8 * i)));
+// Strings longer than the buffer go straight to *out, after what the buffer holds.
+void KeyWriter::Bytes(std::string_view bytes) {
+  if (bytes.size() > kBufferBytes) {
+    Flush();
+    out_->append(bytes);
+    return;
+  }
+  char* p = Room(bytes.size());
+  std::memcpy(p, bytes.data(), bytes.size());
+  Advance(p + bytes.size());
 }
 
 void KeyWriter::CountArg() {
@@ -516,7 +519,7 @@ void KeyWriter::CountArg() {
 }
 
 void KeyWriter::BeginKey(uint16_t arch, uint32_t numerics, uint32_t call_count) {
-  out_->append(kMagic, sizeof kMagic);
+  Bytes(std::string_view(kMagic, sizeof kMagic));
   Byte(kEncodingVersion);
   Fixed(arch, 2);
   Fixed(numerics, 4);
@@ -531,9 +534,9 @@ void KeyWriter::BeginCall(std::string_view op, std::string_view overload, uint32
     --calls_left_;
   }
   Varint(op.size());
-  out_->append(op);
+  Bytes(op);
   Varint(overload.size());
-  out_->append(overload);
+  Bytes(overload);
   Varint(arg_count);
   args_left_ = arg_count;
 }
@@ -565,7 +568,7 @@ void KeyWriter::String(std::string_view v) {
   CountArg();
   Byte(static_cast<uint8_t>(ArgTag::kString));
   Varint(v.size());
-  out_->append(v);
+  Bytes(v);
 }
 
 void KeyWriter::ScalarType(DType t) {
@@ -596,16 +599,16 @@ void KeyWriter::Tensor(DType dtype, std::span<const int64_t> sizes, std::span<co
     CountArg();
   }
   if (sizes.size() != strides.size() || storage_offset < 0) bad_ = true;
-  Byte(static_cast<uint8_t>(ArgTag::kTensor));
-  Byte(static_cast<uint8_t>(dtype));
-  Varint(sizes.size());
+  char* p = Room(2 + kMaxVarintBytes);
+  p = PutByte(p, static_cast<uint8_t>(ArgTag::kTensor));
+  p = PutByte(p, static_cast<uint8_t>(dtype));
+  Advance(PutVarint(p, sizes.size()));
   for (auto s : sizes) {
     if (s < 0) bad_ = true;
     Varint(static_cast<uint64_t>(s));
   }
   for (auto s : strides) Varint(ZigZag(s));
-  Varint(static_cast<uint64_t>(storage_offset));
-  Byte(alignment);
+  Advance(PutByte(PutVarint(Room(kMaxVarintBytes + 1), static_cast<uint64_t>(storage_offset)), alignment));
 }
 
 void KeyWriter::BeginTensorList(uint32_t count) {
@@ -622,7 +625,8 @@ void KeyWriter::Ref(uint32_t call, uint32_t output) {
   Varint(output);
 }
 
-Status KeyWriter::Finish() const {
+Status KeyWriter::Finish() {
+  Flush();
   if (bad_ || calls_left_ != 0 || args_left_ != 0 || list_left_ != 0) {
     return InvalidArgument("KeyWriter: the calls and arguments written do not match the counts declared");
   }

@@ -10,8 +10,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <random>
+#include <string>
+#include <vector>
 
 #include "sample_keys.h"
 
@@ -45,6 +48,66 @@ TEST(OpKey, KeyWriterMatchesEncode) {
   w.Bool(false);
   ASSERT_TRUE(w.Finish().ok());
   EXPECT_EQ(bytes, SoftmaxKey().Encode());
+}
+
+// KeyWriter collects bytes in an inline buffer: a key longer than it (a long string, long lists,
+// many tensor dims) must come out exactly as a byte-at-a-time encoder writes it, whichever field
+// crosses the buffer's end.
+TEST(OpKey, KeyWriterLongKeysCrossItsBuffer) {
+  std::string expected;
+  auto byte = [&](uint8_t b) { expected.push_back(static_cast<char>(b)); };
+  auto varint = [&](uint64_t v) {
+    for (; v >= 0x80; v >>= 7) byte(static_cast<uint8_t>(v | 0x80));
+    byte(static_cast<uint8_t>(v));
+  };
+  auto zigzag = [](int64_t v) { return (static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63); };
+  auto str = [&](std::string_view v) {
+    varint(v.size());
+    expected.append(v);
+  };
+  for (size_t prefix : {0, 1, 7, 100, 250, 255, 256, 300}) {
+    SCOPED_TRACE(prefix);
+    const std::string op = "aten::" + std::string(prefix, 'o');
+    const std::string long_string(1000, 'x');
+    std::vector<int64_t> ints;
+    for (int i = 0; i < 300; ++i) ints.push_back(i % 3 == 0 ? -(int64_t{1} << (i % 60)) : int64_t{1} << (i % 62));
+    const std::vector<int64_t> sizes(40, 1'000'000'007), strides(40, -3);
+    expected.clear();
+    expected.append("KJK");
+    byte(1);
+    byte(90);
+    byte(0);
+    for (int i = 0; i < 4; ++i) byte(0);
+    varint(1);
+    str(op);
+    str("");
+    varint(4);
+    byte(static_cast<uint8_t>(ArgTag::kString));
+    str(long_string);
+    byte(static_cast<uint8_t>(ArgTag::kIntList));
+    varint(ints.size());
+    for (int64_t v : ints) varint(zigzag(v));
+    byte(static_cast<uint8_t>(ArgTag::kTensor));
+    byte(static_cast<uint8_t>(DType::kFloat32));
+    varint(sizes.size());
+    for (int64_t v : sizes) varint(static_cast<uint64_t>(v));
+    for (int64_t v : strides) varint(zigzag(v));
+    varint(12345678901);
+    byte(16);
+    byte(static_cast<uint8_t>(ArgTag::kInt));
+    varint(zigzag(INT64_MIN));
+
+    std::string bytes = "left over";
+    KeyWriter w(&bytes);
+    w.BeginKey(90, kNumericsDefault, 1);
+    w.BeginCall(op, "", 4);
+    w.String(long_string);
+    w.IntList(ints);
+    w.Tensor(DType::kFloat32, sizes, strides, 12345678901, 16);
+    w.Int(INT64_MIN);
+    ASSERT_TRUE(w.Finish().ok());
+    EXPECT_EQ(bytes, expected);
+  }
 }
 
 TEST(OpKey, KeyWriterCatchesMiscounts) {

@@ -4,7 +4,9 @@
 
 #include <atomic>
 #include <map>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "announcements.h"
 #include "shim_core.h"
@@ -417,6 +419,34 @@ TEST(ShimTable, OneCreatorPerKeyAndDevice) {
   EXPECT_EQ(table.Find(h, 1), other_device);
   EXPECT_EQ(table.Find(HashBytes("other"), 0), nullptr);
   EXPECT_EQ(table.size(), 2u);
+}
+
+// The process's misses (the adapter's counter) are its entries' misses summed, counted from
+// several threads while others create entries.
+TEST(ShimTable, MissesSumEveryEntrysMisses) {
+  EntryTable table;
+  EXPECT_EQ(table.misses(), 0u);
+  constexpr int kThreads = 4, kKeys = 50, kCalls = 100;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&table, t] {
+      for (int k = 0; k < kKeys; ++k) {
+        const std::string key = "key " + std::to_string((k + t) % kKeys);
+        bool created = false;
+        Entry* e = table.FindOrCreate(HashBytes(key), 0, key, &created);
+        for (int i = 0; i < kCalls; ++i) {
+          if (e->TimeThisMiss()) {
+            (void)e->CountMiss(1000, i);
+          } else {
+            e->CountUntimedMiss();
+          }
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(table.size(), static_cast<size_t>(kKeys));
+  EXPECT_EQ(table.misses(), static_cast<uint64_t>(kThreads * kKeys * kCalls));
 }
 
 // Find's per-thread cache of found entries: many keys (more than its slots) found again and

@@ -7,6 +7,8 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <string>
 #include <vector>
 
 namespace kjit::torch {
@@ -128,6 +130,106 @@ TEST(TorchBridge, NumericsFollowTorchSettings) {
   ctx.setAllowTF32CuBLAS(true);
   EXPECT_NE(CurrentNumerics() & kAllowTF32Matmul, 0u);
   ctx.setAllowTF32CuBLAS(tf32);
+}
+
+// Every setting CurrentNumerics reads, flipped between two calls, through each API a user has:
+// each flip changes the numerics and the call's key, and restoring the setting restores both.
+TEST(TorchBridge, NumericsFollowEverySettingFlippedBetweenCalls) {
+  auto& ctx = at::globalContext();
+  const std::vector<c10::IValue> args{at::empty({8, 64}), int64_t{-1}, false};
+  const c10::FunctionSchema& schema = Schema("aten::_softmax", "");
+  auto key_now = [&] {
+    std::string key;
+    EXPECT_TRUE(WriteCallKey(schema, args, 90, CurrentNumerics(), &key).ok());
+    return key;
+  };
+  const uint32_t base = CurrentNumerics();
+  const std::string base_key = key_now();
+  const bool tf32_cublas = ctx.allowTF32CuBLAS();
+  const bool tf32_cudnn = ctx.allowTF32CuDNN();
+  const auto fp16 = ctx.allowFP16ReductionCuBLAS();
+  const auto bf16 = ctx.allowBF16ReductionCuBLAS();
+  const bool det = ctx.deterministicAlgorithms();
+  const bool det_warn = ctx.deterministicAlgorithmsWarnOnly();
+  auto set_reduction = [](at::CuBLASReductionOption o, auto setter) {
+    setter(o == at::CuBLASReductionOption::AllowReducedPrecisionWithSplitK,
+           o != at::CuBLASReductionOption::DisallowReducedPrecisionDisallowSplitK);
+  };
+  struct Flip {
+    const char* name;
+    uint32_t bit;  // 0: any change
+    std::function<void()> set;
+    std::function<void()> restore;
+  };
+  const std::vector<Flip> flips = {
+      {"setAllowTF32CuBLAS", kAllowTF32Matmul, [&] { ctx.setAllowTF32CuBLAS(!tf32_cublas); },
+       [&] { ctx.setAllowTF32CuBLAS(tf32_cublas); }},
+      {"setFloat32MatmulPrecision", 0u, [&] { ctx.setFloat32MatmulPrecision(tf32_cublas ? "highest" : "medium"); },
+       [&] { ctx.setFloat32MatmulPrecision(tf32_cublas ? "high" : "highest"); }},
+      {"setAllowTF32CuDNN", kAllowTF32Cudnn, [&] { ctx.setAllowTF32CuDNN(!tf32_cudnn); },
+       [&] { ctx.setAllowTF32CuDNN(tf32_cudnn); }},
+      {"setAllowFP16ReductionCuBLAS", kAllowFP16ReducedReduction,
+       [&] {
+         ctx.setAllowFP16ReductionCuBLAS(fp16 != at::CuBLASReductionOption::AllowReducedPrecisionWithSplitK);
+       },
+       [&] { set_reduction(fp16, [&](bool r, bool k) { ctx.setAllowFP16ReductionCuBLAS(r, k); }); }},
+      {"setAllowBF16ReductionCuBLAS", kAllowBF16ReducedReduction,
+       [&] {
+         ctx.setAllowBF16ReductionCuBLAS(bf16 != at::CuBLASReductionOption::AllowReducedPrecisionWithSplitK);
+       },
+       [&] { set_reduction(bf16, [&](bool r, bool k) { ctx.setAllowBF16ReductionCuBLAS(r, k); }); }},
+      {"setDeterministicAlgorithms", kDeterministic, [&] { ctx.setDeterministicAlgorithms(!det, false); },
+       [&] { ctx.setDeterministicAlgorithms(det, det_warn); }},
+  };
+  for (const Flip& f : flips) {
+    SCOPED_TRACE(f.name);
+    f.set();
+    const uint32_t flipped = CurrentNumerics();
+    if (f.bit != 0) {
+      EXPECT_EQ(flipped ^ base, f.bit);
+    } else {
+      EXPECT_NE(flipped, base);
+    }
+    EXPECT_NE(key_now(), base_key);
+    f.restore();
+    EXPECT_EQ(CurrentNumerics(), base);
+    EXPECT_EQ(key_now(), base_key);
+  }
+}
+
+// CurrentNumerics does not ask for kAllowBF16Matmul (call_key.cc): this PyTorch's
+// float32Precision(CUDA, MATMUL) must never answer BF16, whatever the fp32 precision table holds.
+// Every state the setters accept, for the entries that lookup falls back through.
+TEST(TorchBridge, NumericsNeverAllowBF16Matmul) {
+  using at::Float32Backend;
+  using at::Float32Op;
+  using at::Float32Precision;
+  auto& ctx = at::globalContext();
+  const auto generic = ctx.float32Precision(Float32Backend::GENERIC, Float32Op::ALL);
+  // The CUDA entries as stored: float32Precision would resolve their fallbacks. Restored below by
+  // the legacy setter, which sets both the entry and the legacy flag the getters compare it with.
+  const bool tf32_cublas = ctx.allowTF32CuBLAS();
+  EXPECT_THROW(ctx.setFloat32Precision(Float32Backend::CUDA, Float32Op::MATMUL, Float32Precision::BF16), c10::Error);
+  EXPECT_THROW(ctx.setFloat32Precision(Float32Backend::CUDA, Float32Op::ALL, Float32Precision::BF16), c10::Error);
+  const Float32Precision all[] = {Float32Precision::NONE, Float32Precision::IEEE, Float32Precision::TF32,
+                                  Float32Precision::BF16};
+  for (Float32Precision g : all) {
+    ctx.setFloat32Precision(Float32Backend::GENERIC, Float32Op::ALL, g);
+    for (Float32Precision cuda_all : all) {
+      if (cuda_all == Float32Precision::BF16) continue;  // refused (above)
+      ctx.setFloat32Precision(Float32Backend::CUDA, Float32Op::ALL, cuda_all);
+      for (Float32Precision cuda_matmul : all) {
+        if (cuda_matmul == Float32Precision::BF16) continue;
+        ctx.setFloat32Precision(Float32Backend::CUDA, Float32Op::MATMUL, cuda_matmul);
+        EXPECT_NE(ctx.float32Precision(Float32Backend::CUDA, Float32Op::MATMUL), Float32Precision::BF16)
+            << static_cast<int>(g) << " " << static_cast<int>(cuda_all) << " " << static_cast<int>(cuda_matmul);
+      }
+    }
+  }
+  ctx.setFloat32Precision(Float32Backend::GENERIC, Float32Op::ALL, generic);
+  ctx.setFloat32Precision(Float32Backend::CUDA, Float32Op::ALL, Float32Precision::NONE);
+  ctx.setAllowTF32CuBLAS(tf32_cublas);
+  EXPECT_EQ(ctx.allowTF32CuBLAS(), tf32_cublas);
 }
 
 }  // namespace

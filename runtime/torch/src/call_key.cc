@@ -1,6 +1,7 @@
 #include "kjit/torch/call_key.h"
 
 #include <ATen/Context.h>
+#include <c10/util/SmallVector.h>
 
 namespace kjit::torch {
 namespace {
@@ -15,32 +16,75 @@ bool IsScalarTypeArg(const c10::Argument& arg) {
   return false;
 }
 
-Status WriteTensor(KeyWriter& w, const at::Tensor& t) {
-  KJIT_ASSIGN_OR_RETURN(DType dtype, DTypeOf(t.scalar_type()));
-  if (t.layout() != c10::kStrided) return InvalidArgument("only strided tensors are keyed");
-  const auto sizes = t.sizes();
-  const auto strides = t.strides();
-  w.Tensor(dtype, std::span<const int64_t>(sizes.data(), sizes.size()),
-           std::span<const int64_t>(strides.data(), strides.size()), t.storage_offset(),
-           TensorDesc::AlignmentOf(reinterpret_cast<uintptr_t>(t.data_ptr())));
-  return Status::Ok();
+// DTypeOf without a Result: its Status (a string) was built and destroyed per keyed tensor.
+bool ToDType(c10::ScalarType type, DType* out) {
+  switch (type) {
+    case c10::ScalarType::Bool: *out = DType::kBool; return true;
+    case c10::ScalarType::Byte: *out = DType::kUInt8; return true;
+    case c10::ScalarType::Char: *out = DType::kInt8; return true;
+    case c10::ScalarType::Short: *out = DType::kInt16; return true;
+    case c10::ScalarType::Int: *out = DType::kInt32; return true;
+    case c10::ScalarType::Long: *out = DType::kInt64; return true;
+    case c10::ScalarType::Half: *out = DType::kFloat16; return true;
+    case c10::ScalarType::BFloat16: *out = DType::kBFloat16; return true;
+    case c10::ScalarType::Float: *out = DType::kFloat32; return true;
+    case c10::ScalarType::Double: *out = DType::kFloat64; return true;
+    case c10::ScalarType::ComplexFloat: *out = DType::kComplex64; return true;
+    case c10::ScalarType::ComplexDouble: *out = DType::kComplex128; return true;
+    case c10::ScalarType::Float8_e4m3fn: *out = DType::kFloat8E4M3FN; return true;
+    case c10::ScalarType::Float8_e5m2: *out = DType::kFloat8E5M2; return true;
+    case c10::ScalarType::UInt16: *out = DType::kUInt16; return true;
+    case c10::ScalarType::UInt32: *out = DType::kUInt32; return true;
+    case c10::ScalarType::UInt64: *out = DType::kUInt64; return true;
+    default: break;
+  }
+  return false;
 }
 
-Status WriteArg(KeyWriter& w, const c10::Argument& schema_arg, const c10::IValue& v) {
+// The writers below return false with *error set on failure, and build no Status on success
+// (one per argument was a string made and destroyed each time).
+bool WriteTensor(KeyWriter& w, const at::Tensor& t, Status* error) {
+  DType dtype;
+  if (!ToDType(t.scalar_type(), &dtype)) {
+    *error = DTypeOf(t.scalar_type()).status();
+    return false;
+  }
+  if (t.layout() != c10::kStrided) {
+    *error = InvalidArgument("only strided tensors are keyed");
+    return false;
+  }
+  const auto sizes = t.sizes();
+  const auto strides = t.strides();
+  // const_data_ptr: the address only (data_ptr() would materialise a copy-on-write tensor).
+  w.Tensor(dtype, std::span<const int64_t>(sizes.data(), sizes.size()),
+           std::span<const int64_t>(strides.data(), strides.size()), t.storage_offset(),
+           TensorDesc::AlignmentOf(reinterpret_cast<uintptr_t>(t.const_data_ptr())));
+  return true;
+}
+
+// Lists are read through toListRef, the list's own IValues: toIntList() and toTensorList() each
+// copied a reference-counted handle (two atomic operations), and iterating a tensor list by value
+// two more per tensor. Up to 8 elements stay on the stack.
+bool WriteArg(KeyWriter& w, const c10::Argument& schema_arg, const c10::IValue& v, Status* error) {
   if (v.isNone()) {
     w.None();
   } else if (v.isTensor()) {
     const at::Tensor& t = v.toTensor();
     if (!t.defined()) {
       w.None();
-    } else {
-      KJIT_RETURN_IF_ERROR(WriteTensor(w, t));
+    } else if (!WriteTensor(w, t, error)) {
+      return false;
     }
   } else if (v.isBool()) {
     w.Bool(v.toBool());
   } else if (v.isInt()) {
     if (IsScalarTypeArg(schema_arg)) {
-      KJIT_ASSIGN_OR_RETURN(DType dtype, DTypeOf(static_cast<c10::ScalarType>(v.toInt())));
+      DType dtype;
+      const auto type = static_cast<c10::ScalarType>(v.toInt());
+      if (!ToDType(type, &dtype)) {
+        *error = DTypeOf(type).status();
+        return false;
+      }
       w.ScalarType(dtype);
     } else {
       w.Int(v.toInt());
@@ -50,53 +94,37 @@ Status WriteArg(KeyWriter& w, const c10::Argument& schema_arg, const c10::IValue
   } else if (v.isString()) {
     w.String(v.toStringRef());
   } else if (v.isIntList()) {
-    // c10::List keeps IValues, not int64s: copy into a reused buffer, not a new vector per call.
-    thread_local std::vector<int64_t> values;
-    const auto list = v.toIntList();
-    values.assign(list.begin(), list.end());
+    c10::SmallVector<int64_t, 8> values;
+    for (const c10::IValue& x : v.toListRef()) values.push_back(x.toInt());
     w.IntList(values);
   } else if (v.isDoubleList()) {
-    thread_local std::vector<double> values;
-    const auto list = v.toDoubleList();
-    values.assign(list.begin(), list.end());
+    c10::SmallVector<double, 8> values;
+    for (const c10::IValue& x : v.toListRef()) values.push_back(x.toDouble());
     w.DoubleList(values);
   } else if (v.isTensorList()) {
-    const auto list = v.toTensorList();
+    const c10::ArrayRef<c10::IValue> list = v.toListRef();
     w.BeginTensorList(static_cast<uint32_t>(list.size()));
-    for (at::Tensor t : list) {  // elements are proxies: take each as a (refcounted) value
-      if (!t.defined()) return InvalidArgument("undefined tensor inside a tensor list");
-      KJIT_RETURN_IF_ERROR(WriteTensor(w, t));
+    for (const c10::IValue& x : list) {
+      const at::Tensor& t = x.toTensor();
+      if (!t.defined()) {
+        *error = InvalidArgument("undefined tensor inside a tensor list");
+        return false;
+      }
+      if (!WriteTensor(w, t, error)) return false;
     }
   } else {
-    return InvalidArgument("argument '" + schema_arg.name() + "' has kind " + v.tagKind() +
-                           ", which kjit does not key");
+    *error = InvalidArgument("argument '" + schema_arg.name() + "' has kind " + v.tagKind() +
+                             ", which kjit does not key");
+    return false;
   }
-  return Status::Ok();
+  return true;
 }
 
 }  // namespace
 
 Result<DType> DTypeOf(c10::ScalarType type) {
-  switch (type) {
-    case c10::ScalarType::Bool: return DType::kBool;
-    case c10::ScalarType::Byte: return DType::kUInt8;
-    case c10::ScalarType::Char: return DType::kInt8;
-    case c10::ScalarType::Short: return DType::kInt16;
-    case c10::ScalarType::Int: return DType::kInt32;
-    case c10::ScalarType::Long: return DType::kInt64;
-    case c10::ScalarType::Half: return DType::kFloat16;
-    case c10::ScalarType::BFloat16: return DType::kBFloat16;
-    case c10::ScalarType::Float: return DType::kFloat32;
-    case c10::ScalarType::Double: return DType::kFloat64;
-    case c10::ScalarType::ComplexFloat: return DType::kComplex64;
-    case c10::ScalarType::ComplexDouble: return DType::kComplex128;
-    case c10::ScalarType::Float8_e4m3fn: return DType::kFloat8E4M3FN;
-    case c10::ScalarType::Float8_e5m2: return DType::kFloat8E5M2;
-    case c10::ScalarType::UInt16: return DType::kUInt16;
-    case c10::ScalarType::UInt32: return DType::kUInt32;
-    case c10::ScalarType::UInt64: return DType::kUInt64;
-    default: break;
-  }
+  DType dtype;
+  if (ToDType(type, &dtype)) return dtype;
   return InvalidArgument(std::string("kjit does not key tensors of dtype ") + c10::toString(type));
 }
 
@@ -124,9 +152,10 @@ uint32_t CurrentNumerics() {
     n |= kAllowBF16ReducedReduction;
   }
   if (ctx.deterministicAlgorithms()) n |= kDeterministic;
-  if (ctx.float32Precision(at::Float32Backend::CUDA, at::Float32Op::MATMUL) == at::Float32Precision::BF16) {
-    n |= kAllowBF16Matmul;
-  }
+  // kAllowBF16Matmul is never set: this PyTorch's float32Precision(CUDA, op) never answers BF16
+  // (setFloat32Precision refuses it for CUDA, and a BF16 inherited from the GENERIC entry reads as
+  // NONE), and asking (up to three hash-map finds) was a third of this function's time on every
+  // keyed call. The test NumericsNeverAllowBF16Matmul fails on a PyTorch where CUDA can answer BF16.
   return n;
 }
 
@@ -141,8 +170,8 @@ Status WriteCallKey(const c10::FunctionSchema& schema, std::span<const c10::IVal
   w.BeginKey(arch, numerics, 1);
   w.BeginCall(schema.name(), schema.overload_name(), static_cast<uint32_t>(args.size()));
   for (size_t i = 0; i < args.size(); ++i) {
-    // The context only on failure: WithContext copies the status, once per argument otherwise.
-    if (Status s = WriteArg(w, formals[i], args[i]); !s.ok()) return s.WithContext(schema.name());
+    Status error;
+    if (!WriteArg(w, formals[i], args[i], &error)) return error.WithContext(schema.name());
   }
   return w.Finish();
 }

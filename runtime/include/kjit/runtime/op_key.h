@@ -171,8 +171,16 @@ struct OpKey {
 // the counts. OpKey::Encode is implemented with it, so both produce the same bytes.
 class KeyWriter {
  public:
-  // Appends to *out; the string is cleared first and its capacity reused.
+  // Appends to *out; the string is cleared first and its capacity reused. The bytes reach *out
+  // in Finish and when the writer is destroyed: until then they collect in an inline buffer,
+  // written with plain stores (a string's push_back per byte, which reloads its size and
+  // capacity and stores a terminator each time, was most of the cost of keying a small call).
   explicit KeyWriter(std::string* out);
+  ~KeyWriter() {
+    if (used_ != 0) Flush();
+  }
+  KeyWriter(const KeyWriter&) = delete;
+  KeyWriter& operator=(const KeyWriter&) = delete;
 
   void BeginKey(uint16_t arch, uint32_t numerics, uint32_t call_count);
   void BeginCall(std::string_view op, std::string_view overload, uint32_t arg_count);
@@ -189,19 +197,48 @@ class KeyWriter {
   void BeginTensorList(uint32_t count);  // then `count` Tensor() calls
   void Ref(uint32_t call, uint32_t output);
 
-  // OK if every declared call and argument was written.
-  Status Finish() const;
+  // Moves the bytes written so far to *out; OK if every declared call and argument was written.
+  // Writing may go on after it.
+  Status Finish();
 
  private:
-  void Byte(uint8_t b) { out_->push_back(static_cast<char>(b)); }
-  void Varint(uint64_t v);
-  void Fixed(uint64_t v, int bytes);
+  static constexpr size_t kBufferBytes = 256;
+  static constexpr size_t kMaxVarintBytes = 10;
+  // Room for `n` more bytes at the cursor (n <= kBufferBytes).
+  char* Room(size_t n) {
+    if (kBufferBytes - used_ < n) Flush();
+    return buffer_ + used_;
+  }
+  void Advance(const char* end) { used_ = static_cast<size_t>(end - buffer_); }
+  void Flush();
+  void Bytes(std::string_view bytes);
+  void Byte(uint8_t b) { Advance(PutByte(Room(1), b)); }
+  void Varint(uint64_t v) { Advance(PutVarint(Room(kMaxVarintBytes), v)); }
+  void Fixed(uint64_t v, int bytes) { Advance(PutFixed(Room(8), v, bytes)); }
+  static char* PutByte(char* p, uint8_t b) {
+    *p = static_cast<char>(b);
+    return p + 1;
+  }
+  static char* PutVarint(char* p, uint64_t v) {
+    while (v >= 0x80) {
+      *p++ = static_cast<char>(v | 0x80);
+      v >>= 7;
+    }
+    *p++ = static_cast<char>(v);
+    return p;
+  }
+  static char* PutFixed(char* p, uint64_t v, int bytes) {
+    for (int i = 0; i < bytes; ++i) *p++ = static_cast<char>(v >> (8 * i));
+    return p;
+  }
   void CountArg();
   std::string* out_;
   uint32_t calls_left_ = 0;
   uint32_t args_left_ = 0;
   uint32_t list_left_ = 0;
   bool bad_ = false;
+  size_t used_ = 0;  // bytes of buffer_ not yet in *out_
+  char buffer_[kBufferBytes];
 };
 
 }  // namespace kjit
