@@ -176,7 +176,7 @@ __device__ __forceinline__ void pool_window(idx_t od, idx_t oh, idx_t ow, const 
 class Pool final : public Family {
  public:
   std::string_view name() const override { return "pool"; }
-  int codegen_version() const override { return 2; }
+  int codegen_version() const override { return 3; }
   std::vector<std::string> ops() const override {
     return {"aten::max_pool2d_with_indices", "aten::max_pool3d_with_indices", "aten::avg_pool2d", "aten::avg_pool3d"};
   }
@@ -377,6 +377,16 @@ class Pool final : public Family {
     return (outs - 1) * p.s[d] + (p.k[d] - 1) * p.dil[d] + 1;
   }
 
+  // Whether a sliding thread's row segment sits at the same offset from a vec boundary in every row
+  // (vec divides the rows and the thread's step along W, the input aligned to vec elements): the
+  // codegen-2 loads, scalar head, aligned middle, scalar tail, their offset a compile-time constant.
+  // Otherwise (codegen 3) the offset is computed per row and the segment read in aligned vectors
+  // from the boundary at or before it.
+  static bool SegmentFixed(const PoolProblem& p, int64_t outs, int64_t vec) {
+    return vec == 1 || (p.in[2] % vec == 0 && (outs * p.s[2]) % vec == 0 &&
+                        vec * static_cast<int64_t>(DTypeSize(p.dtype)) <= p.alignment);
+  }
+
   Status Check(const Problem& problem, const Point& pt, const DeviceFacts& dev) const override {
     const auto& p = static_cast<const PoolProblem&>(problem);
     const int64_t strategy = pt.at("strategy"), threads = pt.at("threads"), outs = pt.at("outs"), vec = pt.at("vec"),
@@ -406,9 +416,10 @@ class Pool final : public Family {
     }
     if (strategy == kSliding) {
       if (p.channels_last) return InvalidArgument("sliding is for the contiguous layout");
-      if (p.in[2] % vec != 0) return InvalidArgument("vector does not divide the input rows");
-      if (vec * size > p.alignment) return InvalidArgument("input not aligned for the vector");
-      if ((outs * p.s[2]) % vec != 0) return InvalidArgument("vector does not divide a thread's step along W (outs x stride)");
+      // Any vector: where it does not divide the rows or the step, or the input is less aligned, the
+      // segment's vectors start from the aligned boundary before it (SegmentFixed); the addresses
+      // must be whole elements for that.
+      if (vec > 1 && size > p.alignment) return InvalidArgument("input not aligned to its element");
       if (rows > p.out[1]) return InvalidArgument("more rows per thread than the output has");
       if (frames > p.out[0]) return InvalidArgument("more frames per thread than the output has");
       if (frames * rows * outs > kMaxSlidingOutputs) return InvalidArgument("too many outputs per thread");
@@ -471,8 +482,21 @@ class Pool final : public Family {
         };
         const int64_t sv = sliding_vec(outs);
         if (p.three_d && overlaps(0)) {
-          tries.push_back(point(kSliding, 128, outs, sv, 2, 2));
-          tries.push_back(point(kSliding, 128, outs, sv, 2, 1));
+          // A thread walks 5 x 3 input rows here (k3 s2 over 2 frames x 2 rows); with scalar loads
+          // on odd rows that measured 1.22x the memory floor (max_pool3d f32 63x127x127, codegen 2)
+          // against 1.04x with 16-byte vectors on even rows. Codegen 3 reads odd rows in aligned
+          // vectors too (SegmentFixed false): the widest vector the step allows, whatever W.
+          // Not measured yet. (2-D odd rows keep scalar loads: 0.99x measured at 255x255.)
+          int64_t av = 1;
+          for (int64_t v : {8, 4, 2}) {
+            if (v * size <= 16 && size <= p.alignment && (outs * p.s[2]) % v == 0) {
+              av = v;
+              break;
+            }
+          }
+          const int64_t v3 = std::max(sv, av);
+          tries.push_back(point(kSliding, 128, outs, v3, 2, 2));
+          tries.push_back(point(kSliding, 128, outs, v3, 2, 1));
         }
         tries.push_back(point(kSliding, 128, outs, sv, 4, 1));
         tries.push_back(point(kSliding, 128, outs, sv, 2, 1));
@@ -592,13 +616,17 @@ extern "C" __global__ void __launch_bounds__(THREADS) kjit_pool()" << params << 
       c.launch.grid[0] = static_cast<uint32_t>(CeilDiv(p.n * (p.c / vec) * p.out[0] * p.out[1] * groups, threads));
     } else if (strategy == kSliding) {
       src << "constexpr int FR = " << Frames(pt) << ";\n";
+      src << "#define SEG_FIXED " << (SegmentFixed(p, outs, vec) ? 1 : 0) << "\n#define X_ALIGNED "
+          << (vec * static_cast<int64_t>(DTypeSize(p.dtype)) <= p.alignment ? 1 : 0) << "\n";
       src << R"(
 // A thread per FR x ROWS x OUTS outputs of one plane (FR consecutive output frames, ROWS rows, OUTS
 // consecutive outputs along W); threads in a warp take consecutive groups along W. The thread walks
 // the IT x IR input rows under its outputs once each (frames outer, rows inner), loading each row's
-// segment of SPAN columns once (HEAD scalars up to a VEC boundary, MID aligned vectors, TAIL scalars;
-// OUTS * SW is a multiple of VEC, so the segment's offset from the boundary is a constant), and folds
-// every element into each output whose window holds it. Each output sees its window in (t, h, w)
+// segment of SPAN columns once, and folds every element into each output whose window holds it. The
+// segment: SEG_FIXED, HEAD scalars up to a VEC boundary, MID aligned vectors, TAIL scalars (VEC divides
+// IW and OUTS * SW and x is aligned, so the segment's offset from the boundary is a constant); else NV
+// aligned vectors from the boundary at or before it (rows of odd width start anywhere), its elements
+// picked out by the offset computed per row. Each output sees its window in (t, h, w)
 // order, as PyTorch's loops: the same maxima, ties, NaN and indices, the same float sums.
 constexpr idx_t G = (OW + OUTS - 1) / OUTS, RT = (OH + ROWS - 1) / ROWS, FT = (OD + FR - 1) / FR;
 constexpr int IT = (int)((FR - 1) * ST + (KT - 1) * DT + 1);
@@ -606,6 +634,11 @@ constexpr int IR = (int)((ROWS - 1) * SH + (KH - 1) * DH + 1);
 constexpr int SPAN = (int)((OUTS - 1) * SW + (KW - 1) * DW + 1);
 constexpr int HEAD = (int)(PW % VEC) < SPAN ? (int)(PW % VEC) : SPAN;
 constexpr int MID = (SPAN - HEAD) / VEC, TAIL = (SPAN - HEAD) % VEC;
+// SEG_FIXED 0 (codegen 3: VEC not dividing IW or OUTS x SW, or an input not aligned to VEC elements):
+// the segment's offset from a VEC boundary changes from row to row, known at run time only; NV aligned
+// vectors cover a segment at any offset.
+constexpr int NV = (SPAN + 2 * (VEC - 1)) / VEC;
+constexpr long long NUMEL = (long long)N_ * C_ * ID * IH * IW;
 // Whether input position i of a thread's extent is window position j of its output o (compile time).
 __device__ __forceinline__ constexpr bool in_window(int i, int o, int s, int d, int k) {
   return i - o * s >= 0 && (i - o * s) % d == 0 && (i - o * s) / d < k;
@@ -622,6 +655,8 @@ extern "C" __global__ void __launch_bounds__(THREADS) kjit_pool()" << params << 
   const in_t* xp = x + plane * ((long long)ID * IH * IW);
   const idx_t od0 = ft * FR, oh0 = rt * ROWS, ow0 = g * OUTS;
   const idx_t tb = od0 * ST - PT, hb = oh0 * SH - PH, wb = ow0 * SW - PW;
+  // x's address past the VEC boundary at or before it, in elements (x is aligned to its element).
+  const long long mis = X_ALIGNED ? 0 : (long long)((reinterpret_cast<unsigned long long>(x) / sizeof(in_t)) % VEC);
 #if IS_MAX
   float best[FR][ROWS][OUTS];
   raw_t res[FR][ROWS][OUTS];
@@ -657,6 +692,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) kjit_pool()" << params << 
       raw_t seg[SPAN];
 #pragma unroll
       for (int e = 0; e < SPAN; ++e) seg[e] = 0;
+#if SEG_FIXED
 #pragma unroll
       for (int e = 0; e < HEAD; ++e) {
         const idx_t w = wb + e;
@@ -677,6 +713,49 @@ extern "C" __global__ void __launch_bounds__(THREADS) kjit_pool()" << params << 
         const idx_t w = wb + e;
         if (w >= 0 && w < IW) { raw_t v[1]; load_raw<1, false>(rp + w, v); seg[e] = v[0]; }
       }
+#else
+      {
+        // The segment's columns inside the row, [lo, hi) as element offsets from x, and the VEC
+        // boundary (in memory, not in the row) at or before its first column: NV aligned vectors from
+        // there hold it whatever the row's alignment. A vector holding none of [lo, hi) is not loaded;
+        // one reaching outside the tensor (its first or last vector) is read element by element, only
+        // its elements in [lo, hi). Columns outside the row (the neighbouring rows' elements) are
+        // never folded (the w test below).
+        const long long row0 = plane * ((long long)ID * IH * IW) + (long long)(t * IH + h) * IW;
+        const long long lo = row0 + max(wb, (idx_t)0), hi = row0 + min(wb + (idx_t)SPAN, IW);
+        const long long first = row0 + wb + mis;                     // from the VEC boundary at or before x
+        const long long v0 = (first & ~(long long)(VEC - 1)) - mis;  // floored to VEC (first may be < 0)
+        const int off = (int)(first & (VEC - 1));                  // the segment's start within the vectors
+        raw_t buf[NV * VEC];
+#pragma unroll
+        for (int m = 0; m < NV; ++m) {
+          const long long vs = v0 + m * VEC;
+#pragma unroll
+          for (int k = 0; k < VEC; ++k) buf[m * VEC + k] = 0;
+          if (vs + VEC <= lo || vs >= hi) continue;
+          if (vs >= 0 && vs + VEC <= NUMEL) {
+            raw_t v[VEC];
+            load_raw<VEC, false>(x + vs, v);
+#pragma unroll
+            for (int k = 0; k < VEC; ++k) buf[m * VEC + k] = v[k];
+          } else {
+#pragma unroll
+            for (int k = 0; k < VEC; ++k)
+              if (vs + k >= lo && vs + k < hi) { raw_t v[1]; load_raw<1, false>(x + vs + k, v); buf[m * VEC + k] = v[0]; }
+          }
+        }
+        // seg[e] = buf[off + e], by selects (off is known at run time only: indexing would put buf in
+        // local memory).
+#pragma unroll
+        for (int e = 0; e < SPAN; ++e) {
+          raw_t v = buf[e];
+#pragma unroll
+          for (int q = 1; q < VEC; ++q)
+            if (off == q) v = buf[e + q];
+          seg[e] = v;
+        }
+      }
+#endif
       const idx_t row_at = (t * IH + h) * IW;
 #pragma unroll
       for (int f = 0; f < FR; ++f) {

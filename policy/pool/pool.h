@@ -32,6 +32,18 @@
 //   1 staged  contiguous only: a block per `rows` output rows of one (plane, output frame); the
 //             kernel frames x input rows it needs (whole rows) staged in shared memory with loads
 //             of `vec` elements along W, then every output of the tile computed from there
+//   2 sliding contiguous only (codegen 2): a thread per `frames` x `rows` x `outs` outputs of one
+//             plane, walking the input rows under them once each and reading each row's segment
+//             once, every element folded into each output whose window holds it, in window order
+//             (the same bits, ties, NaN, indices and float sums as the other strategies). The
+//             segment's loads: where `vec` divides W and outs x stride W and the input is aligned
+//             to `vec` elements, scalars up to a vector boundary, aligned vectors, scalars after
+//             (a constant offset); otherwise (codegen 3: odd widths, inputs off a 16-byte boundary)
+//             aligned vectors from the boundary at or before the segment, its offset in them
+//             computed per row and its elements picked by selects. A vector holding none of the
+//             segment's columns inside the row is not loaded, and one reaching outside the tensor
+//             (its first or last) is read element by element: nothing outside the tensor's bytes
+//             is read, even within a 16-byte line. Needs an input aligned to its element for `vec` > 1.
 #pragma once
 
 #include "kjit/policy/design_space.h"

@@ -4,6 +4,7 @@
 #pragma once
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
+#include <atomic>
 #include <barrier>
 #include <optional>
 #include <cstring>
@@ -81,8 +82,19 @@ inline void* __cluster_map_shared_rank(void* p, int r) {
   const int rank = blockIdx.x % emu_cluster;
   return static_cast<char*>(p) + (long long)(r - rank) * per_block;
 }
-template <typename T> inline T __ldcs(const T* p) { return *p; }
-template <typename T> inline T __ldg(const T* p) { return *p; }
+// Read checks, off unless a harness sets the range (pool_run: the input tensor's bytes): a load
+// through __ldg/__ldcs reaching outside [emu_read_lo, emu_read_hi), or not aligned to its size (a
+// fault on the GPU), is counted in emu_bad_reads.
+inline const char* emu_read_lo = nullptr;
+inline const char* emu_read_hi = nullptr;
+inline std::atomic<long long> emu_bad_reads{0};
+template <typename T> inline void emu_check_read(const T* p) {
+  if (!emu_read_lo) return;
+  const char* c = reinterpret_cast<const char*>(p);
+  if (c < emu_read_lo || c + sizeof(T) > emu_read_hi || reinterpret_cast<uintptr_t>(p) % sizeof(T) != 0) ++emu_bad_reads;
+}
+template <typename T> inline T __ldcs(const T* p) { emu_check_read(p); return *p; }
+template <typename T> inline T __ldg(const T* p) { emu_check_read(p); return *p; }
 template <typename T> inline void __stcs(T* p, T v) { *p = v; }
 template <typename T> inline void __stwb(T* p, T v) { *p = v; }
 // Global memory shared by blocks (the reduce family's workspace): .cg loads and stores, device-wide

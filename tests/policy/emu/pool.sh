@@ -61,4 +61,41 @@ r a3 $a3 f32 c 1,2,7,8,12 3,3,3 2,2,2 1,1,1 - 1 1 -1 strategy=2 threads=64 outs=
 r a4 $a3 bf16 c 4,5,6,8 2,2,3 2 1,0,1 - 1 1 7 strategy=2 threads=64 outs=2 vec=4 rows=2 hint=0 frames=2
 r a5 $a3 f16 c 2,3,9,10,12 3 1,2,2 1 - 0 0 -1 strategy=2 threads=64 outs=4 vec=4 rows=1 hint=0 frames=4
 r a6 $a3 f32 c 1,2,9,15,15 3,3,3 2,2,2 1,1,1 - 0 1 -1
+# sliding with aligned vectors whatever the row alignment (codegen 3): odd widths (127, 255, 63, 5, 1)
+# and inputs starting off a 16-byte boundary (offset=K elements), so each row's segment sits at its
+# own offset from a vector boundary; the first and last vectors of the tensor clipped (the harness
+# fails any load outside the input's bytes or misaligned); stride 1 and 2, padding, dilation,
+# ceil_mode, NaN (max inputs mix in NaN, +-Inf, -0.0 and ties), each dtype; and the expert defaults
+# of odd 3-D keys
+r o1 $m2 f32 c 2,3,13,127 3,3 2,2 1,1 1,1 0 1 -1 strategy=2 threads=64 outs=2 vec=4 rows=2 hint=0 frames=1
+r o2 $m2 f32 c 2,3,9,255 3,3 2,2 1,1 1,1 0 1 -1 strategy=2 threads=64 outs=2 vec=4 rows=4 hint=1 frames=1 offset=1
+r o3 $m2 f32 c 2,3,11,63 3,3 1,1 1,1 1,1 0 1 -1 strategy=2 threads=64 outs=2 vec=4 rows=2 hint=0 frames=1 offset=3
+r o4 $m2 f32 c 3,2,9,5 3,3 2,2 1,1 1,1 1 1 -1 strategy=2 threads=64 outs=1 vec=4 rows=1 hint=0 frames=1 offset=2
+r o5 $m2 f32 c 2,3,7,1 3,1 1,1 1,0 1,1 0 1 -1 strategy=2 threads=64 outs=1 vec=4 rows=2 hint=0 frames=1 offset=1
+r o6 $m2 f32 c 2,3,13,127 3,3 2,2 1,1 2,2 1 1 -1 strategy=2 threads=64 outs=4 vec=4 rows=1 hint=1 frames=1 offset=3
+r o7 $m2 f16 c 2,3,11,63 3,3 2,2 1,1 1,1 0 1 -1 strategy=2 threads=64 outs=2 vec=8 rows=2 hint=0 frames=1 offset=3
+r o8 $m2 bf16 c 2,3,9,127 2,3 1,2 1,1 2,1 1 1 -1 strategy=2 threads=64 outs=4 vec=4 rows=2 hint=0 frames=1 offset=5
+r o9 $m2 f32 c 2,3,9,127 3,3 1,1 1,1 1,1 0 1 -1 strategy=2 threads=64 outs=1 vec=2 rows=1 hint=0 frames=1 offset=1
+r o10 $m3 f32 c 1,2,7,15,127 3,3,3 2,2,2 1,1,1 1,1,1 0 1 -1 strategy=2 threads=128 outs=2 vec=4 rows=1 hint=1 frames=2
+r o11 $m3 f32 c 2,2,5,9,63 3,3,3 2,2,2 1,1,1 1,1,1 0 1 -1 strategy=2 threads=64 outs=2 vec=4 rows=2 hint=0 frames=2 offset=1
+r o12 $m3 f32 c 1,3,6,7,5 3,3,3 1,1,1 1,1,1 1,2,1 1 1 -1 strategy=2 threads=64 outs=1 vec=4 rows=1 hint=0 frames=4 offset=2
+r o13 $m3 f32 c 1,2,5,5,1 3,3,1 1,1,1 1,1,0 1,1,1 0 1 -1 strategy=2 threads=64 outs=1 vec=4 rows=1 hint=0 frames=2 offset=3
+r o14 $m3 f16 c 1,2,5,9,63 3,3,3 2,2,2 1,1,1 1,1,1 1 1 -1 strategy=2 threads=64 outs=2 vec=8 rows=2 hint=0 frames=2 offset=1
+r o15 $m3 f32 c 1,2,7,15,127 3,3,3 2,2,2 1,1,1 1,1,1 0 1 -1
+r o16 $m3 f32 c 1,2,7,15,127 3,3,3 2,2,2 1,1,1 1,1,1 0 1 -1 offset=1
+r q1 $a2 f32 c 2,3,13,127 3,3 2,2 1,1 - 1 0 -1 strategy=2 threads=64 outs=2 vec=4 rows=2 hint=0 frames=1 offset=1
+r q2 $a2 f32 c 2,3,9,63 3,3 1,1 1,1 - 0 1 -1 strategy=2 threads=64 outs=4 vec=4 rows=1 hint=0 frames=1 offset=3
+r q3 $a2 f16 c 2,2,7,255 2,3 2,2 1,1 - 1 1 5 strategy=2 threads=64 outs=2 vec=8 rows=2 hint=1 frames=1 offset=7
+r q4 $a3 f32 c 1,2,7,15,127 3,3,3 2,2,2 1,1,1 - 0 1 -1 strategy=2 threads=128 outs=2 vec=4 rows=2 hint=0 frames=4
+r q5 $a3 f32 c 2,2,5,9,63 3,3,3 2,2,2 1,1,1 - 1 0 -1 strategy=2 threads=64 outs=2 vec=4 rows=2 hint=0 frames=2 offset=2
+r q6 $a3 bf16 c 1,2,5,7,5 3,3,3 1,1,1 1,1,1 - 0 1 -1 strategy=2 threads=64 outs=1 vec=4 rows=1 hint=0 frames=2 offset=1
+r q7 $a3 f32 c 1,2,5,5,1 3,3,1 1,1,1 1,1,0 - 0 0 -1 strategy=2 threads=64 outs=1 vec=4 rows=2 hint=0 frames=2 offset=3
+r q8 $a3 f32 c 1,2,7,15,127 3,3,3 2,2,2 1,1,1 - 0 1 -1
+# even widths through the same loads: an input off a 16-byte boundary, a step (outs x stride) no vector
+# divides; and the codegen-2 loads (SEG_FIXED) from a storage offset that keeps the alignment
+r e1 $m2 f32 c 2,3,13,16 3,3 2,2 1,1 1,1 0 1 -1 strategy=2 threads=64 outs=2 vec=4 rows=2 hint=1 frames=1 offset=1
+r e2 $m3 f32 c 2,3,7,8,12 3,3,3 2,2,2 1,1,1 1,1,1 0 1 -1 strategy=2 threads=64 outs=2 vec=4 rows=2 hint=0 frames=2 offset=2
+r e3 $m2 f32 c 2,3,13,16 3,3 2,2 1,1 1,1 0 1 -1 strategy=2 threads=64 outs=1 vec=4 rows=2 hint=0 frames=1
+r e4 $a3 f32 c 1,2,7,8,12 3,3,3 2,2,2 1,1,1 - 1 1 -1 strategy=2 threads=64 outs=2 vec=4 rows=2 hint=0 frames=2 offset=3
+r e5 $m2 f32 c 2,3,13,16 3,3 2,2 1,1 1,1 0 1 -1 strategy=2 threads=64 outs=2 vec=4 rows=2 hint=1 frames=1 offset=4
 exit $failed

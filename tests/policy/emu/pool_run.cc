@@ -1,8 +1,12 @@
 // Runs one generated pool kernel (rewritten by pool_gen.cc for emu.h, built as a shared object) on
 // the CPU and checks it against PyTorch's CUDA kernels' loops transcribed: max pooling bitwise on
 // values and indices (ties and NaN from small integer inputs with NaN, +-Inf and -0.0 mixed in),
-// average pooling to 1e-6 relative in float; and that nothing is written past the outputs.
+// average pooling to 1e-6 relative in float; that nothing is written past the outputs; and that every
+// load stays inside the input tensor's bytes and is aligned to its size (emu.h's read checks). The
+// input starts OFFSET elements past a 16-byte boundary (the key's storage offset and alignment), the
+// bytes around it NaN, so a read outside it that escaped the checks would show in the results too.
 // Usage: pool_run SO DTYPE MAX CL DIMS BATCHED N C D H W KT KH KW ST SH SW PT PH PW DT DH DW CEIL CIP DIV GRID BLOCK
+//        OFFSET
 #include "emu.h"
 #include <dlfcn.h>
 #include <cmath>
@@ -50,11 +54,13 @@ int main(int argc, char** argv) {
   const bool ceil = v[22], cip = v[23];
   const long long div = v[24];
   gridDim.x = (unsigned)v[25]; blockDim.x = (unsigned)v[26];
+  const long long offset = argc > 29 ? v[27] : 0;
   const long long OD = out_size(D, kT, pT, sT, dT, ceil), OH = out_size(H, kH, pH, sH, dH, ceil),
                   OW = out_size(W, kW, pW, sW, dW, ceil);
   const int es = dt == 0 ? 4 : 2;
   const long long n_in = N * C * D * H * W, n_out = N * C * OD * OH * OW;
-  std::vector<char> x(n_in * es), y(n_out * es + 64, 0x5a), ind(n_out * 8 + 64, 0x5a);
+  std::vector<char> storage(n_in * es + offset * es + 256, (char)0xff), y(n_out * es + 64, 0x5a), ind(n_out * 8 + 64, 0x5a);
+  char* x = storage.data() + (-reinterpret_cast<uintptr_t>(storage.data()) & 15) + 64 + offset * es;
   std::mt19937 gen(7);
   // Small integers make ties; special values 1/8 of the time (NaN, +Inf, -Inf, -0.0), more where
   // windows are small, so all -inf windows and NaN after NaN occur.
@@ -73,6 +79,8 @@ int main(int argc, char** argv) {
     return cl ? (((n * d_ + t) * h_ + h) * w_ + w) * C + c : (((n * C + c) * d_ + t) * h_ + h) * w_ + w;
   };
   auto in_raw = [&](long long e) { uint32_t u = 0; std::memcpy(&u, &x[e * es], es); return u; };
+  emu_read_lo = x;
+  emu_read_hi = x + n_in * es;
   std::vector<std::thread> ts;
   for (unsigned b = 0; b < gridDim.x; ++b) {
     std::barrier<> bar(blockDim.x);
@@ -84,8 +92,8 @@ int main(int argc, char** argv) {
     for (unsigned t = 0; t < blockDim.x; ++t) {
       threads.emplace_back([&, b, t] {
         threadIdx.x = t; blockIdx.x = b; emu_block = &blk;
-        if (is_max) reinterpret_cast<void (*)(const void*, void*, void*)>(dlsym(so, "kjit_pool"))(x.data(), y.data(), ind.data());
-        else reinterpret_cast<void (*)(const void*, void*)>(dlsym(so, "kjit_pool"))(x.data(), y.data());
+        if (is_max) reinterpret_cast<void (*)(const void*, void*, void*)>(dlsym(so, "kjit_pool"))(x, y.data(), ind.data());
+        else reinterpret_cast<void (*)(const void*, void*)>(dlsym(so, "kjit_pool"))(x, y.data());
       });
     }
     for (auto& th : threads) th.join();
@@ -154,6 +162,7 @@ int main(int argc, char** argv) {
   for (int k = 0; k < 64; ++k) {
     if (y[n_out * es + k] != 0x5a || ind[n_out * 8 + k] != 0x5a) { std::printf("WROTE PAST END\n"); return 1; }
   }
+  if (emu_bad_reads > 0) { std::printf("FAIL: %lld loads outside the input or misaligned\n", emu_bad_reads.load()); return 1; }
   if (!is_max) {
     for (long long i = 0; i < n_out * 8; ++i) if (ind[i] != 0x5a) { std::printf("avg wrote an index\n"); return 1; }
   }
