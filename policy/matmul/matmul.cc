@@ -16,7 +16,7 @@ using codegen::CudaType;
 
 // The ABI (daemon/worker_protocol.h): (self, mat2, out) for both ops.
 
-enum Stage : int64_t { kDirect = 0, kStaged = 1, kDouble = 2, kResident = 3 };
+enum Stage : int64_t { kDirect = 0, kStaged = 1, kDouble = 2, kResident = 3, kPipelined = 4 };
 
 constexpr const char* kMm = "aten::mm";
 constexpr const char* kBmm = "aten::bmm";
@@ -161,7 +161,7 @@ __device__ __forceinline__ void store_tile(out_t* c, long long m0, long long n0,
   }
 }
 
-#if STAGE == 3
+#if STAGE >= 3  // (stage 4 shares the fragment layout and the output stores)
 // The resident strategy: a tile's whole K staged once, k-major (As[k * LDA3 + m], Bs[k * LDB3 + n], as
 // float), then K outer products from registers. A thread's TM rows are GM groups of RV consecutive rows,
 // SPM apart (likewise its TN columns: GN groups of CV), so fragments are float4 reads of shared memory
@@ -368,6 +368,173 @@ __device__ __forceinline__ void store_warp3(out_t* c, long long m0, long long n0
   }
 }
 #endif
+#if STAGE == 4
+// The pipelined strategy (codegen 4), for many small matrices: a block walks its work items (a tile of a
+// matrix; items blockIdx.x, + GRID, ...) and copies the tiles of the item AHEAD steps on from global to
+// shared memory with cp.async while it multiplies the current one, so a block's DRAM reads never wait for
+// its FMAs and its FMAs wait for DRAM only at the start. cp.async copies bytes as they are: the tiles keep
+// their global layout (raw elements, rows of the operand's contiguous dim, Q4 elements of padding keeping
+// rows 16-byte aligned) and the fragments convert to float on the way out of shared memory. An operand
+// contiguous along k gives a thread 4 k values of one row a read (TM + TN reads of 4 per 4 k, as stage 3).
+constexpr int Q4 = (int)(16 / sizeof(raw_t));              // elements of 16 bytes
+constexpr long long KQ4 = (K_ + Q4 - 1) / Q4 * Q4;         // K rounded up to 16 bytes
+constexpr long long TILES4 = TILES_M * TILES_N, ITEMS4 = BATCH * TILES4;
+// cp.async of W bytes (4, 8 or 16) from global to shared memory, in the thread's open group; groups are
+// closed by kjit_cp_commit and awaited by kjit_cp_wait<N> (all but the newest N of this thread's groups
+// landed). .cg (L2 only) for 16 bytes, .ca (the only form of 4 and 8) otherwise. The CPU emulation
+// (tests/policy/emu/emu.h) has no PTX: it copies when the group is awaited.
+template <int W>
+__device__ __forceinline__ void kjit_cp_async(void* dst, const void* src) {
+#ifdef __CUDA_ARCH__
+  const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+  if (W == 16) asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(src) : "memory");
+  else asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(s), "l"(src), "n"(W) : "memory");
+#else
+  emu_cp_async(dst, src, W);
+#endif
+}
+__device__ __forceinline__ void kjit_cp_commit() {
+#ifdef __CUDA_ARCH__
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+#else
+  emu_cp_commit();
+#endif
+}
+template <int N>
+__device__ __forceinline__ void kjit_cp_wait() {
+#ifdef __CUDA_ARCH__
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#else
+  emu_cp_wait(N);
+#endif
+}
+// One operand's tile in shared memory, as in global memory: KC (contiguous along k): R rows (m of A, n of
+// B) of K_ elements, pitch KQ4 + Q4; else K_ rows of R elements, pitch R + Q4. Element (r, k) of the
+// matrix at x + r * SR + k * SK; rows or columns at or past RLIM are not copied (their garbage reaches
+// only outputs that are not stored).
+template <bool KC, int R, long long RLIM, long long SR, long long SK>
+struct Tile4 {
+  static constexpr int LD = KC ? (int)(KQ4 + Q4) : R + Q4;
+  static constexpr int ROWS = KC ? R : (int)K_;
+  static constexpr int ELEMS = ROWS * LD;
+  static constexpr int VPR = KC ? (int)(K_ / VEC) : R / VEC;  // vectors a row (VEC divides the row)
+  // A row's vectors rounded up to a power of two (63 -> 64; the lanes past VPR copy nothing): THREADS is one
+  // too, so a thread's copies are one row and column plus constant offsets (row (tid >> lg) + i * THREADS /
+  // VPRP). With 63 vectors a row the per-copy division left 64 loop-invariant addresses (199 registers).
+  static constexpr int VPRP = VPR <= 1 ? 1 : VPR <= 2 ? 2 : VPR <= 4 ? 4 : VPR <= 8 ? 8 : VPR <= 16 ? 16 : VPR <= 32 ? 32
+                              : VPR <= 64 ? 64 : VPR <= 128 ? 128 : 256;
+  static constexpr int TOTAL = ROWS * VPRP, PER = (TOTAL + THREADS - 1) / THREADS;
+  // This thread's copies of the tile whose first row (KC) or column is r0; consecutive threads take
+  // consecutive vectors of a row (coalesced).
+  __device__ static __forceinline__ void issue(const in_t* x, long long r0, raw_t* S) {
+#pragma unroll
+    for (int i = 0; i < PER; ++i) {
+      const int e = (int)(threadIdx.x % THREADS) + i * THREADS;
+      if (TOTAL % THREADS != 0 && e >= TOTAL) break;
+      const int row = e / VPRP, v = (e % VPRP) * VEC;
+      if (VPRP != VPR && v >= VPR * VEC) continue;
+      const int r = KC ? row : v, k = KC ? v : row;
+      if (r0 + r < RLIM) kjit_cp_async<VEC * sizeof(raw_t)>(S + row * LD + v, x + (r0 + r) * SR + (long long)k * SK);
+    }
+  }
+  // W elements as floats: k .. k + W - 1 of row r (KC) or r .. r + W - 1 of row k (aligned to W elements).
+  template <int W>
+  __device__ static __forceinline__ void get(const raw_t* S, int r, int k, float* f) {
+    typedef typename RawOf<sizeof(raw_t) * W>::T RT;
+    union { RT t; raw_t u[W]; } w;
+    w.t = *reinterpret_cast<const RT*>(KC ? S + r * LD + k : S + k * LD + r);
+#pragma unroll
+    for (int q = 0; q < W; ++q) f[q] = Bits<in_t>::to_f(w.u[q]);
+  }
+};
+typedef Tile4<A_KCONT, BM, M_, SAM, SAK> TA4;
+typedef Tile4<!B_NCONT, BN, N_, SBN, SBK> TB4;
+constexpr int BUF4 = TA4::ELEMS + TB4::ELEMS;  // raw elements a buffer: A's tile, then B's
+constexpr int NBUF4 = AHEAD + 1;
+// The item's tiles into buffer S (this thread's share; no commit).
+__device__ __forceinline__ void issue4(const in_t* a, const in_t* b, long long item, raw_t* S) {
+  const long long bt = item / TILES4, tile = item % TILES4;
+  TA4::issue(a + bt * SAB, tile / TILES_N * BM, S);
+  TB4::issue(b + bt * SBB, tile % TILES_N * BN, S + TA4::ELEMS);
+}
+// KN (1..4) k values from k on: the thread's fragments (rows row_of, columns col_of), then KN outer
+// products in ascending k.
+template <int KN>
+__device__ __forceinline__ void chunk4(const raw_t* As, const raw_t* Bs, int k, int ty, int tx, float (&acc)[TM][TN]) {
+  float av[4][TM], bv[4][TN];
+  if (A_KCONT) {
+#pragma unroll
+    for (int i = 0; i < TM; ++i) {
+      float f[4];
+      TA4::template get<4>(As, row_of(ty, i), k, f);  // past K (KN < 4): padding, not used
+#pragma unroll
+      for (int q = 0; q < KN; ++q) av[q][i] = f[q];
+    }
+  } else {
+#pragma unroll
+    for (int q = 0; q < KN; ++q)
+#pragma unroll
+      for (int g = 0; g < GM; ++g) TA4::template get<RV>(As, g * SPM + ty * RV, k + q, &av[q][g * RV]);
+  }
+  if (!B_NCONT) {
+#pragma unroll
+    for (int j = 0; j < TN; ++j) {
+      float f[4];
+      TB4::template get<4>(Bs, col_of(tx, j), k, f);
+#pragma unroll
+      for (int q = 0; q < KN; ++q) bv[q][j] = f[q];
+    }
+  } else {
+#pragma unroll
+    for (int q = 0; q < KN; ++q)
+#pragma unroll
+      for (int g = 0; g < GN; ++g) TB4::template get<CV>(Bs, g * SPN + tx * CV, k + q, &bv[q][g * CV]);
+  }
+#pragma unroll
+  for (int q = 0; q < KN; ++q) outer(av[q], bv[q], acc);
+}
+// Outputs of one tile a matrix with N odd leave through the current buffer as one contiguous span (as
+// FLAT3); tiled outputs with narrower stores than CV through a warp's part of it (as WSTORE3).
+constexpr bool FLAT4 = TILES4 == 1 && SW == 1 && M_ * N_ * 4 <= (long long)BUF4 * sizeof(raw_t);
+constexpr bool WSTORE4 = !FLAT4 && SW < CV && (long long)THREADS * TN * 4 <= (long long)BUF4 * sizeof(raw_t);
+__device__ __forceinline__ void pipelined4(const in_t* a, const in_t* b, out_t* c, raw_t* smem4) {
+  const int tx = (int)(threadIdx.x % THREADS) % TX, ty = (int)(threadIdx.x % THREADS) / TX;
+  long long item = blockIdx.x;  // < ITEMS4: the grid has no empty block
+  // The first AHEAD items in flight (one group each, empty past the end: the wait counts stay uniform).
+#pragma unroll
+  for (int s = 0; s < AHEAD; ++s) {
+    if (item + s * GRID < ITEMS4) issue4(a, b, item + s * GRID, smem4 + s * BUF4);
+    kjit_cp_commit();
+  }
+  for (int j = 0; item < ITEMS4; ++j, item += GRID) {
+    raw_t* cur = smem4 + (j % NBUF4) * BUF4;
+    kjit_cp_wait<AHEAD - 1>();  // this thread's copies of item landed (groups j + 1 .. j + AHEAD - 1 may not)
+    // Every thread's copies landed, and every thread is done with item j - 1 (its buffer is the one
+    // refilled next: (j + AHEAD) % NBUF4).
+    __syncthreads();
+    const long long ahead = item + (long long)AHEAD * GRID;
+    if (ahead < ITEMS4) issue4(a, b, ahead, smem4 + ((j + AHEAD) % NBUF4) * BUF4);
+    kjit_cp_commit();
+    float acc[TM][TN];
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+      for (int q = 0; q < TN; ++q) acc[i][q] = 0.f;
+    const raw_t* As = cur;
+    const raw_t* Bs = cur + TA4::ELEMS;
+    K4UNROLL
+    for (int k = 0; k + 4 <= (int)K_; k += 4) chunk4<4>(As, Bs, k, ty, tx, acc);
+    if (K_ % 4 != 0) chunk4<(int)(K_ % 4 == 0 ? 4 : K_ % 4)>(As, Bs, (int)(K_ / 4 * 4), ty, tx, acc);
+    const long long bt = item / TILES4, tile = item % TILES4;
+    const long long m0 = tile / TILES_N * BM, n0 = tile % TILES_N * BN;
+    // The output stores' barriers (FLAT4, WSTORE4) come after every thread's multiply; the buffer they
+    // write is refilled only after the next iteration's barrier.
+    if (FLAT4) store_flat3(c + bt * (M_ * N_), reinterpret_cast<float*>(cur), ty, tx, acc);
+    else if (WSTORE4) store_warp3(c + bt * (M_ * N_), m0, n0, reinterpret_cast<float*>(cur), ty, tx, acc);
+    else store_tile3(c + bt * (M_ * N_), m0, n0, ty, tx, acc);
+  }
+}
+#endif
 
 extern "C" __global__ void __launch_bounds__(THREADS, MINB) kjit_matmul(const in_t* __restrict__ a,
                                                                   const in_t* __restrict__ b,
@@ -375,6 +542,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, MINB) kjit_matmul(const in
 #if STAGE > 0
   extern __shared__ __align__(16) unsigned char smem[];
 #endif
+#if STAGE == 4
+  pipelined4(a, b, c, reinterpret_cast<raw_t*>(smem));
+#else
 #if STAGE == 3
   float* As3 = reinterpret_cast<float*>(smem);
   float* Bs3 = As3 + K_ * LDA3;
@@ -494,13 +664,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, MINB) kjit_matmul(const in
     store_tile(c + batch * (M_ * N_), m0, n0, ty, tx, acc);
 #endif
   }
+#endif  // STAGE == 4
 }
 )";
 
 class Matmul final : public Family {
  public:
   std::string_view name() const override { return "matmul"; }
-  int codegen_version() const override { return 3; }
+  int codegen_version() const override { return 4; }
   std::vector<std::string> ops() const override { return {kMm, kBmm}; }
 
   OpTraits traits(std::string_view) const override {
@@ -629,28 +800,61 @@ class Matmul final : public Family {
     Space s;
     s.family = "matmul";
     s.knobs = {
-        {"stage", {kDirect, kStaged, kDouble, kResident},
+        {"stage", {kDirect, kStaged, kDouble, kResident, kPipelined},
          "0 operands read from global memory (L1) at every k, 1 bk-deep slices staged in shared memory, "
          "2 double-buffered slices, the next fetched into registers during the multiply, 3 resident: the "
-         "tile's whole K staged once (k-major), float4 fragments double-buffered in registers"},
+         "tile's whole K staged once (k-major), float4 fragments double-buffered in registers, 4 pipelined: "
+         "a block walks bpb tiles (of matrices) and cp.async copies the whole-K tiles of the one `ahead` "
+         "steps on into another shared buffer while it multiplies this one"},
         {"bm", {16, 32, 64, 128, 256}, "block tile rows (of the output)"},
         {"bn", {16, 32, 64, 128, 256}, "block tile columns"},
         {"bk", {8, 16, 32}, "k values per staged slice (direct and resident: the k loop's unroll)"},
         {"tm", {1, 2, 4, 8}, "output rows per thread (threads = bm/tm x bn/tn)"},
         {"tn", {1, 2, 4, 8}, "output columns per thread, stored together"},
         {"vec", {1, 2, 4, 8}, "elements per global load along each operand's contiguous dim (staged)"},
-        {"bpb", {1, 2, 4, 8}, "matrices of the batch per block, one after another (bmm, one tile a matrix)"},
+        {"bpb", {1, 2, 4, 8},
+         "matrices of the batch per block, one after another (bmm, one tile a matrix); pipelined: at least "
+         "so many work items (tiles of matrices) a block, the grid striding over them and never more blocks "
+         "than fit the SMs at once"},
         {"hint", {0, 1}, "1: streaming (evict-first) output stores"},
         {"minb", {1, 2, 4}, "blocks per SM the registers must allow (__launch_bounds__): 2 caps them at 32768 / threads, 4 at 16384 / threads"},
+        {"ahead", {1, 2}, "pipelined: items in flight ahead of the one multiplied (shared buffers: ahead + 1)"},
     };
+    // Codegen 4 added `ahead`: points before it had no pipelined strategy, whose knob it is.
+    s.absent_as = {{"ahead", 1}};
     return s;
   }
 
   static int64_t Threads(int64_t bm, int64_t bn, int64_t tm, int64_t tn) { return (bm / tm) * (bn / tn); }
   static int64_t SharedBytes(int64_t stage, int64_t bm, int64_t bn, int64_t bk, int64_t k) {
-    if (stage == kDirect) return 0;
+    if (stage == kDirect || stage == kPipelined) return 0;  // pipelined: PipelinedBytes
     if (stage == kResident) return k * ((bm + 4) + (bn + 4)) * 4;
     return (stage == kDouble ? 2 : 1) * bk * ((bm + 4) + (bn + 4)) * 4;
+  }
+  // The pipelined strategy's ahead + 1 buffers of both whole-K tiles in their global layout (the kernel's
+  // Tile4): rows along the operand's contiguous dim, padded by 16 bytes past the 16-byte rounded length.
+  static int64_t PipelinedBytes(const MatmulProblem& p, int64_t bm, int64_t bn, int64_t ahead) {
+    const int64_t q = 16 / p.elem(), kq = CeilDiv(p.k, q) * q;
+    const int64_t a = p.a_kcont() ? bm * (kq + q) : p.k * (bm + q);
+    const int64_t b = !p.b_ncont() ? bn * (kq + q) : p.k * (bn + q);
+    return (ahead + 1) * (a + b) * p.elem();
+  }
+  // The pipelined grid: bpb work items a block, but no more blocks than the SMs hold at once by their
+  // shared memory and threads (registers are not known before compiling: a block they keep out waits
+  // for a second wave), so that a block's items are a whole share of the work, all blocks running.
+  static int64_t PipelinedGrid(const MatmulProblem& p, const Point& pt, const DeviceFacts& dev) {
+    const int64_t items = CeilDiv(p.m, pt.at("bm")) * CeilDiv(p.n, pt.at("bn")) * p.batch;
+    const int64_t threads = Threads(pt.at("bm"), pt.at("bn"), pt.at("tm"), pt.at("tn"));
+    const int64_t per_sm = std::max<int64_t>(
+        1, std::min<int64_t>({dev.shared_bytes_per_sm / (PipelinedBytes(p, pt.at("bm"), pt.at("bn"), Ahead(pt)) + 1024),
+                              2048 / threads, 32}));
+    return std::min(CeilDiv(items, pt.at("bpb")), per_sm * dev.sm_count);
+  }
+  static int64_t Ahead(const Point& pt) { return pt.count("ahead") ? pt.at("ahead") : 1; }
+  static int64_t BlockShared(const MatmulProblem& p, const Point& pt) {
+    const int64_t stage = pt.at("stage");
+    if (stage == kPipelined) return PipelinedBytes(p, pt.at("bm"), pt.at("bn"), Ahead(pt));
+    return SharedBytes(stage, pt.at("bm"), pt.at("bn"), pt.at("bk"), p.k);
   }
   // Elements of one operand's whole-K tile (rows x K) the resident staging loop covers: read along k
   // (kc), P lanes take a row's consecutive vectors, so a row's vectors round up to P (the kernel's Operand).
@@ -672,7 +876,14 @@ class Matmul final : public Family {
     const auto& p = static_cast<const MatmulProblem&>(problem);
     const int64_t stage = pt.at("stage"), bm = pt.at("bm"), bn = pt.at("bn"), bk = pt.at("bk"), tm = pt.at("tm"),
                   tn = pt.at("tn"), vec = pt.at("vec"), bpb = pt.at("bpb");
-    if (stage != kDirect && stage != kStaged && stage != kDouble && stage != kResident) return InvalidArgument("unknown stage");
+    if (stage != kDirect && stage != kStaged && stage != kDouble && stage != kResident && stage != kPipelined) {
+      return InvalidArgument("unknown stage");
+    }
+    const int64_t ahead = Ahead(pt);
+    if (ahead != 1 && ahead != 2) return InvalidArgument("ahead is 1 or 2");
+    if (ahead != 1 && stage != kPipelined) return InvalidArgument("ahead is a knob of the pipelined strategy");
+    const int64_t block_shared = BlockShared(p, pt);
+    const int64_t items = CeilDiv(p.m, bm) * CeilDiv(p.n, bn) * p.batch;  // pipelined: work items
     if (tm > bm || tn > bn) return InvalidArgument("thread tile larger than the block tile");
     if (tm * tn > kMaxAccumulators) return InvalidArgument("too many accumulators per thread");
     const int64_t threads = Threads(bm, bn, tm, tn);
@@ -698,7 +909,7 @@ class Matmul final : public Family {
       // vectors aligned.
       const bool ak = p.a_kcont(), bn_c = p.b_ncont();
       const int64_t a_unit = ak ? p.sak : p.sam, a_ext = ak ? p.k : p.m, a_other = ak ? p.sam : p.sak;
-      const int64_t kslice = stage == kResident ? p.k : bk;  // resident: one slice of all K
+      const int64_t kslice = stage == kResident || stage == kPipelined ? p.k : bk;  // one slice of all K
       const int64_t a_tile = ak ? kslice : bm;
       const int64_t b_unit = bn_c ? p.sbn : p.sbk, b_ext = bn_c ? p.n : p.k, b_other = bn_c ? p.sbk : p.sbn;
       const int64_t b_tile = bn_c ? bn : kslice;
@@ -720,6 +931,22 @@ class Matmul final : public Family {
       if (SharedBytes(stage, bm, bn, bk, p.k) > dev.max_shared_bytes_per_block) {
         return InvalidArgument("the whole-K tiles exceed the shared memory of a block");
       }
+    } else if (stage == kPipelined) {
+      // cp.async moves 4, 8 or 16 bytes (its own vector rules are the staged ones, above, over all K).
+      if (vec * p.elem() < 4) return InvalidArgument("cp.async moves 4 bytes or more: vector narrower");
+      // The copy loop is unrolled: at most 64 copies an operand a thread.
+      // (A row's vectors round up to a power of two: the kernel's Tile4::VPRP.)
+      const int64_t a_vecs = (p.a_kcont() ? bm * NextPow2(p.k / vec) : p.k * (bm / vec));
+      const int64_t b_vecs = (!p.b_ncont() ? bn * NextPow2(p.k / vec) : p.k * (bn / vec));
+      if (CeilDiv(a_vecs, threads) > 64 || CeilDiv(b_vecs, threads) > 64) {
+        return InvalidArgument("too many copies per thread");
+      }
+      if (block_shared > dev.max_shared_bytes_per_block) {
+        return InvalidArgument("the pipeline's whole-K tile buffers exceed the shared memory of a block");
+      }
+      if (ahead == 2 && CeilDiv(items, PipelinedGrid(p, pt, dev)) < 3) {
+        return InvalidArgument("two items in flight ahead need three items a block");
+      }
     } else if (stage != kDirect) {
       const int64_t a_per = CeilDiv(bm * bk / vec, threads) * vec, b_per = CeilDiv(bk * bn / vec, threads) * vec;
       if (a_per > kMaxFetchRegs || b_per > kMaxFetchRegs) return InvalidArgument("too many elements fetched per thread");
@@ -733,23 +960,25 @@ class Matmul final : public Family {
     if (minb == 4) {
       // Four blocks of 128 (cap 128 registers) or 256 threads (cap 64): the cap binds and does not starve 8x8 tiles.
       if (threads < 128 || threads > 256) return InvalidArgument("four blocks a SM cap registers only for 128 or 256 threads");
-      if (4 * (SharedBytes(stage, bm, bn, bk, p.k) + 1024) > dev.shared_bytes_per_sm) {
+      if (4 * (block_shared + 1024) > dev.shared_bytes_per_sm) {
         return InvalidArgument("four blocks do not fit an SM");
       }
       if (threads == 256 && tm * tn > 16) return InvalidArgument("64 registers cannot hold the thread's accumulators");
     }
     if (minb == 2) {
       // Two blocks' threads and shared memory must fit an SM; a cap below 64 registers a thread would spill.
-      if (2 * threads > 2048 || 2 * (SharedBytes(stage, bm, bn, bk, p.k) + 1024) > dev.shared_bytes_per_sm) {
+      if (2 * threads > 2048 || 2 * (block_shared + 1024) > dev.shared_bytes_per_sm) {
         return InvalidArgument("two blocks do not fit an SM");
       }
       if (threads < 256) return InvalidArgument("two blocks a SM cap registers only for 256 threads or more");
     }
-    if (bpb > 1) {
+    if (stage == kPipelined) {
+      if (bpb > items) return InvalidArgument("more work items per block than tiles of matrices");
+    } else if (bpb > 1) {
       if (!p.batched || bpb > p.batch) return InvalidArgument("more matrices per block than the batch has");
       if (bm < p.m || bn < p.n) return InvalidArgument("several matrices per block only where one tile covers a matrix");
     }
-    const int64_t blocks = CeilDiv(p.m, bm) * CeilDiv(p.n, bn) * CeilDiv(p.batch, bpb);
+    const int64_t blocks = stage == kPipelined ? CeilDiv(items, bpb) : CeilDiv(p.m, bm) * CeilDiv(p.n, bn) * CeilDiv(p.batch, bpb);
     if (blocks > std::numeric_limits<int32_t>::max()) return InvalidArgument("grid too large");
     return Status::Ok();
   }
@@ -798,7 +1027,7 @@ class Matmul final : public Family {
           // threads, 2 for 256; 512 threads are capped at 128 by their size alone.
           const int64_t minb = threads == 128 && per_sm >= 4 ? 4 : threads == 256 && per_sm >= 2 ? 2 : 1;
           Point pt{{"stage", kResident}, {"bm", t.bm}, {"bn", t.bn}, {"bk", bk}, {"tm", 8}, {"tn", 8}, {"vec", vec},
-                   {"bpb", 1}, {"hint", hint}, {"minb", minb}};
+                   {"bpb", 1}, {"hint", hint}, {"minb", minb}, {"ahead", 1}};
           if (!Check(problem, pt, dev).ok()) continue;
           const int64_t resident = per_sm * threads;
           if (resident > best_threads || (resident == best_threads && per_sm > best_blocks)) {
@@ -810,6 +1039,29 @@ class Matmul final : public Family {
         }
       }
       if (best_threads >= 256) return best;
+    }
+    // Batches of small matrices (codegen 4; NOT yet measured on the H200, the reasoning only): the pipelined
+    // strategy, one tile a matrix. Such a batch is memory-bound (a 64^3 f32 product moves 48 KB for 0.5
+    // MFLOP: 11 FLOP a byte, under the 16 of the H200's FMA peak per byte of DRAM), and the resident
+    // strategy's blocks load, then multiply: DRAM idles during the multiply unless other blocks of the SM
+    // happen to be loading (codegen 3's best point: 1.48x the floor at 4096 x 64^3, and slower than cuBLAS
+    // at 63^3). The pipelined block copies the next matrix with cp.async while it multiplies this one, its
+    // grid one wave of blocks (bpb 1: as many as the SMs hold by shared memory and threads) sharing the
+    // batch evenly. 128 threads of 4x8 (codegen 3's best resident thread tile), the widest copies the
+    // layout allows (4 bytes a element for odd sizes, still asynchronous), 16 k values an unrolled trip.
+    if (p.batched && p.batch >= 4 * dev.sm_count && p.m <= 128 && p.n <= 128 && p.k >= 16) {
+      const int64_t bm = std::max<int64_t>(16, NextPow2(p.m)), bn = std::max<int64_t>(16, NextPow2(p.n));
+      struct Thread { int64_t tm, tn; };
+      for (const Thread t : {Thread{4, 8}, Thread{8, 4}, Thread{4, 4}, Thread{2, 4}, Thread{4, 2}, Thread{2, 2}}) {
+        for (int64_t vec : {8, 4, 2, 1}) {
+          Point pt{{"stage", kPipelined}, {"bm", bm}, {"bn", bn}, {"bk", 16}, {"tm", t.tm}, {"tn", t.tn}, {"vec", vec},
+                   {"bpb", 1}, {"hint", hint}, {"minb", 1}, {"ahead", 1}};
+          if (!Check(problem, pt, dev).ok()) continue;
+          // Two blocks an SM at least (one's stores and pipeline fill beside the other's multiply).
+          if (2 * (PipelinedBytes(p, bm, bn, 1) + 1024) > dev.shared_bytes_per_sm) break;
+          return pt;
+        }
+      }
     }
     for (bool need_blocks : {true, false}) {
       for (const Shape& s : shapes) {
@@ -837,7 +1089,7 @@ class Matmul final : public Family {
             for (int64_t vec : {8, 4, 2, 1}) {
               tries.push_back(Point{{"stage", kResident}, {"bm", s.bm}, {"bn", s.bn}, {"bk", bk}, {"tm", s.tm},
                                     {"tn", s.tn}, {"vec", vec}, {"bpb", bpb}, {"hint", hint},
-                                    {"minb", threads >= 256 ? 2 : 1}});
+                                    {"minb", threads >= 256 ? 2 : 1}, {"ahead", 1}});
             }
           }
         }
@@ -845,14 +1097,14 @@ class Matmul final : public Family {
           for (int64_t stage : {kDouble, kStaged}) {
             for (int64_t vec : {8, 4, 2, 1}) {
               tries.push_back(Point{{"stage", stage}, {"bm", s.bm}, {"bn", s.bn}, {"bk", bk}, {"tm", s.tm},
-                                    {"tn", s.tn}, {"vec", vec}, {"bpb", bpb}, {"hint", hint}, {"minb", 1}});
+                                    {"tn", s.tn}, {"vec", vec}, {"bpb", bpb}, {"hint", hint}, {"minb", 1}, {"ahead", 1}});
             }
           }
         }
       }
     }
     tries.push_back(Point{{"stage", kDirect}, {"bm", 16}, {"bn", 16}, {"bk", 8}, {"tm", 1},
-                          {"tn", 2}, {"vec", 1}, {"bpb", 1}, {"hint", hint}, {"minb", 1}});
+                          {"tn", 2}, {"vec", 1}, {"bpb", 1}, {"hint", hint}, {"minb", 1}, {"ahead", 1}});
     for (const Point& t : tries) {
       if (Check(problem, t, dev).ok()) return t;
     }
@@ -871,11 +1123,16 @@ class Matmul final : public Family {
         << codegen::kIncludes;
     src << "typedef " << CudaType(p.dtype) << " in_t;\ntypedef in_t out_t;\n";
     src << "#define VEC " << vec << "\n#define HINT " << hint << "\n#define STAGE " << stage << "\n";
+    // Pipelined: the block's work items are blockIdx.x + j * GRID.
+    const int64_t grid = stage == kPipelined ? PipelinedGrid(p, pt, dev)
+                                             : CeilDiv(p.m, bm) * CeilDiv(p.n, bn) * CeilDiv(p.batch, bpb);
     src << "constexpr long long M_ = " << p.m << ", N_ = " << p.n << ", K_ = " << p.k << ", BATCH = " << p.batch << ";\n";
     src << "constexpr long long SAB = " << p.sab << ", SAM = " << p.sam << ", SAK = " << p.sak << ", SBB = " << p.sbb
         << ", SBK = " << p.sbk << ", SBN = " << p.sbn << ";\n";
     src << "constexpr int BM = " << bm << ", BN = " << bn << ", BK = " << bk << ", TM = " << tm << ", TN = " << tn
-        << ", BPB = " << bpb << ", MINB = " << pt.at("minb") << ", THREADS = " << threads << ", SW = " << StoreWidth(p, stage == kResident ? std::min<int64_t>(tn, 4) : tn) << ";\n";
+        << ", BPB = " << bpb << ", MINB = " << pt.at("minb") << ", THREADS = " << threads << ", SW = "
+        << StoreWidth(p, stage == kResident || stage == kPipelined ? std::min<int64_t>(tn, 4) : tn) << ", AHEAD = " << Ahead(pt)
+        << ";\nconstexpr long long GRID = " << grid << ";\n";
     src << "constexpr bool A_KCONT = " << (p.a_kcont() ? "true" : "false")
         << ", B_NCONT = " << (p.b_ncont() ? "true" : "false") << ";\n";
     src << codegen::kElementAccess << codegen::kRawAccess;
@@ -884,13 +1141,15 @@ class Matmul final : public Family {
     body.replace(body.find("KUNROLL"), 7, unroll);
     // Resident: the k loop takes two k values an iteration.
     body.replace(body.find("K3UNROLL"), 8, "#pragma unroll " + std::to_string(std::max<int64_t>(1, bk / 2)));
+    // Pipelined: four k values an iteration.
+    body.replace(body.find("K4UNROLL"), 8, "#pragma unroll " + std::to_string(std::max<int64_t>(1, bk / 4)));
     src << body;
     Candidate c;
     c.source = src.str();
     c.entry_point = "kjit_matmul";
     c.launch.block[0] = static_cast<uint32_t>(threads);
-    c.launch.grid[0] = static_cast<uint32_t>(CeilDiv(p.m, bm) * CeilDiv(p.n, bn) * CeilDiv(p.batch, bpb));
-    c.launch.dynamic_shared_bytes = static_cast<uint32_t>(SharedBytes(stage, bm, bn, bk, p.k));
+    c.launch.grid[0] = static_cast<uint32_t>(grid);
+    c.launch.dynamic_shared_bytes = static_cast<uint32_t>(BlockShared(p, pt));
     c.options = {"--std=c++17", "--diag-suppress=177"};  // 177: a helper this stage does not use
     c.design = ToDesignPoint("matmul", pt, "");
     return c;

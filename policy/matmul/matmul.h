@@ -27,6 +27,12 @@
 //              float4 fragments (double-buffered in registers, whatever the global vector width), a
 //              warp's stores whole tile rows; with several matrices a block staged in one round, the
 //              next matrix's tiles are fetched into registers during this one's multiply (codegen 3)
+//   4 pipelined (codegen 4, not yet measured) a block walks bpb or more work items (tiles of matrices) with
+//              the grid's stride, the grid one wave of blocks; the whole-K tiles of the item `ahead` (1 or 2)
+//              steps on are copied global -> shared with cp.async (4/8/16 bytes, raw, in their global
+//              layout) into another of ahead + 1 buffers while this one is multiplied (fragments converted on
+//              the way out of shared memory, 4 k a read along a k-contiguous operand), one barrier an item:
+//              DRAM reads continue through the FMAs, for batches of small matrices; stores as resident
 // Declined: other ops and dtypes, mixed dtypes, empty products, negative strides, K over 256 (f32) or
 // over 64 (f16/bf16): there cuBLAS's large tiles and tensor cores are the right answer. The limits are
 // kjit/runtime/matmul_limits.h's, shared with the shim's pre-filter (PreFilter::kSmallMatmul).

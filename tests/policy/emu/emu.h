@@ -9,7 +9,11 @@
 #include <optional>
 #include <cstring>
 #include <cstdint>
+#include <cstdlib>
 #include <type_traits>
+#include <cstdio>
+#include <string_view>
+#include <vector>
 #ifndef __device__
 #define __device__
 #endif
@@ -109,3 +113,34 @@ inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
 inline float __uint_as_float(unsigned i) { float f; std::memcpy(&f, &i, 4); return f; }
 inline unsigned __float_as_uint(float f) { unsigned i; std::memcpy(&i, &f, 4); return i; }
+// cp.async (the matmul family's pipelined strategy: kjit_cp_async / kjit_cp_commit / kjit_cp_wait, whose
+// PTX the emulation cannot run). A copy is recorded in the thread's open group and made when a wait lets
+// its group complete, as late as the hardware may make it: a read of a buffer before its wait (or
+// before the barrier after it, in another thread) sees stale bytes. KJIT_EMU_CP_ASYNC=sync copies at
+// issue instead, as early as the hardware may: a copy issued into a buffer other threads still read
+// (a missing barrier) then overwrites it under them.
+struct EmuCopy { void* dst; const void* src; int bytes; };
+inline thread_local std::vector<std::vector<EmuCopy>> emu_cp_groups;  // committed, oldest first
+inline thread_local std::vector<EmuCopy> emu_cp_open;
+inline bool emu_cp_sync() {
+  static const bool sync = [] { const char* v = std::getenv("KJIT_EMU_CP_ASYNC"); return v && std::string_view(v) == "sync"; }();
+  return sync;
+}
+inline void emu_cp_async(void* dst, const void* src, int bytes) {
+  if (reinterpret_cast<uintptr_t>(dst) % bytes != 0 || reinterpret_cast<uintptr_t>(src) % bytes != 0) {
+    std::fprintf(stderr, "cp.async of %d bytes misaligned\n", bytes);
+    std::abort();
+  }
+  if (emu_cp_sync()) std::memcpy(dst, src, bytes);
+  else emu_cp_open.push_back({dst, src, bytes});
+}
+inline void emu_cp_commit() {
+  emu_cp_groups.push_back(std::move(emu_cp_open));
+  emu_cp_open.clear();
+}
+inline void emu_cp_wait(int newest_pending) {
+  while ((int)emu_cp_groups.size() > newest_pending) {
+    for (const EmuCopy& c : emu_cp_groups.front()) std::memcpy(c.dst, c.src, c.bytes);
+    emu_cp_groups.erase(emu_cp_groups.begin());
+  }
+}

@@ -88,4 +88,31 @@ r d4 mm f16 1,1,64,520 0,64,1 0,520,1 0
 r d5 mm f32 1,1100,63,3900 0,63,1 0,3900,1 0
 r d6 bmm f32 3,63,63,63 3969,63,1 3969,63,1 0
 r d7 bmm f32 2200,64,64,64 4096,64,1 4096,64,1 0
+# Codegen 4, pipelined (stage 4): a block walks its items (tiles of matrices) with the grid's stride and
+# copies the next one's whole-K tiles with cp.async while it multiplies this one. The emulator makes a
+# copy when its group is awaited (as late as the hardware may); the *s cases copy at issue
+# (KJIT_EMU_CP_ASYNC=sync: as early as it may, over a buffer other threads might still read). Batches not a
+# multiple of the grid, 64^3 with float4 copies and 63^3 with 4-byte ones (contiguous stores through shared
+# memory), two items in flight ahead, B^T in bf16 with 16-byte copies, A^T (fragments along m), an expanded
+# f16 operand, A^T and B^T in f16, mm over several ragged tiles a block, odd K with 2-column stores (through a
+# warp's buffer), a stepped view (4-byte copies of strided elements), bf16 B^T two ahead.
+r q1 bmm f32 7,64,64,64 4096,64,1 4096,64,1 0 stage=4 bm=64 bn=64 bk=16 tm=4 tn=8 vec=4 bpb=2 hint=0 minb=1 ahead=1
+r q2 bmm f32 9,63,63,63 3969,63,1 3969,63,1 0 stage=4 bm=64 bn=64 bk=16 tm=4 tn=8 vec=1 bpb=4 hint=0 minb=1 ahead=1
+r q3 bmm f32 11,64,64,64 4096,64,1 4096,64,1 0 stage=4 bm=64 bn=64 bk=32 tm=4 tn=8 vec=4 bpb=4 hint=1 minb=1 ahead=2
+r q4 bmm f32 10,63,63,63 3969,63,1 3969,63,1 0 stage=4 bm=64 bn=64 bk=8 tm=8 tn=8 vec=1 bpb=4 hint=1 minb=1 ahead=2
+r q5 bmm bf16 6,33,40,24 1320,40,1 960,1,40 0 stage=4 bm=64 bn=32 bk=8 tm=4 tn=2 vec=8 bpb=2 hint=0 minb=1 ahead=1
+r q6 bmm f32 9,16,16,16 256,1,16 256,16,1 0 stage=4 bm=16 bn=16 bk=8 tm=1 tn=2 vec=4 bpb=4 hint=0 minb=1 ahead=1
+r q7 bmm f16 5,20,12,24 240,12,1 0,24,1 0 stage=4 bm=32 bn=32 bk=8 tm=4 tn=4 vec=4 bpb=2 hint=0 minb=1 ahead=1
+r q8 bmm f16 3,20,24,30 480,1,20 720,1,24 0 stage=4 bm=32 bn=32 bk=8 tm=4 tn=8 vec=4 bpb=1 hint=0 minb=1 ahead=1
+r q9 mm f32 1,130,64,136 0,64,1 0,136,1 0 stage=4 bm=64 bn=64 bk=16 tm=4 tn=8 vec=4 bpb=2 hint=0 minb=1 ahead=1
+r q10 mm f32 1,70,33,50 0,33,1 0,50,1 0 stage=4 bm=32 bn=64 bk=8 tm=2 tn=8 vec=1 bpb=1 hint=0 minb=1 ahead=1
+r q11 mm f32 1,17,9,13 0,20,2 0,30,2 0 stage=4 bm=16 bn=16 bk=8 tm=1 tn=2 vec=1 bpb=1 hint=0 minb=1 ahead=1
+r q12 bmm bf16 4,64,64,64 4096,64,1 4096,1,64 0 stage=4 bm=64 bn=64 bk=16 tm=4 tn=8 vec=8 bpb=4 hint=0 minb=1 ahead=2
+KJIT_EMU_CP_ASYNC=sync r q1s bmm f32 7,64,64,64 4096,64,1 4096,64,1 0 stage=4 bm=64 bn=64 bk=16 tm=4 tn=8 vec=4 bpb=2 hint=0 minb=1 ahead=1
+KJIT_EMU_CP_ASYNC=sync r q2s bmm f32 9,63,63,63 3969,63,1 3969,63,1 0 stage=4 bm=64 bn=64 bk=16 tm=4 tn=8 vec=1 bpb=4 hint=0 minb=1 ahead=1
+KJIT_EMU_CP_ASYNC=sync r q4s bmm f32 10,63,63,63 3969,63,1 3969,63,1 0 stage=4 bm=64 bn=64 bk=8 tm=8 tn=8 vec=1 bpb=4 hint=1 minb=1 ahead=2
+# Codegen 4's default for batches of small matrices (pipelined, one wave of blocks): 64^3 f32 and f16, 63^3.
+r d8 bmm f32 600,64,64,64 4096,64,1 4096,64,1 0
+r d9 bmm f32 600,63,63,63 3969,63,1 3969,63,1 0
+r d10 bmm f16 600,64,64,64 4096,64,1 4096,64,1 0
 exit $failed
