@@ -345,7 +345,9 @@ def child(args):
 def tolerance(torch, dtype):
     if not dtype.is_floating_point:
         return (0, 0)  # indices (argmax, max pooling): exactly eager's
-    return {torch.float32: (1e-5, 1e-5), torch.float16: (2e-3, 2e-3), torch.bfloat16: (1.6e-2, 2e-2)}[dtype]
+    # float64: the matmul part's products kjit never keys (PyTorch's own kernel both times).
+    return {torch.float64: (1e-12, 1e-12), torch.float32: (1e-5, 1e-5), torch.float16: (2e-3, 2e-3),
+            torch.bfloat16: (1.6e-2, 2e-2)}[dtype]
 
 
 def compare(torch, case, got, want, exact=None):
