@@ -243,8 +243,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--family", family_filter, "only this family");
   app.add_option("--key-contains", key_contains,
-                 "--search only the keys whose text contains this (e.g. \"64,1000003\"), to re-measure a few "
-                 "keys within one device call");
+                 "--search only the keys whose text or table description contains this (e.g. \"64,1000003\" or "
+                 "\"N=15\"), to re-measure a few keys within one device call");
   app.add_option("--seed", seed, "for --verify's choice of pairs")->capture_default_str();
   app.add_option("--skip", skip, "skip the first N evaluations (to get past a fault)");
   app.add_option("--cache", cache_path, "also store every measurement in this kernel cache's measurement history "
@@ -355,7 +355,9 @@ int main(int argc, char** argv) {
       }
       if (!key_contains.empty()) {
         std::erase_if(search_keys, [&](const auto& entry) {
-          return entry.first.ToString().find(key_contains) == std::string::npos;
+          // The key's text or the table's description: "N=15" names a row as the tables print it.
+          return entry.first.ToString().find(key_contains) == std::string::npos &&
+                 entry.second->description.find(key_contains) == std::string::npos;
         });
       }
       for (auto& [key, problem] : search_keys) {
