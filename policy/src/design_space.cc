@@ -1,7 +1,9 @@
 #include "kjit/policy/design_space.h"
 
 #include <algorithm>
-#include <set>
+#include <map>
+#include <unordered_map>
+#include <utility>
 
 namespace kjit::policy {
 
@@ -36,9 +38,13 @@ template <typename Visit>
 void ForEachPoint(const Space& space, Visit&& visit) {
   if (space.knobs.empty()) return;
   std::vector<size_t> index(space.knobs.size(), 0);
+  // One point whose values are rewritten in place: a new map per point (string keys, an allocation
+  // per knob) was most of the time of enumerating matmul's space of a million points.
+  Point p;
+  std::vector<int64_t*> slots;
+  for (const Knob& knob : space.knobs) slots.push_back(&p[knob.name]);
   while (true) {
-    Point p;
-    for (size_t k = 0; k < space.knobs.size(); ++k) p[space.knobs[k].name] = space.knobs[k].values[index[k]];
+    for (size_t k = 0; k < space.knobs.size(); ++k) *slots[k] = space.knobs[k].values[index[k]];
     if (!visit(p)) return;
     size_t k = space.knobs.size();
     while (k > 0) {
@@ -64,28 +70,36 @@ std::vector<Point> ValidPoints(const Family& family, const Problem& problem, con
 
 std::vector<Point> PairwiseCover(const Family& family, const Problem& problem, const DeviceFacts& device) {
   const std::vector<Point> valid = ValidPoints(family, problem, device);
-  // A "pair" is (knob a = value, knob b = value) with a < b; single values are pairs of a knob with itself.
-  using Pair = std::tuple<std::string, int64_t, std::string, int64_t>;
-  auto pairs_of = [](const Point& p) {
-    std::vector<Pair> out;
-    for (auto a = p.begin(); a != p.end(); ++a) {
-      for (auto b = a; b != p.end(); ++b) out.emplace_back(a->first, a->second, b->first, b->second);
+  // A "pair" is (knob a = value, knob b = value) with a before b in the point's (sorted) knob order; single
+  // values are pairs of a knob with itself. Pairs are numbered once, so that the greedy rounds below
+  // count integers: with string-keyed pairs, matmul's ~20000 valid points took a minute per key.
+  std::map<std::pair<std::string, int64_t>, uint64_t> value_ids;
+  std::unordered_map<uint64_t, uint32_t> pair_ids;
+  std::vector<std::vector<uint32_t>> pairs_of(valid.size());
+  std::vector<uint64_t> values;
+  for (size_t i = 0; i < valid.size(); ++i) {
+    values.clear();
+    for (const auto& [name, value] : valid[i]) {
+      values.push_back(value_ids.try_emplace({name, value}, value_ids.size()).first->second);
     }
-    return out;
-  };
-  std::set<Pair> uncovered;
-  for (const Point& p : valid) {
-    for (const Pair& q : pairs_of(p)) uncovered.insert(q);
+    for (size_t a = 0; a < values.size(); ++a) {
+      for (size_t b = a; b < values.size(); ++b) {
+        const uint64_t pair = (values[a] << 32) | values[b];
+        pairs_of[i].push_back(pair_ids.try_emplace(pair, static_cast<uint32_t>(pair_ids.size())).first->second);
+      }
+    }
   }
+  std::vector<bool> covered(pair_ids.size(), false);
+  size_t uncovered = pair_ids.size();
   std::vector<Point> chosen;
   std::vector<bool> used(valid.size(), false);
-  while (!uncovered.empty()) {
+  while (uncovered > 0) {
     size_t best = valid.size();
     size_t best_gain = 0;
     for (size_t i = 0; i < valid.size(); ++i) {
       if (used[i]) continue;
       size_t gain = 0;
-      for (const Pair& q : pairs_of(valid[i])) gain += uncovered.count(q);
+      for (uint32_t q : pairs_of[i]) gain += covered[q] ? 0 : 1;
       if (gain > best_gain) {
         best_gain = gain;
         best = i;
@@ -93,7 +107,12 @@ std::vector<Point> PairwiseCover(const Family& family, const Problem& problem, c
     }
     if (best == valid.size()) break;
     used[best] = true;
-    for (const Pair& q : pairs_of(valid[best])) uncovered.erase(q);
+    for (uint32_t q : pairs_of[best]) {
+      if (!covered[q]) {
+        covered[q] = true;
+        --uncovered;
+      }
+    }
     chosen.push_back(valid[best]);
   }
   return chosen;
