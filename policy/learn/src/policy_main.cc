@@ -224,10 +224,12 @@ int main(int argc, char** argv) {
   Common common;
   TrainOptions train_options;
   // The default configuration of `kjit policy train`, chosen on the validation keys (policy/README.md,
-  // "Results on a CPU"): the anytime reward with the first-trial credit x 3. AgentOptions' own defaults
-  // (the improvement reward) stay as they are for the library and its tests.
+  // "Results on a CPU"): the anytime reward with the first-trial credit x 3 and 32 one-trial bandit
+  // episodes per iteration. AgentOptions' own defaults (the improvement reward) stay as they are for the
+  // library and its tests.
   train_options.agent.anytime_weight = 1.0;
   train_options.agent.first_trial_coef = 3.0;
+  train_options.agent.first_trial_bandit = 32;
   bool fresh = false;
   bool exclude_validation = false;
   auto* train = app.add_subcommand("train", "Train the policy on the training keys; checkpoints go to the cache DB");
