@@ -15,6 +15,8 @@
 # verify and search the design spaces (tune.md, tune.tar.gz; see the step at the end),
 # KJIT_GPU_RUN_SHIM=1 to measure the shim and run its example twice (shim.tar.gz), KJIT_GPU_RUN_ONLINE=1 for
 # online policy episodes on the example's keys against random search and the expert default (online.tar.gz).
+# Pass KJIT_COMMIT=<this machine's `git rev-parse --short HEAD`>: on the device machine `git rev-parse` in the copied
+# tree has reported an older commit than the tree held (2026-12-01), and the summary's commit is what RESULTS.md cites.
 # One device call is at most 10 minutes: split the work over calls, e.g.
 #   KJIT_GPU_RUN_SKIP_BENCH=1 KJIT_GPU_RUN_SKIP_TESTS=1 KJIT_GPU_RUN_TUNE=1 \
 #     KJIT_TUNE_FAMILIES=softmax KJIT_TUNE_VERIFY_S=150 KJIT_TUNE_SEARCH_S=300 bash scripts/gpu-run.sh
