@@ -54,13 +54,9 @@ inline bool SmallMatmulArgsPass(bool batched, const at::Tensor& self, c10::Array
   if (args.size() != 2 || !args[1].isTensor()) return false;
   const at::Tensor& mat2 = args[1].toTensor();
   if (!mat2.defined() || mat2.layout() != c10::kStrided || mat2.scalar_type() != self.scalar_type()) return false;
+  // A dtype the family does not serve has MatmulMaxK 0 (kjit/runtime/matmul_limits.h): declined there.
   DType dtype;
-  switch (self.scalar_type()) {
-    case c10::ScalarType::Float: dtype = DType::kFloat32; break;
-    case c10::ScalarType::Half: dtype = DType::kFloat16; break;
-    case c10::ScalarType::BFloat16: dtype = DType::kBFloat16; break;
-    default: return false;
-  }
+  if (!kjit::torch::ToDType(self.scalar_type(), &dtype)) return false;
   const auto a_sizes = self.sizes(), a_strides = self.strides(), b_sizes = mat2.sizes(), b_strides = mat2.strides();
   return SmallMatmulMayBeServed(batched, dtype,
                                 {{a_sizes.data(), a_sizes.size()}, {a_strides.data(), a_strides.size()}},

@@ -456,6 +456,22 @@ def compare_all(torch, got, want, what):
     print(f"{len(want)} outputs {what}: equal to eager within tolerance")
 
 
+def expect_records_loaded(log, ops):
+    """Each op had a record loaded in the process that wrote `log` (KJIT_LOG=1 names the op of each)."""
+    for op in ops:
+        if f" for {op} " not in log:
+            fail(f"no record was loaded for {op}:\n{log[-3000:]}")
+
+
+def expect_none_keyed(e, out, part, what):
+    """A process running only `part`'s calls, which the pre-filters decline, keys none of them."""
+    only, log = e.program("outputs", os.path.join(e.work, out), calls=3, part=part)
+    c = only["counters"]
+    if c["first_sights"] or c["misses"] or c["hits"]:
+        fail(f"{what} were keyed (counters {c}):\n{log[-3000:]}")
+    print(f"{what}: counters {c}, none keyed")
+
+
 def first_run_and_seed(e, part="part1"):
     """Eager reference (no shim); one run under the shim with kjitd to queue every key; kernels for them."""
     import torch
@@ -498,18 +514,13 @@ def case_equivalence_part2(e):
     if c["failures"]:
         fail(f"{c['failures']} records failed in the shim:\n{log[-3000:]}")
     compare_all(torch, second["outputs"], reference, "served by kjit's kernels")
-    # Every op family was served at least once (KJIT_LOG=1 names the op of each loaded record).
-    for op in ("aten::cumsum", "aten::cumprod", "aten::sum", "aten::mean", "aten::amax", "aten::amin", "aten::prod",
-               "aten::argmax", "aten::argmin", "aten::max_pool2d_with_indices", "aten::max_pool3d_with_indices",
-               "aten::avg_pool2d", "aten::avg_pool3d", "aten::_conv_depthwise2d", "aten::cudnn_convolution"):
-        if f" for {op} " not in log:
-            fail(f"no record was loaded for {op}:\n{log[-3000:]}")
+    # Every op family was served at least once.
+    expect_records_loaded(log, ("aten::cumsum", "aten::cumprod", "aten::sum", "aten::mean", "aten::amax", "aten::amin",
+                                "aten::prod", "aten::argmax", "aten::argmin", "aten::max_pool2d_with_indices",
+                                "aten::max_pool3d_with_indices", "aten::avg_pool2d", "aten::avg_pool3d",
+                                "aten::_conv_depthwise2d", "aten::cudnn_convolution"))
     # The pre-filter: in a process that runs only non-depthwise convolutions, nothing is keyed.
-    only, log = e.program("outputs", os.path.join(e.work, "dense.pt"), calls=3, part="part2-dense")
-    c = only["counters"]
-    if c["first_sights"] or c["misses"] or c["hits"]:
-        fail(f"non-depthwise convolutions were keyed (counters {c}):\n{log[-3000:]}")
-    print(f"non-depthwise convolutions: counters {c}, none keyed")
+    expect_none_keyed(e, "dense.pt", "part2-dense", "non-depthwise convolutions")
 
 
 def case_equivalence_matmul(e):
@@ -527,15 +538,9 @@ def case_equivalence_matmul(e):
     served = [case for case, *_ in make_cases_matmul(torch)[0] if matmul_case_served(case)]
     if c["hits"] != 2 * len(served):
         fail(f"{c['hits']} hits, not 2 for each of the {len(served)} served cases:\n{log[-3000:]}")
-    for op in ("aten::mm", "aten::bmm"):
-        if f" for {op} " not in log:
-            fail(f"no record was loaded for {op}:\n{log[-3000:]}")
+    expect_records_loaded(log, ("aten::mm", "aten::bmm"))
     # The pre-filter: in a process that runs only products the family never serves, nothing is keyed.
-    only, log = e.program("outputs", os.path.join(e.work, "declined.pt"), calls=3, part="matmul-declined")
-    c = only["counters"]
-    if c["first_sights"] or c["misses"] or c["hits"]:
-        fail(f"products the matmul family never serves were keyed (counters {c}):\n{log[-3000:]}")
-    print(f"large-K and float64 products: counters {c}, none keyed")
+    expect_none_keyed(e, "declined.pt", "matmul-declined", "large-K and float64 products")
 
 
 def case_corrupt(e):

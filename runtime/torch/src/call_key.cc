@@ -16,30 +16,6 @@ bool IsScalarTypeArg(const c10::Argument& arg) {
   return false;
 }
 
-// DTypeOf without a Result: its Status (a string) was built and destroyed per keyed tensor.
-bool ToDType(c10::ScalarType type, DType* out) {
-  switch (type) {
-    case c10::ScalarType::Bool: *out = DType::kBool; return true;
-    case c10::ScalarType::Byte: *out = DType::kUInt8; return true;
-    case c10::ScalarType::Char: *out = DType::kInt8; return true;
-    case c10::ScalarType::Short: *out = DType::kInt16; return true;
-    case c10::ScalarType::Int: *out = DType::kInt32; return true;
-    case c10::ScalarType::Long: *out = DType::kInt64; return true;
-    case c10::ScalarType::Half: *out = DType::kFloat16; return true;
-    case c10::ScalarType::BFloat16: *out = DType::kBFloat16; return true;
-    case c10::ScalarType::Float: *out = DType::kFloat32; return true;
-    case c10::ScalarType::Double: *out = DType::kFloat64; return true;
-    case c10::ScalarType::ComplexFloat: *out = DType::kComplex64; return true;
-    case c10::ScalarType::ComplexDouble: *out = DType::kComplex128; return true;
-    case c10::ScalarType::Float8_e4m3fn: *out = DType::kFloat8E4M3FN; return true;
-    case c10::ScalarType::Float8_e5m2: *out = DType::kFloat8E5M2; return true;
-    case c10::ScalarType::UInt16: *out = DType::kUInt16; return true;
-    case c10::ScalarType::UInt32: *out = DType::kUInt32; return true;
-    case c10::ScalarType::UInt64: *out = DType::kUInt64; return true;
-    default: break;
-  }
-  return false;
-}
 
 // The writers below return false with *error set on failure, and build no Status on success
 // (one per argument was a string made and destroyed each time).
@@ -121,6 +97,30 @@ bool WriteArg(KeyWriter& w, const c10::Argument& schema_arg, const c10::IValue& 
 }
 
 }  // namespace
+
+bool ToDType(c10::ScalarType type, DType* out) {
+  switch (type) {
+    case c10::ScalarType::Bool: *out = DType::kBool; return true;
+    case c10::ScalarType::Byte: *out = DType::kUInt8; return true;
+    case c10::ScalarType::Char: *out = DType::kInt8; return true;
+    case c10::ScalarType::Short: *out = DType::kInt16; return true;
+    case c10::ScalarType::Int: *out = DType::kInt32; return true;
+    case c10::ScalarType::Long: *out = DType::kInt64; return true;
+    case c10::ScalarType::Half: *out = DType::kFloat16; return true;
+    case c10::ScalarType::BFloat16: *out = DType::kBFloat16; return true;
+    case c10::ScalarType::Float: *out = DType::kFloat32; return true;
+    case c10::ScalarType::Double: *out = DType::kFloat64; return true;
+    case c10::ScalarType::ComplexFloat: *out = DType::kComplex64; return true;
+    case c10::ScalarType::ComplexDouble: *out = DType::kComplex128; return true;
+    case c10::ScalarType::Float8_e4m3fn: *out = DType::kFloat8E4M3FN; return true;
+    case c10::ScalarType::Float8_e5m2: *out = DType::kFloat8E5M2; return true;
+    case c10::ScalarType::UInt16: *out = DType::kUInt16; return true;
+    case c10::ScalarType::UInt32: *out = DType::kUInt32; return true;
+    case c10::ScalarType::UInt64: *out = DType::kUInt64; return true;
+    default: break;
+  }
+  return false;
+}
 
 Result<DType> DTypeOf(c10::ScalarType type) {
   DType dtype;

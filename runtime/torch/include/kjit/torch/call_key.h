@@ -34,6 +34,9 @@ namespace kjit::torch {
 
 // kjit's dtype for a PyTorch scalar type; kInvalidArgument for types kjit does not key (quantized, ...).
 Result<DType> DTypeOf(c10::ScalarType type);
+// DTypeOf without a Result, for hot paths: false (and *out untouched) where DTypeOf would fail. Its
+// Status (a string) was built and destroyed per keyed tensor.
+bool ToDType(c10::ScalarType type, DType* out);
 
 // A tensor's layout. Needs no device synchronisation: reads metadata and the data pointer only.
 // The tensor must be defined and strided (dense); others are kInvalidArgument.
