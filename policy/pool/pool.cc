@@ -482,21 +482,20 @@ class Pool final : public Family {
         };
         const int64_t sv = sliding_vec(outs);
         if (p.three_d && overlaps(0)) {
-          // A thread walks 5 x 3 input rows here (k3 s2 over 2 frames x 2 rows); with scalar loads
-          // on odd rows that measured 1.22x the memory floor (max_pool3d f32 63x127x127, codegen 2)
-          // against 1.04x with 16-byte vectors on even rows. Codegen 3 reads odd rows in aligned
-          // vectors too (SegmentFixed false): the widest vector the step allows, whatever W.
-          // Not measured yet. (2-D odd rows keep scalar loads: 0.99x measured at 255x255.)
-          int64_t av = 1;
-          for (int64_t v : {8, 4, 2}) {
-            if (v * size <= 16 && size <= p.alignment && (outs * p.s[2]) % v == 0) {
-              av = v;
-              break;
-            }
+          // A thread walks 5 x 3 input rows here (k3 s2 over 2 frames x 2 rows). Even rows: 16-byte
+          // vectors, 1.04x the memory floor. Odd rows (f32 15x32x63x127x127 on the H200 at codegen 3,
+          // 2026-12-01; max: all 602 points screened, avg: 64 searched): codegen 3's aligned vectors
+          // over odd rows lose to scalar loads (max at best 1.65x the floor with vec 2, 1.82x with
+          // vec 4). Scalar loads, plain stores (streaming ones measured 3-5% slower): max is best over
+          // 1 frame x 2 rows (1.22x; 2 frames 1.32x), avg over 4 frames x 2 rows (1.14x).
+          if (sv > 1) {
+            tries.push_back(point(kSliding, 128, outs, sv, 2, 2));
+          } else {
+            Point odd = point(kSliding, 128, outs, 1, 2, p.max ? 1 : 4);
+            odd["hint"] = 0;
+            tries.push_back(odd);
           }
-          const int64_t v3 = std::max(sv, av);
-          tries.push_back(point(kSliding, 128, outs, v3, 2, 2));
-          tries.push_back(point(kSliding, 128, outs, v3, 2, 1));
+          tries.push_back(point(kSliding, 128, outs, sv, 2, 1));
         }
         tries.push_back(point(kSliding, 128, outs, sv, 4, 1));
         tries.push_back(point(kSliding, 128, outs, sv, 2, 1));
