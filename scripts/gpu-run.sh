@@ -51,7 +51,8 @@ t0=$(date +%s)
 } > "$OUT/build.log" 2>&1
 rc=$?
 note "build: rc=$rc in $(( $(date +%s) - t0 )) s; warnings: $(grep -c 'warning:' "$OUT/build.log")"
-grep 'warning:' "$OUT/build.log" | sort -u | head -20 | tee -a "$summary"
+# Template-heavy warnings run to kilobytes a line: the location and the first 160 characters are enough here.
+grep 'warning:' "$OUT/build.log" | cut -c1-160 | sort -u | head -20 | tee -a "$summary"
 if [[ $rc -ne 0 ]]; then tail -40 "$OUT/build.log"; exit 1; fi
 
 "$build/daemon/kjit" device --remeasure > /tmp/kjit-device.txt 2>&1
