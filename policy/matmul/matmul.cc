@@ -1008,7 +1008,8 @@ class Matmul final : public Family {
     const int64_t items = CeilDiv(p.m, pt.at("bm")) * CeilDiv(p.n, pt.at("bn")) * p.batch;
     const int64_t threads = Threads(pt.at("bm"), pt.at("bn"), pt.at("tm"), pt.at("tn"));
     const int64_t per_sm = std::max<int64_t>(
-        1, std::min<int64_t>({dev.shared_bytes_per_sm / (PipelinedBytes(p, pt.at("bm"), pt.at("bn"), Ahead(pt), SpanOf(pt)) + 1024),
+        1, std::min<int64_t>({dev.shared_bytes_per_sm /
+                                  (PipelinedBytes(p, pt.at("bm"), pt.at("bn"), Ahead(pt), SpanOf(pt)) + 1024),
                               2048 / threads, 32}));
     return std::min(CeilDiv(items, pt.at("bpb")), per_sm * dev.sm_count);
   }
@@ -1309,7 +1310,8 @@ class Matmul final : public Family {
           for (int64_t stage : {kDouble, kStaged}) {
             for (int64_t vec : {8, 4, 2, 1}) {
               tries.push_back(Point{{"stage", stage}, {"bm", s.bm}, {"bn", s.bn}, {"bk", bk}, {"tm", s.tm},
-                                    {"tn", s.tn}, {"vec", vec}, {"bpb", bpb}, {"hint", hint}, {"minb", 1}, {"ahead", 1}, {"span", 0}});
+                                    {"tn", s.tn}, {"vec", vec}, {"bpb", bpb}, {"hint", hint}, {"minb", 1}, {"ahead", 1},
+                                    {"span", 0}});
             }
           }
         }
@@ -1372,11 +1374,13 @@ class Matmul final : public Family {
             << kSpanTiles;
       // Outputs leave through a warp's rows (WSTORE4) rather than the whole matrix's contiguous span (FLAT4):
       // on the H200, 4095 x 63^3 f32 with span copies took 82 us so and 87 us through FLAT4's two barriers.
-      bool swapped = swap("constexpr bool FLAT4 = TILES4 == 1 && SW == 1 && M_ * N_ * 4 <= (long long)BUF4 * sizeof(raw_t);",
-                          "constexpr bool FLAT4 = false;  // span copies: WSTORE4");
+      bool swapped =
+          swap("constexpr bool FLAT4 = TILES4 == 1 && SW == 1 && M_ * N_ * 4 <= (long long)BUF4 * sizeof(raw_t);",
+               "constexpr bool FLAT4 = false;  // span copies: WSTORE4");
       if (SpanOf(pt) == 1) {
         // Span4 for Tile4: the tiles read where they landed, at their offsets; the issue takes the views.
-        swapped = swapped && swap("typedef Tile4<A_KCONT, BM, M_, SAM, SAK> TA4;\ntypedef Tile4<!B_NCONT, BN, N_, SBN, SBK> TB4;\n",
+        swapped = swapped &&
+                  swap("typedef Tile4<A_KCONT, BM, M_, SAM, SAK> TA4;\ntypedef Tile4<!B_NCONT, BN, N_, SBN, SBK> TB4;\n",
                        tiles.str() + "typedef Span4<A_KCONT, BM, M_, EXT_A, ALIGNED_A> TA4;\n"
                                      "typedef Span4<!B_NCONT, BN, N_, EXT_B, ALIGNED_B> TB4;\n") &&
                   swap("  TA4::issue(a + bt * SAB, tile / TILES_N * BM, S);\n"
@@ -1392,7 +1396,8 @@ class Matmul final : public Family {
       } else {
         // Span 2: pipelined4s (after pipelined4, whose helpers it uses) in its place.
         const std::string end4 = "    else store_tile3(c + bt * (M_ * N_), m0, n0, ty, tx, acc);\n  }\n}\n";
-        swapped = swapped && swap(end4 + "#endif\n", end4 + tiles.str() + kSpanRepack + "#endif\n") && swap("K4UNROLL", k4unroll) &&
+        swapped = swapped && swap(end4 + "#endif\n", end4 + tiles.str() + kSpanRepack + "#endif\n") &&
+                  swap("K4UNROLL", k4unroll) &&
                   swap("  pipelined4(a, b, c, reinterpret_cast<raw_t*>(smem));",
                        "  pipelined4s(a, b, c, reinterpret_cast<raw_t*>(smem));");
       }
