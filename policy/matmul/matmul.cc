@@ -668,10 +668,159 @@ extern "C" __global__ void __launch_bounds__(THREADS, MINB) kjit_matmul(const in
 }
 )";
 
+// Codegen 5's span copies (knob span = 1) for the pipelined strategy, in place of kBody's Tile4 typedefs:
+// an operand whose tile is one contiguous span of memory (a batch item of a contiguous 63x63 matrix is
+// 3969 floats in a row) is copied as the 16-byte pieces that enclose the span, from the aligned address at
+// or below its start, and the tile is read at the span's offset in the first piece. With rows of an odd
+// number of floats, Tile4 could copy only 4 bytes a cp.async (a copy an element, and the registers of
+// their addresses); here every copy is 16 bytes but those of pieces reaching outside the view (the first
+// and last items' ends), which are copied element by element with plain loads (a piece is never read past
+// the view: the kernel does not know the allocation around it). Fragment reads are scalar unless the
+// offset is 0 for every item and rows are 16-byte aligned (ALIGNED: then as Tile4's, without its padding).
+constexpr const char* kSpanTiles = R"(constexpr int K4R = (int)((K_ + 3) / 4 * 4);  // k a fragment read of 4 reaches
+// Element (r, k) of the tile at S[r * LD + k] (KC; rows of the whole K) or S[k * LD + r] (K rows of the
+// whole RLIM), S the span's first element in shared memory. The view x[0, EXT) is what may be read.
+template <bool KC, int R, long long RLIM, long long EXT, bool ALIGNED>
+struct Span4 {
+  static constexpr int LD = KC ? (int)K_ : (int)RLIM;
+  static constexpr long long LEN = KC ? (long long)R * K_ : K_ * RLIM;
+  static constexpr long long READ = KC ? (long long)(R - 1) * K_ + K4R : (K_ - 1) * RLIM + R;
+  static constexpr int PIECES = (int)((Q4 - 1 + (LEN > READ ? LEN : READ) + Q4 - 1) / Q4);
+  static constexpr int ELEMS = PIECES * Q4;
+  static constexpr int PER = (PIECES + THREADS - 1) / THREADS;
+  // The span of the tile whose first row (KC) is r0 starts this many elements into the matrix.
+  __device__ static __forceinline__ long long first(long long r0) { return KC ? r0 * K_ : 0; }
+  // Elements of the span past its aligned piece start (0 .. Q4 - 1).
+  __device__ static __forceinline__ int offset(const in_t* s) {
+    return ALIGNED ? 0 : (int)(((unsigned long long)s % 16) / sizeof(raw_t));
+  }
+  // This thread's copies of the tile of matrix xm (x: the view) whose first row (KC) is r0; consecutive
+  // threads take consecutive pieces.
+  __device__ static __forceinline__ void issue(const in_t* x, const in_t* xm, long long r0, raw_t* S) {
+    const in_t* s = xm + first(r0);
+    const int o = offset(s);
+    const long long rows = KC ? (RLIM - r0 < R ? RLIM - r0 : R) : RLIM;
+    const int n = (int)((o + (KC ? rows * K_ : LEN) + Q4 - 1) / Q4);  // pieces of this item
+    const unsigned long long lo = (unsigned long long)x, hi = lo + (unsigned long long)EXT * sizeof(raw_t);
+    const unsigned long long g = (unsigned long long)s - (unsigned long long)o * sizeof(raw_t);  // 16-byte aligned
+#pragma unroll
+    for (int i = 0; i < PER; ++i) {
+      const int q = (int)(threadIdx.x % THREADS) + i * THREADS;
+      if (q >= n) break;  // n <= PIECES
+      const unsigned long long p = g + (unsigned long long)q * 16;
+      if (p >= lo && p + 16 <= hi) {
+        kjit_cp_async<16>(S + q * Q4, reinterpret_cast<const void*>(p));
+      } else {
+        // An end of the view inside the piece: its elements in the view, plain (this buffer is not read
+        // before the barrier after the wait for its group, and no copy of the group writes these elements).
+#pragma unroll
+        for (int e = 0; e < Q4; ++e) {
+          const unsigned long long pe = p + (unsigned long long)e * sizeof(raw_t);
+          if (pe >= lo && pe < hi) S[q * Q4 + e] = __ldg(reinterpret_cast<const raw_t*>(pe));
+        }
+      }
+    }
+  }
+  // W elements as floats: k .. k + W - 1 of row r (KC) or r .. r + W - 1 of row k.
+  template <int W>
+  __device__ static __forceinline__ void get(const raw_t* S, int r, int k, float* f) {
+    const raw_t* p = KC ? S + r * LD + k : S + k * LD + r;
+    if (ALIGNED) {
+      typedef typename RawOf<sizeof(raw_t) * W>::T RT;
+      union { RT t; raw_t u[W]; } w;
+      w.t = *reinterpret_cast<const RT*>(p);
+#pragma unroll
+      for (int q = 0; q < W; ++q) f[q] = Bits<in_t>::to_f(w.u[q]);
+    } else {
+#pragma unroll
+      for (int q = 0; q < W; ++q) f[q] = Bits<in_t>::to_f(p[q]);
+    }
+  }
+};
+)";
+// Span 2: the span copies land in AHEAD buffers, and each item's tiles are repacked from there into one
+// buffer of kBody's padded Tile4 layout (rows 16-byte aligned, float4 fragment reads without bank conflicts,
+// the multiply and stores of span 0), which also serves the output stores as scratch. A barrier more an
+// item; in exchange a thread reads (TM + TN) / 4 vectors a k instead of TM + TN scalars (span 1).
+constexpr const char* kSpanRepack = R"(typedef Span4<A_KCONT, BM, M_, EXT_A, ALIGNED_A> SA4;
+typedef Span4<!B_NCONT, BN, N_, EXT_B, ALIGNED_B> SB4;
+constexpr int SBUF4 = SA4::ELEMS + SB4::ELEMS;  // raw elements a landing buffer: A's span, then B's
+__device__ __forceinline__ void issue4s(const in_t* a, const in_t* b, long long item, raw_t* S) {
+  const long long bt = item / TILES4, tile = item % TILES4;
+  SA4::issue(a, a + bt * SAB, tile / TILES_N * BM, S);
+  SB4::issue(b, b + bt * SBB, tile % TILES_N * BN, S + SA4::ELEMS);
+}
+// One operand's tile from its span (s: the span's first element) into T's layout, rows of W elements (K of
+// KC rows, RLIM of K rows); rows past RLIM are not written (they reach only outputs that are not stored).
+// Eight loads a thread before their eight stores.
+template <typename T, bool KC, int R, long long RLIM>
+__device__ __forceinline__ void repack4(const raw_t* s, long long r0, raw_t* D) {
+  constexpr int W = KC ? (int)K_ : (int)RLIM;
+  constexpr int MAXE = KC ? R * (int)K_ : (int)(K_ * RLIM), PER = (MAXE + THREADS - 1) / THREADS;
+  const int n = KC ? (int)(RLIM - r0 < R ? RLIM - r0 : R) * W : MAXE;
+  const int t = (int)(threadIdx.x % THREADS);
+#pragma unroll
+  for (int i0 = 0; i0 < PER; i0 += 8) {
+    raw_t v[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int e = t + (i0 + j) * THREADS;
+      if (i0 + j < PER && e < n) v[j] = s[e];
+    }
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int e = t + (i0 + j) * THREADS;
+      if (i0 + j < PER && e < n) D[(e / W) * T::LD + e % W] = v[j];
+    }
+  }
+}
+__device__ __forceinline__ void pipelined4s(const in_t* a, const in_t* b, out_t* c, raw_t* smem4) {
+  const int tx = (int)(threadIdx.x % THREADS) % TX, ty = (int)(threadIdx.x % THREADS) / TX;
+  raw_t* tiles = smem4;          // BUF4: the current item's tiles, padded (then its output's scratch)
+  raw_t* land = smem4 + BUF4;    // AHEAD landing buffers of SBUF4
+  long long item = blockIdx.x;   // < ITEMS4: the grid has no empty block
+#pragma unroll
+  for (int s = 0; s < AHEAD; ++s) {
+    if (item + s * GRID < ITEMS4) issue4s(a, b, item + s * GRID, land + s * SBUF4);
+    kjit_cp_commit();
+  }
+  for (int j = 0; item < ITEMS4; ++j, item += GRID) {
+    raw_t* cur = land + (j % AHEAD) * SBUF4;
+    kjit_cp_wait<AHEAD - 1>();
+    // Every thread's copies of the item landed, and every thread is done with the padded tiles (and their
+    // use as the previous output's scratch).
+    __syncthreads();
+    const long long bt = item / TILES4, tile = item % TILES4;
+    const long long m0 = tile / TILES_N * BM, n0 = tile % TILES_N * BN;
+    const in_t* sa = a + bt * SAB + SA4::first(m0);
+    const in_t* sb = b + bt * SBB + SB4::first(n0);
+    repack4<TA4, A_KCONT, BM, M_>(cur + SA4::offset(sa), m0, tiles);
+    repack4<TB4, !B_NCONT, BN, N_>(cur + SA4::ELEMS + SB4::offset(sb), n0, tiles + TA4::ELEMS);
+    // The tiles are whole, and every thread is done reading this landing buffer: it takes item + AHEAD's.
+    __syncthreads();
+    const long long ahead = item + (long long)AHEAD * GRID;
+    if (ahead < ITEMS4) issue4s(a, b, ahead, cur);
+    kjit_cp_commit();
+    float acc[TM][TN];
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+      for (int q = 0; q < TN; ++q) acc[i][q] = 0.f;
+    const raw_t* As = tiles;
+    const raw_t* Bs = tiles + TA4::ELEMS;
+    K4UNROLL
+    for (int k = 0; k + 4 <= (int)K_; k += 4) chunk4<4>(As, Bs, k, ty, tx, acc);
+    if (K_ % 4 != 0) chunk4<(int)(K_ % 4 == 0 ? 4 : K_ % 4)>(As, Bs, (int)(K_ / 4 * 4), ty, tx, acc);
+    if (WSTORE4) store_warp3(c + bt * (M_ * N_), m0, n0, reinterpret_cast<float*>(tiles), ty, tx, acc);
+    else store_tile3(c + bt * (M_ * N_), m0, n0, ty, tx, acc);
+  }
+}
+)";
+
 class Matmul final : public Family {
  public:
   std::string_view name() const override { return "matmul"; }
-  int codegen_version() const override { return 4; }
+  int codegen_version() const override { return 5; }
   std::vector<std::string> ops() const override { return {kMm, kBmm}; }
 
   OpTraits traits(std::string_view) const override {
@@ -723,6 +872,8 @@ class Matmul final : public Family {
         bmm(c(f32, {16384, 8, 8}), c(f32, {16384, 8, 8})),
         mm(c(f16, {1, 64}), c(f16, {64, 4096})),
         bmm(c(f32, {24, 100, 64}), expanded),
+        // Odd contiguous matrices, rows not 16-byte aligned: the pipelined strategy's span copies (codegen 5).
+        bmm(c(f32, {600, 63, 63}), c(f32, {600, 63, 63})),
     };
   }
 
@@ -819,9 +970,15 @@ class Matmul final : public Family {
         {"hint", {0, 1}, "1: streaming (evict-first) output stores"},
         {"minb", {1, 2, 4}, "blocks per SM the registers must allow (__launch_bounds__): 2 caps them at 32768 / threads, 4 at 16384 / threads"},
         {"ahead", {1, 2}, "pipelined: items in flight ahead of the one multiplied (shared buffers: ahead + 1)"},
+        {"span", {0, 1, 2},
+         "pipelined, operands whose tiles are one contiguous span of memory with rows not 16-byte aligned (odd "
+         "sizes): 1 copies the span's enclosing 16-byte pieces and reads the tiles at the span's offset in them "
+         "(scalar fragment reads), 2 copies them so and repacks each item's tiles into one padded buffer (rows "
+         "16-byte aligned: vector fragment reads) before its multiply"},
     };
-    // Codegen 4 added `ahead`: points before it had no pipelined strategy, whose knob it is.
-    s.absent_as = {{"ahead", 1}};
+    // Codegen 4 added `ahead`: points before it had no pipelined strategy, whose knob it is. Codegen 5 added
+    // `span`; points without it generate the kernels they did.
+    s.absent_as = {{"ahead", 1}, {"span", 0}};
     return s;
   }
 
@@ -833,10 +990,15 @@ class Matmul final : public Family {
   }
   // The pipelined strategy's ahead + 1 buffers of both whole-K tiles in their global layout (the kernel's
   // Tile4): rows along the operand's contiguous dim, padded by 16 bytes past the 16-byte rounded length.
-  static int64_t PipelinedBytes(const MatmulProblem& p, int64_t bm, int64_t bn, int64_t ahead) {
+  // Span copies: ahead + 1 span buffers (span 1), or ahead of them and one padded buffer their tiles are
+  // repacked into (span 2).
+  static int64_t PipelinedBytes(const MatmulProblem& p, int64_t bm, int64_t bn, int64_t ahead, int64_t span = 0) {
     const int64_t q = 16 / p.elem(), kq = CeilDiv(p.k, q) * q;
     const int64_t a = p.a_kcont() ? bm * (kq + q) : p.k * (bm + q);
     const int64_t b = !p.b_ncont() ? bn * (kq + q) : p.k * (bn + q);
+    const int64_t spans = (SpanPieces(p, bm, p.a_kcont(), p.m) + SpanPieces(p, bn, !p.b_ncont(), p.n)) * 16;
+    if (span == 1) return (ahead + 1) * spans;
+    if (span == 2) return ahead * spans + (a + b) * p.elem();
     return (ahead + 1) * (a + b) * p.elem();
   }
   // The pipelined grid: bpb work items a block, but no more blocks than the SMs hold at once by their
@@ -846,14 +1008,35 @@ class Matmul final : public Family {
     const int64_t items = CeilDiv(p.m, pt.at("bm")) * CeilDiv(p.n, pt.at("bn")) * p.batch;
     const int64_t threads = Threads(pt.at("bm"), pt.at("bn"), pt.at("tm"), pt.at("tn"));
     const int64_t per_sm = std::max<int64_t>(
-        1, std::min<int64_t>({dev.shared_bytes_per_sm / (PipelinedBytes(p, pt.at("bm"), pt.at("bn"), Ahead(pt)) + 1024),
+        1, std::min<int64_t>({dev.shared_bytes_per_sm /
+                                  (PipelinedBytes(p, pt.at("bm"), pt.at("bn"), Ahead(pt), SpanOf(pt)) + 1024),
                               2048 / threads, 32}));
     return std::min(CeilDiv(items, pt.at("bpb")), per_sm * dev.sm_count);
   }
   static int64_t Ahead(const Point& pt) { return pt.count("ahead") ? pt.at("ahead") : 1; }
+  static int64_t SpanOf(const Point& pt) { return pt.count("span") ? pt.at("span") : 0; }
+  // The 16-byte pieces of one operand's span buffer (the kernel's Span4): R rows (kc: of K elements, the
+  // tile's first row at most 15 bytes into its first piece) or K rows of rlim, whichever the reads reach
+  // further (fragments of 4 k past K in the last row; r up to R past rlim).
+  static int64_t SpanPieces(const MatmulProblem& p, int64_t r, bool kc, int64_t rlim) {
+    const int64_t q = 16 / p.elem(), kq = CeilDiv(p.k, 4) * 4;
+    const int64_t len = kc ? r * p.k : p.k * rlim, read = kc ? (r - 1) * p.k + kq : (p.k - 1) * rlim + r;
+    return CeilDiv(q - 1 + std::max(len, read), q);
+  }
+  // Where an operand's tile is one contiguous span: rows of the whole K one after another (kc), or the
+  // whole matrix, k-rows of its rlim elements (a tile of r covers them).
+  static bool SpanContiguous(bool kc, int64_t sr, int64_t sk, int64_t r, int64_t rlim, int64_t k) {
+    if (kc) return sk == 1 && (sr == k || rlim == 1);
+    return sr == 1 && (sk == rlim || k == 1) && r >= rlim;
+  }
+  // The span's offset in its first piece is 0 for every item and a fragment's reads are aligned vectors:
+  // a 16-byte aligned tensor, batch stride and row pitch.
+  static bool SpanAligned(const MatmulProblem& p, bool kc, int64_t sb, int64_t rlim, int align) {
+    return align >= 16 && sb * p.elem() % 16 == 0 && (kc ? p.k : rlim) * p.elem() % 16 == 0;
+  }
   static int64_t BlockShared(const MatmulProblem& p, const Point& pt) {
     const int64_t stage = pt.at("stage");
-    if (stage == kPipelined) return PipelinedBytes(p, pt.at("bm"), pt.at("bn"), Ahead(pt));
+    if (stage == kPipelined) return PipelinedBytes(p, pt.at("bm"), pt.at("bn"), Ahead(pt), SpanOf(pt));
     return SharedBytes(stage, pt.at("bm"), pt.at("bn"), pt.at("bk"), p.k);
   }
   // Elements of one operand's whole-K tile (rows x K) the resident staging loop covers: read along k
@@ -882,6 +1065,21 @@ class Matmul final : public Family {
     const int64_t ahead = Ahead(pt);
     if (ahead != 1 && ahead != 2) return InvalidArgument("ahead is 1 or 2");
     if (ahead != 1 && stage != kPipelined) return InvalidArgument("ahead is a knob of the pipelined strategy");
+    const int64_t span = SpanOf(pt);
+    if (span < 0 || span > 2) return InvalidArgument("span is 0, 1 or 2");
+    if (span) {
+      if (stage != kPipelined) return InvalidArgument("span is a knob of the pipelined strategy");
+      // The copies are 16-byte pieces whatever vec says: one value of it, not several equal points.
+      if (vec != 1) return InvalidArgument("span copies 16-byte pieces: vec is 1");
+      if (!SpanContiguous(p.a_kcont(), p.sam, p.sak, bm, p.m, p.k) ||
+          !SpanContiguous(!p.b_ncont(), p.sbn, p.sbk, bn, p.n, p.k)) {
+        return InvalidArgument("span: an operand's tile is not one contiguous span");
+      }
+      // Both operands' rows 16-byte aligned: the padded tiles of 16-byte copies (vec) do it without the span.
+      if (SpanAligned(p, p.a_kcont(), p.sab, p.m, p.a_align) && SpanAligned(p, !p.b_ncont(), p.sbb, p.n, p.b_align)) {
+        return InvalidArgument("span: both operands' rows are 16-byte aligned (vector copies)");
+      }
+    }
     const int64_t block_shared = BlockShared(p, pt);
     const int64_t items = CeilDiv(p.m, bm) * CeilDiv(p.n, bn) * p.batch;  // pipelined: work items
     if (tm > bm || tn > bn) return InvalidArgument("thread tile larger than the block tile");
@@ -933,11 +1131,13 @@ class Matmul final : public Family {
       }
     } else if (stage == kPipelined) {
       // cp.async moves 4, 8 or 16 bytes (its own vector rules are the staged ones, above, over all K).
-      if (vec * p.elem() < 4) return InvalidArgument("cp.async moves 4 bytes or more: vector narrower");
+      if (!span && vec * p.elem() < 4) return InvalidArgument("cp.async moves 4 bytes or more: vector narrower");
       // The copy loop is unrolled: at most 64 copies an operand a thread.
-      // (A row's vectors round up to a power of two: the kernel's Tile4::VPRP.)
-      const int64_t a_vecs = (p.a_kcont() ? bm * NextPow2(p.k / vec) : p.k * (bm / vec));
-      const int64_t b_vecs = (!p.b_ncont() ? bn * NextPow2(p.k / vec) : p.k * (bn / vec));
+      // (A row's vectors round up to a power of two: the kernel's Tile4::VPRP; a span's pieces: Span4.)
+      const int64_t a_vecs = span ? SpanPieces(p, bm, p.a_kcont(), p.m)
+                                  : (p.a_kcont() ? bm * NextPow2(p.k / vec) : p.k * (bm / vec));
+      const int64_t b_vecs = span ? SpanPieces(p, bn, !p.b_ncont(), p.n)
+                                  : (!p.b_ncont() ? bn * NextPow2(p.k / vec) : p.k * (bn / vec));
       if (CeilDiv(a_vecs, threads) > 64 || CeilDiv(b_vecs, threads) > 64) {
         return InvalidArgument("too many copies per thread");
       }
@@ -1027,7 +1227,7 @@ class Matmul final : public Family {
           // threads, 2 for 256; 512 threads are capped at 128 by their size alone.
           const int64_t minb = threads == 128 && per_sm >= 4 ? 4 : threads == 256 && per_sm >= 2 ? 2 : 1;
           Point pt{{"stage", kResident}, {"bm", t.bm}, {"bn", t.bn}, {"bk", bk}, {"tm", 8}, {"tn", 8}, {"vec", vec},
-                   {"bpb", 1}, {"hint", hint}, {"minb", minb}, {"ahead", 1}};
+                   {"bpb", 1}, {"hint", hint}, {"minb", minb}, {"ahead", 1}, {"span", 0}};
           if (!Check(problem, pt, dev).ok()) continue;
           const int64_t resident = per_sm * threads;
           if (resident > best_threads || (resident == best_threads && per_sm > best_blocks)) {
@@ -1052,10 +1252,23 @@ class Matmul final : public Family {
     if (p.batched && p.batch >= 4 * dev.sm_count && p.m <= 128 && p.n <= 128 && p.k >= 16) {
       const int64_t bm = std::max<int64_t>(16, NextPow2(p.m)), bn = std::max<int64_t>(16, NextPow2(p.n));
       struct Thread { int64_t tm, tn; };
+      // Rows not 16-byte aligned (odd sizes) of contiguous matrices: span copies of 16-byte pieces repacked
+      // into padded tiles (codegen 5; Check declines the span where both operands' rows are aligned, so such
+      // keys keep codegen 4's point). Timed on the H200 outside the evaluator at 4095 x 63^3 f32 (one
+      // launch a CUDA event pair): 81.8 us with 8x4 a thread, 83.3 with 4x8, 85.3 reading the landed spans
+      // in place (span 1), against 94.2 for codegen 4's best point (4-byte copies) and 92.5 for cuBLAS's
+      // strided batched SGEMM.
+      for (const Thread t : {Thread{8, 4}, Thread{4, 8}, Thread{4, 4}}) {
+        Point pt{{"stage", kPipelined}, {"bm", bm}, {"bn", bn}, {"bk", 16}, {"tm", t.tm}, {"tn", t.tn}, {"vec", 1},
+                 {"bpb", 1}, {"hint", hint}, {"minb", 1}, {"ahead", 1}, {"span", 2}};
+        if (Check(problem, pt, dev).ok() && 2 * (PipelinedBytes(p, bm, bn, 1, 2) + 1024) <= dev.shared_bytes_per_sm) {
+          return pt;
+        }
+      }
       for (const Thread t : {Thread{4, 8}, Thread{8, 4}, Thread{4, 4}, Thread{2, 4}, Thread{4, 2}, Thread{2, 2}}) {
         for (int64_t vec : {8, 4, 2, 1}) {
           Point pt{{"stage", kPipelined}, {"bm", bm}, {"bn", bn}, {"bk", 16}, {"tm", t.tm}, {"tn", t.tn}, {"vec", vec},
-                   {"bpb", 1}, {"hint", hint}, {"minb", 1}, {"ahead", 1}};
+                   {"bpb", 1}, {"hint", hint}, {"minb", 1}, {"ahead", 1}, {"span", 0}};
           if (!Check(problem, pt, dev).ok()) continue;
           // Two blocks an SM at least (one's stores and pipeline fill beside the other's multiply).
           if (2 * (PipelinedBytes(p, bm, bn, 1) + 1024) > dev.shared_bytes_per_sm) break;
@@ -1089,7 +1302,7 @@ class Matmul final : public Family {
             for (int64_t vec : {8, 4, 2, 1}) {
               tries.push_back(Point{{"stage", kResident}, {"bm", s.bm}, {"bn", s.bn}, {"bk", bk}, {"tm", s.tm},
                                     {"tn", s.tn}, {"vec", vec}, {"bpb", bpb}, {"hint", hint},
-                                    {"minb", threads >= 256 ? 2 : 1}, {"ahead", 1}});
+                                    {"minb", threads >= 256 ? 2 : 1}, {"ahead", 1}, {"span", 0}});
             }
           }
         }
@@ -1097,14 +1310,15 @@ class Matmul final : public Family {
           for (int64_t stage : {kDouble, kStaged}) {
             for (int64_t vec : {8, 4, 2, 1}) {
               tries.push_back(Point{{"stage", stage}, {"bm", s.bm}, {"bn", s.bn}, {"bk", bk}, {"tm", s.tm},
-                                    {"tn", s.tn}, {"vec", vec}, {"bpb", bpb}, {"hint", hint}, {"minb", 1}, {"ahead", 1}});
+                                    {"tn", s.tn}, {"vec", vec}, {"bpb", bpb}, {"hint", hint}, {"minb", 1}, {"ahead", 1},
+                                    {"span", 0}});
             }
           }
         }
       }
     }
     tries.push_back(Point{{"stage", kDirect}, {"bm", 16}, {"bn", 16}, {"bk", 8}, {"tm", 1},
-                          {"tn", 2}, {"vec", 1}, {"bpb", 1}, {"hint", hint}, {"minb", 1}, {"ahead", 1}});
+                          {"tn", 2}, {"vec", 1}, {"bpb", 1}, {"hint", hint}, {"minb", 1}, {"ahead", 1}, {"span", 0}});
     for (const Point& t : tries) {
       if (Check(problem, t, dev).ok()) return t;
     }
@@ -1142,7 +1356,53 @@ class Matmul final : public Family {
     // Resident: the k loop takes two k values an iteration.
     body.replace(body.find("K3UNROLL"), 8, "#pragma unroll " + std::to_string(std::max<int64_t>(1, bk / 2)));
     // Pipelined: four k values an iteration.
-    body.replace(body.find("K4UNROLL"), 8, "#pragma unroll " + std::to_string(std::max<int64_t>(1, bk / 4)));
+    const std::string k4unroll = "#pragma unroll " + std::to_string(std::max<int64_t>(1, bk / 4));
+    body.replace(body.find("K4UNROLL"), 8, k4unroll);
+    if (SpanOf(pt) != 0) {
+      // Span copies: Span4 for Tile4, the issue taking the view's start, the tiles read at their offsets.
+      auto swap = [&body](const std::string& from, const std::string& to) {
+        const size_t at = body.find(from);
+        if (at != std::string::npos) body.replace(at, from.size(), to);
+        return at != std::string::npos;
+      };
+      std::ostringstream tiles;
+      const int64_t ext_a = (p.batch - 1) * p.sab + (p.m - 1) * p.sam + (p.k - 1) * p.sak + 1;
+      const int64_t ext_b = (p.batch - 1) * p.sbb + (p.k - 1) * p.sbk + (p.n - 1) * p.sbn + 1;
+      tiles << "constexpr long long EXT_A = " << ext_a << ", EXT_B = " << ext_b << ";  // elements of the views\n"
+            << "constexpr bool ALIGNED_A = " << (SpanAligned(p, p.a_kcont(), p.sab, p.m, p.a_align) ? "true" : "false")
+            << ", ALIGNED_B = " << (SpanAligned(p, !p.b_ncont(), p.sbb, p.n, p.b_align) ? "true" : "false") << ";\n"
+            << kSpanTiles;
+      // Outputs leave through a warp's rows (WSTORE4) rather than the whole matrix's contiguous span (FLAT4):
+      // on the H200, 4095 x 63^3 f32 with span copies took 82 us so and 87 us through FLAT4's two barriers.
+      bool swapped =
+          swap("constexpr bool FLAT4 = TILES4 == 1 && SW == 1 && M_ * N_ * 4 <= (long long)BUF4 * sizeof(raw_t);",
+               "constexpr bool FLAT4 = false;  // span copies: WSTORE4");
+      if (SpanOf(pt) == 1) {
+        // Span4 for Tile4: the tiles read where they landed, at their offsets; the issue takes the views.
+        swapped = swapped &&
+                  swap("typedef Tile4<A_KCONT, BM, M_, SAM, SAK> TA4;\ntypedef Tile4<!B_NCONT, BN, N_, SBN, SBK> TB4;\n",
+                       tiles.str() + "typedef Span4<A_KCONT, BM, M_, EXT_A, ALIGNED_A> TA4;\n"
+                                     "typedef Span4<!B_NCONT, BN, N_, EXT_B, ALIGNED_B> TB4;\n") &&
+                  swap("  TA4::issue(a + bt * SAB, tile / TILES_N * BM, S);\n"
+                       "  TB4::issue(b + bt * SBB, tile % TILES_N * BN, S + TA4::ELEMS);",
+                       "  TA4::issue(a, a + bt * SAB, tile / TILES_N * BM, S);\n"
+                       "  TB4::issue(b, b + bt * SBB, tile % TILES_N * BN, S + TA4::ELEMS);") &&
+                  swap("    const raw_t* As = cur;\n    const raw_t* Bs = cur + TA4::ELEMS;",
+                       "    const long long sbt = item / TILES4, stile = item % TILES4;\n"
+                       "    const in_t* sa = a + sbt * SAB + TA4::first(stile / TILES_N * BM);\n"
+                       "    const in_t* sb = b + sbt * SBB + TB4::first(stile % TILES_N * BN);\n"
+                       "    const raw_t* As = cur + TA4::offset(sa);\n"
+                       "    const raw_t* Bs = cur + TA4::ELEMS + TB4::offset(sb);");
+      } else {
+        // Span 2: pipelined4s (after pipelined4, whose helpers it uses) in its place.
+        const std::string end4 = "    else store_tile3(c + bt * (M_ * N_), m0, n0, ty, tx, acc);\n  }\n}\n";
+        swapped = swapped && swap(end4 + "#endif\n", end4 + tiles.str() + kSpanRepack + "#endif\n") &&
+                  swap("K4UNROLL", k4unroll) &&
+                  swap("  pipelined4(a, b, c, reinterpret_cast<raw_t*>(smem));",
+                       "  pipelined4s(a, b, c, reinterpret_cast<raw_t*>(smem));");
+      }
+      if (!swapped) return Internal("matmul: the span copies' anchors are missing from the kernel body");
+    }
     src << body;
     Candidate c;
     c.source = src.str();

@@ -32,7 +32,13 @@
 //              steps on are copied global -> shared with cp.async (4/8/16 bytes, raw, in their global
 //              layout) into another of ahead + 1 buffers while this one is multiplied (fragments converted on
 //              the way out of shared memory, 4 k a read along a k-contiguous operand), one barrier an item:
-//              DRAM reads continue through the FMAs, for batches of small matrices; stores as resident
+//              DRAM reads continue through the FMAs, for batches of small matrices; stores as resident.
+//              Knob `span` (codegen 5, timed outside the evaluator only): where each operand's tile is
+//              one contiguous span of memory whose rows are not 16-byte aligned (a batch of contiguous
+//              63x63 matrices), the span's enclosing 16-byte pieces are copied (16 bytes a cp.async, not
+//              4) and the tiles read at the span's offset (span 1), or repacked into padded tiles for
+//              vector fragment reads (span 2, the default for such batches); pieces reaching outside a
+//              view are copied element by element
 // Declined: other ops and dtypes, mixed dtypes, empty products, negative strides, K over 256 (f32) or
 // over 64 (f16/bf16): there cuBLAS's large tiles and tensor cores are the right answer. The limits are
 // kjit/runtime/matmul_limits.h's, shared with the shim's pre-filter (PreFilter::kSmallMatmul).

@@ -1390,6 +1390,13 @@ TensorDesc Transposed(DType dt, int64_t rows, int64_t cols) {
   d.strides = {1, rows};
   return d;
 }
+// The batched x.transpose(1, 2) of a contiguous [batch, cols, rows] tensor.
+TensorDesc Transposed3(DType dt, int64_t batch, int64_t rows, int64_t cols) {
+  TensorDesc d = TensorDesc::Contiguous(dt, {batch, cols, rows});
+  d.sizes = {batch, rows, cols};
+  d.strides = {rows * cols, 1, rows};
+  return d;
+}
 Point MatmulPoint(int64_t stage, int64_t bm, int64_t bn, int64_t bk, int64_t tm, int64_t tn, int64_t vec, int64_t bpb = 1) {
   return Point{{"stage", stage}, {"bm", bm}, {"bn", bn}, {"bk", bk}, {"tm", tm},
                {"tn", tn},       {"vec", vec}, {"bpb", bpb}, {"hint", 0}, {"minb", 1}};
@@ -1554,6 +1561,33 @@ TEST(MatmulSpace, ChecksFollowTheLayout) {
   EXPECT_NE(why(k63, four).find("divide"), std::string::npos);
   const OpKey bmm64 = BmmKey(TensorDesc::Contiguous(f32, {4096, 64, 64}), TensorDesc::Contiguous(f32, {4096, 64, 64}));
   EXPECT_NE(why(bmm64, MatmulPoint(2, 32, 32, 16, 2, 2, 4, 2)).find("one tile"), std::string::npos);
+  // Span copies (codegen 5): pipelined only, vec 1, tiles that are one contiguous span, not both operands'
+  // rows 16-byte aligned already.
+  const OpKey bmm63 = BmmKey(TensorDesc::Contiguous(f32, {4095, 63, 63}), TensorDesc::Contiguous(f32, {4095, 63, 63}));
+  Point span = MatmulPoint(4, 64, 64, 16, 4, 8, 1);
+  span["ahead"] = 1;
+  span["span"] = 1;
+  EXPECT_TRUE(ok(bmm63, span));
+  EXPECT_NE(why(bmm64, span).find("aligned"), std::string::npos);
+  span["vec"] = 4;
+  EXPECT_NE(why(bmm63, span).find("vec is 1"), std::string::npos);
+  span["vec"] = 1;
+  span["stage"] = 3;
+  EXPECT_NE(why(bmm63, span).find("pipelined"), std::string::npos);
+  span["stage"] = 4;
+  TensorDesc padded = TensorDesc::Contiguous(f32, {4095, 63, 64});  // rows of 63 of 64 floats
+  padded.sizes = {4095, 63, 63};
+  EXPECT_NE(why(BmmKey(padded, TensorDesc::Contiguous(f32, {4095, 63, 63})), span).find("contiguous span"),
+            std::string::npos);
+  // B^T of 63x63 matrices is one span too; an mm's A over several tiles of rows (a span a tile).
+  EXPECT_TRUE(ok(BmmKey(TensorDesc::Contiguous(f32, {4095, 63, 63}), Transposed3(f32, 4095, 63, 63)), span));
+  span["bm"] = 32;
+  span["tm"] = 2;
+  EXPECT_TRUE(ok(MmKey(TensorDesc::Contiguous(f32, {1000, 63}), TensorDesc::Contiguous(f32, {63, 63})), span));
+  // B's columns over several tiles are not one span.
+  EXPECT_NE(why(MmKey(TensorDesc::Contiguous(f32, {1000, 63}), TensorDesc::Contiguous(f32, {63, 99})), span)
+                .find("contiguous span"),
+            std::string::npos);
 }
 
 TEST(MatmulSpace, ExpertDefaultsFitTheShapeAndTheAbi) {
@@ -1614,16 +1648,22 @@ TEST(MatmulSpace, ExpertDefaultsFitTheShapeAndTheAbi) {
   EXPECT_EQ(p.at("tn"), 8) << PointToString(p);
   EXPECT_EQ(p.at("vec"), 4) << PointToString(p);
   EXPECT_EQ(p.at("ahead"), 1) << PointToString(p);
+  EXPECT_EQ(p.at("span"), 0) << PointToString(p);
   EXPECT_EQ(c.launch.grid[0], 3u * 132u);
   EXPECT_EQ(c.launch.block[0], 128u);
   // Fewer matrices: one a block while fewer than 8 blocks an SM would remain.
   p = default_of(BmmKey(TensorDesc::Contiguous(f32, {2048, 64, 64}), TensorDesc::Contiguous(f32, {2048, 64, 64})));
   EXPECT_EQ(p.at("bpb"), 1) << PointToString(p);
-  // Odd 63x63 batches: pipelined with 4-byte copies.
-  p = default_of(BmmKey(TensorDesc::Contiguous(f32, {4095, 63, 63}), TensorDesc::Contiguous(f32, {4095, 63, 63})));
+  // Odd 63x63 batches: pipelined with span copies (codegen 5): 16-byte pieces of each matrix's 3969 floats
+  // landing in one buffer, repacked into padded tiles (65 KB in all: three blocks an SM), 8x4 a thread.
+  p = default_of(BmmKey(TensorDesc::Contiguous(f32, {4095, 63, 63}), TensorDesc::Contiguous(f32, {4095, 63, 63})), &c);
   EXPECT_EQ(p.at("stage"), 4) << PointToString(p);
   EXPECT_EQ(p.at("vec"), 1) << PointToString(p);
   EXPECT_EQ(p.at("bpb"), 1) << PointToString(p);
+  EXPECT_EQ(p.at("span"), 2) << PointToString(p);
+  EXPECT_EQ(p.at("tm"), 8) << PointToString(p);
+  EXPECT_EQ(p.at("tn"), 4) << PointToString(p);
+  EXPECT_EQ(c.launch.grid[0], 3u * 132u);
   // Tiny matrices: several a block.
   p = default_of(BmmKey(TensorDesc::Contiguous(f32, {65536, 8, 8}), TensorDesc::Contiguous(f32, {65536, 8, 8})));
   EXPECT_GT(p.at("bpb"), 1) << PointToString(p);

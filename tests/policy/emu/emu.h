@@ -86,17 +86,23 @@ inline void* __cluster_map_shared_rank(void* p, int r) {
   const int rank = blockIdx.x % emu_cluster;
   return static_cast<char*>(p) + (long long)(r - rank) * per_block;
 }
-// Read checks, off unless a harness sets the range (pool_run: the input tensor's bytes): a load
-// through __ldg/__ldcs reaching outside [emu_read_lo, emu_read_hi), or not aligned to its size (a
+// Read checks, off unless a harness sets the range (pool_run: the input tensor's bytes; matmul_run: the
+// two operands' views, the second range): a load through __ldg/__ldcs or a cp.async source reaching
+// outside [emu_read_lo, emu_read_hi) and [emu_read_lo2, emu_read_hi2), or not aligned to its size (a
 // fault on the GPU), is counted in emu_bad_reads.
 inline const char* emu_read_lo = nullptr;
 inline const char* emu_read_hi = nullptr;
+inline const char* emu_read_lo2 = nullptr;
+inline const char* emu_read_hi2 = nullptr;
 inline std::atomic<long long> emu_bad_reads{0};
-template <typename T> inline void emu_check_read(const T* p) {
+inline void emu_check_bytes(const void* p, size_t bytes) {
   if (!emu_read_lo) return;
-  const char* c = reinterpret_cast<const char*>(p);
-  if (c < emu_read_lo || c + sizeof(T) > emu_read_hi || reinterpret_cast<uintptr_t>(p) % sizeof(T) != 0) ++emu_bad_reads;
+  const char* c = static_cast<const char*>(p);
+  const bool in1 = c >= emu_read_lo && c + bytes <= emu_read_hi;
+  const bool in2 = emu_read_lo2 && c >= emu_read_lo2 && c + bytes <= emu_read_hi2;
+  if ((!in1 && !in2) || reinterpret_cast<uintptr_t>(p) % bytes != 0) ++emu_bad_reads;
 }
+template <typename T> inline void emu_check_read(const T* p) { emu_check_bytes(p, sizeof(T)); }
 template <typename T> inline T __ldcs(const T* p) { emu_check_read(p); return *p; }
 template <typename T> inline T __ldg(const T* p) { emu_check_read(p); return *p; }
 template <typename T> inline void __stcs(T* p, T v) { *p = v; }
@@ -131,6 +137,7 @@ inline void emu_cp_async(void* dst, const void* src, int bytes) {
     std::fprintf(stderr, "cp.async of %d bytes misaligned\n", bytes);
     std::abort();
   }
+  emu_check_bytes(src, bytes);
   if (emu_cp_sync()) std::memcpy(dst, src, bytes);
   else emu_cp_open.push_back({dst, src, bytes});
 }

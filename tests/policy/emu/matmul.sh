@@ -115,4 +115,39 @@ KJIT_EMU_CP_ASYNC=sync r q4s bmm f32 10,63,63,63 3969,63,1 3969,63,1 0 stage=4 b
 r d8 bmm f32 600,64,64,64 4096,64,1 4096,64,1 0
 r d9 bmm f32 600,63,63,63 3969,63,1 3969,63,1 0
 r d10 bmm f16 600,64,64,64 4096,64,1 4096,64,1 0
+# Codegen 5, span copies (span=1): each operand's tile one contiguous span, copied as the 16-byte pieces that
+# enclose it and read at its offset in them; pieces reaching outside a view copied element by element (the
+# read checks: nothing outside the views is read). Odd 63^3 several items a block, views starting 4 and 12
+# bytes into their storage, two ahead; 17x33 @ 33x9 (offsets 3 and 1); f16 at a 2-byte offset with 2-byte
+# edge elements; bf16 A and B^T with odd K; A^T (k-rows of M) with a broadcast-free odd batch; an expanded
+# (batch stride 0) B; mm over ragged m tiles (a span per tile); each copy order (sync).
+r sp1 bmm f32 37,63,63,63 3969,63,1 3969,63,1 0 stage=4 bm=64 bn=64 bk=16 tm=4 tn=8 vec=1 bpb=4 hint=0 minb=1 ahead=1 span=1
+r sp2 bmm f32 37,63,63,63 3969,63,1 3969,63,1 0 aoff=1 boff=3 stage=4 bm=64 bn=64 bk=16 tm=4 tn=8 vec=1 bpb=4 hint=1 minb=1 ahead=2 span=1
+r sp3 bmm f32 5,17,33,9 561,33,1 297,9,1 0 aoff=3 boff=1 stage=4 bm=32 bn=16 bk=8 tm=4 tn=4 vec=1 bpb=2 hint=0 minb=1 ahead=1 span=1
+r sp4 bmm f16 9,63,63,63 3969,63,1 3969,63,1 0 aoff=1 boff=5 stage=4 bm=64 bn=64 bk=16 tm=8 tn=4 vec=1 bpb=3 hint=0 minb=1 ahead=1 span=1
+r sp5 bmm bf16 6,33,41,25 1353,41,1 1025,1,41 0 aoff=2 stage=4 bm=64 bn=32 bk=8 tm=4 tn=4 vec=1 bpb=3 hint=0 minb=1 ahead=2 span=1
+r sp6 bmm f32 5,31,17,29 527,1,31 493,29,1 0 boff=2 stage=4 bm=32 bn=32 bk=8 tm=4 tn=4 vec=1 bpb=2 hint=0 minb=1 ahead=1 span=1
+r sp7 bmm f32 7,63,63,63 3969,63,1 0,63,1 0 aoff=2 boff=1 stage=4 bm=64 bn=64 bk=16 tm=4 tn=8 vec=1 bpb=3 hint=0 minb=1 ahead=1 span=1
+r sp8 mm f32 1,100,63,50 0,63,1 0,50,1 0 aoff=1 stage=4 bm=32 bn=64 bk=8 tm=2 tn=8 vec=1 bpb=2 hint=0 minb=1 ahead=1 span=1
+r sp9 bmm f32 5,64,64,64 4096,64,1 4096,64,1 0 aoff=1 stage=4 bm=64 bn=64 bk=16 tm=4 tn=8 vec=1 bpb=2 hint=0 minb=1 ahead=1 span=1
+KJIT_EMU_CP_ASYNC=sync r sp1s bmm f32 37,63,63,63 3969,63,1 3969,63,1 0 stage=4 bm=64 bn=64 bk=16 tm=4 tn=8 vec=1 bpb=4 hint=0 minb=1 ahead=1 span=1
+KJIT_EMU_CP_ASYNC=sync r sp2s bmm f32 37,63,63,63 3969,63,1 3969,63,1 0 aoff=1 boff=3 stage=4 bm=64 bn=64 bk=16 tm=4 tn=8 vec=1 bpb=4 hint=1 minb=1 ahead=2 span=1
+KJIT_EMU_CP_ASYNC=sync r sp4s bmm f16 9,63,63,63 3969,63,1 3969,63,1 0 aoff=1 boff=5 stage=4 bm=64 bn=64 bk=16 tm=8 tn=4 vec=1 bpb=3 hint=0 minb=1 ahead=1 span=1
+# Span 2: the span copies land in `ahead` buffers and each item's tiles are repacked into one padded buffer
+# (vector fragment reads): the cases above' shapes, offsets and layouts, each copy order.
+r sr1 bmm f32 37,63,63,63 3969,63,1 3969,63,1 0 stage=4 bm=64 bn=64 bk=16 tm=4 tn=8 vec=1 bpb=4 hint=0 minb=1 ahead=1 span=2
+r sr2 bmm f32 37,63,63,63 3969,63,1 3969,63,1 0 aoff=1 boff=3 stage=4 bm=64 bn=64 bk=16 tm=4 tn=8 vec=1 bpb=4 hint=1 minb=1 ahead=2 span=2
+r sr3 bmm f32 5,17,33,9 561,33,1 297,9,1 0 aoff=3 boff=1 stage=4 bm=32 bn=16 bk=8 tm=4 tn=4 vec=1 bpb=2 hint=0 minb=1 ahead=1 span=2
+r sr4 bmm f16 9,63,63,63 3969,63,1 3969,63,1 0 aoff=1 boff=5 stage=4 bm=64 bn=64 bk=16 tm=8 tn=4 vec=1 bpb=3 hint=0 minb=1 ahead=1 span=2
+r sr5 bmm bf16 6,33,41,25 1353,41,1 1025,1,41 0 aoff=2 stage=4 bm=64 bn=32 bk=8 tm=4 tn=4 vec=1 bpb=3 hint=0 minb=1 ahead=2 span=2
+r sr6 bmm f32 5,31,17,29 527,1,31 493,29,1 0 boff=2 stage=4 bm=32 bn=32 bk=8 tm=4 tn=4 vec=1 bpb=2 hint=0 minb=1 ahead=1 span=2
+r sr7 bmm f32 7,63,63,63 3969,63,1 0,63,1 0 aoff=2 boff=1 stage=4 bm=64 bn=64 bk=16 tm=4 tn=8 vec=1 bpb=3 hint=0 minb=1 ahead=1 span=2
+r sr8 mm f32 1,100,63,50 0,63,1 0,50,1 0 aoff=1 stage=4 bm=32 bn=64 bk=8 tm=2 tn=8 vec=1 bpb=2 hint=0 minb=1 ahead=1 span=2
+r sr9 bmm f32 5,64,64,64 4096,64,1 4096,64,1 0 aoff=1 stage=4 bm=64 bn=64 bk=16 tm=4 tn=8 vec=1 bpb=2 hint=0 minb=1 ahead=1 span=2
+KJIT_EMU_CP_ASYNC=sync r sr1s bmm f32 37,63,63,63 3969,63,1 3969,63,1 0 stage=4 bm=64 bn=64 bk=16 tm=4 tn=8 vec=1 bpb=4 hint=0 minb=1 ahead=1 span=2
+KJIT_EMU_CP_ASYNC=sync r sr2s bmm f32 37,63,63,63 3969,63,1 3969,63,1 0 aoff=1 boff=3 stage=4 bm=64 bn=64 bk=16 tm=4 tn=8 vec=1 bpb=4 hint=1 minb=1 ahead=2 span=2
+KJIT_EMU_CP_ASYNC=sync r sr5s bmm bf16 6,33,41,25 1353,41,1 1025,1,41 0 aoff=2 stage=4 bm=64 bn=32 bk=8 tm=4 tn=4 vec=1 bpb=3 hint=0 minb=1 ahead=2 span=2
+# Codegen 5's default for odd batches (span copies repacked, span 2) at an offset, and in f16.
+r d11 bmm f32 600,63,63,63 3969,63,1 3969,63,1 0 aoff=1 boff=2
+r d12 bmm f16 600,63,63,63 3969,63,1 3969,63,1 0
 exit $failed

@@ -1,7 +1,9 @@
 // Writes the matmul kernel for (key, point) as C++ for emu.h (the dynamic shared array becomes the
 // block's slab) and prints matmul_run's arguments after the .so:
-//   matmul_gen OUT.cc OP(mm|bmm) DTYPE B,M,K,N SAB,SAM,SAK SBB,SBK,SBN TF32(0|1) KNOB=VALUE...
+//   matmul_gen OUT.cc OP(mm|bmm) DTYPE B,M,K,N SAB,SAM,SAK SBB,SBK,SBN TF32(0|1) [aoff=N] [boff=N] KNOB=VALUE...
 // Strides in elements (mm: the batch ones are ignored, B must be 1). Unnamed knobs: the expert default's.
+// aoff, boff: the operands' storage offsets in elements (views into a 16-byte aligned storage, the key's
+// storage offset and alignment saying so; default 0).
 #include <cstdio>
 #include <fstream>
 #include <regex>
@@ -20,6 +22,13 @@ int main(int argc, char** argv) {
   const IntList sz = List(argv[a++]), sa = List(argv[a++]), sb = List(argv[a++]);
   const bool tf32 = atoi(argv[a++]);
   const bool bmm = op == "bmm";
+  long long off[2] = {0, 0};
+  for (; a < argc; ++a) {
+    const std::string kv = argv[a];
+    if (kv.rfind("aoff=", 0) == 0) off[0] = atoll(kv.c_str() + 5);
+    else if (kv.rfind("boff=", 0) == 0) off[1] = atoll(kv.c_str() + 5);
+    else break;
+  }
   const int64_t B = sz[0], M = sz[1], K = sz[2], N = sz[3];
   TensorDesc ta, tb;
   ta.dtype = tb.dtype = dt;
@@ -29,6 +38,11 @@ int main(int argc, char** argv) {
   } else {
     ta.sizes = {M, K}; ta.strides = {sa[1], sa[2]};
     tb.sizes = {K, N}; tb.strides = {sb[1], sb[2]};
+  }
+  for (int i = 0; i < 2; ++i) {
+    TensorDesc& t = i == 0 ? ta : tb;
+    t.storage_offset = off[i];
+    t.alignment = TensorDesc::AlignmentOf(static_cast<uintptr_t>(off[i] * DTypeSize(dt)) + 4096);
   }
   OpKey key = OpKey::Single(bmm ? "aten::bmm" : "aten::mm", "", {ta, tb}, 90, tf32 ? kAllowTF32Matmul : 0);
   auto found = FindFamily(key);
@@ -52,10 +66,10 @@ int main(int argc, char** argv) {
   std::string src = std::regex_replace(c->source, std::regex(R"(extern __shared__ __align__\(16\) unsigned char smem\[\];)"),
                                        "unsigned char* smem = static_cast<unsigned char*>(emu_shared(0));");
   std::ofstream(out) << "#include \"emu.h\"\n#include <cmath>\nusing std::min; using std::max; using std::fmaf;\n" << src;
-  // matmul_run's arguments: dtype B M K N SAB SAM SAK SBB SBK SBN grid block shared
-  std::printf("%d %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %u %u %u | %s\n",
+  // matmul_run's arguments: dtype B M K N SAB SAM SAK SBB SBK SBN grid block shared aoff boff
+  std::printf("%d %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %u %u %u %lld %lld | %s\n",
               dt == DType::kFloat32 ? 0 : dt == DType::kFloat16 ? 1 : 2, (long long)B, (long long)M, (long long)K,
               (long long)N, (long long)(bmm ? sa[0] : 0), (long long)sa[1], (long long)sa[2], (long long)(bmm ? sb[0] : 0),
               (long long)sb[1], (long long)sb[2], c->launch.grid[0], c->launch.block[0], c->launch.dynamic_shared_bytes,
-              PointToString(pt).c_str());
+              off[0], off[1], PointToString(pt).c_str());
 }

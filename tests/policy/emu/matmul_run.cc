@@ -5,7 +5,10 @@
 // padded and broadcast operands); 1/256 of the elements are NaN, +-Inf or -0.0, so NaN and Inf results
 // appear and are checked. Also checks that nothing past the output is written. The reference is also
 // compared with a float64 product (finite outputs): a kernel that matched a wrong reference would show.
-// Usage: matmul_run SO DTYPE B M K N SAB SAM SAK SBB SBK SBN GRID BLOCK SHARED
+// Reads (loads and cp.async sources) are checked against the operands' views: nothing outside them is
+// read (the kernel does not know the allocation around a view), nothing misaligned. AOFF, BOFF: the
+// views start so many elements into their 16-byte aligned storages (a storage offset).
+// Usage: matmul_run SO DTYPE B M K N SAB SAM SAK SBB SBK SBN GRID BLOCK SHARED AOFF BOFF
 #include "emu.h"
 #include <dlfcn.h>
 #include <cmath>
@@ -35,7 +38,7 @@ static uint32_t from_f(float f) {
 int main(int argc, char** argv) {
   void* so = dlopen(argv[1], RTLD_NOW);
   if (!so) { std::printf("dlopen: %s\n", dlerror()); return 2; }
-  long long v[16];
+  long long v[16] = {};
   for (int i = 2; i < argc && i < 18; ++i) v[i - 2] = atoll(argv[i]);
   dt = (int)v[0];
   const long long B = v[1], M = v[2], K = v[3], N = v[4], SAB = v[5], SAM = v[6], SAK = v[7], SBB = v[8], SBK = v[9],
@@ -46,12 +49,18 @@ int main(int argc, char** argv) {
   const long long na = (B - 1) * SAB + (M - 1) * SAM + (K - 1) * SAK + 1;
   const long long nb = (B - 1) * SBB + (K - 1) * SBK + (N - 1) * SBN + 1;
   const long long nc = B * M * N;
-  std::vector<char> a(na * es), b(nb * es), c(nc * es + 64, 0x5a);
+  const long long aoff = v[14], boff = v[15];
+  std::vector<char> as((aoff + na) * es + 64), bs((boff + nb) * es + 64), c(nc * es + 64, 0x5a);
+  // Views into the storages (vector<char>'s new[] is 16-byte aligned); `a` and `b` below are the views.
+  struct View { char* p; char& operator[](long long i) const { return p[i]; } char* data() const { return p; } };
+  const View a{as.data() + aoff * es}, b{bs.data() + boff * es};
+  emu_read_lo = a.data(); emu_read_hi = a.data() + na * es;
+  emu_read_lo2 = b.data(); emu_read_hi2 = b.data() + nb * es;
   std::mt19937 gen(7);
   std::normal_distribution<float> nd;
   std::uniform_int_distribution<int> pick(0, 1023);
   const float specials[4] = {__int_as_float(0x7fc00000), __int_as_float(0x7f800000), -__int_as_float(0x7f800000), -0.f};
-  auto fill = [&](std::vector<char>& t, long long count) {
+  auto fill = [&](const View& t, long long count) {
     for (long long i = 0; i < count; ++i) {
       const int r = pick(gen);
       const float f = r < 4 ? specials[r] : nd(gen);
@@ -82,7 +91,7 @@ int main(int argc, char** argv) {
     }
     for (auto& th : threads) th.join();
   }
-  auto raw = [&](const std::vector<char>& t, long long e) { uint32_t u = 0; std::memcpy(&u, &t[e * es], es); return u; };
+  auto raw = [&](const auto& t, long long e) { uint32_t u = 0; std::memcpy(&u, &t[e * es], es); return u; };
   long long bad = 0, nans = 0, infs = 0, far = 0;
   for (long long bi = 0; bi < B; ++bi)
     for (long long m = 0; m < M; ++m)
@@ -117,6 +126,8 @@ int main(int argc, char** argv) {
     if (c[nc * es + k] != 0x5a) { std::printf("WROTE PAST END\n"); return 1; }
   }
   if (far) { std::printf("REFERENCE off the float64 product at %lld outputs\n", far); return 1; }
-  std::printf("%s bad=%lld of %lld (NaN results %lld, Inf results %lld)\n", bad ? "FAIL" : "ok", bad, nc, nans, infs);
-  return bad ? 1 : 0;
+  const long long bad_reads = emu_bad_reads.load();
+  std::printf("%s bad=%lld of %lld (NaN results %lld, Inf results %lld) bad_reads=%lld\n", bad || bad_reads ? "FAIL" : "ok",
+              bad, nc, nans, infs, bad_reads);
+  return bad || bad_reads ? 1 : 0;
 }
