@@ -264,9 +264,20 @@ TEST(Agent, EvaluationTableHasEveryBaseline) {
     const auto m = c.Mean();
     for (size_t i = 1; i < m.size(); ++i) EXPECT_LE(m[i - 1], m[i] + 1e-12) << c.name;  // more trials never hurt
   }
+  // Random search's expected trials to within 5% of the oracle: the oracle itself is that close, so at most
+  // (n + 1) / 2, and at least 1 when every point is.
+  size_t verified_tasks = 0;
+  for (const ReplayTask* t : env) {
+    if (t->oracle_index < 0) continue;
+    ASSERT_LT(verified_tasks, s.random_trials_within_5pct.size());
+    const double e = s.random_trials_within_5pct[verified_tasks++];
+    EXPECT_GE(e, 1.0);
+    EXPECT_LE(e, (static_cast<double>(t->points.size()) + 1) / 2);
+  }
+  EXPECT_EQ(s.random_trials_within_5pct.size(), verified_tasks);
   const std::string table = s.Markdown();
   for (const char* row : {"| expert default, then random |", "| random search |", "| policy (greedy) |", "| oracle |",
-                          "k=16"}) {
+                          "k=16", "within 5% of the oracle"}) {
     EXPECT_NE(table.find(row), std::string::npos) << row;
   }
 }

@@ -724,9 +724,17 @@ EvalSummary Evaluate(const std::vector<const ReplayTask*>& tasks, Agent* agent, 
           break;
         }
       }
+      if (dense.size() >= 63) s.random_at_k63 = dense[62];
     }
   }
   s.curves.push_back(RunSearch(oracle, tasks, ks, seeds));
+  for (const ReplayTask* task : tasks) {
+    if (task->oracle_index < 0) continue;
+    const double near = task->oracle_us() / 0.95;  // a fraction of the oracle of at least 0.95
+    int m = 0;
+    for (const MeasuredPoint& p : task->points) m += p.outcome == Outcome::kVerified && p.time_us <= near;
+    s.random_trials_within_5pct.push_back((static_cast<double>(task->points.size()) + 1) / (m + 1));
+  }
   return s;
 }
 

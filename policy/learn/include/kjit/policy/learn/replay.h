@@ -263,6 +263,14 @@ struct EvalSummary {
   // The fewest random-search trials whose mean fraction reaches the policy's at
   // k=16 (0 if random never does within the largest k evaluated).
   int random_trials_to_match_policy_k16 = 0;
+  // Random search's mean fraction at k=63 (0 if not evaluated): "random needs 4x the policy's 16 trials"
+  // means the policy's k=16 fraction is above this.
+  double random_at_k63 = 0;
+  // What bounds that ratio, from the keys' measured points alone (no searcher run): per key with a verified
+  // point, the expected number of uniform random trials without replacement until one lands within 5% of the
+  // oracle, (n + 1) / (m + 1) for n points of which m are that close. Where it is under 4, no searcher can
+  // need 4x fewer trials than random search to get that close, since it needs at least one.
+  std::vector<double> random_trials_within_5pct;  // per key with a verified point, in task order
   std::string split = "held-out";  // which keys, for the table's caption
   std::string Markdown() const;
   // Per key: expert default, oracle and the policy's first proposal, times and spreads, and the verdict.
