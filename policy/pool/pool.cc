@@ -769,7 +769,37 @@ extern "C" __global__ void __launch_bounds__(THREADS) kjit_pool()" << params << 
           if (j * 32 + lane < WSPAN && w >= 0 && w < IW) { raw_t v[1]; load_raw<1, false>(rp + w, v); ld[j] = v[0]; }
         }
         // seg[e] is the warp's column c = lane * STEP + e: lane c % 32's ld[c / 32].
+)";
+        if (32 % (outs * p.s[2]) == 0) {
+          src << R"(        // STEP divides 32: seg[STEP a + b] of lane l is column STEP (l + a) + b, in load
+        // j = STEP (l + a) / 32 of lane STEP (l + a) % 32 + b. Round (a, r) hands each lane the column
+        // b = (r + j) % STEP of its group l + a: the STEP lanes whose groups sit at the same source lane
+        // (their loads j apart) take different b, so each source serves one lane, sending the load that
+        // lane needs. STEP rounds give every lane the STEP columns of group l + a: STEP x ceil(SPAN / STEP)
+        // shuffles a row (a shuffle per column and load it may be in would take about STEP^2 more).
+        const int b_src = lane % STEP, base = lane - b_src;
 #pragma unroll
+        for (int a = 0; a * STEP < SPAN; ++a) {
+          const int jd = (STEP * (lane + a)) / 32;          // the load holding this lane's group l + a
+          const int jlo = (STEP * a - base + 63) / 32 - 1;  // the first load of the groups this lane serves
+#pragma unroll
+          for (int r = 0; r < STEP; ++r) {
+            const int js = jlo + ((b_src - r - jlo) & (STEP - 1));  // the one its reader wants
+            raw_t send = 0;
+#pragma unroll
+            for (int j = max((STEP * a + 32) / 32 - 1, 0); j <= min((STEP * a + 31) / 32 + STEP - 1, NL - 1); ++j)
+              if (j == js) send = ld[j];
+            const int bd = (r + jd) & (STEP - 1);
+            const raw_t got = lane_value(send, (STEP * (lane + a)) % 32 + bd);
+#pragma unroll
+            for (int b = 0; b < STEP; ++b)
+              if (b == bd && a * STEP + b < SPAN) seg[a * STEP + b] = got;
+          }
+        }
+      }
+)";
+        } else {
+          src << R"(#pragma unroll
         for (int e = 0; e < SPAN; ++e) {
           if (e >= STEP) {
             // The next lane's seg[e - STEP], but for lane 31, whose column (known at compile time)
@@ -792,6 +822,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) kjit_pool()" << params << 
         }
       }
 )";
+        }
       } else {
         src << R"(#if SEG_FIXED
 #pragma unroll

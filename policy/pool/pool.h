@@ -49,7 +49,9 @@
 //             groups of one output row (each row's groups padded to whole warps) and read each input
 //             row's segment under them together, lane l loading columns base + 32 j + l (every load
 //             instruction contiguous, each element loaded once per warp and row); a lane's columns
-//             come from the lanes that loaded them by __shfl_sync. For odd rows, where a thread's own
+//             come from the lanes that loaded them by __shfl_sync (where outs x stride divides 32,
+//             rounds in which each lane serves one reader: outs x stride shuffles per group of that many
+//             columns). For odd rows, where a thread's own
 //             vectors do not fit and its scalar loads, outs x stride apart across the warp, touch that
 //             many times the sectors per load. Windows along W must meet (stride <= dilated kernel)
 //             and a warp's segment take at most 9 loads per lane.
