@@ -30,13 +30,14 @@ using codegen::IsChannelsLast;
 //
 // The ABI (daemon/worker_protocol.h): max: (x, out, indices); avg: (x, out).
 
-enum Strategy : int64_t { kDirect = 0, kStaged = 1, kSliding = 2 };
+enum Strategy : int64_t { kDirect = 0, kStaged = 1, kSliding = 2, kWarpRows = 3 };
 
 constexpr int64_t kMaxStagedBytes = 64 * 1024;  // keeps three blocks per SM
 constexpr int64_t kMaxLanes = 32;               // accumulators a thread holds (outs x vec)
 constexpr int64_t kMaxSlidingOutputs = 16;      // sliding: outputs a thread holds (frames x rows x outs)
 constexpr int64_t kMaxSlidingRows = 81;         // sliding: input rows a thread walks (unrolled)
 constexpr int64_t kMaxSlidingSpan = 64;         // sliding: input columns a thread holds per row
+constexpr int64_t kMaxWarpLoads = 9;            // warp rows: loads per lane per input row
 
 // The sliding strategy's output frames per thread; 1 for points recorded before the knob existed.
 int64_t Frames(const Point& pt) {
@@ -350,10 +351,11 @@ class Pool final : public Family {
     Space s;
     s.family = "pool";
     s.knobs = {
-        {"strategy", {kDirect, kStaged, kSliding},
+        {"strategy", {kDirect, kStaged, kSliding, kWarpRows},
          "0 windows read from global memory, 1 (contiguous) a block's input rows staged in shared memory, 2 "
          "(contiguous) a thread per frames x rows x outs outputs reading each input row segment under them once, "
-         "with vectors along W"},
+         "with vectors along W, 3 (contiguous, scalar) as 2, a warp reading its 32 threads' segments of a row "
+         "together in coalesced loads and exchanging them by shuffles"},
         {"threads", {64, 128, 256, 512}, "threads per block"},
         {"outs", {1, 2, 4}, "consecutive outputs along W per thread"},
         {"vec", {1, 2, 4, 8},
@@ -393,8 +395,9 @@ class Pool final : public Family {
                   rows = pt.at("rows");
     const int64_t size = static_cast<int64_t>(DTypeSize(p.dtype));
     const int64_t frames = Frames(pt);
-    if (strategy != kDirect && strategy != kStaged && strategy != kSliding) return InvalidArgument("unknown strategy");
-    if (strategy != kSliding && frames != 1) return InvalidArgument("frames apply to the sliding strategy");
+    const bool sliding = strategy == kSliding || strategy == kWarpRows;
+    if (strategy != kDirect && strategy != kStaged && !sliding) return InvalidArgument("unknown strategy");
+    if (!sliding && frames != 1) return InvalidArgument("frames apply to the sliding strategy");
     if (threads > dev.max_threads_per_block) return InvalidArgument("too many threads");
     if (vec * size > 16) return InvalidArgument("vector wider than 16 bytes");
     if (outs > p.out[2]) return InvalidArgument("more outputs per thread than the output row has");
@@ -414,8 +417,19 @@ class Pool final : public Family {
       if (CeilDiv(items, threads) > max_grid) return InvalidArgument("grid too large");
       return Status::Ok();
     }
-    if (strategy == kSliding) {
+    if (sliding) {
       if (p.channels_last) return InvalidArgument("sliding is for the contiguous layout");
+      // Warp rows: the rows where vectors do not serve; a warp's loads are coalesced scalars already.
+      if (strategy == kWarpRows && vec != 1) return InvalidArgument("warp rows load scalars (vectors: sliding)");
+      if (strategy == kWarpRows) {
+        if (threads % 32 != 0) return InvalidArgument("warp rows need whole warps");
+        // Every column of a warp's segment is loaded: windows along W must leave no gaps between them.
+        if (p.s[2] > SlidingInput(p, 2, 1)) return InvalidArgument("warp rows need windows that meet along W");
+        // A lane's loads per row are registers, and the exchange's shuffles grow with their square.
+        if (CeilDiv(31 * outs * p.s[2] + SlidingInput(p, 2, outs), 32) > kMaxWarpLoads) {
+          return InvalidArgument("warp's row segment too long");
+        }
+      }
       // Any vector: where it does not divide the rows or the step, or the input is less aligned, the
       // segment's vectors start from the aligned boundary before it (SegmentFixed); the addresses
       // must be whole elements for that.
@@ -427,7 +441,9 @@ class Pool final : public Family {
         return InvalidArgument("too many input rows per thread");
       }
       if (SlidingInput(p, 2, outs) > kMaxSlidingSpan) return InvalidArgument("row segment too long for registers");
-      const int64_t items = p.n * p.c * CeilDiv(p.out[0], frames) * CeilDiv(p.out[1], rows) * groups;
+      // Warp rows pad each output row's groups to whole warps.
+      const int64_t row_groups = strategy == kWarpRows ? CeilDiv(groups, 32) * 32 : groups;
+      const int64_t items = p.n * p.c * CeilDiv(p.out[0], frames) * CeilDiv(p.out[1], rows) * row_groups;
       if (threads > 64 && items <= threads / 2) return InvalidArgument("most threads would idle");
       if (CeilDiv(items, threads) > max_grid) return InvalidArgument("grid too large");
       return Status::Ok();
@@ -613,11 +629,16 @@ extern "C" __global__ void __launch_bounds__(THREADS) kjit_pool()" << params << 
 }
 )";
       c.launch.grid[0] = static_cast<uint32_t>(CeilDiv(p.n * (p.c / vec) * p.out[0] * p.out[1] * groups, threads));
-    } else if (strategy == kSliding) {
+    } else if (strategy == kSliding || strategy == kWarpRows) {
+      const bool warp = strategy == kWarpRows;
       src << "constexpr int FR = " << Frames(pt) << ";\n";
-      src << "#define SEG_FIXED " << (SegmentFixed(p, outs, vec) ? 1 : 0) << "\n#define X_ALIGNED "
-          << (vec * static_cast<int64_t>(DTypeSize(p.dtype)) <= p.alignment ? 1 : 0) << "\n";
-      src << R"(
+      if (!warp) {
+        src << "#define SEG_FIXED " << (SegmentFixed(p, outs, vec) ? 1 : 0) << "\n#define X_ALIGNED "
+            << (vec * static_cast<int64_t>(DTypeSize(p.dtype)) <= p.alignment ? 1 : 0) << "\n";
+      }
+      // The sliding kernel's parts; warp rows replace its thread mapping and segment loads.
+      if (!warp) {
+        src << R"(
 // A thread per FR x ROWS x OUTS outputs of one plane (FR consecutive output frames, ROWS rows, OUTS
 // consecutive outputs along W); threads in a warp take consecutive groups along W. The thread walks
 // the IT x IR input rows under its outputs once each (frames outer, rows inner), loading each row's
@@ -656,7 +677,52 @@ extern "C" __global__ void __launch_bounds__(THREADS) kjit_pool()" << params << 
   const idx_t tb = od0 * ST - PT, hb = oh0 * SH - PH, wb = ow0 * SW - PW;
   // x's address past the VEC boundary at or before it, in elements (x is aligned to its element).
   const long long mis = X_ALIGNED ? 0 : (long long)((reinterpret_cast<unsigned long long>(x) / sizeof(in_t)) % VEC);
-#if IS_MAX
+)";
+      } else {
+        src << R"(
+// Warp rows: as the sliding strategy (2), a thread per FR x ROWS x OUTS outputs of one plane
+// walking the input rows under them once and folding each element into the outputs whose windows
+// hold it, in window order; but a warp's 32 lanes take 32 consecutive groups of one output row (the
+// row's groups padded to whole warps: lanes past its end compute nothing but take part in the
+// exchanges) and read each input row's segment under their groups together: lane l loads columns
+// WB + 32 j + l (j < NL), each load instruction one contiguous run (128 bytes of f32), each element
+// once. A lane's SPAN columns then come from the lanes that loaded them by shuffles. Scalar loads,
+// rows of any width and alignment: the odd rows where a thread's own vectors do not fit, and where
+// its scalar loads, STEP elements apart across the warp, take STEP times the sectors per load.
+constexpr idx_t G = (OW + OUTS - 1) / OUTS, RT = (OH + ROWS - 1) / ROWS, FT = (OD + FR - 1) / FR;
+constexpr idx_t GW = (G + 31) / 32 * 32;  // groups per output row, whole warps
+constexpr int IT = (int)((FR - 1) * ST + (KT - 1) * DT + 1);
+constexpr int IR = (int)((ROWS - 1) * SH + (KH - 1) * DH + 1);
+constexpr int SPAN = (int)((OUTS - 1) * SW + (KW - 1) * DW + 1);
+constexpr int STEP = (int)(OUTS * SW);     // columns from a lane's segment to the next lane's
+constexpr int WSPAN = 31 * STEP + SPAN;    // the warp's segment
+constexpr int NL = (WSPAN + 31) / 32;      // its loads per lane
+// Whether input position i of a thread's extent is window position j of its output o (compile time).
+__device__ __forceinline__ constexpr bool in_window(int i, int o, int s, int d, int k) {
+  return i - o * s >= 0 && (i - o * s) % d == 0 && (i - o * s) / d < k;
+}
+__device__ __forceinline__ raw_t lane_value(raw_t v, int src) {
+  return (raw_t)__shfl_sync(0xffffffffu, (unsigned)v, src);
+}
+extern "C" __global__ void __launch_bounds__(THREADS) kjit_pool()" << params << R"() {
+  const long long item = (long long)blockIdx.x * THREADS + threadIdx.x;
+  // Whole warps leave together (GW and THREADS are multiples of 32): the shuffles below see all lanes.
+  if (item >= (long long)N_ * C_ * FT * RT * GW) return;
+  const idx_t g = (idx_t)(item % GW);
+  long long r_ = item / GW;
+  const idx_t rt = (idx_t)(r_ % RT);
+  r_ /= RT;
+  const idx_t ft = (idx_t)(r_ % FT);
+  const long long plane = r_ / FT;
+  const in_t* xp = x + plane * ((long long)ID * IH * IW);
+  const int lane = (int)(threadIdx.x % 32);
+  const bool active = g < G;
+  const idx_t od0 = ft * FR, oh0 = rt * ROWS, ow0 = g * OUTS;
+  const idx_t tb = od0 * ST - PT, hb = oh0 * SH - PH, wb = ow0 * SW - PW;
+  const idx_t wwb = wb - (idx_t)lane * STEP;  // the warp's first column (lane 0's wb)
+)";
+      }
+      src << R"(#if IS_MAX
   float best[FR][ROWS][OUTS];
   raw_t res[FR][ROWS][OUTS];
   idx_t at[FR][ROWS][OUTS];
@@ -691,7 +757,74 @@ extern "C" __global__ void __launch_bounds__(THREADS) kjit_pool()" << params << 
       raw_t seg[SPAN];
 #pragma unroll
       for (int e = 0; e < SPAN; ++e) seg[e] = 0;
-#if SEG_FIXED
+)";
+      if (warp) {
+        src << R"(      {
+        // Row and frame tests above are the same for the whole warp (one plane, frame and row tile).
+        raw_t ld[NL];
+#pragma unroll
+        for (int j = 0; j < NL; ++j) {
+          const idx_t w = wwb + j * 32 + lane;
+          ld[j] = 0;
+          if (j * 32 + lane < WSPAN && w >= 0 && w < IW) { raw_t v[1]; load_raw<1, false>(rp + w, v); ld[j] = v[0]; }
+        }
+        // seg[e] is the warp's column c = lane * STEP + e: lane c % 32's ld[c / 32].
+)";
+        if (32 % (outs * p.s[2]) == 0) {
+          src << R"(        // STEP divides 32: seg[STEP a + b] of lane l is column STEP (l + a) + b, in load
+        // j = STEP (l + a) / 32 of lane STEP (l + a) % 32 + b. Round (a, r) hands each lane the column
+        // b = (r + j) % STEP of its group l + a: the STEP lanes whose groups sit at the same source lane
+        // (their loads j apart) take different b, so each source serves one lane, sending the load that
+        // lane needs. STEP rounds give every lane the STEP columns of group l + a: STEP x ceil(SPAN / STEP)
+        // shuffles a row (a shuffle per column and load it may be in would take about STEP^2 more).
+        const int b_src = lane % STEP, base = lane - b_src;
+#pragma unroll
+        for (int a = 0; a * STEP < SPAN; ++a) {
+          const int jd = (STEP * (lane + a)) / 32;          // the load holding this lane's group l + a
+          const int jlo = (STEP * a - base + 63) / 32 - 1;  // the first load of the groups this lane serves
+#pragma unroll
+          for (int r = 0; r < STEP; ++r) {
+            const int js = jlo + ((b_src - r - jlo) & (STEP - 1));  // the one its reader wants
+            raw_t send = 0;
+#pragma unroll
+            for (int j = max((STEP * a + 32) / 32 - 1, 0); j <= min((STEP * a + 31) / 32 + STEP - 1, NL - 1); ++j)
+              if (j == js) send = ld[j];
+            const int bd = (r + jd) & (STEP - 1);
+            const raw_t got = lane_value(send, (STEP * (lane + a)) % 32 + bd);
+#pragma unroll
+            for (int b = 0; b < STEP; ++b)
+              if (b == bd && a * STEP + b < SPAN) seg[a * STEP + b] = got;
+          }
+        }
+      }
+)";
+        } else {
+          src << R"(#pragma unroll
+        for (int e = 0; e < SPAN; ++e) {
+          if (e >= STEP) {
+            // The next lane's seg[e - STEP], but for lane 31, whose column (known at compile time)
+            // no lane's segment has yet.
+            const raw_t next = lane_value(seg[e - STEP], (lane + 1) & 31);
+            const raw_t last = lane_value(ld[(31 * STEP + e) / 32], (31 * STEP + e) % 32);
+            seg[e] = lane == 31 ? last : next;
+          } else {
+            // c / 32 varies over the warp: a shuffle from each load it can be in, the lane's kept
+            // (a register indexed at run time would go to local memory).
+            const int c = lane * STEP + e;
+            raw_t v = 0;
+#pragma unroll
+            for (int j = e / 32; j <= (31 * STEP + e) / 32; ++j) {
+              const raw_t s = lane_value(ld[j], c % 32);
+              if (c / 32 == j) v = s;
+            }
+            seg[e] = v;
+          }
+        }
+      }
+)";
+        }
+      } else {
+        src << R"(#if SEG_FIXED
 #pragma unroll
       for (int e = 0; e < HEAD; ++e) {
         const idx_t w = wb + e;
@@ -755,7 +888,9 @@ extern "C" __global__ void __launch_bounds__(THREADS) kjit_pool()" << params << 
         }
       }
 #endif
-      const idx_t row_at = (t * IH + h) * IW;
+)";
+      }
+      src << R"(      const idx_t row_at = (t * IH + h) * IW;
 #pragma unroll
       for (int f = 0; f < FR; ++f) {
         if (!in_window(it, f, (int)ST, (int)DT, KT)) continue;
@@ -785,7 +920,9 @@ extern "C" __global__ void __launch_bounds__(THREADS) kjit_pool()" << params << 
       }
     }
   }
-#pragma unroll
+)";
+      if (warp) src << "  if (!active) return;\n";
+      src << R"(#pragma unroll
   for (int f = 0; f < FR; ++f) {
     const idx_t od = od0 + f;
     if (od >= OD) break;
@@ -838,8 +975,9 @@ extern "C" __global__ void __launch_bounds__(THREADS) kjit_pool()" << params << 
   }
 }
 )";
+      const int64_t row_groups = warp ? CeilDiv(groups, 32) * 32 : groups;
       c.launch.grid[0] = static_cast<uint32_t>(
-          CeilDiv(p.n * p.c * CeilDiv(p.out[0], Frames(pt)) * CeilDiv(p.out[1], rows) * groups, threads));
+          CeilDiv(p.n * p.c * CeilDiv(p.out[0], Frames(pt)) * CeilDiv(p.out[1], rows) * row_groups, threads));
     } else {
       src << "constexpr int IR = " << StagedRows(p, rows) << ";\n";
       src << R"(

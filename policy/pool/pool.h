@@ -44,6 +44,17 @@
 //             segment's columns inside the row is not loaded, and one reaching outside the tensor
 //             (its first or last) is read element by element: nothing outside the tensor's bytes
 //             is read, even within a 16-byte line. Needs an input aligned to its element for `vec` > 1.
+//   3 warp rows  contiguous, scalar (codegen 3, a new strategy value: other points' sources are
+//             unchanged): the sliding thread mapping and fold, but a warp's 32 lanes take consecutive
+//             groups of one output row (each row's groups padded to whole warps) and read each input
+//             row's segment under them together, lane l loading columns base + 32 j + l (every load
+//             instruction contiguous, each element loaded once per warp and row); a lane's columns
+//             come from the lanes that loaded them by __shfl_sync (where outs x stride divides 32,
+//             rounds in which each lane serves one reader: outs x stride shuffles per group of that many
+//             columns). For odd rows, where a thread's own
+//             vectors do not fit and its scalar loads, outs x stride apart across the warp, touch that
+//             many times the sectors per load. Windows along W must meet (stride <= dilated kernel)
+//             and a warp's segment take at most 9 loads per lane.
 #pragma once
 
 #include "kjit/policy/design_space.h"

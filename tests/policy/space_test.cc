@@ -735,10 +735,31 @@ TEST(PoolSpace, ChecksFollowTheLayout) {
   const Match unaligned = match(MaxPoolKey("aten::max_pool2d_with_indices", odd_bytes, {3, 3}, {2, 2}, {1, 1}, {1, 1}, false));
   EXPECT_NE(why(unaligned, point(2, 128, 2, 4, 4)).find("element"), std::string::npos);
   EXPECT_TRUE(unaligned.family->Check(*unaligned.problem, point(2, 128, 2, 1, 4), device).ok());
+  // Warp rows (strategy 3): the sliding mapping with a warp's loads coalesced and shared by shuffles;
+  // scalars only (rows where vectors fit slide with them), any alignment of the element, windows
+  // meeting along W (every column of a warp's segment is loaded), at most 9 loads per lane and row.
+  EXPECT_TRUE(odd.family->Check(*odd.problem, point(3, 128, 2, 1, 4), device).ok());
+  EXPECT_TRUE(odd.family->Check(*odd.problem, point(3, 64, 4, 1, 1), device).ok());
+  EXPECT_NE(why(odd, point(3, 128, 2, 4, 4)).find("scalars"), std::string::npos);
+  EXPECT_TRUE(unaligned.family->Check(*unaligned.problem, point(3, 128, 1, 1, 2), device).ok());
+  Point warp_framed = point(3, 128, 2, 1, 2);
+  warp_framed["frames"] = 2;
+  EXPECT_NE(why(odd, warp_framed).find("frames"), std::string::npos);  // a 2-D key has one output frame
+  const Match gapped = match(MaxPoolKey("aten::max_pool2d_with_indices", TensorDesc::Contiguous(DType::kFloat32, {2, 3, 64, 64}),
+                                        {2, 2}, {3, 3}, {0, 0}, {1, 1}, false));
+  EXPECT_NE(why(gapped, point(3, 64, 1, 1, 1)).find("meet"), std::string::npos);
+  EXPECT_TRUE(gapped.family->Check(*gapped.problem, point(2, 64, 1, 1, 1), device).ok());
+  // Stride 3 under a window of 4: 4 outputs a lane put a warp's segment at 385 columns, 13 loads a lane.
+  TensorDesc row = TensorDesc::Contiguous(DType::kFloat32, {4, 7, 1, 1001});
+  row.strides = {7 * 1001, 1001, 1001, 1};
+  const Match long_step = match(MaxPoolKey("aten::max_pool2d_with_indices", row, {1, 4}, {1, 3}, {0, 2}, {1, 1}, true));
+  EXPECT_NE(why(long_step, point(3, 64, 4, 1, 1)).find("too long"), std::string::npos);
+  EXPECT_TRUE(long_step.family->Check(*long_step.problem, point(3, 64, 2, 1, 1), device).ok());
   const Match cl = match(MaxPoolKey("aten::max_pool2d_with_indices", ChannelsLast(DType::kFloat16, {8, 24, 56, 56}), {3},
                                     {2}, {1}, {1}, false));
   EXPECT_NE(why(cl, point(1, 256, 1, 1, 1)).find("contiguous"), std::string::npos);
   EXPECT_NE(why(cl, point(2, 256, 1, 1, 1)).find("contiguous"), std::string::npos);
+  EXPECT_NE(why(cl, point(3, 256, 1, 1, 1)).find("contiguous"), std::string::npos);
   EXPECT_NE(why(cl, point(0, 256, 1, 16, 1)).find("16 bytes"), std::string::npos);
   // 24 channels: vectors of 8 (16 bytes of f16) divide them; a 4-byte aligned input allows only 2.
   EXPECT_TRUE(cl.family->Check(*cl.problem, point(0, 128, 1, 8, 1), device).ok());

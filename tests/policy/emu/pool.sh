@@ -98,4 +98,35 @@ r e2 $m3 f32 c 2,3,7,8,12 3,3,3 2,2,2 1,1,1 1,1,1 0 1 -1 strategy=2 threads=64 o
 r e3 $m2 f32 c 2,3,13,16 3,3 2,2 1,1 1,1 0 1 -1 strategy=2 threads=64 outs=1 vec=4 rows=2 hint=0 frames=1
 r e4 $a3 f32 c 1,2,7,8,12 3,3,3 2,2,2 1,1,1 - 1 1 -1 strategy=2 threads=64 outs=2 vec=4 rows=2 hint=0 frames=2 offset=3
 r e5 $m2 f32 c 2,3,13,16 3,3 2,2 1,1 1,1 0 1 -1 strategy=2 threads=64 outs=2 vec=4 rows=2 hint=1 frames=1 offset=4
+# warp rows (strategy 3): a warp's 32 lanes read each input row's segment under their groups in
+# coalesced scalar loads and exchange columns by shuffles (emu.h runs a warp's shuffles in lock step);
+# odd widths (127, 63, 17, 5, 1, 301), groups padded to whole warps (idle lanes), storage offsets, stride
+# 1 and 2 (steps dividing 32: the exchange's rounds of one shuffle a column group), padding, dilation,
+# ceil_mode, NaN and ties, each dtype, 2-D and 3-D, max and avg
+r u1 $m2 f32 c 2,3,13,127 3,3 2,2 1,1 1,1 0 1 -1 strategy=3 threads=64 outs=2 vec=1 rows=2 hint=0 frames=1
+r u2 $m2 f32 c 2,3,9,63 3,3 2,2 1,1 1,1 0 1 -1 strategy=3 threads=128 outs=1 vec=1 rows=4 hint=1 frames=1 offset=1
+r u3 $m2 f32 c 3,2,9,17 3,3 2,2 1,1 1,1 1 1 -1 strategy=3 threads=64 outs=2 vec=1 rows=1 hint=0 frames=1 offset=3
+r u4 $m2 f32 c 3,2,7,5 3,3 1,1 1,1 1,1 0 1 -1 strategy=3 threads=64 outs=4 vec=1 rows=2 hint=0 frames=1 offset=2
+r u5 $m2 f32 c 2,3,7,1 3,1 1,1 1,0 1,1 0 1 -1 strategy=3 threads=64 outs=1 vec=1 rows=2 hint=0 frames=1 offset=1
+r u6 $m2 f32 c 2,3,13,127 3,3 2,2 1,1 2,2 1 1 -1 strategy=3 threads=64 outs=2 vec=1 rows=1 hint=1 frames=1 offset=3
+r u7 $m2 f16 c 2,3,11,63 3,3 2,2 1,1 1,1 0 1 -1 strategy=3 threads=64 outs=2 vec=1 rows=2 hint=0 frames=1 offset=3
+r u8 $m2 bf16 c 2,3,9,127 2,3 1,2 1,1 2,1 1 1 -1 strategy=3 threads=64 outs=4 vec=1 rows=2 hint=0 frames=1 offset=5
+r u9 $m2 f32 c 2,3,1,301 1,4 1,3 0,2 1,1 1 1 -1 strategy=3 threads=64 outs=2 vec=1 rows=1 hint=0 frames=1
+r u10 $m2 f32 c 2,3,5,301 3,3 2,2 1,1 1,1 1 1 -1 strategy=3 threads=64 outs=1 vec=1 rows=1 hint=0 frames=1 offset=1
+r u11 $m3 f32 c 1,2,7,15,127 3,3,3 2,2,2 1,1,1 1,1,1 0 1 -1 strategy=3 threads=128 outs=2 vec=1 rows=2 hint=1 frames=2
+r u12 $m3 f32 c 1,2,7,15,127 3,3,3 2,2,2 1,1,1 1,1,1 0 1 -1 strategy=3 threads=128 outs=2 vec=1 rows=2 hint=0 frames=1
+r u13 $m3 f32 c 2,2,5,9,63 3,3,3 2,2,2 1,1,1 1,1,1 0 1 -1 strategy=3 threads=64 outs=1 vec=1 rows=2 hint=0 frames=1 offset=1
+r u14 $m3 f32 c 1,3,6,7,5 3,3,3 1,1,1 1,1,1 1,2,1 1 1 -1 strategy=3 threads=64 outs=1 vec=1 rows=1 hint=0 frames=4 offset=2
+r u15 $m3 f32 c 1,2,5,5,1 3,3,1 1,1,1 1,1,0 1,1,1 0 1 -1 strategy=3 threads=64 outs=1 vec=1 rows=1 hint=0 frames=2 offset=3
+r u16 $m3 f16 c 1,2,5,9,63 3,3,3 2,2,2 1,1,1 1,1,1 1 1 -1 strategy=3 threads=64 outs=2 vec=1 rows=2 hint=0 frames=2 offset=1
+r y1 $a2 f32 c 2,3,13,127 3,3 2,2 1,1 - 1 0 -1 strategy=3 threads=64 outs=2 vec=1 rows=2 hint=0 frames=1 offset=1
+r y2 $a2 f32 c 2,3,9,63 3,3 1,1 1,1 - 0 1 -1 strategy=3 threads=64 outs=4 vec=1 rows=1 hint=0 frames=1 offset=3
+r y3 $a2 f16 c 2,2,7,255 2,3 2,2 1,1 - 1 1 5 strategy=3 threads=64 outs=2 vec=1 rows=2 hint=1 frames=1 offset=7
+r y4 $a3 f32 c 1,2,7,15,127 3,3,3 2,2,2 1,1,1 - 0 1 -1 strategy=3 threads=128 outs=2 vec=1 rows=2 hint=0 frames=4
+r y5 $a3 f32 c 2,2,5,9,63 3,3,3 2,2,2 1,1,1 - 1 0 -1 strategy=3 threads=64 outs=2 vec=1 rows=2 hint=0 frames=2 offset=2
+r y6 $a3 bf16 c 1,2,5,7,5 3,3,3 1,1,1 1,1,1 - 0 1 -1 strategy=3 threads=64 outs=1 vec=1 rows=1 hint=0 frames=2 offset=1
+r y7 $a3 f32 c 1,2,5,5,1 3,3,1 1,1,1 1,1,0 - 0 0 -1 strategy=3 threads=64 outs=1 vec=1 rows=2 hint=0 frames=2 offset=3
+# a step (outs x stride) that does not divide 32 (u9 too): the exchange's general path
+r y8 $a2 f32 c 2,3,9,100 3,3 2,3 1,1 - 1 0 -1 strategy=3 threads=64 outs=1 vec=1 rows=2 hint=0 frames=1 offset=1
+r u17 $m3 f32 c 1,2,5,7,50 3,3,3 1,1,3 1,1,1 1,1,1 1 1 -1 strategy=3 threads=64 outs=2 vec=1 rows=1 hint=0 frames=2 offset=2
 exit $failed

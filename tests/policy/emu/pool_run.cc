@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <random>
 #include <thread>
 #include <vector>
@@ -88,6 +89,13 @@ int main(int argc, char** argv) {
     EmuBlock blk{};
     blk.block_bar = &bar;
     blk.shared = shared.data();
+    // Warp barriers for the warp-rows strategy's shuffles (emu.h: lanes exchange through a slot and
+    // wait for the whole warp, so a warp runs its shuffles in lock step; blocks are whole warps).
+    std::vector<std::unique_ptr<std::barrier<>>> warp_bars;
+    for (unsigned w = 0; w < (blockDim.x + 31) / 32; ++w) {
+      warp_bars.emplace_back(new std::barrier<>(std::min(32u, blockDim.x - 32 * w)));
+      blk.warp_bar[w] = warp_bars.back().get();
+    }
     std::vector<std::thread> threads;
     for (unsigned t = 0; t < blockDim.x; ++t) {
       threads.emplace_back([&, b, t] {
