@@ -52,6 +52,11 @@ expert-default kernel for it (compiled, not verified: its outputs are checked
 against eager here instead). Or pass --hit-cache FILE, a cache that already
 serves the key (e.g. after kjit_seed_defaults through kjitd's evaluator).
 
+--ab measures the miss instead within one process: the adapter's
+kjit_adapter_set_passthrough switches the shim off (the wrapper forwards at
+once, as (g)) and on between interleaved loops, and the added time is the
+median of the paired loops' differences, free of process-to-process noise.
+
 Nothing here is a pass/fail threshold; issue 9's targets are at most 1 us
 added on a hit and 0.5 us on a miss, and no change for ops not intercepted.
 """
@@ -92,6 +97,8 @@ def child(args):
     else:
         def fn():
             return torch.add(x, y)
+    if args.ab:
+        return child_ab(args, torch, ctypes, fn, pinned)
     reference = None
     with torch.inference_mode():
         for _ in range(args.warmup):
@@ -140,6 +147,66 @@ def child(args):
     return 0
 
 
+def child_ab(args, torch, ctypes, fn, pinned):
+    """--ab: the shim on and off in this one process (kjit_adapter_set_passthrough), in interleaved
+    loops (on-off, then off-on, ...): no process-to-process variation in the difference."""
+    try:
+        adapter = ctypes.CDLL("libkjit_torch_adapter.so", mode=os.RTLD_NOLOAD | os.RTLD_LOCAL)
+        toggle = adapter.kjit_adapter_set_passthrough
+    except (OSError, AttributeError):
+        print(json.dumps({"error": "no adapter with kjit_adapter_set_passthrough in this process"}))
+        return 0
+    toggle.restype = ctypes.c_int
+    toggle.argtypes = [ctypes.c_int]
+    if toggle(0) < 0:
+        print(json.dumps({"error": "the adapter is not attached"}))
+        return 0
+    samples = {"on": [], "off": []}
+    with torch.inference_mode():
+        for _ in range(args.warmup):
+            fn()
+        torch.cuda.synchronize()
+        for i in range(args.loops):
+            for mode in (("on", "off") if i % 2 == 0 else ("off", "on")):
+                toggle(1 if mode == "off" else 0)
+                start = time.perf_counter_ns()
+                for _ in range(args.calls):
+                    fn()
+                end = time.perf_counter_ns()
+                torch.cuda.synchronize()
+                samples[mode].append((end - start) / args.calls / 1000.0)
+    toggle(0)
+    paired = [a - b for a, b in zip(samples["on"], samples["off"])]
+    q = statistics.quantiles(paired, n=4)
+    print(json.dumps({"on_median_us": statistics.median(samples["on"]),
+                      "off_median_us": statistics.median(samples["off"]),
+                      "added_median_us": statistics.median(paired), "added_iqr_us": q[2] - q[0],
+                      "loops": len(paired), "pinned": pinned}))
+    return 0
+
+
+def run_ab(args, preload, empty_cache, run_dir):
+    """--ab: one process per round under the shim with an empty cache (a miss per call)."""
+    results = [run_child(args, "softmax", preload, empty_cache, run_dir)
+               for _ in range(max(1, args.min_rounds))]
+    print("In-process A/B (kjit_adapter_set_passthrough), softmax miss, f32[%d,%d], %d loops of %d calls per "
+          "mode and process:" % (args.rows, args.cols, args.loops, args.calls))
+    print()
+    print("| process | shim on us/call | shim off (passthrough) us/call | added (median of paired loops) us | IQR us |")
+    print("|---:|---:|---:|---:|---:|")
+    for i, r in enumerate(results):
+        if "error" in r:
+            print(f"| {i} | {r['error']} | | | |")
+            continue
+        print(f"| {i} | {r['on_median_us']:.3f} | {r['off_median_us']:.3f} | {r['added_median_us']:.3f} | "
+              f"{r['added_iqr_us']:.3f} |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"ab": results, "args": {k: v for k, v in vars(args).items() if k not in ("child", "op")}}, f,
+                      indent=1)
+    return 0
+
+
 def run_child(args, op, preload, cache_path, runtime_dir, extra_env=None):
     env = dict(os.environ)
     env.pop("LD_PRELOAD", None)
@@ -152,7 +219,7 @@ def run_child(args, op, preload, cache_path, runtime_dir, extra_env=None):
     env.update(extra_env or {})
     cmd = [sys.executable, os.path.abspath(__file__), "--child", "--op", op, "--rows", str(args.rows),
            "--cols", str(args.cols), "--calls", str(args.calls), "--loops", str(args.loops), "--warmup",
-           str(args.warmup)] + (["--pin", args.pin] if args.pin else [])
+           str(args.warmup)] + (["--pin", args.pin] if args.pin else []) + (["--ab"] if args.ab else [])
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     lines = [line for line in p.stdout.splitlines() if line.startswith("{")]
     if p.returncode != 0 or not lines:
@@ -361,6 +428,9 @@ def main():
     parser.add_argument("--prepare-hit", action="store_true", help="make a cache that serves the softmax key")
     parser.add_argument("--hit-cache", metavar="FILE", help="a kernel cache that serves the softmax key")
     parser.add_argument("--json", metavar="FILE", help="write the figures here")
+    parser.add_argument("--ab", action="store_true",
+                        help="instead: the miss's added time within one process, the shim switched on and off "
+                        "between interleaved loops (kjit_adapter_set_passthrough); --min-rounds processes")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--op", default="softmax", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -383,6 +453,8 @@ def main():
     try:
         empty_cache = os.path.join(work, "empty.db")  # never created: every key is a miss
         run_dir = os.path.join(work, "run")  # no kjitd there: misses are queued in the shim, not sent
+        if args.ab:
+            return run_ab(args, preload, empty_cache, run_dir)
         began = time.monotonic()
         hit_cache = args.hit_cache or (prepare_hit(args, preload, work) if args.prepare_hit else None)
         settings = make_settings(preload, empty_cache, hit_cache)

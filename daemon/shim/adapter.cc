@@ -21,7 +21,8 @@
 //     kFailed       -> PyTorch's kernel
 // KJIT_PROFILE=1 (or a file path): the time of each stage above per call (StageProfile,
 // shim_core.h), printed at exit. KJIT_PASSTHROUGH=1 (a benchmark aid): the wrapper only
-// forwards to PyTorch's kernel. Both off, the wrapper pays one predictable branch for them.
+// forwards to PyTorch's kernel (also switched at run time by kjit_adapter_set_passthrough, for
+// in-process A/B timing). Both off, the wrapper pays one predictable branch for them.
 //
 // Any failure of kjit's own falls back to PyTorch's kernel; a load or launch
 // failure also blacklists the entry for the process and is reported to kjitd
@@ -92,22 +93,31 @@ EmptyStridedCuda FindEmptyStridedCuda() {
 }
 
 // What kjit knows about one CUDA device, set up on first use.
+// ready and arch first: what every keyed call reads, in one line.
 struct DeviceSlot {
-  std::mutex mutex;
   std::atomic<int> ready{0};  // 0: not tried, 1: usable, 2: unusable
-  std::optional<PrimaryContext> context;
   int arch = 0;
+  std::mutex mutex;
+  std::optional<PrimaryContext> context;
 };
 
 struct InterceptedOp {
   std::optional<c10::SafeKernelFunction> pytorch;  // set when the op is overridden
+  std::optional<kjit::torch::CallKeyPlan> key_plan;  // set with pytorch
 };
 
+// The fields a call reads come first (diagnostics, the table's handle, the ops), so that they
+// share a few lines rather than one each among the adapter's cold state: between two calls
+// of a Python program its interpreter evicts most of them.
 class Adapter final : public KernelSource {
  public:
-  Settings settings;
+  // KJIT_PROFILE or passthrough: the wrapper's one branch. Atomic (relaxed: a plain load) for
+  // kjit_adapter_set_passthrough, which may flip passthrough while other threads call ops.
+  std::atomic<bool> diagnostics{false};
+  std::atomic<bool> passthrough{false};  // KJIT_PASSTHROUGH, or kjit_adapter_set_passthrough
   EntryTable table;
   std::array<InterceptedOp, kOpCount> ops;
+  Settings settings;
   std::array<DeviceSlot, kMaxDevices> devices;
   const c10::impl::DeviceGuardImplInterface* cuda_guard = nullptr;
   EmptyStridedCuda empty_strided_cuda = nullptr;  // null: hits allocate through at::empty_strided
@@ -115,7 +125,6 @@ class Adapter final : public KernelSource {
   std::atomic<uint64_t> first_sights{0};  // keys resolved (PyTorch's kernel ran)
   std::atomic<uint64_t> failures{0};     // entries blacklisted with a record (each reported once)
   StageProfile profile;                  // KJIT_PROFILE (settings.profile)
-  bool diagnostics = false;              // KJIT_PROFILE or KJIT_PASSTHROUGH: the wrapper's one branch
   // Workspaces of kernels that take one: from PyTorch's caching allocator on the
   // launch stream (the current stream), zeroed once with a memset on that stream.
   WorkspacePool workspaces{[this](int device, CUstream stream, uint64_t bytes) {
@@ -368,19 +377,18 @@ Status Launch(Adapter& a, const Entry& entry, const LoadedKernel& kernel, Device
 }
 
 template <bool kProfile>
-Decision TryServe(Adapter& a, const c10::OperatorHandle& op, PreFilter filter, ::torch::jit::Stack* stack,
-                  Stopwatch<kProfile>& clock) noexcept {
+Decision TryServe(Adapter& a, const c10::OperatorHandle& op, const kjit::torch::CallKeyPlan& plan, PreFilter filter,
+                  ::torch::jit::Stack* stack, Stopwatch<kProfile>& clock) noexcept {
   Decision d;
   try {
-    const c10::FunctionSchema& schema = op.schema();
-    auto args = ::torch::jit::last(*stack, schema.arguments().size());
+    auto args = ::torch::jit::last(*stack, plan.arg_count());
     if (!CheckCall(filter, args, &d.device)) return d;
     DeviceSlot* slot = a.Device(d.device);
     if (slot == nullptr) return d;
     d.arch = slot->arch;
     clock.Lap(Stage::kPreFilter);
     bool created = false;
-    Entry* entry = FindEntry(a.table, schema, args, d.device, d.arch, clock, &d.hash, &created);
+    Entry* entry = FindEntry(a.table, plan, args, d.device, d.arch, clock, &d.hash, &created);
     if (entry == nullptr) return d;  // a call kjit cannot key (e.g. an argument type it does not encode)
     if (created) {
       d.first_sight = entry;
@@ -396,6 +404,7 @@ Decision TryServe(Adapter& a, const c10::OperatorHandle& op, PreFilter filter, :
       case EntryState::kLoaded: {
         const LoadedKernel* kernel = entry->kernel();
         if (kernel == nullptr) return d;
+        const c10::FunctionSchema& schema = op.schema();
         Status s;
         try {
           s = Launch(a, *entry, *kernel, *slot, schema, stack, clock);
@@ -506,7 +515,7 @@ template <size_t I, bool kProfile>
 void ServeOrForward(Adapter& a, const c10::OperatorHandle& op, c10::DispatchKeySet keys, ::torch::jit::Stack* stack) {
   static constexpr PreFilter kFilter = PreFilterFor(kInterceptedOps[I]);
   Stopwatch<kProfile> clock(&a.profile);
-  const Decision d = TryServe(a, op, kFilter, stack, clock);
+  const Decision d = TryServe(a, op, *a.ops[I].key_plan, kFilter, stack, clock);
   if (d.served) {
     clock.Total();
     return;
@@ -544,8 +553,8 @@ void ServeOrForward(Adapter& a, const c10::OperatorHandle& op, c10::DispatchKeyS
 template <size_t I>
 void Wrapper(const c10::OperatorHandle& op, c10::DispatchKeySet keys, ::torch::jit::Stack* stack) {
   Adapter& a = *g_adapter;
-  if (__builtin_expect(a.diagnostics, false)) {
-    if (a.settings.passthrough) {
+  if (__builtin_expect(a.diagnostics.load(std::memory_order_relaxed), false)) {
+    if (a.passthrough.load(std::memory_order_relaxed)) {
       // Profiled too: PyTorch's kernel's host time as the wrapper sees it, to set against a hit's.
       if (a.settings.profile) {
         Stopwatch<true> clock(&a.profile);
@@ -605,7 +614,8 @@ void Attach() noexcept {
     a->empty_strided_cuda = FindEmptyStridedCuda();
     if (a->empty_strided_cuda == nullptr) a->Log("at::detail::empty_strided_cuda not found: hits allocate through at::empty_strided");
     if (a->settings.profile) StartProfile(*a);
-    a->diagnostics = a->settings.profile || a->settings.passthrough;
+    a->passthrough.store(a->settings.passthrough, std::memory_order_relaxed);
+    a->diagnostics.store(a->settings.profile || a->settings.passthrough, std::memory_order_relaxed);
     if (a->settings.passthrough) a->Log("KJIT_PASSTHROUGH: the intercepted ops only forward to PyTorch's kernels");
     g_adapter = a;
     // Kept alive for the process: destroying it would deregister the overrides.
@@ -621,6 +631,7 @@ void Attach() noexcept {
         a->Log("aten::", name, " has no CUDA kernel in this PyTorch: not intercepted");
         continue;
       }
+      a->ops[i].key_plan.emplace(handle->schema());
       a->ops[i].pytorch.emplace(handle->getComputedKernelForDispatchKey(c10::DispatchKey::CUDA));
       library->impl(name.c_str(), factories[i]());  // "name.overload": that overload only
       a->Log("intercepting aten::", name);
@@ -689,6 +700,19 @@ extern "C" int kjit_adapter_profile_json(char* out, int size) {
   } catch (...) {
     return -1;
   }
+}
+
+// An in-process A/B switch for benchmarks/shim_overhead.py (--ab): on != 0, the intercepted ops'
+// wrappers only forward to PyTorch's kernels from now on, as under KJIT_PASSTHROUGH=1; 0, they
+// key, look up and serve calls again. Returns the previous setting (0/1), or -1 if the adapter
+// is not attached. Calls on other threads see the change within a few calls (relaxed stores).
+extern "C" __attribute__((visibility("default"))) int kjit_adapter_set_passthrough(int on);
+extern "C" int kjit_adapter_set_passthrough(int on) {
+  kjit::shim::Adapter* a = kjit::shim::g_adapter;
+  if (a == nullptr) return -1;
+  const bool was = a->passthrough.exchange(on != 0, std::memory_order_relaxed);
+  a->diagnostics.store(a->settings.profile || on != 0, std::memory_order_relaxed);
+  return was ? 1 : 0;
 }
 
 __attribute__((constructor)) static void KjitAdapterInit() { kjit::shim::Attach(); }

@@ -132,11 +132,12 @@ bool CheckCall(PreFilter filter, c10::ArrayRef<c10::IValue> args, int* device) {
 // A checked call's key, its hash and its entry on `device` (created in kUnknown if absent:
 // *created says whether this call made it). Null if the call cannot be keyed (e.g. an argument
 // type the key does not encode).
+// `plan` is the op's (kjit::torch::CallKeyPlan): made once, so that no call reads the schema.
 template <bool kProfile>
-Entry* FindEntry(EntryTable& table, const c10::FunctionSchema& schema, c10::ArrayRef<c10::IValue> args, int device,
+Entry* FindEntry(EntryTable& table, const kjit::torch::CallKeyPlan& plan, c10::ArrayRef<c10::IValue> args, int device,
                  int arch, Stopwatch<kProfile>& clock, Hash128* hash, bool* created) {
   thread_local std::string key;
-  if (!kjit::torch::WriteCallKey(schema, std::span<const c10::IValue>(args.data(), args.size()),
+  if (!kjit::torch::WriteCallKey(plan, std::span<const c10::IValue>(args.data(), args.size()),
                                  static_cast<uint16_t>(arch), kjit::torch::CurrentNumerics(), &key)
            .ok()) {
     return nullptr;

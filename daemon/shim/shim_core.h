@@ -181,9 +181,12 @@ struct LoadedKernel {
 enum class EntryState : uint8_t { kUnknown, kNegative, kLoaded, kFailed };
 std::string_view EntryStateName(EntryState state);
 
-class Entry {
+// Aligned to a cache line, its per-call fields (state, misses, kernel) first: a known miss or a
+// hit reads and writes one line of it, which a Python program's interpreter has usually evicted
+// since the key's last call.
+class alignas(64) Entry {
  public:
-  Entry(std::string key_bytes, int device) : key_bytes_(std::move(key_bytes)), device_(device) {}
+  Entry(std::string key_bytes, int device) : device_(device), key_bytes_(std::move(key_bytes)) {}
   Entry(const Entry&) = delete;
   Entry& operator=(const Entry&) = delete;
 
@@ -238,18 +241,20 @@ class Entry {
 
  private:
   bool Transition(EntryState from, EntryState to);
-  const std::string key_bytes_;
-  const int device_;
+  // The first line: what every call reads or writes.
   std::atomic<EntryState> state_{EntryState::kUnknown};
-  std::vector<OutputLayout> outputs_;
+  const int device_;
   std::atomic<const LoadedKernel*> kernel_{nullptr};
   std::atomic<uint64_t> misses_{0};
+  std::atomic<uint64_t> hits_{0};
+  std::vector<OutputLayout> outputs_;  // a hit's
+  // A timed miss's and a report's (one call in kMissTimingStride or fewer).
   std::atomic<uint64_t> reported_misses_{0};  // misses_ as of the last report
   std::atomic<uint64_t> pending_timed_{0};  // those of them timed
   std::atomic<uint64_t> pending_ns_{0};     // their host time
   static constexpr int64_t kNeverReported = INT64_MIN;
   std::atomic<int64_t> last_report_ns_{kNeverReported};
-  std::atomic<uint64_t> hits_{0};
+  const std::string key_bytes_;
   mutable std::mutex mutex_;  // guards kernels_ and failure_ (never taken on the hot path)
   std::vector<std::unique_ptr<LoadedKernel>> kernels_;  // every kernel ever loaded for this key
   std::string failure_;
@@ -281,7 +286,7 @@ class EntryTable {
   Entry* FindLocked(const Hash128& hash, int device) const;
   struct Impl;
   std::unique_ptr<Impl> impl_;
-  const uint64_t id_;  // unique per table for the process: tags its threads' cached entries
+  const uint32_t id_;  // unique per table for the process: tags its threads' cached entries
 };
 
 // Which stage of a failure report (ipc::ReportFailure::stage) a failed launch

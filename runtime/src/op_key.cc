@@ -541,6 +541,26 @@ void KeyWriter::BeginCall(std::string_view op, std::string_view overload, uint32
   args_left_ = arg_count;
 }
 
+std::string KeyWriter::EncodeCall(std::string_view op, std::string_view overload, uint32_t arg_count) {
+  std::string out;
+  {
+    KeyWriter w(&out);
+    w.calls_left_ = 1;
+    w.BeginCall(op, overload, arg_count);
+  }
+  return out;
+}
+
+void KeyWriter::BeginEncodedCall(std::string_view encoded, uint32_t arg_count) {
+  if (calls_left_ == 0 || args_left_ != 0 || list_left_ != 0) {
+    bad_ = true;
+  } else {
+    --calls_left_;
+  }
+  Bytes(encoded);
+  args_left_ = arg_count;
+}
+
 void KeyWriter::None() {
   CountArg();
   Byte(static_cast<uint8_t>(ArgTag::kNone));

@@ -50,6 +50,25 @@ TEST(OpKey, KeyWriterMatchesEncode) {
   EXPECT_EQ(bytes, SoftmaxKey().Encode());
 }
 
+// The shim writes an op's call header from bytes made once (CallKeyPlan): they must be
+// BeginCall's, and the writer must count the call and its arguments as BeginCall does.
+TEST(OpKey, EncodedCallMatchesBeginCall) {
+  std::string bytes;
+  KeyWriter w(&bytes);
+  const auto t = TensorDesc::Contiguous(DType::kFloat32, {64, 1048576});
+  w.BeginKey(90, kNumericsDefault, 1);
+  w.BeginEncodedCall(KeyWriter::EncodeCall("aten::_softmax", "", 3), 3);
+  w.Tensor(t.dtype, t.sizes, t.strides, t.storage_offset, t.alignment);
+  w.Int(-1);
+  EXPECT_FALSE(w.Finish().ok());  // one argument missing
+  w.Bool(false);
+  ASSERT_TRUE(w.Finish().ok());
+  EXPECT_EQ(bytes, SoftmaxKey().Encode());
+  // A second call where the key declares one.
+  w.BeginEncodedCall(KeyWriter::EncodeCall("aten::relu", "", 0), 0);
+  EXPECT_FALSE(w.Finish().ok());
+}
+
 // KeyWriter collects bytes in an inline buffer: a key longer than it (a long string, long lists,
 // many tensor dims) must come out exactly as a byte-at-a-time encoder writes it, whichever field
 // crosses the buffer's end.

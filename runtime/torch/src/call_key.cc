@@ -6,7 +6,7 @@
 namespace kjit::torch {
 namespace {
 
-bool IsScalarTypeArg(const c10::Argument& arg) {
+bool ArgIsScalarType(const c10::Argument& arg) {
   const c10::TypePtr& t = arg.real_type();
   if (t->kind() == c10::TypeKind::ScalarTypeType) return true;
   // castRaw: no shared_ptr copy (an atomic increment and decrement) per keyed int argument.
@@ -41,7 +41,7 @@ bool WriteTensor(KeyWriter& w, const at::Tensor& t, Status* error) {
 // Lists are read through toListRef, the list's own IValues: toIntList() and toTensorList() each
 // copied a reference-counted handle (two atomic operations), and iterating a tensor list by value
 // two more per tensor. Up to 8 elements stay on the stack.
-bool WriteArg(KeyWriter& w, const c10::Argument& schema_arg, const c10::IValue& v, Status* error) {
+bool WriteArg(KeyWriter& w, const CallKeyPlan& plan, size_t i, const c10::IValue& v, Status* error) {
   if (v.isNone()) {
     w.None();
   } else if (v.isTensor()) {
@@ -54,7 +54,7 @@ bool WriteArg(KeyWriter& w, const c10::Argument& schema_arg, const c10::IValue& 
   } else if (v.isBool()) {
     w.Bool(v.toBool());
   } else if (v.isInt()) {
-    if (IsScalarTypeArg(schema_arg)) {
+    if (plan.IsScalarTypeArg(i)) {
       DType dtype;
       const auto type = static_cast<c10::ScalarType>(v.toInt());
       if (!ToDType(type, &dtype)) {
@@ -89,7 +89,7 @@ bool WriteArg(KeyWriter& w, const c10::Argument& schema_arg, const c10::IValue& 
       if (!WriteTensor(w, t, error)) return false;
     }
   } else {
-    *error = InvalidArgument("argument '" + schema_arg.name() + "' has kind " + v.tagKind() +
+    *error = InvalidArgument("argument '" + plan.schema().arguments()[i].name() + "' has kind " + v.tagKind() +
                              ", which kjit does not key");
     return false;
   }
@@ -97,6 +97,21 @@ bool WriteArg(KeyWriter& w, const c10::Argument& schema_arg, const c10::IValue& 
 }
 
 }  // namespace
+
+CallKeyPlan::CallKeyPlan(const c10::FunctionSchema& schema)
+    : schema_(&schema), arg_count_(schema.arguments().size()) {
+  for (size_t i = 0; i < arg_count_ && i < 64; ++i) {
+    if (ArgIsScalarType(schema.arguments()[i])) scalar_type_args_ |= uint64_t{1} << i;
+  }
+  const std::string encoded =
+      KeyWriter::EncodeCall(schema.name(), schema.overload_name(), static_cast<uint32_t>(arg_count_));
+  encoded_call_.assign(encoded.begin(), encoded.end());
+}
+
+bool CallKeyPlan::IsScalarTypeArg(size_t i) const {
+  if (i < 64) return (scalar_type_args_ >> i) & 1;
+  return ArgIsScalarType(schema_->arguments()[i]);
+}
 
 bool ToDType(c10::ScalarType type, DType* out) {
   switch (type) {
@@ -159,21 +174,25 @@ uint32_t CurrentNumerics() {
   return n;
 }
 
-Status WriteCallKey(const c10::FunctionSchema& schema, std::span<const c10::IValue> args, uint16_t arch,
-                    uint32_t numerics, std::string* out) {
-  const auto& formals = schema.arguments();
-  if (args.size() != formals.size()) {
-    return InvalidArgument(schema.name() + " takes " + std::to_string(formals.size()) + " arguments, got " +
+Status WriteCallKey(const CallKeyPlan& plan, std::span<const c10::IValue> args, uint16_t arch, uint32_t numerics,
+                    std::string* out) {
+  if (args.size() != plan.arg_count()) {
+    return InvalidArgument(plan.schema().name() + " takes " + std::to_string(plan.arg_count()) + " arguments, got " +
                            std::to_string(args.size()));
   }
   KeyWriter w(out);
   w.BeginKey(arch, numerics, 1);
-  w.BeginCall(schema.name(), schema.overload_name(), static_cast<uint32_t>(args.size()));
+  w.BeginEncodedCall(plan.encoded_call(), static_cast<uint32_t>(args.size()));
   for (size_t i = 0; i < args.size(); ++i) {
     Status error;
-    if (!WriteArg(w, formals[i], args[i], &error)) return error.WithContext(schema.name());
+    if (!WriteArg(w, plan, i, args[i], &error)) return error.WithContext(plan.schema().name());
   }
   return w.Finish();
+}
+
+Status WriteCallKey(const c10::FunctionSchema& schema, std::span<const c10::IValue> args, uint16_t arch,
+                    uint32_t numerics, std::string* out) {
+  return WriteCallKey(CallKeyPlan(schema), args, arch, numerics, out);
 }
 
 Result<OpKey> CallKey(const c10::FunctionSchema& schema, std::span<const c10::IValue> args, uint16_t arch,

@@ -184,6 +184,10 @@ class KeyWriter {
 
   void BeginKey(uint16_t arch, uint32_t numerics, uint32_t call_count);
   void BeginCall(std::string_view op, std::string_view overload, uint32_t arg_count);
+  // BeginCall's bytes for one op, made once (EncodeCall) and written per call by
+  // BeginEncodedCall: the same bytes, without reading the op's name and overload each time.
+  static std::string EncodeCall(std::string_view op, std::string_view overload, uint32_t arg_count);
+  void BeginEncodedCall(std::string_view encoded, uint32_t arg_count);
   void None();
   void Bool(bool v);
   void Int(int64_t v);
