@@ -122,6 +122,28 @@ void BM_ShimCountMissSampled(benchmark::State& state) {
 }
 BENCHMARK(BM_ShimCountMissSampled);
 
+// The key's first call, resolved negative as the adapter resolves a key without a record, so that the
+// loops after it time a known miss. False (and the benchmark skipped) where the call is not keyed.
+bool KeyAsKnownMiss(benchmark::State& state, kjit::shim::EntryTable& table, kjit::shim::PreFilter filter,
+                    const kjit::torch::CallKeyPlan& plan, const std::vector<c10::IValue>& args, int device_index,
+                    int arch) {
+  using namespace kjit::shim;
+  Stopwatch<false> clock(nullptr);
+  int device = -1;
+  kjit::Hash128 hash;
+  bool created = false;
+  Entry* entry = CheckCall<c10::DeviceType::CPU>(filter, args, &device)
+                     ? FindEntry(table, plan, args, device_index, arch, clock, &hash, &created)
+                     : nullptr;
+  if (entry == nullptr || !created) {
+    state.SkipWithError("the call was not keyed");
+    return false;
+  }
+  entry->ResolveNegative({});
+  entry->CountMiss(1000, NowNs());
+  return true;
+}
+
 // A known miss as the adapter's wrapper (daemon/shim/adapter.cc, ServeOrForward) handles it, all
 // but PyTorch's kernel (not called): the call's checks, key, hash, lookup and miss accounting,
 // through the same functions (call_path.h), on CPU tensors (the adapter's are CUDA ones). One key,
@@ -140,22 +162,7 @@ void MissLoop(benchmark::State& state, const char* name, const char* overload, c
   StageProfile profile;
   constexpr int kDevice = 0;  // CPU tensors have no device index; the table's device of the call
   constexpr int kArch = 90;
-  // The key's first call: resolved negative, as the adapter resolves a key without a record.
-  {
-    Stopwatch<false> clock(nullptr);
-    int device = -1;
-    kjit::Hash128 hash;
-    bool created = false;
-    Entry* entry = CheckCall<c10::DeviceType::CPU>(filter, args, &device)
-                       ? FindEntry(table, plan, args, kDevice, kArch, clock, &hash, &created)
-                       : nullptr;
-    if (entry == nullptr || !created) {
-      state.SkipWithError("the call was not keyed");
-      return;
-    }
-    entry->ResolveNegative({});
-    entry->CountMiss(1000, NowNs());
-  }
+  if (!KeyAsKnownMiss(state, table, filter, plan, args, kDevice, kArch)) return;
   for (auto _ : state) {
     Stopwatch<kProfile> clock(&profile);
     int device = -1;
@@ -245,21 +252,8 @@ void ColdMissLoop(benchmark::State& state, const char* name, const char* overloa
   EntryTable table;
   constexpr int kDevice = 0;
   constexpr int kArch = 90;
+  if (!KeyAsKnownMiss(state, table, filter, plan, args, kDevice, kArch)) return;
   Stopwatch<false> clock(nullptr);
-  {
-    int device = -1;
-    kjit::Hash128 hash;
-    bool created = false;
-    Entry* entry = CheckCall<c10::DeviceType::CPU>(filter, args, &device)
-                       ? FindEntry(table, plan, args, kDevice, kArch, clock, &hash, &created)
-                       : nullptr;
-    if (entry == nullptr || !created) {
-      state.SkipWithError("the call was not keyed");
-      return;
-    }
-    entry->ResolveNegative({});
-    entry->CountMiss(1000, NowNs());
-  }
   bool ok = true;
   ColdLoop(state, [&] {
     int device = -1;
