@@ -52,10 +52,15 @@ expert-default kernel for it (compiled, not verified: its outputs are checked
 against eager here instead). Or pass --hit-cache FILE, a cache that already
 serves the key (e.g. after kjit_seed_defaults through kjitd's evaluator).
 
---ab measures the miss instead within one process: the adapter's
-kjit_adapter_set_passthrough switches the shim off (the wrapper forwards at
-once, as (g)) and on between interleaved loops, and the added time is the
-median of the paired loops' differences, free of process-to-process noise.
+--ab measures instead within one process, free of process-to-process noise:
+the loops interleave three modes, "none" (kjit_adapter_set_registered(0)
+deregisters kjit's overrides, so the dispatcher calls PyTorch's kernel itself,
+exactly as in a process without kjit), "forward" (kjit_adapter_set_passthrough:
+the wrapper forwards at once, as (g)) and "on". The added time is the median of
+the per-loop paired differences on - none; forward - none is the override's own
+cost, on - forward kjit's work. --processes processes with an empty cache (a
+miss per call) and, with --prepare-hit or --hit-cache, as many with the hit
+cache (a hit per call); --pin applies to each.
 
 Nothing here is a pass/fail threshold; issue 9's targets are at most 1 us
 added on a hit and 0.5 us on a miss, and no change for ops not intercepted.
@@ -147,59 +152,115 @@ def child(args):
     return 0
 
 
+AB_MODES = ("on", "forward", "none")
+
+
 def child_ab(args, torch, ctypes, fn, pinned):
-    """--ab: the shim on and off in this one process (kjit_adapter_set_passthrough), in interleaved
-    loops (on-off, then off-on, ...): no process-to-process variation in the difference."""
+    """--ab: three modes in this one process, in interleaved loops (the order rotated every loop):
+    "on" (the shim keys, looks up and serves or forwards each call), "forward" (the wrapper only
+    forwards: kjit_adapter_set_passthrough) and "none" (the overrides deregistered:
+    kjit_adapter_set_registered(0), so the dispatcher calls PyTorch's kernel itself, as in a
+    process without kjit). No process-to-process variation in the paired differences."""
     try:
         adapter = ctypes.CDLL("libkjit_torch_adapter.so", mode=os.RTLD_NOLOAD | os.RTLD_LOCAL)
-        toggle = adapter.kjit_adapter_set_passthrough
+        passthrough = adapter.kjit_adapter_set_passthrough
+        registered = adapter.kjit_adapter_set_registered
     except (OSError, AttributeError):
-        print(json.dumps({"error": "no adapter with kjit_adapter_set_passthrough in this process"}))
+        print(json.dumps({"error": "no adapter with kjit_adapter_set_passthrough and kjit_adapter_set_registered "
+                                   "in this process"}))
         return 0
-    toggle.restype = ctypes.c_int
-    toggle.argtypes = [ctypes.c_int]
-    if toggle(0) < 0:
+    for f in (passthrough, registered):
+        f.restype = ctypes.c_int
+        f.argtypes = [ctypes.c_int]
+    if passthrough(0) < 0:
         print(json.dumps({"error": "the adapter is not attached"}))
         return 0
-    samples = {"on": [], "off": []}
+
+    def mode_on(mode):
+        if registered(0 if mode == "none" else 1) < 0:
+            raise RuntimeError("kjit_adapter_set_registered failed (KJIT_LOG=1 says why)")
+        passthrough(1 if mode == "forward" else 0)
+
+    values = (ctypes.c_uint64 * 5)()
+    adapter.kjit_adapter_counters.restype = ctypes.c_int
+    samples = {m: [] for m in AB_MODES}
+    served = {m: 0 for m in AB_MODES}
     with torch.inference_mode():
-        for _ in range(args.warmup):
-            fn()
+        for m in AB_MODES:
+            mode_on(m)
+            for _ in range(args.warmup):
+                fn()
         torch.cuda.synchronize()
         for i in range(args.loops):
-            for mode in (("on", "off") if i % 2 == 0 else ("off", "on")):
-                toggle(1 if mode == "off" else 0)
+            for k in range(len(AB_MODES)):
+                m = AB_MODES[(i + k) % len(AB_MODES)]
+                mode_on(m)
+                adapter.kjit_adapter_counters(values, 5)
+                before = values[1] + values[3]  # hits + misses: calls kjit keyed
                 start = time.perf_counter_ns()
                 for _ in range(args.calls):
                     fn()
                 end = time.perf_counter_ns()
                 torch.cuda.synchronize()
-                samples[mode].append((end - start) / args.calls / 1000.0)
-    toggle(0)
-    paired = [a - b for a, b in zip(samples["on"], samples["off"])]
-    q = statistics.quantiles(paired, n=4)
-    print(json.dumps({"on_median_us": statistics.median(samples["on"]),
-                      "off_median_us": statistics.median(samples["off"]),
-                      "added_median_us": statistics.median(paired), "added_iqr_us": q[2] - q[0],
-                      "loops": len(paired), "pinned": pinned}))
+                adapter.kjit_adapter_counters(values, 5)
+                served[m] += values[1] + values[3] - before
+                samples[m].append((end - start) / args.calls / 1000.0)
+    mode_on("on")
+    adapter.kjit_adapter_counters(values, 5)
+    result = {"pinned": pinned, "loops": args.loops, "keyed_calls": served,
+              "hits": values[1], "misses": values[3]}
+    for m in AB_MODES:
+        result[f"{m}_median_us"] = statistics.median(samples[m])
+    for name, x, y in (("added", "on", "none"), ("wrapper", "forward", "none"), ("kjit", "on", "forward")):
+        paired = [p - q for p, q in zip(samples[x], samples[y])]
+        q = statistics.quantiles(paired, n=4)
+        result[f"{name}_median_us"] = statistics.median(paired)
+        result[f"{name}_iqr_us"] = q[2] - q[0]
+    print(json.dumps(result))
     return 0
 
 
-def run_ab(args, preload, empty_cache, run_dir):
-    """--ab: one process per round under the shim with an empty cache (a miss per call)."""
-    results = [run_child(args, "softmax", preload, empty_cache, run_dir)
-               for _ in range(max(1, args.min_rounds))]
-    print("In-process A/B (kjit_adapter_set_passthrough), softmax miss, f32[%d,%d], %d loops of %d calls per "
-          "mode and process:" % (args.rows, args.cols, args.loops, args.calls))
-    print()
-    print("| process | shim on us/call | shim off (passthrough) us/call | added (median of paired loops) us | IQR us |")
-    print("|---:|---:|---:|---:|---:|")
-    for i, r in enumerate(results):
-        if "error" in r:
-            print(f"| {i} | {r['error']} | | | |")
-            continue
-        print(f"| {i} | {r['on_median_us']:.3f} | {r['off_median_us']:.3f} | {r['added_median_us']:.3f} | "
-              f"{r['added_iqr_us']:.3f} |")
+def run_ab(args, preload, empty_cache, hit_cache, run_dir):
+    """--ab: --processes processes under the shim with an empty cache (a miss per call) and, with a
+    hit cache, as many with it (a hit per call), alternating."""
+    cases = [("miss", empty_cache)] + ([("hit", hit_cache)] if hit_cache else [])
+    results = {name: [] for name, _ in cases}
+    for i in range(max(1, args.processes)):
+        for name, cache in cases:
+            r = run_child(args, "softmax", preload, cache, run_dir)
+            results[name].append(r)
+            print(f"[ab] process {i + 1}/{args.processes} ({name}): "
+                  + (r["error"] if "error" in r else f"added {r['added_median_us']:.3f} us"), file=sys.stderr)
+    import torch
+    print(f"In-process A/B, softmax f32[{args.rows},{args.cols}], torch {torch.__version__}, "
+          f"{torch.cuda.get_device_name()}: each process times {args.loops} loops of {args.calls} calls per mode, "
+          f"the modes interleaved (order rotated per loop): on (kjit keys the call), forward (kjit's wrapper only "
+          f"forwards: kjit_adapter_set_passthrough), none (kjit's overrides deregistered: "
+          f"kjit_adapter_set_registered(0); the dispatcher calls PyTorch's kernel itself, as without kjit). "
+          f"Differences: medians of the per-loop paired differences." + (f" Pinned to CPUs {args.pin}." if args.pin
+                                                                         else ""))
+    for name, _ in cases:
+        rows = results[name]
+        print()
+        print(f"{name} (each timed call a {name}; bar: {'0.5' if name == 'miss' else '1'} us added)")
+        print()
+        print("| process | none us/call | forward us/call | on us/call | added: on - none, us (IQR) | "
+              "wrapper: forward - none, us | kjit: on - forward, us | keyed calls in on / forward / none |")
+        print("|---:|---:|---:|---:|---:|---:|---:|---|")
+        added = []
+        for i, r in enumerate(rows):
+            if "error" in r:
+                print(f"| {i} | {r['error']} | | | | | | |")
+                continue
+            added.append(r["added_median_us"])
+            k = r["keyed_calls"]
+            print(f"| {i} | {r['none_median_us']:.3f} | {r['forward_median_us']:.3f} | {r['on_median_us']:.3f} | "
+                  f"**{r['added_median_us']:.3f}** ({r['added_iqr_us']:.3f}) | {r['wrapper_median_us']:.3f} | "
+                  f"{r['kjit_median_us']:.3f} | {k['on']} / {k['forward']} / {k['none']} |")
+        if added:
+            print()
+            print(f"{name}: added per call, median over {len(added)} processes {statistics.median(added):.3f} us "
+                  f"(min {min(added):.3f}, max {max(added):.3f})")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"ab": results, "args": {k: v for k, v in vars(args).items() if k not in ("child", "op")}}, f,
@@ -429,8 +490,10 @@ def main():
     parser.add_argument("--hit-cache", metavar="FILE", help="a kernel cache that serves the softmax key")
     parser.add_argument("--json", metavar="FILE", help="write the figures here")
     parser.add_argument("--ab", action="store_true",
-                        help="instead: the miss's added time within one process, the shim switched on and off "
-                        "between interleaved loops (kjit_adapter_set_passthrough); --min-rounds processes")
+                        help="instead: the added time within one process, kjit's overrides on, forwarding only, and "
+                        "deregistered in interleaved loops; a miss per call, and a hit with --prepare-hit or "
+                        "--hit-cache; --processes processes each")
+    parser.add_argument("--processes", type=int, default=6, help="--ab: processes per case (default 6)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--op", default="softmax", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -453,10 +516,10 @@ def main():
     try:
         empty_cache = os.path.join(work, "empty.db")  # never created: every key is a miss
         run_dir = os.path.join(work, "run")  # no kjitd there: misses are queued in the shim, not sent
-        if args.ab:
-            return run_ab(args, preload, empty_cache, run_dir)
         began = time.monotonic()
         hit_cache = args.hit_cache or (prepare_hit(args, preload, work) if args.prepare_hit else None)
+        if args.ab:
+            return run_ab(args, preload, empty_cache, hit_cache, run_dir)
         settings = make_settings(preload, empty_cache, hit_cache)
         rounds = run_rounds(args, settings, run_dir, began)
         profiles = {}

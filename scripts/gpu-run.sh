@@ -157,10 +157,24 @@ if [[ "${KJIT_GPU_RUN_SHIM:-0}" == 1 ]]; then
   cat /sys/devices/system/clocksource/clocksource0/current_clocksource > "$shim/clocksource.txt" 2>&1
   note "clock source: $(cat "$shim/clocksource.txt")"
   # On the H200 host a process (import torch, CUDA context) takes ~6 s: a round of 8 is ~50 s.
-  timeout "${KJIT_SHIM_OVERHEAD_S:-240}" python3 benchmarks/shim_overhead.py --build "$build" --prepare-hit \
-    --min-rounds "${KJIT_SHIM_MIN_ROUNDS:-2}" --budget-s "${KJIT_SHIM_BUDGET_S:-150}" --json "$shim/overhead.json" \
-    > "$shim/overhead.md" 2> "$shim/overhead.err"
-  note "shim overhead: rc=$?"; cat "$shim/overhead.md" >> "$summary"
+  if [[ "${KJIT_SHIM_ROUNDS:-1}" == 1 ]]; then  # KJIT_SHIM_ROUNDS=0: only the in-process A/B below
+    timeout "${KJIT_SHIM_OVERHEAD_S:-240}" python3 benchmarks/shim_overhead.py --build "$build" --prepare-hit \
+      --min-rounds "${KJIT_SHIM_MIN_ROUNDS:-2}" --budget-s "${KJIT_SHIM_BUDGET_S:-150}" --json "$shim/overhead.json" \
+      > "$shim/overhead.md" 2> "$shim/overhead.err"
+    note "shim overhead: rc=$?"; cat "$shim/overhead.md" >> "$summary"
+  fi
+  # The same within each process (--ab: kjit's overrides on, forwarding only, deregistered, in interleaved
+  # loops), a miss and a hit, KJIT_SHIM_AB_PROCESSES processes each (0: skipped); then again pinned to
+  # KJIT_SHIM_AB_PIN's CPUs if set (e.g. "4,5").
+  if [[ "${KJIT_SHIM_AB_PROCESSES:-6}" -gt 0 ]]; then
+    for pin in "" ${KJIT_SHIM_AB_PIN:-}; do
+      tag=${pin:+-pinned}
+      timeout "${KJIT_SHIM_AB_S:-200}" python3 benchmarks/shim_overhead.py --build "$build" --prepare-hit --ab \
+        --processes "${KJIT_SHIM_AB_PROCESSES:-6}" ${pin:+--pin "$pin"} --json "$shim/ab$tag.json" \
+        > "$shim/ab$tag.md" 2> "$shim/ab$tag.err"
+      note "shim in-process A/B${pin:+ (pinned to $pin)}: rc=$?"; cat "$shim/ab$tag.md" >> "$summary"
+    done
+  fi
   # The CPU side of the hot path on this machine's CPU: keying, hashing, the entry table, miss accounting,
   # boxed against unboxed dispatch (benchmarks/bench_torch.cc).
   timeout 40 "$build/benchmarks/kjit_bench_torch" --benchmark_filter='Small|Shim|Steady|Numerics' --benchmark_min_time=0.1 \

@@ -46,6 +46,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <span>
@@ -125,6 +126,10 @@ class Adapter final : public KernelSource {
   std::atomic<uint64_t> first_sights{0};  // keys resolved (PyTorch's kernel ran)
   std::atomic<uint64_t> failures{0};     // entries blacklisted with a record (each reported once)
   StageProfile profile;                  // KJIT_PROFILE (settings.profile)
+  // The overrides' registrations: destroying the Library deregisters them, and the dispatcher
+  // calls PyTorch's kernels directly again (kjit_adapter_set_registered, a benchmark aid).
+  std::mutex registration_mutex;
+  std::unique_ptr<::torch::Library> library;
   // Workspaces of kernels that take one: from PyTorch's caching allocator on the
   // launch stream (the current stream), zeroed once with a memset on that stream.
   WorkspacePool workspaces{[this](int device, CUstream stream, uint64_t bytes) {
@@ -603,6 +608,18 @@ void StartProfile(Adapter& a) {
   std::atexit(PrintProfileAtExit);
 }
 
+const std::array<::torch::CppFunction (*)(), kOpCount>& WrapperFactories() {
+  static const auto factories = MakeWrapperFactories(std::make_index_sequence<kOpCount>{});
+  return factories;
+}
+
+// Swallows the dispatcher's "Overriding a previously registered kernel" warning when the
+// overrides are registered again (the first registration's warning is PyTorch's to print).
+class SilentWarnings final : public c10::WarningHandler {
+ public:
+  void process(const c10::Warning&) override {}
+};
+
 void Attach() noexcept {
   try {
     Settings settings = ReadSettings([](const char* name) { return std::getenv(name); });
@@ -618,9 +635,9 @@ void Attach() noexcept {
     a->diagnostics.store(a->settings.profile || a->settings.passthrough, std::memory_order_relaxed);
     if (a->settings.passthrough) a->Log("KJIT_PASSTHROUGH: the intercepted ops only forward to PyTorch's kernels");
     g_adapter = a;
-    // Kept alive for the process: destroying it would deregister the overrides.
-    static auto* library = new ::torch::Library(::torch::Library::IMPL, "aten", c10::DispatchKey::CUDA, __FILE__, __LINE__);
-    static const auto factories = MakeWrapperFactories(std::make_index_sequence<kOpCount>{});
+    std::lock_guard<std::mutex> lock(a->registration_mutex);
+    a->library = std::make_unique<::torch::Library>(::torch::Library::IMPL, "aten", c10::DispatchKey::CUDA, __FILE__,
+                                                    __LINE__);
     for (size_t i = 0; i < kOpCount; ++i) {
       const std::string name(kInterceptedOps[i]);  // "name" or "name.overload"
       if (std::find(a->settings.ops.begin(), a->settings.ops.end(), name) == a->settings.ops.end()) continue;
@@ -633,7 +650,7 @@ void Attach() noexcept {
       }
       a->ops[i].key_plan.emplace(handle->schema());
       a->ops[i].pytorch.emplace(handle->getComputedKernelForDispatchKey(c10::DispatchKey::CUDA));
-      library->impl(name.c_str(), factories[i]());  // "name.overload": that overload only
+      a->library->impl(name.c_str(), WrapperFactories()[i]());  // "name.overload": that overload only
       a->Log("intercepting aten::", name);
     }
   } catch (const std::exception& e) {
@@ -713,6 +730,41 @@ extern "C" int kjit_adapter_set_passthrough(int on) {
   const bool was = a->passthrough.exchange(on != 0, std::memory_order_relaxed);
   a->diagnostics.store(a->settings.profile || on != 0, std::memory_order_relaxed);
   return was ? 1 : 0;
+}
+
+// An in-process A/B switch for benchmarks/shim_overhead.py (--ab): on == 0 deregisters the
+// overrides, so that the dispatcher calls PyTorch's kernels itself, exactly as in a process
+// without kjit (no boxing, no wrapper); on != 0 registers them again (the ops captured at
+// attach, with the kernels captured then). Returns the previous setting (0/1), or -1 if the
+// adapter is not attached or the registration failed (then the overrides are off). Not for
+// programs: PyTorch does not support changing registrations while another thread dispatches
+// one of these ops, so call it only between calls, from the one thread that makes them.
+extern "C" __attribute__((visibility("default"))) int kjit_adapter_set_registered(int on);
+extern "C" int kjit_adapter_set_registered(int on) {
+  kjit::shim::Adapter* a = kjit::shim::g_adapter;
+  if (a == nullptr) return -1;
+  try {
+    std::lock_guard<std::mutex> lock(a->registration_mutex);
+    const bool was = a->library != nullptr;
+    if (on == 0) {
+      a->library.reset();
+      return was ? 1 : 0;
+    }
+    if (was) return 1;
+    kjit::shim::SilentWarnings silent;
+    c10::WarningUtils::WarningHandlerGuard guard(&silent);
+    auto library = std::make_unique<::torch::Library>(::torch::Library::IMPL, "aten", c10::DispatchKey::CUDA,
+                                                      __FILE__, __LINE__);
+    for (size_t i = 0; i < kjit::shim::kOpCount; ++i) {
+      if (!a->ops[i].pytorch.has_value()) continue;
+      library->impl(std::string(kjit::shim::kInterceptedOps[i]).c_str(), kjit::shim::WrapperFactories()[i]());
+    }
+    a->library = std::move(library);
+    return 0;
+  } catch (const std::exception& e) {
+    a->Log("kjit_adapter_set_registered(", on != 0 ? "1" : "0", ") failed: ", e.what());
+    return -1;
+  }
 }
 
 __attribute__((constructor)) static void KjitAdapterInit() { kjit::shim::Attach(); }

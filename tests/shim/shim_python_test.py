@@ -27,6 +27,9 @@ libkjit_preload.so in LD_PRELOAD. One CASE per ctest test (label gpu):
                 iteration's result moves beyond tolerance
   kill_kjitd    kjitd killed (SIGKILL) while the program runs: nothing changes
                 for the program, which also runs with kjitd absent
+  switches      the benchmark switches of shim_overhead.py --ab: with the overrides
+                deregistered (kjit_adapter_set_registered(0)) or passthrough on, no
+                call reaches kjit and outputs are eager's; registered again, served again
   two_devices   one process on two GPUs of one arch (issue 10): the kernels of
                 the same keys serve both devices, each from a module loaded in
                 its own device's context, with eager's outputs (needs 2 GPUs;
@@ -317,8 +320,41 @@ def child_outputs(torch, calls, devices=(0,), part="part1"):
     return outputs
 
 
+def child_switches(torch):
+    """The benchmark switches (kjit_adapter_set_registered, kjit_adapter_set_passthrough): every
+    case twice in each state; the outputs and the counters' change per state."""
+    import ctypes
+    adapter = ctypes.CDLL("libkjit_torch_adapter.so", mode=os.RTLD_NOLOAD | os.RTLD_LOCAL)
+    for name in ("kjit_adapter_set_registered", "kjit_adapter_set_passthrough"):
+        getattr(adapter, name).restype = ctypes.c_int
+        getattr(adapter, name).argtypes = [ctypes.c_int]
+    states = {}
+    previous = []
+
+    def run(state):
+        before = counters()
+        outputs = child_outputs(torch, 2)
+        after = counters()
+        states[state] = {"outputs": outputs, "delta": {k: after[k] - before[k] for k in after}}
+
+    run("registered")
+    previous.append(adapter.kjit_adapter_set_registered(0))
+    run("deregistered")
+    previous.append(adapter.kjit_adapter_set_registered(0))  # already off: says so
+    previous.append(adapter.kjit_adapter_set_registered(1))
+    run("registered again")
+    previous.append(adapter.kjit_adapter_set_passthrough(1))
+    run("passthrough")
+    previous.append(adapter.kjit_adapter_set_passthrough(0))
+    run("served again")
+    return {"states": states, "previous": previous}
+
+
 def child(args):
     import torch
+    if args.child == "switches":
+        torch.save(child_switches(torch), args.out)
+        return 0
     if args.child == "outputs":
         outputs = child_outputs(torch, args.calls, [int(d) for d in args.devices.split(",")], args.part)
         # A test harness's pause, not a program's: lets the shim's background thread send the
@@ -636,6 +672,27 @@ def case_kill_kjitd(e):
         fail("the cached kernels were not used")
 
 
+def case_switches(e):
+    """The in-process A/B switches of benchmarks/shim_overhead.py --ab: deregistered or passthrough,
+    no call reaches kjit (no counter moves) and outputs equal eager; registered again, calls are
+    served again."""
+    import torch
+    reference = first_run_and_seed(e)
+    run, log = e.program("switches", os.path.join(e.work, "switches.pt"))
+    if run["previous"] != [1, 0, 0, 0, 1]:
+        fail(f"the switches returned {run['previous']}, expected [1, 0, 0, 0, 1]:\n{log[-3000:]}")
+    for state, r in run["states"].items():
+        d = r["delta"]
+        print(f"{state}: counters moved by {d}")
+        quiet = state in ("deregistered", "passthrough")
+        moved = d["hits"] + d["first_sights"] + d["misses"] + d["failures"]
+        if quiet and moved:
+            fail(f"{state}: calls reached kjit (counters moved by {d}):\n{log[-3000:]}")
+        if not quiet and (not d["hits"] or d["failures"]):
+            fail(f"{state}: no call was served, or a record failed (counters moved by {d}):\n{log[-3000:]}")
+        compare_all(torch, r["outputs"], reference, state)
+
+
 def case_two_devices(e):
     import torch
     if torch.cuda.device_count() < 2:
@@ -663,7 +720,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("case", nargs="?", choices=["equivalence", "equivalence_part2", "equivalence_matmul",
                                                     "corrupt", "load_failure", "hotswap", "kill_kjitd",
-                                                    "two_devices"])
+                                                    "switches", "two_devices"])
     parser.add_argument("--kjit")
     parser.add_argument("--preload")
     parser.add_argument("--seed")
