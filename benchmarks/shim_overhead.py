@@ -195,6 +195,11 @@ def child_ab(args, torch, ctypes, fn, pinned):
             for k in range(len(AB_MODES)):
                 m = AB_MODES[(i + k) % len(AB_MODES)]
                 mode_on(m)
+                # A registration change recomputes dispatch tables (and the first calls after it
+                # find colder caches): untimed calls first, so each timed loop starts settled.
+                for _ in range(args.settle):
+                    fn()
+                torch.cuda.synchronize()
                 adapter.kjit_adapter_counters(values, 5)
                 before = values[1] + values[3]  # hits + misses: calls kjit keyed
                 start = time.perf_counter_ns()
@@ -234,8 +239,8 @@ def run_ab(args, preload, empty_cache, hit_cache, run_dir):
     import torch
     print(f"In-process A/B, softmax f32[{args.rows},{args.cols}], torch {torch.__version__}, "
           f"{torch.cuda.get_device_name()}: each process times {args.loops} loops of {args.calls} calls per mode, "
-          f"the modes interleaved (order rotated per loop): on (kjit keys the call), forward (kjit's wrapper only "
-          f"forwards: kjit_adapter_set_passthrough), none (kjit's overrides deregistered: "
+          f"the modes interleaved (order rotated per loop; {args.settle} untimed calls after each switch): "
+          f"on (kjit keys the call), forward (kjit's wrapper only forwards: kjit_adapter_set_passthrough), none (kjit's overrides deregistered: "
           f"kjit_adapter_set_registered(0); the dispatcher calls PyTorch's kernel itself, as without kjit). "
           f"Differences: medians of the per-loop paired differences." + (f" Pinned to CPUs {args.pin}." if args.pin
                                                                          else ""))
@@ -280,7 +285,8 @@ def run_child(args, op, preload, cache_path, runtime_dir, extra_env=None):
     env.update(extra_env or {})
     cmd = [sys.executable, os.path.abspath(__file__), "--child", "--op", op, "--rows", str(args.rows),
            "--cols", str(args.cols), "--calls", str(args.calls), "--loops", str(args.loops), "--warmup",
-           str(args.warmup)] + (["--pin", args.pin] if args.pin else []) + (["--ab"] if args.ab else [])
+           str(args.warmup)] + (["--pin", args.pin] if args.pin else []) + (
+               ["--ab", "--settle", str(args.settle)] if args.ab else [])
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     lines = [line for line in p.stdout.splitlines() if line.startswith("{")]
     if p.returncode != 0 or not lines:
@@ -494,6 +500,8 @@ def main():
                         "deregistered in interleaved loops; a miss per call, and a hit with --prepare-hit or "
                         "--hit-cache; --processes processes each")
     parser.add_argument("--processes", type=int, default=6, help="--ab: processes per case (default 6)")
+    parser.add_argument("--settle", type=int, default=50,
+                        help="--ab: untimed calls after each mode switch, before the timed loop (default 50)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--op", default="softmax", help=argparse.SUPPRESS)
     args = parser.parse_args()
