@@ -12,6 +12,7 @@
 //                   and the --finalists fastest. Prints a markdown table: times,
 //                   fractions of the floor, speedup over PyTorch eager (same run).
 //   --dataset FILE  appends every measurement as a JSON line (the RL policy's data).
+//   --points "k=v"  only points with these knob values (a new strategy's, e.g. "stage=5").
 // A candidate that faults ends the run (the CUDA context is lost): rerun with
 // --skip to go past it, and fix the generator.
 #include <CLI/CLI.hpp>
@@ -20,6 +21,8 @@
 #include <fstream>
 #include <random>
 #include <set>
+#include <sstream>
+#include <stdexcept>
 #include <thread>
 
 #include "kjit/cache/kernel_cache.h"
@@ -223,11 +226,40 @@ std::vector<OpKey> HeadroomKeys(const policy::Family& f) {
 
 }  // namespace
 
+// --points: knob values a point must have, from "name=value name=value".
+static Result<policy::Point> ParsePointFilter(const std::string& text) {
+  policy::Point want;
+  std::istringstream in(text);
+  std::string token;
+  while (in >> token) {
+    const size_t eq = token.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == token.size()) {
+      return InvalidArgument("--points: '" + token + "' is not name=value");
+    }
+    try {
+      size_t used = 0;
+      want[token.substr(0, eq)] = std::stoll(token.substr(eq + 1), &used);
+      if (used != token.size() - eq - 1) throw std::invalid_argument(token);
+    } catch (const std::exception&) {
+      return InvalidArgument("--points: '" + token + "' has no integer value");
+    }
+  }
+  return want;
+}
+
+static bool PointHas(const policy::Point& point, const policy::Point& want) {
+  for (const auto& [name, value] : want) {
+    const auto it = point.find(name);
+    if (it == point.end() || it->second != value) return false;
+  }
+  return true;
+}
+
 int main(int argc, char** argv) {
   CLI::App app{"Measure kjit's design spaces through the evaluator (needs a GPU)."};
   int verify = 0, max_points = 0, skip = 0, finalists = 3, climb_rounds = 4;
   std::string keys_from = "samples";
-  std::string key_contains;
+  std::string key_contains, point_filter;
   bool search = false, exhaustive = false;
   uint64_t seed = 1;
   std::string dataset, family_filter, cache_path;
@@ -245,12 +277,20 @@ int main(int argc, char** argv) {
   app.add_option("--key-contains", key_contains,
                  "--search only the keys whose text or table description contains this (e.g. \"64,1000003\" or "
                  "\"N=15\"), to re-measure a few keys within one device call");
+  app.add_option("--points", point_filter,
+                 "only the points with these knob values (\"stage=5\", \"stage=4 ahead=2\"): --verify draws its pairs "
+                 "from them, --search screens them and the expert default")
+      ->check([](const std::string& text) {
+        const auto parsed = ParsePointFilter(text);
+        return parsed.ok() ? std::string() : parsed.status().ToString();
+      });
   app.add_option("--seed", seed, "for --verify's choice of pairs")->capture_default_str();
   app.add_option("--skip", skip, "skip the first N evaluations (to get past a fault)");
   app.add_option("--cache", cache_path, "also store every measurement in this kernel cache's measurement history "
                  "(`kjit cache --cache PATH measurements --json` exports it)");
   app.add_option("--dataset", dataset, "append every measurement here as JSON lines");
   CLI11_PARSE(app, argc, argv);
+  const policy::Point want = ParsePointFilter(point_filter).value();  // checked by the option
   // A run may be cut off (a fault, a time limit): every line must already be out.
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
 
@@ -301,9 +341,21 @@ int main(int argc, char** argv) {
       std::mt19937_64 rng(seed);
       std::vector<std::pair<size_t, policy::Point>> pairs;  // (index into keys, point)
       std::vector<daemon::CandidateSpec> specs;
+      // Each key's valid points (--points: those with its knob values); keys without one are not drawn.
+      std::vector<std::vector<policy::Point>> drawable(keys.size());
+      std::vector<size_t> with_points;
+      for (size_t k = 0; k < keys.size(); ++k) {
+        drawable[k] = policy::ValidPoints(*f, *keys[k].second, device);
+        std::erase_if(drawable[k], [&](const policy::Point& p) { return !PointHas(p, want); });
+        if (!drawable[k].empty()) with_points.push_back(k);
+      }
+      if (with_points.empty()) {
+        std::printf("no sample key has a valid point with %s\n", point_filter.c_str());
+        continue;
+      }
       for (int i = 0; i < verify; ++i) {
-        const size_t k = rng() % keys.size();
-        const auto points = policy::ValidPoints(*f, *keys[k].second, device);
+        const size_t k = with_points[rng() % with_points.size()];
+        const auto& points = drawable[k];
         pairs.emplace_back(k, points[rng() % points.size()]);
         auto c = f->Generate(*keys[k].second, pairs.back().second, device);
         if (c.ok()) specs.push_back(Spec(*c));
@@ -367,6 +419,7 @@ int main(int argc, char** argv) {
         // one-knob change of the best screened points, until none is faster.
         const std::vector<policy::Point> all = policy::ValidPoints(*f, *problem, device);
         std::vector<policy::Point> points = exhaustive ? all : policy::PairwiseCover(*f, *problem, device);
+        std::erase_if(points, [&](const policy::Point& p) { return !PointHas(p, want); });
         if (max_points > 0 && points.size() > static_cast<size_t>(max_points)) {
           std::vector<policy::Point> spread;
           for (int i = 0; i < max_points; ++i) spread.push_back(points[i * points.size() / max_points]);
@@ -413,7 +466,7 @@ int main(int argc, char** argv) {
               for (int64_t value : k.values) {
                 policy::Point q = screened[top].second;
                 q[k.name] = value;
-                if (valid.count(q) && !seen.count(q)) next.push_back(q);
+                if (valid.count(q) && !seen.count(q) && PointHas(q, want)) next.push_back(q);
               }
             }
           }

@@ -117,11 +117,12 @@ if [[ "${KJIT_GPU_RUN_TUNE:-0}" == 1 ]]; then
   families="${KJIT_TUNE_FAMILIES:-softmax layer_norm batch_norm group_norm scan pool reduce depthwise_conv matmul}"
   # KJIT_TUNE_STEPS picks the steps (and KJIT_TUNE_SEARCH_FAMILIES the searched families) to fit one call;
   # KJIT_TUNE_EXHAUSTIVE=1 screens every valid point (KJIT_TUNE_MAX_POINTS=0: no cap);
-  # KJIT_TUNE_KEY_CONTAINS=TEXT searches only the keys whose text contains TEXT.
+  # KJIT_TUNE_KEY_CONTAINS=TEXT searches only the keys whose text contains TEXT; KJIT_TUNE_POINTS="stage=5" verifies
+  # and screens only points with those knob values (the search still verifies the expert default).
   steps=" ${KJIT_TUNE_STEPS:-verify baselines search} "
   [[ "$steps" == *" verify "* ]] && for fam in $families; do
     timeout "${KJIT_TUNE_VERIFY_S:-240}" "$build/benchmarks/kjit_tune_spaces" --family "$fam" \
-      --verify "${KJIT_TUNE_VERIFY:-50}" --dataset "$tune/$fam-verify.jsonl" > "$tune/$fam-verify.txt" 2>&1
+      --verify "${KJIT_TUNE_VERIFY:-50}" ${KJIT_TUNE_POINTS:+--points "$KJIT_TUNE_POINTS"} --dataset "$tune/$fam-verify.jsonl" > "$tune/$fam-verify.txt" 2>&1
     note "verify $fam: rc=$? $(grep -c '^- ok' "$tune/$fam-verify.txt") verified, $(grep -c '^- FAIL' "$tune/$fam-verify.txt") rejected"
   done
   if [[ "$steps" == *" baselines "* ]]; then
@@ -135,7 +136,7 @@ if [[ "${KJIT_GPU_RUN_TUNE:-0}" == 1 ]]; then
     timeout "${KJIT_TUNE_SEARCH_S:-600}" "$build/benchmarks/kjit_tune_spaces" --family "$fam" --search \
       --keys "${KJIT_TUNE_KEYS:-headroom}" --max-points "${KJIT_TUNE_MAX_POINTS:-40}" --climb-rounds 2 --finalists "${KJIT_TUNE_FINALISTS:-1}" \
       $([[ "${KJIT_TUNE_EXHAUSTIVE:-0}" == 1 ]] && echo --exhaustive) \
-      ${KJIT_TUNE_KEY_CONTAINS:+--key-contains "$KJIT_TUNE_KEY_CONTAINS"} \
+      ${KJIT_TUNE_KEY_CONTAINS:+--key-contains "$KJIT_TUNE_KEY_CONTAINS"} ${KJIT_TUNE_POINTS:+--points "$KJIT_TUNE_POINTS"} \
       --dataset "$tune/$fam-search.jsonl" > "$tune/$fam-search.md" 2>"$tune/$fam-search.err"
     note "search $fam: rc=$?"
   done
