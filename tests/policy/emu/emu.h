@@ -6,7 +6,9 @@
 #include <cuda_bf16.h>
 #include <atomic>
 #include <barrier>
+#include <chrono>
 #include <condition_variable>
+#include <thread>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -222,7 +224,16 @@ inline void emu_mbar_wait(void* bar, unsigned parity) {
   std::unique_lock<std::mutex> lock(emu_mbar_mu);
   EmuMbar& m = emu_mbar_of(bar);
   for (;;) {
-    if ((m.phases & 1u) != (parity & 1u)) return;  // the phase of this parity completed
+    if ((m.phases & 1u) != (parity & 1u)) {  // the phase of this parity completed
+      // With copies at issue, every thread but the first lags after its waits: thread 0 (the one that copies,
+      // in the matmul family) runs ahead, so a copy issued into a buffer before a barrier that would keep the
+      // other threads' reads of it first lands under them.
+      if (emu_cp_sync() && threadIdx.x != 0) {
+        lock.unlock();
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
+      return;
+    }
     long long recorded = 0;
     for (const EmuCopy& c : m.copies) recorded += c.bytes;
     if (recorded > m.tx) { std::fprintf(stderr, "mbarrier: copies of more bytes than expected\n"); std::abort(); }

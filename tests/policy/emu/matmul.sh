@@ -173,4 +173,20 @@ KJIT_EMU_CP_ASYNC=sync r k1s bmm f32 7,64,64,64 4096,64,1 4096,64,1 0 stage=5 bm
 KJIT_EMU_CP_ASYNC=sync r k3s bmm f32 13,64,64,64 4096,64,1 4096,64,1 0 stage=5 bm=64 bn=64 bk=16 tm=8 tn=4 vec=1 bpb=4 hint=0 minb=1 ahead=3 span=0
 KJIT_EMU_CP_ASYNC=sync r k7s mm f32 1,130,64,64 0,64,1 0,64,1 0 stage=5 bm=64 bn=64 bk=16 tm=4 tn=8 vec=1 bpb=2 hint=0 minb=1 ahead=1 span=0
 KJIT_EMU_CP_ASYNC=sync r k12s bmm f32 5,16,16,16 256,16,1 256,16,1 0 stage=5 bm=16 bn=16 bk=8 tm=2 tn=1 vec=1 bpb=3 hint=0 minb=1 ahead=1 span=0
+# Bulk with every buffer reused (bpb 8: up to 8 items a block, more than ahead + 1 buffers; the phase parity
+# flips): 64^3 one to three ahead, 32^3, mm over 16 row tiles (the last of 40 rows), stores through the
+# buffers (FLAT5, WSTORE5) before their reuse; each copy order. (Without the barrier before a copy is issued
+# into a buffer, these fail: wrong outputs, or waits that never end.)
+r k14 bmm f32 17,64,64,64 4096,64,1 4096,64,1 0 stage=5 bm=64 bn=64 bk=16 tm=4 tn=8 vec=1 bpb=8 hint=0 minb=1 ahead=1 span=0
+r k15 bmm f32 29,64,64,64 4096,64,1 4096,64,1 0 stage=5 bm=64 bn=64 bk=32 tm=8 tn=4 vec=1 bpb=8 hint=1 minb=1 ahead=2 span=0
+r k16 bmm f32 25,64,64,64 4096,64,1 4096,64,1 0 stage=5 bm=64 bn=64 bk=16 tm=4 tn=8 vec=1 bpb=8 hint=0 minb=1 ahead=3 span=0
+r k17 bmm f32 21,32,32,32 1024,32,1 1024,32,1 0 stage=5 bm=32 bn=32 bk=8 tm=2 tn=4 vec=1 bpb=8 hint=0 minb=1 ahead=2 span=0
+r k18 mm f32 1,1000,64,64 0,64,1 0,64,1 0 stage=5 bm=64 bn=64 bk=16 tm=4 tn=8 vec=1 bpb=8 hint=0 minb=1 ahead=1 span=0
+r k19 bmm f32 12,16,16,16 256,16,1 256,16,1 0 stage=5 bm=16 bn=16 bk=8 tm=2 tn=1 vec=1 bpb=8 hint=0 minb=1 ahead=1 span=0
+r k20 bmm f32 19,32,32,30 1024,32,1 960,1,32 0 stage=5 bm=32 bn=32 bk=8 tm=2 tn=4 vec=1 bpb=8 hint=0 minb=1 ahead=1 span=0
+KJIT_EMU_CP_ASYNC=sync r k14s bmm f32 17,64,64,64 4096,64,1 4096,64,1 0 stage=5 bm=64 bn=64 bk=16 tm=4 tn=8 vec=1 bpb=8 hint=0 minb=1 ahead=1 span=0
+KJIT_EMU_CP_ASYNC=sync r k16s bmm f32 25,64,64,64 4096,64,1 4096,64,1 0 stage=5 bm=64 bn=64 bk=16 tm=4 tn=8 vec=1 bpb=8 hint=0 minb=1 ahead=3 span=0
+KJIT_EMU_CP_ASYNC=sync r k18s mm f32 1,1000,64,64 0,64,1 0,64,1 0 stage=5 bm=64 bn=64 bk=16 tm=4 tn=8 vec=1 bpb=8 hint=0 minb=1 ahead=1 span=0
+KJIT_EMU_CP_ASYNC=sync r k19s bmm f32 12,16,16,16 256,16,1 256,16,1 0 stage=5 bm=16 bn=16 bk=8 tm=2 tn=1 vec=1 bpb=8 hint=0 minb=1 ahead=1 span=0
+KJIT_EMU_CP_ASYNC=sync r k20s bmm f32 19,32,32,30 1024,32,1 960,1,32 0 stage=5 bm=32 bn=32 bk=8 tm=2 tn=4 vec=1 bpb=8 hint=0 minb=1 ahead=1 span=0
 exit $failed
