@@ -16,7 +16,7 @@ using codegen::CudaType;
 
 // The ABI (daemon/worker_protocol.h): (self, mat2, out) for both ops.
 
-enum Stage : int64_t { kDirect = 0, kStaged = 1, kDouble = 2, kResident = 3, kPipelined = 4 };
+enum Stage : int64_t { kDirect = 0, kStaged = 1, kDouble = 2, kResident = 3, kPipelined = 4, kBulk = 5 };
 
 constexpr const char* kMm = "aten::mm";
 constexpr const char* kBmm = "aten::bmm";
@@ -817,6 +817,201 @@ __device__ __forceinline__ void pipelined4s(const in_t* a, const in_t* b, out_t*
 }
 )";
 
+// Stage 5, bulk copies (sm_90 and newer), appended to kBody for that stage only (older points' sources do not
+// change): as the pipelined strategy (a block walks its items, AHEAD in flight ahead of the one multiplied, one
+// buffer more than that), but each operand's tile of an item is one contiguous, 16-byte aligned run of memory
+// of whole 16-byte rows, which ONE thread copies with one TMA bulk copy (cp.async.bulk) an operand; an mbarrier
+// a buffer counts the bytes landing (the copying thread arrives once with the item's byte count; the phase
+// completes when they all landed), and every thread waits on it (phase parity: the buffer's use count, mod 2).
+// The tiles land as they are in memory, unpadded: KC, R rows of K_ elements; else K_ rows of RLIM (the whole
+// matrix). The CPU emulation (tests/policy/emu/emu.h) has no PTX: emu_bulk_copy etc.
+constexpr const char* kBulkBody = R"(#if STAGE == 5
+constexpr int Q5 = (int)(16 / sizeof(raw_t));  // elements of 16 bytes
+constexpr long long TILES5 = TILES_M * TILES_N, ITEMS5 = BATCH * TILES5;
+__device__ __forceinline__ unsigned kjit_smem_addr(const void* p) {
+#ifdef __CUDA_ARCH__
+  return (unsigned)__cvta_generic_to_shared(p);
+#else
+  return 0;
+#endif
+}
+// mbarrier of COUNT arrivals a phase (one: the copying thread's).
+__device__ __forceinline__ void kjit_mbar_init(unsigned long long* bar, unsigned count) {
+#ifdef __CUDA_ARCH__
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(kjit_smem_addr(bar)), "r"(count) : "memory");
+#else
+  emu_mbar_init(bar, count);
+#endif
+}
+// The barriers' initialisation visible to the async proxy (the bulk copies' completions), and this thread's
+// earlier accesses of shared memory ordered before its later bulk copies (fence.proxy.async).
+__device__ __forceinline__ void kjit_fence_init() {
+#ifdef __CUDA_ARCH__
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void kjit_fence_async() {
+#ifdef __CUDA_ARCH__
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+// The calling thread's arrival, expecting BYTES more to land in this phase.
+__device__ __forceinline__ void kjit_mbar_expect(unsigned long long* bar, unsigned bytes) {
+#ifdef __CUDA_ARCH__
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(kjit_smem_addr(bar)), "r"(bytes) : "memory");
+#else
+  emu_mbar_expect(bar, bytes);
+#endif
+}
+// BYTES (a multiple of 16; both addresses 16-byte aligned) from global to shared memory, completing as
+// many bytes of BAR's transaction count when they landed.
+__device__ __forceinline__ void kjit_bulk_copy(void* dst, const void* src, unsigned bytes, unsigned long long* bar) {
+#ifdef __CUDA_ARCH__
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+               ::"r"(kjit_smem_addr(dst)), "l"(src), "r"(bytes), "r"(kjit_smem_addr(bar)) : "memory");
+#else
+  emu_bulk_copy(dst, src, bytes, bar);
+#endif
+}
+// Until the phase of parity PARITY completed (its bytes landed and are visible to this thread).
+__device__ __forceinline__ void kjit_mbar_wait(unsigned long long* bar, unsigned parity) {
+#ifdef __CUDA_ARCH__
+  unsigned done = 0;
+  do {
+    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }\n"
+                 : "=r"(done) : "r"(kjit_smem_addr(bar)), "r"(parity) : "memory");
+  } while (!done);
+#else
+  emu_mbar_wait(bar, parity);
+#endif
+}
+// One operand's tile in shared memory as in global memory: element (r, k) at S[r * LD + k] (KC) or
+// S[k * LD + r]; rows (KC) or columns at or past RLIM hold what an earlier item left (they reach only outputs
+// that are not stored). READ: what the fragments reach (r up to R past RLIM in the last k row).
+template <bool KC, int R, long long RLIM>
+struct Tile5 {
+  static constexpr int LD = KC ? (int)K_ : (int)RLIM;
+  static constexpr long long LEN = KC ? (long long)R * K_ : K_ * RLIM;
+  static constexpr long long READ = KC ? (long long)R * K_ : (K_ - 1) * RLIM + R;
+  static constexpr int ELEMS = (int)(((LEN > READ ? LEN : READ) + Q5 - 1) / Q5 * Q5);
+  // The tile whose first row (KC) or column is r0: its first element in the matrix, its bytes (whole rows).
+  __device__ static __forceinline__ long long first(long long r0) { return KC ? r0 * K_ : 0; }
+  __device__ static __forceinline__ unsigned bytes(long long r0) {
+    return (unsigned)((KC ? (RLIM - r0 < R ? RLIM - r0 : R) * K_ : K_ * RLIM) * (long long)sizeof(raw_t));
+  }
+  // W elements as floats: k .. k + W - 1 of row r (KC) or r .. r + W - 1 of row k (aligned to W elements:
+  // LD is a multiple of 16 bytes).
+  template <int W>
+  __device__ static __forceinline__ void get(const raw_t* S, int r, int k, float* f) {
+    typedef typename RawOf<sizeof(raw_t) * W>::T RT;
+    union { RT t; raw_t u[W]; } w;
+    w.t = *reinterpret_cast<const RT*>(KC ? S + r * LD + k : S + k * LD + r);
+#pragma unroll
+    for (int q = 0; q < W; ++q) f[q] = Bits<in_t>::to_f(w.u[q]);
+  }
+};
+typedef Tile5<A_KCONT, BM, M_> TA5;
+typedef Tile5<!B_NCONT, BN, N_> TB5;
+constexpr int BUF5 = TA5::ELEMS + TB5::ELEMS;  // raw elements a buffer: A's tile, then B's
+constexpr int NBUF5 = AHEAD + 1;
+// The item's two bulk copies into buffer S, counted by BAR (the calling thread only).
+__device__ __forceinline__ void issue5(const in_t* a, const in_t* b, long long item, raw_t* S, unsigned long long* bar) {
+  const long long bt = item / TILES5, tile = item % TILES5;
+  const long long m0 = tile / TILES_N * BM, n0 = tile % TILES_N * BN;
+  const unsigned ba = TA5::bytes(m0), bb = TB5::bytes(n0);
+  kjit_mbar_expect(bar, ba + bb);
+  kjit_bulk_copy(S, a + bt * SAB + TA5::first(m0), ba, bar);
+  kjit_bulk_copy(S + TA5::ELEMS, b + bt * SBB + TB5::first(n0), bb, bar);
+}
+// As chunk4, from the unpadded tiles.
+template <int KN>
+__device__ __forceinline__ void chunk5(const raw_t* As, const raw_t* Bs, int k, int ty, int tx, float (&acc)[TM][TN]) {
+  float av[4][TM], bv[4][TN];
+  if (A_KCONT) {
+#pragma unroll
+    for (int i = 0; i < TM; ++i) {
+      float f[4];
+      TA5::template get<4>(As, row_of(ty, i), k, f);  // K_ % 4 == 0 (rows of 16 bytes)
+#pragma unroll
+      for (int q = 0; q < KN; ++q) av[q][i] = f[q];
+    }
+  } else {
+#pragma unroll
+    for (int q = 0; q < KN; ++q)
+#pragma unroll
+      for (int g = 0; g < GM; ++g) TA5::template get<RV>(As, g * SPM + ty * RV, k + q, &av[q][g * RV]);
+  }
+  if (!B_NCONT) {
+#pragma unroll
+    for (int j = 0; j < TN; ++j) {
+      float f[4];
+      TB5::template get<4>(Bs, col_of(tx, j), k, f);
+#pragma unroll
+      for (int q = 0; q < KN; ++q) bv[q][j] = f[q];
+    }
+  } else {
+#pragma unroll
+    for (int q = 0; q < KN; ++q)
+#pragma unroll
+      for (int g = 0; g < GN; ++g) TB5::template get<CV>(Bs, g * SPN + tx * CV, k + q, &bv[q][g * CV]);
+  }
+#pragma unroll
+  for (int q = 0; q < KN; ++q) outer(av[q], bv[q], acc);
+}
+// Outputs through the current buffer as FLAT3 / WSTORE3 (their barriers after every thread's multiply; the
+// buffer is refilled only after the next iteration's barrier).
+constexpr bool FLAT5 = TILES5 == 1 && SW == 1 && M_ * N_ * 4 <= (long long)BUF5 * sizeof(raw_t);
+constexpr bool WSTORE5 = !FLAT5 && SW < CV && (long long)THREADS * TN * 4 <= (long long)BUF5 * sizeof(raw_t);
+__device__ __forceinline__ void bulk5(const in_t* a, const in_t* b, out_t* c, unsigned char* smem5) {
+  const int tx = (int)(threadIdx.x % THREADS) % TX, ty = (int)(threadIdx.x % THREADS) / TX;
+  raw_t* bufs = reinterpret_cast<raw_t*>(smem5);
+  unsigned long long* bars = reinterpret_cast<unsigned long long*>(smem5 + (long long)NBUF5 * BUF5 * sizeof(raw_t));
+  const bool lead = threadIdx.x == 0;  // the thread that copies
+  long long item = blockIdx.x;  // < ITEMS5: the grid has no empty block
+  if (lead) {
+#pragma unroll
+    for (int s = 0; s < NBUF5; ++s) kjit_mbar_init(bars + s, 1);
+    kjit_fence_init();
+#pragma unroll
+    for (int s = 0; s < AHEAD; ++s) {
+      if (item + s * GRID < ITEMS5) issue5(a, b, item + s * GRID, bufs + s * BUF5, bars + s);
+    }
+  }
+  __syncthreads();  // the barriers initialised before any thread waits on them
+  for (int j = 0; item < ITEMS5; ++j, item += GRID) {
+    const int cb = j % NBUF5;
+    const raw_t* cur = bufs + cb * BUF5;
+    // Every thread is done with item j - 1 (its buffer, (j + AHEAD) % NBUF5, takes item j + AHEAD's tiles).
+    if (j > 0) __syncthreads();
+    const long long ahead = item + (long long)AHEAD * GRID;
+    if (lead && ahead < ITEMS5) {
+      const int nb = (j + AHEAD) % NBUF5;
+      kjit_fence_async();  // the block's reads and stores of that buffer before the copies overwrite it
+      issue5(a, b, ahead, bufs + nb * BUF5, bars + nb);
+    }
+    kjit_mbar_wait(bars + cb, (unsigned)(j / NBUF5) & 1u);  // item j's tiles landed
+    float acc[TM][TN];
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+      for (int q = 0; q < TN; ++q) acc[i][q] = 0.f;
+    const raw_t* As = cur;
+    const raw_t* Bs = cur + TA5::ELEMS;
+    K5UNROLL
+    for (int k = 0; k + 4 <= (int)K_; k += 4) chunk5<4>(As, Bs, k, ty, tx, acc);
+    if (K_ % 4 != 0) chunk5<(int)(K_ % 4 == 0 ? 4 : K_ % 4)>(As, Bs, (int)(K_ / 4 * 4), ty, tx, acc);
+    const long long bt = item / TILES5, tile = item % TILES5;
+    const long long m0 = tile / TILES_N * BM, n0 = tile % TILES_N * BN;
+    float* scratch = reinterpret_cast<float*>(bufs + cb * BUF5);
+    if (FLAT5) store_flat3(c + bt * (M_ * N_), scratch, ty, tx, acc);
+    else if (WSTORE5) store_warp3(c + bt * (M_ * N_), m0, n0, scratch, ty, tx, acc);
+    else store_tile3(c + bt * (M_ * N_), m0, n0, ty, tx, acc);
+  }
+}
+#endif  // STAGE == 5
+)";
+
 class Matmul final : public Family {
  public:
   std::string_view name() const override { return "matmul"; }
@@ -951,12 +1146,14 @@ class Matmul final : public Family {
     Space s;
     s.family = "matmul";
     s.knobs = {
-        {"stage", {kDirect, kStaged, kDouble, kResident, kPipelined},
+        {"stage", {kDirect, kStaged, kDouble, kResident, kPipelined, kBulk},
          "0 operands read from global memory (L1) at every k, 1 bk-deep slices staged in shared memory, "
          "2 double-buffered slices, the next fetched into registers during the multiply, 3 resident: the "
          "tile's whole K staged once (k-major), float4 fragments double-buffered in registers, 4 pipelined: "
          "a block walks bpb tiles (of matrices) and cp.async copies the whole-K tiles of the one `ahead` "
-         "steps on into another shared buffer while it multiplies this one"},
+         "steps on into another shared buffer while it multiplies this one, 5 bulk (sm_90+, operands whose "
+         "tiles are each one contiguous 16-byte aligned run of whole 16-byte rows): as 4, but one thread copies "
+         "an item's tiles with one TMA bulk copy an operand, completion counted by an mbarrier"},
         {"bm", {16, 32, 64, 128, 256}, "block tile rows (of the output)"},
         {"bn", {16, 32, 64, 128, 256}, "block tile columns"},
         {"bk", {8, 16, 32}, "k values per staged slice (direct and resident: the k loop's unroll)"},
@@ -969,7 +1166,8 @@ class Matmul final : public Family {
          "than fit the SMs at once"},
         {"hint", {0, 1}, "1: streaming (evict-first) output stores"},
         {"minb", {1, 2, 4}, "blocks per SM the registers must allow (__launch_bounds__): 2 caps them at 32768 / threads, 4 at 16384 / threads"},
-        {"ahead", {1, 2}, "pipelined: items in flight ahead of the one multiplied (shared buffers: ahead + 1)"},
+        {"ahead", {1, 2, 3},
+         "pipelined and bulk: items in flight ahead of the one multiplied (shared buffers: ahead + 1); 3: bulk only"},
         {"span", {0, 1, 2},
          "pipelined, operands whose tiles are one contiguous span of memory with rows not 16-byte aligned (odd "
          "sizes): 1 copies the span's enclosing 16-byte pieces and reads the tiles at the span's offset in them "
@@ -978,6 +1176,9 @@ class Matmul final : public Family {
     };
     // Codegen 4 added `ahead`: points before it had no pipelined strategy, whose knob it is. Codegen 5 added
     // `span`; points without it generate the kernels they did.
+    // Stage 5 (bulk) and ahead 3 (bulk only) are new values of existing knobs, not new knobs: every point
+    // that existed generates the kernel it did (tests: MatmulSpace.OldPointsKeepTheirSources), so the codegen
+    // version stays.
     s.absent_as = {{"ahead", 1}, {"span", 0}};
     return s;
   }
@@ -1008,8 +1209,7 @@ class Matmul final : public Family {
     const int64_t items = CeilDiv(p.m, pt.at("bm")) * CeilDiv(p.n, pt.at("bn")) * p.batch;
     const int64_t threads = Threads(pt.at("bm"), pt.at("bn"), pt.at("tm"), pt.at("tn"));
     const int64_t per_sm = std::max<int64_t>(
-        1, std::min<int64_t>({dev.shared_bytes_per_sm /
-                                  (PipelinedBytes(p, pt.at("bm"), pt.at("bn"), Ahead(pt), SpanOf(pt)) + 1024),
+        1, std::min<int64_t>({dev.shared_bytes_per_sm / (BlockShared(p, pt) + 1024),
                               2048 / threads, 32}));
     return std::min(CeilDiv(items, pt.at("bpb")), per_sm * dev.sm_count);
   }
@@ -1034,8 +1234,20 @@ class Matmul final : public Family {
   static bool SpanAligned(const MatmulProblem& p, bool kc, int64_t sb, int64_t rlim, int align) {
     return align >= 16 && sb * p.elem() % 16 == 0 && (kc ? p.k : rlim) * p.elem() % 16 == 0;
   }
+  // The bulk strategy's buffers (the kernel's Tile5): ahead + 1 of both tiles as in memory (R rows of K, kc;
+  // else K rows of rlim and the last row's reads up to r), then ahead + 1 mbarriers of 8 bytes.
+  static int64_t BulkTileElems(const MatmulProblem& p, int64_t r, bool kc, int64_t rlim) {
+    const int64_t q = 16 / p.elem();
+    const int64_t len = kc ? r * p.k : p.k * rlim, read = kc ? r * p.k : (p.k - 1) * rlim + r;
+    return CeilDiv(std::max(len, read), q) * q;
+  }
+  static int64_t BulkBytes(const MatmulProblem& p, int64_t bm, int64_t bn, int64_t ahead) {
+    const int64_t buf = (BulkTileElems(p, bm, p.a_kcont(), p.m) + BulkTileElems(p, bn, !p.b_ncont(), p.n)) * p.elem();
+    return (ahead + 1) * buf + CeilDiv((ahead + 1) * 8, 16) * 16;
+  }
   static int64_t BlockShared(const MatmulProblem& p, const Point& pt) {
     const int64_t stage = pt.at("stage");
+    if (stage == kBulk) return BulkBytes(p, pt.at("bm"), pt.at("bn"), Ahead(pt));
     if (stage == kPipelined) return PipelinedBytes(p, pt.at("bm"), pt.at("bn"), Ahead(pt), SpanOf(pt));
     return SharedBytes(stage, pt.at("bm"), pt.at("bn"), pt.at("bk"), p.k);
   }
@@ -1059,12 +1271,32 @@ class Matmul final : public Family {
     const auto& p = static_cast<const MatmulProblem&>(problem);
     const int64_t stage = pt.at("stage"), bm = pt.at("bm"), bn = pt.at("bn"), bk = pt.at("bk"), tm = pt.at("tm"),
                   tn = pt.at("tn"), vec = pt.at("vec"), bpb = pt.at("bpb");
-    if (stage != kDirect && stage != kStaged && stage != kDouble && stage != kResident && stage != kPipelined) {
+    if (stage != kDirect && stage != kStaged && stage != kDouble && stage != kResident && stage != kPipelined &&
+        stage != kBulk) {
       return InvalidArgument("unknown stage");
     }
     const int64_t ahead = Ahead(pt);
-    if (ahead != 1 && ahead != 2) return InvalidArgument("ahead is 1 or 2");
-    if (ahead != 1 && stage != kPipelined) return InvalidArgument("ahead is a knob of the pipelined strategy");
+    if (ahead < 1 || ahead > 3) return InvalidArgument("ahead is 1, 2 or 3");
+    if (ahead != 1 && stage != kPipelined && stage != kBulk) {
+      return InvalidArgument("ahead is a knob of the pipelined and bulk strategies");
+    }
+    if (ahead == 3 && stage != kBulk) return InvalidArgument("ahead 3: the bulk strategy only");
+    if (stage == kBulk) {
+      // TMA bulk copies (cp.async.bulk) and mbarrier transaction counts are sm_90's.
+      if (dev.arch < 90) return InvalidArgument("bulk copies (TMA) need sm_90 or newer");
+      // The copies are whole tiles whatever vec says: one value of it, not several equal points.
+      if (vec != 1) return InvalidArgument("bulk copies whole tiles: vec is 1");
+      // Each operand's tile one contiguous run of memory (rows of the whole K one after another, or the whole
+      // matrix), starting 16-byte aligned for every item, of whole 16-byte rows (so its size is a multiple of
+      // 16 bytes and the fragments' vector reads of the unpadded tile are aligned).
+      if (!SpanContiguous(p.a_kcont(), p.sam, p.sak, bm, p.m, p.k) ||
+          !SpanContiguous(!p.b_ncont(), p.sbn, p.sbk, bn, p.n, p.k)) {
+        return InvalidArgument("bulk: an operand's tile is not one contiguous run of memory");
+      }
+      if (!SpanAligned(p, p.a_kcont(), p.sab, p.m, p.a_align) || !SpanAligned(p, !p.b_ncont(), p.sbb, p.n, p.b_align)) {
+        return InvalidArgument("bulk: an operand's tiles are not 16-byte aligned runs of 16-byte rows");
+      }
+    }
     const int64_t span = SpanOf(pt);
     if (span < 0 || span > 2) return InvalidArgument("span is 0, 1 or 2");
     if (span) {
@@ -1147,6 +1379,13 @@ class Matmul final : public Family {
       if (ahead == 2 && CeilDiv(items, PipelinedGrid(p, pt, dev)) < 3) {
         return InvalidArgument("two items in flight ahead need three items a block");
       }
+    } else if (stage == kBulk) {
+      if (block_shared > dev.max_shared_bytes_per_block) {
+        return InvalidArgument("the bulk pipeline's whole-K tile buffers exceed the shared memory of a block");
+      }
+      if (ahead > 1 && CeilDiv(items, PipelinedGrid(p, pt, dev)) < ahead + 1) {
+        return InvalidArgument("items in flight ahead need one more item a block");
+      }
     } else if (stage != kDirect) {
       const int64_t a_per = CeilDiv(bm * bk / vec, threads) * vec, b_per = CeilDiv(bk * bn / vec, threads) * vec;
       if (a_per > kMaxFetchRegs || b_per > kMaxFetchRegs) return InvalidArgument("too many elements fetched per thread");
@@ -1172,13 +1411,13 @@ class Matmul final : public Family {
       }
       if (threads < 256) return InvalidArgument("two blocks a SM cap registers only for 256 threads or more");
     }
-    if (stage == kPipelined) {
+    if (stage == kPipelined || stage == kBulk) {
       if (bpb > items) return InvalidArgument("more work items per block than tiles of matrices");
     } else if (bpb > 1) {
       if (!p.batched || bpb > p.batch) return InvalidArgument("more matrices per block than the batch has");
       if (bm < p.m || bn < p.n) return InvalidArgument("several matrices per block only where one tile covers a matrix");
     }
-    const int64_t blocks = stage == kPipelined ? CeilDiv(items, bpb) : CeilDiv(p.m, bm) * CeilDiv(p.n, bn) * CeilDiv(p.batch, bpb);
+    const int64_t blocks = stage == kPipelined || stage == kBulk ? CeilDiv(items, bpb) : CeilDiv(p.m, bm) * CeilDiv(p.n, bn) * CeilDiv(p.batch, bpb);
     if (blocks > std::numeric_limits<int32_t>::max()) return InvalidArgument("grid too large");
     return Status::Ok();
   }
@@ -1338,14 +1577,14 @@ class Matmul final : public Family {
     src << "typedef " << CudaType(p.dtype) << " in_t;\ntypedef in_t out_t;\n";
     src << "#define VEC " << vec << "\n#define HINT " << hint << "\n#define STAGE " << stage << "\n";
     // Pipelined: the block's work items are blockIdx.x + j * GRID.
-    const int64_t grid = stage == kPipelined ? PipelinedGrid(p, pt, dev)
+    const int64_t grid = stage == kPipelined || stage == kBulk ? PipelinedGrid(p, pt, dev)
                                              : CeilDiv(p.m, bm) * CeilDiv(p.n, bn) * CeilDiv(p.batch, bpb);
     src << "constexpr long long M_ = " << p.m << ", N_ = " << p.n << ", K_ = " << p.k << ", BATCH = " << p.batch << ";\n";
     src << "constexpr long long SAB = " << p.sab << ", SAM = " << p.sam << ", SAK = " << p.sak << ", SBB = " << p.sbb
         << ", SBK = " << p.sbk << ", SBN = " << p.sbn << ";\n";
     src << "constexpr int BM = " << bm << ", BN = " << bn << ", BK = " << bk << ", TM = " << tm << ", TN = " << tn
         << ", BPB = " << bpb << ", MINB = " << pt.at("minb") << ", THREADS = " << threads << ", SW = "
-        << StoreWidth(p, stage == kResident || stage == kPipelined ? std::min<int64_t>(tn, 4) : tn) << ", AHEAD = " << Ahead(pt)
+        << StoreWidth(p, stage == kResident || stage == kPipelined || stage == kBulk ? std::min<int64_t>(tn, 4) : tn) << ", AHEAD = " << Ahead(pt)
         << ";\nconstexpr long long GRID = " << grid << ";\n";
     src << "constexpr bool A_KCONT = " << (p.a_kcont() ? "true" : "false")
         << ", B_NCONT = " << (p.b_ncont() ? "true" : "false") << ";\n";
@@ -1402,6 +1641,19 @@ class Matmul final : public Family {
                        "  pipelined4s(a, b, c, reinterpret_cast<raw_t*>(smem));");
       }
       if (!swapped) return Internal("matmul: the span copies' anchors are missing from the kernel body");
+    }
+    if (stage == kBulk) {
+      // Bulk: kBulkBody before the kernel, which calls it (only this stage's sources change).
+      std::string bulk = kBulkBody;
+      bulk.replace(bulk.find("K5UNROLL"), 8, k4unroll);
+      const std::string entry = "extern \"C\" __global__ void __launch_bounds__(THREADS, MINB) kjit_matmul(";
+      const std::string call4 = "  pipelined4(a, b, c, reinterpret_cast<raw_t*>(smem));\n";
+      const size_t at_entry = body.find(entry), at_call = body.find(call4);
+      if (at_entry == std::string::npos || at_call == std::string::npos) {
+        return Internal("matmul: the bulk strategy's anchors are missing from the kernel body");
+      }
+      body.insert(at_call + call4.size(), "#elif STAGE == 5\n  bulk5(a, b, c, smem);\n");
+      body.insert(at_entry, bulk + "\n");
     }
     src << body;
     Candidate c;

@@ -39,6 +39,14 @@
 //              4) and the tiles read at the span's offset (span 1), or repacked into padded tiles for
 //              vector fragment reads (span 2, the default for such batches); pieces reaching outside a
 //              view are copied element by element
+//   5 bulk     (sm_90 and newer; not yet measured, no default uses it) as pipelined, for operands whose tile
+//              of an item is one contiguous, 16-byte aligned run of whole 16-byte rows (a contiguous batch item
+//              of a 64x64 f32 matrix: 16 KB): ONE thread copies each operand's tile with one TMA bulk copy
+//              (cp.async.bulk ... mbarrier::complete_tx::bytes), an mbarrier a buffer counting the bytes
+//              (phase parity: the buffer's use count mod 2), `ahead` 1, 2 or 3 items in flight (3: bulk only);
+//              the tiles land unpadded, in their global layout, and all threads multiply from them as the
+//              pipelined strategy does; stores as resident. A new value of `stage` (and of `ahead`): older
+//              points generate what they did, and the codegen version stays 5
 // Declined: other ops and dtypes, mixed dtypes, empty products, negative strides, K over 256 (f32) or
 // over 64 (f16/bf16): there cuBLAS's large tiles and tensor cores are the right answer. The limits are
 // kjit/runtime/matmul_limits.h's, shared with the shim's pre-filter (PreFilter::kSmallMatmul).

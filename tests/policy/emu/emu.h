@@ -6,6 +6,11 @@
 #include <cuda_bf16.h>
 #include <atomic>
 #include <barrier>
+#include <chrono>
+#include <condition_variable>
+#include <thread>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <cstring>
 #include <cstdint>
@@ -149,5 +154,98 @@ inline void emu_cp_wait(int newest_pending) {
   while ((int)emu_cp_groups.size() > newest_pending) {
     for (const EmuCopy& c : emu_cp_groups.front()) std::memcpy(c.dst, c.src, c.bytes);
     emu_cp_groups.erase(emu_cp_groups.begin());
+  }
+}
+// The bulk strategy's mbarriers and TMA bulk copies (the matmul family's stage 5: kjit_mbar_init,
+// kjit_mbar_expect, kjit_bulk_copy, kjit_mbar_wait). A barrier's state lives here, keyed by its address in
+// the block's shared slab (blocks run one after another; init resets it): arrivals pending in the current
+// phase, the transaction count (bytes expected less bytes landed), the completed phases. A bulk copy is
+// recorded with its barrier and made when a thread waits for the phase, as late as the hardware may
+// (reading a buffer before waiting for it sees stale bytes); KJIT_EMU_CP_ASYNC=sync copies at issue, as
+// early as it may (a copy issued into a buffer other threads still read overwrites it under them). A phase
+// completes when its arrivals are all in and its bytes all landed; a wait for the phase of parity P returns
+// once the phase of that parity completed (the current phase's parity differs from P). A transaction count
+// that cannot reach zero (the bytes expected and copied differ) is reported and aborts.
+struct EmuMbar { int count = 0, pending = 0; long long tx = 0; unsigned long long phases = 0; std::vector<EmuCopy> copies; };
+inline std::mutex emu_mbar_mu;
+inline std::condition_variable emu_mbar_cv;
+inline std::map<const void*, EmuMbar> emu_mbars;
+inline void emu_mbar_complete(EmuMbar& m) {
+  if (m.pending == 0 && m.tx == 0 && m.copies.empty()) {
+    ++m.phases;
+    m.pending = m.count;
+    emu_mbar_cv.notify_all();
+  }
+}
+inline void emu_mbar_init(void* bar, unsigned count) {
+  if (reinterpret_cast<uintptr_t>(bar) % 8 != 0) { std::fprintf(stderr, "mbarrier misaligned\n"); std::abort(); }
+  std::lock_guard<std::mutex> lock(emu_mbar_mu);
+  EmuMbar& m = emu_mbars[bar];
+  m = EmuMbar{};
+  m.count = m.pending = (int)count;
+  std::memset(bar, 0, 8);
+}
+inline EmuMbar& emu_mbar_of(const void* bar) {
+  auto it = emu_mbars.find(bar);
+  if (it == emu_mbars.end()) { std::fprintf(stderr, "mbarrier used before its init\n"); std::abort(); }
+  return it->second;
+}
+inline void emu_mbar_expect(void* bar, unsigned bytes) {
+  std::lock_guard<std::mutex> lock(emu_mbar_mu);
+  EmuMbar& m = emu_mbar_of(bar);
+  if (m.pending == 0) { std::fprintf(stderr, "mbarrier: more arrivals than its count\n"); std::abort(); }
+  m.tx += bytes;
+  --m.pending;
+  emu_mbar_complete(m);
+}
+inline void emu_bulk_copy(void* dst, const void* src, unsigned bytes, void* bar) {
+  if (bytes == 0 || bytes % 16 != 0 || reinterpret_cast<uintptr_t>(dst) % 16 != 0 || reinterpret_cast<uintptr_t>(src) % 16 != 0) {
+    std::fprintf(stderr, "cp.async.bulk of %u bytes misaligned or not a multiple of 16\n", bytes);
+    std::abort();
+  }
+  if (emu_read_lo) {  // the source range within one of the views
+    const char* c = static_cast<const char*>(src);
+    const bool in1 = c >= emu_read_lo && c + bytes <= emu_read_hi;
+    const bool in2 = emu_read_lo2 && c >= emu_read_lo2 && c + bytes <= emu_read_hi2;
+    if (!in1 && !in2) ++emu_bad_reads;
+  }
+  std::lock_guard<std::mutex> lock(emu_mbar_mu);
+  EmuMbar& m = emu_mbar_of(bar);
+  if (emu_cp_sync()) {
+    std::memcpy(dst, src, bytes);
+    m.tx -= bytes;
+    emu_mbar_complete(m);
+  } else {
+    m.copies.push_back({dst, src, (int)bytes});
+    emu_mbar_cv.notify_all();
+  }
+}
+inline void emu_mbar_wait(void* bar, unsigned parity) {
+  std::unique_lock<std::mutex> lock(emu_mbar_mu);
+  EmuMbar& m = emu_mbar_of(bar);
+  for (;;) {
+    if ((m.phases & 1u) != (parity & 1u)) {  // the phase of this parity completed
+      // With copies at issue, every thread but the first lags after its waits: thread 0 (the one that copies,
+      // in the matmul family) runs ahead, so a copy issued into a buffer before a barrier that would keep the
+      // other threads' reads of it first lands under them.
+      if (emu_cp_sync() && threadIdx.x != 0) {
+        lock.unlock();
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
+      return;
+    }
+    long long recorded = 0;
+    for (const EmuCopy& c : m.copies) recorded += c.bytes;
+    if (recorded > m.tx) { std::fprintf(stderr, "mbarrier: copies of more bytes than expected\n"); std::abort(); }
+    if (m.pending == 0 && recorded == m.tx && recorded > 0) {
+      // Every arrival is in and every expected byte has its copy: they land now.
+      for (const EmuCopy& c : m.copies) std::memcpy(c.dst, c.src, c.bytes);
+      m.tx = 0;
+      m.copies.clear();
+      emu_mbar_complete(m);
+      continue;
+    }
+    // (Bytes expected that no copy brings would wait here for ever: the harness's timeout.)
+    emu_mbar_cv.wait(lock);
   }
 }

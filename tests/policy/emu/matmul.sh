@@ -150,4 +150,43 @@ KJIT_EMU_CP_ASYNC=sync r sr5s bmm bf16 6,33,41,25 1353,41,1 1025,1,41 0 aoff=2 s
 # Codegen 5's default for odd batches (span copies repacked, span 2) at an offset, and in f16.
 r d11 bmm f32 600,63,63,63 3969,63,1 3969,63,1 0 aoff=1 boff=2
 r d12 bmm f16 600,63,63,63 3969,63,1 3969,63,1 0
+# Stage 5, bulk (sm_90; codegen 5 still): one thread copies an item's tiles with one TMA bulk copy an operand, an
+# mbarrier counting the bytes; the emulator makes the copies when a thread waits for the phase (the *s cases:
+# at issue). 64^3 f32 one to three items ahead over batches not a multiple of the grid, 32^3, 128x64 @ 64x64
+# (two row tiles a matrix), mm over ragged row tiles (a last tile of 2 rows: a shorter copy), A^T (the whole
+# matrix, k-rows of M), bf16 B^T, f16, B^T with N = 30 (stores through a warp's buffer), 16^3 with one column
+# a thread (the matrix out as one span: FLAT5), an expanded (batch stride 0) B.
+r k1 bmm f32 7,64,64,64 4096,64,1 4096,64,1 0 stage=5 bm=64 bn=64 bk=16 tm=4 tn=8 vec=1 bpb=2 hint=0 minb=1 ahead=1 span=0
+r k2 bmm f32 11,64,64,64 4096,64,1 4096,64,1 0 stage=5 bm=64 bn=64 bk=32 tm=4 tn=8 vec=1 bpb=3 hint=1 minb=1 ahead=2 span=0
+r k3 bmm f32 13,64,64,64 4096,64,1 4096,64,1 0 stage=5 bm=64 bn=64 bk=16 tm=8 tn=4 vec=1 bpb=4 hint=0 minb=1 ahead=3 span=0
+r k4 bmm f32 9,32,32,32 1024,32,1 1024,32,1 0 stage=5 bm=32 bn=32 bk=8 tm=2 tn=4 vec=1 bpb=4 hint=0 minb=1 ahead=1 span=0
+r k5 bmm f32 5,128,64,64 8192,64,1 4096,64,1 0 stage=5 bm=64 bn=64 bk=16 tm=4 tn=8 vec=1 bpb=3 hint=0 minb=1 ahead=2 span=0
+r k6 bmm f32 3,128,64,64 8192,64,1 4096,64,1 0 stage=5 bm=128 bn=64 bk=16 tm=8 tn=8 vec=1 bpb=2 hint=0 minb=1 ahead=1 span=0
+r k7 mm f32 1,130,64,64 0,64,1 0,64,1 0 stage=5 bm=64 bn=64 bk=16 tm=4 tn=8 vec=1 bpb=2 hint=0 minb=1 ahead=1 span=0
+r k8 bmm f32 5,32,16,32 512,1,32 512,32,1 0 stage=5 bm=32 bn=32 bk=8 tm=2 tn=4 vec=1 bpb=2 hint=0 minb=1 ahead=1 span=0
+r k9 bmm bf16 6,64,64,64 4096,64,1 4096,1,64 0 stage=5 bm=64 bn=64 bk=16 tm=4 tn=8 vec=1 bpb=3 hint=0 minb=1 ahead=2 span=0
+r k10 bmm f16 5,64,64,64 4096,64,1 4096,64,1 0 stage=5 bm=64 bn=64 bk=16 tm=8 tn=4 vec=1 bpb=2 hint=0 minb=1 ahead=1 span=0
+r k11 bmm f32 3,32,32,30 1024,32,1 960,1,32 0 stage=5 bm=32 bn=32 bk=8 tm=2 tn=4 vec=1 bpb=2 hint=0 minb=1 ahead=1 span=0
+r k12 bmm f32 5,16,16,16 256,16,1 256,16,1 0 stage=5 bm=16 bn=16 bk=8 tm=2 tn=1 vec=1 bpb=3 hint=0 minb=1 ahead=1 span=0
+r k13 bmm f32 7,64,64,64 4096,64,1 0,64,1 0 stage=5 bm=64 bn=64 bk=16 tm=4 tn=8 vec=1 bpb=2 hint=0 minb=1 ahead=1 span=0
+KJIT_EMU_CP_ASYNC=sync r k1s bmm f32 7,64,64,64 4096,64,1 4096,64,1 0 stage=5 bm=64 bn=64 bk=16 tm=4 tn=8 vec=1 bpb=2 hint=0 minb=1 ahead=1 span=0
+KJIT_EMU_CP_ASYNC=sync r k3s bmm f32 13,64,64,64 4096,64,1 4096,64,1 0 stage=5 bm=64 bn=64 bk=16 tm=8 tn=4 vec=1 bpb=4 hint=0 minb=1 ahead=3 span=0
+KJIT_EMU_CP_ASYNC=sync r k7s mm f32 1,130,64,64 0,64,1 0,64,1 0 stage=5 bm=64 bn=64 bk=16 tm=4 tn=8 vec=1 bpb=2 hint=0 minb=1 ahead=1 span=0
+KJIT_EMU_CP_ASYNC=sync r k12s bmm f32 5,16,16,16 256,16,1 256,16,1 0 stage=5 bm=16 bn=16 bk=8 tm=2 tn=1 vec=1 bpb=3 hint=0 minb=1 ahead=1 span=0
+# Bulk with every buffer reused (bpb 8: up to 8 items a block, more than ahead + 1 buffers; the phase parity
+# flips): 64^3 one to three ahead, 32^3, mm over 16 row tiles (the last of 40 rows), stores through the
+# buffers (FLAT5, WSTORE5) before their reuse; each copy order. (Without the barrier before a copy is issued
+# into a buffer, these fail: wrong outputs, or waits that never end.)
+r k14 bmm f32 17,64,64,64 4096,64,1 4096,64,1 0 stage=5 bm=64 bn=64 bk=16 tm=4 tn=8 vec=1 bpb=8 hint=0 minb=1 ahead=1 span=0
+r k15 bmm f32 29,64,64,64 4096,64,1 4096,64,1 0 stage=5 bm=64 bn=64 bk=32 tm=8 tn=4 vec=1 bpb=8 hint=1 minb=1 ahead=2 span=0
+r k16 bmm f32 25,64,64,64 4096,64,1 4096,64,1 0 stage=5 bm=64 bn=64 bk=16 tm=4 tn=8 vec=1 bpb=8 hint=0 minb=1 ahead=3 span=0
+r k17 bmm f32 21,32,32,32 1024,32,1 1024,32,1 0 stage=5 bm=32 bn=32 bk=8 tm=2 tn=4 vec=1 bpb=8 hint=0 minb=1 ahead=2 span=0
+r k18 mm f32 1,1000,64,64 0,64,1 0,64,1 0 stage=5 bm=64 bn=64 bk=16 tm=4 tn=8 vec=1 bpb=8 hint=0 minb=1 ahead=1 span=0
+r k19 bmm f32 12,16,16,16 256,16,1 256,16,1 0 stage=5 bm=16 bn=16 bk=8 tm=2 tn=1 vec=1 bpb=8 hint=0 minb=1 ahead=1 span=0
+r k20 bmm f32 19,32,32,30 1024,32,1 960,1,32 0 stage=5 bm=32 bn=32 bk=8 tm=2 tn=4 vec=1 bpb=8 hint=0 minb=1 ahead=1 span=0
+KJIT_EMU_CP_ASYNC=sync r k14s bmm f32 17,64,64,64 4096,64,1 4096,64,1 0 stage=5 bm=64 bn=64 bk=16 tm=4 tn=8 vec=1 bpb=8 hint=0 minb=1 ahead=1 span=0
+KJIT_EMU_CP_ASYNC=sync r k16s bmm f32 25,64,64,64 4096,64,1 4096,64,1 0 stage=5 bm=64 bn=64 bk=16 tm=4 tn=8 vec=1 bpb=8 hint=0 minb=1 ahead=3 span=0
+KJIT_EMU_CP_ASYNC=sync r k18s mm f32 1,1000,64,64 0,64,1 0,64,1 0 stage=5 bm=64 bn=64 bk=16 tm=4 tn=8 vec=1 bpb=8 hint=0 minb=1 ahead=1 span=0
+KJIT_EMU_CP_ASYNC=sync r k19s bmm f32 12,16,16,16 256,16,1 256,16,1 0 stage=5 bm=16 bn=16 bk=8 tm=2 tn=1 vec=1 bpb=8 hint=0 minb=1 ahead=1 span=0
+KJIT_EMU_CP_ASYNC=sync r k20s bmm f32 19,32,32,30 1024,32,1 960,1,32 0 stage=5 bm=32 bn=32 bk=8 tm=2 tn=4 vec=1 bpb=8 hint=0 minb=1 ahead=1 span=0
 exit $failed
