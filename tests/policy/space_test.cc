@@ -1799,9 +1799,33 @@ TEST(MatmulSpace, ExpertDefaultsFitTheShapeAndTheAbi) {
   // (self, mat2, out).
   EXPECT_NE(c.source.find("kjit_matmul(const in_t* __restrict__ a,"), std::string::npos);
   EXPECT_EQ(c.entry_point, "kjit_matmul");
-  // Batched 64x64 headroom case (codegen 4, unmeasured): pipelined, one 64x64 tile a matrix, 4x8 a thread,
-  // float4 copies, two buffers of both tiles (68 KB: three blocks an SM), one wave of 3 x 132 blocks.
+  // Batched 64x64 headroom case, sm_90: bulk copies (stage 5, measured best at 2048, 4096 and 8192 matrices),
+  // half-matrix row tiles against B's whole matrix, 8x4 a thread (64 threads), 4 items a block.
   p = default_of(BmmKey(TensorDesc::Contiguous(f32, {4096, 64, 64}), TensorDesc::Contiguous(f32, {4096, 64, 64})), &c);
+  EXPECT_EQ(p.at("stage"), 5) << PointToString(p);
+  EXPECT_EQ(p.at("bm"), 32) << PointToString(p);
+  EXPECT_EQ(p.at("bn"), 64) << PointToString(p);
+  EXPECT_EQ(p.at("tm"), 8) << PointToString(p);
+  EXPECT_EQ(p.at("tn"), 4) << PointToString(p);
+  EXPECT_EQ(p.at("vec"), 1) << PointToString(p);
+  EXPECT_EQ(p.at("bpb"), 4) << PointToString(p);
+  EXPECT_EQ(p.at("ahead"), 1) << PointToString(p);
+  EXPECT_EQ(p.at("hint"), 0) << PointToString(p);
+  EXPECT_EQ(c.launch.block[0], 64u);
+  p = default_of(BmmKey(TensorDesc::Contiguous(f32, {2048, 64, 64}), TensorDesc::Contiguous(f32, {2048, 64, 64})));
+  EXPECT_EQ(p.at("stage"), 5) << PointToString(p);
+  // Before sm_90 (no bulk copies): pipelined (codegen 4), one 64x64 tile a matrix, 4x8 a thread, float4
+  // copies, two buffers of both tiles (68 KB: three blocks an SM), one wave of 3 x 132 blocks.
+  DeviceFacts ampere = device;
+  ampere.arch = 80;
+  {
+    auto found = FindFamily(BmmKey(TensorDesc::Contiguous(f32, {4096, 64, 64}), TensorDesc::Contiguous(f32, {4096, 64, 64})));
+    ASSERT_TRUE(found.ok()) << found.status().ToString();
+    p = found->family->ExpertDefault(*found->problem, ampere);
+    auto g = found->family->Generate(*found->problem, p, ampere);
+    ASSERT_TRUE(g.ok()) << g.status().ToString();
+    c = *g;
+  }
   EXPECT_EQ(p.at("stage"), 4) << PointToString(p);
   EXPECT_EQ(c.launch.dynamic_shared_bytes, 2u * 64u * (68u + 68u) * 4u);
   EXPECT_EQ(p.at("bm"), 64) << PointToString(p);
@@ -1813,9 +1837,6 @@ TEST(MatmulSpace, ExpertDefaultsFitTheShapeAndTheAbi) {
   EXPECT_EQ(p.at("span"), 0) << PointToString(p);
   EXPECT_EQ(c.launch.grid[0], 3u * 132u);
   EXPECT_EQ(c.launch.block[0], 128u);
-  // Fewer matrices: one a block while fewer than 8 blocks an SM would remain.
-  p = default_of(BmmKey(TensorDesc::Contiguous(f32, {2048, 64, 64}), TensorDesc::Contiguous(f32, {2048, 64, 64})));
-  EXPECT_EQ(p.at("bpb"), 1) << PointToString(p);
   // Odd 63x63 batches: pipelined with span copies (codegen 5): 16-byte pieces of each matrix's 3969 floats
   // landing in one buffer, repacked into padded tiles (65 KB in all: three blocks an SM), 8x4 a thread.
   p = default_of(BmmKey(TensorDesc::Contiguous(f32, {4095, 63, 63}), TensorDesc::Contiguous(f32, {4095, 63, 63})), &c);
