@@ -133,7 +133,7 @@ bool KeyAsKnownMiss(benchmark::State& state, kjit::shim::EntryTable& table, kjit
   kjit::Hash128 hash;
   bool created = false;
   Entry* entry = CheckCall<c10::DeviceType::CPU>(filter, args, &device)
-                     ? FindEntry(table, plan, args, device_index, arch, clock, &hash, &created)
+                     ? FindEntry<false, false>(table, plan, args, device_index, arch, clock, &hash, &created)
                      : nullptr;
   if (entry == nullptr || !created) {
     state.SkipWithError("the call was not keyed");
@@ -173,7 +173,7 @@ void MissLoop(benchmark::State& state, const char* name, const char* overload, c
     clock.Lap(Stage::kPreFilter);
     kjit::Hash128 hash;
     bool created = false;
-    Entry* entry = FindEntry(table, plan, args, kDevice, kArch, clock, &hash, &created);
+    Entry* entry = FindEntry<kProfile, false>(table, plan, args, kDevice, kArch, clock, &hash, &created);
     if (entry == nullptr || entry->state() != EntryState::kNegative) {
       state.SkipWithError("not a known miss");
       break;
@@ -263,7 +263,7 @@ void ColdMissLoop(benchmark::State& state, const char* name, const char* overloa
     }
     kjit::Hash128 hash;
     bool created = false;
-    Entry* entry = FindEntry(table, plan, args, kDevice, kArch, clock, &hash, &created);
+    Entry* entry = FindEntry<false, false>(table, plan, args, kDevice, kArch, clock, &hash, &created);
     if (entry == nullptr || entry->state() != EntryState::kNegative) {
       ok = false;
       return;
@@ -298,6 +298,55 @@ void BM_ShimMissColdSmallLayerNorm(benchmark::State& state) {
                {x, c10::IValue(std::vector<int64_t>{64}), w, w, 1e-5});
 }
 BENCHMARK(BM_ShimMissColdSmallLayerNorm)->UseManualTime()->Iterations(kColdIterations);
+
+// The unboxed wrapper's known miss (adapter.cc, Unboxed<I>::Look, then the miss counted): the
+// checks, key, hash and lookup from the call's C++ arguments, softmax f32[8,64] as above. Warm
+// (kCold false) or with caches cold before each call (as ColdMissLoop).
+template <bool kCold>
+void BM_ShimMissTypedSmallSoftmax(benchmark::State& state) {
+  using namespace kjit::shim;
+  const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::_softmax", "");
+  constexpr PreFilter kFilter = PreFilterFor("_softmax");
+  const kjit::torch::CallKeyPlan plan(op.schema());
+  EntryTable table;
+  constexpr int kDevice = 0;
+  constexpr int kArch = 90;
+  const at::Tensor x = at::empty({8, 64});
+  const int64_t dim = -1;
+  const bool half_to_float = false;
+  if (!KeyAsKnownMiss(state, table, kFilter, plan, {x, dim, half_to_float}, kDevice, kArch)) return;
+  bool ok = true;
+  auto call = [&] {
+    int device = -1;
+    if (!CheckTypedCall<kFilter, c10::DeviceType::CPU>(&device, x, dim, half_to_float)) {
+      ok = false;
+      return;
+    }
+    kjit::Hash128 hash;
+    bool keyed = false;
+    Entry* entry = FindTypedEntry<false>(table, plan, kDevice, kArch, &hash, &keyed, x, dim, half_to_float);
+    if (entry == nullptr || entry->state() != EntryState::kNegative) {
+      ok = false;
+      return;
+    }
+    if (!entry->TimeThisMiss()) {
+      entry->CountUntimedMiss();
+    } else {
+      const auto start = std::chrono::steady_clock::now();
+      const auto end = std::chrono::steady_clock::now();
+      const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(end - start).count();
+      benchmark::DoNotOptimize(entry->CountMiss(static_cast<uint64_t>(ns), end.time_since_epoch().count()));
+    }
+  };
+  if constexpr (kCold) {
+    ColdLoop(state, call);
+  } else {
+    for (auto _ : state) call();
+  }
+  if (!ok) state.SkipWithError("not a known miss");
+}
+BENCHMARK(BM_ShimMissTypedSmallSoftmax<false>);
+BENCHMARK(BM_ShimMissTypedSmallSoftmax<true>)->UseManualTime()->Iterations(kColdIterations);
 
 template <bool kProfile>
 void BM_ShimMissSmallSoftmax(benchmark::State& state) {

@@ -63,6 +63,7 @@
 #include "kjit/torch/call_key.h"
 #include "shim_adapter.h"
 #include "shim_core.h"
+#include "unboxed_kernels.h"
 #include "workspace.h"
 
 namespace kjit::shim {
@@ -93,6 +94,15 @@ EmptyStridedCuda FindEmptyStridedCuda() {
   return f;
 }
 
+// PyTorch's unboxed CUDA kernel of op I (unboxed_kernels.h) in the loaded libtorch_cuda, or null.
+void* FindUnboxedKernel(const char* symbol) {
+  void* torch_cuda = dlopen("libtorch_cuda.so", RTLD_LAZY | RTLD_NOLOAD);
+  if (torch_cuda == nullptr) return nullptr;
+  void* f = dlsym(torch_cuda, symbol);
+  dlclose(torch_cuda);  // RTLD_NOLOAD took a reference; the library stays loaded (PyTorch's)
+  return f;
+}
+
 // What kjit knows about one CUDA device, set up on first use.
 // ready and arch first: what every keyed call reads, in one line.
 struct DeviceSlot {
@@ -105,6 +115,10 @@ struct DeviceSlot {
 struct InterceptedOp {
   std::optional<c10::SafeKernelFunction> pytorch;  // set when the op is overridden
   std::optional<kjit::torch::CallKeyPlan> key_plan;  // set with pytorch
+  // PyTorch's kernel unboxed (at::cuda::<op>, unboxed_kernels.h), of type
+  // OpType<I>::ptr_schema; null: the op has the boxed wrapper only.
+  void* unboxed = nullptr;
+  std::optional<c10::OperatorHandle> handle;  // set with pytorch: the boxed path's, from the unboxed wrapper
 };
 
 // The fields a call reads come first (diagnostics, the table's handle, the ops), so that they
@@ -381,19 +395,36 @@ Status Launch(Adapter& a, const Entry& entry, const LoadedKernel& kernel, Device
   return Status::Ok();
 }
 
-template <bool kProfile>
+// An entry the unboxed wrapper found for the call (its checks passed, its key hashed): the
+// boxed path takes it as found rather than keying the call again.
+struct FoundEntry {
+  Entry* entry = nullptr;
+  Hash128 hash;
+};
+
+template <bool kProfile, bool kAllNumerics>
 Decision TryServe(Adapter& a, const c10::OperatorHandle& op, const kjit::torch::CallKeyPlan& plan, PreFilter filter,
-                  ::torch::jit::Stack* stack, Stopwatch<kProfile>& clock) noexcept {
+                  ::torch::jit::Stack* stack, Stopwatch<kProfile>& clock, const FoundEntry* found) noexcept {
   Decision d;
   try {
     auto args = ::torch::jit::last(*stack, plan.arg_count());
-    if (!CheckCall(filter, args, &d.device)) return d;
+    if (found != nullptr) {
+      d.device = found->entry->device();
+    } else if (!CheckCall(filter, args, &d.device)) {
+      return d;
+    }
     DeviceSlot* slot = a.Device(d.device);
     if (slot == nullptr) return d;
     d.arch = slot->arch;
     clock.Lap(Stage::kPreFilter);
     bool created = false;
-    Entry* entry = FindEntry(a.table, plan, args, d.device, d.arch, clock, &d.hash, &created);
+    Entry* entry = nullptr;
+    if (found != nullptr) {
+      entry = found->entry;
+      d.hash = found->hash;
+    } else {
+      entry = FindEntry<kProfile, kAllNumerics>(a.table, plan, args, d.device, d.arch, clock, &d.hash, &created);
+    }
     if (entry == nullptr) return d;  // a call kjit cannot key (e.g. an argument type it does not encode)
     if (created) {
       d.first_sight = entry;
@@ -517,10 +548,12 @@ void ResolveFirstSight(Adapter& a, const c10::OperatorHandle& op, const Decision
 }
 
 template <size_t I, bool kProfile>
-void ServeOrForward(Adapter& a, const c10::OperatorHandle& op, c10::DispatchKeySet keys, ::torch::jit::Stack* stack) {
+void ServeOrForward(Adapter& a, const c10::OperatorHandle& op, c10::DispatchKeySet keys, ::torch::jit::Stack* stack,
+                    const FoundEntry* found = nullptr) {
   static constexpr PreFilter kFilter = PreFilterFor(kInterceptedOps[I]);
   Stopwatch<kProfile> clock(&a.profile);
-  const Decision d = TryServe(a, op, *a.ops[I].key_plan, kFilter, stack, clock);
+  const Decision d = TryServe<kProfile, KeysAllNumerics(kInterceptedOps[I])>(a, op, *a.ops[I].key_plan, kFilter,
+                                                                             stack, clock, found);
   if (d.served) {
     clock.Total();
     return;
@@ -577,14 +610,112 @@ void Wrapper(const c10::OperatorHandle& op, c10::DispatchKeySet keys, ::torch::j
   }
 }
 
+// The unboxed wrapper of op I: the dispatcher calls it with the op's C++ arguments (no Stack).
+// A call kjit leaves to PyTorch without a decision to make (declined by the checks, a known miss,
+// an entry another thread is resolving, a blacklisted one) calls PyTorch's unboxed kernel. A
+// hit boxes its arguments (as the dispatcher boxed them for the boxed wrapper) and is launched
+// by the boxed path with the entry found here; a key's first call takes the boxed path whole
+// (Wrapper<I>), which makes and resolves its entry. KJIT_PROFILE profiles the boxed path only
+// (every call takes it while profiling); passthrough forwards unboxed.
+template <size_t I, class Fn = typename OpType<I>::schema>
+struct Unboxed;
+template <size_t I, class R, class... Args>
+struct Unboxed<I, R(Args...)> {
+  using Kernel = R (*)(Args...);
+
+  static R Call(c10::DispatchKeySet keys, Args... args) {
+    Adapter& a = *g_adapter;
+    InterceptedOp& op = a.ops[I];
+    const Kernel pytorch = reinterpret_cast<Kernel>(op.unboxed);
+    if (__builtin_expect(a.diagnostics.load(std::memory_order_relaxed), false)) {
+      if (a.passthrough.load(std::memory_order_relaxed) && !a.settings.profile) return pytorch(args...);
+      return Boxed(a, keys, args...);
+    }
+    FoundEntry found;
+    switch (Look(a, &found, args...)) {
+      case Path::kPyTorch:
+        return pytorch(args...);
+      case Path::kFirstSight:
+        return Boxed(a, keys, args...);
+      case Path::kLoaded: {
+        // A hit: launched from the boxed arguments (Launch), the entry as found here.
+        ::torch::jit::Stack stack = c10::impl::boxArgs<Args...>(std::forward<Args>(args)...);
+        ServeOrForward<I, false>(a, *a.ops[I].handle, keys, &stack, &found);
+        return c10::impl::PopResult<R>::call(stack);
+      }
+      case Path::kNegative:
+        break;
+    }
+    Entry* negative = found.entry;
+    // A known miss, as ServeOrForward counts one: PyTorch's exceptions are the user's to see.
+    if (!negative->TimeThisMiss()) {
+      R out = pytorch(args...);
+      negative->CountUntimedMiss();  // reported later, with a timed miss
+      return out;
+    }
+    const auto start = std::chrono::steady_clock::now();
+    R out = pytorch(args...);
+    CountMiss(a, *negative, start, std::chrono::steady_clock::now());
+    return out;
+  }
+
+ private:
+  enum class Path { kPyTorch, kNegative, kLoaded, kFirstSight };
+
+  static Path Look(Adapter& a, FoundEntry* found, const Args&... args) noexcept {
+    try {
+      static constexpr PreFilter kFilter = PreFilterFor(kInterceptedOps[I]);
+      int device = -1;
+      if (!CheckTypedCall<kFilter>(&device, args...)) return Path::kPyTorch;
+      DeviceSlot* slot = a.Device(device);
+      if (slot == nullptr) return Path::kPyTorch;
+      bool keyed = false;
+      Entry* entry = FindTypedEntry<KeysAllNumerics(kInterceptedOps[I])>(a.table, *a.ops[I].key_plan, device,
+                                                                          slot->arch, &found->hash, &keyed, args...);
+      if (!keyed) return Path::kPyTorch;  // a call kjit cannot key
+      if (entry == nullptr) return Path::kFirstSight;  // the boxed path makes the entry and resolves it
+      found->entry = entry;
+      switch (entry->state()) {
+        case EntryState::kNegative:
+          return Path::kNegative;
+        case EntryState::kLoaded:
+          return Path::kLoaded;
+        case EntryState::kUnknown:  // another thread is resolving it
+        case EntryState::kFailed:
+          return Path::kPyTorch;
+      }
+    } catch (...) {
+      // Nothing of kjit's may reach the dispatcher; PyTorch's kernel runs instead.
+    }
+    return Path::kPyTorch;
+  }
+
+  static R Boxed(Adapter& a, c10::DispatchKeySet keys, Args... args) {
+    ::torch::jit::Stack stack = c10::impl::boxArgs<Args...>(std::forward<Args>(args)...);
+    Wrapper<I>(*a.ops[I].handle, keys, &stack);
+    return c10::impl::PopResult<R>::call(stack);
+  }
+};
+
+// Op I's override: the unboxed wrapper if PyTorch's unboxed kernel was found, else the boxed one.
 template <size_t I>
-::torch::CppFunction WrapperFunction() {
+::torch::CppFunction WrapperFunction(bool unboxed) {
+  if (unboxed) return ::torch::CppFunction(TORCH_FN(Unboxed<I>::Call));
   return ::torch::CppFunction::makeFromBoxedFunction<&Wrapper<I>>();
 }
 
 template <size_t... I>
-std::array<::torch::CppFunction (*)(), sizeof...(I)> MakeWrapperFactories(std::index_sequence<I...>) {
+std::array<::torch::CppFunction (*)(bool), sizeof...(I)> MakeWrapperFactories(std::index_sequence<I...>) {
   return {&WrapperFunction<I>...};
+}
+
+template <size_t... I>
+std::array<const char*, sizeof...(I)> MakeUnboxedSymbols(std::index_sequence<I...>) {
+  return {CudaKernel<OpType<I>>::kSymbol...};
+}
+const std::array<const char*, kOpCount>& UnboxedSymbols() {
+  static const auto symbols = MakeUnboxedSymbols(std::make_index_sequence<kOpCount>{});
+  return symbols;
 }
 
 // Prints the stage profile: on stderr, or appended to KJIT_PROFILE's file.
@@ -608,7 +739,7 @@ void StartProfile(Adapter& a) {
   std::atexit(PrintProfileAtExit);
 }
 
-const std::array<::torch::CppFunction (*)(), kOpCount>& WrapperFactories() {
+const std::array<::torch::CppFunction (*)(bool), kOpCount>& WrapperFactories() {
   static const auto factories = MakeWrapperFactories(std::make_index_sequence<kOpCount>{});
   return factories;
 }
@@ -619,6 +750,23 @@ class SilentWarnings final : public c10::WarningHandler {
  public:
   void process(const c10::Warning&) override {}
 };
+
+// Registers op I's override in `library` (name.overload: that overload only): unboxed where
+// PyTorch's unboxed kernel was found. If the dispatcher refuses the unboxed wrapper (its inferred
+// schema does not match the op's in this PyTorch), the op keeps the boxed one.
+void RegisterOverride(Adapter& a, ::torch::Library& library, size_t i) {
+  const std::string name(kInterceptedOps[i]);
+  if (a.ops[i].unboxed != nullptr) {
+    try {
+      library.impl(name.c_str(), WrapperFactories()[i](true));
+      return;
+    } catch (const std::exception& e) {
+      a.Log("aten::", name, ": the unboxed wrapper was refused (", e.what(), "); the boxed one is used");
+      a.ops[i].unboxed = nullptr;
+    }
+  }
+  library.impl(name.c_str(), WrapperFactories()[i](false));
+}
 
 void Attach() noexcept {
   try {
@@ -650,8 +798,10 @@ void Attach() noexcept {
       }
       a->ops[i].key_plan.emplace(handle->schema());
       a->ops[i].pytorch.emplace(handle->getComputedKernelForDispatchKey(c10::DispatchKey::CUDA));
-      a->library->impl(name.c_str(), WrapperFactories()[i]());  // "name.overload": that overload only
-      a->Log("intercepting aten::", name);
+      a->ops[i].handle.emplace(*handle);
+      a->ops[i].unboxed = FindUnboxedKernel(UnboxedSymbols()[i]);
+      RegisterOverride(*a, *a->library, i);
+      a->Log("intercepting aten::", name, a->ops[i].unboxed != nullptr ? " (unboxed)" : " (boxed: PyTorch's unboxed kernel not found)");
     }
   } catch (const std::exception& e) {
     // A partial registration is still consistent: each overridden op has its captured kernel.
@@ -670,6 +820,7 @@ AdapterStats CurrentAdapterStats() {
   s.attached = true;
   for (size_t i = 0; i < kOpCount; ++i) {
     if (g_adapter->ops[i].pytorch.has_value()) s.intercepted_ops.emplace_back(kInterceptedOps[i]);
+    if (g_adapter->ops[i].unboxed != nullptr) s.unboxed_ops.emplace_back(kInterceptedOps[i]);
   }
   s.entries = g_adapter->table.size();
   s.hits = g_adapter->hits.load();
@@ -689,14 +840,15 @@ extern "C" const void* kjit_adapter_stats() {
 }
 
 // For programs in other languages (Python's ctypes, in tests and benchmarks/shim_overhead.py):
-// the adapter's counters as plain integers. Writes min(n, 5) of: attached (0/1), hits,
-// first sights, misses, failures; returns how many it wrote.
+// the adapter's counters as plain integers. Writes min(n, 7) of: attached (0/1), hits,
+// first sights, misses, failures, intercepted ops, of those unboxed; returns how many it wrote.
 extern "C" __attribute__((visibility("default"))) int kjit_adapter_counters(uint64_t* out, int n);
 extern "C" int kjit_adapter_counters(uint64_t* out, int n) {
   const kjit::shim::AdapterStats s = kjit::shim::CurrentAdapterStats();
-  const uint64_t values[] = {s.attached ? 1u : 0u, s.hits, s.first_sights, s.misses, s.failures};
+  const uint64_t values[] = {s.attached ? 1u : 0u, s.hits,     s.first_sights,         s.misses,
+                             s.failures,          s.intercepted_ops.size(), s.unboxed_ops.size()};
   int written = 0;
-  for (; written < n && written < 5; ++written) out[written] = values[written];
+  for (; written < n && written < static_cast<int>(std::size(values)); ++written) out[written] = values[written];
   return written;
 }
 
@@ -756,8 +908,7 @@ extern "C" int kjit_adapter_set_registered(int on) {
     auto library = std::make_unique<::torch::Library>(::torch::Library::IMPL, "aten", c10::DispatchKey::CUDA,
                                                       __FILE__, __LINE__);
     for (size_t i = 0; i < kjit::shim::kOpCount; ++i) {
-      if (!a->ops[i].pytorch.has_value()) continue;
-      library->impl(std::string(kjit::shim::kInterceptedOps[i]).c_str(), kjit::shim::WrapperFactories()[i]());
+      if (a->ops[i].pytorch.has_value()) kjit::shim::RegisterOverride(*a, *library, i);
     }
     a->library = std::move(library);
     return 0;

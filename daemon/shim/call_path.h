@@ -11,8 +11,11 @@
 #include <c10/util/ArrayRef.h>
 
 #include <chrono>
+#include <optional>
 #include <span>
 #include <string>
+#include <tuple>
+#include <type_traits>
 
 #include "kjit/runtime/hash.h"
 #include "kjit/torch/call_key.h"
@@ -50,9 +53,7 @@ struct Stopwatch<true> {
 
 // PreFilter::kSmallMatmul / kSmallBatchedMatmul: mm(self, mat2) or bmm(self, mat2), self a
 // defined strided tensor.
-inline bool SmallMatmulArgsPass(bool batched, const at::Tensor& self, c10::ArrayRef<c10::IValue> args) {
-  if (args.size() != 2 || !args[1].isTensor()) return false;
-  const at::Tensor& mat2 = args[1].toTensor();
+inline bool SmallMatmulArgsPass(bool batched, const at::Tensor& self, const at::Tensor& mat2) {
   if (!mat2.defined() || mat2.layout() != c10::kStrided || mat2.scalar_type() != self.scalar_type()) return false;
   // A dtype the family does not serve has MatmulMaxK 0 (kjit/runtime/matmul_limits.h): declined there.
   DType dtype;
@@ -63,29 +64,38 @@ inline bool SmallMatmulArgsPass(bool batched, const at::Tensor& self, c10::Array
                                 {{b_sizes.data(), b_sizes.size()}, {b_strides.data(), b_strides.size()}});
 }
 
+// What a pre-filter reads of a call, however it was passed (boxed or as C++ arguments): the first
+// argument if it is a tensor; the second if it is one (mm, bmm, cudnn_convolution's weight);
+// cudnn_convolution's groups (argument 5) if it is an int. Null where the call has none.
+struct PreFilterArgs {
+  const at::Tensor* first = nullptr;
+  const at::Tensor* second = nullptr;
+  const int64_t* groups = nullptr;
+};
+
 // The op's pre-filter (shim_core.h): true if the call may be one its family serves and is to be
-// keyed. Reads tensor metadata only; no allocation, no exception for any stack contents.
-inline bool PassesPreFilter(PreFilter filter, c10::ArrayRef<c10::IValue> args) {
+// keyed. Reads tensor metadata only; no allocation, no exception for any arguments.
+inline bool PassesPreFilter(PreFilter filter, const PreFilterArgs& args) {
   if (filter == PreFilter::kNone) return true;
-  if (args.empty() || !args[0].isTensor()) return false;
-  const at::Tensor& x = args[0].toTensor();
+  if (args.first == nullptr) return false;
+  const at::Tensor& x = *args.first;
   if (!x.defined() || x.layout() != c10::kStrided) return false;
   const c10::ScalarType type = x.scalar_type();
   if (type != c10::ScalarType::Float && type != c10::ScalarType::Half && type != c10::ScalarType::BFloat16) {
     return false;
   }
   if (filter == PreFilter::kSmallMatmul || filter == PreFilter::kSmallBatchedMatmul) {
-    return SmallMatmulArgsPass(filter == PreFilter::kSmallBatchedMatmul, x, args);
+    return args.second != nullptr && SmallMatmulArgsPass(filter == PreFilter::kSmallBatchedMatmul, x, *args.second);
   }
   const auto sizes = x.sizes();
   if (filter == PreFilter::kDepthwiseConv) {
     // cudnn_convolution(self, weight, padding, stride, dilation, groups, benchmark, deterministic, allow_tf32)
-    if (args.size() != 9 || !args[1].isTensor() || !args[5].isInt()) return false;
-    const at::Tensor& w = args[1].toTensor();
+    if (args.second == nullptr || args.groups == nullptr) return false;
+    const at::Tensor& w = *args.second;
     if (!w.defined()) return false;
     const auto w_sizes = w.sizes();
     return CudnnConvMayBeDepthwise(std::span<const int64_t>(sizes.data(), sizes.size()),
-                                   std::span<const int64_t>(w_sizes.data(), w_sizes.size()), args[5].toInt());
+                                   std::span<const int64_t>(w_sizes.data(), w_sizes.size()), *args.groups);
   }
   // 0-d and empty inputs: every family of a filtered op leaves them to PyTorch.
   if (sizes.empty()) return false;
@@ -95,6 +105,84 @@ inline bool PassesPreFilter(PreFilter filter, c10::ArrayRef<c10::IValue> args) {
   return true;
 }
 
+// The same on a boxed call.
+inline bool PassesPreFilter(PreFilter filter, c10::ArrayRef<c10::IValue> args) {
+  if (filter == PreFilter::kNone) return true;
+  PreFilterArgs p;
+  if (!args.empty() && args[0].isTensor()) p.first = &args[0].toTensor();
+  const bool matmul = filter == PreFilter::kSmallMatmul || filter == PreFilter::kSmallBatchedMatmul;
+  if ((matmul && args.size() != 2) || (filter == PreFilter::kDepthwiseConv && args.size() != 9)) return false;
+  if (args.size() > 1 && args[1].isTensor()) p.second = &args[1].toTensor();
+  int64_t groups = 0;
+  if (filter == PreFilter::kDepthwiseConv && args[5].isInt()) {
+    groups = args[5].toInt();
+    p.groups = &groups;
+  }
+  return PassesPreFilter(filter, p);
+}
+
+// The same on a call given by its C++ arguments (the unboxed wrapper's, in schema order).
+template <PreFilter kFilter, class... Args>
+bool PassesPreFilterTyped(const Args&... args) {
+  constexpr size_t n = sizeof...(Args);
+  constexpr bool matmul = kFilter == PreFilter::kSmallMatmul || kFilter == PreFilter::kSmallBatchedMatmul;
+  if constexpr (kFilter == PreFilter::kNone) {
+    return true;
+  } else if constexpr ((matmul && n != 2) || (kFilter == PreFilter::kDepthwiseConv && n != 9) || n == 0) {
+    return false;
+  } else {
+    using Types = std::tuple<std::decay_t<Args>...>;
+    const auto refs = std::forward_as_tuple(args...);
+    PreFilterArgs p;
+    if constexpr (std::is_same_v<std::tuple_element_t<0, Types>, at::Tensor>) p.first = &std::get<0>(refs);
+    if constexpr (n > 1) {
+      if constexpr (std::is_same_v<std::tuple_element_t<1, Types>, at::Tensor>) p.second = &std::get<1>(refs);
+    }
+    int64_t groups = 0;
+    if constexpr (kFilter == PreFilter::kDepthwiseConv) {
+      using Groups = std::tuple_element_t<5, Types>;
+      if constexpr (std::is_same_v<Groups, int64_t>) {
+        groups = std::get<5>(refs);
+        p.groups = &groups;
+      } else if constexpr (std::is_same_v<Groups, c10::SymInt>) {
+        // A symbolic groups boxes as a SymInt, not an int: the boxed pre-filter declines it too.
+        if (const std::optional<int64_t> g = std::get<5>(refs).maybe_as_int()) {
+          groups = *g;
+          p.groups = &groups;
+        }
+      }
+    }
+    return PassesPreFilter(kFilter, p);
+  }
+}
+
+// The device of a call's tensor arguments, fed one argument at a time (Visit), and whether
+// autograd would record the call. Shared by the boxed and the unboxed paths.
+template <c10::DeviceType kDevice>
+struct DeviceScan {
+  bool grad_mode = c10::GradMode::is_enabled();
+  int found = -2;  // no tensor seen yet
+  // False if autograd would record the call (stop there).
+  bool Visit(const at::Tensor& t) {
+    if (!t.defined()) return true;
+    if (grad_mode && t.requires_grad()) return false;
+    if (found == -1) return true;  // only autograd is left to check
+    const c10::Device d = t.device();
+    if (d.type() != kDevice || (found != -2 && d.index() != found)) {
+      found = -1;
+    } else {
+      found = d.index();
+    }
+    return true;
+  }
+  bool Visit(const std::optional<at::Tensor>& t) { return !t.has_value() || Visit(*t); }
+  template <class T>
+  bool Visit(const T&) {
+    return true;  // not a tensor
+  }
+  int device() const { return found == -2 ? -1 : found; }
+};
+
 // The device of the call's tensor arguments, all of type kDevice (CUDA in the adapter), in
 // *device; -1 if the first is not such a tensor, or if they are on more than one device. Such a
 // call is left to PyTorch's kernel, which rejects it (or handles it) as it would without kjit:
@@ -103,22 +191,11 @@ inline bool PassesPreFilter(PreFilter filter, c10::ArrayRef<c10::IValue> args) {
 // argument requires grad): PyTorch's kernel too. One pass over the arguments for both.
 template <c10::DeviceType kDevice = c10::DeviceType::CUDA>
 bool DeviceWithoutAutograd(c10::ArrayRef<c10::IValue> args, int* device) {
-  const bool grad_mode = c10::GradMode::is_enabled();
-  int found = -2;  // no tensor seen yet
+  DeviceScan<kDevice> scan;
   for (const c10::IValue& v : args) {
-    if (!v.isTensor()) continue;
-    const at::Tensor& t = v.toTensor();
-    if (!t.defined()) continue;
-    if (grad_mode && t.requires_grad()) return false;
-    if (found == -1) continue;  // only autograd is left to check
-    const c10::Device d = t.device();
-    if (d.type() != kDevice || (found != -2 && d.index() != found)) {
-      found = -1;
-    } else {
-      found = d.index();
-    }
+    if (v.isTensor() && !scan.Visit(v.toTensor())) return false;
   }
-  *device = found == -2 ? -1 : found;
+  *device = scan.device();
   return true;
 }
 
@@ -129,16 +206,52 @@ bool CheckCall(PreFilter filter, c10::ArrayRef<c10::IValue> args, int* device) {
   return PassesPreFilter(filter, args) && DeviceWithoutAutograd<kDevice>(args, device);
 }
 
+// The numerics a call is keyed with: KeysAllNumerics(op) (shim_core.h) as kAllNumerics.
+template <bool kAllNumerics>
+uint32_t KeyNumerics() {
+  if constexpr (kAllNumerics) {
+    return kjit::torch::CurrentNumerics();
+  } else {
+    return kjit::torch::CurrentDeterminismNumerics();
+  }
+}
+
+// CheckCall on a call given by its C++ arguments: the same checks, the same answer.
+template <PreFilter kFilter, c10::DeviceType kDevice = c10::DeviceType::CUDA, class... Args>
+bool CheckTypedCall(int* device, const Args&... args) {
+  if (!PassesPreFilterTyped<kFilter>(args...)) return false;
+  DeviceScan<kDevice> scan;
+  if (!(scan.Visit(args) && ...)) return false;
+  *device = scan.device();
+  return true;
+}
+
+// A checked call's key from its C++ arguments (WriteTypedCallKey: the bytes FindEntry keys), its
+// hash, and its entry on `device` if there is one: never created here, so that the boxed path,
+// which makes and resolves entries, sees a key's first call. Null if there is none or the call
+// cannot be keyed (*keyed false).
+template <bool kAllNumerics, class... Args>
+Entry* FindTypedEntry(const EntryTable& table, const kjit::torch::CallKeyPlan& plan, int device, int arch,
+                      Hash128* hash, bool* keyed, const Args&... args) {
+  thread_local std::string key;
+  *keyed = kjit::torch::WriteTypedCallKey(plan, static_cast<uint16_t>(arch), KeyNumerics<kAllNumerics>(), &key,
+                                          args...)
+               .ok();
+  if (!*keyed) return nullptr;
+  *hash = HashBytes(key);
+  return table.Find(*hash, device);
+}
+
 // A checked call's key, its hash and its entry on `device` (created in kUnknown if absent:
 // *created says whether this call made it). Null if the call cannot be keyed (e.g. an argument
 // type the key does not encode).
 // `plan` is the op's (kjit::torch::CallKeyPlan): made once, so that no call reads the schema.
-template <bool kProfile>
+template <bool kProfile, bool kAllNumerics>
 Entry* FindEntry(EntryTable& table, const kjit::torch::CallKeyPlan& plan, c10::ArrayRef<c10::IValue> args, int device,
                  int arch, Stopwatch<kProfile>& clock, Hash128* hash, bool* created) {
   thread_local std::string key;
   if (!kjit::torch::WriteCallKey(plan, std::span<const c10::IValue>(args.data(), args.size()),
-                                 static_cast<uint16_t>(arch), kjit::torch::CurrentNumerics(), &key)
+                                 static_cast<uint16_t>(arch), KeyNumerics<kAllNumerics>(), &key)
            .ok()) {
     return nullptr;
   }

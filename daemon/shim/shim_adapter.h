@@ -13,6 +13,7 @@ namespace kjit::shim {
 struct AdapterStats {
   bool attached = false;                    // the constructor ran and KJIT_DISABLE was not set
   std::vector<std::string> intercepted_ops;  // overridden ops, without "aten::"
+  std::vector<std::string> unboxed_ops;      // of those, the ones with the unboxed wrapper
   size_t entries = 0;                       // keys seen (per device)
   uint64_t hits = 0;                        // calls served by a cached kernel
   uint64_t first_sights = 0;                // keys resolved after their first call

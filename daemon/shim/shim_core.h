@@ -83,6 +83,15 @@ constexpr OpName SplitOpName(std::string_view op) {
   return {op.substr(0, dot), op.substr(dot + 1)};
 }
 
+// Whether the keys of op's calls carry every numerics setting in force (CurrentNumerics,
+// kjit/torch/call_key.h): the products and convolutions, whose results TF32 and reduced-precision
+// settings change (matmul's kernels refuse TF32-off keys they cannot honour). The other ops'
+// keys carry CurrentDeterminismNumerics: PyTorch's defaults and the determinism bit, the same
+// bytes under default settings, without reading the float32 precision table per call.
+constexpr bool KeysAllNumerics(std::string_view op) {
+  return op == "mm" || op == "bmm" || op == "cudnn_convolution" || op == "_conv_depthwise2d";
+}
+
 // What the adapter checks of a call before keying it. A call that fails its op's pre-filter
 // goes straight to PyTorch's kernel: no key is computed, no entry made, no miss reported. Each
 // check is a few reads of tensor metadata, and declines only calls that the op's family

@@ -275,9 +275,10 @@ def counters():
         adapter = ctypes.CDLL("libkjit_torch_adapter.so", mode=os.RTLD_NOLOAD | os.RTLD_LOCAL)
     except OSError:
         return None
-    values = (ctypes.c_uint64 * 5)()
-    n = adapter.kjit_adapter_counters(values, 5)
-    return dict(zip(["attached", "hits", "first_sights", "misses", "failures"], list(values)[:n]))
+    values = (ctypes.c_uint64 * 7)()
+    n = adapter.kjit_adapter_counters(values, 7)
+    return dict(zip(["attached", "hits", "first_sights", "misses", "failures", "intercepted_ops", "unboxed_ops"],
+                    list(values)[:n]))
 
 
 def child_outputs(torch, calls, devices=(0,), part="part1"):
@@ -517,6 +518,10 @@ def first_run_and_seed(e, part="part1"):
     c = first["counters"]
     if not c or not c.get("attached"):
         fail(f"the PyTorch adapter did not attach in the program (counters {c}):\n{log[-3000:]}")
+    # The PyTorch built against exports every unboxed kernel (tests/shim/shim_unboxed_test.cc checks
+    # the names on the CPU): each intercepted op must have the unboxed wrapper here.
+    if not c.get("intercepted_ops") or c.get("unboxed_ops") != c.get("intercepted_ops"):
+        fail(f"not every intercepted op has the unboxed wrapper (counters {c}):\n{log[-3000:]}")
     compare_all(torch, first["outputs"], reference["outputs"], "with every key missing")
     e.stop_kjitd()
     if e.seed() == 0:

@@ -132,6 +132,27 @@ TEST(TorchBridge, NumericsFollowTorchSettings) {
   ctx.setAllowTF32CuBLAS(tf32);
 }
 
+// A test process runs under PyTorch's default settings (the tests that flip one restore it).
+TEST(TorchBridge, DefaultNumericsAreTorchDefaults) {
+  EXPECT_EQ(CurrentNumerics(), kTorchDefaultNumerics);
+  EXPECT_EQ(CurrentDeterminismNumerics(), kTorchDefaultNumerics);
+}
+
+TEST(TorchBridge, DeterminismNumericsFollowOnlyDeterminism) {
+  auto& ctx = at::globalContext();
+  const bool tf32 = ctx.allowTF32CuBLAS();
+  const bool deterministic = ctx.deterministicAlgorithms();
+  const bool warn_only = ctx.deterministicAlgorithmsWarnOnly();
+  ctx.setAllowTF32CuBLAS(!tf32);
+  EXPECT_EQ(CurrentDeterminismNumerics(), kTorchDefaultNumerics);
+  EXPECT_NE(CurrentNumerics(), kTorchDefaultNumerics);
+  ctx.setAllowTF32CuBLAS(tf32);
+  ctx.setDeterministicAlgorithms(true, false);
+  EXPECT_EQ(CurrentDeterminismNumerics(), kTorchDefaultNumerics | kDeterministic);
+  ctx.setDeterministicAlgorithms(deterministic, warn_only);
+  EXPECT_EQ(CurrentDeterminismNumerics(), kTorchDefaultNumerics);
+}
+
 // Every setting CurrentNumerics reads, flipped between two calls, through each API a user has:
 // each flip changes the numerics and the call's key, and restoring the setting restores both.
 TEST(TorchBridge, NumericsFollowEverySettingFlippedBetweenCalls) {

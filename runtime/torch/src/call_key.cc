@@ -98,6 +98,53 @@ bool WriteArg(KeyWriter& w, const CallKeyPlan& plan, size_t i, const c10::IValue
 
 }  // namespace
 
+namespace typed {
+
+bool WriteTensorOrNone(KeyWriter& w, const at::Tensor& t, Status* error) {
+  if (!t.defined()) {
+    w.None();
+    return true;
+  }
+  return WriteTensor(w, t, error);
+}
+
+bool WriteScalarType(KeyWriter& w, c10::ScalarType type, Status* error) {
+  DType dtype;
+  if (!ToDType(type, &dtype)) {
+    *error = DTypeOf(type).status();
+    return false;
+  }
+  w.ScalarType(dtype);
+  return true;
+}
+
+// A symbolic SymInt boxes as a SymInt IValue, which WriteArg refuses: the same refusal here.
+bool WriteSymInt(KeyWriter& w, const c10::SymInt& v, Status* error) {
+  const std::optional<int64_t> concrete = v.maybe_as_int();
+  if (!concrete.has_value()) {
+    *error = InvalidArgument("a symbolic SymInt is not keyed");
+    return false;
+  }
+  w.Int(*concrete);
+  return true;
+}
+
+bool WriteSymIntList(KeyWriter& w, c10::SymIntArrayRef v, Status* error) {
+  c10::SmallVector<int64_t, 8> values;
+  for (const c10::SymInt& x : v) {
+    const std::optional<int64_t> concrete = x.maybe_as_int();
+    if (!concrete.has_value()) {
+      *error = InvalidArgument("a list with a symbolic SymInt is not keyed");
+      return false;
+    }
+    values.push_back(*concrete);
+  }
+  w.IntList(values);
+  return true;
+}
+
+}  // namespace typed
+
 CallKeyPlan::CallKeyPlan(const c10::FunctionSchema& schema)
     : schema_(&schema), arg_count_(schema.arguments().size()) {
   for (size_t i = 0; i < arg_count_ && i < 64; ++i) {
@@ -172,6 +219,10 @@ uint32_t CurrentNumerics() {
   // NONE), and asking (up to three hash-map finds) was a third of this function's time on every
   // keyed call. The test NumericsNeverAllowBF16Matmul fails on a PyTorch where CUDA can answer BF16.
   return n;
+}
+
+uint32_t CurrentDeterminismNumerics() {
+  return kTorchDefaultNumerics | (at::globalContext().deterministicAlgorithms() ? kDeterministic : 0u);
 }
 
 Status WriteCallKey(const CallKeyPlan& plan, std::span<const c10::IValue> args, uint16_t arch, uint32_t numerics,

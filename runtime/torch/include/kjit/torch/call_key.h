@@ -23,8 +23,11 @@
 #include <ATen/core/function_schema.h>
 #include <ATen/core/ivalue.h>
 #include <c10/core/ScalarType.h>
+#include <c10/core/SymInt.h>
+#include <c10/util/OptionalArrayRef.h>
 #include <c10/util/SmallVector.h>
 
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -46,6 +49,20 @@ Result<TensorDesc> DescribeTensor(const at::Tensor& tensor);
 
 // The numerics settings in force (TF32, reduced-precision reductions, determinism).
 uint32_t CurrentNumerics();
+
+// CurrentNumerics under PyTorch's default settings: TF32 allowed for cuDNN convolutions only,
+// reduced-precision cuBLAS reductions allowed, not deterministic
+// (TorchBridge.DefaultNumericsAreTorchDefaults checks it against this PyTorch).
+inline constexpr uint32_t kTorchDefaultNumerics =
+    kAllowTF32Cudnn | kAllowFP16ReducedReduction | kAllowBF16ReducedReduction;
+
+// The numerics of a key whose kernels no TF32 or cuBLAS setting can change (every family but
+// the products and convolutions): kTorchDefaultNumerics, with the determinism bit in force (a
+// kernel may be nondeterministic, which torch.use_deterministic_algorithms must be able to
+// refuse). Under PyTorch's defaults it equals CurrentNumerics(), so such keys are the same bytes
+// either way; it reads one flag where CurrentNumerics reads the float32 precision table (hash
+// lookups, a fifth of the shim's cost per call when a Python program has evicted them).
+uint32_t CurrentDeterminismNumerics();
 
 // What keying a call reads of its op's schema, read once: the call's encoded name, overload and
 // argument count, and which int arguments are ScalarTypes. The shim keys every call of an op
@@ -76,6 +93,81 @@ Status WriteCallKey(const c10::FunctionSchema& schema, std::span<const c10::IVal
 // The same with the op's plan: the same bytes.
 Status WriteCallKey(const CallKeyPlan& plan, std::span<const c10::IValue> args, uint16_t arch, uint32_t numerics,
                     std::string* out);
+
+// ---- Typed calls: the key of a call from its C++ arguments (the parameters of an unboxed
+// kernel, at::_ops::<op>::schema), without boxing them into IValues. The bytes are exactly those
+// WriteCallKey writes for the same call boxed as the dispatcher boxes it (c10::impl::boxArgs):
+// tests/torch/call_key_test.cc checks this for every op the shim intercepts. Each parameter type
+// maps as its IValue does: an undefined tensor or an empty optional is None, a concrete SymInt
+// (or SymInt[]) is an Int (IntList), a symbolic one is not keyed; a parameter type without an
+// overload below does not compile.
+namespace typed {
+// The IValue path's tensor: dtype, sizes, strides, offset, alignment; undefined -> None.
+bool WriteTensorOrNone(KeyWriter& w, const at::Tensor& t, Status* error);
+bool WriteScalarType(KeyWriter& w, c10::ScalarType type, Status* error);
+bool WriteSymInt(KeyWriter& w, const c10::SymInt& v, Status* error);
+bool WriteSymIntList(KeyWriter& w, c10::SymIntArrayRef v, Status* error);
+
+inline bool Write(KeyWriter& w, const at::Tensor& t, Status* error) { return WriteTensorOrNone(w, t, error); }
+inline bool Write(KeyWriter& w, const std::optional<at::Tensor>& t, Status* error) {
+  if (!t.has_value()) {
+    w.None();
+    return true;
+  }
+  return WriteTensorOrNone(w, *t, error);
+}
+inline bool Write(KeyWriter& w, bool v, Status*) {
+  w.Bool(v);
+  return true;
+}
+inline bool Write(KeyWriter& w, int64_t v, Status*) {
+  w.Int(v);
+  return true;
+}
+inline bool Write(KeyWriter& w, double v, Status*) {
+  w.Double(v);
+  return true;
+}
+inline bool Write(KeyWriter& w, const c10::SymInt& v, Status* error) { return WriteSymInt(w, v, error); }
+inline bool Write(KeyWriter& w, c10::ScalarType v, Status* error) { return WriteScalarType(w, v, error); }
+inline bool Write(KeyWriter& w, c10::IntArrayRef v, Status*) {
+  w.IntList(std::span<const int64_t>(v.data(), v.size()));
+  return true;
+}
+inline bool Write(KeyWriter& w, c10::SymIntArrayRef v, Status* error) { return WriteSymIntList(w, v, error); }
+inline bool Write(KeyWriter& w, const c10::OptionalArrayRef<int64_t>& v, Status* error) {
+  if (!v.has_value()) {
+    w.None();
+    return true;
+  }
+  return Write(w, *v, error);
+}
+template <class T>
+bool Write(KeyWriter& w, const std::optional<T>& v, Status* error) {
+  if (!v.has_value()) {
+    w.None();
+    return true;
+  }
+  return Write(w, *v, error);
+}
+}  // namespace typed
+
+// Writes the key of a call given by its C++ arguments, in schema order, into *out: the bytes
+// WriteCallKey(plan, boxed arguments, ...) writes. `plan` is the op's.
+template <class... Args>
+Status WriteTypedCallKey(const CallKeyPlan& plan, uint16_t arch, uint32_t numerics, std::string* out,
+                         const Args&... args) {
+  if (sizeof...(Args) != plan.arg_count()) {
+    return InvalidArgument(plan.schema().name() + " takes " + std::to_string(plan.arg_count()) + " arguments, got " +
+                           std::to_string(sizeof...(Args)));
+  }
+  KeyWriter w(out);
+  w.BeginKey(arch, numerics, 1);
+  w.BeginEncodedCall(plan.encoded_call(), static_cast<uint32_t>(sizeof...(Args)));
+  Status error;
+  if (!(typed::Write(w, args, &error) && ...)) return error.WithContext(plan.schema().name());
+  return w.Finish();
+}
 
 // The same key as an OpKey, for inspection and tests.
 Result<OpKey> CallKey(const c10::FunctionSchema& schema, std::span<const c10::IValue> args, uint16_t arch,
