@@ -64,6 +64,9 @@ constexpr int64_t kReductionScratch = 1024;  // shared bytes kept for block redu
 // The expert default stages at most this much per block, so that three blocks share an SM and one
 // block's staging read overlaps another's arithmetic.
 constexpr int64_t kDefaultStageBytes = 72 * 1024;
+// Registers a channel-in-registers kernel needs besides the values it holds (addresses, loop
+// state, the reductions): about 20-28 under ptxas for sm_90 (held 36 floats: 55-64 registers).
+constexpr int64_t kHeldOverheadRegisters = 24;
 
 struct BatchNormProblem : Problem {
   bool cudnn = false;
@@ -522,6 +525,18 @@ class BatchNorm final : public Family {
       Point w = widest(t);
       const int64_t lanes = t.at("strategy") == kWarp ? 32 : t.at("threads");
       if (Check(problem, w, dev).ok() && CeilDiv(len, lanes * w.at("vec")) * w.at("vec") <= 32) return w;
+    }
+    // A block of 1024 still holds a longer channel in registers while a thread's values and the
+    // kernel's own ~24 registers fit the 64 registers a thread gets at 1024 threads (ptxas: 36
+    // floats a thread took 55-64 registers, no spill; 64 floats spilled). That beats staging
+    // the channel: a 144 KiB channel staged alone on its SM (or split over a cluster of 2) has
+    // too few loads in flight. H200, f32 training, instance-norm-like planes: 1x512x192x192
+    // 45.3 us = 1.22x the floor (cluster of 2 staged: 80.1 us, 2.16x); 1x1020x191x191 100.7 us
+    // = 1.38x (Welford from global memory: 176.2 us, 2.41x).
+    {
+      const int64_t budget = dev.registers_per_sm / 1024 - kHeldOverheadRegisters;
+      Point w = widest(train(kRegs, 1024, 1, kTwoPass, 0));
+      if (Check(problem, w, dev).ok() && CeilDiv(len, 1024 * w.at("vec")) * w.at("vec") <= budget) return w;
     }
     // Longer channels staged in shared memory (one read of global memory), split over a cluster
     // when a block's part would be too large for three blocks to share an SM.

@@ -224,6 +224,25 @@ TEST(SoftmaxSpace, LongFewRowsSplitAcrossAClusterByDefault) {
   EXPECT_EQ(p.at("vec"), 4) << PointToString(p);
 }
 
+// Rows too long for two staged rows an SM read twice by blocks of 1024 (H200, f32 2047x32767:
+// 204.4 us against 302.8 staged one row an SM); rows that leave room for two stay staged.
+TEST(SoftmaxSpace, RowsStagedAloneOnAnSmAreReadTwiceInstead) {
+  const DeviceFacts dev = DeviceFacts::H200();
+  auto def = [&](std::vector<int64_t> sizes) {
+    auto found = FindFamily(OpKey::Single("aten::_softmax", "",
+                                          {TensorDesc::Contiguous(DType::kFloat32, std::move(sizes)), int64_t{-1}, false},
+                                          90));
+    EXPECT_TRUE(found.ok()) << found.status().ToString();
+    return found->family->ExpertDefault(*found->problem, dev);
+  };
+  const Point p = def({2047, 32767});
+  EXPECT_EQ(p.at("strategy"), 3) << PointToString(p);
+  EXPECT_EQ(p.at("threads"), 1024) << PointToString(p);
+  EXPECT_EQ(p.at("vec"), 4) << PointToString(p);
+  EXPECT_EQ(p.at("hint"), 1) << PointToString(p);
+  EXPECT_EQ(def({4095, 16383}).at("strategy"), 2) << PointToString(def({4095, 16383}));
+}
+
 
 // An odd row length: the block-per-row strategies take whole vectors between a
 // scalar head and tail (each row starts at another alignment); the strategies
@@ -424,6 +443,23 @@ TEST(BatchNormSpace, InstanceNormSplitsLongChannelsAcrossAClusterByDefault) {
   EXPECT_EQ(p.at("strategy"), 7) << PointToString(p);
   EXPECT_GT(p.at("cluster"), 1) << PointToString(p);
   EXPECT_EQ(p.at("vec"), 4) << PointToString(p);
+}
+
+// Channels a block of 1024 holds in registers within the register budget (36 floats a thread)
+// are held there rather than staged (H200: 1x512x192x192 1.22x the floor against 2.16x; 1x1020x191x191
+// 1.38x against 2.41x); 64 a thread would spill, so 1x2048x256x256 stays split over a cluster.
+TEST(BatchNormSpace, ChannelsOfUpTo40FloatsAThreadStayInRegisters) {
+  for (const auto& [sizes, vec] : std::vector<std::pair<std::vector<int64_t>, int64_t>>{
+           {{1, 512, 192, 192}, 4}, {{1, 1020, 191, 191}, 1}}) {
+    auto found = FindFamily(BatchNormKey("aten::native_batch_norm", TensorDesc::Contiguous(DType::kFloat32, sizes),
+                                         NoneArg{}, NoneArg{}, NoneArg{}, NoneArg{}, true));
+    ASSERT_TRUE(found.ok()) << found.status().ToString();
+    const Point p = found->family->ExpertDefault(*found->problem, DeviceFacts::H200());
+    EXPECT_EQ(p.at("strategy"), 3) << PointToString(p);
+    EXPECT_EQ(p.at("threads"), 1024) << PointToString(p);
+    EXPECT_EQ(p.at("vec"), vec) << PointToString(p);
+    EXPECT_EQ(p.at("stats"), 0) << PointToString(p);
+  }
 }
 
 TEST(BatchNormSpace, OddSizesAndMisalignedInputsRefuseVectors) {
