@@ -2,10 +2,14 @@
 //
 // Loaded by libkjit_preload.so once PyTorch's CUDA library is present (never
 // linked by anything). Its constructor captures PyTorch's CUDA kernel of each
-// intercepted op and registers a boxed wrapper in its place; PyTorch prints
+// intercepted op and registers a wrapper in its place; PyTorch prints
 // one "Overriding a previously registered kernel" warning per op for that.
+// The wrapper is unboxed (Unboxed<I>) where PyTorch's unboxed kernel is found
+// (unboxed_kernels.h): known misses and declined calls go from it to that kernel
+// without a Stack; first sights and hits box the arguments and take the boxed
+// path below. Otherwise it is the boxed Wrapper<I> alone.
 //
-// Per call (Wrapper<I>):
+// Per call (Wrapper<I>; Unboxed<I> decides the same from the C++ arguments):
 //   the op's pre-filter declines it (PreFilterFor: a dtype or shape its family never
 //     serves, a cuDNN convolution that is not depthwise, a matmul of large K)
 //                                                             -> PyTorch's kernel, unkeyed
