@@ -508,13 +508,24 @@ class BatchNorm final : public Family {
       return false;
     };
     const int64_t len = p.channel_len(), size = static_cast<int64_t>(DTypeSize(p.dtype));
+    // Streaming (evict-first) stores for the staged kernels where input and output outgrow L2
+    // (50 MB on the H200). A staged kernel reads global memory once (into shared memory, no
+    // hint on that read) and never reads its output: the hint only marks the stores, which then
+    // leave L2 first instead of competing with the input still being fetched. H200, f32
+    // training, cluster staged, 16-byte vectors, hint 0 -> 1: 1x1024x256x256 (512 MiB in+out)
+    // cluster 4 x 512 threads 276.4 -> 160.8 us (best measured 159.9); 1x2048x256x256 cluster 4
+    // x 512 535.6 -> 311.1 us (best 308.8); 1x2048x128x128 cluster 2 x 128 101.0 -> 78.6;
+    // 1x512x192x192 cluster 4 x 256 69.2 -> 50.5. Every measured cluster-staged 16-byte point
+    // with both hints on these four keys is faster or within 7% with the hint (most 0.51-0.95x).
+    // Below L2 nothing is measured to gain: the hint stays off (the small keys are unchanged).
+    const int64_t stage_hint = 2 * p.numel() * size > (int64_t{64} << 20) ? 1 : 0;
     Point chosen;
     // Few channels (batch norm of a small layer): split each over a cluster so that the GPU
     // fills, staged in shared memory when the parts fit.
     if (p.channels * 2 <= dev.sm_count) {
       for (int64_t cluster : {2, 4, 8}) {
         if (p.channels * cluster < dev.sm_count && cluster != 8) continue;
-        if (best(train(kClusterSmem, 256, cluster, kTwoPass, 0), {256, 128, 512}, &chosen)) return chosen;
+        if (best(train(kClusterSmem, 256, cluster, kTwoPass, stage_hint), {256, 128, 512}, &chosen)) return chosen;
         if (best(train(kCluster, 256, cluster, kWelford, 1), {256, 128, 512}, &chosen)) return chosen;
       }
     }
@@ -542,13 +553,37 @@ class BatchNorm final : public Family {
     // when a block's part would be too large for three blocks to share an SM.
     for (int64_t cluster : {1, 2, 4, 8}) {
       if (cluster != 8 && len * size / cluster > kDefaultStageBytes) continue;
-      if (best(train(cluster == 1 ? kSmem : kClusterSmem, 512, cluster, kTwoPass, 0), {512, 256, 128}, &chosen)) {
+      if (best(train(cluster == 1 ? kSmem : kClusterSmem, 512, cluster, kTwoPass, stage_hint), {512, 256, 128},
+               &chosen)) {
         return chosen;
       }
     }
-    // Too long for shared memory even split eight ways: Welford from global memory, then a
-    // second read (from L2 where the channel fits).
-    if (best(train(kOnline, 512, 1, kWelford, 1), {512, 256, 128, 64}, &chosen)) return chosen;
+    // Not stageable (the channel does not split evenly over a cluster, e.g. an odd H*W, or is
+    // too long even split eight ways), but at most 64 values a thread at 1024 threads: held in
+    // registers all the same, though they spill (ptxas: 64 registers, 132-288 bytes of local
+    // memory). Welford visits the held values once where two-pass visits them twice (each visit
+    // reads the spilled ones back), and streaming stores keep the output from evicting the
+    // spilled values from L2 (they are the data read a second time here). H200, f32 training,
+    // 1x1984x255x255 (65025 a channel, odd: no cluster, 254 KiB: no shared memory): this 412.8
+    // us (two-pass 439.9, Welford without the hint 483.4) against 680.8 for Welford from global
+    // memory at 512 threads with the hint and 462.0 at 1024 without (the best of that strategy).
+    {
+      Point w = widest(train(kRegs, 1024, 1, kWelford, 1));
+      if (Check(problem, w, dev).ok()) return w;
+    }
+    // Too long for registers and for shared memory: Welford from global memory, then a second
+    // read (from L2 where the channel fits). No measured key comes here; the nearest are the
+    // three with channels of ~64K elements, where this strategy was fastest at 1024 threads at
+    // every vector width and hint (more loads in flight; 1x2048x128x128: within 5% of its
+    // fastest, 512). The hint (here also on the second read) only with vectors of 8 bytes or
+    // more: at 1024 threads with 4-byte loads it slowed those three keys (1x1984x255x255 462.0
+    // -> 565.0 us, 1x2048x256x256 400.4 -> 417.7, 1x1024x256x256 207.1 -> 218.0), with 8- and
+    // 16-byte ones it sped them up (1x2048x256x256 390.1 -> 357.2 and 389.9 -> 364.3,
+    // 1x1024x256x256 200.2 -> 187.1 and 200.3 -> 189.3).
+    if (best(train(kOnline, 1024, 1, kWelford, 1), {1024, 512, 256, 128, 64}, &chosen)) {
+      if (chosen.at("vec") * size < 8) chosen["hint"] = 0;
+      return chosen;
+    }
     return widest(train(kWarp, 32, 1, kWelford, 0));
   }
 

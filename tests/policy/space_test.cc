@@ -462,6 +462,59 @@ TEST(BatchNormSpace, ChannelsOfUpTo40FloatsAThreadStayInRegisters) {
   }
 }
 
+// Channels too long for registers within budget: staged over a cluster with streaming stores
+// where the tensors outgrow L2 (H200: 1x1024x256x256 276 -> 161 us), no hint on small tensors;
+// an odd channel of up to 64 floats a thread (no cluster split, no shared memory) held in
+// registers at 1024 threads with Welford and the hint (1x1984x255x255: 413 us against 681 from
+// global memory); longer odd channels from global memory at 1024 threads, without the hint on
+// 4-byte loads.
+TEST(BatchNormSpace, LargeTrainingTensorsStreamTheirStores) {
+  const DeviceFacts device = DeviceFacts::H200();
+  auto expert = [&](std::vector<int64_t> sizes) {
+    auto found = FindFamily(BatchNormKey("aten::native_batch_norm", TensorDesc::Contiguous(DType::kFloat32, sizes),
+                                         NoneArg{}, NoneArg{}, NoneArg{}, NoneArg{}, true));
+    EXPECT_TRUE(found.ok()) << found.status().ToString();
+    if (!found.ok()) return Point{};
+    const Point p = found->family->ExpertDefault(*found->problem, device);
+    EXPECT_TRUE(found->family->Check(*found->problem, p, device).ok()) << PointToString(p);
+    return p;
+  };
+  for (const auto& sizes : std::vector<std::vector<int64_t>>{{1, 1024, 256, 256}, {1, 2048, 256, 256}}) {
+    const Point p = expert(sizes);
+    ASSERT_FALSE(p.empty());
+    EXPECT_EQ(p.at("strategy"), 7) << PointToString(p);
+    EXPECT_EQ(p.at("cluster"), 4) << PointToString(p);
+    EXPECT_EQ(p.at("threads"), 512) << PointToString(p);
+    EXPECT_EQ(p.at("vec"), 4) << PointToString(p);
+    EXPECT_EQ(p.at("hint"), 1) << PointToString(p);
+  }
+  {
+    // 96 channels of 256x256 f32: 24 MiB in, 24 out, within reach of L2: staged without the hint.
+    const Point p = expert({1, 96, 256, 256});
+    ASSERT_FALSE(p.empty());
+    EXPECT_EQ(p.at("strategy"), 7) << PointToString(p);
+    EXPECT_EQ(p.at("hint"), 0) << PointToString(p);
+  }
+  {
+    const Point p = expert({1, 1984, 255, 255});
+    ASSERT_FALSE(p.empty());
+    EXPECT_EQ(p.at("strategy"), 3) << PointToString(p);
+    EXPECT_EQ(p.at("threads"), 1024) << PointToString(p);
+    EXPECT_EQ(p.at("vec"), 1) << PointToString(p);
+    EXPECT_EQ(p.at("stats"), 1) << PointToString(p);
+    EXPECT_EQ(p.at("hint"), 1) << PointToString(p);
+  }
+  {
+    // 66049 elements a channel (odd): more than 64 floats a thread at 1024 threads.
+    const Point p = expert({1, 1984, 257, 257});
+    ASSERT_FALSE(p.empty());
+    EXPECT_EQ(p.at("strategy"), 5) << PointToString(p);
+    EXPECT_EQ(p.at("threads"), 1024) << PointToString(p);
+    EXPECT_EQ(p.at("vec"), 1) << PointToString(p);
+    EXPECT_EQ(p.at("hint"), 0) << PointToString(p);
+  }
+}
+
 TEST(BatchNormSpace, OddSizesAndMisalignedInputsRefuseVectors) {
   const DeviceFacts device = DeviceFacts::H200();
   TensorDesc x = TensorDesc::Contiguous(DType::kFloat16, {8, 64, 32, 32});
