@@ -96,9 +96,24 @@ def child(args):
         return 0
     x = torch.randn(args.rows, args.cols, device="cuda")
     y = torch.randn(args.rows, args.cols, device="cuda")
+    w = torch.randn(args.cols, device="cuda")
     if args.op == "softmax":
         def fn():
             return torch.softmax(x, dim=-1)
+    elif args.op == "layer_norm":  # aten::native_layer_norm: a SymInt[] and two optional tensors
+        def fn():
+            return torch.nn.functional.layer_norm(x, (args.cols,), w, w)
+    elif args.op == "sum":  # aten::sum.dim_IntList: an int[]? and an optional ScalarType
+        def fn():
+            return x.sum(dim=-1)
+    elif args.op == "cumsum":  # aten::cumsum: the pre-filter, then the key
+        def fn():
+            return torch.cumsum(x, dim=-1)
+    elif args.op == "max_pool2d":  # aten::max_pool2d_with_indices: four int[] and two outputs
+        x3 = x.view(1, args.rows, args.cols)
+
+        def fn():
+            return torch.nn.functional.max_pool2d(x3, 2)
     else:
         def fn():
             return torch.add(x, y)
@@ -228,16 +243,17 @@ def child_ab(args, torch, ctypes, fn, pinned):
 def run_ab(args, preload, empty_cache, hit_cache, run_dir):
     """--ab: --processes processes under the shim with an empty cache (a miss per call) and, with a
     hit cache, as many with it (a hit per call), alternating."""
-    cases = [("miss", empty_cache)] + ([("hit", hit_cache)] if hit_cache else [])
+    # Hits are prepared for the softmax key only.
+    cases = [("miss", empty_cache)] + ([("hit", hit_cache)] if hit_cache and args.ab_op == "softmax" else [])
     results = {name: [] for name, _ in cases}
     for i in range(max(1, args.processes)):
         for name, cache in cases:
-            r = run_child(args, "softmax", preload, cache, run_dir)
+            r = run_child(args, args.ab_op, preload, cache, run_dir)
             results[name].append(r)
             print(f"[ab] process {i + 1}/{args.processes} ({name}): "
                   + (r["error"] if "error" in r else f"added {r['added_median_us']:.3f} us"), file=sys.stderr)
     import torch
-    print(f"In-process A/B, softmax f32[{args.rows},{args.cols}], torch {torch.__version__}, "
+    print(f"In-process A/B, {args.ab_op} f32[{args.rows},{args.cols}], torch {torch.__version__}, "
           f"{torch.cuda.get_device_name()}: each process times {args.loops} loops of {args.calls} calls per mode, "
           f"the modes interleaved (order rotated per loop; {args.settle} untimed calls after each switch): "
           f"on (kjit keys the call), forward (kjit's wrapper only forwards: kjit_adapter_set_passthrough), none (kjit's overrides deregistered: "
@@ -504,6 +520,8 @@ def main():
                         help="--ab: untimed calls after each mode switch, before the timed loop (default 50)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--op", default="softmax", help=argparse.SUPPRESS)
+    parser.add_argument("--ab-op", default="softmax", choices=["softmax", "layer_norm", "sum", "cumsum", "max_pool2d"],
+                        help="--ab: the op timed (default softmax; a hit is prepared for softmax only)")
     args = parser.parse_args()
     if args.child:
         return child(args)
