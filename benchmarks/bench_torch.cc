@@ -300,31 +300,36 @@ void BM_ShimMissColdSmallLayerNorm(benchmark::State& state) {
 BENCHMARK(BM_ShimMissColdSmallLayerNorm)->UseManualTime()->Iterations(kColdIterations);
 
 // The unboxed wrapper's known miss (adapter.cc, Unboxed<I>::Look, then the miss counted): the
-// checks, key, hash and lookup from the call's C++ arguments, softmax f32[8,64] as above. Warm
-// (kCold false) or with caches cold before each call (as ColdMissLoop).
-template <bool kCold>
-void BM_ShimMissTypedSmallSoftmax(benchmark::State& state) {
+// checks, key, hash and lookup from the call's C++ arguments (`args`, boxed for the key's first
+// call in `boxed`). Warm (kCold false) or with caches cold before each call (as ColdMissLoop);
+// with or without the prefetches of the tensors' metadata (kPrefetch).
+template <bool kCold, bool kPrefetch, class... Args>
+void TypedMissLoop(benchmark::State& state, const char* name, const char* overload, const char* intercepted,
+                   const std::vector<c10::IValue>& boxed, const Args&... args) {
   using namespace kjit::shim;
-  const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::_softmax", "");
-  constexpr PreFilter kFilter = PreFilterFor("_softmax");
+  const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow(name, overload);
+  const PreFilter filter = PreFilterFor(intercepted);
+  if (filter != PreFilter::kNone) {
+    state.SkipWithError("TypedMissLoop times ops without a pre-filter");
+    return;
+  }
   const kjit::torch::CallKeyPlan plan(op.schema());
   EntryTable table;
   constexpr int kDevice = 0;
   constexpr int kArch = 90;
-  const at::Tensor x = at::empty({8, 64});
-  const int64_t dim = -1;
-  const bool half_to_float = false;
-  if (!KeyAsKnownMiss(state, table, kFilter, plan, {x, dim, half_to_float}, kDevice, kArch)) return;
+  if (!KeyAsKnownMiss(state, table, filter, plan, boxed, kDevice, kArch)) return;
   bool ok = true;
   auto call = [&] {
+    if constexpr (kPrefetch) PrefetchTensorImpls(args...);
     int device = -1;
-    if (!CheckTypedCall<kFilter, c10::DeviceType::CPU>(&device, x, dim, half_to_float)) {
+    if (!CheckTypedCall<PreFilter::kNone, c10::DeviceType::CPU>(&device, args...)) {
       ok = false;
       return;
     }
+    if constexpr (kPrefetch) PrefetchStorages(args...);
     kjit::Hash128 hash;
     bool keyed = false;
-    Entry* entry = FindTypedEntry<false>(table, plan, kDevice, kArch, &hash, &keyed, x, dim, half_to_float);
+    Entry* entry = FindTypedEntry<false>(table, plan, kDevice, kArch, &hash, &keyed, args...);
     if (entry == nullptr || entry->state() != EntryState::kNegative) {
       ok = false;
       return;
@@ -345,8 +350,34 @@ void BM_ShimMissTypedSmallSoftmax(benchmark::State& state) {
   }
   if (!ok) state.SkipWithError("not a known miss");
 }
-BENCHMARK(BM_ShimMissTypedSmallSoftmax<false>);
-BENCHMARK(BM_ShimMissTypedSmallSoftmax<true>)->UseManualTime()->Iterations(kColdIterations);
+
+template <bool kCold, bool kPrefetch>
+void BM_ShimMissTypedSmallSoftmax(benchmark::State& state) {
+  const at::Tensor x = at::empty({8, 64});
+  const int64_t dim = -1;
+  const bool half_to_float = false;
+  TypedMissLoop<kCold, kPrefetch>(state, "aten::_softmax", "", "_softmax", {x, dim, half_to_float}, x, dim,
+                                  half_to_float);
+}
+BENCHMARK(BM_ShimMissTypedSmallSoftmax<false, true>);
+BENCHMARK(BM_ShimMissTypedSmallSoftmax<true, false>)->UseManualTime()->Iterations(kColdIterations);
+BENCHMARK(BM_ShimMissTypedSmallSoftmax<true, true>)->UseManualTime()->Iterations(kColdIterations);
+
+// layer_norm bf16[8,64] with a weight and a bias: three tensors, each a chain of misses when cold.
+template <bool kCold, bool kPrefetch>
+void BM_ShimMissTypedSmallLayerNorm(benchmark::State& state) {
+  const at::Tensor x = at::empty({8, 64}, at::kBFloat16);
+  const std::optional<at::Tensor> w = at::empty({64}, at::kBFloat16);
+  const std::optional<at::Tensor> b = at::empty({64}, at::kBFloat16);
+  const std::vector<c10::SymInt> shape{c10::SymInt(64)};
+  const double eps = 1e-5;
+  TypedMissLoop<kCold, kPrefetch>(state, "aten::native_layer_norm", "", "native_layer_norm",
+                                  {x, c10::IValue(std::vector<int64_t>{64}), *w, *b, eps}, x,
+                                  c10::SymIntArrayRef(shape), w, b, eps);
+}
+BENCHMARK(BM_ShimMissTypedSmallLayerNorm<false, true>);
+BENCHMARK(BM_ShimMissTypedSmallLayerNorm<true, false>)->UseManualTime()->Iterations(kColdIterations);
+BENCHMARK(BM_ShimMissTypedSmallLayerNorm<true, true>)->UseManualTime()->Iterations(kColdIterations);
 
 template <bool kProfile>
 void BM_ShimMissSmallSoftmax(benchmark::State& state) {

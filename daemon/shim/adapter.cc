@@ -669,8 +669,10 @@ struct Unboxed<I, R(Args...)> {
   static Path Look(Adapter& a, FoundEntry* found, const Args&... args) noexcept {
     try {
       static constexpr PreFilter kFilter = PreFilterFor(kInterceptedOps[I]);
+      PrefetchTensorImpls(args...);
       int device = -1;
       if (!CheckTypedCall<kFilter>(&device, args...)) return Path::kPyTorch;
+      PrefetchStorages(args...);
       DeviceSlot* slot = a.Device(device);
       if (slot == nullptr) return Path::kPyTorch;
       bool keyed = false;
