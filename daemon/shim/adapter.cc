@@ -87,23 +87,30 @@ using EmptyStridedCuda = at::TensorBase (*)(c10::IntArrayRef, c10::IntArrayRef, 
 constexpr const char* kEmptyStridedCudaSymbol =
     "_ZN2at6detail18empty_strided_cudaEN3c108ArrayRefIlEES3_NS1_10ScalarTypeESt8optionalINS1_6DeviceEE";
 
-EmptyStridedCuda FindEmptyStridedCuda() {
-  void* torch_cuda = dlopen("libtorch_cuda.so", RTLD_LAZY | RTLD_NOLOAD);
-  if (torch_cuda == nullptr) return nullptr;
-  void* symbol = dlsym(torch_cuda, kEmptyStridedCudaSymbol);
-  dlclose(torch_cuda);  // RTLD_NOLOAD took a reference; the library stays loaded (PyTorch's)
+// The loaded libtorch_cuda's symbols, by mangled name: the library is PyTorch's, loaded before
+// the adapter, and never linked by it. Find gives null for a name it does not define (or for every
+// name, if the library is not loaded).
+class TorchCudaSymbols {
+ public:
+  TorchCudaSymbols() : handle_(dlopen("libtorch_cuda.so", RTLD_LAZY | RTLD_NOLOAD)) {}
+  // RTLD_NOLOAD took a reference; the library stays loaded (PyTorch's).
+  ~TorchCudaSymbols() {
+    if (handle_ != nullptr) dlclose(handle_);
+  }
+  TorchCudaSymbols(const TorchCudaSymbols&) = delete;
+  TorchCudaSymbols& operator=(const TorchCudaSymbols&) = delete;
+
+  void* Find(const char* symbol) const { return handle_ == nullptr ? nullptr : dlsym(handle_, symbol); }
+
+ private:
+  void* handle_;
+};
+
+EmptyStridedCuda FindEmptyStridedCuda(const TorchCudaSymbols& torch_cuda) {
+  void* symbol = torch_cuda.Find(kEmptyStridedCudaSymbol);
   EmptyStridedCuda f = nullptr;
   static_assert(sizeof f == sizeof symbol);
   std::memcpy(&f, &symbol, sizeof f);
-  return f;
-}
-
-// PyTorch's unboxed CUDA kernel of op I (unboxed_kernels.h) in the loaded libtorch_cuda, or null.
-void* FindUnboxedKernel(const char* symbol) {
-  void* torch_cuda = dlopen("libtorch_cuda.so", RTLD_LAZY | RTLD_NOLOAD);
-  if (torch_cuda == nullptr) return nullptr;
-  void* f = dlsym(torch_cuda, symbol);
-  dlclose(torch_cuda);  // RTLD_NOLOAD took a reference; the library stays loaded (PyTorch's)
   return f;
 }
 
@@ -782,7 +789,8 @@ void Attach() noexcept {
     a->settings = std::move(settings);
     for (const std::string& op : a->settings.unknown_ops) a->Log("KJIT_OPS: ", op, " is not an op kjit intercepts");
     a->cuda_guard = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
-    a->empty_strided_cuda = FindEmptyStridedCuda();
+    const TorchCudaSymbols torch_cuda;
+    a->empty_strided_cuda = FindEmptyStridedCuda(torch_cuda);
     if (a->empty_strided_cuda == nullptr) a->Log("at::detail::empty_strided_cuda not found: hits allocate through at::empty_strided");
     if (a->settings.profile) StartProfile(*a);
     a->passthrough.store(a->settings.passthrough, std::memory_order_relaxed);
@@ -805,7 +813,7 @@ void Attach() noexcept {
       a->ops[i].key_plan.emplace(handle->schema());
       a->ops[i].pytorch.emplace(handle->getComputedKernelForDispatchKey(c10::DispatchKey::CUDA));
       a->ops[i].handle.emplace(*handle);
-      a->ops[i].unboxed = FindUnboxedKernel(UnboxedSymbols()[i]);
+      a->ops[i].unboxed = torch_cuda.Find(UnboxedSymbols()[i]);  // PyTorch's unboxed kernel (unboxed_kernels.h)
       RegisterOverride(*a, *a->library, i);
       a->Log("intercepting aten::", name, a->ops[i].unboxed != nullptr ? " (unboxed)" : " (boxed: PyTorch's unboxed kernel not found)");
     }
