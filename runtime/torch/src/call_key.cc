@@ -45,23 +45,12 @@ bool WriteArg(KeyWriter& w, const CallKeyPlan& plan, size_t i, const c10::IValue
   if (v.isNone()) {
     w.None();
   } else if (v.isTensor()) {
-    const at::Tensor& t = v.toTensor();
-    if (!t.defined()) {
-      w.None();
-    } else if (!WriteTensor(w, t, error)) {
-      return false;
-    }
+    if (!typed::WriteTensorOrNone(w, v.toTensor(), error)) return false;
   } else if (v.isBool()) {
     w.Bool(v.toBool());
   } else if (v.isInt()) {
     if (plan.IsScalarTypeArg(i)) {
-      DType dtype;
-      const auto type = static_cast<c10::ScalarType>(v.toInt());
-      if (!ToDType(type, &dtype)) {
-        *error = DTypeOf(type).status();
-        return false;
-      }
-      w.ScalarType(dtype);
+      if (!typed::WriteScalarType(w, static_cast<c10::ScalarType>(v.toInt()), error)) return false;
     } else {
       w.Int(v.toInt());
     }

@@ -97,7 +97,7 @@ Status WriteCallKey(const CallKeyPlan& plan, std::span<const c10::IValue> args, 
 // ---- Typed calls: the key of a call from its C++ arguments (the parameters of an unboxed
 // kernel, at::_ops::<op>::schema), without boxing them into IValues. The bytes are exactly those
 // WriteCallKey writes for the same call boxed as the dispatcher boxes it (c10::impl::boxArgs):
-// tests/torch/call_key_test.cc checks this for every op the shim intercepts. Each parameter type
+// tests/shim/shim_unboxed_test.cc checks this for every op the shim intercepts. Each parameter type
 // maps as its IValue does: an undefined tensor or an empty optional is None, a concrete SymInt
 // (or SymInt[]) is an Int (IntList), a symbolic one is not keyed; a parameter type without an
 // overload below does not compile.
@@ -109,13 +109,6 @@ bool WriteSymInt(KeyWriter& w, const c10::SymInt& v, Status* error);
 bool WriteSymIntList(KeyWriter& w, c10::SymIntArrayRef v, Status* error);
 
 inline bool Write(KeyWriter& w, const at::Tensor& t, Status* error) { return WriteTensorOrNone(w, t, error); }
-inline bool Write(KeyWriter& w, const std::optional<at::Tensor>& t, Status* error) {
-  if (!t.has_value()) {
-    w.None();
-    return true;
-  }
-  return WriteTensorOrNone(w, *t, error);
-}
 inline bool Write(KeyWriter& w, bool v, Status*) {
   w.Bool(v);
   return true;
