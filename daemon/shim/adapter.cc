@@ -640,20 +640,16 @@ struct Unboxed<I, R(Args...)> {
     const Kernel pytorch = reinterpret_cast<Kernel>(op.unboxed);
     if (__builtin_expect(a.diagnostics.load(std::memory_order_relaxed), false)) {
       if (a.passthrough.load(std::memory_order_relaxed) && !a.settings.profile) return pytorch(args...);
-      return Boxed(a, keys, args...);
+      return Boxed(a, keys, nullptr, args...);
     }
     FoundEntry found;
     switch (Look(a, &found, args...)) {
       case Path::kPyTorch:
         return pytorch(args...);
       case Path::kFirstSight:
-        return Boxed(a, keys, args...);
-      case Path::kLoaded: {
-        // A hit: launched from the boxed arguments (Launch), the entry as found here.
-        ::torch::jit::Stack stack = c10::impl::boxArgs<Args...>(std::forward<Args>(args)...);
-        ServeOrForward<I, false>(a, *a.ops[I].handle, keys, &stack, &found);
-        return c10::impl::PopResult<R>::call(stack);
-      }
+        return Boxed(a, keys, nullptr, args...);
+      case Path::kLoaded:
+        return Boxed(a, keys, &found, args...);  // a hit: launched from the boxed arguments (Launch)
       case Path::kNegative:
         break;
     }
@@ -703,9 +699,16 @@ struct Unboxed<I, R(Args...)> {
     return Path::kPyTorch;
   }
 
-  static R Boxed(Adapter& a, c10::DispatchKeySet keys, Args... args) {
+  // The call through the boxed path: its arguments boxed as the dispatcher boxes them for a boxed
+  // kernel. With the entry this wrapper found (a hit), that entry is served without keying the
+  // call again; without, the boxed wrapper does it all (a first sight, or while profiling).
+  static R Boxed(Adapter& a, c10::DispatchKeySet keys, const FoundEntry* found, Args... args) {
     ::torch::jit::Stack stack = c10::impl::boxArgs<Args...>(std::forward<Args>(args)...);
-    Wrapper<I>(*a.ops[I].handle, keys, &stack);
+    if (found != nullptr) {
+      ServeOrForward<I, false>(a, *a.ops[I].handle, keys, &stack, found);
+    } else {
+      Wrapper<I>(*a.ops[I].handle, keys, &stack);
+    }
     return c10::impl::PopResult<R>::call(stack);
   }
 };

@@ -105,13 +105,27 @@ inline bool PassesPreFilter(PreFilter filter, const PreFilterArgs& args) {
   return true;
 }
 
+// The argument count of the op a pre-filter reads by position: mm(self, mat2), bmm(self, mat2),
+// cudnn_convolution(self, weight, padding, stride, dilation, groups, benchmark, deterministic,
+// allow_tf32); 0: any. A call of another count is declined.
+constexpr size_t PreFilterArgCount(PreFilter filter) {
+  switch (filter) {
+    case PreFilter::kSmallMatmul:
+    case PreFilter::kSmallBatchedMatmul:
+      return 2;
+    case PreFilter::kDepthwiseConv:
+      return 9;
+    default:
+      return 0;
+  }
+}
+
 // The same on a boxed call.
 inline bool PassesPreFilter(PreFilter filter, c10::ArrayRef<c10::IValue> args) {
   if (filter == PreFilter::kNone) return true;
   PreFilterArgs p;
   if (!args.empty() && args[0].isTensor()) p.first = &args[0].toTensor();
-  const bool matmul = filter == PreFilter::kSmallMatmul || filter == PreFilter::kSmallBatchedMatmul;
-  if ((matmul && args.size() != 2) || (filter == PreFilter::kDepthwiseConv && args.size() != 9)) return false;
+  if (const size_t count = PreFilterArgCount(filter); count != 0 && args.size() != count) return false;
   if (args.size() > 1 && args[1].isTensor()) p.second = &args[1].toTensor();
   int64_t groups = 0;
   if (filter == PreFilter::kDepthwiseConv && args[5].isInt()) {
@@ -125,10 +139,10 @@ inline bool PassesPreFilter(PreFilter filter, c10::ArrayRef<c10::IValue> args) {
 template <PreFilter kFilter, class... Args>
 bool PassesPreFilterTyped(const Args&... args) {
   constexpr size_t n = sizeof...(Args);
-  constexpr bool matmul = kFilter == PreFilter::kSmallMatmul || kFilter == PreFilter::kSmallBatchedMatmul;
+  constexpr size_t count = PreFilterArgCount(kFilter);
   if constexpr (kFilter == PreFilter::kNone) {
     return true;
-  } else if constexpr ((matmul && n != 2) || (kFilter == PreFilter::kDepthwiseConv && n != 9) || n == 0) {
+  } else if constexpr ((count != 0 && n != count) || n == 0) {
     return false;
   } else {
     using Types = std::tuple<std::decay_t<Args>...>;
