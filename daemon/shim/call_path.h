@@ -277,19 +277,20 @@ bool CheckTypedCall(int* device, const Args&... args) {
   return true;
 }
 
-// A checked call's key from its C++ arguments (WriteTypedCallKey: the bytes FindEntry keys), its
-// hash, and its entry on `device` if there is one: never created here, so that the boxed path,
-// which makes and resolves entries, sees a key's first call. Null if there is none or the call
-// cannot be keyed (*keyed false).
+// A checked call's key from its C++ arguments (the bytes FindEntry keys), hashed where it was
+// written (HashTypedCallKey), and its entry on `device` if there is one: never created here, so
+// that the boxed path, which makes and resolves entries, sees a key's first call. Null if there
+// is none or the call cannot be keyed (*keyed false).
 template <bool kAllNumerics, class... Args>
 Entry* FindTypedEntry(const EntryTable& table, const kjit::torch::CallKeyPlan& plan, int device, int arch,
                       Hash128* hash, bool* keyed, const Args&... args) {
-  thread_local std::string key;
-  *keyed = kjit::torch::WriteTypedCallKey(plan, static_cast<uint16_t>(arch), KeyNumerics<kAllNumerics>(), &key,
-                                          args...)
+  // Written only by a key longer than the key writer's buffer; a local, not a thread_local (whose
+  // access from a shared library is a call to __tls_get_addr and an initialisation check).
+  std::string scratch;
+  *keyed = kjit::torch::HashTypedCallKey(plan, static_cast<uint16_t>(arch), KeyNumerics<kAllNumerics>(), &scratch,
+                                         hash, args...)
                .ok();
   if (!*keyed) return nullptr;
-  *hash = HashBytes(key);
   return table.Find(*hash, device);
 }
 

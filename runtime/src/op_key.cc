@@ -11,7 +11,6 @@ namespace {
 
 constexpr char kMagic[3] = {'K', 'J', 'K'};
 constexpr uint8_t kEncodingVersion = 1;
-constexpr uint64_t kCanonicalNaN = 0x7ff8000000000000ULL;
 // Bounds that no real op reaches; they keep a hostile byte string from
 // allocating without limit.
 constexpr uint64_t kMaxCount = 1u << 20;
@@ -37,11 +36,6 @@ const DTypeEntry* FindDType(DType t) {
   }
   return nullptr;
 }
-
-uint64_t ZigZag(int64_t v) { return (static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63); }
-int64_t UnZigZag(uint64_t v) { return static_cast<int64_t>(v >> 1) ^ -static_cast<int64_t>(v & 1); }
-
-uint64_t DoubleBits(double v) { return std::isnan(v) ? kCanonicalNaN : std::bit_cast<uint64_t>(v); }
 
 // Reads the canonical encoding. Every method records the first error and
 // becomes a no-op afterwards, so the decoder reads straight through.
@@ -359,12 +353,6 @@ ArgTag TagOf(const Arg& arg) {
   return kByIndex[arg.index()];
 }
 
-uint8_t TensorDesc::AlignmentOf(uintptr_t address) {
-  if (address == 0) return 16;  // empty tensors may have no storage
-  const auto low = static_cast<unsigned>(std::countr_zero(address));
-  return static_cast<uint8_t>(1u << (low > 4 ? 4 : low));
-}
-
 TensorDesc TensorDesc::Contiguous(DType dtype, std::vector<int64_t> sizes) {
   TensorDesc t;
   t.dtype = dtype;
@@ -510,14 +498,6 @@ void KeyWriter::Bytes(std::string_view bytes) {
   Advance(p + bytes.size());
 }
 
-void KeyWriter::CountArg() {
-  if (args_left_ == 0 || list_left_ != 0) {
-    bad_ = true;
-    return;
-  }
-  --args_left_;
-}
-
 void KeyWriter::BeginKey(uint16_t arch, uint32_t numerics, uint32_t call_count) {
   Bytes(std::string_view(kMagic, sizeof kMagic));
   Byte(kEncodingVersion);
@@ -561,40 +541,11 @@ void KeyWriter::BeginEncodedCall(std::string_view encoded, uint32_t arg_count) {
   args_left_ = arg_count;
 }
 
-void KeyWriter::None() {
-  CountArg();
-  Byte(static_cast<uint8_t>(ArgTag::kNone));
-}
-
-void KeyWriter::Bool(bool v) {
-  CountArg();
-  Byte(static_cast<uint8_t>(ArgTag::kBool));
-  Byte(v ? 1 : 0);
-}
-
-void KeyWriter::Int(int64_t v) {
-  CountArg();
-  Byte(static_cast<uint8_t>(ArgTag::kInt));
-  Varint(ZigZag(v));
-}
-
-void KeyWriter::Double(double v) {
-  CountArg();
-  Byte(static_cast<uint8_t>(ArgTag::kDouble));
-  Fixed(DoubleBits(v), 8);
-}
-
 void KeyWriter::String(std::string_view v) {
   CountArg();
   Byte(static_cast<uint8_t>(ArgTag::kString));
   Varint(v.size());
   Bytes(v);
-}
-
-void KeyWriter::ScalarType(DType t) {
-  CountArg();
-  Byte(static_cast<uint8_t>(ArgTag::kScalarType));
-  Byte(static_cast<uint8_t>(t));
 }
 
 void KeyWriter::IntList(std::span<const int64_t> v) {
@@ -619,6 +570,23 @@ void KeyWriter::Tensor(DType dtype, std::span<const int64_t> sizes, std::span<co
     CountArg();
   }
   if (sizes.size() != strides.size() || storage_offset < 0) bad_ = true;
+  // Tag, dtype, rank, sizes, strides, offset, alignment: one room check for the whole tensor
+  // where its longest encoding fits the buffer (up to rank 11), not one per field.
+  const size_t longest = 3 + kMaxVarintBytes * (2 + sizes.size() + strides.size());
+  if (longest <= kBufferBytes) {
+    char* p = Room(longest);
+    p = PutByte(p, static_cast<uint8_t>(ArgTag::kTensor));
+    p = PutByte(p, static_cast<uint8_t>(dtype));
+    p = PutVarint(p, sizes.size());
+    for (auto s : sizes) {
+      if (s < 0) bad_ = true;
+      p = PutVarint(p, static_cast<uint64_t>(s));
+    }
+    for (auto s : strides) p = PutVarint(p, ZigZag(s));
+    p = PutVarint(p, static_cast<uint64_t>(storage_offset));
+    Advance(PutByte(p, alignment));
+    return;
+  }
   char* p = Room(2 + kMaxVarintBytes);
   p = PutByte(p, static_cast<uint8_t>(ArgTag::kTensor));
   p = PutByte(p, static_cast<uint8_t>(dtype));
@@ -645,12 +613,27 @@ void KeyWriter::Ref(uint32_t call, uint32_t output) {
   Varint(output);
 }
 
-Status KeyWriter::Finish() {
-  Flush();
+Status KeyWriter::CountsWritten() const {
   if (bad_ || calls_left_ != 0 || args_left_ != 0 || list_left_ != 0) {
     return InvalidArgument("KeyWriter: the calls and arguments written do not match the counts declared");
   }
   return Status::Ok();
+}
+
+Status KeyWriter::Finish() {
+  Flush();
+  return CountsWritten();
+}
+
+Status KeyWriter::FinishView(std::string_view* bytes) {
+  if (out_->empty()) {
+    *bytes = std::string_view(buffer_, used_);
+    used_ = 0;  // viewed where they are: nothing left for the destructor to move
+  } else {
+    Flush();
+    *bytes = *out_;
+  }
+  return CountsWritten();
 }
 
 }  // namespace kjit

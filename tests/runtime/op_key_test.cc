@@ -48,6 +48,19 @@ TEST(OpKey, KeyWriterMatchesEncode) {
   w.Bool(false);
   ASSERT_TRUE(w.Finish().ok());
   EXPECT_EQ(bytes, SoftmaxKey().Encode());
+
+  // FinishView: the same bytes, viewed in the writer's buffer, none moved to the string.
+  std::string unused = "untouched";
+  KeyWriter v(&unused);
+  v.BeginKey(90, kNumericsDefault, 1);
+  v.BeginCall("aten::_softmax", "", 3);
+  v.Tensor(t.dtype, t.sizes, t.strides, t.storage_offset, t.alignment);
+  v.Int(-1);
+  v.Bool(false);
+  std::string_view view;
+  ASSERT_TRUE(v.FinishView(&view).ok());
+  EXPECT_EQ(view, bytes);
+  EXPECT_TRUE(unused.empty());
 }
 
 // The shim writes an op's call header from bytes made once (CallKeyPlan): they must be
@@ -91,6 +104,7 @@ TEST(OpKey, KeyWriterLongKeysCrossItsBuffer) {
     std::vector<int64_t> ints;
     for (int i = 0; i < 300; ++i) ints.push_back(i % 3 == 0 ? -(int64_t{1} << (i % 60)) : int64_t{1} << (i % 62));
     const std::vector<int64_t> sizes(40, 1'000'000'007), strides(40, -3);
+    const std::vector<int64_t> small_sizes{3, 500, 7}, small_strides{-3500, 7, int64_t{1} << 40};
     expected.clear();
     expected.append("KJK");
     byte(1);
@@ -100,7 +114,7 @@ TEST(OpKey, KeyWriterLongKeysCrossItsBuffer) {
     varint(1);
     str(op);
     str("");
-    varint(4);
+    varint(5);
     byte(static_cast<uint8_t>(ArgTag::kString));
     str(long_string);
     byte(static_cast<uint8_t>(ArgTag::kIntList));
@@ -113,19 +127,40 @@ TEST(OpKey, KeyWriterLongKeysCrossItsBuffer) {
     for (int64_t v : strides) varint(zigzag(v));
     varint(12345678901);
     byte(16);
+    // A tensor of small rank, written under one room check wherever the buffer's end falls.
+    byte(static_cast<uint8_t>(ArgTag::kTensor));
+    byte(static_cast<uint8_t>(DType::kFloat16));
+    varint(3);
+    for (int64_t v : small_sizes) varint(static_cast<uint64_t>(v));
+    for (int64_t v : small_strides) varint(zigzag(v));
+    varint(prefix);
+    byte(2);
     byte(static_cast<uint8_t>(ArgTag::kInt));
     varint(zigzag(INT64_MIN));
 
+    auto write = [&](KeyWriter& w) {
+      w.BeginKey(90, kNumericsDefault, 1);
+      w.BeginCall(op, "", 5);
+      w.String(long_string);
+      w.IntList(ints);
+      w.Tensor(DType::kFloat32, sizes, strides, 12345678901, 16);
+      w.Tensor(DType::kFloat16, small_sizes, small_strides, static_cast<int64_t>(prefix), 2);
+      w.Int(INT64_MIN);
+    };
     std::string bytes = "left over";
-    KeyWriter w(&bytes);
-    w.BeginKey(90, kNumericsDefault, 1);
-    w.BeginCall(op, "", 4);
-    w.String(long_string);
-    w.IntList(ints);
-    w.Tensor(DType::kFloat32, sizes, strides, 12345678901, 16);
-    w.Int(INT64_MIN);
-    ASSERT_TRUE(w.Finish().ok());
+    {
+      KeyWriter w(&bytes);
+      write(w);
+      ASSERT_TRUE(w.Finish().ok());
+    }
     EXPECT_EQ(bytes, expected);
+    // FinishView of a key that outgrew the buffer: the whole key, in the string.
+    std::string scratch = "left over";
+    KeyWriter v(&scratch);
+    write(v);
+    std::string_view view;
+    ASSERT_TRUE(v.FinishView(&view).ok());
+    EXPECT_EQ(view, expected);
   }
 }
 

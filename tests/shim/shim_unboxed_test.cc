@@ -9,6 +9,7 @@
 #include <cxxabi.h>
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -57,6 +58,14 @@ struct Both<I, R(P...)> {
     if (boxed_status.ok() && typed_status.ok()) {
       EXPECT_EQ(boxed, typed);
       EXPECT_FALSE(boxed.empty());
+    }
+    // The hash the unboxed path looks keys up by: HashBytes of the same bytes, or the same refusal.
+    std::string scratch;
+    Hash128 hash;
+    const Status hash_status = kjit::torch::HashTypedCallKey(plan, 90, numerics, &scratch, &hash, args...);
+    EXPECT_EQ(hash_status.ok(), boxed_status.ok()) << hash_status.ToString();
+    if (hash_status.ok() && boxed_status.ok()) {
+      EXPECT_EQ(hash, HashBytes(boxed));
     }
     constexpr PreFilter kFilter = PreFilterFor(kInterceptedOps[I]);
     EXPECT_EQ(PassesPreFilter(kFilter, stack), (PassesPreFilterTyped<kFilter>(args...)));
@@ -114,6 +123,19 @@ TEST(ShimUnboxed, TypedKeysAndChecksEqualTheBoxedOnesForEveryOp) {
     For<ops::native_layer_norm>::Check(true, x, shape, w, b, 1e-5);
     For<ops::native_layer_norm>::Check(true, x, shape, none, none, 1e-6);
     For<ops::native_layer_norm>::Check(true, xt, Sym({6}), none, F({6}), 1e-5);
+    // A value below -2^62 is a heap-allocated SymInt: the dispatcher boxes such a list as a
+    // SymInt list, which is not keyed, and neither is the typed call.
+    For<ops::native_layer_norm>::Check(true, x, Sym({8, INT64_MIN + 1}), none, none, 1e-5);
+  }
+  {
+    // A key longer than the key writer's buffer, three tensors of rank 11 with long strides
+    // (HashTypedCallKey hashes it in its scratch string).
+    const at::Tensor deep = at::empty_strided({1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2},
+                                              {int64_t{1} << 60, int64_t{1} << 59, int64_t{1} << 58,
+                                               int64_t{1} << 57, int64_t{1} << 56, int64_t{1} << 55,
+                                               int64_t{1} << 54, int64_t{1} << 53, int64_t{1} << 52,
+                                               int64_t{1} << 51, 1});
+    For<ops::native_layer_norm>::Check(true, deep, Sym({2}), deep, deep, 1e-5);
   }
   For<ops::_fused_rms_norm>::Check(true, x, std::vector<int64_t>{8}, w, 1e-6);
   For<ops::_fused_rms_norm>::Check(true, x, std::vector<int64_t>{6, 8}, none, std::nullopt);

@@ -59,6 +59,34 @@ TEST(TorchBridge, DescribesLayouts) {
   EXPECT_FALSE(DescribeTensor(at::Tensor()).ok());
 }
 
+// The key reads a tensor's first address its own way (call_key.cc, FirstElement): every tensor it
+// keys must come out as DescribeTensor (data_ptr()) describes it, alignment above all.
+TEST(TorchBridge, KeyedTensorsAreDescribeTensors) {
+  std::vector<at::Tensor> tensors;
+  for (at::ScalarType type : {at::kFloat, at::kHalf, at::kBFloat16, at::kDouble, at::kChar, at::kLong,
+                              at::kFloat8_e4m3fn, at::kUInt16}) {
+    const at::Tensor base = at::zeros({40}, at::TensorOptions().dtype(type));
+    for (int64_t offset = 0; offset < 17; ++offset) tensors.push_back(base.narrow(0, offset, 20));
+    tensors.push_back(base.narrow(0, 5, 0));  // empty, with an offset
+    tensors.push_back(base.view({8, 5}).t());
+  }
+  tensors.push_back(at::empty({0, 3}));
+  tensors.push_back(at::randn({4, 6}).as_strided({2, 2}, {1, 7}, 3));
+  const c10::FunctionSchema& schema = Schema("aten::_softmax", "");
+  for (const at::Tensor& t : tensors) {
+    SCOPED_TRACE(t.toString() + " offset " + std::to_string(t.storage_offset()));
+    auto described = DescribeTensor(t);
+    ASSERT_TRUE(described.ok());
+    std::vector<c10::IValue> args{t, int64_t{-1}, false};
+    auto key = CallKey(schema, args, 90, kNumericsDefault);
+    ASSERT_TRUE(key.ok()) << key.status().ToString();
+    ASSERT_EQ(key->calls.size(), 1u);
+    const auto* keyed = std::get_if<TensorDesc>(&key->calls[0].args[0]);
+    ASSERT_NE(keyed, nullptr);
+    EXPECT_EQ(*keyed, *described);
+  }
+}
+
 TEST(TorchBridge, SoftmaxCallKey) {
   at::Tensor x = at::randn({64, 128});
   std::vector<c10::IValue> args{x, int64_t{-1}, false};

@@ -1,6 +1,7 @@
 #include "kjit/torch/call_key.h"
 
 #include <ATen/Context.h>
+#include <c10/core/SymIntArrayRef.h>
 #include <c10/util/SmallVector.h>
 
 namespace kjit::torch {
@@ -16,13 +17,26 @@ bool ArgIsScalarType(const c10::Argument& arg) {
   return false;
 }
 
+// The address of a tensor's first element (null if it is empty), as TensorImpl::data() answers,
+// for the key's alignment: read without data()'s virtual has_storage() call and its checks, a
+// fifth of keying a tensor. A tensor without a storage goes through data(), which throws as
+// before. TorchBridge.KeyedTensorsAreDescribeTensors checks that both ways agree.
+const void* FirstElement(const at::Tensor& t) {
+  const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  const c10::StorageImpl* storage = impl->unsafe_storage().unsafeGetStorageImpl();
+  if (storage == nullptr) return t.const_data_ptr();
+  if (impl->numel() == 0) return nullptr;
+  return static_cast<const char*>(storage->data()) +
+         static_cast<int64_t>(impl->dtype().itemsize()) * impl->storage_offset();
+}
 
 // The writers below return false with *error set on failure, and build no Status on success
 // (one per argument was a string made and destroyed each time).
 bool WriteTensor(KeyWriter& w, const at::Tensor& t, Status* error) {
+  const c10::ScalarType type = t.scalar_type();
   DType dtype;
-  if (!ToDType(t.scalar_type(), &dtype)) {
-    *error = DTypeOf(t.scalar_type()).status();
+  if (!ToDType(type, &dtype)) {
+    *error = DTypeOf(type).status();
     return false;
   }
   if (t.layout() != c10::kStrided) {
@@ -31,10 +45,10 @@ bool WriteTensor(KeyWriter& w, const at::Tensor& t, Status* error) {
   }
   const auto sizes = t.sizes();
   const auto strides = t.strides();
-  // const_data_ptr: the address only (data_ptr() would materialise a copy-on-write tensor).
+  // The address only (data_ptr() would materialise a copy-on-write tensor).
   w.Tensor(dtype, std::span<const int64_t>(sizes.data(), sizes.size()),
            std::span<const int64_t>(strides.data(), strides.size()), t.storage_offset(),
-           TensorDesc::AlignmentOf(reinterpret_cast<uintptr_t>(t.const_data_ptr())));
+           TensorDesc::AlignmentOf(reinterpret_cast<uintptr_t>(FirstElement(t))));
   return true;
 }
 
@@ -118,17 +132,16 @@ bool WriteSymInt(KeyWriter& w, const c10::SymInt& v, Status* error) {
   return true;
 }
 
+// The dispatcher boxes a SymInt[] as an int list only if no element is heap-allocated (a
+// symbolic or large value; c10::asIntArrayRefSlowOpt), else as a SymInt list, which WriteArg
+// refuses: the same test here, and the concrete list is read in place.
 bool WriteSymIntList(KeyWriter& w, c10::SymIntArrayRef v, Status* error) {
-  c10::SmallVector<int64_t, 8> values;
-  for (const c10::SymInt& x : v) {
-    const std::optional<int64_t> concrete = x.maybe_as_int();
-    if (!concrete.has_value()) {
-      *error = InvalidArgument("a list with a symbolic SymInt is not keyed");
-      return false;
-    }
-    values.push_back(*concrete);
+  const std::optional<c10::IntArrayRef> concrete = c10::asIntArrayRefSlowOpt(v);
+  if (!concrete.has_value()) {
+    *error = InvalidArgument("a list with a symbolic SymInt is not keyed");
+    return false;
   }
-  w.IntList(values);
+  w.IntList(std::span<const int64_t>(concrete->data(), concrete->size()));
   return true;
 }
 
@@ -147,30 +160,6 @@ CallKeyPlan::CallKeyPlan(const c10::FunctionSchema& schema)
 bool CallKeyPlan::IsScalarTypeArg(size_t i) const {
   if (i < 64) return (scalar_type_args_ >> i) & 1;
   return ArgIsScalarType(schema_->arguments()[i]);
-}
-
-bool ToDType(c10::ScalarType type, DType* out) {
-  switch (type) {
-    case c10::ScalarType::Bool: *out = DType::kBool; return true;
-    case c10::ScalarType::Byte: *out = DType::kUInt8; return true;
-    case c10::ScalarType::Char: *out = DType::kInt8; return true;
-    case c10::ScalarType::Short: *out = DType::kInt16; return true;
-    case c10::ScalarType::Int: *out = DType::kInt32; return true;
-    case c10::ScalarType::Long: *out = DType::kInt64; return true;
-    case c10::ScalarType::Half: *out = DType::kFloat16; return true;
-    case c10::ScalarType::BFloat16: *out = DType::kBFloat16; return true;
-    case c10::ScalarType::Float: *out = DType::kFloat32; return true;
-    case c10::ScalarType::Double: *out = DType::kFloat64; return true;
-    case c10::ScalarType::ComplexFloat: *out = DType::kComplex64; return true;
-    case c10::ScalarType::ComplexDouble: *out = DType::kComplex128; return true;
-    case c10::ScalarType::Float8_e4m3fn: *out = DType::kFloat8E4M3FN; return true;
-    case c10::ScalarType::Float8_e5m2: *out = DType::kFloat8E5M2; return true;
-    case c10::ScalarType::UInt16: *out = DType::kUInt16; return true;
-    case c10::ScalarType::UInt32: *out = DType::kUInt32; return true;
-    case c10::ScalarType::UInt64: *out = DType::kUInt64; return true;
-    default: break;
-  }
-  return false;
 }
 
 Result<DType> DTypeOf(c10::ScalarType type) {

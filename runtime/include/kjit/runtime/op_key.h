@@ -35,6 +35,8 @@
 // change must come with a migration.
 #pragma once
 
+#include <bit>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -109,8 +111,12 @@ struct TensorDesc {
   int64_t storage_offset = 0;    // in elements
   uint8_t alignment = 16;        // largest power of two <= 16 dividing the data address
 
-  // The alignment field for a data pointer.
-  static uint8_t AlignmentOf(uintptr_t address);
+  // The alignment field for a data pointer. Inline: the shim computes it for every tensor it keys.
+  static constexpr uint8_t AlignmentOf(uintptr_t address) {
+    if (address == 0) return 16;  // empty tensors may have no storage
+    const auto low = static_cast<unsigned>(std::countr_zero(address));
+    return static_cast<uint8_t>(1u << (low > 4 ? 4 : low));
+  }
   // A contiguous (row-major) descriptor, 16-byte aligned, offset 0.
   static TensorDesc Contiguous(DType dtype, std::vector<int64_t> sizes);
 
@@ -169,6 +175,13 @@ struct OpKey {
 // per-call path of the shim. Callers must follow the grammar above (BeginKey,
 // then for each call BeginCall and exactly arg_count arguments); Finish checks
 // the counts. OpKey::Encode is implemented with it, so both produce the same bytes.
+// The key encoding's integer and float mappings: signed ints zigzag-encoded (then varints),
+// doubles as their bits with every NaN one canonical NaN.
+inline constexpr uint64_t kCanonicalNaN = 0x7ff8000000000000ULL;
+constexpr uint64_t ZigZag(int64_t v) { return (static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63); }
+constexpr int64_t UnZigZag(uint64_t v) { return static_cast<int64_t>(v >> 1) ^ -static_cast<int64_t>(v & 1); }
+inline uint64_t DoubleBits(double v) { return std::isnan(v) ? kCanonicalNaN : std::bit_cast<uint64_t>(v); }
+
 class KeyWriter {
  public:
   // Appends to *out; the string is cleared first and its capacity reused. The bytes reach *out
@@ -188,12 +201,29 @@ class KeyWriter {
   // BeginEncodedCall: the same bytes, without reading the op's name and overload each time.
   static std::string EncodeCall(std::string_view op, std::string_view overload, uint32_t arg_count);
   void BeginEncodedCall(std::string_view encoded, uint32_t arg_count);
-  void None();
-  void Bool(bool v);
-  void Int(int64_t v);
-  void Double(double v);
+  // The scalar writers are inline: a keyed call writes several, and a call each was a tenth of
+  // keying a small call.
+  void None() {
+    CountArg();
+    Byte(static_cast<uint8_t>(ArgTag::kNone));
+  }
+  void Bool(bool v) {
+    CountArg();
+    Advance(PutByte(PutByte(Room(2), static_cast<uint8_t>(ArgTag::kBool)), v ? 1 : 0));
+  }
+  void Int(int64_t v) {
+    CountArg();
+    Advance(PutVarint(PutByte(Room(1 + kMaxVarintBytes), static_cast<uint8_t>(ArgTag::kInt)), ZigZag(v)));
+  }
+  void Double(double v) {
+    CountArg();
+    Advance(PutFixed(PutByte(Room(9), static_cast<uint8_t>(ArgTag::kDouble)), DoubleBits(v), 8));
+  }
   void String(std::string_view v);
-  void ScalarType(DType t);
+  void ScalarType(DType t) {
+    CountArg();
+    Advance(PutByte(PutByte(Room(2), static_cast<uint8_t>(ArgTag::kScalarType)), static_cast<uint8_t>(t)));
+  }
   void IntList(std::span<const int64_t> v);
   void DoubleList(std::span<const double> v);
   void Tensor(DType dtype, std::span<const int64_t> sizes, std::span<const int64_t> strides, int64_t storage_offset,
@@ -204,6 +234,10 @@ class KeyWriter {
   // Moves the bytes written so far to *out; OK if every declared call and argument was written.
   // Writing may go on after it.
   Status Finish();
+  // Finish for a caller that only reads the bytes (to hash them): *bytes views them in the
+  // writer's buffer where they all fit there, without the copy into *out, else in *out. The view
+  // lasts while the writer does; nothing may be written after it.
+  Status FinishView(std::string_view* bytes);
 
  private:
   static constexpr size_t kBufferBytes = 256;
@@ -235,7 +269,14 @@ class KeyWriter {
     for (int i = 0; i < bytes; ++i) *p++ = static_cast<char>(v >> (8 * i));
     return p;
   }
-  void CountArg();
+  void CountArg() {
+    if (args_left_ == 0 || list_left_ != 0) {
+      bad_ = true;
+      return;
+    }
+    --args_left_;
+  }
+  Status CountsWritten() const;
   std::string* out_;
   uint32_t calls_left_ = 0;
   uint32_t args_left_ = 0;

@@ -32,6 +32,7 @@
 #include <string>
 #include <string_view>
 
+#include "kjit/runtime/hash.h"
 #include "kjit/runtime/op_key.h"
 #include "kjit/runtime/status.h"
 
@@ -40,8 +41,30 @@ namespace kjit::torch {
 // kjit's dtype for a PyTorch scalar type; kInvalidArgument for types kjit does not key (quantized, ...).
 Result<DType> DTypeOf(c10::ScalarType type);
 // DTypeOf without a Result, for hot paths: false (and *out untouched) where DTypeOf would fail. Its
-// Status (a string) was built and destroyed per keyed tensor.
-bool ToDType(c10::ScalarType type, DType* out);
+// Status (a string) was built and destroyed per keyed tensor. Inline: called per keyed tensor.
+inline bool ToDType(c10::ScalarType type, DType* out) {
+  switch (type) {
+    case c10::ScalarType::Bool: *out = DType::kBool; return true;
+    case c10::ScalarType::Byte: *out = DType::kUInt8; return true;
+    case c10::ScalarType::Char: *out = DType::kInt8; return true;
+    case c10::ScalarType::Short: *out = DType::kInt16; return true;
+    case c10::ScalarType::Int: *out = DType::kInt32; return true;
+    case c10::ScalarType::Long: *out = DType::kInt64; return true;
+    case c10::ScalarType::Half: *out = DType::kFloat16; return true;
+    case c10::ScalarType::BFloat16: *out = DType::kBFloat16; return true;
+    case c10::ScalarType::Float: *out = DType::kFloat32; return true;
+    case c10::ScalarType::Double: *out = DType::kFloat64; return true;
+    case c10::ScalarType::ComplexFloat: *out = DType::kComplex64; return true;
+    case c10::ScalarType::ComplexDouble: *out = DType::kComplex128; return true;
+    case c10::ScalarType::Float8_e4m3fn: *out = DType::kFloat8E4M3FN; return true;
+    case c10::ScalarType::Float8_e5m2: *out = DType::kFloat8E5M2; return true;
+    case c10::ScalarType::UInt16: *out = DType::kUInt16; return true;
+    case c10::ScalarType::UInt32: *out = DType::kUInt32; return true;
+    case c10::ScalarType::UInt64: *out = DType::kUInt64; return true;
+    default: break;
+  }
+  return false;
+}
 
 // A tensor's layout. Needs no device synchronisation: reads metadata and the data pointer only.
 // The tensor must be defined and strided (dense); others are kInvalidArgument.
@@ -145,21 +168,45 @@ bool Write(KeyWriter& w, const std::optional<T>& v, Status* error) {
 }
 }  // namespace typed
 
+namespace typed {
+// A typed call's key into `w`, up to its Finish: the count check, the key's header, then each
+// argument.
+template <class... Args>
+Status WriteCall(KeyWriter& w, const CallKeyPlan& plan, uint16_t arch, uint32_t numerics, const Args&... args) {
+  if (sizeof...(Args) != plan.arg_count()) {
+    return InvalidArgument(plan.schema().name() + " takes " + std::to_string(plan.arg_count()) + " arguments, got " +
+                           std::to_string(sizeof...(Args)));
+  }
+  w.BeginKey(arch, numerics, 1);
+  w.BeginEncodedCall(plan.encoded_call(), static_cast<uint32_t>(sizeof...(Args)));
+  Status error;
+  if (!(Write(w, args, &error) && ...)) return error.WithContext(plan.schema().name());
+  return Status::Ok();
+}
+}  // namespace typed
+
 // Writes the key of a call given by its C++ arguments, in schema order, into *out: the bytes
 // WriteCallKey(plan, boxed arguments, ...) writes. `plan` is the op's.
 template <class... Args>
 Status WriteTypedCallKey(const CallKeyPlan& plan, uint16_t arch, uint32_t numerics, std::string* out,
                          const Args&... args) {
-  if (sizeof...(Args) != plan.arg_count()) {
-    return InvalidArgument(plan.schema().name() + " takes " + std::to_string(plan.arg_count()) + " arguments, got " +
-                           std::to_string(sizeof...(Args)));
-  }
   KeyWriter w(out);
-  w.BeginKey(arch, numerics, 1);
-  w.BeginEncodedCall(plan.encoded_call(), static_cast<uint32_t>(sizeof...(Args)));
-  Status error;
-  if (!(typed::Write(w, args, &error) && ...)) return error.WithContext(plan.schema().name());
+  KJIT_RETURN_IF_ERROR(typed::WriteCall(w, plan, arch, numerics, args...));
   return w.Finish();
+}
+
+// HashBytes of the key WriteTypedCallKey writes, for a caller that needs only the hash (the
+// shim's lookup of a known key): the bytes are hashed in the key writer's buffer, not copied out
+// first. `scratch` holds a key too long for that buffer.
+template <class... Args>
+Status HashTypedCallKey(const CallKeyPlan& plan, uint16_t arch, uint32_t numerics, std::string* scratch,
+                        Hash128* hash, const Args&... args) {
+  KeyWriter w(scratch);
+  KJIT_RETURN_IF_ERROR(typed::WriteCall(w, plan, arch, numerics, args...));
+  std::string_view bytes;
+  KJIT_RETURN_IF_ERROR(w.FinishView(&bytes));
+  *hash = HashBytes(bytes);
+  return Status::Ok();
 }
 
 // The same key as an OpKey, for inspection and tests.
