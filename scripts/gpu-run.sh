@@ -176,6 +176,15 @@ if [[ "${KJIT_GPU_RUN_SHIM:-0}" == 1 ]]; then
       note "shim in-process A/B${pin:+ (pinned to $pin)}: rc=$?"; cat "$shim/ab$tag.md" >> "$summary"
     done
   fi
+  # The miss of other intercepted ops (--ab-op), KJIT_SHIM_AB_OPS (a list; default: those with more or other
+  # arguments than softmax's), KJIT_SHIM_AB_OP_PROCESSES processes each (0: skipped).
+  if [[ "${KJIT_SHIM_AB_OP_PROCESSES:-6}" -gt 0 ]]; then
+    for op in ${KJIT_SHIM_AB_OPS:-layer_norm sum cumsum max_pool2d}; do
+      timeout "${KJIT_SHIM_AB_S:-200}" python3 benchmarks/shim_overhead.py --build "$build" --ab --ab-op "$op" \
+        --processes "${KJIT_SHIM_AB_OP_PROCESSES:-6}" --json "$shim/ab-$op.json" > "$shim/ab-$op.md" 2> "$shim/ab-$op.err"
+      note "shim in-process A/B, $op miss: rc=$?"; grep -E '^miss: added' "$shim/ab-$op.md" >> "$summary"
+    done
+  fi
   # The CPU side of the hot path on this machine's CPU: keying, hashing, the entry table, miss accounting,
   # boxed against unboxed dispatch (benchmarks/bench_torch.cc).
   timeout 40 "$build/benchmarks/kjit_bench_torch" --benchmark_filter='Small|Shim|Steady|Numerics' --benchmark_min_time=0.1 \
