@@ -224,17 +224,19 @@ TEST(SoftmaxSpace, LongFewRowsSplitAcrossAClusterByDefault) {
   EXPECT_EQ(p.at("vec"), 4) << PointToString(p);
 }
 
+// The softmax expert default on the H200 for an f32 tensor of these sizes, over its last dim.
+Point SoftmaxDefaultOnH200(std::vector<int64_t> sizes) {
+  auto found = FindFamily(OpKey::Single(
+      "aten::_softmax", "", {TensorDesc::Contiguous(DType::kFloat32, std::move(sizes)), int64_t{-1}, false}, 90));
+  EXPECT_TRUE(found.ok()) << found.status().ToString();
+  if (!found.ok()) return {};
+  return found->family->ExpertDefault(*found->problem, DeviceFacts::H200());
+}
+
 // Rows too long for two staged rows an SM read twice by blocks of 1024 (H200, f32 2047x32767:
 // 204.4 us against 302.8 staged one row an SM); rows that leave room for two stay staged.
 TEST(SoftmaxSpace, RowsStagedAloneOnAnSmAreReadTwiceInstead) {
-  const DeviceFacts dev = DeviceFacts::H200();
-  auto def = [&](std::vector<int64_t> sizes) {
-    auto found = FindFamily(OpKey::Single("aten::_softmax", "",
-                                          {TensorDesc::Contiguous(DType::kFloat32, std::move(sizes)), int64_t{-1}, false},
-                                          90));
-    EXPECT_TRUE(found.ok()) << found.status().ToString();
-    return found->family->ExpertDefault(*found->problem, dev);
-  };
+  auto def = SoftmaxDefaultOnH200;
   const Point p = def({2047, 32767});
   EXPECT_EQ(p.at("strategy"), 3) << PointToString(p);
   EXPECT_EQ(p.at("threads"), 1024) << PointToString(p);
@@ -246,14 +248,7 @@ TEST(SoftmaxSpace, RowsStagedAloneOnAnSmAreReadTwiceInstead) {
 // Staged rows whose length the vector width does not divide take the streaming hint (H200, f32
 // rows of 16383: 9-15% faster); aligned rows do not (0-2% slower with it).
 TEST(SoftmaxSpace, OddStagedRowsTakeTheStreamingHint) {
-  const DeviceFacts dev = DeviceFacts::H200();
-  auto def = [&](std::vector<int64_t> sizes) {
-    auto found = FindFamily(OpKey::Single("aten::_softmax", "",
-                                          {TensorDesc::Contiguous(DType::kFloat32, std::move(sizes)), int64_t{-1}, false},
-                                          90));
-    EXPECT_TRUE(found.ok()) << found.status().ToString();
-    return found->family->ExpertDefault(*found->problem, dev);
-  };
+  auto def = SoftmaxDefaultOnH200;
   for (int64_t rows : {1023, 4095, 12287}) {
     const Point odd = def({rows, 16383});
     EXPECT_EQ(odd.at("strategy"), 2) << PointToString(odd);
