@@ -171,10 +171,6 @@ struct OpKey {
   friend bool operator==(const OpKey&, const OpKey&);
 };
 
-// Writes the canonical encoding directly, without building an OpKey, for the
-// per-call path of the shim. Callers must follow the grammar above (BeginKey,
-// then for each call BeginCall and exactly arg_count arguments); Finish checks
-// the counts. OpKey::Encode is implemented with it, so both produce the same bytes.
 // The key encoding's integer and float mappings: signed ints zigzag-encoded (then varints),
 // doubles as their bits with every NaN one canonical NaN.
 inline constexpr uint64_t kCanonicalNaN = 0x7ff8000000000000ULL;
@@ -182,6 +178,10 @@ constexpr uint64_t ZigZag(int64_t v) { return (static_cast<uint64_t>(v) << 1) ^ 
 constexpr int64_t UnZigZag(uint64_t v) { return static_cast<int64_t>(v >> 1) ^ -static_cast<int64_t>(v & 1); }
 inline uint64_t DoubleBits(double v) { return std::isnan(v) ? kCanonicalNaN : std::bit_cast<uint64_t>(v); }
 
+// Writes the canonical encoding directly, without building an OpKey, for the
+// per-call path of the shim. Callers must follow the grammar above (BeginKey,
+// then for each call BeginCall and exactly arg_count arguments); Finish checks
+// the counts. OpKey::Encode is implemented with it, so both produce the same bytes.
 class KeyWriter {
  public:
   // Appends to *out; the string is cleared first and its capacity reused. The bytes reach *out
