@@ -166,9 +166,7 @@ bool Write(KeyWriter& w, const std::optional<T>& v, Status* error) {
   }
   return Write(w, *v, error);
 }
-}  // namespace typed
 
-namespace typed {
 // A typed call's key into `w`, up to its Finish: the count check, the key's header, then each
 // argument.
 template <class... Args>
