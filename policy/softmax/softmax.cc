@@ -26,6 +26,10 @@ enum Strategy : int64_t {
 constexpr int64_t kMaxRegisterFloats = 64;  // per thread, for the row-in-registers strategies
 constexpr int64_t kReductionScratch = 1024;  // shared bytes kept for block reductions
 
+// The most floats one block of a cluster strategy holds: a row's whole vectors dealt out to `cluster`
+// blocks, the first blocks one more where they do not divide evenly.
+int64_t ClusterPartFloats(int64_t len, int64_t vec, int64_t cluster) { return CeilDiv(len / vec, cluster) * vec; }
+
 struct SoftmaxProblem : Problem {
   bool log = false;
   DType in = DType::kFloat32;
@@ -176,7 +180,7 @@ __device__ __forceinline__ float scaled(float x, RowScale c) {
 class Softmax final : public Family {
  public:
   std::string_view name() const override { return "softmax"; }
-  int codegen_version() const override { return 5; }
+  int codegen_version() const override { return 6; }
   std::vector<std::string> ops() const override { return {"aten::_softmax", "aten::_log_softmax"}; }
 
   OpTraits traits(std::string_view op) const override {
@@ -204,6 +208,8 @@ class Softmax final : public Family {
         key("aten::_log_softmax", DType::kBFloat16, {8192, 50257}, -1, false),
         key("aten::_softmax", DType::kFloat32, {32, 1000, 64}, 1, false),
         key("aten::_log_softmax", DType::kFloat16, {128, 24, 96}, 1, false),
+        // Few long rows of a prime length: the cluster strategies' uneven split, head and tail.
+        key("aten::_log_softmax", DType::kFloat32, {48, 100003}, -1, false),
     };
   }
 
@@ -280,8 +286,9 @@ class Softmax final : public Family {
     if (vec * in_size > 16 || vec * out_size > 16) return InvalidArgument("vector wider than 16 bytes");
     if (vec * in_size > p.alignment) return InvalidArgument("input not aligned for the vector");
     const int64_t vec_extent = columns ? p.inner : p.len;  // vectors run along the contiguous dim
-    // A block per row takes a ragged row (RowSplit in the generated code); the others need whole vectors.
-    const bool takes_ragged = strategy == kSmem || strategy == kOnline;
+    // A block or a cluster per row takes a ragged row (RowSplit in the generated code); the others need
+    // whole vectors.
+    const bool takes_ragged = strategy == kSmem || strategy == kOnline || clustered;
     if (vec_extent % vec != 0 && !takes_ragged) {
       return InvalidArgument("vector does not divide the contiguous extent");
     }
@@ -307,10 +314,13 @@ class Softmax final : public Family {
       case kCluster:
       case kClusterSmem: {
         if (threads < 128) return InvalidArgument("cluster blocks need at least 128 threads");
-        if (p.len % (cluster * vec) != 0) return InvalidArgument("row does not split evenly");
-        const int64_t part = p.len / cluster;
-        if (part < threads * vec) return InvalidArgument("row part shorter than one pass");
-        if (strategy == kClusterSmem && part * 4 > smem_cap) return InvalidArgument("row part larger than shared memory");
+        // The row's whole vectors are dealt out to the blocks, the first blocks one more where they do
+        // not divide evenly (ClusterPart in the generated code).
+        const int64_t vectors = (p.len - (p.len % vec == 0 ? 0 : vec - 1)) / vec;  // fewest a row holds
+        if (vectors / cluster < threads) return InvalidArgument("row part shorter than one pass");
+        if (strategy == kClusterSmem && ClusterPartFloats(p.len, vec, cluster) * 4 > smem_cap) {
+          return InvalidArgument("row part larger than shared memory");
+        }
         break;
       }
       case kColumns:
@@ -623,19 +633,34 @@ extern "C" __global__ void __launch_bounds__(THREADS) kjit_softmax(const in_t* _
       case kCluster:
       case kClusterSmem: {
         const bool staged = strategy == kClusterSmem;
-        src << "#define STAGED " << (staged ? 1 : 0) << "\nconstexpr long long PART = LEN / CLUSTER;\n" << R"(
+        src << "#define STAGED " << (staged ? 1 : 0) << "\n" << R"(
+// The row's whole vectors (between RowSplit's scalar head and tail) dealt out to the cluster's blocks
+// in rank order, the first `rem` blocks one vector more; rank 0 also takes the head and the tail.
+struct ClusterPart { long long begin, len; };
+__device__ __forceinline__ ClusterPart cluster_part(const RowSplit& rs, int rank) {
+  const long long vectors = (rs.body_end - rs.head) / VEC, per = vectors / CLUSTER, rem = vectors % CLUSTER;
+  ClusterPart p;
+  p.begin = rs.head + (rank * per + (rank < rem ? rank : rem)) * VEC;
+  p.len = (per + (rank < rem ? 1 : 0)) * VEC;
+  return p;
+}
 extern "C" __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(THREADS)
 kjit_softmax(const in_t* __restrict__ x, out_t* __restrict__ y) {
   __shared__ float red[64];
   __shared__ float part_ms[2];
   extern __shared__ float row_buf[];
   const long long row = blockIdx.x / CLUSTER;
-  const long long begin = (long long)__clusterRelativeBlockRank() * PART;
-  const in_t* xr = x + row * LEN + begin;
-  out_t* yr = y + row * LEN + begin;
+  const int rank = (int)__clusterRelativeBlockRank();
+  const RowSplit rs = row_split(row);
+  const ClusterPart part = cluster_part(rs, rank);
+  const in_t* xr = x + row * LEN + part.begin;
+  out_t* yr = y + row * LEN + part.begin;
+  const bool edge = RAGGED && rank == 0 && (int)threadIdx.x < rs.edges;
+  const long long ecol = edge ? edge_col(rs, threadIdx.x) : 0;
+  float ev = 0.f;  // the edge element, held in a register
   MS ms = {-KJIT_INF, 0.f};
 #pragma unroll UNROLL
-  for (long long col = (long long)threadIdx.x * VEC; col < PART; col += (long long)THREADS * VEC) {
+  for (long long col = (long long)threadIdx.x * VEC; col < part.len; col += (long long)THREADS * VEC) {
     float v[VEC];
     load_vec<false>(xr + col, v);
 #pragma unroll
@@ -643,6 +668,10 @@ kjit_softmax(const in_t* __restrict__ x, out_t* __restrict__ y) {
       ms_add(ms, v[k]);
       if (STAGED) row_buf[col + k] = v[k];
     }
+  }
+  if (edge) {
+    ev = load_one(x + row * LEN + ecol);
+    ms_add(ms, ev);
   }
   ms = block_ms(ms, red);
   if (threadIdx.x == 0) { part_ms[0] = ms.m; part_ms[1] = ms.s; }
@@ -660,7 +689,7 @@ kjit_softmax(const in_t* __restrict__ x, out_t* __restrict__ y) {
   __cluster_barrier_arrive();
   __cluster_barrier_wait();
 #pragma unroll UNROLL
-  for (long long col = (long long)threadIdx.x * VEC; col < PART; col += (long long)THREADS * VEC) {
+  for (long long col = (long long)threadIdx.x * VEC; col < part.len; col += (long long)THREADS * VEC) {
     float v[VEC];
     if (STAGED) {
 #pragma unroll
@@ -672,10 +701,11 @@ kjit_softmax(const in_t* __restrict__ x, out_t* __restrict__ y) {
     for (int k = 0; k < VEC; ++k) v[k] = out_value(v[k], all);
     store_vec(yr + col, v);
   }
+  if (edge) store_one(y + row * LEN + ecol, out_value(ev, all));
 }
 )";
         c.launch.grid[0] = static_cast<uint32_t>(rows * cluster);
-        if (staged) c.launch.dynamic_shared_bytes = static_cast<uint32_t>(p.len / cluster * 4);
+        if (staged) c.launch.dynamic_shared_bytes = static_cast<uint32_t>(ClusterPartFloats(p.len, vec, cluster) * 4);
         break;
       }
       case kColumns:

@@ -4,6 +4,7 @@
 #pragma once
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
+#include <cmath>
 #include <atomic>
 #include <barrier>
 #include <chrono>
@@ -45,6 +46,19 @@ extern thread_local std::optional<std::barrier<>::arrival_token> emu_token;
 extern int emu_cluster;
 constexpr long long EMU_SLAB = 1 << 16, EMU_VARS = 8;
 inline void* emu_shared(int id) { return emu_block->shared + id * EMU_SLAB; }
+// The dynamic shared array (extern __shared__ T name[]) as emu_gen.h rewrites it: the block's slabs after
+// its __shared__ variables, N elements (the launch's dynamic_shared_bytes); an index outside them is counted
+// in emu_bad_shared and lands in a scratch element.
+inline std::atomic<long long> emu_bad_shared{0};
+template <typename T> struct EmuDynShared {
+  T* p; long long n;
+  T& operator[](long long i) const {
+    if (i >= 0 && i < n) return p[i];
+    ++emu_bad_shared;
+    thread_local T scratch;
+    return scratch;
+  }
+};
 inline void __syncthreads() { emu_block->block_bar->arrive_and_wait(); }
 // A warp's barrier (all 32 lanes; the runner sets warp_bar, as for shuffles).
 inline void __syncwarp(unsigned = 0xffffffffu) { emu_block->warp_bar[threadIdx.x / 32]->arrive_and_wait(); }
@@ -108,10 +122,23 @@ inline void emu_check_bytes(const void* p, size_t bytes) {
   if ((!in1 && !in2) || reinterpret_cast<uintptr_t>(p) % bytes != 0) ++emu_bad_reads;
 }
 template <typename T> inline void emu_check_read(const T* p) { emu_check_bytes(p, sizeof(T)); }
-template <typename T> inline T __ldcs(const T* p) { emu_check_read(p); return *p; }
-template <typename T> inline T __ldg(const T* p) { emu_check_read(p); return *p; }
-template <typename T> inline void __stcs(T* p, T v) { *p = v; }
-template <typename T> inline void __stwb(T* p, T v) { *p = v; }
+// (Through memcpy: a misaligned load is counted, not a crash of the host's aligned vector moves.)
+template <typename T> inline T emu_load(const T* p) {
+  emu_check_read(p);
+  T v;
+  std::memcpy(&v, static_cast<const void*>(p), sizeof(T));
+  return v;
+}
+template <typename T> inline T __ldcs(const T* p) { return emu_load(p); }
+template <typename T> inline T __ldg(const T* p) { return emu_load(p); }
+// Stores: one not aligned to its size (a fault on the GPU) is counted in emu_bad_stores.
+inline std::atomic<long long> emu_bad_stores{0};
+template <typename T> inline void emu_store(T* p, T v) {
+  if (reinterpret_cast<uintptr_t>(p) % sizeof(T) != 0) ++emu_bad_stores;
+  std::memcpy(static_cast<void*>(p), &v, sizeof(T));
+}
+template <typename T> inline void __stcs(T* p, T v) { emu_store(p, v); }
+template <typename T> inline void __stwb(T* p, T v) { emu_store(p, v); }
 // Global memory shared by blocks (the reduce family's workspace): .cg loads and stores, device-wide
 // fences and atomics. Blocks of different clusters run one after another here, so the last block's
 // logic runs as on a GPU whose blocks finish in grid order.

@@ -1,4 +1,5 @@
-# Sourced by the CPU emulation scripts (run.sh, pool.sh, reduce.sh, depthwise_conv.sh, matmul.sh).
+# Sourced by the CPU emulation scripts (run.sh, pool.sh, reduce.sh, softmax.sh, depthwise_conv.sh,
+# matmul.sh).
 #
 #   emu_setup RUN_SOURCE GEN_SOURCE [BUILD_DIR]
 #
@@ -35,5 +36,7 @@ r() {
   local args=${line% | *} pt=${line#* | }
   emu_compile_kernel "$name"
   local res
-  if res=$(timeout 300 "$work/run" "$work/$name.so" $args); then echo "$name [$pt]: $res"; else echo "$name [$pt]: $res"; failed=1; fi
+  if res=$(timeout 300 "$work/run" "$work/$name.so" $args); then echo "$name [$pt]: $res"; else
+    echo "$name [$pt]: $res (exit $?)"; failed=1
+  fi
 }

@@ -12,32 +12,12 @@
 //   WORKSPACE: bytes of the kernel's workspace (kernel ABI v2), 0 for none. With one, the kernel is
 //   run twice on the same zeroed-once workspace, as the shim runs it: the second run must give the
 //   same bytes, and the workspace must be all zero after each run.
-#include "emu.h"
+#include "emu_harness.h"
 #include <dlfcn.h>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <memory>
 #include <random>
-#include <thread>
-#include <vector>
-thread_local emu_dim3 threadIdx, blockIdx;
-emu_dim3 blockDim, gridDim;
-thread_local EmuBlock* emu_block;
-std::barrier<>* emu_cluster_bar;
-thread_local std::optional<std::barrier<>::arrival_token> emu_token;
-int emu_cluster = 1;
-static float to_f(uint32_t u, int dt) {
-  if (dt == 0) return __uint_as_float(u);
-  if (dt == 1) return __half2float(__ushort_as_half((uint16_t)u));
-  return __bfloat162float(__ushort_as_bfloat16((uint16_t)u));
-}
-static uint32_t from_f(float f, int dt) {
-  if (dt == 0) return __float_as_uint(f);
-  if (dt == 1) return __half_as_ushort(__float2half_rn(f));
-  return __bfloat16_as_ushort(__float2bfloat16_rn(f));
-}
-static int esize(int dt) { return dt == 0 ? 4 : dt == 3 ? 8 : 2; }
 int main(int argc, char** argv) {
   if (argc < 13) { std::printf("usage\n"); return 2; }
   void* so = dlopen(argv[1], RTLD_NOW);
@@ -87,37 +67,10 @@ int main(int argc, char** argv) {
         std::memcpy(&x[e * es], &u, es);
         xv[e] = to_f(u, dt);
       }
-  // Blocks of one cluster run together; clusters one after another.
-  const int nthreads = blockDim.x * emu_cluster;
-  std::vector<char> shared((size_t)emu_cluster * EMU_SLAB * EMU_VARS);
   std::vector<char> first_y;
   for (int pass = 0; pass < (ws_bytes > 0 ? 2 : 1); ++pass) {
   if (pass == 1) { first_y = y; std::fill(y.begin(), y.end() - 64, 0x5a); }
-  for (unsigned c0 = 0; c0 < gridDim.x; c0 += emu_cluster) {
-    std::barrier<> cluster_bar(nthreads);
-    emu_cluster_bar = &cluster_bar;
-    std::vector<EmuBlock> blocks(emu_cluster);
-    std::vector<std::unique_ptr<std::barrier<>>> bars;
-    for (int b = 0; b < emu_cluster; ++b) {
-      bars.emplace_back(new std::barrier<>(blockDim.x));
-      blocks[b].block_bar = bars.back().get();
-      for (unsigned w = 0; w < (blockDim.x + 31) / 32; ++w) {
-        bars.emplace_back(new std::barrier<>(32));
-        blocks[b].warp_bar[w] = bars.back().get();
-      }
-      blocks[b].shared = shared.data() + (size_t)b * EMU_SLAB * EMU_VARS;
-    }
-    std::vector<std::thread> ts;
-    for (int b = 0; b < emu_cluster; ++b) {
-      for (unsigned t = 0; t < blockDim.x; ++t) {
-        ts.emplace_back([&, b, t] {
-          threadIdx.x = t; blockIdx.x = c0 + b; emu_block = &blocks[b];
-          if (blockIdx.x < gridDim.x) kernel(x.data(), y.data());
-        });
-      }
-    }
-    for (auto& t : ts) t.join();
-  }
+  emu_run_grid([&] { kernel(x.data(), y.data()); });
   for (long long k = 0; k < ws_bytes + 64; ++k) {
     if (ws[k] != 0) {
       std::printf("%s at workspace byte %lld of %lld after run %d\n",
