@@ -234,13 +234,16 @@ TEST(SoftmaxSpace, LongFewRowsSplitAcrossAClusterByDefault) {
 }
 
 // A prime row length: the cluster's blocks share the row's whole vectors unevenly, and rank 0 takes
-// the scalar head and tail (the online block of 1024 it had before: 422.7 us on the H200, 3.4x the
-// floor, against 252-273 us for rows of 1048576 split over clusters of 8).
+// the scalar head and tail (H200: 260.6 us, against 422.7 for the online block of 1024 it had before).
+// Blocks of 1024 from a third of a row an SM to one row an SM, 512 outside.
 TEST(SoftmaxSpace, OddLongFewRowsSplitAcrossAClusterToo) {
   const Point p = SoftmaxDefaultOnH200({64, 1000003});
   EXPECT_EQ(p.at("strategy"), 4) << PointToString(p);
   EXPECT_EQ(p.at("cluster"), 8) << PointToString(p);
   EXPECT_EQ(p.at("vec"), 4) << PointToString(p);
+  EXPECT_EQ(p.at("threads"), 1024) << PointToString(p);
+  for (int64_t rows : {48, 128}) EXPECT_EQ(SoftmaxDefaultOnH200({rows, 1000003}).at("threads"), 1024) << rows;
+  for (int64_t rows : {32, 160}) EXPECT_EQ(SoftmaxDefaultOnH200({rows, 500003}).at("threads"), 512) << rows;
 }
 
 // Rows too long for two staged rows an SM read twice by blocks of 1024 (H200, f32 2047x32767:
