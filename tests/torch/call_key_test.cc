@@ -5,6 +5,7 @@
 #include <ATen/Context.h>
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/impl/COW.h>
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -77,6 +78,7 @@ TEST(TorchBridge, KeyedTensorsAreDescribeTensors) {
     SCOPED_TRACE(t.toString() + " offset " + std::to_string(t.storage_offset()));
     auto described = DescribeTensor(t);
     ASSERT_TRUE(described.ok());
+    EXPECT_EQ(described->alignment, TensorDesc::AlignmentOf(reinterpret_cast<uintptr_t>(t.const_data_ptr())));
     std::vector<c10::IValue> args{t, int64_t{-1}, false};
     auto key = CallKey(schema, args, 90, kNumericsDefault);
     ASSERT_TRUE(key.ok()) << key.status().ToString();
@@ -85,6 +87,20 @@ TEST(TorchBridge, KeyedTensorsAreDescribeTensors) {
     ASSERT_NE(keyed, nullptr);
     EXPECT_EQ(*keyed, *described);
   }
+}
+
+// Describing or keying a copy-on-write tensor (a lazy clone) reads its address only: it stays
+// copy-on-write, sharing its source's data, as the user's program left it.
+TEST(TorchBridge, DescribingACopyOnWriteTensorLeavesItShared) {
+  const at::Tensor source = at::randn({64, 128});
+  const at::Tensor lazy = at::_lazy_clone(source);
+  ASSERT_TRUE(c10::impl::cow::is_cow_data_ptr(lazy.storage().data_ptr()));
+  auto described = DescribeTensor(lazy);
+  ASSERT_TRUE(described.ok()) << described.status().ToString();
+  std::vector<c10::IValue> args{lazy, int64_t{-1}, false};
+  ASSERT_TRUE(CallKey(Schema("aten::_softmax", ""), args, 90, kNumericsDefault).ok());
+  EXPECT_TRUE(c10::impl::cow::is_cow_data_ptr(lazy.storage().data_ptr()));
+  EXPECT_EQ(lazy.const_data_ptr(), source.const_data_ptr());
 }
 
 TEST(TorchBridge, SoftmaxCallKey) {

@@ -20,7 +20,7 @@ bool ArgIsScalarType(const c10::Argument& arg) {
 // The address of a tensor's first element (null if it is empty), as TensorImpl::data() answers,
 // for the key's alignment: read without data()'s virtual has_storage() call and its checks, a
 // fifth of keying a tensor. A tensor without a storage goes through data(), which throws as
-// before. TorchBridge.KeyedTensorsAreDescribeTensors checks that both ways agree.
+// before. TorchBridge.KeyedTensorsAreDescribeTensors checks it against const_data_ptr().
 const void* FirstElement(const at::Tensor& t) {
   const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
   const c10::StorageImpl* storage = impl->unsafe_storage().unsafeGetStorageImpl();
@@ -176,7 +176,8 @@ Result<TensorDesc> DescribeTensor(const at::Tensor& t) {
   d.sizes.assign(t.sizes().begin(), t.sizes().end());
   d.strides.assign(t.strides().begin(), t.strides().end());
   d.storage_offset = t.storage_offset();
-  d.alignment = TensorDesc::AlignmentOf(reinterpret_cast<uintptr_t>(t.data_ptr()));
+  // The address only: data_ptr() would materialise a copy-on-write tensor.
+  d.alignment = TensorDesc::AlignmentOf(reinterpret_cast<uintptr_t>(FirstElement(t)));
   return d;
 }
 

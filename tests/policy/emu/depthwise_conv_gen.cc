@@ -3,17 +3,7 @@
 //   depthwise_conv_gen OUT.cc OP(native|cudnn) DTYPE LAYOUT(c|cl) N,C,H,W KH,KW SH,SW PH,PW DH,DW BIAS(0|1) KNOB=VALUE...
 // native: aten::_conv_depthwise2d (bias allowed); cudnn: aten::cudnn_convolution (layout c or cl, no
 // bias). Unnamed knobs: the expert default's.
-#include <cstdio>
-#include <fstream>
-#include <regex>
-#include <sstream>
-#include "kjit/policy/design_space.h"
-using namespace kjit; using namespace kjit::policy;
-static IntList List(const std::string& s) {
-  IntList v; std::stringstream ss(s); std::string x;
-  while (std::getline(ss, x, ',')) if (!x.empty()) v.push_back(atoll(x.c_str()));
-  return v;
-}
+#include "emu_gen.h"
 int main(int argc, char** argv) {
   int a = 1;
   std::string out = argv[a++], op = argv[a++];
@@ -28,20 +18,13 @@ int main(int argc, char** argv) {
                   ? OpKey::Single("aten::_conv_depthwise2d", "",
                                   {x, w, k, bias ? Arg(TensorDesc::Contiguous(dt, {sz[1]})) : Arg(NoneArg{}), s, p, d}, 90)
                   : OpKey::Single("aten::cudnn_convolution", "", {x, w, p, s, d, sz[1], false, false, true}, 90);
-  auto found = FindFamily(key);
-  if (!found.ok()) { std::printf("nomatch %s\n", found.status().ToString().c_str()); return 2; }
-  const DeviceFacts dev = DeviceFacts::H200();
-  Point pt = found->family->ExpertDefault(*found->problem, dev);
-  for (; a < argc; ++a) { std::string kv = argv[a]; auto eq = kv.find('='); pt[kv.substr(0, eq)] = atoll(kv.c_str() + eq + 1); }
-  auto c = found->family->Generate(*found->problem, pt, dev);
-  if (!c.ok()) { std::printf("invalid %s %s\n", PointToString(pt).c_str(), c.status().ToString().c_str()); return 3; }
-  std::string src = std::regex_replace(c->source, std::regex(R"(extern __shared__ __align__\(16\) unsigned char smem\[\];)"),
-                                       "unsigned char* smem = static_cast<unsigned char*>(emu_shared(0));");
-  std::ofstream(out) << "#include \"emu.h\"\n#include <cmath>\nusing std::min; using std::max; using std::fmaf;\n" << src;
+  const EmuKernel kern = EmuGenerate(key, argc - a, argv + a);
+  EmuWriteKernel(out, kern.c,
+                 {.checked = false, .prelude = "#include <cmath>\nusing std::min; using std::max; using std::fmaf;\n"});
   // depthwise_conv_run's arguments: dtype native cl bias N C H W KH KW SH SW PH PW DH DW grid block shared
-  std::printf("%d %d %d %d %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %u %u %u | %s\n",
-              dt == DType::kFloat32 ? 0 : dt == DType::kFloat16 ? 1 : 2, op == "native", cl, bias, (long long)sz[0],
-              (long long)sz[1], (long long)sz[2], (long long)sz[3], (long long)k[0], (long long)k[1], (long long)s[0],
-              (long long)s[1], (long long)p[0], (long long)p[1], (long long)d[0], (long long)d[1], c->launch.grid[0],
-              c->launch.block[0], c->launch.dynamic_shared_bytes, PointToString(pt).c_str());
+  std::printf("%d %d %d %d %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %u %u %u | %s\n", DTypeCode(dt),
+              op == "native", cl, bias, (long long)sz[0], (long long)sz[1], (long long)sz[2], (long long)sz[3],
+              (long long)k[0], (long long)k[1], (long long)s[0], (long long)s[1], (long long)p[0], (long long)p[1],
+              (long long)d[0], (long long)d[1], kern.c.launch.grid[0], kern.c.launch.block[0],
+              kern.c.launch.dynamic_shared_bytes, PointToString(kern.pt).c_str());
 }

@@ -7,45 +7,25 @@
 // padding tap must not turn into NaN); cudnn_convolution is not (its traits). Also checks that every
 // output is written and nothing past the output.
 // Usage: depthwise_conv_run SO DTYPE NATIVE CL BIAS N C H W KH KW SH SW PH PW DH DW GRID BLOCK SHARED
-#include "emu.h"
+#include "emu_harness.h"
 #include <dlfcn.h>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
-#include <thread>
-#include <memory>
-#include <vector>
-thread_local emu_dim3 threadIdx, blockIdx;
-emu_dim3 blockDim, gridDim;
-thread_local EmuBlock* emu_block;
-std::barrier<>* emu_cluster_bar;
-thread_local std::optional<std::barrier<>::arrival_token> emu_token;
-int emu_cluster = 1;
-static int dt;
-static float to_f(uint32_t u) {
-  if (dt == 0) return __uint_as_float(u);
-  if (dt == 1) return __half2float(__ushort_as_half((uint16_t)u));
-  return __bfloat162float(__ushort_as_bfloat16((uint16_t)u));
-}
-static uint32_t from_f(float f) {
-  if (dt == 0) return __float_as_uint(f);
-  if (dt == 1) return __half_as_ushort(__float2half_rn(f));
-  return __bfloat16_as_ushort(__float2bfloat16_rn(f));
-}
 int main(int argc, char** argv) {
   void* so = dlopen(argv[1], RTLD_NOW);
   if (!so) { std::printf("dlopen: %s\n", dlerror()); return 2; }
   long long v[32];
   for (int i = 2; i < argc && i < 34; ++i) v[i - 2] = atoll(argv[i]);
-  dt = (int)v[0];
+  const int dt = (int)v[0];
   const bool native = v[1], cl = v[2], has_bias = v[3];
   const long long N = v[4], C = v[5], H = v[6], W = v[7], KH = v[8], KW = v[9], SH = v[10], SW = v[11], PH = v[12],
                   PW = v[13], DH = v[14], DW = v[15];
   gridDim.x = (unsigned)v[16]; blockDim.x = (unsigned)v[17];
   if (v[18] > EMU_SLAB * EMU_VARS) { std::printf("shared memory over the emulator's slab\n"); return 2; }
   const long long OH = (H + 2 * PH - DH * (KH - 1) - 1) / SH + 1, OW = (W + 2 * PW - DW * (KW - 1) - 1) / SW + 1;
-  const int es = dt == 0 ? 4 : 2;
+  const int es = esize(dt);
   const long long n_in = N * C * H * W, n_out = N * C * OH * OW, n_w = C * KH * KW;
   std::vector<char> x(n_in * es), w(n_w * es), b(C * es), y(n_out * es + 64, 0x5a);
   std::mt19937 gen(11);
@@ -58,40 +38,22 @@ int main(int argc, char** argv) {
     for (long long i = 0; i < count; ++i) {
       const int r = pick(gen);
       const float f = native && r < 4 ? specials[r] : nd(gen);
-      const uint32_t u = from_f(f);
+      const uint32_t u = from_f(f, dt);
       std::memcpy(&t[i * es], &u, es);
     }
   };
   fill(x, n_in);
   fill(w, n_w);
   fill(b, C);
-  std::vector<std::thread> ts;
-  for (unsigned blk_id = 0; blk_id < gridDim.x; ++blk_id) {
-    std::barrier<> bar(blockDim.x);
-    std::vector<char> shared(EMU_SLAB * EMU_VARS);
-    EmuBlock blk{};
-    blk.block_bar = &bar;
-    blk.shared = shared.data();
-    std::vector<std::unique_ptr<std::barrier<>>> warp_bars;  // shuffles (the slide strategy; blocks are whole warps)
-    for (unsigned w = 0; w < (blockDim.x + 31) / 32; ++w) {
-      warp_bars.emplace_back(new std::barrier<>(std::min(32u, blockDim.x - 32 * w)));
-      blk.warp_bar[w] = warp_bars.back().get();
+  void* fn = dlsym(so, "kjit_depthwise_conv");
+  emu_run_grid([&] {
+    if (native) {
+      reinterpret_cast<void (*)(const void*, const void*, const void*, void*)>(fn)(
+          x.data(), w.data(), has_bias ? b.data() : nullptr, y.data());
+    } else {
+      reinterpret_cast<void (*)(const void*, const void*, void*)>(fn)(x.data(), w.data(), y.data());
     }
-    std::vector<std::thread> threads;
-    for (unsigned t = 0; t < blockDim.x; ++t) {
-      threads.emplace_back([&, blk_id, t] {
-        threadIdx.x = t; blockIdx.x = blk_id; emu_block = &blk;
-        void* fn = dlsym(so, "kjit_depthwise_conv");
-        if (native) {
-          reinterpret_cast<void (*)(const void*, const void*, const void*, void*)>(fn)(
-              x.data(), w.data(), has_bias ? b.data() : nullptr, y.data());
-        } else {
-          reinterpret_cast<void (*)(const void*, const void*, void*)>(fn)(x.data(), w.data(), y.data());
-        }
-      });
-    }
-    for (auto& th : threads) th.join();
-  }
+  });
   auto raw = [&](const std::vector<char>& t, long long e) { uint32_t u = 0; std::memcpy(&u, &t[e * es], es); return u; };
   auto at = [&](long long n, long long c, long long h, long long ww, long long h_, long long w_) {
     return cl ? ((n * h_ + h) * w_ + ww) * C + c : ((n * C + c) * h_ + h) * w_ + ww;
@@ -101,24 +63,24 @@ int main(int argc, char** argv) {
     for (long long c = 0; c < C; ++c)
       for (long long oh = 0; oh < OH; ++oh)
         for (long long ow = 0; ow < OW; ++ow) {
-          float value = has_bias ? to_f(raw(b, c)) : 0.f;
+          float value = has_bias ? to_f(raw(b, c), dt) : 0.f;
           for (long long i = 0; i < KH; ++i)
             for (long long j = 0; j < KW; ++j) {
               const long long h = oh * SH - PH + i * DH, ww = ow * SW - PW + j * DW;
               if (h >= 0 && h < H && ww >= 0 && ww < W) {
-                value = std::fmaf(to_f(raw(w, c * KH * KW + i * KW + j)), to_f(raw(x, at(n, c, h, ww, H, W))), value);
+                value = std::fmaf(to_f(raw(w, c * KH * KW + i * KW + j), dt), to_f(raw(x, at(n, c, h, ww, H, W)), dt), value);
               }
             }
-          const uint32_t want = from_f(value);
+          const uint32_t want = from_f(value, dt);
           const long long e = at(n, c, oh, ow, OH, OW);
           const uint32_t got = raw(y, e);
-          const bool ok = got == want || (std::isnan(to_f(got)) && std::isnan(to_f(want)));
-          nans += std::isnan(to_f(want));
-          infs += std::isinf(to_f(want));
+          const bool ok = got == want || (std::isnan(to_f(got, dt)) && std::isnan(to_f(want, dt)));
+          nans += std::isnan(to_f(want, dt));
+          infs += std::isinf(to_f(want, dt));
           if (!ok) {
             if (bad == 0) {
               std::printf("first bad at n=%lld c=%lld oh=%lld ow=%lld: got %x (%g) want %x (%g)\n", n, c, oh, ow, got,
-                          to_f(got), want, to_f(want));
+                          to_f(got, dt), want, to_f(want, dt));
             }
             ++bad;
           }

@@ -1,6 +1,6 @@
-// The generators' side of the CPU emulation (reduce_gen.cc, softmax_gen.cc): the key's family, its
-// expert default with KNOB=VALUE arguments over it and the kernel (EmuGenerate), and the kernel as C++
-// for emu.h (EmuWriteKernel).
+// The generators' side of the CPU emulation (gen.cc, pool_gen.cc, reduce_gen.cc, softmax_gen.cc,
+// depthwise_conv_gen.cc, matmul_gen.cc): the key's family, its expert default with KNOB=VALUE
+// arguments over it and the kernel (EmuGenerate), and the kernel as C++ for emu.h (EmuWriteKernel).
 #pragma once
 #include <cstdio>
 #include <cstdlib>
@@ -35,23 +35,36 @@ inline EmuKernel EmuGenerate(const OpKey& key, int nknobs, char** knobs) {
   k.c = std::move(*c);
   return k;
 }
+// How EmuWriteKernel writes a kernel: checked (reduce, softmax) or not (scan, pool, depthwise_conv,
+// matmul: their harnesses check the launch's dynamic shared bytes against the slabs instead); prelude:
+// what follows #include "emu.h".
+struct EmuWrite {
+  bool checked = true;
+  std::string prelude = "using std::min;\n";
+};
 // __shared__ variables become per-block slabs (emu_shared(id)); the dynamic shared array (extern
-// __shared__ T name[]) the slabs after them, indices checked against the launch's dynamic_shared_bytes
-// (EmuDynShared); loads through a pointer p (*reinterpret_cast<const T*>(p): codegen's load_vec) go
-// through __ldg, checked where the harness sets emu_read_lo/hi, and stores through it (store_vec)
-// through emu_store, checked for alignment. (A dynamic array larger than the slabs left fails the
-// kernel's compilation.)
-inline void EmuWriteKernel(const std::string& path, const Candidate& c) {
-  std::string src = std::regex_replace(c.source, std::regex(R"(\*reinterpret_cast<const ([^;()]+)\*>\(p\))"),
-                                       "__ldg(reinterpret_cast<const $1*>(p))");
-  src = std::regex_replace(src, std::regex(R"(\*reinterpret_cast<([^;()]+)\*>\(p\) = ([^;]+);)"),
-                           "emu_store(reinterpret_cast<$1*>(p), $2);");
+// __shared__ T name[]) the slabs after them: checked, an EmuDynShared whose indices are checked against
+// the launch's dynamic_shared_bytes, else a plain T* (which the kernel may offset). Checked, loads
+// through a pointer p (*reinterpret_cast<const T*>(p): codegen's load_vec) go through __ldg, checked
+// where the harness sets emu_read_lo/hi, and stores through it (store_vec) through emu_store, checked
+// for alignment; not checked, they stay as they are. (A checked dynamic array larger than the slabs
+// left fails the kernel's compilation.)
+inline void EmuWriteKernel(const std::string& path, const Candidate& c, const EmuWrite& how = {}) {
+  std::string src = c.source;
+  if (how.checked) {
+    src = std::regex_replace(src, std::regex(R"(\*reinterpret_cast<const ([^;()]+)\*>\(p\))"),
+                             "__ldg(reinterpret_cast<const $1*>(p))");
+    src = std::regex_replace(src, std::regex(R"(\*reinterpret_cast<([^;()]+)\*>\(p\) = ([^;]+);)"),
+                             "emu_store(reinterpret_cast<$1*>(p), $2);");
+  }
   std::regex sh(R"((extern )?__shared__ (?:__align__\(\d+\) )?(\w[\w ]*?) (\w+)((\[[^\]]*\])*);)");
   std::string res; int id = 0; size_t last = 0;
   for (auto it = std::sregex_iterator(src.begin(), src.end(), sh); it != std::sregex_iterator(); ++it) {
     res += src.substr(last, it->position() - last);
     const std::string type = (*it)[2].str(), name = (*it)[3].str(), ext = (*it)[4].str();
-    if ((*it)[1].matched) {
+    if ((*it)[1].matched && !how.checked) {
+      res += type + "* " + name + " = static_cast<" + type + "*>(emu_shared(" + std::to_string(id) + "));";
+    } else if ((*it)[1].matched) {
       const std::string bytes = std::to_string(c.launch.dynamic_shared_bytes) + "LL";
       res += "static_assert(" + bytes + " <= (EMU_VARS - " + std::to_string(id) + ") * EMU_SLAB, \"dynamic shared memory " +
              "larger than the slabs left\"); const EmuDynShared<" + type + "> " + name + "{static_cast<" + type +
@@ -63,5 +76,5 @@ inline void EmuWriteKernel(const std::string& path, const Candidate& c) {
     last = it->position() + it->length();
   }
   res += src.substr(last);
-  std::ofstream(path) << "#include \"emu.h\"\nusing std::min;\n" << res;
+  std::ofstream(path) << "#include \"emu.h\"\n" << how.prelude << res;
 }

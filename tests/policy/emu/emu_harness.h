@@ -1,6 +1,7 @@
-// The harnesses' side of emu.h (reduce_run.cc, softmax_run.cc; include once, in the program that
-// loads the kernel): the variables emu.h declares, elements by dtype code (0 f32, 1 f16, 2 bf16,
-// 3 i64) as float, and the grid runner.
+// The harnesses' side of emu.h (emu_run.cc, pool_run.cc, reduce_run.cc, softmax_run.cc,
+// depthwise_conv_run.cc, matmul_run.cc; include once, in the program that loads the kernel): the
+// variables emu.h declares, elements by dtype code (0 f32, 1 f16, 2 bf16, 3 i64) as float, and the
+// grid runner.
 #pragma once
 #include "emu.h"
 #include <algorithm>
@@ -26,7 +27,8 @@ inline uint32_t from_f(float f, int dt) {
 inline int esize(int dt) { return dt == 0 ? 4 : dt == 3 ? 8 : 2; }
 // Runs body() in every thread of the grid (gridDim.x blocks of blockDim.x threads, clusters of
 // emu_cluster): the blocks of a cluster together, clusters one after another, each cluster's shared
-// slabs set to `fill` first (0xff: floats NaN, so a read of shared memory nothing wrote shows).
+// slabs set to `fill` first (0xff: floats NaN, so a read of shared memory nothing wrote shows). A
+// block's last warp, when blockDim.x is not a multiple of 32, has a barrier of its lanes only.
 template <typename F> void emu_run_grid(F body, unsigned char fill = 0) {
   const int nthreads = blockDim.x * emu_cluster;
   std::vector<char> shared((size_t)emu_cluster * EMU_SLAB * EMU_VARS);
@@ -40,7 +42,7 @@ template <typename F> void emu_run_grid(F body, unsigned char fill = 0) {
       bars.emplace_back(new std::barrier<>(blockDim.x));
       blocks[b].block_bar = bars.back().get();
       for (unsigned w = 0; w < (blockDim.x + 31) / 32; ++w) {
-        bars.emplace_back(new std::barrier<>(32));
+        bars.emplace_back(new std::barrier<>(std::min(32u, blockDim.x - 32 * w)));
         blocks[b].warp_bar[w] = bars.back().get();
       }
       blocks[b].shared = shared.data() + (size_t)b * EMU_SLAB * EMU_VARS;

@@ -4,17 +4,7 @@
 // Strides in elements (mm: the batch ones are ignored, B must be 1). Unnamed knobs: the expert default's.
 // aoff, boff: the operands' storage offsets in elements (views into a 16-byte aligned storage, the key's
 // storage offset and alignment saying so; default 0).
-#include <cstdio>
-#include <fstream>
-#include <regex>
-#include <sstream>
-#include "kjit/policy/design_space.h"
-using namespace kjit; using namespace kjit::policy;
-static IntList List(const std::string& s) {
-  IntList v; std::stringstream ss(s); std::string x;
-  while (std::getline(ss, x, ',')) if (!x.empty()) v.push_back(atoll(x.c_str()));
-  return v;
-}
+#include "emu_gen.h"
 int main(int argc, char** argv) {
   int a = 1;
   std::string out = argv[a++], op = argv[a++];
@@ -45,16 +35,12 @@ int main(int argc, char** argv) {
     t.alignment = TensorDesc::AlignmentOf(static_cast<uintptr_t>(off[i] * DTypeSize(dt)) + 4096);
   }
   OpKey key = OpKey::Single(bmm ? "aten::bmm" : "aten::mm", "", {ta, tb}, 90, tf32 ? kAllowTF32Matmul : 0);
-  auto found = FindFamily(key);
-  if (!found.ok()) { std::printf("nomatch %s\n", found.status().ToString().c_str()); return 2; }
-  const DeviceFacts dev = DeviceFacts::H200();
-  Point pt = found->family->ExpertDefault(*found->problem, dev);
-  for (; a < argc; ++a) { std::string kv = argv[a]; auto eq = kv.find('='); pt[kv.substr(0, eq)] = atoll(kv.c_str() + eq + 1); }
-  auto c = found->family->Generate(*found->problem, pt, dev);
-  if (!c.ok()) { std::printf("invalid %s %s\n", PointToString(pt).c_str(), c.status().ToString().c_str()); return 3; }
+  const EmuKernel k = EmuGenerate(key, argc - a, argv + a);
+  const Point& pt = k.pt;
+  const Candidate& c = k.c;
   // FP32 FMA only: no inline PTX (mma, cvt to tf32) other than the pipelined strategy's cp.async copies
   // and their group commits and waits, and the bulk strategy's bulk copies, mbarriers and proxy fences; no wmma.
-  std::istringstream lines(c->source);
+  std::istringstream lines(c.source);
   for (std::string line; std::getline(lines, line);) {
     if (line.find("asm") == std::string::npos) continue;
     const bool copies = line.find("asm volatile(\"cp.async.") != std::string::npos;
@@ -65,16 +51,14 @@ int main(int argc, char** argv) {
       std::printf("inline PTX other than cp.async in the source: %s\n", line.c_str()); return 4;
     }
   }
-  if (c->source.find("wmma") != std::string::npos) { std::printf("wmma in the source\n"); return 4; }
+  if (c.source.find("wmma") != std::string::npos) { std::printf("wmma in the source\n"); return 4; }
   // The source as NVRTC gets it (OUT.cu), e.g. for `nvcc -arch=sm_90 -Xptxas -v` (registers, spills).
-  std::ofstream(out.substr(0, out.rfind('.')) + ".cu") << c->source;
-  std::string src = std::regex_replace(c->source, std::regex(R"(extern __shared__ __align__\(16\) unsigned char smem\[\];)"),
-                                       "unsigned char* smem = static_cast<unsigned char*>(emu_shared(0));");
-  std::ofstream(out) << "#include \"emu.h\"\n#include <cmath>\nusing std::min; using std::max; using std::fmaf;\n" << src;
+  std::ofstream(out.substr(0, out.rfind('.')) + ".cu") << c.source;
+  EmuWriteKernel(out, c,
+                 {.checked = false, .prelude = "#include <cmath>\nusing std::min; using std::max; using std::fmaf;\n"});
   // matmul_run's arguments: dtype B M K N SAB SAM SAK SBB SBK SBN grid block shared aoff boff
-  std::printf("%d %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %u %u %u %lld %lld | %s\n",
-              dt == DType::kFloat32 ? 0 : dt == DType::kFloat16 ? 1 : 2, (long long)B, (long long)M, (long long)K,
-              (long long)N, (long long)(bmm ? sa[0] : 0), (long long)sa[1], (long long)sa[2], (long long)(bmm ? sb[0] : 0),
-              (long long)sb[1], (long long)sb[2], c->launch.grid[0], c->launch.block[0], c->launch.dynamic_shared_bytes,
-              off[0], off[1], PointToString(pt).c_str());
+  std::printf("%d %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %u %u %u %lld %lld | %s\n", DTypeCode(dt),
+              (long long)B, (long long)M, (long long)K, (long long)N, (long long)(bmm ? sa[0] : 0), (long long)sa[1],
+              (long long)sa[2], (long long)(bmm ? sb[0] : 0), (long long)sb[1], (long long)sb[2], c.launch.grid[0],
+              c.launch.block[0], c.launch.dynamic_shared_bytes, off[0], off[1], PointToString(pt).c_str());
 }

@@ -9,43 +9,23 @@
 // read (the kernel does not know the allocation around a view), nothing misaligned. AOFF, BOFF: the
 // views start so many elements into their 16-byte aligned storages (a storage offset).
 // Usage: matmul_run SO DTYPE B M K N SAB SAM SAK SBB SBK SBN GRID BLOCK SHARED AOFF BOFF
-#include "emu.h"
+#include "emu_harness.h"
 #include <dlfcn.h>
 #include <cmath>
-#include <memory>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
-#include <thread>
-#include <vector>
-thread_local emu_dim3 threadIdx, blockIdx;
-emu_dim3 blockDim, gridDim;
-thread_local EmuBlock* emu_block;
-std::barrier<>* emu_cluster_bar;
-thread_local std::optional<std::barrier<>::arrival_token> emu_token;
-int emu_cluster = 1;
-static int dt;
-static float to_f(uint32_t u) {
-  if (dt == 0) return __uint_as_float(u);
-  if (dt == 1) return __half2float(__ushort_as_half((uint16_t)u));
-  return __bfloat162float(__ushort_as_bfloat16((uint16_t)u));
-}
-static uint32_t from_f(float f) {
-  if (dt == 0) return __float_as_uint(f);
-  if (dt == 1) return __half_as_ushort(__float2half_rn(f));
-  return __bfloat16_as_ushort(__float2bfloat16_rn(f));
-}
 int main(int argc, char** argv) {
   void* so = dlopen(argv[1], RTLD_NOW);
   if (!so) { std::printf("dlopen: %s\n", dlerror()); return 2; }
   long long v[16] = {};
   for (int i = 2; i < argc && i < 18; ++i) v[i - 2] = atoll(argv[i]);
-  dt = (int)v[0];
+  const int dt = (int)v[0];
   const long long B = v[1], M = v[2], K = v[3], N = v[4], SAB = v[5], SAM = v[6], SAK = v[7], SBB = v[8], SBK = v[9],
                   SBN = v[10];
   gridDim.x = (unsigned)v[11]; blockDim.x = (unsigned)v[12];
   if (v[13] > EMU_SLAB * EMU_VARS) { std::printf("shared memory over the emulator's slab\n"); return 2; }
-  const int es = dt == 0 ? 4 : 2;
+  const int es = esize(dt);
   const long long na = (B - 1) * SAB + (M - 1) * SAM + (K - 1) * SAK + 1;
   const long long nb = (B - 1) * SBB + (K - 1) * SBK + (N - 1) * SBN + 1;
   const long long nc = B * M * N;
@@ -64,33 +44,14 @@ int main(int argc, char** argv) {
     for (long long i = 0; i < count; ++i) {
       const int r = pick(gen);
       const float f = r < 4 ? specials[r] : nd(gen);
-      const uint32_t u = from_f(f);
+      const uint32_t u = from_f(f, dt);
       std::memcpy(&t[i * es], &u, es);
     }
   };
   fill(a, na);
   fill(b, nb);
   void* fn = dlsym(so, "kjit_matmul");
-  for (unsigned blk_id = 0; blk_id < gridDim.x; ++blk_id) {
-    std::barrier<> bar(blockDim.x);
-    std::vector<char> shared(EMU_SLAB * EMU_VARS);
-    EmuBlock blk{};
-    blk.block_bar = &bar;
-    std::vector<std::unique_ptr<std::barrier<>>> warp_bars;  // __syncwarp (blocks are whole warps)
-    for (unsigned w = 0; w < (blockDim.x + 31) / 32; ++w) {
-      warp_bars.emplace_back(new std::barrier<>(32));
-      blk.warp_bar[w] = warp_bars.back().get();
-    }
-    blk.shared = shared.data();
-    std::vector<std::thread> threads;
-    for (unsigned t = 0; t < blockDim.x; ++t) {
-      threads.emplace_back([&, blk_id, t] {
-        threadIdx.x = t; blockIdx.x = blk_id; emu_block = &blk;
-        reinterpret_cast<void (*)(const void*, const void*, void*)>(fn)(a.data(), b.data(), c.data());
-      });
-    }
-    for (auto& th : threads) th.join();
-  }
+  emu_run_grid([&] { reinterpret_cast<void (*)(const void*, const void*, void*)>(fn)(a.data(), b.data(), c.data()); });
   auto raw = [&](const auto& t, long long e) { uint32_t u = 0; std::memcpy(&u, &t[e * es], es); return u; };
   long long bad = 0, nans = 0, infs = 0, far = 0;
   for (long long bi = 0; bi < B; ++bi)
@@ -99,25 +60,26 @@ int main(int argc, char** argv) {
         float acc = 0.f;
         double exact = 0, mag = 0;
         for (long long k = 0; k < K; ++k) {
-          const float x = to_f(raw(a, bi * SAB + m * SAM + k * SAK)), y = to_f(raw(b, bi * SBB + k * SBK + n * SBN));
+          const float x = to_f(raw(a, bi * SAB + m * SAM + k * SAK), dt);
+          const float y = to_f(raw(b, bi * SBB + k * SBK + n * SBN), dt);
           acc = std::fmaf(x, y, acc);
           exact += (double)x * y;
           mag += std::fabs((double)x * y);
         }
-        const uint32_t want = from_f(acc);
+        const uint32_t want = from_f(acc, dt);
         const uint32_t got = raw(c, (bi * M + m) * N + n);
-        const bool ok = got == want || (std::isnan(to_f(got)) && std::isnan(to_f(want)));
-        nans += std::isnan(to_f(want));
-        infs += std::isinf(to_f(want));
+        const bool ok = got == want || (std::isnan(to_f(got, dt)) && std::isnan(to_f(want, dt)));
+        nans += std::isnan(to_f(want, dt));
+        infs += std::isinf(to_f(want, dt));
         // The reference itself: within float32 rounding of the float64 sum, then the dtype's rounding.
-        if (std::isfinite(exact) && std::isfinite(to_f(want))) {
+        if (std::isfinite(exact) && std::isfinite(to_f(want, dt))) {
           const double ulp = dt == 0 ? 0x1p-23 : dt == 1 ? 0x1p-10 : 0x1p-7;
-          if (std::fabs(to_f(want) - exact) > K * 0x1p-24 * mag + ulp * std::fabs(exact) + 1e-30) ++far;
+          if (std::fabs(to_f(want, dt) - exact) > K * 0x1p-24 * mag + ulp * std::fabs(exact) + 1e-30) ++far;
         }
         if (!ok) {
           if (bad == 0) {
-            std::printf("first bad at b=%lld m=%lld n=%lld: got %x (%g) want %x (%g)\n", bi, m, n, got, to_f(got), want,
-                        to_f(want));
+            std::printf("first bad at b=%lld m=%lld n=%lld: got %x (%g) want %x (%g)\n", bi, m, n, got, to_f(got, dt), want,
+                        to_f(want, dt));
           }
           ++bad;
         }

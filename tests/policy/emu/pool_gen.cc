@@ -3,17 +3,7 @@
 // SIZES K S P D CEIL COUNT_INCLUDE_PAD DIVISOR(-1: None) KNOB=VALUE... (lists comma-separated; D is
 // ignored for avg; unnamed knobs: the expert default's; offset=K among them: the input starts K elements
 // into a 16-byte aligned storage, the key's storage offset and alignment saying so).
-#include <cstdio>
-#include <fstream>
-#include <regex>
-#include <sstream>
-#include "kjit/policy/design_space.h"
-using namespace kjit; using namespace kjit::policy;
-static IntList List(const std::string& s) {
-  IntList v; std::stringstream ss(s); std::string x;
-  while (std::getline(ss, x, ',')) if (!x.empty()) v.push_back(atoll(x.c_str()));
-  return v;
-}
+#include "emu_gen.h"
 int main(int argc, char** argv) {
   int a = 1;
   std::string out = argv[a++], op = argv[a++];
@@ -30,27 +20,18 @@ int main(int argc, char** argv) {
     x.strides[0] = st;
   }
   long long offset = 0;
-  std::vector<std::string> knobs;
+  std::vector<char*> knobs;
   for (int i = a; i < argc; ++i) {
-    const std::string kv = argv[i];
-    if (kv.rfind("offset=", 0) == 0) offset = atoll(kv.c_str() + 7);
-    else knobs.push_back(kv);
+    if (std::string(argv[i]).rfind("offset=", 0) == 0) offset = atoll(argv[i] + 7);
+    else knobs.push_back(argv[i]);
   }
   x.storage_offset = offset;
   x.alignment = TensorDesc::AlignmentOf(static_cast<uintptr_t>(offset * DTypeSize(dt)) + 4096);
   const bool is_max = op.find("max") != std::string::npos;
   OpKey key = is_max ? OpKey::Single(op, "", {x, k, s, p, d, ceil}, 90)
                      : OpKey::Single(op, "", {x, k, s, p, ceil, cip, div < 0 ? Arg(NoneArg{}) : Arg(int64_t(div))}, 90);
-  auto found = FindFamily(key);
-  if (!found.ok()) { std::printf("nomatch %s\n", found.status().ToString().c_str()); return 2; }
-  const DeviceFacts dev = DeviceFacts::H200();
-  Point pt = found->family->ExpertDefault(*found->problem, dev);
-  for (const std::string& kv : knobs) { auto eq = kv.find('='); pt[kv.substr(0, eq)] = atoll(kv.c_str() + eq + 1); }
-  auto c = found->family->Generate(*found->problem, pt, dev);
-  if (!c.ok()) { std::printf("invalid %s %s\n", PointToString(pt).c_str(), c.status().ToString().c_str()); return 3; }
-  std::string src = std::regex_replace(c->source, std::regex(R"(extern __shared__ __align__\(16\) unsigned char smem\[\];)"),
-                                       "unsigned char* smem = static_cast<unsigned char*>(emu_shared(0));");
-  std::ofstream(out) << "#include \"emu.h\"\nusing std::min; using std::max;\n" << src;
+  const EmuKernel kern = EmuGenerate(key, (int)knobs.size(), knobs.data());
+  EmuWriteKernel(out, kern.c, {.checked = false, .prelude = "using std::min; using std::max;\n"});
   // pool_run's arguments: dtype max cl dims batched sizes(5: N C D H W) k s p d (3 each) ceil cip div grid block offset
   // point
   const int dims = op.find("3d") != std::string::npos ? 3 : 2;
@@ -63,9 +44,9 @@ int main(int argc, char** argv) {
     sp[o] = sizes[sizes.size() - dims + i];
     kk[o] = get(k, i, 1); ss[o] = get(s, i, kk[o]); pp[o] = get(p, i, 0); dd[o] = is_max ? get(d, i, 1) : 1;
   }
-  std::printf("%d %d %d %d %d %lld %lld %lld %lld %lld", dt == DType::kFloat32 ? 0 : dt == DType::kFloat16 ? 1 : 2, is_max,
-              cl, dims, batched, nc[0], nc[1], sp[0], sp[1], sp[2]);
+  std::printf("%d %d %d %d %d %lld %lld %lld %lld %lld", DTypeCode(dt), is_max, cl, dims, batched, nc[0], nc[1], sp[0],
+              sp[1], sp[2]);
   for (auto* l : {kk, ss, pp, dd}) std::printf(" %lld %lld %lld", l[0], l[1], l[2]);
-  std::printf(" %d %d %lld %u %u %lld | %s\n", ceil, cip, div < 0 ? 0 : div, c->launch.grid[0], c->launch.block[0], offset,
-              PointToString(pt).c_str());
+  std::printf(" %d %d %lld %u %u %lld | %s\n", ceil, cip, div < 0 ? 0 : div, kern.c.launch.grid[0], kern.c.launch.block[0],
+              offset, PointToString(kern.pt).c_str());
 }

@@ -7,32 +7,12 @@
 // bytes around it NaN, so a read outside it that escaped the checks would show in the results too.
 // Usage: pool_run SO DTYPE MAX CL DIMS BATCHED N C D H W KT KH KW ST SH SW PT PH PW DT DH DW CEIL CIP DIV GRID BLOCK
 //        OFFSET
-#include "emu.h"
+#include "emu_harness.h"
 #include <dlfcn.h>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <memory>
 #include <random>
-#include <thread>
-#include <vector>
-thread_local emu_dim3 threadIdx, blockIdx;
-emu_dim3 blockDim, gridDim;
-thread_local EmuBlock* emu_block;
-std::barrier<>* emu_cluster_bar;
-thread_local std::optional<std::barrier<>::arrival_token> emu_token;
-int emu_cluster = 1;
-static int dt;
-static float to_f(uint32_t u) {
-  if (dt == 0) return __uint_as_float(u);
-  if (dt == 1) return __half2float(__ushort_as_half((uint16_t)u));
-  return __bfloat162float(__ushort_as_bfloat16((uint16_t)u));
-}
-static uint32_t from_f(float f) {
-  if (dt == 0) return __float_as_uint(f);
-  if (dt == 1) return __half_as_ushort(__float2half_rn(f));
-  return __bfloat16_as_ushort(__float2bfloat16_rn(f));
-}
 // pooling_output_shape_pad_lr
 static long long out_size(long long in, long long k, long long p, long long s, long long d, bool ceil) {
   long long num = in + 2 * p - d * (k - 1) - 1 + (ceil ? s - 1 : 0);
@@ -45,7 +25,7 @@ int main(int argc, char** argv) {
   if (!so) { std::printf("dlopen: %s\n", dlerror()); return 2; }
   long long v[32];
   for (int i = 2; i < argc && i < 34; ++i) v[i - 2] = atoll(argv[i]);
-  dt = (int)v[0];
+  const int dt = (int)v[0];
   const bool is_max = v[1], cl = v[2];
   const int dims = (int)v[3];
   const bool batched = v[4];
@@ -58,7 +38,7 @@ int main(int argc, char** argv) {
   const long long offset = argc > 29 ? v[27] : 0;
   const long long OD = out_size(D, kT, pT, sT, dT, ceil), OH = out_size(H, kH, pH, sH, dH, ceil),
                   OW = out_size(W, kW, pW, sW, dW, ceil);
-  const int es = dt == 0 ? 4 : 2;
+  const int es = esize(dt);
   const long long n_in = N * C * D * H * W, n_out = N * C * OD * OH * OW;
   std::vector<char> storage(n_in * es + offset * es + 256, (char)0xff), y(n_out * es + 64, 0x5a), ind(n_out * 8 + 64, 0x5a);
   char* x = storage.data() + (-reinterpret_cast<uintptr_t>(storage.data()) & 15) + 64 + offset * es;
@@ -72,7 +52,7 @@ int main(int argc, char** argv) {
     const int r = pick(gen);
     float f = is_max ? (r < 4 ? specials[r] : (float)small(gen)) : (r < 1 ? specials[pick(gen) % 4] : nd(gen));
     if (is_max && r == 5) f = -__int_as_float(0x7f800000);
-    const uint32_t u = from_f(f);
+    const uint32_t u = from_f(f, dt);
     std::memcpy(&x[i * es], &u, es);
   }
   // Element (n, c, t, h, w) of a tensor of spatial sizes (d, h, w) in the layout.
@@ -82,30 +62,11 @@ int main(int argc, char** argv) {
   auto in_raw = [&](long long e) { uint32_t u = 0; std::memcpy(&u, &x[e * es], es); return u; };
   emu_read_lo = x;
   emu_read_hi = x + n_in * es;
-  std::vector<std::thread> ts;
-  for (unsigned b = 0; b < gridDim.x; ++b) {
-    std::barrier<> bar(blockDim.x);
-    std::vector<char> shared(EMU_SLAB * EMU_VARS);
-    EmuBlock blk{};
-    blk.block_bar = &bar;
-    blk.shared = shared.data();
-    // Warp barriers for the warp-rows strategy's shuffles (emu.h: lanes exchange through a slot and
-    // wait for the whole warp, so a warp runs its shuffles in lock step; blocks are whole warps).
-    std::vector<std::unique_ptr<std::barrier<>>> warp_bars;
-    for (unsigned w = 0; w < (blockDim.x + 31) / 32; ++w) {
-      warp_bars.emplace_back(new std::barrier<>(std::min(32u, blockDim.x - 32 * w)));
-      blk.warp_bar[w] = warp_bars.back().get();
-    }
-    std::vector<std::thread> threads;
-    for (unsigned t = 0; t < blockDim.x; ++t) {
-      threads.emplace_back([&, b, t] {
-        threadIdx.x = t; blockIdx.x = b; emu_block = &blk;
-        if (is_max) reinterpret_cast<void (*)(const void*, void*, void*)>(dlsym(so, "kjit_pool"))(x, y.data(), ind.data());
-        else reinterpret_cast<void (*)(const void*, void*)>(dlsym(so, "kjit_pool"))(x, y.data());
-      });
-    }
-    for (auto& th : threads) th.join();
-  }
+  void* fn = dlsym(so, "kjit_pool");
+  emu_run_grid([&] {
+    if (is_max) reinterpret_cast<void (*)(const void*, void*, void*)>(fn)(x, y.data(), ind.data());
+    else reinterpret_cast<void (*)(const void*, void*)>(fn)(x, y.data());
+  });
   long long bad = 0, first = -1, empties = 0, nans = 0;
   for (long long n = 0; n < N; ++n)
     for (long long c = 0; c < C; ++c)
@@ -125,7 +86,7 @@ int main(int argc, char** argv) {
               while (hs < 0) hs += dH;
               while (ws < 0) ws += dW;
               float best = -__int_as_float(0x7f800000);
-              want = from_f(best);
+              want = from_f(best, dt);
               // The channels_last 2-D kernel starts its index at 0; the others at the window's start.
               want_i = (cl && dims == 2) ? 0 : (ts_ * H + hs) * W + ws;
               bool any = false;
@@ -134,7 +95,7 @@ int main(int argc, char** argv) {
                   for (long long w = ws; w < we; w += dW) {
                     any = true;
                     const uint32_t u = in_raw(at(n, c, t, h, w, D, H, W));
-                    const float f = to_f(u);
+                    const float f = to_f(u, dt);
                     if (f > best || std::isnan(f)) { best = f; want = u; want_i = (t * H + h) * W + w; }
                   }
               empties += !any;
@@ -150,11 +111,11 @@ int main(int argc, char** argv) {
               float sum = 0;
               for (long long t = ts_; t < te; ++t)
                 for (long long h = hs; h < he; ++h)
-                  for (long long w = ws; w < we; ++w) sum += to_f(in_raw(at(n, c, t, h, w, D, H, W)));
+                  for (long long w = ws; w < we; ++w) sum += to_f(in_raw(at(n, c, t, h, w, D, H, W)), dt);
               const long long dv = div ? div : cip ? pool : (te - ts_) * (he - hs) * (we - ws);
               const float r = (ts_ >= te || hs >= he || ws >= we) ? 0.f : sum / (float)dv;
-              want = from_f(r);
-              const float g = to_f(got), w_ = to_f(want);
+              want = from_f(r, dt);
+              const float g = to_f(got, dt), w_ = to_f(want, dt);
               ok = got == want || (std::isnan(g) && std::isnan(w_)) ||
                    std::fabs(g - w_) <= 1e-6 * std::fabs(w_) + 1e-7;
             }
