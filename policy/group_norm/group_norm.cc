@@ -363,22 +363,41 @@ class GroupNorm final : public Family {
       w = first_valid(point(kRegs, 1, kTwoPass, 1, 0), {256, 512, 1024});
       if (valid(w)) return w;
     }
-    // Larger slices: read once, staged whole in shared memory, by as few blocks per slice as
-    // make the part fit and fill the GPU (a cluster when there are fewer slices than SMs).
+    // Larger slices: read once, staged whole in shared memory, by as few blocks per slice as make
+    // the part fit and fill the GPU (a cluster when there are fewer slices than SMs). A cluster's
+    // block only where three of them share an SM: a block staging its part alone has too few loads
+    // in flight (H200, f32 N x 64 x 128 x 128, 8 groups: 512 KB slices over 4 blocks of 1024,
+    // staged alone, 92.6-324.8 us; over 8 blocks of 512, three an SM, 49.5-166.5 us, N = 16-64).
     const int64_t max_cluster = std::min<int64_t>(8, dev.max_cluster_size);
     for (int64_t cluster : {1, 2, 4, 8}) {
       if (cluster > max_cluster) break;
       if (p.slices() * cluster < dev.sm_count && cluster < max_cluster) continue;
+      const int64_t part_bytes = p.len() / cluster * 4 + kReductionScratch;
+      if (cluster > 1 && 3 * part_bytes > dev.shared_bytes_per_sm) continue;
       const int64_t strategy = cluster == 1 ? kSmem : kClusterSmem;
-      for (int64_t unroll : {2, 1}) {
-        w = first_valid(point(strategy, cluster, kTwoPass, unroll, 0), {1024, 512, 256, 128});
+      // A cluster's parts with the hint, unrolled once, in blocks of 512 (the best measured there).
+      const bool split = cluster > 1;
+      for (int64_t unroll : {split ? 1 : 2, split ? 2 : 1}) {
+        w = split ? first_valid(point(strategy, cluster, kTwoPass, unroll, 1), {512, 1024, 256, 128})
+                  : first_valid(point(strategy, cluster, kTwoPass, unroll, 0), {1024, 512, 256, 128});
         if (valid(w) && StagedElements(p.len() / cluster, w.at("threads"), w.at("vec"), dev) == p.len() / cluster) {
           return w;
         }
       }
     }
-    // Past that (the headroom case, 2 MB slices): a cluster of 8, each block staging what fits
-    // and reading the rest again while it is still in L2; Welford on the way in.
+    // Past that (1-2 MB slices, the headroom case): read twice by a cluster, the second read from
+    // L2, parts of at most 256 KB; Welford on the way in. H200, f32, 8 groups, blocks of 1024: 32 x 128
+    // x 128 x 128 (1 MB) 179.7 us over 4 blocks (198.5 over 2); 32 x 64 x 256 x 256 (2 MB) 371.2 over 8,
+    // against 397.8 staging what fits; odd 31 x 64 x 255 x 255 499.3 against 628.5.
+    int64_t online_cluster = max_cluster;
+    for (int64_t cluster = 2; cluster < max_cluster; cluster *= 2) {
+      if (p.len() / cluster * 4 <= 256 * 1024 && p.slices() * cluster >= dev.sm_count) {
+        online_cluster = cluster;
+        break;
+      }
+    }
+    w = first_valid(point(kCluster, online_cluster, kWelford, 4, 1), {1024, 512, 256, 128});
+    if (valid(w)) return w;
     for (int64_t unroll : {2, 1}) {
       w = first_valid(point(kClusterSmem, max_cluster, kWelford, unroll, 1), {1024, 512, 256, 128});
       if (valid(w)) return w;
