@@ -13,6 +13,8 @@
 //                   fractions of the floor, speedup over PyTorch eager (same run).
 //   --dataset FILE  appends every measurement as a JSON line (the RL policy's data).
 //   --points "k=v"  only points with these knob values (a new strategy's, e.g. "stage=5").
+//   --list-keys     prints the keys --search would take, with their hash and RL split, and exits
+//                   (no GPU needed: pick --keys more shapes that stay in training before a device call).
 // A candidate that faults ends the run (the CUDA context is lost): rerun with
 // --skip to go past it, and fix the generator.
 #include <CLI/CLI.hpp>
@@ -29,6 +31,7 @@
 #include "kjit/cache/kernel_cache.h"
 #include "kjit/evaluator/evaluator.h"
 #include "kjit/policy/design_space.h"
+#include "kjit/policy/learn/replay.h"
 
 using namespace kjit;
 
@@ -106,120 +109,138 @@ void Record(std::ofstream* out, cache::KernelCache* db, const policy::Family& f,
   out->flush();
 }
 
+// The calls the headroom table and the extra training keys time, as PyTorch eager makes them: float32,
+// sm_90, the products with TF32 off (PyTorch's default: the key's numerics bits are 0).
+constexpr DType kF32 = DType::kFloat32;
+// torch.softmax(x, 1) of [rows, cols].
+OpKey SoftmaxRows(int64_t rows, int64_t cols) {
+  return OpKey::Single("aten::_softmax", "", {TensorDesc::Contiguous(kF32, {rows, cols}), int64_t{1}, false}, 90);
+}
+// F.layer_norm(x, [cols], w, b) of [rows, cols].
+OpKey LayerNormRows(int64_t rows, int64_t cols) {
+  return OpKey::Single("aten::native_layer_norm", "",
+                       {TensorDesc::Contiguous(kF32, {rows, cols}), IntList({cols}), TensorDesc::Contiguous(kF32, {cols}),
+                        TensorDesc::Contiguous(kF32, {cols}), 1e-5},
+                       90);
+}
+// F.group_norm(x, 8) of NCHW, no affine.
+OpKey GroupNorm8(const std::vector<int64_t>& s) {
+  return OpKey::Single("aten::native_group_norm", "",
+                       {TensorDesc::Contiguous(kF32, s), NoneArg{}, NoneArg{}, s[0], s[1], s[2] * s[3], int64_t{8}, 1e-5},
+                       90);
+}
+// F.instance_norm(x) of NCHW without affine: native_batch_norm in training mode on x viewed as [1, N*C, H, W].
+OpKey InstanceNorm(const std::vector<int64_t>& s) {
+  return OpKey::Single("aten::native_batch_norm", "",
+                       {TensorDesc::Contiguous(kF32, {1, s[0] * s[1], s[2], s[3]}), NoneArg{}, NoneArg{}, NoneArg{},
+                        NoneArg{}, true, 0.1, 1e-5},
+                       90);
+}
+// torch.cumsum(x, 1) / torch.cumprod(x, 1) of [rows, cols], dtype None.
+OpKey ScanRows(const char* op, int64_t rows, int64_t cols) {
+  return OpKey::Single(op, "", {TensorDesc::Contiguous(kF32, {rows, cols}), int64_t{1}, NoneArg{}}, 90);
+}
+// F.max_pool2d(x, 3, 2, 1, return_indices=True) (the index-free call reaches the same op and computes the
+// indices anyway), F.max_pool3d the same, F.avg_pool3d(x, 3, 2, 1).
+OpKey MaxPool2dK3S2(const std::vector<int64_t>& s) {
+  return OpKey::Single("aten::max_pool2d_with_indices", "",
+                       {TensorDesc::Contiguous(kF32, s), IntList{3, 3}, IntList{2, 2}, IntList{1, 1}, IntList{1, 1}, false},
+                       90);
+}
+OpKey MaxPool3dK3S2(const std::vector<int64_t>& s) {
+  return OpKey::Single("aten::max_pool3d_with_indices", "",
+                       {TensorDesc::Contiguous(kF32, s), IntList{3, 3, 3}, IntList{2, 2, 2}, IntList{1, 1, 1},
+                        IntList{1, 1, 1}, false},
+                       90);
+}
+OpKey AvgPool3dK3S2(const std::vector<int64_t>& s) {
+  return OpKey::Single("aten::avg_pool3d", "",
+                       {TensorDesc::Contiguous(kF32, s), IntList{3, 3, 3}, IntList{2, 2, 2}, IntList{1, 1, 1}, false,
+                        true, NoneArg{}},
+                       90);
+}
+// x.sum(dim) (keepdim False, dtype None).
+OpKey SumOver(const std::vector<int64_t>& s, int64_t dim) {
+  return OpKey::Single("aten::sum", "dim_IntList", {TensorDesc::Contiguous(kF32, s), IntList{dim}, false, NoneArg{}}, 90);
+}
+// torch.mm(a, b) of [m, k] @ [k, n].
+OpKey Mm(int64_t m, int64_t k, int64_t n) {
+  return OpKey::Single("aten::mm", "", {TensorDesc::Contiguous(kF32, {m, k}), TensorDesc::Contiguous(kF32, {k, n})}, 90);
+}
+
 // The cases of ../shared/notes/h200-headroom.md for a family, each with three
 // neighbours (smaller, larger, odd sizes), as PyTorch eager calls them
 // (scripts/torch_baselines.py times the same shapes in eager and torch.compile).
 std::vector<OpKey> HeadroomKeys(const policy::Family& f) {
   const std::string name(f.name());
   std::vector<OpKey> keys;
-  const DType f32 = DType::kFloat32;
+  using Shape = std::vector<int64_t>;
+  using Rows = std::vector<std::pair<int64_t, int64_t>>;
+  const std::vector<Shape> planes = {{32, 64, 256, 256}, {16, 64, 256, 256}, {32, 64, 128, 128}, {31, 64, 255, 255}};
   if (name == "softmax") {
-    for (auto [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{
-             {4096, 16384}, {2048, 16384}, {8192, 16384}, {4095, 16383},
-             {262144, 256}, {131072, 256}, {524288, 256}, {262143, 255},
-             {64, 1048576}, {32, 1048576}, {128, 1048576}, {64, 1000003}}) {
-      keys.push_back(OpKey::Single("aten::_softmax", "", {TensorDesc::Contiguous(f32, {rows, cols}), int64_t{1}, false}, 90));
+    for (auto [rows, cols] : Rows{{4096, 16384}, {2048, 16384}, {8192, 16384}, {4095, 16383},
+                                  {262144, 256}, {131072, 256}, {524288, 256}, {262143, 255},
+                                  {64, 1048576}, {32, 1048576}, {128, 1048576}, {64, 1000003}}) {
+      keys.push_back(SoftmaxRows(rows, cols));
     }
   } else if (name == "layer_norm") {
-    for (auto [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{
-             {65536, 1024}, {32768, 1024}, {131072, 1024}, {65535, 1023}}) {
-      keys.push_back(OpKey::Single("aten::native_layer_norm", "",
-                                   {TensorDesc::Contiguous(f32, {rows, cols}), IntList({cols}),
-                                    TensorDesc::Contiguous(f32, {cols}), TensorDesc::Contiguous(f32, {cols}), 1e-5},
-                                   90));
+    for (auto [rows, cols] : Rows{{65536, 1024}, {32768, 1024}, {131072, 1024}, {65535, 1023}}) {
+      keys.push_back(LayerNormRows(rows, cols));
     }
   } else if (name == "group_norm") {
-    for (auto s : std::vector<std::vector<int64_t>>{
-             {32, 64, 256, 256}, {16, 64, 256, 256}, {32, 64, 128, 128}, {31, 64, 255, 255}}) {
-      keys.push_back(OpKey::Single("aten::native_group_norm", "",
-                                   {TensorDesc::Contiguous(f32, s), NoneArg{}, NoneArg{}, s[0], s[1], s[2] * s[3],
-                                    int64_t{8}, 1e-5},
-                                   90));
-    }
+    for (const Shape& s : planes) keys.push_back(GroupNorm8(s));
   } else if (name == "batch_norm") {
-    // F.instance_norm(x) without affine: native_batch_norm in training mode on x viewed as [1, N*C, H, W].
-    for (auto s : std::vector<std::vector<int64_t>>{
-             {32, 64, 256, 256}, {16, 64, 256, 256}, {32, 64, 128, 128}, {31, 64, 255, 255}}) {
-      keys.push_back(OpKey::Single("aten::native_batch_norm", "",
-                                   {TensorDesc::Contiguous(f32, {1, s[0] * s[1], s[2], s[3]}), NoneArg{}, NoneArg{},
-                                    NoneArg{}, NoneArg{}, true, 0.1, 1e-5},
-                                   90));
-    }
+    for (const Shape& s : planes) keys.push_back(InstanceNorm(s));
   } else if (name == "scan") {
-    // torch.cumsum(x, 1) / torch.cumprod(x, 1): dtype None.
     for (const char* op : {"aten::cumsum", "aten::cumprod"}) {
-      for (auto [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{
-               {4096, 32768}, {2048, 32768}, {8192, 32768}, {4095, 32767}}) {
-        keys.push_back(OpKey::Single(op, "", {TensorDesc::Contiguous(f32, {rows, cols}), int64_t{1}, NoneArg{}}, 90));
+      for (auto [rows, cols] : Rows{{4096, 32768}, {2048, 32768}, {8192, 32768}, {4095, 32767}}) {
+        keys.push_back(ScanRows(op, rows, cols));
       }
     }
   } else if (name == "pool") {
-    // F.max_pool2d(x, 3, 2, 1, return_indices=True), F.max_pool3d(...), F.avg_pool3d(x, 3, 2, 1): kernel 3,
-    // stride 2, padding 1 (the index-free calls reach the same op and compute the indices anyway).
-    for (auto s : std::vector<std::vector<int64_t>>{
-             {32, 64, 256, 256}, {16, 64, 256, 256}, {64, 64, 256, 256}, {31, 64, 255, 255}}) {
-      keys.push_back(OpKey::Single("aten::max_pool2d_with_indices", "",
-                                   {TensorDesc::Contiguous(f32, s), IntList{3, 3}, IntList{2, 2}, IntList{1, 1},
-                                    IntList{1, 1}, false},
-                                   90));
+    for (const Shape& s : std::vector<Shape>{{32, 64, 256, 256}, {16, 64, 256, 256}, {64, 64, 256, 256}, {31, 64, 255, 255}}) {
+      keys.push_back(MaxPool2dK3S2(s));
     }
-    const std::vector<std::vector<int64_t>> volumes = {
+    const std::vector<Shape> volumes = {
         {16, 32, 64, 128, 128}, {8, 32, 64, 128, 128}, {32, 32, 64, 128, 128}, {15, 32, 63, 127, 127}};
-    for (const auto& s : volumes) {
-      keys.push_back(OpKey::Single("aten::max_pool3d_with_indices", "",
-                                   {TensorDesc::Contiguous(f32, s), IntList{3, 3, 3}, IntList{2, 2, 2},
-                                    IntList{1, 1, 1}, IntList{1, 1, 1}, false},
-                                   90));
-    }
-    for (const auto& s : volumes) {
-      keys.push_back(OpKey::Single("aten::avg_pool3d", "",
-                                   {TensorDesc::Contiguous(f32, s), IntList{3, 3, 3}, IntList{2, 2, 2},
-                                    IntList{1, 1, 1}, false, true, NoneArg{}},
-                                   90));
-    }
+    for (const Shape& s : volumes) keys.push_back(MaxPool3dK3S2(s));
+    for (const Shape& s : volumes) keys.push_back(AvgPool3dK3S2(s));
   } else if (name == "reduce") {
-    // x.sum(1), x.sum(2), torch.argmax(x, 1), torch.amax(x, 0) of 128x4096x512 (keepdim False, dtype None).
-    const std::vector<std::vector<int64_t>> shapes = {
-        {128, 4096, 512}, {64, 4096, 512}, {256, 4096, 512}, {127, 4095, 511}};
+    // x.sum(1), x.sum(2), torch.argmax(x, 1), torch.amax(x, 0) of 128x4096x512 (keepdim False).
+    const std::vector<Shape> shapes = {{128, 4096, 512}, {64, 4096, 512}, {256, 4096, 512}, {127, 4095, 511}};
     for (int64_t dim : {1, 2}) {
-      for (const auto& s : shapes) {
-        keys.push_back(OpKey::Single("aten::sum", "dim_IntList",
-                                     {TensorDesc::Contiguous(f32, s), IntList{dim}, false, NoneArg{}}, 90));
-      }
+      for (const Shape& s : shapes) keys.push_back(SumOver(s, dim));
     }
-    for (const auto& s : shapes) {
-      keys.push_back(OpKey::Single("aten::argmax", "", {TensorDesc::Contiguous(f32, s), int64_t{1}, false}, 90));
+    for (const Shape& s : shapes) {
+      keys.push_back(OpKey::Single("aten::argmax", "", {TensorDesc::Contiguous(kF32, s), int64_t{1}, false}, 90));
     }
-    for (const auto& s : shapes) {
-      keys.push_back(OpKey::Single("aten::amax", "", {TensorDesc::Contiguous(f32, s), IntList{0}, false}, 90));
+    for (const Shape& s : shapes) {
+      keys.push_back(OpKey::Single("aten::amax", "", {TensorDesc::Contiguous(kF32, s), IntList{0}, false}, 90));
     }
   } else if (name == "depthwise_conv") {
     // nn.Conv2d(C, C, 3, padding=1, groups=C) (bias on, its default) over float32 NCHW under no_grad:
     // _convolution calls aten::_conv_depthwise2d with the bias.
-    for (auto s : std::vector<std::vector<int64_t>>{
-             {32, 128, 128, 128}, {16, 128, 128, 128}, {64, 128, 128, 128}, {31, 128, 127, 127}}) {
+    for (const Shape& s : std::vector<Shape>{{32, 128, 128, 128}, {16, 128, 128, 128}, {64, 128, 128, 128},
+                                             {31, 128, 127, 127}}) {
       const int64_t c = s[1];
       keys.push_back(OpKey::Single("aten::_conv_depthwise2d", "",
-                                   {TensorDesc::Contiguous(f32, s), TensorDesc::Contiguous(f32, {c, 1, 3, 3}),
-                                    IntList{3, 3}, TensorDesc::Contiguous(f32, {c}), IntList{1, 1}, IntList{1, 1},
+                                   {TensorDesc::Contiguous(kF32, s), TensorDesc::Contiguous(kF32, {c, 1, 3, 3}),
+                                    IntList{3, 3}, TensorDesc::Contiguous(kF32, {c}), IntList{1, 1}, IntList{1, 1},
                                     IntList{1, 1}},
                                    90));
     }
   } else if (name == "matmul") {
-    // torch.bmm(a, b) of 4096 x 64x64 float32 matrices, and the tall-skinny torch.mm(a, b) of 32768x64 @
-    // 64x32768 float32, with TF32 off (PyTorch's default: the key's numerics bits are 0).
-    for (auto s : std::vector<std::vector<int64_t>>{{4096, 64, 64, 64}, {2048, 64, 64, 64}, {8192, 64, 64, 64},
-                                                    {4095, 63, 63, 63}}) {
+    // torch.bmm(a, b) of 4096 x 64x64 matrices, and the tall-skinny torch.mm(a, b) of 32768x64 @ 64x32768.
+    for (const Shape& s : std::vector<Shape>{{4096, 64, 64, 64}, {2048, 64, 64, 64}, {8192, 64, 64, 64},
+                                             {4095, 63, 63, 63}}) {
       keys.push_back(OpKey::Single("aten::bmm", "",
-                                   {TensorDesc::Contiguous(f32, {s[0], s[1], s[2]}),
-                                    TensorDesc::Contiguous(f32, {s[0], s[2], s[3]})},
+                                   {TensorDesc::Contiguous(kF32, {s[0], s[1], s[2]}),
+                                    TensorDesc::Contiguous(kF32, {s[0], s[2], s[3]})},
                                    90));
     }
-    for (auto s : std::vector<std::vector<int64_t>>{{32768, 64, 32768}, {16384, 64, 16384}, {32768, 128, 32768},
-                                                    {32767, 63, 32767}}) {
-      keys.push_back(OpKey::Single("aten::mm", "",
-                                   {TensorDesc::Contiguous(f32, {s[0], s[1]}), TensorDesc::Contiguous(f32, {s[1], s[2]})},
-                                   90));
+    for (const Shape& s : std::vector<Shape>{{32768, 64, 32768}, {16384, 64, 16384}, {32768, 128, 32768},
+                                             {32767, 63, 32767}}) {
+      keys.push_back(Mm(s[0], s[1], s[2]));
     }
   }
   return keys;
@@ -229,51 +250,41 @@ std::vector<OpKey> HeadroomKeys(const policy::Family& f) {
 // --keys more: shapes like the held-out keys the RL policy wins only sometimes at its first proposal
 // (policy/README.md, sixth session: long softmax rows, instance-norm planes in training mode, large
 // stride-2 max_pool2d planes, row sums, small-K mm, layer norms), to widen its training data. Not
-// headroom cases: their figures are not issue 7's table.
+// headroom cases: their figures are not issue 7's table. `--list-keys --keys more` prints each key's
+// split (held out or not).
 std::vector<OpKey> MoreKeys(const policy::Family& f) {
   const std::string name(f.name());
   std::vector<OpKey> keys;
-  const DType f32 = DType::kFloat32;
+  using Shape = std::vector<int64_t>;
+  using Rows = std::vector<std::pair<int64_t, int64_t>>;
   if (name == "softmax") {
     // Then rows of 16383 floats (eighth session): like the held-out f32[4095,16383], where the first
     // proposal was the expert point and the staged strategy with the streaming hint is 10% faster; the
     // nearest first. Only shapes whose key hash puts them in training (replay.cc, IsHeldOut);
     // `--key-contains ",16383]"` selects them.
-    for (auto [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{
-             {1024, 65536}, {8192, 8192}, {2047, 32767}, {16384, 4096}, {4093, 16383}, {4097, 16383},
-             {2047, 16383}, {8191, 16383}, {6145, 16383}, {3071, 16383}, {12287, 16383}, {1023, 16383},
-             // Then few long rows of odd lengths (ninth session), for the cluster strategies' uneven split
-             // (48x2000003 is held out): `--key-contains "00003]"`.
-             {32, 1000003}, {128, 1000003}, {96, 500003}, {48, 2000003}, {160, 500003}}) {
-      keys.push_back(OpKey::Single("aten::_softmax", "", {TensorDesc::Contiguous(f32, {rows, cols}), int64_t{1}, false}, 90));
+    for (auto [rows, cols] : Rows{{1024, 65536}, {8192, 8192}, {2047, 32767}, {16384, 4096}, {4093, 16383},
+                                  {4097, 16383}, {2047, 16383}, {8191, 16383}, {6145, 16383}, {3071, 16383},
+                                  {12287, 16383}, {1023, 16383},
+                                  // Then few long rows of odd lengths (ninth session), for the cluster
+                                  // strategies' uneven split (48x2000003 is held out): `--key-contains "00003]"`.
+                                  {32, 1000003}, {128, 1000003}, {96, 500003}, {48, 2000003}, {160, 500003}}) {
+      keys.push_back(SoftmaxRows(rows, cols));
     }
   } else if (name == "layer_norm") {
-    for (auto [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{
-             {16384, 4096}, {131072, 512}, {32767, 1025}, {8192, 2048}}) {
-      keys.push_back(OpKey::Single("aten::native_layer_norm", "",
-                                   {TensorDesc::Contiguous(f32, {rows, cols}), IntList({cols}),
-                                    TensorDesc::Contiguous(f32, {cols}), TensorDesc::Contiguous(f32, {cols}), 1e-5},
-                                   90));
+    for (auto [rows, cols] : Rows{{16384, 4096}, {131072, 512}, {32767, 1025}, {8192, 2048}}) {
+      keys.push_back(LayerNormRows(rows, cols));
     }
   } else if (name == "group_norm") {
     // Planes of 12544-16384 floats, 8 groups (ninth session): like the held-out f32[32,64,128,128], where
     // one seed's first proposal was 21% slower than the expert default and the best is 2x faster than it;
     // training keys only.
-    for (auto s : std::vector<std::vector<int64_t>>{
-             {16, 64, 128, 128}, {64, 64, 128, 128}, {32, 128, 128, 128}, {24, 64, 128, 128}, {48, 64, 128, 128},
-             {32, 64, 112, 112}}) {
-      keys.push_back(OpKey::Single("aten::native_group_norm", "",
-                                   {TensorDesc::Contiguous(f32, s), NoneArg{}, NoneArg{}, s[0], s[1], s[2] * s[3],
-                                    int64_t{8}, 1e-5},
-                                   90));
+    for (const Shape& s : std::vector<Shape>{{16, 64, 128, 128}, {64, 64, 128, 128}, {32, 128, 128, 128},
+                                             {24, 64, 128, 128}, {48, 64, 128, 128}, {32, 64, 112, 112}}) {
+      keys.push_back(GroupNorm8(s));
     }
   } else if (name == "batch_norm") {
-    for (auto s : std::vector<std::vector<int64_t>>{
-             {16, 32, 192, 192}, {8, 128, 128, 128}, {4, 255, 191, 191}, {64, 32, 96, 96}}) {
-      keys.push_back(OpKey::Single("aten::native_batch_norm", "",
-                                   {TensorDesc::Contiguous(f32, {1, s[0] * s[1], s[2], s[3]}), NoneArg{}, NoneArg{},
-                                    NoneArg{}, NoneArg{}, true, 0.1, 1e-5},
-                                   90));
+    for (const Shape& s : std::vector<Shape>{{16, 32, 192, 192}, {8, 128, 128, 128}, {4, 255, 191, 191}, {64, 32, 96, 96}}) {
+      keys.push_back(InstanceNorm(s));
     }
   } else if (name == "scan") {
     // Rows of 16384-49152 floats, 1024-2560 rows (ninth session): like the held-out cumsum and cumprod of
@@ -283,48 +294,70 @@ std::vector<OpKey> MoreKeys(const policy::Family& f) {
              {"aten::cumsum", 1024, 32768}, {"aten::cumsum", 2560, 32768}, {"aten::cumsum", 1792, 32768},
              {"aten::cumsum", 2048, 49152}, {"aten::cumprod", 1536, 32768}, {"aten::cumprod", 2304, 32768},
              {"aten::cumprod", 2048, 16384}, {"aten::cumprod", 2048, 49152}}) {
-      keys.push_back(OpKey::Single(op, "", {TensorDesc::Contiguous(f32, {rows, cols}), int64_t{1}, NoneArg{}}, 90));
+      keys.push_back(ScanRows(op, rows, cols));
     }
   } else if (name == "pool") {
-    for (auto s : std::vector<std::vector<int64_t>>{
-             {32, 128, 192, 192}, {8, 64, 512, 512}, {48, 32, 320, 320}, {63, 32, 191, 191}}) {
-      keys.push_back(OpKey::Single("aten::max_pool2d_with_indices", "",
-                                   {TensorDesc::Contiguous(f32, s), IntList{3, 3}, IntList{2, 2}, IntList{1, 1},
-                                    IntList{1, 1}, false},
-                                   90));
+    for (const Shape& s : std::vector<Shape>{{32, 128, 192, 192}, {8, 64, 512, 512}, {48, 32, 320, 320}, {63, 32, 191, 191}}) {
+      keys.push_back(MaxPool2dK3S2(s));
     }
     // Then 3-D average pooling near the held-out f32[8,32,64,128,128] (ninth session: one seed's first
     // proposal 5% slower than the expert default, the best 6% faster); training keys only:
     // `--key-contains avg_pool3d`.
-    for (auto s : std::vector<std::vector<int64_t>>{
-             {4, 32, 64, 128, 128}, {12, 32, 64, 128, 128}, {8, 64, 64, 128, 128}, {8, 32, 32, 128, 128},
-             {8, 32, 64, 64, 64}, {10, 32, 64, 128, 128}}) {
-      keys.push_back(OpKey::Single("aten::avg_pool3d", "",
-                                   {TensorDesc::Contiguous(f32, s), IntList{3, 3, 3}, IntList{2, 2, 2},
-                                    IntList{1, 1, 1}, false, true, NoneArg{}},
-                                   90));
+    for (const Shape& s : std::vector<Shape>{{4, 32, 64, 128, 128}, {12, 32, 64, 128, 128}, {8, 64, 64, 128, 128},
+                                             {8, 32, 32, 128, 128}, {8, 32, 64, 64, 64}, {10, 32, 64, 128, 128}}) {
+      keys.push_back(AvgPool3dK3S2(s));
     }
   } else if (name == "reduce") {
-    for (auto s : std::vector<std::vector<int64_t>>{
-             {64, 2048, 1024}, {32, 8192, 256}, {96, 4096, 768}, {255, 1023, 511}}) {
-      keys.push_back(OpKey::Single("aten::sum", "dim_IntList",
-                                   {TensorDesc::Contiguous(f32, s), IntList{2}, false, NoneArg{}}, 90));
+    for (const Shape& s : std::vector<Shape>{{64, 2048, 1024}, {32, 8192, 256}, {96, 4096, 768}, {255, 1023, 511}}) {
+      keys.push_back(SumOver(s, 2));
     }
   } else if (name == "matmul") {
-    for (auto s : std::vector<std::vector<int64_t>>{
+    for (const Shape& s : std::vector<Shape>{
              {8192, 64, 8192}, {16384, 64, 4096}, {65536, 32, 2048}, {12287, 96, 6143},
-             // Then odd products with K = 96 or 80 (ninth session), like the held-out 12287x96 @ 96x6143 whose
+             // Then odd products with K = 96 (ninth session), like the held-out 12287x96 @ 96x6143 whose
              // first proposal was 18-26% slower than the best; training keys only: `--key-contains "96]"`.
              {12289, 96, 6145}, {8191, 96, 4095}, {16383, 96, 8191}, {10239, 96, 6143}, {12287, 96, 3071},
              {6143, 96, 6143}, {9215, 96, 6143}}) {
-      keys.push_back(OpKey::Single("aten::mm", "",
-                                   {TensorDesc::Contiguous(f32, {s[0], s[1]}), TensorDesc::Contiguous(f32, {s[1], s[2]})},
-                                   90));
+      keys.push_back(Mm(s[0], s[1], s[2]));
     }
   }
   return keys;
 }
 }  // namespace
+
+// The keys --search measures for a family (--keys, then --key-contains), each with its problem; a
+// key the family declines is reported as an HTML comment in the markdown output and left out.
+static std::vector<std::pair<OpKey, std::unique_ptr<policy::Problem>>> SearchKeys(const policy::Family& f,
+                                                                                 const std::string& keys_from,
+                                                                                 const std::string& key_contains) {
+  std::vector<OpKey> all_keys;
+  if (keys_from == "samples") {
+    all_keys = f.SampleKeys();
+  } else {
+    const std::vector<OpKey> listed = keys_from == "more" ? MoreKeys(f) : HeadroomKeys(f);
+    for (size_t i = 0; i < listed.size(); ++i) {
+      // HeadroomKeys lists each table case first, then its three neighbours.
+      if (keys_from == "headroom-cases" && i % 4 != 0) continue;
+      all_keys.push_back(listed[i]);
+    }
+  }
+  std::vector<std::pair<OpKey, std::unique_ptr<policy::Problem>>> keys;
+  for (const OpKey& k : all_keys) {
+    auto p = f.Match(k);
+    if (!p.ok()) {
+      std::printf("<!-- %s declines %s: %s -->\n", std::string(f.name()).c_str(), k.ToString().c_str(),
+                  p.status().ToString().c_str());
+      continue;
+    }
+    // The key's text or the table's description: "N=15" names a row as the tables print it.
+    if (!key_contains.empty() && k.ToString().find(key_contains) == std::string::npos &&
+        (*p)->description.find(key_contains) == std::string::npos) {
+      continue;
+    }
+    keys.emplace_back(k, std::move(*p));
+  }
+  return keys;
+}
 
 // --points: knob values a point must have, from "name=value name=value".
 static Result<policy::Point> ParsePointFilter(const std::string& text) {
@@ -391,10 +424,27 @@ int main(int argc, char** argv) {
   app.add_option("--cache", cache_path, "also store every measurement in this kernel cache's measurement history "
                  "(`kjit cache --cache PATH measurements --json` exports it)");
   app.add_option("--dataset", dataset, "append every measurement here as JSON lines");
+  bool list_keys = false;
+  app.add_flag("--list-keys", list_keys,
+               "print the keys --search would measure (--keys, --family, --key-contains) with their hash and their "
+               "split for the RL policy (training, validation, held out), and exit; needs no GPU");
   CLI11_PARSE(app, argc, argv);
   const policy::Point want = ParsePointFilter(point_filter).value();  // checked by the option
   // A run may be cut off (a fault, a time limit): every line must already be out.
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
+
+  if (list_keys) {
+    std::printf("| family | key hash | split | key |\n|---|---|---|---|\n");
+    for (const policy::Family* f : policy::Families()) {
+      if (!family_filter.empty() && f->name() != family_filter) continue;
+      for (const auto& [key, problem] : SearchKeys(*f, keys_from, key_contains)) {
+        const std::string hash = key.Hash().ToHex();
+        std::printf("| %s | %s | %s | `%s` |\n", std::string(f->name()).c_str(), hash.c_str(),
+                    policy::learn::KeySplitName(policy::learn::SplitOfKeyHash(hash)), key.ToString().c_str());
+      }
+    }
+    return 0;
+  }
 
   auto evaluator = eval::Evaluator::Create(eval::EvaluatorOptions{});
   if (!evaluator.ok()) {
@@ -489,31 +539,7 @@ int main(int argc, char** argv) {
                   "| key | points | eager us | floor us | eager/floor | default us | default/floor | best us | "
                   "best/floor | best vs eager | best point |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
                   std::string(f->name()).c_str(), keys_from.c_str(), finalists);
-      std::vector<std::pair<OpKey, std::unique_ptr<policy::Problem>>> search_keys;
-      if (keys_from != "samples") {
-        const std::vector<OpKey> all_keys = keys_from == "more" ? MoreKeys(*f) : HeadroomKeys(*f);
-        for (size_t i = 0; i < all_keys.size(); ++i) {
-          // HeadroomKeys lists each table case first, then its three neighbours.
-          if (keys_from == "headroom-cases" && i % 4 != 0) continue;
-          const OpKey& k = all_keys[i];
-          auto p = f->Match(k);
-          if (p.ok()) {
-            search_keys.emplace_back(k, std::move(*p));
-          } else {
-            std::printf("<!-- %s declines %s: %s -->\n", std::string(f->name()).c_str(), k.ToString().c_str(),
-                        p.status().ToString().c_str());
-          }
-        }
-      } else {
-        for (auto& [k, p] : keys) search_keys.emplace_back(k, f->Match(k).value());
-      }
-      if (!key_contains.empty()) {
-        std::erase_if(search_keys, [&](const auto& entry) {
-          // The key's text or the table's description: "N=15" names a row as the tables print it.
-          return entry.first.ToString().find(key_contains) == std::string::npos &&
-                 entry.second->description.find(key_contains) == std::string::npos;
-        });
-      }
+      auto search_keys = SearchKeys(*f, keys_from, key_contains);
       for (auto& [key, problem] : search_keys) {
         // Exhaustive: every valid point (or --max-points of them, evenly spread).
         // Otherwise a pairwise cover of the space (every value of every knob and

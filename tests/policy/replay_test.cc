@@ -96,6 +96,22 @@ TEST(Replay, HeldOutRuleIsFixedAndSplitsBothWays) {
   EXPECT_TRUE(IsHeldOut(t));
 }
 
+// The split from a hash's text alone (kjit_tune_spaces --list-keys prints it), as the task rules read it.
+TEST(Replay, SplitOfKeyHashFollowsTheFirstByte) {
+  EXPECT_EQ(SplitOfKeyHash("70daaad8c9ee208f3ae46801da2072dc"), KeySplit::kHeldOut);     // 112 = 0 mod 4
+  EXPECT_EQ(SplitOfKeyHash("de00"), KeySplit::kValidation);                              // 222 = 2 mod 4
+  EXPECT_EQ(SplitOfKeyHash("c97c4393cb47064a169d4bec25de480d"), KeySplit::kTraining);    // 201 = 1 mod 4
+  EXPECT_EQ(SplitOfKeyHash("7f2a"), KeySplit::kTraining);                                // 127 = 3 mod 4
+  EXPECT_EQ(SplitOfKeyHash("zz"), KeySplit::kTraining);  // not hex: neither held out nor validation
+  EXPECT_EQ(SplitOfKeyHash(""), KeySplit::kTraining);
+  EXPECT_STREQ(KeySplitName(KeySplit::kHeldOut), "held out");
+  for (const auto& t : Tasks()) {
+    const KeySplit split = SplitOfKeyHash(t.key_hash);
+    EXPECT_EQ(split == KeySplit::kHeldOut, IsHeldOut(t)) << t.key_text;
+    EXPECT_EQ(split == KeySplit::kValidation, IsValidation(t)) << t.key_text;
+  }
+}
+
 TEST(Replay, ValidationRuleIsFixedAndDisjointFromHeldOut) {
   int validation = 0, held = 0, train = 0;
   for (const auto& t : Tasks()) {

@@ -183,26 +183,31 @@ int ReplayTask::IndexOf(const Point& point) const {
   return -1;
 }
 
-namespace {
-// The first byte of the key hash, -1 if the hash is not hex.
-int FirstHashByte(const ReplayTask& task) {
-  if (task.key_hash.size() < 2 || !std::isxdigit(static_cast<unsigned char>(task.key_hash[0])) ||
-      !std::isxdigit(static_cast<unsigned char>(task.key_hash[1]))) {
-    return -1;
+KeySplit SplitOfKeyHash(std::string_view key_hash) {
+  if (key_hash.size() < 2 || !std::isxdigit(static_cast<unsigned char>(key_hash[0])) ||
+      !std::isxdigit(static_cast<unsigned char>(key_hash[1]))) {
+    return KeySplit::kTraining;
   }
-  return std::stoi(task.key_hash.substr(0, 2), nullptr, 16);
-}
-}  // namespace
-
-bool IsHeldOut(const ReplayTask& task) {
-  const int first_byte = FirstHashByte(task);
-  return first_byte >= 0 && first_byte % 4 == 0;
+  const int first_byte = std::stoi(std::string(key_hash.substr(0, 2)), nullptr, 16);
+  if (first_byte % 4 == 0) return KeySplit::kHeldOut;
+  return first_byte % 4 == 2 ? KeySplit::kValidation : KeySplit::kTraining;
 }
 
-bool IsValidation(const ReplayTask& task) {
-  const int first_byte = FirstHashByte(task);
-  return first_byte >= 0 && first_byte % 4 == 2;
+const char* KeySplitName(KeySplit split) {
+  switch (split) {
+    case KeySplit::kTraining:
+      return "training";
+    case KeySplit::kValidation:
+      return "validation";
+    case KeySplit::kHeldOut:
+      return "held out";
+  }
+  return "?";
 }
+
+bool IsHeldOut(const ReplayTask& task) { return SplitOfKeyHash(task.key_hash) == KeySplit::kHeldOut; }
+
+bool IsValidation(const ReplayTask& task) { return SplitOfKeyHash(task.key_hash) == KeySplit::kValidation; }
 
 std::string DefaultDatasetDirectory() { return KJIT_SOURCE_DIR "/policy/datasets"; }
 

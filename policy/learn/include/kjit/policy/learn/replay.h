@@ -103,6 +103,12 @@ bool IsHeldOut(const ReplayTask& task);
 // the chosen configuration's final runs train on every training key.
 bool IsValidation(const ReplayTask& task);
 
+// The split the rules above put a key in, from its hash as hex text (the dataset's `key`,
+// `OpKey::Hash().ToHex()`); text that is not hex is a training key, as for IsHeldOut.
+enum class KeySplit { kTraining, kValidation, kHeldOut };
+KeySplit SplitOfKeyHash(std::string_view key_hash);
+const char* KeySplitName(KeySplit split);  // "training", "validation", "held out"
+
 struct DatasetReport {
   int files = 0;
   int rows = 0;
