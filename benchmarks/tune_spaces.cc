@@ -392,7 +392,7 @@ int main(int argc, char** argv) {
   CLI::App app{"Measure kjit's design spaces through the evaluator (needs a GPU)."};
   int verify = 0, max_points = 0, skip = 0, finalists = 3, climb_rounds = 4;
   std::string keys_from = "samples";
-  std::string key_contains, point_filter;
+  std::string key_contains, verify_key_contains, point_filter;
   bool search = false, exhaustive = false;
   uint64_t seed = 1;
   std::string dataset, family_filter, cache_path;
@@ -412,6 +412,9 @@ int main(int argc, char** argv) {
   app.add_option("--key-contains", key_contains,
                  "--search only the keys whose text or table description contains this (e.g. \"64,1000003\" or "
                  "\"N=15\"), to re-measure a few keys within one device call");
+  app.add_option("--verify-key-contains", verify_key_contains,
+                 "--verify draws only from the sample keys whose text or description contains this (e.g. "
+                 "\"1048576]\")");
   app.add_option("--points", point_filter,
                  "only the points with these knob values (\"stage=5\", \"stage=4 ahead=2\"): --verify draws its pairs "
                  "from them, --search screens them and the expert default")
@@ -482,11 +485,7 @@ int main(int argc, char** argv) {
 
   for (const policy::Family* f : policy::Families()) {
     if (!family_filter.empty() && f->name() != family_filter) continue;
-    std::vector<std::pair<OpKey, std::unique_ptr<policy::Problem>>> keys;
-    for (const OpKey& k : f->SampleKeys()) {
-      auto p = f->Match(k);
-      if (p.ok()) keys.emplace_back(k, std::move(*p));
-    }
+    auto keys = SearchKeys(*f, "samples", verify_key_contains);
     if (verify > 0) {
       std::printf("\n### %s: %d random (key, point) pairs through verification\n\n", std::string(f->name()).c_str(),
                   verify);

@@ -118,11 +118,13 @@ if [[ "${KJIT_GPU_RUN_TUNE:-0}" == 1 ]]; then
   # KJIT_TUNE_STEPS picks the steps (and KJIT_TUNE_SEARCH_FAMILIES the searched families) to fit one call;
   # KJIT_TUNE_EXHAUSTIVE=1 screens every valid point (KJIT_TUNE_MAX_POINTS=0: no cap);
   # KJIT_TUNE_KEY_CONTAINS=TEXT searches only the keys whose text contains TEXT; KJIT_TUNE_POINTS="stage=5" verifies
-  # and screens only points with those knob values (the search still verifies the expert default).
+  # and screens only points with those knob values (the search still verifies the expert default);
+  # KJIT_TUNE_VERIFY_KEY_CONTAINS=TEXT verifies only sample keys whose text contains TEXT, KJIT_TUNE_SEED its draw.
   steps=" ${KJIT_TUNE_STEPS:-verify baselines search} "
   [[ "$steps" == *" verify "* ]] && for fam in $families; do
     timeout "${KJIT_TUNE_VERIFY_S:-240}" "$build/benchmarks/kjit_tune_spaces" --family "$fam" \
-      --verify "${KJIT_TUNE_VERIFY:-50}" ${KJIT_TUNE_POINTS:+--points "$KJIT_TUNE_POINTS"} --dataset "$tune/$fam-verify.jsonl" > "$tune/$fam-verify.txt" 2>&1
+      --verify "${KJIT_TUNE_VERIFY:-50}" ${KJIT_TUNE_POINTS:+--points "$KJIT_TUNE_POINTS"} --seed "${KJIT_TUNE_SEED:-1}" \
+      ${KJIT_TUNE_VERIFY_KEY_CONTAINS:+--verify-key-contains "$KJIT_TUNE_VERIFY_KEY_CONTAINS"} --dataset "$tune/$fam-verify.jsonl" > "$tune/$fam-verify.txt" 2>&1
     note "verify $fam: rc=$? $(grep -c '^- ok' "$tune/$fam-verify.txt") verified, $(grep -c '^- FAIL' "$tune/$fam-verify.txt") rejected"
   done
   if [[ "$steps" == *" baselines "* ]]; then

@@ -824,69 +824,14 @@ __device__ __forceinline__ void pipelined4s(const in_t* a, const in_t* b, out_t*
 // a buffer counts the bytes landing (the copying thread arrives once with the item's byte count; the phase
 // completes when they all landed), and every thread waits on it (phase parity: the buffer's use count, mod 2).
 // The tiles land as they are in memory, unpadded: KC, R rows of K_ elements; else K_ rows of RLIM (the whole
-// matrix). The CPU emulation (tests/policy/emu/emu.h) has no PTX: emu_bulk_copy etc.
-constexpr const char* kBulkBody = R"(#if STAGE == 5
+// matrix). kBulkHead, codegen::kBulkCopy (the copies and mbarriers), kBulkTail. The CPU emulation
+// (tests/policy/emu/emu.h) has no PTX: emu_bulk_copy etc.
+constexpr const char* kBulkHead = R"(#if STAGE == 5
 constexpr int Q5 = (int)(16 / sizeof(raw_t));  // elements of 16 bytes
 constexpr long long TILES5 = TILES_M * TILES_N, ITEMS5 = BATCH * TILES5;
-__device__ __forceinline__ unsigned kjit_smem_addr(const void* p) {
-#ifdef __CUDA_ARCH__
-  return (unsigned)__cvta_generic_to_shared(p);
-#else
-  return 0;
-#endif
-}
-// mbarrier of COUNT arrivals a phase (one: the copying thread's).
-__device__ __forceinline__ void kjit_mbar_init(unsigned long long* bar, unsigned count) {
-#ifdef __CUDA_ARCH__
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(kjit_smem_addr(bar)), "r"(count) : "memory");
-#else
-  emu_mbar_init(bar, count);
-#endif
-}
-// The barriers' initialisation visible to the async proxy (the bulk copies' completions), and this thread's
-// earlier accesses of shared memory ordered before its later bulk copies (fence.proxy.async).
-__device__ __forceinline__ void kjit_fence_init() {
-#ifdef __CUDA_ARCH__
-  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void kjit_fence_async() {
-#ifdef __CUDA_ARCH__
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-#endif
-}
-// The calling thread's arrival, expecting BYTES more to land in this phase.
-__device__ __forceinline__ void kjit_mbar_expect(unsigned long long* bar, unsigned bytes) {
-#ifdef __CUDA_ARCH__
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(kjit_smem_addr(bar)), "r"(bytes) : "memory");
-#else
-  emu_mbar_expect(bar, bytes);
-#endif
-}
-// BYTES (a multiple of 16; both addresses 16-byte aligned) from global to shared memory, completing as
-// many bytes of BAR's transaction count when they landed.
-__device__ __forceinline__ void kjit_bulk_copy(void* dst, const void* src, unsigned bytes, unsigned long long* bar) {
-#ifdef __CUDA_ARCH__
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
-               ::"r"(kjit_smem_addr(dst)), "l"(src), "r"(bytes), "r"(kjit_smem_addr(bar)) : "memory");
-#else
-  emu_bulk_copy(dst, src, bytes, bar);
-#endif
-}
-// Until the phase of parity PARITY completed (its bytes landed and are visible to this thread).
-__device__ __forceinline__ void kjit_mbar_wait(unsigned long long* bar, unsigned parity) {
-#ifdef __CUDA_ARCH__
-  unsigned done = 0;
-  do {
-    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }\n"
-                 : "=r"(done) : "r"(kjit_smem_addr(bar)), "r"(parity) : "memory");
-  } while (!done);
-#else
-  emu_mbar_wait(bar, parity);
-#endif
-}
-// One operand's tile in shared memory as in global memory: element (r, k) at S[r * LD + k] (KC) or
+)";
+
+constexpr const char* kBulkTail = R"(// One operand's tile in shared memory as in global memory: element (r, k) at S[r * LD + k] (KC) or
 // S[k * LD + r]; rows (KC) or columns at or past RLIM hold what an earlier item left (they reach only outputs
 // that are not stored). READ: what the fragments reach (r up to R past RLIM in the last k row).
 template <bool KC, int R, long long RLIM>
@@ -1654,8 +1599,8 @@ class Matmul final : public Family {
       if (!swapped) return Internal("matmul: the span copies' anchors are missing from the kernel body");
     }
     if (stage == kBulk) {
-      // Bulk: kBulkBody before the kernel, which calls it (only this stage's sources change).
-      std::string bulk = kBulkBody;
+      // Bulk: kBulkHead, kBulkCopy and kBulkTail before the kernel, which calls it (only this stage's sources change).
+      std::string bulk = std::string(kBulkHead) + codegen::kBulkCopy + kBulkTail;
       bulk.replace(bulk.find("K5UNROLL"), 8, k4unroll);
       const std::string entry = "extern \"C\" __global__ void __launch_bounds__(THREADS, MINB) kjit_matmul(";
       const std::string call4 = "  pipelined4(a, b, c, reinterpret_cast<raw_t*>(smem));\n";

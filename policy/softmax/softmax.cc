@@ -26,9 +26,9 @@ enum Strategy : int64_t {
 constexpr int64_t kMaxRegisterFloats = 64;  // per thread, for the row-in-registers strategies
 constexpr int64_t kReductionScratch = 1024;  // shared bytes kept for block reductions
 
-// The most floats one block of a cluster strategy holds: a row's whole vectors dealt out to `cluster`
+// The most elements one block of a cluster strategy holds: a row's whole vectors dealt out to `cluster`
 // blocks, the first blocks one more where they do not divide evenly.
-int64_t ClusterPartFloats(int64_t len, int64_t vec, int64_t cluster) { return CeilDiv(len / vec, cluster) * vec; }
+int64_t ClusterPartElems(int64_t len, int64_t vec, int64_t cluster) { return CeilDiv(len / vec, cluster) * vec; }
 
 struct SoftmaxProblem : Problem {
   bool log = false;
@@ -38,6 +38,19 @@ struct SoftmaxProblem : Problem {
   int alignment = 16;  // of the input's data pointer
   int64_t rows() const { return outer * inner; }
 };
+
+// Strategy 5 stages a block's part by TMA bulk copies (sm_90, as clusters), the input's elements as they are,
+// where a vector is 16 bytes; otherwise each thread stages the vectors it reads, as floats.
+bool ClusterStagesInBulk(const SoftmaxProblem& p, int64_t vec) {
+  return vec * static_cast<int64_t>(DTypeSize(p.in)) == 16;
+}
+// The elements of its part a block of strategy 5 stages: all of them where they fit in a block's shared
+// memory; else as many whole vectors as fit, and the rest is read twice.
+int64_t ClusterStageElems(const SoftmaxProblem& p, int64_t vec, int64_t cluster, const DeviceFacts& dev) {
+  const int64_t elem = ClusterStagesInBulk(p, vec) ? static_cast<int64_t>(DTypeSize(p.in)) : 4;
+  const int64_t cap = (dev.max_shared_bytes_per_block - kReductionScratch) / elem / vec * vec;
+  return std::min(ClusterPartElems(p.len, vec, cluster), cap);
+}
 
 // Device code every strategy shares, after codegen::kElementAccess: the
 // running max and sum of exp, and their warp and block reductions.
@@ -180,7 +193,7 @@ __device__ __forceinline__ float scaled(float x, RowScale c) {
 class Softmax final : public Family {
  public:
   std::string_view name() const override { return "softmax"; }
-  int codegen_version() const override { return 6; }
+  int codegen_version() const override { return 7; }
   std::vector<std::string> ops() const override { return {"aten::_softmax", "aten::_log_softmax"}; }
 
   OpTraits traits(std::string_view op) const override {
@@ -277,7 +290,11 @@ class Softmax final : public Family {
     const int64_t in_size = static_cast<int64_t>(DTypeSize(p.in)), out_size = static_cast<int64_t>(DTypeSize(p.out));
     const bool columns = strategy == kColumns || strategy == kColumnsRegs || strategy == kColumnsBlock;
     const bool clustered = strategy == kCluster || strategy == kClusterSmem;
-    const bool online = strategy == kOnline || strategy == kCluster || strategy == kColumns || strategy == kColumnsBlock;
+    // Strategy 5 reads twice what its blocks cannot stage, in an online loop.
+    const bool rereads = strategy == kClusterSmem && cluster > 1 &&
+                         ClusterStageElems(p, vec, cluster, dev) < ClusterPartElems(p.len, vec, cluster);
+    const bool online = strategy == kOnline || strategy == kCluster || strategy == kColumns ||
+                        strategy == kColumnsBlock || rereads;
     if (columns != (p.inner > 1)) return InvalidArgument(columns ? "columns need dim not last" : "rows need dim last");
     if (clustered != (cluster > 1)) return InvalidArgument("cluster > 1 exactly for the cluster strategies");
     if (clustered && (dev.arch < 90 || cluster > dev.max_cluster_size)) return InvalidArgument("no such cluster here");
@@ -318,9 +335,6 @@ class Softmax final : public Family {
         // not divide evenly (ClusterPart in the generated code).
         const int64_t vectors = (p.len - (p.len % vec == 0 ? 0 : vec - 1)) / vec;  // fewest a row holds
         if (vectors / cluster < threads) return InvalidArgument("row part shorter than one pass");
-        if (strategy == kClusterSmem && ClusterPartFloats(p.len, vec, cluster) * 4 > smem_cap) {
-          return InvalidArgument("row part larger than shared memory");
-        }
         break;
       }
       case kColumns:
@@ -638,7 +652,11 @@ extern "C" __global__ void __launch_bounds__(THREADS) kjit_softmax(const in_t* _
       case kCluster:
       case kClusterSmem: {
         const bool staged = strategy == kClusterSmem;
-        src << "#define STAGED " << (staged ? 1 : 0) << "\n" << R"(
+        const bool bulk = staged && ClusterStagesInBulk(p, vec);
+        const int64_t stage = staged ? ClusterStageElems(p, vec, cluster, dev) : 0;
+        // stage_t: float where each thread stages what it reads; else the input's type (unused by 4).
+        src << "typedef " << (staged && !bulk ? "float" : "in_t") << " stage_t;\nconstexpr long long STAGE = " << stage
+            << "LL;\nconstexpr bool BULK = " << (bulk ? "true" : "false") << ";\n" << codegen::kBulkCopy << R"(
 // The row's whole vectors (between RowSplit's scalar head and tail) dealt out to the cluster's blocks
 // in rank order, the first `rem` blocks one vector more; rank 0 also takes the head and the tail.
 struct ClusterPart { long long begin, len; };
@@ -649,34 +667,81 @@ __device__ __forceinline__ ClusterPart cluster_part(const RowSplit& rs, int rank
   p.len = (per + (rank < rem ? 1 : 0)) * VEC;
   return p;
 }
+// VEC staged elements at s (aligned to their total size) as floats.
+__device__ __forceinline__ void load_staged(const stage_t* s, float (&f)[VEC]) {
+  typedef typename RawOf<sizeof(stage_t) * VEC>::T Raw;
+  union { Raw raw; typename Bits<stage_t>::U u[VEC]; } v;
+  v.raw = *reinterpret_cast<const Raw*>(s);
+#pragma unroll
+  for (int k = 0; k < VEC; ++k) f[k] = Bits<stage_t>::to_f(v.u[k]);
+}
+// Each block's part: its first STAGE elements (all of them where the part fits) staged in shared memory
+// (strategy 5), the rest read from global memory twice. BULK: the staged elements land by TMA bulk copies
+// (one thread issues them, an mbarrier counts the bytes) as they are in memory, while the block reads the
+// rest; otherwise each thread stages the vectors it reads, as floats.
+constexpr long long BULK_CHUNK = 32768 / sizeof(in_t);  // elements a bulk copy
 extern "C" __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(THREADS)
 kjit_softmax(const in_t* __restrict__ x, out_t* __restrict__ y) {
   __shared__ float red[64];
   __shared__ float part_ms[2];
-  extern __shared__ float row_buf[];
+  __shared__ unsigned long long stage_bar;
+  extern __shared__ __align__(16) stage_t stage[];
   const long long row = blockIdx.x / CLUSTER;
   const int rank = (int)__clusterRelativeBlockRank();
   const RowSplit rs = row_split(row);
   const ClusterPart part = cluster_part(rs, rank);
   const in_t* xr = x + row * LEN + part.begin;
   out_t* yr = y + row * LEN + part.begin;
+  const long long staged = part.len < STAGE ? part.len : STAGE;
   const bool edge = RAGGED && rank == 0 && (int)threadIdx.x < rs.edges;
   const long long ecol = edge ? edge_col(rs, threadIdx.x) : 0;
   float ev = 0.f;  // the edge element, held in a register
+  if (BULK && staged > 0) {
+    if (threadIdx.x == 0) {
+      kjit_mbar_init(&stage_bar, 1);
+      kjit_fence_init();
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      kjit_mbar_expect(&stage_bar, (unsigned)(staged * (long long)sizeof(in_t)));
+      for (long long off = 0; off < staged; off += BULK_CHUNK) {
+        const long long n = staged - off < BULK_CHUNK ? staged - off : BULK_CHUNK;
+        kjit_bulk_copy(&stage[off], xr + off, (unsigned)(n * (long long)sizeof(in_t)), &stage_bar);
+      }
+    }
+  }
   MS ms = {-KJIT_INF, 0.f};
 #pragma unroll UNROLL
-  for (long long col = (long long)threadIdx.x * VEC; col < part.len; col += (long long)THREADS * VEC) {
+  for (long long col = staged + (long long)threadIdx.x * VEC; col < part.len; col += (long long)THREADS * VEC) {
     float v[VEC];
     load_vec<false>(xr + col, v);
 #pragma unroll
-    for (int k = 0; k < VEC; ++k) {
-      ms_add(ms, v[k]);
-      if (STAGED) row_buf[col + k] = v[k];
+    for (int k = 0; k < VEC; ++k) ms_add(ms, v[k]);
+  }
+  if (!BULK) {
+    // Each thread reads back only what it staged: no barrier needed for stage.
+    for (long long col = (long long)threadIdx.x * VEC; col < staged; col += (long long)THREADS * VEC) {
+      float v[VEC];
+      load_vec<false>(xr + col, v);
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) {
+        ms_add(ms, v[k]);
+        stage[col + k] = v[k];
+      }
     }
   }
   if (edge) {
     ev = load_one(x + row * LEN + ecol);
     ms_add(ms, ev);
+  }
+  if (BULK && staged > 0) {
+    kjit_mbar_wait(&stage_bar, 0);
+    for (long long col = (long long)threadIdx.x * VEC; col < staged; col += (long long)THREADS * VEC) {
+      float v[VEC];
+      load_staged(&stage[col], v);
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) ms_add(ms, v[k]);
+    }
   }
   ms = block_ms(ms, red);
   if (threadIdx.x == 0) { part_ms[0] = ms.m; part_ms[1] = ms.s; }
@@ -693,15 +758,17 @@ kjit_softmax(const in_t* __restrict__ x, out_t* __restrict__ y) {
   // No block leaves while others still read its part_ms.
   __cluster_barrier_arrive();
   __cluster_barrier_wait();
-#pragma unroll UNROLL
-  for (long long col = (long long)threadIdx.x * VEC; col < part.len; col += (long long)THREADS * VEC) {
+  for (long long col = (long long)threadIdx.x * VEC; col < staged; col += (long long)THREADS * VEC) {
     float v[VEC];
-    if (STAGED) {
+    load_staged(&stage[col], v);
 #pragma unroll
-      for (int k = 0; k < VEC; ++k) v[k] = row_buf[col + k];
-    } else {
-      load_vec<HINT>(xr + col, v);
-    }
+    for (int k = 0; k < VEC; ++k) v[k] = out_value(v[k], all);
+    store_vec(yr + col, v);
+  }
+#pragma unroll UNROLL
+  for (long long col = staged + (long long)threadIdx.x * VEC; col < part.len; col += (long long)THREADS * VEC) {
+    float v[VEC];
+    load_vec<HINT>(xr + col, v);
 #pragma unroll
     for (int k = 0; k < VEC; ++k) v[k] = out_value(v[k], all);
     store_vec(yr + col, v);
@@ -710,7 +777,7 @@ kjit_softmax(const in_t* __restrict__ x, out_t* __restrict__ y) {
 }
 )";
         c.launch.grid[0] = static_cast<uint32_t>(rows * cluster);
-        if (staged) c.launch.dynamic_shared_bytes = static_cast<uint32_t>(ClusterPartFloats(p.len, vec, cluster) * 4);
+        if (staged) c.launch.dynamic_shared_bytes = static_cast<uint32_t>(stage * (bulk ? DTypeSize(p.in) : 4));
         break;
       }
       case kColumns:

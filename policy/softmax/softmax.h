@@ -11,7 +11,9 @@
 //   4 cluster   a row split across a thread-block cluster, online per block,
 //               partial max/sum exchanged through distributed shared memory;
 //               for long rows and few of them (64 x 1M)
-//   5 cluster_smem  as 4, each block's part of the row staged in shared memory: one read
+//   5 cluster_smem  as 4, each block's part of the row staged in shared memory: one read; a part
+//               larger than a block's shared memory is staged as far as it fits (TMA bulk copies
+//               where a vector is 16 bytes) and the rest read twice (rows of 4 MB: 64 x 1M f32)
 //   6 columns   dim not last: a thread per (outer, inner) column, online, two reads
 //   7 columns_regs  as 6, the column in registers: one read (short columns)
 //   8 columns_block a block per tile of 32 x vec columns, the softmax dim split

@@ -267,6 +267,66 @@ __device__ __forceinline__ W block_w(W v, float* red) {
 }
 )";
 
+const char* const kBulkCopy = R"(__device__ __forceinline__ unsigned kjit_smem_addr(const void* p) {
+#ifdef __CUDA_ARCH__
+  return (unsigned)__cvta_generic_to_shared(p);
+#else
+  return 0;
+#endif
+}
+// mbarrier of COUNT arrivals a phase (one: the copying thread's).
+__device__ __forceinline__ void kjit_mbar_init(unsigned long long* bar, unsigned count) {
+#ifdef __CUDA_ARCH__
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(kjit_smem_addr(bar)), "r"(count) : "memory");
+#else
+  emu_mbar_init(bar, count);
+#endif
+}
+// The barriers' initialisation visible to the async proxy (the bulk copies' completions), and this thread's
+// earlier accesses of shared memory ordered before its later bulk copies (fence.proxy.async).
+__device__ __forceinline__ void kjit_fence_init() {
+#ifdef __CUDA_ARCH__
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void kjit_fence_async() {
+#ifdef __CUDA_ARCH__
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+// The calling thread's arrival, expecting BYTES more to land in this phase.
+__device__ __forceinline__ void kjit_mbar_expect(unsigned long long* bar, unsigned bytes) {
+#ifdef __CUDA_ARCH__
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(kjit_smem_addr(bar)), "r"(bytes) : "memory");
+#else
+  emu_mbar_expect(bar, bytes);
+#endif
+}
+// BYTES (a multiple of 16; both addresses 16-byte aligned) from global to shared memory, completing as
+// many bytes of BAR's transaction count when they landed.
+__device__ __forceinline__ void kjit_bulk_copy(void* dst, const void* src, unsigned bytes, unsigned long long* bar) {
+#ifdef __CUDA_ARCH__
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+               ::"r"(kjit_smem_addr(dst)), "l"(src), "r"(bytes), "r"(kjit_smem_addr(bar)) : "memory");
+#else
+  emu_bulk_copy(dst, src, bytes, bar);
+#endif
+}
+// Until the phase of parity PARITY completed (its bytes landed and are visible to this thread).
+__device__ __forceinline__ void kjit_mbar_wait(unsigned long long* bar, unsigned parity) {
+#ifdef __CUDA_ARCH__
+  unsigned done = 0;
+  do {
+    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }\n"
+                 : "=r"(done) : "r"(kjit_smem_addr(bar)), "r"(parity) : "memory");
+  } while (!done);
+#else
+  emu_mbar_wait(bar, parity);
+#endif
+}
+)";
+
 const char* const kHeldValues = R"(
 // The values a thread holds of a row or channel of LEN: v[i] at elements (i * STRIDE + t) * VEC;
 // those past the end (only in the last items) are zeros. Sums over them in PARTIALS partials (held_sum).

@@ -60,4 +60,12 @@ extern const char* const kReductions;
 // Shared by layer_norm and batch_norm. Needs kReductions and ITEMS, STRIDE, VEC, LEN, PARTIALS.
 extern const char* const kHeldValues;
 
+// Hopper's bulk copies (sm_90 and newer; on the host, the CPU emulation's emu_* of
+// tests/policy/emu/emu.h): kjit_smem_addr(p), kjit_mbar_init(bar, count) (an mbarrier of COUNT
+// arrivals a phase), kjit_fence_init() (after the inits, before the first copy), kjit_fence_async(),
+// kjit_mbar_expect(bar, bytes) (the caller's arrival, BYTES more to land this phase),
+// kjit_bulk_copy(dst, src, bytes, bar) (BYTES a multiple of 16, both addresses 16-byte aligned) and
+// kjit_mbar_wait(bar, parity). Used by matmul's bulk stage and softmax's staged cluster rows.
+extern const char* const kBulkCopy;
+
 }  // namespace kjit::policy::codegen

@@ -317,6 +317,42 @@ TEST(SoftmaxSpace, OddRowsKeepVectorsWhereABlockOrAClusterOwnsTheRow) {
 }
 
 
+// Rows of 4 MB (64 x 1M f32) split over a cluster of 8 leave each block 512 KB: more than a block's shared
+// memory. Strategy 5 stages what fits (by bulk copies where a vector is 16 bytes) and reads the rest twice,
+// in an online loop that takes unroll; a part that fits is staged whole and has no such loop.
+TEST(SoftmaxSpace, ClusterPartsLargerThanSharedMemoryStageWhatFits) {
+  auto found = FindFamily(OpKey::Single(
+      "aten::_softmax", "", {TensorDesc::Contiguous(DType::kFloat32, {64, 1048576}), int64_t{-1}, false}, 90));
+  ASSERT_TRUE(found.ok()) << found.status().ToString();
+  const Family& f = *found->family;
+  const DeviceFacts dev = DeviceFacts::H200();
+  auto point = [](int64_t threads, int64_t vec, int64_t cluster, int64_t unroll) {
+    return Point{{"strategy", 5}, {"threads", threads}, {"vec", vec},
+                 {"cluster", cluster}, {"unroll", unroll}, {"hint", 1}};
+  };
+  const int64_t cap_floats = (dev.max_shared_bytes_per_block - 1024) / 4 / 4 * 4;  // whole vectors of 4
+  for (const Point& p : {point(1024, 4, 8, 1), point(512, 4, 2, 4)}) {
+    ASSERT_TRUE(f.Check(*found->problem, p, dev).ok()) << PointToString(p);
+    auto c = f.Generate(*found->problem, p, dev);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    EXPECT_EQ(c->launch.dynamic_shared_bytes, static_cast<uint32_t>(cap_floats * 4)) << PointToString(p);
+    EXPECT_NE(c->source.find("constexpr long long STAGE = " + std::to_string(cap_floats) + "LL;"), std::string::npos);
+    EXPECT_NE(c->source.find("constexpr bool BULK = true;"), std::string::npos);
+  }
+  // Vectors of 8 bytes: each thread stages what it reads, as floats.
+  auto c = f.Generate(*found->problem, point(1024, 2, 8, 2), dev);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_NE(c->source.find("constexpr bool BULK = false;"), std::string::npos);
+  EXPECT_NE(c->source.find("typedef float stage_t;"), std::string::npos);
+  // A part that fits (4095 x 16383 over 2 blocks: 32 KB each) has nothing to unroll.
+  auto fits = FindFamily(OpKey::Single(
+      "aten::_softmax", "", {TensorDesc::Contiguous(DType::kFloat32, {4095, 16383}), int64_t{-1}, false}, 90));
+  ASSERT_TRUE(fits.ok());
+  EXPECT_TRUE(f.Check(*fits->problem, point(256, 4, 2, 1), dev).ok());
+  EXPECT_FALSE(f.Check(*fits->problem, point(256, 4, 2, 2), dev).ok());
+}
+
+
 OpKey LayerNormKey(TensorDesc x, std::vector<int64_t> shape, Arg weight, Arg bias, double eps = 1e-5) {
   return OpKey::Single("aten::native_layer_norm", "", {std::move(x), IntList(shape), std::move(weight), std::move(bias), eps},
                        90);

@@ -57,6 +57,15 @@ r u2 log_softmax f16 5,9001 -1 0 strategy=4 threads=128 vec=8 cluster=4 unroll=2
 r u3 softmax f16 7,2055 -1 0 strategy=4 threads=128 vec=2 cluster=8 unroll=4 hint=0
 r u4 softmax bf16 5,5003 -1 1 strategy=5 threads=128 vec=4 cluster=2 unroll=1 hint=0
 r u5 log_softmax f32 3,20001 -1 0 strategy=5 threads=256 vec=2 cluster=8 unroll=1 hint=1
+# parts larger than a block's shared memory (EMU_MAX_SHARED bytes here, 227 KB on the H200): a block stages
+# its part's first vectors (by bulk copies where a vector is 16 bytes: p1, p2, p5, p6 in two copies) and
+# reads the rest twice; uneven and ragged rows among them
+EMU_MAX_SHARED=9216 r p1 softmax f32 3,20000 -1 0 strategy=5 threads=128 vec=4 cluster=2 unroll=2 hint=1
+EMU_MAX_SHARED=9216 r p2 log_softmax bf16 3,40003 -1 0 strategy=5 threads=256 vec=8 cluster=4 unroll=1 hint=0
+EMU_MAX_SHARED=9216 r p3 softmax f16 5,30001 -1 1 strategy=5 threads=128 vec=4 cluster=2 unroll=4 hint=1
+EMU_MAX_SHARED=9216 r p4 log_softmax f32 3,50001 -1 0 strategy=5 threads=128 vec=2 cluster=8 unroll=1 hint=0
+EMU_MAX_SHARED=9216 r p5 softmax f32 4,24004 -1 0 strategy=5 threads=512 vec=4 cluster=8 unroll=1 hint=0
+EMU_MAX_SHARED=66560 r p6 log_softmax f32 3,70001 -1 0 strategy=5 threads=256 vec=4 cluster=2 unroll=4 hint=1
 # a thread per VEC columns, online (6) and in registers (7); column tiles over a block's warps (8)
 r k1 softmax f32 3,100,40 1 0 strategy=6 threads=32 vec=4 unroll=4 hint=1 cluster=1
 r k2 log_softmax f16 4,37,24 1 0 strategy=6 threads=64 vec=8 unroll=2 hint=0 cluster=1
