@@ -188,6 +188,26 @@ __device__ __forceinline__ float scaled(float x, RowScale c) {
   if (LOG) return x - c.m - c.k;
   return expf(x - c.m) * c.k;
 }
+// Calls f(col, v) for the vectors at col = first, first + THREADS * VEC, ... below end, v the VEC elements at
+// p + col as floats. UNROLL vectors are loaded before any is used: a loop unrolled by the compiler keeps
+// its exit test between the loads, so only these batches put more than one load of a thread in flight.
+template <bool STREAM, typename F>
+__device__ __forceinline__ void for_vectors(const in_t* p, long long first, long long end, F f) {
+  constexpr long long STEP = (long long)THREADS * VEC;
+  long long col = first;
+  for (; col + (UNROLL - 1) * STEP < end; col += UNROLL * STEP) {
+    float v[UNROLL][VEC];
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) load_vec<STREAM>(p + col + u * STEP, v[u]);
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) f(col + u * STEP, v[u]);
+  }
+  for (; col < end; col += STEP) {
+    float v[VEC];
+    load_vec<STREAM>(p + col, v);
+    f(col, v);
+  }
+}
 )";
 
 class Softmax final : public Family {
@@ -277,7 +297,7 @@ class Softmax final : public Family {
         {"threads", {32, 64, 128, 256, 512, 1024}, "threads per block"},
         {"vec", {1, 2, 4, 8}, "elements per vector load and store"},
         {"cluster", {1, 2, 4, 8}, "blocks per row (cluster strategies)"},
-        {"unroll", {1, 2, 4}, "unrolling of the streaming loops (online strategies)"},
+        {"unroll", {1, 2, 4}, "vectors a thread loads before using any, in the loops that stream a row from memory"},
         {"hint", {0, 1}, "1: streaming cache hints (evict-first) on the last read and on stores"},
     };
     return s;
@@ -602,51 +622,34 @@ extern "C" __global__ void __launch_bounds__(THREADS) kjit_softmax(const in_t* _
           c.launch.dynamic_shared_bytes = static_cast<uint32_t>(p.len * 4);
           break;
         }
-        src << "#define STAGED 0\n" << R"(
+        src << R"(
 extern "C" __global__ void __launch_bounds__(THREADS) kjit_softmax(const in_t* __restrict__ x, out_t* __restrict__ y) {
   __shared__ float red[64];
-  extern __shared__ float row_buf[];
   const long long row = blockIdx.x;
   const in_t* xr = x + row * LEN;
   out_t* yr = y + row * LEN;
   const RowSplit rs = row_split(row);
   const bool edge = RAGGED && (int)threadIdx.x < rs.edges;
   const long long ecol = edge ? edge_col(rs, threadIdx.x) : 0;
+  const long long first = rs.head + (long long)threadIdx.x * VEC;
   MS ms = {-KJIT_INF, 0.f};
-#pragma unroll UNROLL
-  for (long long col = rs.head + (long long)threadIdx.x * VEC; col < rs.body_end; col += (long long)THREADS * VEC) {
-    float v[VEC];
-    load_vec<false>(xr + col, v);
+  for_vectors<false>(xr, first, rs.body_end, [&](long long, const float (&v)[VEC]) {
 #pragma unroll
-    for (int k = 0; k < VEC; ++k) {
-      ms_add(ms, v[k]);
-      if (STAGED) row_buf[col + k] = v[k];
-    }
-  }
-  if (edge) {
-    const float v = load_one(xr + ecol);
-    ms_add(ms, v);
-    if (STAGED) row_buf[ecol] = v;
-  }
+    for (int k = 0; k < VEC; ++k) ms_add(ms, v[k]);
+  });
+  if (edge) ms_add(ms, load_one(xr + ecol));
   ms = ms_final(block_ms(ms, red));
-#pragma unroll UNROLL
-  for (long long col = rs.head + (long long)threadIdx.x * VEC; col < rs.body_end; col += (long long)THREADS * VEC) {
-    float v[VEC];
-    if (STAGED) {
+  const RowScale c = row_scale(ms.m, ms.s);
+  for_vectors<HINT>(xr, first, rs.body_end, [&](long long col, const float (&v)[VEC]) {
+    float o[VEC];
 #pragma unroll
-      for (int k = 0; k < VEC; ++k) v[k] = row_buf[col + k];
-    } else {
-      load_vec<HINT>(xr + col, v);
-    }
-#pragma unroll
-    for (int k = 0; k < VEC; ++k) v[k] = out_value(v[k], ms);
-    store_vec(yr + col, v);
-  }
-  if (edge) store_one(yr + ecol, out_value(STAGED ? row_buf[ecol] : load_one(xr + ecol), ms));
+    for (int k = 0; k < VEC; ++k) o[k] = scaled(v[k], c);
+    store_vec(yr + col, o);
+  });
+  if (edge) store_one(yr + ecol, scaled(load_one(xr + ecol), c));
 }
 )";
         c.launch.grid[0] = static_cast<uint32_t>(rows);
-        if (staged) c.launch.dynamic_shared_bytes = static_cast<uint32_t>(p.len * 4);
         break;
       }
       case kCluster:
@@ -711,13 +714,11 @@ kjit_softmax(const in_t* __restrict__ x, out_t* __restrict__ y) {
     }
   }
   MS ms = {-KJIT_INF, 0.f};
-#pragma unroll UNROLL
-  for (long long col = staged + (long long)threadIdx.x * VEC; col < part.len; col += (long long)THREADS * VEC) {
-    float v[VEC];
-    load_vec<false>(xr + col, v);
+  const long long first = staged + (long long)threadIdx.x * VEC;
+  for_vectors<false>(xr, first, part.len, [&](long long, const float (&v)[VEC]) {
 #pragma unroll
     for (int k = 0; k < VEC; ++k) ms_add(ms, v[k]);
-  }
+  });
   if (!BULK) {
     // Each thread reads back only what it staged: no barrier needed for stage.
     for (long long col = (long long)threadIdx.x * VEC; col < staged; col += (long long)THREADS * VEC) {
@@ -755,6 +756,7 @@ kjit_softmax(const in_t* __restrict__ x, out_t* __restrict__ y) {
     all = ms_merge(all, o);
   }
   all = ms_final(all);
+  const RowScale c = row_scale(all.m, all.s);
   // No block leaves while others still read its part_ms.
   __cluster_barrier_arrive();
   __cluster_barrier_wait();
@@ -762,18 +764,16 @@ kjit_softmax(const in_t* __restrict__ x, out_t* __restrict__ y) {
     float v[VEC];
     load_staged(&stage[col], v);
 #pragma unroll
-    for (int k = 0; k < VEC; ++k) v[k] = out_value(v[k], all);
+    for (int k = 0; k < VEC; ++k) v[k] = scaled(v[k], c);
     store_vec(yr + col, v);
   }
-#pragma unroll UNROLL
-  for (long long col = staged + (long long)threadIdx.x * VEC; col < part.len; col += (long long)THREADS * VEC) {
-    float v[VEC];
-    load_vec<HINT>(xr + col, v);
+  for_vectors<HINT>(xr, first, part.len, [&](long long col, const float (&v)[VEC]) {
+    float o[VEC];
 #pragma unroll
-    for (int k = 0; k < VEC; ++k) v[k] = out_value(v[k], all);
-    store_vec(yr + col, v);
-  }
-  if (edge) store_one(y + row * LEN + ecol, out_value(ev, all));
+    for (int k = 0; k < VEC; ++k) o[k] = scaled(v[k], c);
+    store_vec(yr + col, o);
+  });
+  if (edge) store_one(y + row * LEN + ecol, scaled(ev, c));
 }
 )";
         c.launch.grid[0] = static_cast<uint32_t>(rows * cluster);
