@@ -45,11 +45,17 @@ bool ClusterStagesInBulk(const SoftmaxProblem& p, int64_t vec) {
   return vec * static_cast<int64_t>(DTypeSize(p.in)) == 16;
 }
 // The elements of its part a block of strategy 5 stages: all of them where they fit in a block's shared
-// memory; else as many whole vectors as fit, and the rest is read twice.
-int64_t ClusterStageElems(const SoftmaxProblem& p, int64_t vec, int64_t cluster, const DeviceFacts& dev) {
+// memory; else as many whole vectors as fit, and the rest is read twice. There blocks of 512 threads or
+// fewer stage what fits in half an SM's shared memory, so that two of them share an SM.
+int64_t ClusterStageElems(const SoftmaxProblem& p, int64_t vec, int64_t cluster, int64_t threads,
+                          const DeviceFacts& dev) {
   const int64_t elem = ClusterStagesInBulk(p, vec) ? static_cast<int64_t>(DTypeSize(p.in)) : 4;
-  const int64_t cap = (dev.max_shared_bytes_per_block - kReductionScratch) / elem / vec * vec;
-  return std::min(ClusterPartElems(p.len, vec, cluster), cap);
+  const int64_t part = ClusterPartElems(p.len, vec, cluster);
+  const int64_t block_bytes = dev.max_shared_bytes_per_block - kReductionScratch;
+  if (part * elem <= block_bytes) return part;
+  const int64_t bytes =
+      threads <= 512 ? std::min(block_bytes, dev.shared_bytes_per_sm / 2 - 2 * kReductionScratch) : block_bytes;
+  return bytes / elem / vec * vec;
 }
 
 // Device code every strategy shares, after codegen::kElementAccess: the
@@ -312,7 +318,7 @@ class Softmax final : public Family {
     const bool clustered = strategy == kCluster || strategy == kClusterSmem;
     // Strategy 5 reads twice what its blocks cannot stage, in an online loop.
     const bool rereads = strategy == kClusterSmem && cluster > 1 &&
-                         ClusterStageElems(p, vec, cluster, dev) < ClusterPartElems(p.len, vec, cluster);
+                         ClusterStageElems(p, vec, cluster, threads, dev) < ClusterPartElems(p.len, vec, cluster);
     const bool online = strategy == kOnline || strategy == kCluster || strategy == kColumns ||
                         strategy == kColumnsBlock || rereads;
     if (columns != (p.inner > 1)) return InvalidArgument(columns ? "columns need dim not last" : "rows need dim last");
@@ -656,7 +662,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) kjit_softmax(const in_t* _
       case kClusterSmem: {
         const bool staged = strategy == kClusterSmem;
         const bool bulk = staged && ClusterStagesInBulk(p, vec);
-        const int64_t stage = staged ? ClusterStageElems(p, vec, cluster, dev) : 0;
+        const int64_t stage = staged ? ClusterStageElems(p, vec, cluster, threads, dev) : 0;
         // stage_t: float where each thread stages what it reads; else the input's type (unused by 4).
         src << "typedef " << (staged && !bulk ? "float" : "in_t") << " stage_t;\nconstexpr long long STAGE = " << stage
             << "LL;\nconstexpr bool BULK = " << (bulk ? "true" : "false") << ";\n" << codegen::kBulkCopy << R"(

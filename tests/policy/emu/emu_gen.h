@@ -26,7 +26,10 @@ inline EmuKernel EmuGenerate(const OpKey& key, int nknobs, char** knobs) {
   DeviceFacts dev = DeviceFacts::H200();
   // A smaller block's shared memory, so that what a kernel stages by it (softmax's strategy 5) runs out at
   // sizes the emulation can run.
-  if (const char* bytes = std::getenv("EMU_MAX_SHARED")) dev.max_shared_bytes_per_block = std::atoi(bytes);
+  if (const char* bytes = std::getenv("EMU_MAX_SHARED")) {
+    dev.max_shared_bytes_per_block = std::atoi(bytes);
+    dev.shared_bytes_per_sm = dev.max_shared_bytes_per_block + 1024;  // as the H200's
+  }
   k.pt = k.found.family->ExpertDefault(*k.found.problem, dev);
   for (int i = 0; i < nknobs; ++i) {
     const std::string kv = knobs[i];

@@ -58,8 +58,8 @@ r u3 softmax f16 7,2055 -1 0 strategy=4 threads=128 vec=2 cluster=8 unroll=4 hin
 r u4 softmax bf16 5,5003 -1 1 strategy=5 threads=128 vec=4 cluster=2 unroll=1 hint=0
 r u5 log_softmax f32 3,20001 -1 0 strategy=5 threads=256 vec=2 cluster=8 unroll=1 hint=1
 # parts larger than a block's shared memory (EMU_MAX_SHARED bytes here, 227 KB on the H200): a block stages
-# its part's first vectors (by bulk copies where a vector is 16 bytes: p1, p2, p5, p6 in two copies) and
-# reads the rest twice; uneven and ragged rows among them
+# its part's first vectors (by bulk copies where a vector is 16 bytes: p1, p2, p5, p6 in two copies; blocks
+# of 512 threads or fewer half an SM's worth) and reads the rest twice; uneven and ragged rows among them
 EMU_MAX_SHARED=9216 r p1 softmax f32 3,20000 -1 0 strategy=5 threads=128 vec=4 cluster=2 unroll=2 hint=1
 EMU_MAX_SHARED=9216 r p2 log_softmax bf16 3,40003 -1 0 strategy=5 threads=256 vec=8 cluster=4 unroll=1 hint=0
 EMU_MAX_SHARED=9216 r p3 softmax f16 5,30001 -1 1 strategy=5 threads=128 vec=4 cluster=2 unroll=4 hint=1
