@@ -421,10 +421,11 @@ class Softmax final : public Family {
     // 1024 where there are a third to one row an SM: H200, f32, clusters of 8 with the hint, blocks of
     // 1024 (of 512): 48x2000003 388.8 us (409.6), 64x1000003 260.6 (287.9), 64x1048576 252.1 (273.0),
     // 96x500003 189.9 (191.0), 128x1000003 473.5 (501.5); fewer rows (32) or more (160) were 1-4% faster
-    // in blocks of 512.
+    // in blocks of 512. Four vectors a thread in flight (codegen 7's batched loads): 64x1048576 216.3 us
+    // (243.6 one at a time), 32x1048576 122.9 (139.7), 128x1048576 405.6 (444.3).
     if (p.rows() < 2 * dev.sm_count) {
       const int64_t threads = 3 * p.rows() >= dev.sm_count && p.rows() <= dev.sm_count ? 1024 : 512;
-      Point c{{"strategy", kCluster}, {"threads", threads}, {"vec", 1}, {"cluster", 8}, {"unroll", 1}, {"hint", 1}};
+      Point c{{"strategy", kCluster}, {"threads", threads}, {"vec", 1}, {"cluster", 8}, {"unroll", 4}, {"hint", 1}};
       Point w = widest(c);
       if (Check(problem, w, dev).ok()) return w;
     }
