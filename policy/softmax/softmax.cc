@@ -421,11 +421,12 @@ class Softmax final : public Family {
     // 1024 where there are a third to one row an SM: H200, f32, clusters of 8 with the hint, blocks of
     // 1024 (of 512): 48x2000003 388.8 us (409.6), 64x1000003 260.6 (287.9), 64x1048576 252.1 (273.0),
     // 96x500003 189.9 (191.0), 128x1000003 473.5 (501.5); fewer rows (32) or more (160) were 1-4% faster
-    // in blocks of 512. Four vectors a thread in flight (codegen 7's batched loads): 64x1048576 216.3 us
-    // (243.6 one at a time), 32x1048576 122.9 (139.7), 128x1048576 405.6 (444.3).
+    // in blocks of 512. Four vectors a thread in flight (codegen 7's batched loads), without the hint:
+    // 64x1048576 212.8 us (243.6 one at a time, with the hint), 128x1048576 401.7 (444.3), 32x1048576 125.8
+    // (139.7; 122.9 with the hint); with the hint 2-5% slower on odd rows (96x500003 170.1 against 162.0).
     if (p.rows() < 2 * dev.sm_count) {
       const int64_t threads = 3 * p.rows() >= dev.sm_count && p.rows() <= dev.sm_count ? 1024 : 512;
-      Point c{{"strategy", kCluster}, {"threads", threads}, {"vec", 1}, {"cluster", 8}, {"unroll", 4}, {"hint", 1}};
+      Point c{{"strategy", kCluster}, {"threads", threads}, {"vec", 1}, {"cluster", 8}, {"unroll", 4}, {"hint", 0}};
       Point w = widest(c);
       if (Check(problem, w, dev).ok()) return w;
     }
@@ -450,8 +451,9 @@ class Softmax final : public Family {
     // flight an SM as blocks of 512 at the same occupancy, so the rows read a second time stay in
     // L2 more often, and each row finishes in half the time; where there are fewer rows than SMs
     // it doubles the loads in flight. H200, f32, blocks of 1024 (of 512): 2047x32767 204.4 us (229.0
-    // without the hint), 1024x65536 202.1 (213.9), 64x1000003 422.7 (726.1).
-    Point o{{"strategy", kOnline}, {"threads", 1024}, {"vec", 1}, {"cluster", 1}, {"unroll", 1}, {"hint", 1}};
+    // without the hint), 1024x65536 202.1 (213.9), 64x1000003 422.7 (726.1). Two vectors a thread in flight
+    // (codegen 7): 2047x32767 173.5 us (189.2 one, 219.9 four), 1024x65536 189.0 (198.1 one, 181.8 four).
+    Point o{{"strategy", kOnline}, {"threads", 1024}, {"vec", 1}, {"cluster", 1}, {"unroll", 2}, {"hint", 1}};
     w = widest(o);
     if (Check(problem, w, dev).ok()) return w;
     if (Check(problem, w = widest(s), dev).ok()) return w;
