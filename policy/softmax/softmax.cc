@@ -424,10 +424,19 @@ class Softmax final : public Family {
     // in blocks of 512. Four vectors a thread in flight (codegen 7's batched loads), without the hint:
     // 64x1048576 212.8 us (243.6 one at a time, with the hint), 128x1048576 401.7 (444.3), 32x1048576 125.8
     // (139.7; 122.9 with the hint); with the hint 2-5% slower on odd rows (96x500003 170.1 against 162.0).
+    // Batches of 4 vectors by blocks of 1024 only where a thread's part holds 8 of them: the loads past the
+    // last whole batch go one at a time (96x500003: 212.6 us in blocks of 1024, 3.8 batches a thread, against
+    // 162.0 in blocks of 512, 7.6 batches); 64x1000003 and 48x2000003 are within 1% either way.
     if (p.rows() < 2 * dev.sm_count) {
-      const int64_t threads = 3 * p.rows() >= dev.sm_count && p.rows() <= dev.sm_count ? 1024 : 512;
-      Point c{{"strategy", kCluster}, {"threads", threads}, {"vec", 1}, {"cluster", 8}, {"unroll", 4}, {"hint", 0}};
+      Point c{{"strategy", kCluster}, {"threads", 512}, {"vec", 1}, {"cluster", 8}, {"unroll", 4}, {"hint", 0}};
       Point w = widest(c);
+      const bool rows_for_1024 = 3 * p.rows() >= dev.sm_count && p.rows() <= dev.sm_count;
+      const int64_t batch = 1024 * w.at("vec") * 4;
+      if (rows_for_1024 && ClusterPartElems(p.len, w.at("vec"), 8) >= 8 * batch) {
+        Point big = w;
+        big["threads"] = 1024;
+        if (Check(problem, big, dev).ok()) return big;
+      }
       if (Check(problem, w, dev).ok()) return w;
     }
     // Staged in shared memory only while two blocks' rows fit on an SM: a row staged alone on its

@@ -237,16 +237,22 @@ TEST(SoftmaxSpace, LongFewRowsSplitAcrossAClusterByDefault) {
 }
 
 // A prime row length: the cluster's blocks share the row's whole vectors unevenly, and rank 0 takes
-// the scalar head and tail (H200: 260.6 us, against 422.7 for the online block of 1024 it had before).
-// Blocks of 1024 from a third of a row an SM to one row an SM, 512 outside.
+// the scalar head and tail (H200: 225.9 us in blocks of 512 with batched loads, codegen 7; 422.7 for the
+// online block of 1024 it had before codegen 6).
+// Blocks of 1024 from a third of a row an SM to one row an SM where each thread's part holds 8 batches of
+// 4 vectors, 512 otherwise.
 TEST(SoftmaxSpace, OddLongFewRowsSplitAcrossAClusterToo) {
   const Point p = SoftmaxDefaultOnH200({64, 1000003});
   EXPECT_EQ(p.at("strategy"), 4) << PointToString(p);
   EXPECT_EQ(p.at("cluster"), 8) << PointToString(p);
   EXPECT_EQ(p.at("vec"), 4) << PointToString(p);
-  EXPECT_EQ(p.at("threads"), 1024) << PointToString(p);
-  for (int64_t rows : {48, 128}) EXPECT_EQ(SoftmaxDefaultOnH200({rows, 1000003}).at("threads"), 1024) << rows;
+  EXPECT_EQ(p.at("threads"), 512) << PointToString(p);  // 125000 floats a block: short of 8 batches of 1024
+  for (int64_t rows : {64, 128}) EXPECT_EQ(SoftmaxDefaultOnH200({rows, 1048576}).at("threads"), 1024) << rows;
+  EXPECT_EQ(SoftmaxDefaultOnH200({48, 2000003}).at("threads"), 1024);
   for (int64_t rows : {32, 160}) EXPECT_EQ(SoftmaxDefaultOnH200({rows, 500003}).at("threads"), 512) << rows;
+  // Parts too short for 8 batches of 4 vectors a thread in blocks of 1024 (H200: 96x500003 162.0 us in
+  // blocks of 512, 212.6 in blocks of 1024).
+  EXPECT_EQ(SoftmaxDefaultOnH200({96, 500003}).at("threads"), 512);
 }
 
 // Rows too long for two staged rows an SM read twice by blocks of 1024 (H200, f32 2047x32767:
