@@ -120,7 +120,8 @@ TEST(ShimKeys, SampleKeysOfThePreFilteredFamiliesAreTheShimsKeys) {
       const std::string entry = InterceptedEntry(call);
       ASSERT_FALSE(entry.empty()) << "the shim does not intercept " << call.op << "." << call.overload << ": " << text;
       covered.insert(entry);
-      const auto& schema = c10::Dispatcher::singleton().findSchemaOrThrow(call.op.c_str(), call.overload.c_str()).schema();
+      const c10::OperatorHandle handle = c10::Dispatcher::singleton().findSchemaOrThrow(call.op.c_str(), call.overload.c_str());
+      const auto& schema = handle.schema();
       std::vector<c10::IValue> args;
       for (const Arg& a : call.args) args.push_back(IValueOf(a));
       // What TryServe computes for the call (its arch and numerics taken from the sample).
@@ -168,7 +169,8 @@ TEST(ShimKeys, SampleKeysOfThePreFilteredFamiliesAreTheShimsKeys) {
 // match the functional overloads the shim overrides.
 TEST(ShimKeys, EagerStyleCallsMatchTheirFamilies) {
   auto key = [](const char* op, const char* overload, std::vector<c10::IValue> args) {
-    const auto& schema = c10::Dispatcher::singleton().findSchemaOrThrow(op, overload).schema();
+    const c10::OperatorHandle handle = c10::Dispatcher::singleton().findSchemaOrThrow(op, overload);
+    const auto& schema = handle.schema();
     return kjit::torch::CallKey(schema, args, 90, kNumericsDefault);
   };
   auto family_of = [](const Result<OpKey>& k) -> std::string {
@@ -209,7 +211,8 @@ TEST(ShimKeys, EagerStyleCallsMatchTheirFamilies) {
 // keyed from real CPU tensors: the matmul family matches them, transposed and expanded operands too.
 TEST(ShimKeys, EagerStyleMatmulCallsMatchTheMatmulFamily) {
   auto family_of = [](const char* op, const at::Tensor& a, const at::Tensor& b) -> std::string {
-    const auto& schema = c10::Dispatcher::singleton().findSchemaOrThrow(op, "").schema();
+    const c10::OperatorHandle handle = c10::Dispatcher::singleton().findSchemaOrThrow(op, "");
+    const auto& schema = handle.schema();
     const std::vector<c10::IValue> args{a, b};
     auto k = kjit::torch::CallKey(schema, args, 90, kNumericsDefault);
     if (!k.ok()) return "unkeyed: " + k.status().ToString();
@@ -269,7 +272,8 @@ TEST(ShimKeys, MatmulPreFilterAgreesWithTheFamily) {
   size_t served = 0;
   for (const Call& c : calls) {
     const char* op = c.batched ? "aten::bmm" : "aten::mm";
-    const auto& schema = c10::Dispatcher::singleton().findSchemaOrThrow(op, "").schema();
+    const c10::OperatorHandle handle = c10::Dispatcher::singleton().findSchemaOrThrow(op, "");
+    const auto& schema = handle.schema();
     ASSERT_EQ(reinterpret_cast<uintptr_t>(c.a.data_ptr()) % 16, 0u) << c.what;
     const std::vector<c10::IValue> args{c.a, c.b};
     auto key = kjit::torch::CallKey(schema, args, 90, kNumericsDefault);
@@ -293,7 +297,8 @@ TEST(ShimKeys, MatmulPreFilterAgreesWithTheFamily) {
 TEST(ShimKeys, Tf32OnAndOffMatmulCallsHaveDifferentKeys) {
   auto& ctx = at::globalContext();
   const bool was = ctx.allowTF32CuBLAS();
-  const auto& schema = c10::Dispatcher::singleton().findSchemaOrThrow("aten::mm", "").schema();
+  const c10::OperatorHandle handle = c10::Dispatcher::singleton().findSchemaOrThrow("aten::mm", "");
+  const auto& schema = handle.schema();
   const std::vector<c10::IValue> args{at::zeros({256, 64}), at::zeros({64, 256})};
   auto key_now = [&] {
     std::string bytes;
@@ -326,7 +331,8 @@ TEST(ShimKeys, Tf32OnAndOffMatmulCallsHaveDifferentKeys) {
 // and inputs of a dtype or emptiness no part-2 family serves.
 TEST(ShimKeys, WhatThePreFiltersDeclineTheFamiliesDecline) {
   auto declined = [](const char* op, const char* overload, std::vector<c10::IValue> args) {
-    const auto& schema = c10::Dispatcher::singleton().findSchemaOrThrow(op, overload).schema();
+    const c10::OperatorHandle handle = c10::Dispatcher::singleton().findSchemaOrThrow(op, overload);
+    const auto& schema = handle.schema();
     auto k = kjit::torch::CallKey(schema, args, 90, kNumericsDefault);
     return !k.ok() || !policy::FindFamily(*k).ok();
   };
