@@ -21,28 +21,7 @@ trap 'rm -rf "$work"' EXIT
 unset KJIT_CACHE KJIT_ENDPOINT
 export KJIT_CACHE_DIR=$work/cache-dir XDG_CACHE_HOME=$work/xdg
 
-fail() {
-  echo "FAIL: $*"
-  exit 1
-}
-
-# run EXPECTED_STATUS COMMAND...: runs it, keeping stdout in $out and stderr in $err.
-out= err=
-run() {
-  local expected=$1 status=0
-  shift
-  "$@" >"$work/out" 2>"$work/err" || status=$?
-  out=$(cat "$work/out")
-  err=$(cat "$work/err")
-  printf '$ %s\n%s\n' "$*" "$out"
-  [[ -z $err ]] || printf '(stderr)\n%s\n' "$err"
-  [[ $status -eq $expected ]] || fail "exit status $status, expected $expected"
-}
-
-# expect TEXT PATTERN: PATTERN is an extended regular expression that must match somewhere in TEXT.
-expect() {
-  grep -Eq -- "$2" <<<"$1" || fail "expected output matching '$2'"
-}
+source "$(dirname "$0")/cli_test_lib.sh"
 
 softmax='aten::_softmax\(f32\[64,4096\], -1, False\) sm_90'
 relu='aten::relu\(f32\[1024\]\) sm_90'
