@@ -8,7 +8,7 @@
 # PyTorch, runs every test (the `gpu` ones must pass there, not skip), the
 # example, `kjit device`, and the benchmarks. Logs and results go to $OUT:
 #   summary.txt  build.log  tests.log  bench.md  bench.json  bench-torch.json  bench-cache.json  run.log
-# (at most 8 files come back from the device tool)
+# (at most 8 files come back from the device tool; KJIT_GPU_RUN_PACK=1 packs all but summary.txt into results.tar.gz)
 # Set KJIT_GPU_RUN_SKIP_BENCH=1 to skip the benchmarks, KJIT_GPU_RUN_SKIP_TESTS=1 to skip
 # the tests (a second call on a warm machine reuses build-gpu/), KJIT_GPU_RUN_CTEST_ARGS to pass ctest
 # more arguments ("-L gpu": only the GPU tests, ~2 min instead of ~5; CI runs the rest), KJIT_GPU_RUN_TUNE=1 to
@@ -237,5 +237,11 @@ if [[ "${KJIT_GPU_RUN_ONLINE:-0}" == 1 ]]; then
   "$build/daemon/kjit" daemon stop > /dev/null 2>&1 || pkill -f "$build/daemon/kjitd" || true
   unset KJIT_CACHE KJIT_RUNTIME_DIR XDG_CACHE_HOME
   tar -C /tmp -czf "$OUT/online.tar.gz" --exclude='kjit-online/run' kjit-online
+fi
+# KJIT_GPU_RUN_PACK=1: everything in $OUT but summary.txt goes into one results.tar.gz, so that several runs
+# of this script in one device call (OUT=$O/a, OUT=$O/b, ...) stay within the 8 files that come back.
+if [[ "${KJIT_GPU_RUN_PACK:-0}" == 1 ]]; then
+  (cd "$OUT" && find . -maxdepth 1 -type f ! -name summary.txt ! -name results.tar.gz -printf '%P\n' |
+    tar -czf results.tar.gz -T - --remove-files)
 fi
 [[ $rc_tests -eq 0 && $skipped_gpu -eq 0 ]]
