@@ -422,8 +422,8 @@ class Softmax final : public Family {
     // 1024 (of 512): 48x2000003 388.8 us (409.6), 64x1000003 260.6 (287.9), 64x1048576 252.1 (273.0),
     // 96x500003 189.9 (191.0), 128x1000003 473.5 (501.5); fewer rows (32) or more (160) were 1-4% faster
     // in blocks of 512. Four vectors a thread in flight (codegen 7's batched loads), without the hint:
-    // 64x1048576 212.8 us (243.6 one at a time, with the hint), 128x1048576 401.7 (444.3), 32x1048576 125.8
-    // (139.7; 122.9 with the hint); with the hint 2-5% slower on odd rows (96x500003 170.1 against 162.0).
+    // 64x1048576 212.8 us (244.1 one at a time, with the hint), 128x1048576 401.7 (444.9), 32x1048576 125.8
+    // (140.1; 122.9 with the hint); with the hint 2-5% slower on odd rows (96x500003 170.1 against 162.0).
     // Batches of 4 vectors by blocks of 1024 only where a thread's part holds 8 of them: the loads past the
     // last whole batch go one at a time (96x500003: 212.6 us in blocks of 1024, 3.8 batches a thread, against
     // 162.0 in blocks of 512, 7.6 batches); 64x1000003 and 48x2000003 are within 1% either way.
