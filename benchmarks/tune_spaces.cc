@@ -325,8 +325,9 @@ std::vector<OpKey> MoreKeys(const policy::Family& f) {
 }
 }  // namespace
 
-// The keys --search measures for a family (--keys, then --key-contains), each with its problem; a
-// key the family declines is reported as an HTML comment in the markdown output and left out.
+// The keys --search measures for a family (--keys, then --key-contains; --verify: the sample keys, then
+// --verify-key-contains), each with its problem; a key the family declines is reported as an HTML comment
+// in the markdown output and left out.
 static std::vector<std::pair<OpKey, std::unique_ptr<policy::Problem>>> SearchKeys(const policy::Family& f,
                                                                                  const std::string& keys_from,
                                                                                  const std::string& key_contains) {
@@ -485,8 +486,8 @@ int main(int argc, char** argv) {
 
   for (const policy::Family* f : policy::Families()) {
     if (!family_filter.empty() && f->name() != family_filter) continue;
-    auto keys = SearchKeys(*f, "samples", verify_key_contains);
     if (verify > 0) {
+      auto keys = SearchKeys(*f, "samples", verify_key_contains);
       std::printf("\n### %s: %d random (key, point) pairs through verification\n\n", std::string(f->name()).c_str(),
                   verify);
       std::mt19937_64 rng(seed);
