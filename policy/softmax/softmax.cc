@@ -431,8 +431,8 @@ class Softmax final : public Family {
       Point c{{"strategy", kCluster}, {"threads", 512}, {"vec", 1}, {"cluster", 8}, {"unroll", 4}, {"hint", 0}};
       Point w = widest(c);
       const bool rows_for_1024 = 3 * p.rows() >= dev.sm_count && p.rows() <= dev.sm_count;
-      const int64_t batch = 1024 * w.at("vec") * 4;
-      if (rows_for_1024 && ClusterPartElems(p.len, w.at("vec"), 8) >= 8 * batch) {
+      const int64_t batch = 1024 * w.at("vec") * w.at("unroll");
+      if (rows_for_1024 && ClusterPartElems(p.len, w.at("vec"), w.at("cluster")) >= 8 * batch) {
         Point big = w;
         big["threads"] = 1024;
         if (Check(problem, big, dev).ok()) return big;
