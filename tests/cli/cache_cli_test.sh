@@ -16,10 +16,6 @@ kjit=$2
 make_sample=$3
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-# Never fall back to the user's own cache.
-unset KJIT_CACHE
-export KJIT_CACHE_DIR=$work/cache-dir XDG_CACHE_HOME=$work/xdg
-
 source "$(dirname "$0")/cli_test_lib.sh"
 
 sample() {

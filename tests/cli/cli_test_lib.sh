@@ -1,5 +1,8 @@
 # Sourced by the CLI tests (cache_cli_test.sh, seed_defaults_test.sh) after they set $work, their private
-# temporary directory: fail, run and expect.
+# temporary directory: the environment kept off the user's own cache and kjitd, then fail, run and expect.
+
+unset KJIT_CACHE KJIT_ENDPOINT
+export KJIT_CACHE_DIR=$work/cache-dir XDG_CACHE_HOME=$work/xdg
 
 # fail MESSAGE...: the test fails with this message.
 fail() {

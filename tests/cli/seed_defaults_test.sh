@@ -18,9 +18,6 @@ enqueue=$3
 kjit=$4
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-unset KJIT_CACHE KJIT_ENDPOINT
-export KJIT_CACHE_DIR=$work/cache-dir XDG_CACHE_HOME=$work/xdg
-
 source "$(dirname "$0")/cli_test_lib.sh"
 
 softmax='aten::_softmax\(f32\[64,4096\], -1, False\) sm_90'
