@@ -21,6 +21,7 @@ enum Strategy : int64_t {
   kColumns = 6,
   kColumnsRegs = 7,
   kColumnsBlock = 8,
+  kClusterHold = 9,
 };
 
 constexpr int64_t kMaxRegisterFloats = 64;  // per thread, for the row-in-registers strategies
@@ -56,6 +57,22 @@ int64_t ClusterStageElems(const SoftmaxProblem& p, int64_t vec, int64_t cluster,
   const int64_t bytes =
       threads <= 512 ? std::min(block_bytes, dev.shared_bytes_per_sm / 2 - 2 * kReductionScratch) : block_bytes;
   return bytes / elem / vec * vec;
+}
+
+// Strategy 9 holds its part on chip: the first elements staged in a block's shared memory as far as they fit
+// (one block an SM), the rest in registers, HeldVectors a thread.
+int64_t ClusterHoldStageElems(const SoftmaxProblem& p, int64_t vec, int64_t cluster, const DeviceFacts& dev) {
+  const int64_t elem = ClusterStagesInBulk(p, vec) ? static_cast<int64_t>(DTypeSize(p.in)) : 4;
+  const int64_t part = ClusterPartElems(p.len, vec, cluster);
+  return std::min(part, (dev.max_shared_bytes_per_block - kReductionScratch) / elem / vec * vec);
+}
+int64_t HeldVectors(const SoftmaxProblem& p, int64_t vec, int64_t cluster, int64_t threads, const DeviceFacts& dev) {
+  return CeilDiv(ClusterPartElems(p.len, vec, cluster) - ClusterHoldStageElems(p, vec, cluster, dev), threads * vec);
+}
+// The floats a thread of strategy 9 may hold: a quarter of its share of the register file (64 registers a
+// thread in blocks of 1024), at most kMaxRegisterFloats.
+int64_t MaxHeldFloats(int64_t threads, const DeviceFacts& dev) {
+  return std::min<int64_t>(kMaxRegisterFloats, dev.registers_per_sm / threads / 4);
 }
 
 // Device code every strategy shares, after codegen::kElementAccess: the
@@ -216,6 +233,258 @@ __device__ __forceinline__ void for_vectors(const in_t* p, long long first, long
 }
 )";
 
+// The cluster strategies' device code (4, 5 and 9), after the cluster constants and codegen::kBulkCopy.
+constexpr const char* kClusterHelpers = R"(
+// The row's whole vectors (between RowSplit's scalar head and tail) dealt out to the cluster's blocks
+// in rank order, the first `rem` blocks one vector more; rank 0 also takes the head and the tail.
+struct ClusterPart { long long begin, len; };
+__device__ __forceinline__ ClusterPart cluster_part(const RowSplit& rs, int rank) {
+  const long long vectors = (rs.body_end - rs.head) / VEC, per = vectors / CLUSTER, rem = vectors % CLUSTER;
+  ClusterPart p;
+  p.begin = rs.head + (rank * per + (rank < rem ? rank : rem)) * VEC;
+  p.len = (per + (rank < rem ? 1 : 0)) * VEC;
+  return p;
+}
+// VEC staged elements at s (aligned to their total size) as floats.
+__device__ __forceinline__ void load_staged(const stage_t* s, float (&f)[VEC]) {
+  typedef typename RawOf<sizeof(stage_t) * VEC>::T Raw;
+  union { Raw raw; typename Bits<stage_t>::U u[VEC]; } v;
+  v.raw = *reinterpret_cast<const Raw*>(s);
+#pragma unroll
+  for (int k = 0; k < VEC; ++k) f[k] = Bits<stage_t>::to_f(v.u[k]);
+}
+)";
+
+// Strategies 4 and 5.
+constexpr const char* kClusterKernel = R"(// Each block's part: its first STAGE elements (all of them where the part fits) staged in shared memory
+// (strategy 5), the rest read from global memory twice. BULK: the staged elements land by TMA bulk copies
+// (one thread issues them, an mbarrier counts the bytes) as they are in memory, while the block reads the
+// rest; otherwise each thread stages the vectors it reads, as floats.
+constexpr long long BULK_CHUNK = 32768 / sizeof(in_t);  // elements a bulk copy
+extern "C" __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(THREADS)
+kjit_softmax(const in_t* __restrict__ x, out_t* __restrict__ y) {
+  __shared__ float red[64];
+  __shared__ float part_ms[2];
+  __shared__ unsigned long long stage_bar;
+  extern __shared__ __align__(16) stage_t stage[];
+  const long long row = blockIdx.x / CLUSTER;
+  const int rank = (int)__clusterRelativeBlockRank();
+  const RowSplit rs = row_split(row);
+  const ClusterPart part = cluster_part(rs, rank);
+  const in_t* xr = x + row * LEN + part.begin;
+  out_t* yr = y + row * LEN + part.begin;
+  const long long staged = part.len < STAGE ? part.len : STAGE;
+  const bool edge = RAGGED && rank == 0 && (int)threadIdx.x < rs.edges;
+  const long long ecol = edge ? edge_col(rs, threadIdx.x) : 0;
+  float ev = 0.f;  // the edge element, held in a register
+  if (BULK && staged > 0) {
+    if (threadIdx.x == 0) {
+      kjit_mbar_init(&stage_bar, 1);
+      kjit_fence_init();
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      kjit_mbar_expect(&stage_bar, (unsigned)(staged * (long long)sizeof(in_t)));
+      for (long long off = 0; off < staged; off += BULK_CHUNK) {
+        const long long n = staged - off < BULK_CHUNK ? staged - off : BULK_CHUNK;
+        kjit_bulk_copy(&stage[off], xr + off, (unsigned)(n * (long long)sizeof(in_t)), &stage_bar);
+      }
+    }
+  }
+  MS ms = {-KJIT_INF, 0.f};
+  const long long first = staged + (long long)threadIdx.x * VEC;
+  for_vectors<false>(xr, first, part.len, [&](long long, const float (&v)[VEC]) {
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) ms_add(ms, v[k]);
+  });
+  if (!BULK) {
+    // Each thread reads back only what it staged: no barrier needed for stage.
+    for (long long col = (long long)threadIdx.x * VEC; col < staged; col += (long long)THREADS * VEC) {
+      float v[VEC];
+      load_vec<false>(xr + col, v);
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) {
+        ms_add(ms, v[k]);
+        stage[col + k] = v[k];
+      }
+    }
+  }
+  if (edge) {
+    ev = load_one(x + row * LEN + ecol);
+    ms_add(ms, ev);
+  }
+  if (BULK && staged > 0) {
+    kjit_mbar_wait(&stage_bar, 0);
+    for (long long col = (long long)threadIdx.x * VEC; col < staged; col += (long long)THREADS * VEC) {
+      float v[VEC];
+      load_staged(&stage[col], v);
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) ms_add(ms, v[k]);
+    }
+  }
+  ms = block_ms(ms, red);
+  if (threadIdx.x == 0) { part_ms[0] = ms.m; part_ms[1] = ms.s; }
+  // Cluster barrier (release/acquire): every block's part_ms is written.
+  __cluster_barrier_arrive();
+  __cluster_barrier_wait();
+  MS all = {-KJIT_INF, 0.f};
+  for (int r = 0; r < CLUSTER; ++r) {
+    const float* other = (const float*)__cluster_map_shared_rank((void*)part_ms, r);
+    MS o = {other[0], other[1]};
+    all = ms_merge(all, o);
+  }
+  all = ms_final(all);
+  const RowScale c = row_scale(all.m, all.s);
+  // No block leaves while others still read its part_ms.
+  __cluster_barrier_arrive();
+  __cluster_barrier_wait();
+  for (long long col = (long long)threadIdx.x * VEC; col < staged; col += (long long)THREADS * VEC) {
+    float v[VEC];
+    load_staged(&stage[col], v);
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) v[k] = scaled(v[k], c);
+    store_vec(yr + col, v);
+  }
+  for_vectors<HINT>(xr, first, part.len, [&](long long col, const float (&v)[VEC]) {
+    float o[VEC];
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) o[k] = scaled(v[k], c);
+    store_vec(yr + col, o);
+  });
+  if (edge) store_one(y + row * LEN + ecol, scaled(ev, c));
+}
+)";
+
+// Strategy 9: each block's part held on chip, so the row is read once. Its first STAGE elements are staged
+// in shared memory (BULK: by TMA bulk copies, one thread issuing them, an mbarrier counting the bytes; else
+// each thread stages the vectors it reads, as floats), the rest is held in registers, HOLD vectors a thread,
+// loaded while the copies land. Each thread takes the max of its elements, then their sum of exp(x - max),
+// with no branch per element; the blocks' (max, sum) merge as strategy 4's.
+constexpr const char* kClusterHoldKernel = R"(constexpr long long BULK_CHUNK = 32768 / sizeof(in_t);  // elements a bulk copy
+extern "C" __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(THREADS)
+kjit_softmax(const in_t* __restrict__ x, out_t* __restrict__ y) {
+  __shared__ float red[64];
+  __shared__ float part_ms[2];
+  __shared__ unsigned long long stage_bar;
+  extern __shared__ __align__(16) stage_t stage[];
+  const long long row = blockIdx.x / CLUSTER;
+  const int rank = (int)__clusterRelativeBlockRank();
+  const RowSplit rs = row_split(row);
+  const ClusterPart part = cluster_part(rs, rank);
+  const in_t* xr = x + row * LEN + part.begin;
+  out_t* yr = y + row * LEN + part.begin;
+  const long long staged = part.len < STAGE ? part.len : STAGE;
+  const bool edge = RAGGED && rank == 0 && (int)threadIdx.x < rs.edges;
+  const long long ecol = edge ? edge_col(rs, threadIdx.x) : 0;
+  if (BULK && staged > 0) {
+    if (threadIdx.x == 0) {
+      kjit_mbar_init(&stage_bar, 1);
+      kjit_fence_init();
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      kjit_mbar_expect(&stage_bar, (unsigned)(staged * (long long)sizeof(in_t)));
+      for (long long off = 0; off < staged; off += BULK_CHUNK) {
+        const long long n = staged - off < BULK_CHUNK ? staged - off : BULK_CHUNK;
+        kjit_bulk_copy(&stage[off], xr + off, (unsigned)(n * (long long)sizeof(in_t)), &stage_bar);
+      }
+    }
+  }
+  // The held vectors, every load issued before any is used; past the part's end, -Inf (adds nothing).
+  float h[HOLD][VEC];
+#pragma unroll
+  for (int i = 0; i < HOLD; ++i) {
+    const long long col = staged + ((long long)i * THREADS + threadIdx.x) * VEC;
+    if (col < part.len) {
+      load_vec<false>(xr + col, h[i]);
+    } else {
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) h[i][k] = -KJIT_INF;
+    }
+  }
+  float m = -KJIT_INF;
+#pragma unroll
+  for (int i = 0; i < HOLD; ++i) {
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) m = nan_max(m, h[i][k]);
+  }
+  if (!BULK) {
+    // Each thread stages, and later reads back, only its own vectors: no barrier needed for stage.
+    for (long long col = (long long)threadIdx.x * VEC; col < staged; col += (long long)THREADS * VEC) {
+      float v[VEC];
+      load_vec<false>(xr + col, v);
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) {
+        m = nan_max(m, v[k]);
+        stage[col + k] = v[k];
+      }
+    }
+  }
+  const float ev = edge ? load_one(x + row * LEN + ecol) : -KJIT_INF;  // the edge element, held too
+  m = nan_max(m, ev);
+  if (BULK && staged > 0) {
+    kjit_mbar_wait(&stage_bar, 0);
+    for (long long col = (long long)threadIdx.x * VEC; col < staged; col += (long long)THREADS * VEC) {
+      float v[VEC];
+      load_staged(&stage[col], v);
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) m = nan_max(m, v[k]);
+    }
+  }
+  // A thread whose elements are all -Inf adds nothing (exp(-inf - -inf) would be NaN); a NaN or +Inf max
+  // makes its sum NaN, as PyTorch's row.
+  float s = 0.f;
+  if (m != -KJIT_INF) {
+#pragma unroll
+    for (int i = 0; i < HOLD; ++i) {
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) s += expf(h[i][k] - m);
+    }
+    for (long long col = (long long)threadIdx.x * VEC; col < staged; col += (long long)THREADS * VEC) {
+      float v[VEC];
+      load_staged(&stage[col], v);
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) s += expf(v[k] - m);
+    }
+    s += expf(ev - m);
+  }
+  MS ms = block_ms(MS{m, s}, red);
+  if (threadIdx.x == 0) { part_ms[0] = ms.m; part_ms[1] = ms.s; }
+  // Cluster barrier (release/acquire): every block's part_ms is written.
+  __cluster_barrier_arrive();
+  __cluster_barrier_wait();
+  MS all = {-KJIT_INF, 0.f};
+  for (int r = 0; r < CLUSTER; ++r) {
+    const float* other = (const float*)__cluster_map_shared_rank((void*)part_ms, r);
+    MS o = {other[0], other[1]};
+    all = ms_merge(all, o);
+  }
+  all = ms_final(all);
+  const RowScale c = row_scale(all.m, all.s);
+  // No block leaves while others still read its part_ms.
+  __cluster_barrier_arrive();
+  __cluster_barrier_wait();
+  for (long long col = (long long)threadIdx.x * VEC; col < staged; col += (long long)THREADS * VEC) {
+    float v[VEC];
+    load_staged(&stage[col], v);
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) v[k] = scaled(v[k], c);
+    store_vec(yr + col, v);
+  }
+#pragma unroll
+  for (int i = 0; i < HOLD; ++i) {
+    const long long col = staged + ((long long)i * THREADS + threadIdx.x) * VEC;
+    if (col < part.len) {
+      float o[VEC];
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) o[k] = scaled(h[i][k], c);
+      store_vec(yr + col, o);
+    }
+  }
+  if (edge) store_one(y + row * LEN + ecol, scaled(ev, c));
+}
+)";
+
 class Softmax final : public Family {
  public:
   std::string_view name() const override { return "softmax"; }
@@ -296,13 +565,14 @@ class Softmax final : public Family {
     Space s;
     s.family = "softmax";
     s.knobs = {
-        {"strategy", {kWarp, kRegs, kSmem, kOnline, kCluster, kClusterSmem, kColumns, kColumnsRegs, kColumnsBlock},
+        {"strategy",
+         {kWarp, kRegs, kSmem, kOnline, kCluster, kClusterSmem, kColumns, kColumnsRegs, kColumnsBlock, kClusterHold},
          "0 warp/row, 1 block/row in registers, 2 block/row in shared memory, 3 block/row online, 4 cluster/row "
          "online, 5 cluster/row in shared memory, 6 columns online, 7 columns in registers, 8 column tiles with "
-         "the softmax dim split over a block's warps"},
+         "the softmax dim split over a block's warps, 9 cluster/row held on chip (shared memory, then registers)"},
         {"threads", {32, 64, 128, 256, 512, 1024}, "threads per block"},
         {"vec", {1, 2, 4, 8}, "elements per vector load and store"},
-        {"cluster", {1, 2, 4, 8}, "blocks per row (cluster strategies)"},
+        {"cluster", {1, 2, 4, 8, 16}, "blocks per row (cluster strategies; 16 is a non-portable cluster size)"},
         {"unroll", {1, 2, 4}, "vectors a thread loads before using any, in the loops that stream a row from memory"},
         {"hint", {0, 1}, "1: streaming cache hints (evict-first) on the last read and on stores"},
     };
@@ -315,7 +585,7 @@ class Softmax final : public Family {
                   cluster = pt.at("cluster"), unroll = pt.at("unroll");
     const int64_t in_size = static_cast<int64_t>(DTypeSize(p.in)), out_size = static_cast<int64_t>(DTypeSize(p.out));
     const bool columns = strategy == kColumns || strategy == kColumnsRegs || strategy == kColumnsBlock;
-    const bool clustered = strategy == kCluster || strategy == kClusterSmem;
+    const bool clustered = strategy == kCluster || strategy == kClusterSmem || strategy == kClusterHold;
     // Strategy 5 reads twice what its blocks cannot stage, in an online loop.
     const bool rereads = strategy == kClusterSmem && cluster > 1 &&
                          ClusterStageElems(p, vec, cluster, threads, dev) < ClusterPartElems(p.len, vec, cluster);
@@ -323,7 +593,9 @@ class Softmax final : public Family {
                         strategy == kColumnsBlock || rereads;
     if (columns != (p.inner > 1)) return InvalidArgument(columns ? "columns need dim not last" : "rows need dim last");
     if (clustered != (cluster > 1)) return InvalidArgument("cluster > 1 exactly for the cluster strategies");
-    if (clustered && (dev.arch < 90 || cluster > dev.max_cluster_size)) return InvalidArgument("no such cluster here");
+    if (clustered && (dev.arch < 90 || cluster > std::max(dev.max_cluster_size, dev.max_nonportable_cluster_size))) {
+      return InvalidArgument("no such cluster here");
+    }
     if (!online && unroll != 1) return InvalidArgument("unroll applies to the online loops only");
     if (threads > dev.max_threads_per_block) return InvalidArgument("too many threads");
     if (vec * in_size > 16 || vec * out_size > 16) return InvalidArgument("vector wider than 16 bytes");
@@ -355,12 +627,18 @@ class Softmax final : public Family {
         if (p.len < threads * vec) return InvalidArgument("row shorter than one pass");
         break;
       case kCluster:
-      case kClusterSmem: {
+      case kClusterSmem:
+      case kClusterHold: {
         if (threads < 128) return InvalidArgument("cluster blocks need at least 128 threads");
         // The row's whole vectors are dealt out to the blocks, the first blocks one more where they do
         // not divide evenly (ClusterPart in the generated code).
         const int64_t vectors = (p.len - (p.len % vec == 0 ? 0 : vec - 1)) / vec;  // fewest a row holds
         if (vectors / cluster < threads) return InvalidArgument("row part shorter than one pass");
+        if (strategy == kClusterHold) {
+          const int64_t held = HeldVectors(p, vec, cluster, threads, dev);
+          if (held < 1) return InvalidArgument("the part fits in shared memory: strategy 5 stages it");
+          if (held * vec > MaxHeldFloats(threads, dev)) return InvalidArgument("the part does not fit on chip");
+        }
         break;
       }
       case kColumns:
@@ -671,129 +949,20 @@ extern "C" __global__ void __launch_bounds__(THREADS) kjit_softmax(const in_t* _
         break;
       }
       case kCluster:
-      case kClusterSmem: {
-        const bool staged = strategy == kClusterSmem;
+      case kClusterSmem:
+      case kClusterHold: {
+        const bool hold = strategy == kClusterHold;
+        const bool staged = strategy == kClusterSmem || hold;
         const bool bulk = staged && ClusterStagesInBulk(p, vec);
-        const int64_t stage = staged ? ClusterStageElems(p, vec, cluster, threads, dev) : 0;
+        const int64_t stage = hold     ? ClusterHoldStageElems(p, vec, cluster, dev)
+                              : staged ? ClusterStageElems(p, vec, cluster, threads, dev)
+                                       : 0;
         // stage_t: float where each thread stages what it reads; else the input's type (unused by 4).
         src << "typedef " << (staged && !bulk ? "float" : "in_t") << " stage_t;\nconstexpr long long STAGE = " << stage
-            << "LL;\nconstexpr bool BULK = " << (bulk ? "true" : "false") << ";\n" << codegen::kBulkCopy << R"(
-// The row's whole vectors (between RowSplit's scalar head and tail) dealt out to the cluster's blocks
-// in rank order, the first `rem` blocks one vector more; rank 0 also takes the head and the tail.
-struct ClusterPart { long long begin, len; };
-__device__ __forceinline__ ClusterPart cluster_part(const RowSplit& rs, int rank) {
-  const long long vectors = (rs.body_end - rs.head) / VEC, per = vectors / CLUSTER, rem = vectors % CLUSTER;
-  ClusterPart p;
-  p.begin = rs.head + (rank * per + (rank < rem ? rank : rem)) * VEC;
-  p.len = (per + (rank < rem ? 1 : 0)) * VEC;
-  return p;
-}
-// VEC staged elements at s (aligned to their total size) as floats.
-__device__ __forceinline__ void load_staged(const stage_t* s, float (&f)[VEC]) {
-  typedef typename RawOf<sizeof(stage_t) * VEC>::T Raw;
-  union { Raw raw; typename Bits<stage_t>::U u[VEC]; } v;
-  v.raw = *reinterpret_cast<const Raw*>(s);
-#pragma unroll
-  for (int k = 0; k < VEC; ++k) f[k] = Bits<stage_t>::to_f(v.u[k]);
-}
-// Each block's part: its first STAGE elements (all of them where the part fits) staged in shared memory
-// (strategy 5), the rest read from global memory twice. BULK: the staged elements land by TMA bulk copies
-// (one thread issues them, an mbarrier counts the bytes) as they are in memory, while the block reads the
-// rest; otherwise each thread stages the vectors it reads, as floats.
-constexpr long long BULK_CHUNK = 32768 / sizeof(in_t);  // elements a bulk copy
-extern "C" __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(THREADS)
-kjit_softmax(const in_t* __restrict__ x, out_t* __restrict__ y) {
-  __shared__ float red[64];
-  __shared__ float part_ms[2];
-  __shared__ unsigned long long stage_bar;
-  extern __shared__ __align__(16) stage_t stage[];
-  const long long row = blockIdx.x / CLUSTER;
-  const int rank = (int)__clusterRelativeBlockRank();
-  const RowSplit rs = row_split(row);
-  const ClusterPart part = cluster_part(rs, rank);
-  const in_t* xr = x + row * LEN + part.begin;
-  out_t* yr = y + row * LEN + part.begin;
-  const long long staged = part.len < STAGE ? part.len : STAGE;
-  const bool edge = RAGGED && rank == 0 && (int)threadIdx.x < rs.edges;
-  const long long ecol = edge ? edge_col(rs, threadIdx.x) : 0;
-  float ev = 0.f;  // the edge element, held in a register
-  if (BULK && staged > 0) {
-    if (threadIdx.x == 0) {
-      kjit_mbar_init(&stage_bar, 1);
-      kjit_fence_init();
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      kjit_mbar_expect(&stage_bar, (unsigned)(staged * (long long)sizeof(in_t)));
-      for (long long off = 0; off < staged; off += BULK_CHUNK) {
-        const long long n = staged - off < BULK_CHUNK ? staged - off : BULK_CHUNK;
-        kjit_bulk_copy(&stage[off], xr + off, (unsigned)(n * (long long)sizeof(in_t)), &stage_bar);
-      }
-    }
-  }
-  MS ms = {-KJIT_INF, 0.f};
-  const long long first = staged + (long long)threadIdx.x * VEC;
-  for_vectors<false>(xr, first, part.len, [&](long long, const float (&v)[VEC]) {
-#pragma unroll
-    for (int k = 0; k < VEC; ++k) ms_add(ms, v[k]);
-  });
-  if (!BULK) {
-    // Each thread reads back only what it staged: no barrier needed for stage.
-    for (long long col = (long long)threadIdx.x * VEC; col < staged; col += (long long)THREADS * VEC) {
-      float v[VEC];
-      load_vec<false>(xr + col, v);
-#pragma unroll
-      for (int k = 0; k < VEC; ++k) {
-        ms_add(ms, v[k]);
-        stage[col + k] = v[k];
-      }
-    }
-  }
-  if (edge) {
-    ev = load_one(x + row * LEN + ecol);
-    ms_add(ms, ev);
-  }
-  if (BULK && staged > 0) {
-    kjit_mbar_wait(&stage_bar, 0);
-    for (long long col = (long long)threadIdx.x * VEC; col < staged; col += (long long)THREADS * VEC) {
-      float v[VEC];
-      load_staged(&stage[col], v);
-#pragma unroll
-      for (int k = 0; k < VEC; ++k) ms_add(ms, v[k]);
-    }
-  }
-  ms = block_ms(ms, red);
-  if (threadIdx.x == 0) { part_ms[0] = ms.m; part_ms[1] = ms.s; }
-  // Cluster barrier (release/acquire): every block's part_ms is written.
-  __cluster_barrier_arrive();
-  __cluster_barrier_wait();
-  MS all = {-KJIT_INF, 0.f};
-  for (int r = 0; r < CLUSTER; ++r) {
-    const float* other = (const float*)__cluster_map_shared_rank((void*)part_ms, r);
-    MS o = {other[0], other[1]};
-    all = ms_merge(all, o);
-  }
-  all = ms_final(all);
-  const RowScale c = row_scale(all.m, all.s);
-  // No block leaves while others still read its part_ms.
-  __cluster_barrier_arrive();
-  __cluster_barrier_wait();
-  for (long long col = (long long)threadIdx.x * VEC; col < staged; col += (long long)THREADS * VEC) {
-    float v[VEC];
-    load_staged(&stage[col], v);
-#pragma unroll
-    for (int k = 0; k < VEC; ++k) v[k] = scaled(v[k], c);
-    store_vec(yr + col, v);
-  }
-  for_vectors<HINT>(xr, first, part.len, [&](long long col, const float (&v)[VEC]) {
-    float o[VEC];
-#pragma unroll
-    for (int k = 0; k < VEC; ++k) o[k] = scaled(v[k], c);
-    store_vec(yr + col, o);
-  });
-  if (edge) store_one(y + row * LEN + ecol, scaled(ev, c));
-}
-)";
+            << "LL;\nconstexpr bool BULK = " << (bulk ? "true" : "false") << ";\n";
+        if (hold) src << "constexpr int HOLD = " << HeldVectors(p, vec, cluster, threads, dev) << ";\n";
+        src << codegen::kBulkCopy << kClusterHelpers
+            << (strategy == kClusterHold ? kClusterHoldKernel : kClusterKernel);
         c.launch.grid[0] = static_cast<uint32_t>(rows * cluster);
         if (staged) c.launch.dynamic_shared_bytes = static_cast<uint32_t>(stage * (bulk ? DTypeSize(p.in) : 4));
         break;

@@ -18,6 +18,9 @@
 //   7 columns_regs  as 6, the column in registers: one read (short columns)
 //   8 columns_block a block per tile of 32 x vec columns, the softmax dim split
 //               over its warps, partials merged through shared memory
+//   9 cluster_hold  as 5 for parts larger than a block's shared memory: what does not fit is
+//               held in registers (at most a quarter of a thread's share of them), so the row
+//               is read once; with clusters of 16 (non-portable), rows of 4 MB (64 x 1M f32)
 // Non-contiguous inputs are declined.
 #pragma once
 

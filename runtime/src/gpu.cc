@@ -69,6 +69,9 @@ ContextGuard::~ContextGuard() {
 
 namespace {
 
+// The cluster size every sm_90 GPU launches; larger ones need the function's opt-in.
+constexpr int kPortableClusterBlocks = 8;
+
 std::string DimText(const Dim3& d) {
   return "(" + std::to_string(d.x) + ", " + std::to_string(d.y) + ", " + std::to_string(d.z) + ")";
 }
@@ -118,6 +121,21 @@ Function::Function(const Function& o)
       limits_(o.limits_),
       dynamic_shared_configured_(o.dynamic_shared_configured_.load(std::memory_order_relaxed)) {}
 
+Status Function::AllowDynamicShared(unsigned bytes) const {
+  const int dynamic = static_cast<int>(bytes);
+  if (dynamic <= limits_.default_dynamic_shared_limit ||
+      dynamic <= dynamic_shared_configured_.load(std::memory_order_acquire)) {
+    return Status::Ok();
+  }
+  KJIT_RETURN_IF_ERROR(driver_->Check(
+      driver_->api().cuFuncSetAttribute(function_, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, dynamic),
+      "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES=" + std::to_string(dynamic) + ") for " + name_));
+  int seen = dynamic_shared_configured_.load(std::memory_order_relaxed);
+  while (seen < dynamic && !dynamic_shared_configured_.compare_exchange_weak(seen, dynamic)) {
+  }
+  return Status::Ok();
+}
+
 Status Function::Launch(const LaunchConfig& config, CUstream stream, void** args) const {
   KJIT_RETURN_IF_ERROR(CheckLaunchConfig(config, limits_));
   const auto& api = driver_->api();
@@ -126,21 +144,38 @@ Status Function::Launch(const LaunchConfig& config, CUstream stream, void** args
     return InvalidArgument("launching " + name_ +
                            ": no CUDA context is current on this thread; hold a kjit::ContextGuard");
   }
-  const int dynamic = static_cast<int>(config.dynamic_shared_bytes);
-  if (dynamic > limits_.default_dynamic_shared_limit &&
-      dynamic > dynamic_shared_configured_.load(std::memory_order_acquire)) {
-    KJIT_RETURN_IF_ERROR(driver_->Check(
-        api.cuFuncSetAttribute(function_, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, dynamic),
-        "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES=" + std::to_string(dynamic) + ") for " + name_));
-    int seen = dynamic_shared_configured_.load(std::memory_order_relaxed);
-    while (seen < dynamic && !dynamic_shared_configured_.compare_exchange_weak(seen, dynamic)) {
-    }
-  }
+  KJIT_RETURN_IF_ERROR(AllowDynamicShared(config.dynamic_shared_bytes));
   const CUresult r = api.cuLaunchKernel(function_, config.grid.x, config.grid.y, config.grid.z, config.block.x,
                                         config.block.y, config.block.z, config.dynamic_shared_bytes, stream, args,
                                         nullptr);
+  if (r == CUDA_ERROR_INVALID_CLUSTER_SIZE && limits_.cluster_blocks > 0) {
+    Status s = driver_->Check(r, "cuLaunchKernel(" + name_ + ")");
+    return Status(s.code(), s.message() + ": this GPU cannot place a cluster of " +
+                                std::to_string(limits_.cluster_blocks) + " blocks of " + DimText(config.block) +
+                                " threads with " + std::to_string(config.dynamic_shared_bytes) +
+                                " bytes of dynamic shared memory each");
+  }
   if (r != CUDA_SUCCESS) return driver_->Check(r, "cuLaunchKernel(" + name_ + ")");
   return Status::Ok();
+}
+
+Result<int> Function::MaxActiveClusters(const LaunchConfig& config) const {
+  if (limits_.cluster_blocks <= 0) return InvalidArgument(name_ + " was not compiled for a cluster");
+  const auto& api = driver_->api();
+  CUlaunchConfig launch{};
+  launch.gridDimX = config.grid.x;
+  launch.gridDimY = config.grid.y;
+  launch.gridDimZ = config.grid.z;
+  launch.blockDimX = config.block.x;
+  launch.blockDimY = config.block.y;
+  launch.blockDimZ = config.block.z;
+  launch.sharedMemBytes = config.dynamic_shared_bytes;
+  KJIT_RETURN_IF_ERROR(CheckLaunchConfig(config, limits_));
+  KJIT_RETURN_IF_ERROR(AllowDynamicShared(config.dynamic_shared_bytes));
+  int clusters = 0;
+  KJIT_RETURN_IF_ERROR(driver_->Check(api.cuOccupancyMaxActiveClusters(&clusters, function_, &launch),
+                                      "cuOccupancyMaxActiveClusters(" + name_ + ")"));
+  return clusters;
 }
 
 // ---------------------------------------------------------------- Module
@@ -231,6 +266,23 @@ Result<Function> Module::GetFunction(const std::string& name) const {
     l.max_grid_dim[i] = info_.max_grid_dim[i];
   }
   l.max_shared_bytes_optin = info_.shared_bytes_per_block_optin;
+  // A compile-time cluster above the portable size launches only with the function opted in; without a
+  // cluster (or on a driver that cannot say) the attributes read 0.
+  int cluster[3] = {0, 0, 0};
+  const CUfunction_attribute dims[3] = {CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH,
+                                        CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT,
+                                        CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH};
+  for (int i = 0; i < 3; ++i) {
+    if (api.cuFuncGetAttribute(&cluster[i], dims[i], f.function_) != CUDA_SUCCESS) cluster[i] = 0;
+  }
+  l.cluster_blocks = cluster[0] * cluster[1] * cluster[2];
+  if (l.cluster_blocks > kPortableClusterBlocks) {
+    KJIT_RETURN_IF_ERROR(driver_->Check(
+        api.cuFuncSetAttribute(f.function_, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1),
+        "cuFuncSetAttribute(NON_PORTABLE_CLUSTER_SIZE_ALLOWED) for " + name + ", compiled for clusters of " +
+            std::to_string(l.cluster_blocks) + " blocks (more than the portable " +
+            std::to_string(kPortableClusterBlocks) + ")"));
+  }
   return f;
 }
 

@@ -175,6 +175,55 @@ TEST_F(GpuTest, DynamicSharedAboveDefaultIsOptedIn) {
   EXPECT_EQ(sum, 16383.0f * 16384.0f / 2.0f);
 }
 
+// A cluster of 16 blocks is past sm_90's portable 8: GetFunction opts the kernel in, and the blocks see each
+// other's shared memory. Each block fills its (nearly full) shared memory with its rank and reads its
+// neighbour's, so a cluster that was not formed (or formed smaller) leaves a wrong value.
+TEST_F(GpuTest, NonPortableClusterOf16IsOptedIn) {
+  if (context_->info().arch() < 90) GTEST_SKIP() << "clusters need sm_90; this GPU is sm_" << context_->info().arch();
+  CompileRequest req;
+  req.source = R"(
+extern "C" __global__ void __cluster_dims__(16, 1, 1) cluster16(unsigned* y, unsigned words) {
+  extern __shared__ unsigned s[];
+  unsigned rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+  for (unsigned i = threadIdx.x; i < words; i += blockDim.x) s[i] = rank * 1000003u + i;
+  asm volatile("barrier.cluster.arrive.release;\n\tbarrier.cluster.wait.acquire;" ::: "memory");
+  const unsigned other = (rank + 1) % 16;
+  unsigned local = (unsigned)__cvta_generic_to_shared(&s[words - 1]), remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(other));
+  unsigned v;
+  asm volatile("ld.shared::cluster.u32 %0, [%1];" : "=r"(v) : "r"(remote));
+  if (threadIdx.x == 0) y[blockIdx.x] = v;
+  asm volatile("barrier.cluster.arrive.release;\n\tbarrier.cluster.wait.acquire;" ::: "memory");
+}
+)";
+  req.program_name = "cluster16.cu";
+  req.arch = context_->info().arch();
+  auto compiled = compiler_.Compile(req);
+  ASSERT_TRUE(compiled.ok()) << compiled.status().ToString();
+  auto module = Module::Load(*context_, (*compiled)->cubin);
+  ASSERT_TRUE(module.ok()) << module.status().ToString();
+  auto f = module->GetFunction("cluster16");
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_EQ(f->limits().cluster_blocks, 16);
+  const unsigned bytes = static_cast<unsigned>(context_->info().shared_bytes_per_block_optin) - 1024;
+  const unsigned words = bytes / 4;
+  const LaunchConfig cfg{{64 * 16, 1, 1}, {1024, 1, 1}, bytes};
+  auto clusters = f->MaxActiveClusters(cfg);
+  ASSERT_TRUE(clusters.ok()) << clusters.status().ToString();
+  std::printf("[ cluster ] clusters of 16 blocks of 1024 threads with %u bytes of shared memory each: %d at once on "
+              "%d SMs\n", bytes, *clusters, context_->info().sm_count);
+  ASSERT_GT(*clusters, 0) << "this GPU cannot place a cluster of 16 such blocks";
+  DeviceBuffer y = Poisoned(64 * 16);
+  ASSERT_TRUE(f->LaunchWith(cfg, nullptr, y.get(), words).ok());
+  ASSERT_TRUE(context_->driver().Check(context_->driver().api().cuCtxSynchronize(), "sync").ok());
+  std::vector<float> got = Download(y);
+  for (unsigned b = 0; b < 64 * 16; ++b) {
+    const unsigned want = ((b % 16 + 1) % 16) * 1000003u + words - 1;
+    ASSERT_EQ(std::bit_cast<uint32_t>(got[b]), want) << "block " << b;
+  }
+}
+
 TEST_F(GpuTest, BadLaunchConfigurationsReturnErrors) {
   DeviceBuffer dy = Poisoned(1024);
   Function f = Get("affine");

@@ -364,6 +364,49 @@ TEST(SoftmaxSpace, ClusterPartsLargerThanSharedMemoryStageWhatFits) {
   EXPECT_FALSE(f.Check(*fits->problem, point(256, 4, 2, 2), dev).ok());
 }
 
+// The points codegen 7 had (strategies 0-8, clusters up to 8) keep their kernels byte for byte when
+// strategies or cluster sizes are added: their dataset rows stay true of what they measured.
+TEST(SoftmaxSpace, OldPointsKeepTheirSources) {
+  const DeviceFacts device = DeviceFacts::H200();
+  struct Golden { size_t old_points; uint64_t digest; };
+  const Golden golden[] = {
+      {418u, 0x1ad3d14fe79cfad3ull},  // softmax f32->f32 outer=4096 len=16384 inner=1
+      {522u, 0x4e96dbb02982d5e5ull},  // softmax f32->f32 outer=64 len=1048576 inner=1
+      {110u, 0x7a525c4f172d1973ull},  // softmax f32->f32 outer=262144 len=256 inner=1
+      {164u, 0xb6f16e4ca88173bfull},  // softmax f16->f32 outer=1000 len=1000 inner=1
+      {538u, 0xeca87ee79315152full},  // log_softmax bf16->bf16 outer=8192 len=50257 inner=1
+      {198u, 0x21690aba6780c311ull},  // softmax f32->f32 outer=32 len=1000 inner=64
+      {264u, 0x809e51fa7cd18545ull},  // log_softmax f16->f16 outer=128 len=24 inner=96
+      {378u, 0xa8a25430fa4bcbe5ull},  // log_softmax f32->f32 outer=48 len=100003 inner=1
+  };
+  auto found = FindFamily(OpKey::Single(
+      "aten::_softmax", "", {TensorDesc::Contiguous(DType::kFloat32, {64, 1024}), int64_t{-1}, false}, 90));
+  ASSERT_TRUE(found.ok());
+  const Family& f = *found->family;
+  const std::vector<OpKey> keys = f.SampleKeys();
+  ASSERT_EQ(keys.size(), std::size(golden));
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto problem = f.Match(keys[i]);
+    ASSERT_TRUE(problem.ok());
+    uint64_t h = 1469598103934665603ull;
+    size_t old_points = 0;
+    for (const Point& p : ValidPoints(f, **problem, device)) {
+      if (p.at("strategy") > 8 || p.at("cluster") > 8) continue;
+      ++old_points;
+      auto c = f.Generate(**problem, p, device);
+      ASSERT_TRUE(c.ok()) << c.status().ToString();
+      const std::string s = c->source + "|" + std::to_string(c->launch.grid[0]) + "," + std::to_string(c->launch.block[0]) +
+                            "," + std::to_string(c->launch.dynamic_shared_bytes);
+      for (unsigned char ch : s) {
+        h ^= ch;
+        h *= 1099511628211ull;
+      }
+    }
+    EXPECT_EQ(old_points, golden[i].old_points) << (*problem)->description;
+    EXPECT_EQ(h, golden[i].digest) << (*problem)->description << ": an old point's source changed";
+  }
+}
+
 
 OpKey LayerNormKey(TensorDesc x, std::vector<int64_t> shape, Arg weight, Arg bias, double eps = 1e-5) {
   return OpKey::Single("aten::native_layer_norm", "", {std::move(x), IntList(shape), std::move(weight), std::move(bias), eps},

@@ -66,6 +66,14 @@ EMU_MAX_SHARED=9216 r p3 softmax f16 5,30001 -1 1 strategy=5 threads=128 vec=4 c
 EMU_MAX_SHARED=9216 r p4 log_softmax f32 3,50001 -1 0 strategy=5 threads=128 vec=2 cluster=8 unroll=1 hint=0
 EMU_MAX_SHARED=9216 r p5 softmax f32 4,24004 -1 0 strategy=5 threads=512 vec=4 cluster=8 unroll=1 hint=0
 EMU_MAX_SHARED=66560 r p6 log_softmax f32 3,70001 -1 0 strategy=5 threads=256 vec=4 cluster=2 unroll=4 hint=1
+# parts held on chip (9): staged as far as a block's shared memory goes, the rest in registers (HOLD
+# vectors a thread, the last ones partly past the part); bulk copies (q1, q2, q5), floats staged by the
+# threads (q3, q4), clusters of 16 (q4, q5), ragged and uneven rows
+EMU_MAX_SHARED=9216 r q1 softmax f32 3,20000 -1 0 strategy=9 threads=128 vec=4 cluster=2 unroll=1 hint=1
+EMU_MAX_SHARED=9216 r q2 log_softmax bf16 3,40003 -1 0 strategy=9 threads=256 vec=8 cluster=4 unroll=1 hint=0
+EMU_MAX_SHARED=9216 r q3 softmax f16 5,30001 -1 1 strategy=9 threads=128 vec=4 cluster=8 unroll=1 hint=0
+EMU_MAX_SHARED=9216 r q4 log_softmax f32 3,50001 -1 0 strategy=9 threads=128 vec=2 cluster=16 unroll=1 hint=1
+EMU_MAX_SHARED=3072 r q5 softmax f32 4,24004 -1 0 strategy=9 threads=128 vec=4 cluster=16 unroll=1 hint=0
 # a thread per VEC columns, online (6) and in registers (7); column tiles over a block's warps (8)
 r k1 softmax f32 3,100,40 1 0 strategy=6 threads=32 vec=4 unroll=4 hint=1 cluster=1
 r k2 log_softmax f16 4,37,24 1 0 strategy=6 threads=64 vec=8 unroll=2 hint=0 cluster=1

@@ -40,7 +40,10 @@ struct DeviceFacts {
   int max_shared_bytes_per_block = 232448;  // with opt-in
   int shared_bytes_per_sm = 233472;
   int registers_per_sm = 65536;
-  int max_cluster_size = 8;  // portable cluster size; 16 with the non-portable opt-in
+  int max_cluster_size = 8;  // portable cluster size
+  // The largest cluster with the non-portable opt-in (the runtime's GetFunction opts in a kernel compiled
+  // for more than 8 blocks). Whether one fits with a kernel's blocks is the occupancy's call at launch.
+  int max_nonportable_cluster_size = 16;
   // The H200 (sm_90) as the GPU machine reports it: the facts used when no device is at hand (CI).
   static DeviceFacts H200();
 };

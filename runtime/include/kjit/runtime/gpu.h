@@ -85,6 +85,9 @@ struct LaunchLimits {
   int default_dynamic_shared_limit = 0;  // dynamic bytes allowed without opt-in
   int registers_per_thread = 0;
   int local_bytes_per_thread = 0;  // spills and stack: worth a look if non-zero
+  // Blocks in the cluster the kernel was compiled for (__cluster_dims__); 0 without one. Above the
+  // portable 8 (sm_90: 16), GetFunction has opted the function in to a non-portable cluster size.
+  int cluster_blocks = 0;
 };
 
 // Returns OK if `config` fits `limits`, else kLaunchConfig saying which limit and by how much.
@@ -107,6 +110,12 @@ class Function {
   // next synchronisation, as with any CUDA launch.
   Status Launch(const LaunchConfig& config, CUstream stream, void** args) const;
 
+  // How many of the kernel's clusters (its compile-time __cluster_dims__) fit on the device at once with
+  // `config`'s block and shared memory: 0 where a cluster cannot be placed at all (a non-portable size on
+  // a GPU whose GPCs are too small, too much shared memory for the cluster's SMs). Errors for a kernel
+  // without a cluster.
+  Result<int> MaxActiveClusters(const LaunchConfig& config) const;
+
   // Same, with the kernel's arguments given by value: Launch(cfg, s, ptr, n).
   template <typename... Args>
   Status LaunchWith(const LaunchConfig& config, CUstream stream, Args... args) const {
@@ -117,6 +126,8 @@ class Function {
  private:
   friend class Module;
   Function() = default;
+  // Raises the function's dynamic shared memory limit to `bytes` where the default is lower.
+  Status AllowDynamicShared(unsigned bytes) const;
   const Driver* driver_ = nullptr;
   CUfunction function_ = nullptr;
   std::string name_;
