@@ -360,6 +360,8 @@ kjit_softmax(const in_t* __restrict__ x, out_t* __restrict__ y) {
 // each thread stages the vectors it reads, as floats), the rest is held in registers, HOLD vectors a thread,
 // loaded while the copies land. Each thread takes the max of its elements, then their sum of exp(x - max),
 // with no branch per element; the blocks' (max, sum) merge as strategy 4's.
+// The prologue (part, edge, bulk copies) and the cluster merge repeat kClusterKernel's on purpose: sharing them
+// through helpers would change strategies 4 and 5's sources, whose dataset rows describe codegen 7 as it is.
 constexpr const char* kClusterHoldKernel = R"(constexpr long long BULK_CHUNK = 32768 / sizeof(in_t);  // elements a bulk copy
 extern "C" __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(THREADS)
 kjit_softmax(const in_t* __restrict__ x, out_t* __restrict__ y) {

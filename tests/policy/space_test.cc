@@ -364,6 +364,53 @@ TEST(SoftmaxSpace, ClusterPartsLargerThanSharedMemoryStageWhatFits) {
   EXPECT_FALSE(f.Check(*fits->problem, point(256, 4, 2, 2), dev).ok());
 }
 
+// Strategy 9 holds a part on chip: shared memory as far as it goes (one block an SM), the rest in registers.
+// A 4 MB row needs a cluster of 16 (non-portable); a cluster of 8 would hold 72 floats a thread.
+TEST(SoftmaxSpace, ClusterHoldKeepsThePartOnChip) {
+  auto found = FindFamily(OpKey::Single(
+      "aten::_softmax", "", {TensorDesc::Contiguous(DType::kFloat32, {64, 1048576}), int64_t{-1}, false}, 90));
+  ASSERT_TRUE(found.ok()) << found.status().ToString();
+  const Family& f = *found->family;
+  const DeviceFacts dev = DeviceFacts::H200();
+  auto point = [](int64_t threads, int64_t vec, int64_t cluster) {
+    return Point{{"strategy", 9}, {"threads", threads}, {"vec", vec}, {"cluster", cluster}, {"unroll", 1}, {"hint", 0}};
+  };
+  const int64_t staged = (dev.max_shared_bytes_per_block - 1024) / 4 / 4 * 4;  // 57856 floats
+  auto c = f.Generate(*found->problem, point(1024, 4, 16), dev);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->launch.dynamic_shared_bytes, static_cast<uint32_t>(staged * 4));
+  EXPECT_EQ(c->launch.grid[0], 64u * 16u);
+  // 65536 - 57856 = 7680 floats left: two vectors of 4 a thread.
+  EXPECT_NE(c->source.find("constexpr int HOLD = 2;"), std::string::npos);
+  EXPECT_NE(c->source.find("CLUSTER = 16;"), std::string::npos);
+  EXPECT_FALSE(f.Check(*found->problem, point(1024, 4, 8), dev).ok());  // 18 vectors a thread
+  Point unrolled = point(1024, 4, 16);
+  unrolled["unroll"] = 2;
+  EXPECT_FALSE(f.Check(*found->problem, unrolled, dev).ok());  // nothing streams: unroll stays 1
+  // Without the non-portable size, no cluster of 16.
+  DeviceFacts portable = dev;
+  portable.max_nonportable_cluster_size = 8;
+  EXPECT_FALSE(f.Check(*found->problem, point(1024, 4, 16), portable).ok());
+  // A part that fits in shared memory is strategy 5's.
+  auto fits = FindFamily(OpKey::Single(
+      "aten::_softmax", "", {TensorDesc::Contiguous(DType::kFloat32, {64, 262144}), int64_t{-1}, false}, 90));
+  ASSERT_TRUE(fits.ok());
+  EXPECT_FALSE(f.Check(*fits->problem, point(1024, 4, 8), dev).ok());
+  EXPECT_TRUE(f.Check(*fits->problem, point(1024, 4, 4), dev).ok());  // 65536 floats a block, as above
+}
+
+// FNV-1a over a candidate's source and launch shape: the digests the OldPointsKeepTheirSources tests keep.
+constexpr uint64_t kFnvOffset = 1469598103934665603ull;
+uint64_t HashCandidate(uint64_t h, const Candidate& c) {
+  const std::string s = c.source + "|" + std::to_string(c.launch.grid[0]) + "," + std::to_string(c.launch.block[0]) +
+                        "," + std::to_string(c.launch.dynamic_shared_bytes);
+  for (unsigned char ch : s) {
+    h ^= ch;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
 // The points codegen 7 had (strategies 0-8, clusters up to 8) keep their kernels byte for byte when
 // strategies or cluster sizes are added: their dataset rows stay true of what they measured.
 TEST(SoftmaxSpace, OldPointsKeepTheirSources) {
@@ -388,19 +435,14 @@ TEST(SoftmaxSpace, OldPointsKeepTheirSources) {
   for (size_t i = 0; i < keys.size(); ++i) {
     auto problem = f.Match(keys[i]);
     ASSERT_TRUE(problem.ok());
-    uint64_t h = 1469598103934665603ull;
+    uint64_t h = kFnvOffset;
     size_t old_points = 0;
     for (const Point& p : ValidPoints(f, **problem, device)) {
       if (p.at("strategy") > 8 || p.at("cluster") > 8) continue;
       ++old_points;
       auto c = f.Generate(**problem, p, device);
       ASSERT_TRUE(c.ok()) << c.status().ToString();
-      const std::string s = c->source + "|" + std::to_string(c->launch.grid[0]) + "," + std::to_string(c->launch.block[0]) +
-                            "," + std::to_string(c->launch.dynamic_shared_bytes);
-      for (unsigned char ch : s) {
-        h ^= ch;
-        h *= 1099511628211ull;
-      }
+      h = HashCandidate(h, *c);
     }
     EXPECT_EQ(old_points, golden[i].old_points) << (*problem)->description;
     EXPECT_EQ(h, golden[i].digest) << (*problem)->description << ": an old point's source changed";
@@ -2005,19 +2047,14 @@ TEST(MatmulSpace, OldPointsKeepTheirSources) {
   for (size_t i = 0; i < keys.size(); ++i) {
     auto problem = f.Match(keys[i]);
     ASSERT_TRUE(problem.ok());
-    uint64_t h = 1469598103934665603ull;
+    uint64_t h = kFnvOffset;
     size_t old_points = 0, hashed = 0;
     for (const Point& p : ValidPoints(f, **problem, device)) {
       if (p.at("stage") > 4 || p.at("ahead") > 2) continue;
       if (old_points++ % 64 != 0) continue;
       auto c = f.Generate(**problem, p, device);
       ASSERT_TRUE(c.ok()) << c.status().ToString();
-      const std::string s = c->source + "|" + std::to_string(c->launch.grid[0]) + "," + std::to_string(c->launch.block[0]) +
-                            "," + std::to_string(c->launch.dynamic_shared_bytes);
-      for (unsigned char ch : s) {
-        h ^= ch;
-        h *= 1099511628211ull;
-      }
+      h = HashCandidate(h, *c);
       ++hashed;
     }
     EXPECT_EQ(old_points, golden[i].old_points) << (*problem)->description;
