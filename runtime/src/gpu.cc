@@ -148,15 +148,12 @@ Status Function::Launch(const LaunchConfig& config, CUstream stream, void** args
   const CUresult r = api.cuLaunchKernel(function_, config.grid.x, config.grid.y, config.grid.z, config.block.x,
                                         config.block.y, config.block.z, config.dynamic_shared_bytes, stream, args,
                                         nullptr);
-  if (r == CUDA_ERROR_INVALID_CLUSTER_SIZE && limits_.cluster_blocks > 0) {
-    Status s = driver_->Check(r, "cuLaunchKernel(" + name_ + ")");
-    return Status(s.code(), s.message() + ": this GPU cannot place a cluster of " +
-                                std::to_string(limits_.cluster_blocks) + " blocks of " + DimText(config.block) +
-                                " threads with " + std::to_string(config.dynamic_shared_bytes) +
-                                " bytes of dynamic shared memory each");
-  }
-  if (r != CUDA_SUCCESS) return driver_->Check(r, "cuLaunchKernel(" + name_ + ")");
-  return Status::Ok();
+  if (r == CUDA_SUCCESS) return Status::Ok();
+  Status s = driver_->Check(r, "cuLaunchKernel(" + name_ + ")");
+  if (r != CUDA_ERROR_INVALID_CLUSTER_SIZE || limits_.cluster_blocks <= 0) return s;
+  return Status(s.code(), s.message() + ": this GPU cannot place a cluster of " + std::to_string(limits_.cluster_blocks) +
+                              " blocks of " + DimText(config.block) + " threads with " +
+                              std::to_string(config.dynamic_shared_bytes) + " bytes of dynamic shared memory each");
 }
 
 Result<int> Function::MaxActiveClusters(const LaunchConfig& config) const {
