@@ -707,6 +707,19 @@ class Softmax final : public Family {
     // Batches of 4 vectors by blocks of 1024 only where a thread's part holds 8 of them: the loads past the
     // last whole batch go one at a time (96x500003: 212.6 us in blocks of 1024, 3.8 batches a thread, against
     // 162.0 in blocks of 512, 7.6 batches); 64x1000003 and 48x2000003 are within 1% either way.
+    // Clusters of 16 (non-portable) where the rows are at most half the SMs and a block's part still holds 6
+    // batches of 4 vectors a thread in blocks of 512: twice the blocks of clusters of 8, with the same loads
+    // in flight a thread. H200, f32, clusters of 16 (of 8), blocks of 512, no hint, same runs: 32x1048576
+    // 119.3 us (125.2; 8 batches), 64x1048576 209.4 (212.2; 8), 32x1000003 124.9 (127.2; 7.6), 48x2000003
+    // 328.2 (328.5, the default's blocks of 1024; 15.3). More rows, with shorter parts, lost: 96x500003 176.1
+    // (162.0; 3.8 batches), 160x500003 281.1 (252.0), 128x1000003 408.7 (403.9); blocks of 1024 in clusters
+    // of 16 lost everywhere but 48x2000003.
+    if (2 * p.rows() <= dev.sm_count && dev.max_nonportable_cluster_size >= 16) {
+      Point c{{"strategy", kCluster}, {"threads", 512}, {"vec", 1}, {"cluster", 16}, {"unroll", 4}, {"hint", 0}};
+      Point w = widest(c);
+      const int64_t batch = 512 * w.at("vec") * w.at("unroll");
+      if (ClusterPartElems(p.len, w.at("vec"), w.at("cluster")) >= 6 * batch && Check(problem, w, dev).ok()) return w;
+    }
     if (p.rows() < 2 * dev.sm_count) {
       Point c{{"strategy", kCluster}, {"threads", 512}, {"vec", 1}, {"cluster", 8}, {"unroll", 4}, {"hint", 0}};
       Point w = widest(c);

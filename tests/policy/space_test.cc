@@ -234,21 +234,50 @@ TEST(SoftmaxSpace, LongFewRowsSplitAcrossAClusterByDefault) {
   // Four vectors a thread loaded before any is used (H200: 212.8 us, against 244.1 one at a time).
   EXPECT_EQ(p.at("unroll"), 4) << PointToString(p);
   EXPECT_EQ(p.at("hint"), 0) << PointToString(p);
+  // 64 rows are at most half the SMs: clusters of 16 blocks of 512 (H200: 209.4 us, against 212.2 in
+  // clusters of 8 blocks of 1024).
+  EXPECT_EQ(p.at("cluster"), 16) << PointToString(p);
+  EXPECT_EQ(p.at("threads"), 512) << PointToString(p);
+}
+
+// Clusters of 16 only while the rows are at most half the SMs (66 on the H200) and a block's part holds 6
+// batches of 4 vectors a thread in blocks of 512; without non-portable clusters, clusters of 8.
+TEST(SoftmaxSpace, FewLongRowsTakeClustersOf16) {
+  for (std::vector<int64_t> sizes :
+       std::vector<std::vector<int64_t>>{{32, 1048576}, {16, 1048576}, {32, 1000003}, {48, 2000003}, {66, 1048576}}) {
+    const Point p = SoftmaxDefaultOnH200(sizes);
+    EXPECT_EQ(p.at("strategy"), 4) << sizes[0] << "x" << sizes[1];
+    EXPECT_EQ(p.at("cluster"), 16) << sizes[0] << "x" << sizes[1];
+    EXPECT_EQ(p.at("threads"), 512) << sizes[0] << "x" << sizes[1];
+  }
+  // 67 rows: more than half the SMs; 32x500003: 3.8 batches a thread.
+  for (std::vector<int64_t> sizes : std::vector<std::vector<int64_t>>{{67, 1048576}, {32, 500003}, {128, 1048576}}) {
+    EXPECT_EQ(SoftmaxDefaultOnH200(sizes).at("cluster"), 8) << sizes[0] << "x" << sizes[1];
+  }
+  const OpKey key = OpKey::Single("aten::_softmax", "",
+                                  {TensorDesc::Contiguous(DType::kFloat32, {32, 1048576}), int64_t{-1}, false}, 90);
+  auto found = FindFamily(key);
+  ASSERT_TRUE(found.ok()) << found.status().ToString();
+  DeviceFacts portable_only = DeviceFacts::H200();
+  portable_only.max_nonportable_cluster_size = 8;
+  const Point p = found->family->ExpertDefault(*found->problem, portable_only);
+  EXPECT_EQ(p.at("cluster"), 8) << PointToString(p);
+  EXPECT_TRUE(found->family->Check(*found->problem, p, portable_only).ok());
 }
 
 // A prime row length: the cluster's blocks share the row's whole vectors unevenly, and rank 0 takes
-// the scalar head and tail (H200: 225.9 us in blocks of 512 with batched loads, codegen 7; 422.7 for the
-// online block of 1024 it had before codegen 6).
-// Blocks of 1024 from a third of a row an SM to one row an SM where each thread's part holds 8 batches of
-// 4 vectors, 512 otherwise.
+// the scalar head and tail (H200: 64x1000003 225.9 us in blocks of 512 with batched loads, codegen 7; 422.7
+// for the online block of 1024 it had before codegen 6; 128x1000003 409.1 us). With more rows than half the
+// SMs, clusters of 8: blocks of 1024 from a third of a row an SM to one row an SM where each thread's part
+// holds 8 batches of 4 vectors, 512 otherwise.
 TEST(SoftmaxSpace, OddLongFewRowsSplitAcrossAClusterToo) {
-  const Point p = SoftmaxDefaultOnH200({64, 1000003});
+  const Point p = SoftmaxDefaultOnH200({128, 1000003});
   EXPECT_EQ(p.at("strategy"), 4) << PointToString(p);
   EXPECT_EQ(p.at("cluster"), 8) << PointToString(p);
   EXPECT_EQ(p.at("vec"), 4) << PointToString(p);
   EXPECT_EQ(p.at("threads"), 512) << PointToString(p);  // 125000 floats a block: short of 8 batches of 1024
-  for (int64_t rows : {64, 128}) EXPECT_EQ(SoftmaxDefaultOnH200({rows, 1048576}).at("threads"), 1024) << rows;
-  EXPECT_EQ(SoftmaxDefaultOnH200({48, 2000003}).at("threads"), 1024);
+  EXPECT_EQ(SoftmaxDefaultOnH200({128, 1048576}).at("threads"), 1024);
+  EXPECT_EQ(SoftmaxDefaultOnH200({100, 2000003}).at("threads"), 1024);
   for (int64_t rows : {32, 160}) EXPECT_EQ(SoftmaxDefaultOnH200({rows, 500003}).at("threads"), 512) << rows;
   // Parts too short for 8 batches of 4 vectors a thread in blocks of 1024 (H200: 96x500003 162.0 us in
   // blocks of 512, 212.6 in blocks of 1024).

@@ -680,6 +680,7 @@ EvalSummary Evaluate(const std::vector<const ReplayTask*>& tasks, Agent* agent, 
   EvalSummary s;
   s.ks = ks;
   s.tasks = static_cast<int>(tasks.size());
+  s.tasks_in_order = tasks;
   s.seeds = seeds;
   ExpertThenRandomSearcher expert;
   RandomSearcher random;

@@ -403,6 +403,12 @@ int main(int argc, char** argv) {
       std::printf("\nk=1 per key (times in us, iqr = interquartile range of the timed runs; faster/slower = beyond the "
                   "noise, tie = within it):\n\n%s",
                   summary.FirstTrialMarkdown().c_str());
+      const std::string shortfall = summary.ShortfallMarkdown(0.999);
+      if (!shortfall.empty()) {
+        std::printf("\nKeys where the policy's k=16 is below 0.999 of the oracle (fractions of the oracle; random search "
+                    "mean over the seeds):\n\n%s",
+                    shortfall.c_str());
+      }
     }
     // How much of each key's valid space was measured: replay offers only measured points.
     std::printf("\n| key | family | measured points | valid points | verified | expert measured | codegen |\n"

@@ -656,6 +656,32 @@ std::string EvalSummary::FirstTrialMarkdown() const {
   return out.str();
 }
 
+std::string EvalSummary::ShortfallMarkdown(double below) const {
+  // curves: expert default, random search, the policy, the oracle (Evaluate's order).
+  if (!has_policy || curves.size() < 3 || tasks_in_order.size() != curves[2].fraction.size()) return "";
+  const SearchCurve* random = &curves[1];
+  const SearchCurve* policy = &curves[2];
+  auto at = [&](const SearchCurve& c, size_t t, int k) {
+    const auto it = std::find(c.ks.begin(), c.ks.end(), k);
+    return it == c.ks.end() ? -1.0 : c.fraction[t][static_cast<size_t>(it - c.ks.begin())];
+  };
+  std::ostringstream out;
+  out << "| key | family | points | policy k=4 | k=16 | k=64 | random k=4 | k=16 | k=64 |\n"
+         "|---|---|---:|---:|---:|---:|---:|---:|---:|\n";
+  char buf[768];
+  int rows = 0;
+  for (size_t t = 0; t < tasks_in_order.size(); ++t) {
+    if (at(*policy, t, 16) >= below) continue;
+    const ReplayTask& task = *tasks_in_order[t];
+    std::snprintf(buf, sizeof buf, "| `%s` | %s | %zu | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f |\n",
+                  task.key_text.c_str(), task.family_name.c_str(), task.points.size(), at(*policy, t, 4),
+                  at(*policy, t, 16), at(*policy, t, 64), at(*random, t, 4), at(*random, t, 16), at(*random, t, 64));
+    out << buf;
+    ++rows;
+  }
+  return rows == 0 ? "" : out.str();
+}
+
 std::string EvalSummary::Markdown() const {
   std::ostringstream out;
   out << "Best time found within k trials as a fraction of the oracle's (1.000 = the best measured point), mean over "

@@ -256,6 +256,7 @@ struct EvalSummary {
   std::vector<int> ks;
   std::vector<SearchCurve> curves;  // expert default, random search, [policy], oracle
   int tasks = 0;
+  std::vector<const ReplayTask*> tasks_in_order;  // the curves' rows
   int seeds = 0;
   bool has_policy = false;  // curves hold a policy row
   // k=1 against the expert default, on tasks whose expert point was measured:
@@ -281,6 +282,9 @@ struct EvalSummary {
   std::string Markdown() const;
   // Per key: expert default, oracle and the policy's first proposal, times and spreads, and the verdict.
   std::string FirstTrialMarkdown() const;
+  // Per key where the policy's k=16 fraction is below `below`: the policy's and random search's fractions at
+  // k=4, 16 and 64 (what keeps the policy's mean under random search's at k=63); empty without a policy row.
+  std::string ShortfallMarkdown(double below) const;
 };
 
 }  // namespace kjit::policy::learn
