@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <random>
 #include <set>
 #include <sstream>
@@ -360,9 +361,10 @@ static std::vector<std::pair<OpKey, std::unique_ptr<policy::Problem>>> SearchKey
   return keys;
 }
 
-// --points: knob values a point must have, from "name=value name=value".
-static Result<policy::Point> ParsePointFilter(const std::string& text) {
-  policy::Point want;
+// --points: knob values a point must have, from "name=value name=value"; "name=v1,v2" allows either value.
+using PointFilter = std::map<std::string, std::vector<int64_t>>;
+static Result<PointFilter> ParsePointFilter(const std::string& text) {
+  PointFilter want;
   std::istringstream in(text);
   std::string token;
   while (in >> token) {
@@ -370,21 +372,26 @@ static Result<policy::Point> ParsePointFilter(const std::string& text) {
     if (eq == std::string::npos || eq == 0 || eq + 1 == token.size()) {
       return InvalidArgument("--points: '" + token + "' is not name=value");
     }
-    try {
-      size_t used = 0;
-      want[token.substr(0, eq)] = std::stoll(token.substr(eq + 1), &used);
-      if (used != token.size() - eq - 1) throw std::invalid_argument(token);
-    } catch (const std::exception&) {
-      return InvalidArgument("--points: '" + token + "' has no integer value");
+    std::istringstream values(token.substr(eq + 1));
+    std::string value;
+    while (std::getline(values, value, ',')) {
+      try {
+        size_t used = 0;
+        want[token.substr(0, eq)].push_back(std::stoll(value, &used));
+        if (used != value.size()) throw std::invalid_argument(value);
+      } catch (const std::exception&) {
+        return InvalidArgument("--points: '" + token + "' has a value that is not an integer");
+      }
     }
+    if (want[token.substr(0, eq)].empty()) return InvalidArgument("--points: '" + token + "' has no value");
   }
   return want;
 }
 
-static bool PointHas(const policy::Point& point, const policy::Point& want) {
-  for (const auto& [name, value] : want) {
+static bool PointHas(const policy::Point& point, const PointFilter& want) {
+  for (const auto& [name, values] : want) {
     const auto it = point.find(name);
-    if (it == point.end() || it->second != value) return false;
+    if (it == point.end() || std::find(values.begin(), values.end(), it->second) == values.end()) return false;
   }
   return true;
 }
@@ -417,7 +424,7 @@ int main(int argc, char** argv) {
                  "--verify draws only from the sample keys whose text or description contains this (e.g. "
                  "\"1048576]\")");
   app.add_option("--points", point_filter,
-                 "only the points with these knob values (\"stage=5\", \"stage=4 ahead=2\"): --verify draws its pairs "
+                 "only the points with these knob values (\"stage=5\", \"stage=4 ahead=2,3\": either value): --verify draws its pairs "
                  "from them, --search screens them and the expert default")
       ->check([](const std::string& text) {
         const auto parsed = ParsePointFilter(text);
@@ -433,7 +440,7 @@ int main(int argc, char** argv) {
                "print the keys --search would measure (--keys, --family, --key-contains) with their hash and their "
                "split for the RL policy (training, validation, held out), and exit; needs no GPU");
   CLI11_PARSE(app, argc, argv);
-  const policy::Point want = ParsePointFilter(point_filter).value();  // checked by the option
+  const PointFilter want = ParsePointFilter(point_filter).value();  // checked by the option
   // A run may be cut off (a fault, a time limit): every line must already be out.
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
 
