@@ -372,18 +372,18 @@ static Result<PointFilter> ParsePointFilter(const std::string& text) {
     if (eq == std::string::npos || eq == 0 || eq + 1 == token.size()) {
       return InvalidArgument("--points: '" + token + "' is not name=value");
     }
-    std::istringstream values(token.substr(eq + 1));
+    std::vector<int64_t>& allowed = want[token.substr(0, eq)];
+    std::istringstream values(token.substr(eq + 1));  // not empty: the first value is read or refused
     std::string value;
     while (std::getline(values, value, ',')) {
       try {
         size_t used = 0;
-        want[token.substr(0, eq)].push_back(std::stoll(value, &used));
+        allowed.push_back(std::stoll(value, &used));
         if (used != value.size()) throw std::invalid_argument(value);
       } catch (const std::exception&) {
         return InvalidArgument("--points: '" + token + "' has a value that is not an integer");
       }
     }
-    if (want[token.substr(0, eq)].empty()) return InvalidArgument("--points: '" + token + "' has no value");
   }
   return want;
 }
