@@ -156,11 +156,13 @@ TEST(Agent, ProposesOnlyValidUntriedPoints) {
     sparse.points.clear();
     for (size_t i = 0; i < t->points.size(); i += 3) sparse.points.push_back(t->points[i]);
     for (const ReplayTask* task : {t, static_cast<const ReplayTask*>(&sparse)}) {
-      for (bool greedy : {false, true}) {
+      // Sampled, the mode throughout, and the mode revising the best point after 2 trials.
+      for (int mode : {0, 1, 2}) {
+        const bool greedy = mode > 0;
         ReplayEpisode episode(*task, 24);
         std::set<int> seen;
         while (!episode.done()) {
-          auto index = agent->Propose(episode, greedy, rng);
+          auto index = agent->Propose(episode, greedy, rng, mode == 2 ? 2 : 0);
           ASSERT_TRUE(index.ok()) << index.status().ToString();
           ASSERT_GE(*index, 0);
           ASSERT_LT(*index, static_cast<int>(task->points.size()));
@@ -175,6 +177,51 @@ TEST(Agent, ProposesOnlyValidUntriedPoints) {
     }
   }
   EXPECT_GT(proposals, 1000);
+}
+
+// From `revise_after` trials on, a greedy proposal changes one knob of the best point so far while the best
+// has an untried point so near, and is the mode otherwise; before, it is the mode.
+TEST(Agent, GreedyRevisionsChangeOneKnobOfTheBest) {
+  const auto env = SmallEnv();
+  ASSERT_EQ(env.size(), 4u);
+  auto agent = Agent::Create(env, SmallOptions());
+  std::mt19937_64 rng(5);
+  int revisions = 0, before_revising = 0;
+  for (const ReplayTask* task : env) {
+    ReplayEpisode revising(*task, 16), mode(*task, 16);
+    while (!revising.done()) {
+      auto index = agent->Propose(revising, /*greedy=*/true, rng, /*revise_after=*/3);
+      ASSERT_TRUE(index.ok()) << index.status().ToString();
+      const int best = revising.best_index();
+      if (revising.history().size() < 3) {
+        // Until then the same proposals as the mode's, on the same history.
+        auto plain = agent->Propose(mode, /*greedy=*/true, rng, /*revise_after=*/0);
+        ASSERT_TRUE(plain.ok());
+        EXPECT_EQ(*index, *plain) << task->key_text << " trial " << revising.history().size();
+        ASSERT_TRUE(mode.Trial(*plain).ok());
+        ++before_revising;
+      } else if (best >= 0) {
+        auto differ = [&](int p) {
+          int n = 0;
+          for (size_t k = 0; k < task->space.knobs.size(); ++k) {
+            n += task->points[p].value_index[k] != task->points[best].value_index[k];
+          }
+          return n;
+        };
+        bool neighbour_left = false;
+        for (int p = 0; p < static_cast<int>(task->points.size()); ++p) {
+          neighbour_left |= !revising.tried(p) && differ(p) == 1;
+        }
+        if (neighbour_left) {
+          EXPECT_EQ(differ(*index), 1) << task->key_text << ": " << PointToString(task->points[*index].point);
+          ++revisions;
+        }
+      }
+      ASSERT_TRUE(revising.Trial(*index).ok());
+    }
+  }
+  EXPECT_EQ(before_revising, 12);  // 3 trials on each of 4 keys
+  EXPECT_GT(revisions, 20);
 }
 
 TEST(Agent, CheckpointRoundTripsThroughTheCache) {
@@ -286,7 +333,7 @@ TEST(Agent, EvaluationTableHasEveryBaseline) {
   }
   EXPECT_EQ(s.random_trials_within_5pct.size(), verified_tasks);
   const std::string table = s.Markdown();
-  for (const char* row : {"| expert default, then random |", "| random search |", "| policy (greedy) |", "| oracle |",
+  for (const char* row : {"| expert default, then random |", "| random search |", "| policy (greedy", "| oracle |",
                           "k=16", "within 5% of the oracle"}) {
     EXPECT_NE(table.find(row), std::string::npos) << row;
   }

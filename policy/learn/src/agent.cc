@@ -273,6 +273,57 @@ struct Agent::Impl {
     return indices;
   }
 
+  // The log-probability of every untried point of `ep` under the distribution Act samples from (the
+  // product over knobs of each knob's masked softmax given the values before it), with the points' indices.
+  // Scored exactly over the untried points, so that the argmax is the distribution's mode: Act's greedy
+  // decode (each knob's argmax in turn) is not, and after its first point it keeps the earlier knobs' values
+  // and walks through the last knob's, so that a search by it stays beside its first point.
+  std::pair<std::vector<int>, std::vector<double>> LogProbs(const ReplayEpisode& ep, const std::vector<int>& heads) {
+    torch::NoGradGuard no_grad;
+    const ReplayTask& task = ep.task();
+    std::vector<int> untried;
+    for (size_t p = 0; p < task.points.size(); ++p) {
+      if (!ep.tried(static_cast<int>(p))) untried.push_back(static_cast<int>(p));
+    }
+    std::vector<double> logp(untried.size(), 0.0);
+    if (untried.empty()) return {untried, logp};
+    const int64_t rows = static_cast<int64_t>(untried.size());
+    StateRows states;
+    AppendState(ep, states);
+    torch::Tensor h = net->Trunk(FloatTensor(states.x, {1, Inputs()})).expand({rows, -1});
+    for (size_t k = 0; k < task.space.knobs.size(); ++k) {
+      const int64_t d = static_cast<int64_t>(task.space.knobs[k].values.size());
+      // The values an untried point has after each prefix (AllowedValues, for every prefix at once).
+      std::map<std::vector<int>, std::vector<uint8_t>> after;
+      for (int p : untried) {
+        const auto& vi = task.points[p].value_index;
+        auto& allowed = after[std::vector<int>(vi.begin(), vi.begin() + static_cast<std::ptrdiff_t>(k))];
+        if (allowed.empty()) allowed.assign(static_cast<size_t>(d), 0);
+        allowed[vi[k]] = 1;
+      }
+      std::vector<uint8_t> mask;
+      std::vector<int64_t> act;
+      mask.reserve(static_cast<size_t>(rows * d));
+      for (int p : untried) {
+        const auto& vi = task.points[p].value_index;
+        const auto& allowed = after[std::vector<int>(vi.begin(), vi.begin() + static_cast<std::ptrdiff_t>(k))];
+        mask.insert(mask.end(), allowed.begin(), allowed.end());
+        act.push_back(vi[k]);
+      }
+      const torch::Tensor allowed = torch::from_blob(mask.data(), {rows, d}, torch::kUInt8).to(torch::kBool);
+      const torch::Tensor vf = FloatTensor(states.vf[k], {1, d, kValueFeatures});  // the same for every row
+      const torch::Tensor a = torch::from_blob(act.data(), {rows}, torch::kInt64).clone();
+      const torch::Tensor lp = torch::log_softmax(net->Logits(heads[k], h, vf).masked_fill(allowed.logical_not(), kMasked), -1)
+                                   .gather(1, a.unsqueeze(1))
+                                   .squeeze(1)
+                                   .contiguous();
+      const auto l = lp.accessor<float, 1>();
+      for (int64_t r = 0; r < rows; ++r) logp[static_cast<size_t>(r)] += l[r];
+      h = h + net->Embed(heads[k], a);
+    }
+    return {untried, logp};
+  }
+
   // Runs `episodes` sampled episodes on a task in lockstep. Fills `rollout` (if
   // given) and adds to the statistics.
   Status RunEpisodes(const ReplayTask& task, int episodes, std::mt19937_64& rng, Rollout* rollout,
@@ -391,9 +442,27 @@ bool Agent::EnsureHeads(const std::vector<const ReplayTask*>& tasks) {
 int64_t Agent::iteration() const { return impl_->iteration; }
 const AgentOptions& Agent::options() const { return impl_->options; }
 
-Result<int> Agent::Propose(const ReplayEpisode& episode, bool greedy, std::mt19937_64& rng) {
+Result<int> Agent::Propose(const ReplayEpisode& episode, bool greedy, std::mt19937_64& rng, int revise_after) {
   if (episode.done()) return InvalidArgument("the episode is over");
   KJIT_ASSIGN_OR_RETURN(std::vector<int> heads, impl_->HeadsOf(episode.task()));
+  if (greedy) {
+    const auto [untried, logp] = impl_->LogProbs(episode, heads);
+    if (untried.empty()) return Internal("an episode not over has no untried point");
+    // Revision: from `revise_after` trials on, the most probable untried point one knob away from the best.
+    const int best = episode.best_index();
+    int pick = -1;
+    if (revise_after > 0 && best >= 0 && static_cast<int>(episode.history().size()) >= revise_after) {
+      const auto& best_values = episode.task().points[best].value_index;
+      for (size_t i = 0; i < untried.size(); ++i) {
+        const auto& values = episode.task().points[untried[i]].value_index;
+        int differ = 0;
+        for (size_t k = 0; k < values.size(); ++k) differ += values[k] != best_values[k];
+        if (differ == 1 && (pick < 0 || logp[i] > logp[static_cast<size_t>(pick)])) pick = static_cast<int>(i);
+      }
+    }
+    if (pick < 0) pick = static_cast<int>(std::max_element(logp.begin(), logp.end()) - logp.begin());
+    return untried[static_cast<size_t>(pick)];
+  }
   // Act reads the episode only.
   std::vector<ReplayEpisode*> eps{const_cast<ReplayEpisode*>(&episode)};
   const int index = impl_->Act(eps, heads, greedy, rng, nullptr).front();
@@ -642,7 +711,7 @@ std::string Agent::version() const {
 void PolicySearcher::BeginEpisode(const ReplayTask& /*task*/, uint64_t seed) { rng_.seed(seed); }
 
 int PolicySearcher::Propose(const ReplayEpisode& episode) {
-  auto index = agent_->Propose(episode, greedy_, rng_);
+  auto index = agent_->Propose(episode, greedy_, rng_, revise_after_);
   if (index.ok()) return *index;
   ++fallbacks_;
   RandomSearcher random;
@@ -676,7 +745,7 @@ class OracleSearcher : public Searcher {
 }  // namespace
 
 EvalSummary Evaluate(const std::vector<const ReplayTask*>& tasks, Agent* agent, const std::vector<int>& ks,
-                     int seeds, const std::vector<Agent*>& ensemble) {
+                     int seeds, const std::vector<Agent*>& ensemble, int revise_after) {
   EvalSummary s;
   s.ks = ks;
   s.tasks = static_cast<int>(tasks.size());
@@ -689,7 +758,7 @@ EvalSummary Evaluate(const std::vector<const ReplayTask*>& tasks, Agent* agent, 
   s.curves.push_back(RunSearch(random, tasks, ks, seeds));
   if (agent != nullptr) {
     s.has_policy = true;
-    PolicySearcher single(*agent, /*greedy=*/true);
+    PolicySearcher single(*agent, /*greedy=*/true, revise_after);
     EnsembleSearcher together(ensemble);
     Searcher& policy = ensemble.size() > 1 ? static_cast<Searcher&>(together) : single;
     s.curves.push_back(RunSearch(policy, tasks, ks, seeds));

@@ -109,7 +109,7 @@ Result<OnlineReport> RunOnlineEpisode(Agent* agent, const OpKey& key, LiveEvalua
     int index = -1;
     std::string proposer = report.policy_version;
     Result<int> proposed = InvalidArgument("not the policy's turn");
-    if (options.proposer == Proposer::kPolicy) proposed = agent->Propose(episode, options.greedy, rng);
+    if (options.proposer == Proposer::kPolicy) proposed = agent->Propose(episode, options.greedy, rng, options.revise_after);
     if (proposed.ok()) {
       index = *proposed;
     } else {

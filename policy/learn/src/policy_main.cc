@@ -275,6 +275,12 @@ int main(int argc, char** argv) {
   eval->add_option("--ensemble", ensemble_caches,
                    "More cache DBs whose newest good checkpoints join --cache's in a greedy ensemble (e.g. runs "
                    "with other seeds)");
+  int revise_after = kjit::policy::learn::kReviseAfter;
+  eval->add_option("--revise-after", revise_after,
+                   "Trials by the policy's mode before it ranks the best point's one-knob neighbours (0: the mode "
+                   "throughout)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   eval->add_flag("--verbose", verbose,
                  "Per key: expert default, oracle and the policy's first proposal (times, spreads, verdict)");
 
@@ -293,6 +299,11 @@ int main(int argc, char** argv) {
   online->add_option("--timeout-s", timeout_s, "How long kjitd may take to evaluate one kernel")->capture_default_str();
   bool sampled = false;
   online->add_flag("--sampled", sampled, "Sample proposals from the policy (seeded) instead of its mode");
+  online->add_option("--revise-after", online_options.revise_after,
+                     "Trials by the policy's mode before it ranks the best point's one-knob neighbours (0: the "
+                     "mode throughout)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   online->add_option("--seed", online_options.seed, "Seed for --sampled and the random proposers")
       ->capture_default_str();
   std::string proposer_name = "policy";
@@ -393,7 +404,7 @@ int main(int argc, char** argv) {
         ensemble.push_back(members.back().get());
       }
     }
-    EvalSummary summary = Evaluate(tasks, agent.get(), ks, seeds, ensemble);
+    EvalSummary summary = Evaluate(tasks, agent.get(), ks, seeds, ensemble, revise_after);
     summary.split = common.split == "heldout"      ? "held-out"
                     : common.split == "train"      ? "training"
                     : common.split == "validation" ? "validation"

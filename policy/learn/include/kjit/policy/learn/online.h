@@ -78,6 +78,7 @@ struct OnlineOptions {
   Proposer proposer = Proposer::kPolicy;
   int budget = 8;        // trials per episode
   bool greedy = true;    // the policy's mode at every step (false: sampled, seeded)
+  int revise_after = kReviseAfter;  // greedy: then the best point's neighbours (Agent::Propose; 0: the mode only)
   uint64_t seed = 1;
   int max_backoffs = 2;  // resource_backoff answers (GPU busy, not the candidate's fault) before giving up
 };
