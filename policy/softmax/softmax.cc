@@ -40,6 +40,15 @@ struct SoftmaxProblem : Problem {
   int64_t rows() const { return outer * inner; }
 };
 
+// A knob's value, or `absent` where the point predates the knob (a cached entry, a test's literal point).
+int64_t KnobOr(const Point& pt, const std::string& name, int64_t absent) {
+  const auto it = pt.find(name);
+  return it == pt.end() ? absent : it->second;
+}
+// The dynamic shared memory a block of strategy 4 reserves so that at most `per_sm` blocks fit an SM:
+// more than 1 / (per_sm + 1) of the SM's.
+int64_t PerSmReservation(int64_t per_sm, const DeviceFacts& dev) { return dev.shared_bytes_per_sm / (per_sm + 1) + 1; }
+
 // Strategy 5 stages a block's part by TMA bulk copies (sm_90, as clusters), the input's elements as they are,
 // where a vector is 16 bytes; otherwise each thread stages the vectors it reads, as floats.
 bool ClusterStagesInBulk(const SoftmaxProblem& p, int64_t vec) {
@@ -226,6 +235,28 @@ __device__ __forceinline__ void for_vectors(const in_t* p, long long first, long
     for (int u = 0; u < UNROLL; ++u) f(col + u * STEP, v[u]);
   }
   for (; col < end; col += STEP) {
+    float v[VEC];
+    load_vec<STREAM>(p + col, v);
+    f(col, v);
+  }
+}
+)";
+
+// for_vectors' vectors in the opposite order, the last first (strategy 4's second pass with reverse = 1).
+constexpr const char* kBackwards = R"(
+template <bool STREAM, typename F>
+__device__ __forceinline__ void for_vectors_back(const in_t* p, long long first, long long end, F f) {
+  constexpr long long STEP = (long long)THREADS * VEC;
+  if (first >= end) return;
+  long long col = first + (end - 1 - first) / STEP * STEP;  // the last vector's column
+  for (; col - (UNROLL - 1) * STEP >= first; col -= UNROLL * STEP) {
+    float v[UNROLL][VEC];
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) load_vec<STREAM>(p + col - u * STEP, v[u]);
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) f(col - u * STEP, v[u]);
+  }
+  for (; col >= first; col -= STEP) {
     float v[VEC];
     load_vec<STREAM>(p + col, v);
     f(col, v);
@@ -577,7 +608,16 @@ class Softmax final : public Family {
         {"cluster", {1, 2, 4, 8, 16}, "blocks per row (cluster strategies; 16 is a non-portable cluster size)"},
         {"unroll", {1, 2, 4}, "vectors a thread loads before using any, in the loops that stream a row from memory"},
         {"hint", {0, 1}, "1: streaming cache hints (evict-first) on the last read and on stores"},
+        {"reverse", {0, 1},
+         "strategy 4: 1 reads a block's part backwards the second time, so that the lines the first pass read "
+         "last, the likeliest still in L2, are read again first"},
+        {"per_sm", {0, 1, 2},
+         "strategy 4: at most this many blocks an SM (a shared memory reservation; 0: as many as fit), so that "
+         "fewer rows are in flight and more of their second reads hit L2"},
     };
+    // Thirteenth session: reverse and per_sm, new knobs of strategy 4 only; a point without them (0) generates
+    // the kernel it did (SoftmaxSpace.OldPointsKeepTheirSources), so the codegen version stays.
+    s.absent_as = {{"reverse", 0}, {"per_sm", 0}};
     return s;
   }
 
@@ -599,6 +639,15 @@ class Softmax final : public Family {
       return InvalidArgument("no such cluster here");
     }
     if (!online && unroll != 1) return InvalidArgument("unroll applies to the online loops only");
+    const int64_t reverse = KnobOr(pt, "reverse", 0), per_sm = KnobOr(pt, "per_sm", 0);
+    if (reverse != 0 && reverse != 1) return InvalidArgument("reverse is 0 or 1");
+    if (per_sm < 0 || per_sm > 2) return InvalidArgument("per_sm is 0, 1 or 2");
+    if ((reverse != 0 || per_sm != 0) && strategy != kCluster) {
+      return InvalidArgument("reverse and per_sm are knobs of strategy 4 (cluster/row online)");
+    }
+    if (per_sm != 0 && PerSmReservation(per_sm, dev) + kReductionScratch > dev.max_shared_bytes_per_block) {
+      return InvalidArgument("per_sm: the reservation does not fit a block");
+    }
     if (threads > dev.max_threads_per_block) return InvalidArgument("too many threads");
     if (vec * in_size > 16 || vec * out_size > 16) return InvalidArgument("vector wider than 16 bytes");
     if (vec * in_size > p.alignment) return InvalidArgument("input not aligned for the vector");
@@ -661,6 +710,13 @@ class Softmax final : public Family {
   }
 
   Point ExpertDefault(const Problem& problem, const DeviceFacts& dev) const override {
+    Point pt = ExpertDefaultOfOlderKnobs(problem, dev);
+    pt.emplace("reverse", 0);
+    pt.emplace("per_sm", 0);
+    return pt;
+  }
+
+  Point ExpertDefaultOfOlderKnobs(const Problem& problem, const DeviceFacts& dev) const {
     const auto& p = static_cast<const SoftmaxProblem&>(problem);
     // Widest vector that is valid: 16-byte accesses where the layout allows.
     auto widest = [&](Point pt) {
@@ -775,15 +831,23 @@ class Softmax final : public Family {
     const auto& p = static_cast<const SoftmaxProblem&>(problem);
     const int64_t strategy = pt.at("strategy"), threads = pt.at("threads"), vec = pt.at("vec"),
                   cluster = pt.at("cluster"), unroll = pt.at("unroll"), hint = pt.at("hint");
+    // The point as written in the source leaves out the knobs newer than codegen 7 at their absent values, so
+    // that the points that existed before them keep their sources byte for byte.
+    Point shown = pt;
+    for (const char* knob : {"reverse", "per_sm"}) {
+      if (KnobOr(shown, knob, 0) == 0) shown.erase(knob);
+    }
     std::ostringstream src;
     src << "// kjit softmax family, codegen " << codegen_version() << ": " << p.description << "\n// point "
-        << PointToString(pt) << "\n" << codegen::kIncludes;
+        << PointToString(shown) << "\n" << codegen::kIncludes;
     src << "typedef " << CudaType(p.in) << " in_t;\ntypedef " << CudaType(p.out) << " out_t;\n";
     src << "#define VEC " << vec << "\n#define HINT " << hint << "\n#define LOG " << (p.log ? 1 : 0) << "\n";
     src << "constexpr long long OUTER = " << p.outer << "LL, LEN = " << p.len << "LL, INNER = " << p.inner << "LL;\n";
     src << "constexpr int THREADS = " << threads << ", CLUSTER = " << cluster << ";\n#define UNROLL " << unroll << "\n";
     src << "constexpr bool RAGGED = " << (p.inner == 1 && p.len % vec != 0 ? "true" : "false") << ";\n";
     src << codegen::kElementAccess << kPrelude;
+    const int64_t reverse = KnobOr(pt, "reverse", 0), per_sm = KnobOr(pt, "per_sm", 0);
+    if (reverse) src << kBackwards;
     Candidate c;
     c.entry_point = "kjit_softmax";
     c.launch.block[0] = static_cast<uint32_t>(threads);
@@ -976,10 +1040,17 @@ extern "C" __global__ void __launch_bounds__(THREADS) kjit_softmax(const in_t* _
         src << "typedef " << (staged && !bulk ? "float" : "in_t") << " stage_t;\nconstexpr long long STAGE = " << stage
             << "LL;\nconstexpr bool BULK = " << (bulk ? "true" : "false") << ";\n";
         if (hold) src << "constexpr int HOLD = " << HeldVectors(p, vec, cluster, threads, dev) << ";\n";
-        src << codegen::kBulkCopy << kClusterHelpers
-            << (strategy == kClusterHold ? kClusterHoldKernel : kClusterKernel);
+        std::string kernel = strategy == kClusterHold ? kClusterHoldKernel : kClusterKernel;
+        if (reverse) {
+          const std::string second = "for_vectors<HINT>(xr, first, part.len,";
+          const size_t at = kernel.find(second);
+          if (at == std::string::npos) return Internal("softmax: no second pass to reverse in the cluster kernel");
+          kernel.replace(at, second.size(), "for_vectors_back<HINT>(xr, first, part.len,");
+        }
+        src << codegen::kBulkCopy << kClusterHelpers << kernel;
         c.launch.grid[0] = static_cast<uint32_t>(rows * cluster);
         if (staged) c.launch.dynamic_shared_bytes = static_cast<uint32_t>(stage * (bulk ? DTypeSize(p.in) : 4));
+        if (per_sm) c.launch.dynamic_shared_bytes = static_cast<uint32_t>(PerSmReservation(per_sm, dev));
         break;
       }
       case kColumns:

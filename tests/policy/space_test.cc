@@ -467,7 +467,7 @@ TEST(SoftmaxSpace, OldPointsKeepTheirSources) {
     uint64_t h = kFnvOffset;
     size_t old_points = 0;
     for (const Point& p : ValidPoints(f, **problem, device)) {
-      if (p.at("strategy") > 8 || p.at("cluster") > 8) continue;
+      if (p.at("strategy") > 8 || p.at("cluster") > 8 || p.at("reverse") != 0 || p.at("per_sm") != 0) continue;
       ++old_points;
       auto c = f.Generate(**problem, p, device);
       ASSERT_TRUE(c.ok()) << c.status().ToString();

@@ -57,6 +57,13 @@ r u2 log_softmax f16 5,9001 -1 0 strategy=4 threads=128 vec=8 cluster=4 unroll=2
 r u3 softmax f16 7,2055 -1 0 strategy=4 threads=128 vec=2 cluster=8 unroll=4 hint=0
 r u4 softmax bf16 5,5003 -1 1 strategy=5 threads=128 vec=4 cluster=2 unroll=1 hint=0
 r u5 log_softmax f32 3,20001 -1 0 strategy=5 threads=256 vec=2 cluster=8 unroll=1 hint=1
+# strategy 4 with the second pass backwards (reverse=1): batches of UNROLL from the part's last vector, the
+# rest one by one; even, uneven and ragged parts; per_sm reserves dynamic shared memory only
+r b1 softmax f32 5,4096 -1 0 strategy=4 threads=128 vec=4 cluster=2 unroll=2 hint=1 reverse=1 per_sm=0
+r b2 log_softmax f16 3,16384 -1 0 strategy=4 threads=256 vec=8 cluster=8 unroll=4 hint=0 reverse=1 per_sm=1
+r b3 softmax bf16 5,6003 -1 1 strategy=4 threads=128 vec=2 cluster=4 unroll=4 hint=0 reverse=1 per_sm=2
+r b4 log_softmax f32 3,20001 -1 0 strategy=4 threads=128 vec=4 cluster=16 unroll=1 hint=1 reverse=1 per_sm=0
+r b5 softmax f32 4,9001 -1 0 strategy=4 threads=128 vec=1 cluster=8 unroll=4 hint=0 reverse=0 per_sm=1
 # parts larger than a block's shared memory (EMU_MAX_SHARED bytes here, 227 KB on the H200): a block stages
 # its part's first vectors (by bulk copies where a vector is 16 bytes: p1, p2, p5, p6 in two copies; blocks
 # of 512 threads or fewer half an SM's worth) and reads the rest twice; uneven and ragged rows among them
