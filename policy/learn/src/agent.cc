@@ -748,7 +748,6 @@ EvalSummary Evaluate(const std::vector<const ReplayTask*>& tasks, Agent* agent, 
                      int seeds, const std::vector<Agent*>& ensemble, int revise_after) {
   EvalSummary s;
   s.ks = ks;
-  s.tasks = static_cast<int>(tasks.size());
   s.tasks_in_order = tasks;
   s.seeds = seeds;
   ExpertThenRandomSearcher expert;

@@ -685,7 +685,7 @@ std::string EvalSummary::ShortfallMarkdown(double below) const {
 std::string EvalSummary::Markdown() const {
   std::ostringstream out;
   out << "Best time found within k trials as a fraction of the oracle's (1.000 = the best measured point), mean over "
-      << tasks << " " << split << " keys";
+      << tasks_in_order.size() << " " << split << " keys";
   if (seeds > 1) out << " and " << seeds << " seeds (stochastic searchers)";
   out << ".\n\n| searcher |";
   for (int k : ks) out << " k=" << k << " |";

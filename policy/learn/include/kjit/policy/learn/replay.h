@@ -255,7 +255,6 @@ struct FirstTrialDetail {
 struct EvalSummary {
   std::vector<int> ks;
   std::vector<SearchCurve> curves;  // expert default, random search, [policy], oracle
-  int tasks = 0;
   std::vector<const ReplayTask*> tasks_in_order;  // the curves' rows
   int seeds = 0;
   bool has_policy = false;  // curves hold a policy row
