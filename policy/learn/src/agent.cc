@@ -11,6 +11,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <unordered_map>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -291,24 +292,27 @@ struct Agent::Impl {
     StateRows states;
     AppendState(ep, states);
     torch::Tensor h = net->Trunk(FloatTensor(states.x, {1, Inputs()})).expand({rows, -1});
+    // Each untried point's prefix (its values of the knobs before k) as a number, equal for equal prefixes.
+    std::vector<int64_t> prefix(untried.size(), 0);
     for (size_t k = 0; k < task.space.knobs.size(); ++k) {
       const int64_t d = static_cast<int64_t>(task.space.knobs[k].values.size());
       // The values an untried point has after each prefix (AllowedValues, for every prefix at once).
-      std::map<std::vector<int>, std::vector<uint8_t>> after;
-      for (int p : untried) {
-        const auto& vi = task.points[p].value_index;
-        auto& allowed = after[std::vector<int>(vi.begin(), vi.begin() + static_cast<std::ptrdiff_t>(k))];
+      std::unordered_map<int64_t, std::vector<uint8_t>> after;
+      for (size_t i = 0; i < untried.size(); ++i) {
+        auto& allowed = after[prefix[i]];
         if (allowed.empty()) allowed.assign(static_cast<size_t>(d), 0);
-        allowed[vi[k]] = 1;
+        allowed[task.points[untried[i]].value_index[k]] = 1;
       }
       std::vector<uint8_t> mask;
       std::vector<int64_t> act;
       mask.reserve(static_cast<size_t>(rows * d));
-      for (int p : untried) {
-        const auto& vi = task.points[p].value_index;
-        const auto& allowed = after[std::vector<int>(vi.begin(), vi.begin() + static_cast<std::ptrdiff_t>(k))];
+      std::unordered_map<int64_t, int64_t> next_id;  // (prefix, value) -> the longer prefix's number
+      for (size_t i = 0; i < untried.size(); ++i) {
+        const int v = task.points[untried[i]].value_index[k];
+        const auto& allowed = after[prefix[i]];
         mask.insert(mask.end(), allowed.begin(), allowed.end());
-        act.push_back(vi[k]);
+        act.push_back(v);
+        prefix[i] = next_id.emplace(prefix[i] * d + v, static_cast<int64_t>(next_id.size())).first->second;
       }
       const torch::Tensor allowed = torch::from_blob(mask.data(), {rows, d}, torch::kUInt8).to(torch::kBool);
       const torch::Tensor vf = FloatTensor(states.vf[k], {1, d, kValueFeatures});  // the same for every row
