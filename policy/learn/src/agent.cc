@@ -213,9 +213,9 @@ struct Agent::Impl {
     return heads;
   }
 
-  // Chooses the next point of each episode (all on one task, none done), knob by knob.
+  // Samples the next point of each episode (all on one task, none done), knob by knob (greedy proposals: LogProbs).
   // Records masks and actions into `out` when given.
-  std::vector<int> Act(const std::vector<ReplayEpisode*>& eps, const std::vector<int>& heads, bool greedy,
+  std::vector<int> Act(const std::vector<ReplayEpisode*>& eps, const std::vector<int>& heads,
                        std::mt19937_64& rng, Rollout* out) {
     torch::NoGradGuard no_grad;
     const ReplayTask& task = eps.front()->task();
@@ -238,20 +238,14 @@ struct Agent::Impl {
       std::vector<int64_t> act(static_cast<size_t>(rows));
       for (int64_t r = 0; r < rows; ++r) {
         int pick = -1;
-        if (greedy) {
-          for (int64_t v = 0; v < d; ++v) {
-            if (mask[r * d + v] && (pick < 0 || p[r][v] > p[r][pick])) pick = static_cast<int>(v);
-          }
-        } else {
-          double total = 0;
-          for (int64_t v = 0; v < d; ++v) total += mask[r * d + v] ? p[r][v] : 0.0;
-          double u = std::uniform_real_distribution<double>(0.0, total)(rng);
-          for (int64_t v = 0; v < d; ++v) {
-            if (!mask[r * d + v]) continue;
-            pick = static_cast<int>(v);  // the last allowed value absorbs rounding
-            u -= p[r][v];
-            if (u < 0) break;
-          }
+        double total = 0;
+        for (int64_t v = 0; v < d; ++v) total += mask[r * d + v] ? p[r][v] : 0.0;
+        double u = std::uniform_real_distribution<double>(0.0, total)(rng);
+        for (int64_t v = 0; v < d; ++v) {
+          if (!mask[r * d + v]) continue;
+          pick = static_cast<int>(v);  // the last allowed value absorbs rounding
+          u -= p[r][v];
+          if (u < 0) break;
         }
         chosen[r][k] = pick;
         act[r] = pick;
@@ -276,9 +270,9 @@ struct Agent::Impl {
 
   // The log-probability of every untried point of `ep` under the distribution Act samples from (the
   // product over knobs of each knob's masked softmax given the values before it), with the points' indices.
-  // Scored exactly over the untried points, so that the argmax is the distribution's mode: Act's greedy
-  // decode (each knob's argmax in turn) is not, and after its first point it keeps the earlier knobs' values
-  // and walks through the last knob's, so that a search by it stays beside its first point.
+  // Scored exactly over the untried points, so that the argmax is the distribution's mode: each knob's argmax
+  // in turn (the greedy decode before the thirteenth session; ProposeEnsemble's still) is not, and after its
+  // first point it keeps the earlier knobs' values and walks through the last knob's.
   std::pair<std::vector<int>, std::vector<double>> LogProbs(const ReplayEpisode& ep, const std::vector<int>& heads) {
     torch::NoGradGuard no_grad;
     const ReplayTask& task = ep.task();
@@ -353,7 +347,7 @@ struct Agent::Impl {
     while (!eps.front().done()) {
       std::vector<double> best_before;
       for (auto& e : eps) best_before.push_back(e.best_reward());
-      const std::vector<int> picks = Act(ptrs, heads, /*greedy=*/false, rng, rollout);
+      const std::vector<int> picks = Act(ptrs, heads, rng, rollout);
       for (size_t i = 0; i < eps.size(); ++i) {
         auto r = eps[i].Trial(picks[i]);
         if (!r.ok()) return r.status().WithContext("the policy proposed a point the episode refused");
@@ -469,7 +463,7 @@ Result<int> Agent::Propose(const ReplayEpisode& episode, bool greedy, std::mt199
   }
   // Act reads the episode only.
   std::vector<ReplayEpisode*> eps{const_cast<ReplayEpisode*>(&episode)};
-  const int index = impl_->Act(eps, heads, greedy, rng, nullptr).front();
+  const int index = impl_->Act(eps, heads, rng, nullptr).front();
   if (index < 0) return Internal("decoding produced no untried point (a mask bug)");
   return index;
 }
