@@ -40,6 +40,9 @@ struct SoftmaxProblem : Problem {
   int64_t rows() const { return outer * inner; }
 };
 
+// The knobs added after codegen 7 (strategy 4's), 0 where a point predates them.
+constexpr const char* kLaterKnobs[] = {"reverse", "per_sm"};
+
 // A knob's value, or `absent` where the point predates the knob (a cached entry, a test's literal point).
 int64_t KnobOr(const Point& pt, const std::string& name, int64_t absent) {
   const auto it = pt.find(name);
@@ -617,7 +620,7 @@ class Softmax final : public Family {
     };
     // Thirteenth session: reverse and per_sm, new knobs of strategy 4 only; a point without them (0) generates
     // the kernel it did (SoftmaxSpace.OldPointsKeepTheirSources), so the codegen version stays.
-    s.absent_as = {{"reverse", 0}, {"per_sm", 0}};
+    for (const char* knob : kLaterKnobs) s.absent_as.emplace(knob, 0);
     return s;
   }
 
@@ -711,8 +714,7 @@ class Softmax final : public Family {
 
   Point ExpertDefault(const Problem& problem, const DeviceFacts& dev) const override {
     Point pt = ExpertDefaultOfOlderKnobs(problem, dev);
-    pt.emplace("reverse", 0);
-    pt.emplace("per_sm", 0);
+    for (const char* knob : kLaterKnobs) pt.emplace(knob, 0);
     return pt;
   }
 
@@ -834,7 +836,7 @@ class Softmax final : public Family {
     // The point as written in the source leaves out the knobs newer than codegen 7 at their absent values, so
     // that the points that existed before them keep their sources byte for byte.
     Point shown = pt;
-    for (const char* knob : {"reverse", "per_sm"}) {
+    for (const char* knob : kLaterKnobs) {
       if (KnobOr(shown, knob, 0) == 0) shown.erase(knob);
     }
     std::ostringstream src;
