@@ -86,8 +86,10 @@ __device__ __forceinline__ void load_or_ident(const in_t* p, bool in, float (&v)
 }
 )";
 
-// Rows: the tile loads, and the block-wide scan of the warps' totals.
-constexpr const char* kRowPrelude = R"(
+// Rows: the tile loads (kRowTiles, or kRaggedRowTiles where VEC does not divide the row), then the
+// block-wide scan of the warps' totals (kRowScans). Split in two so that the rows VEC divides keep their
+// sources byte for byte (the scans measured before ragged rows were served stay valid).
+constexpr const char* kRowTiles = R"(
 // Tile `base` of a row: vector i of thread `t` at base + (i * LANES + t) * VEC.
 __device__ __forceinline__ void load_tile(const in_t* xr, long long base, int t, float (&v)[ITEMS][VEC]) {
 #pragma unroll
@@ -103,7 +105,58 @@ __device__ __forceinline__ void store_tile(out_t* yr, long long base, int t, flo
     if (col < LEN) store_vec(yr + col, v[i]);
   }
 }
-// Warp 0 turns a tile's table of warp totals (chunk-major: entry i * WARPS + w
+)";
+
+// A row whose length VEC does not divide starts at any element of a vector. Its tiles run over it as
+// seen from the VEC-aligned element at or before its first (row_shift elements earlier; the tensors'
+// bases are VEC-aligned: Check, and outputs as PyTorch allocates them), so that every vector but the
+// row's first and last is whole and aligned and keeps its 16-byte access. Of those two, only the
+// elements inside the row are read (one at a time) and stored; those outside hold identities, which
+// leave every prefix as it is. A tile past the last is all identities and stores nothing. Without this
+// an odd row length could only use VEC = 1 (H200, cumsum f32 4095x32767: 1.16x the memory floor).
+constexpr const char* kRaggedRowTiles = R"(
+template <typename T> __device__ __forceinline__ long long row_shift(const T* r) {
+  return (long long)((reinterpret_cast<unsigned long long>(r) / sizeof(T)) % VEC);
+}
+__device__ __forceinline__ float load_one(const in_t* p) {
+  return Bits<in_t>::to_f(*reinterpret_cast<const typename Bits<in_t>::U*>(p));
+}
+__device__ __forceinline__ void store_one(out_t* p, float v) {
+  *reinterpret_cast<typename Bits<out_t>::U*>(p) = Bits<out_t>::from_f(v);
+}
+// Tile `base` of the shifted row: vector i of thread `t` at base + (i * LANES + t) * VEC, row element
+// that minus the shift.
+__device__ __forceinline__ void load_tile(const in_t* xr, long long base, int t, float (&v)[ITEMS][VEC]) {
+  const long long shift = row_shift(xr);
+#pragma unroll
+  for (int i = 0; i < ITEMS; ++i) {
+    const long long e = base + ((long long)i * LANES + t) * VEC - shift;
+    if (e >= 0 && e + VEC <= LEN) {
+      load_vec<HINT>(xr + e, v[i]);
+    } else {
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) v[i][k] = e + k >= 0 && e + k < LEN ? load_one(xr + e + k) : IDENT;
+    }
+  }
+}
+__device__ __forceinline__ void store_tile(out_t* yr, long long base, int t, float (&v)[ITEMS][VEC]) {
+  const long long shift = row_shift(yr);
+#pragma unroll
+  for (int i = 0; i < ITEMS; ++i) {
+    const long long e = base + ((long long)i * LANES + t) * VEC - shift;
+    if (e >= 0 && e + VEC <= LEN) {
+      store_vec(yr + e, v[i]);
+    } else {
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) {
+        if (e + k >= 0 && e + k < LEN) store_one(yr + e + k, v[i][k]);
+      }
+    }
+  }
+}
+)";
+
+constexpr const char* kRowScans = R"(// Warp 0 turns a tile's table of warp totals (chunk-major: entry i * WARPS + w
 // is warp w's total of vector chunk i) into exclusive prefixes starting from
 // `start`, in place, and returns start combined with the whole tile (every
 // lane). Each lane scans PER_LANE consecutive entries, then the lanes' totals.
@@ -141,6 +194,18 @@ __device__ __forceinline__ void warp_scans(float (&v)[ITEMS][VEC], float (&lane_
   }
 }
 )";
+
+// A row strategy's kernel text; for a ragged row, its tile count spans the row shifted by up to VEC - 1
+// elements (kRaggedRowTiles).
+std::string Spanned(std::string body, bool ragged) {
+  if (!ragged) return body;
+  for (const char* unit : {"TILE", "CHUNK"}) {
+    const std::string from = std::string("(LEN + ") + unit + " - 1) / " + unit;
+    const size_t at = body.find(from);
+    if (at != std::string::npos) body.replace(at, from.size(), std::string("(LEN + VEC - 1 + ") + unit + " - 1) / " + unit);
+  }
+  return body;
+}
 
 class Scan final : public Family {
  public:
@@ -268,7 +333,8 @@ class Scan final : public Family {
     if (threads > dev.max_threads_per_block) return InvalidArgument("too many threads");
     if (vec * size > 16) return InvalidArgument("vector wider than 16 bytes");
     if (vec * size > p.alignment) return InvalidArgument("input not aligned for the vector");
-    if ((columns ? p.inner : p.len) % vec != 0) return InvalidArgument("vector does not divide the contiguous extent");
+    // Rows take a length VEC does not divide (kRaggedRowTiles); columns need whole vectors across them.
+    if (columns && p.inner % vec != 0) return InvalidArgument("vector does not divide the contiguous extent");
     if (prefetch && columns) return InvalidArgument("prefetch applies to the row strategies (items reads ahead)");
     if (items * vec * (prefetch ? 2 : 1) > kMaxRegisterFloats) return InvalidArgument("too many values per thread");
     const int64_t max_grid = std::numeric_limits<int32_t>::max();
@@ -373,12 +439,15 @@ class Scan final : public Family {
     src << "constexpr int THREADS = " << threads << ", ITEMS = " << items << ", CLUSTER = " << cluster << ";\n";
     src << "constexpr bool PREFETCH = " << (prefetch ? "true" : "false") << ";\n";
     src << codegen::kElementAccess << kPrelude;
+    // Rows whose length VEC does not divide (kRaggedRowTiles) span one vector more than the row.
+    const bool ragged = strategy <= kCluster && p.len % vec != 0;
+    const char* row_tiles = ragged ? kRaggedRowTiles : kRowTiles;
     Candidate c;
     c.entry_point = "kjit_scan";
     c.launch.block[0] = static_cast<uint32_t>(threads);
     switch (strategy) {
       case kWarp:
-        src << "constexpr int LANES = 32;\n" << kRowPrelude << R"(
+        src << "constexpr int LANES = 32;\n" << row_tiles << kRowScans << Spanned(R"(
 constexpr long long TILE = 32LL * VEC * ITEMS;
 constexpr long long TILES = (LEN + TILE - 1) / TILE;
 extern "C" __global__ void __launch_bounds__(THREADS) kjit_scan(const in_t* __restrict__ x, out_t* __restrict__ y) {
@@ -412,11 +481,11 @@ extern "C" __global__ void __launch_bounds__(THREADS) kjit_scan(const in_t* __re
     }
   }
 }
-)";
+)", ragged);
         c.launch.grid[0] = static_cast<uint32_t>(CeilDiv(p.rows(), threads / 32));
         break;
       case kBlock:
-        src << "constexpr int LANES = THREADS;\n" << kRowPrelude << R"(
+        src << "constexpr int LANES = THREADS;\n" << row_tiles << kRowScans << Spanned(R"(
 constexpr long long TILE = (long long)THREADS * VEC * ITEMS;
 constexpr long long TILES = (LEN + TILE - 1) / TILE;
 extern "C" __global__ void __launch_bounds__(THREADS) kjit_scan(const in_t* __restrict__ x, out_t* __restrict__ y) {
@@ -453,11 +522,11 @@ extern "C" __global__ void __launch_bounds__(THREADS) kjit_scan(const in_t* __re
     }
   }
 }
-)";
+)", ragged);
         c.launch.grid[0] = static_cast<uint32_t>(p.rows());
         break;
       case kCluster:
-        src << "constexpr int LANES = THREADS;\n" << kRowPrelude << R"(
+        src << "constexpr int LANES = THREADS;\n" << row_tiles << kRowScans << Spanned(R"(
 // The row in chunks of CLUSTER tiles; block `rank` of the cluster scans tile
 // `rank` of each chunk. Every block folds the blocks' totals in rank order, so
 // all agree on the carry.
@@ -516,7 +585,7 @@ kjit_scan(const in_t* __restrict__ x, out_t* __restrict__ y) {
   __cluster_barrier_arrive();
   __cluster_barrier_wait();
 }
-)";
+)", ragged);
         c.launch.grid[0] = static_cast<uint32_t>(p.rows() * cluster);
         break;
       case kColumns:

@@ -905,9 +905,13 @@ TEST(ScanSpace, ChecksFollowTheLayout) {
       problem_of(ScanKey("aten::cumsum", TensorDesc::Contiguous(DType::kFloat16, {65536, 100}), 1));
   EXPECT_NE(why(short_rows, point(0, 128, 4, 1, 1, 1)).find("nothing to prefetch"), std::string::npos);
   EXPECT_NE(why(short_rows, point(0, 128, 4, 4, 1, 0)).find("fewer items"), std::string::npos);
-  // Odd rows and misaligned inputs refuse vectors.
+  // Odd rows take vectors (each row's tiles shifted to an aligned start); odd columns and misaligned
+  // inputs refuse them.
   const Match odd = problem_of(ScanKey("aten::cumprod", TensorDesc::Contiguous(DType::kBFloat16, {1024, 4095}), 1));
-  for (const Point& v : ValidPoints(*odd.family, *odd.problem, device)) EXPECT_EQ(v.at("vec"), 1) << PointToString(v);
+  EXPECT_TRUE(odd.family->Check(*odd.problem, point(0, 128, 8, 2, 1, 1), device).ok());
+  EXPECT_TRUE(odd.family->Check(*odd.problem, point(1, 256, 8, 1, 1, 1), device).ok());
+  const Match odd_long = problem_of(ScanKey("aten::cumsum", TensorDesc::Contiguous(DType::kFloat32, {16, 262143}), 1));
+  EXPECT_TRUE(odd_long.family->Check(*odd_long.problem, point(2, 512, 4, 2, 4, 1), device).ok());
   TensorDesc misaligned = TensorDesc::Contiguous(DType::kFloat32, {64, 4096});
   misaligned.alignment = 8;
   const Match narrow = problem_of(ScanKey("aten::cumsum", misaligned, 1));
@@ -964,6 +968,49 @@ TEST(ScanSpace, ExpertDefaultsFitTheShape) {
     const Point d = found->family->ExpertDefault(*found->problem, device);
     auto c = found->family->Generate(*found->problem, d, device);
     EXPECT_TRUE(c.ok()) << key.ToString() << " " << PointToString(d) << ": " << c.status().ToString();
+  }
+}
+
+// The points that existed before odd rows took vectors (columns, and rows VEC divides) keep their kernels
+// byte for byte: their dataset rows stay true of what they measured. Ragged points carry row_shift.
+TEST(ScanSpace, OldPointsKeepTheirSources) {
+  const DeviceFacts device = DeviceFacts::H200();
+  struct Golden { size_t old_points; uint64_t digest; };
+  const Golden golden[] = {
+      {1166u, 0xb37a1661a878ba3dull},  // cumsum f32 4096x32768
+      {1328u, 0x324e2aeb1a9aea7dull},  // cumsum f32 16x262144
+      {118u, 0x558a1cc9285f73e1ull},  // cumsum f16 65536x100
+      {460u, 0x6b6077a274b85aafull},  // cumsum bf16 3x1000003
+      {330u, 0x7e74bd4ada313355ull},  // cumsum f32 128x4096x512 dim 1
+      {50u, 0xf4704ddb78d67497ull},  // cumprod f32 8x33x7 dim -2
+      {300u, 0x6a65176eface294bull},  // cumprod bf16 1024x4095
+      {384u, 0x50aef6b5052d817bull},  // cumprod f16 64x512x24 dim 1
+  };
+  auto found = FindFamily(ScanKey("aten::cumsum", TensorDesc::Contiguous(DType::kFloat32, {64, 1024}), 1));
+  ASSERT_TRUE(found.ok());
+  const Family& f = *found->family;
+  const std::vector<OpKey> keys = f.SampleKeys();
+  ASSERT_EQ(keys.size(), std::size(golden));
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto problem = f.Match(keys[i]);
+    ASSERT_TRUE(problem.ok());
+    const auto& x = std::get<TensorDesc>(keys[i].calls[0].args[0]);
+    const int64_t dim = std::get<int64_t>(keys[i].calls[0].args[1]);
+    const int64_t len = x.sizes[static_cast<size_t>(dim < 0 ? dim + static_cast<int64_t>(x.sizes.size()) : dim)];
+    uint64_t h = kFnvOffset;
+    size_t old_points = 0;
+    for (const Point& p : ValidPoints(f, **problem, device)) {
+      auto c = f.Generate(**problem, p, device);
+      ASSERT_TRUE(c.ok()) << c.status().ToString();
+      const bool ragged = p.at("strategy") <= 2 && len % p.at("vec") != 0;
+      EXPECT_EQ(c->source.find("row_shift") != std::string::npos, ragged) << PointToString(p);
+      if (ragged) continue;
+      ++old_points;
+      h = HashCandidate(h, *c);
+    }
+    EXPECT_EQ(old_points, golden[i].old_points) << (*problem)->description;
+    EXPECT_EQ(h, golden[i].digest) << (*problem)->description << ": an old point's source changed; digest 0x" << std::hex
+                                   << h;
   }
 }
 

@@ -41,7 +41,7 @@ inline EmuKernel EmuGenerate(const OpKey& key, int nknobs, char** knobs) {
   k.c = std::move(*c);
   return k;
 }
-// How EmuWriteKernel writes a kernel: checked (reduce, softmax) or not (scan, pool, depthwise_conv,
+// How EmuWriteKernel writes a kernel: checked (reduce, softmax, scan) or not (pool, depthwise_conv,
 // matmul: their harnesses check the launch's dynamic shared bytes against the slabs instead); prelude:
 // what follows #include "emu.h".
 struct EmuWrite {

@@ -55,4 +55,19 @@ r 3 33 7 1 0 e2 aten::cumprod f32 1 3 3 33 7 strategy=4 threads=256 vec=1 items=
 r 2 300 72 0 2 e3 aten::cumsum bf16 1 3 2 300 72 strategy=4 threads=64 vec=2 items=16
 r 4 50 3 0 1 e4 aten::cumsum f16 1 3 4 50 3 strategy=4 threads=64 vec=1 items=1
 r 3 200 5 0 0 e5 aten::cumsum f32 1 3 3 200 5 strategy=4 threads=1024 vec=1 items=1
+# rows whose length the vector does not divide: each row's tiles shifted to the aligned element at or
+# before its start (every shift 0..VEC-1 among the rows), the first and last vectors loaded and stored
+# one element at a time, an extra tile where the shift spills past the last
+r 7 999 1 0 0 g1 aten::cumsum f32 1 2 7 999 strategy=0 threads=64 vec=4 items=2 prefetch=1
+r 5 1001 1 1 0 g2 aten::cumprod f32 1 2 5 1001 strategy=0 threads=32 vec=2 items=4 prefetch=0
+r 6 1003 1 0 1 g3 aten::cumsum f16 1 2 6 1003 strategy=0 threads=64 vec=8 items=1 prefetch=1 hint=1
+r 4 511 1 0 0 g4 aten::cumsum f32 1 2 4 511 strategy=0 threads=32 vec=4 items=2 prefetch=1
+r 8 3 1 0 0 g5 aten::cumsum f32 1 2 8 3 strategy=0 threads=64 vec=4 items=1 prefetch=0
+r 3 4999 1 0 0 g6 aten::cumsum f32 1 2 3 4999 strategy=1 threads=128 vec=4 items=2 prefetch=1 hint=1
+r 9 3001 1 1 2 g7 aten::cumprod bf16 1 2 9 3001 strategy=1 threads=64 vec=8 items=2 prefetch=0
+r 4 1023 1 0 0 g8 aten::cumsum f32 1 2 4 1023 strategy=1 threads=64 vec=4 items=4 prefetch=0
+r 3 20001 1 0 0 g9 aten::cumsum f32 1 2 3 20001 strategy=2 threads=128 vec=4 items=4 cluster=4 prefetch=1
+r 5 9003 1 0 1 g10 aten::cumsum f16 1 2 5 9003 strategy=2 threads=128 vec=8 items=1 cluster=2 prefetch=0
+r 4 4095 1 1 0 g11 aten::cumprod f32 1 2 4 4095 strategy=2 threads=128 vec=4 items=4 cluster=2 prefetch=0
+r 33 1023 1 1 0 g12 aten::cumprod f32 1 2 33 1023
 exit $failed
