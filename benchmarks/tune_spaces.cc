@@ -314,6 +314,16 @@ std::vector<OpKey> MoreKeys(const policy::Family& f) {
              {"aten::cumprod", 2048, 16384}, {"aten::cumprod", 2048, 49152}}) {
       keys.push_back(ScanRows(op, rows, cols));
     }
+    // Odd rows (fourteenth session: rows whose length VEC does not divide took vectors, each row's tiles
+    // shifted to an aligned start), like the held-out cumprod and validation cumsum of f32[4095,32767];
+    // training keys only: `--key-contains "x32767|x16383|x49151"`.
+    for (auto [op, rows, cols] : std::vector<std::tuple<const char*, int64_t, int64_t>>{
+             {"aten::cumsum", 2047, 32767}, {"aten::cumsum", 8191, 16383}, {"aten::cumsum", 6143, 16383},
+             {"aten::cumsum", 2047, 49151}, {"aten::cumprod", 2047, 32767}, {"aten::cumprod", 4095, 16383},
+             {"aten::cumprod", 6143, 32767}, {"aten::cumprod", 1023, 49151}, {"aten::cumsum", 4095, 16383},
+             {"aten::cumprod", 8191, 16383}, {"aten::cumsum", 1535, 32767}, {"aten::cumprod", 2559, 32767}}) {
+      keys.push_back(ScanRows(op, rows, cols));
+    }
   } else if (name == "pool") {
     for (const Shape& s : std::vector<Shape>{{32, 128, 192, 192}, {8, 64, 512, 512}, {48, 32, 320, 320}, {63, 32, 191, 191}}) {
       keys.push_back(MaxPool2dK3S2(s));
