@@ -534,6 +534,7 @@ kjit_softmax(const in_t* __restrict__ x, out_t* __restrict__ y) {
 // PARTS blocks fit on the GPU at once (Check: PARTS <= SMs). Where they do not (another program holding SMs
 // for as long, an MPS or green-context share of the GPU), a block that has waited KJIT_SPIN_CYCLES computes
 // every part's (max, sum) itself, as the parts' blocks do, from the input: slower, never stuck, the same bits.
+// part_ms repeats strategy 9's per-thread statistics on purpose: sharing them would change strategy 9's source.
 constexpr const char* kGridHoldKernel = R"(#ifndef KJIT_SPIN_CYCLES
 #define KJIT_SPIN_CYCLES (1LL << 30)
 #endif

@@ -3,6 +3,7 @@
 // compile with NVRTC for sm_90: every valid point where the space is small,
 // otherwise a pairwise cover (every value of every knob and every pair of
 // values occurring together); KJIT_FULL_SWEEP=1 compiles every valid point.
+#include <functional>
 #include <sstream>
 #include <gtest/gtest.h>
 
@@ -393,33 +394,39 @@ TEST(SoftmaxSpace, ClusterPartsLargerThanSharedMemoryStageWhatFits) {
   EXPECT_FALSE(f.Check(*fits->problem, point(256, 4, 2, 2), dev).ok());
 }
 
+// The family match of an f32 softmax over the last dim of `sizes`.
+Match F32SoftmaxMatch(std::vector<int64_t> sizes, const char* op = "aten::_softmax") {
+  auto found = FindFamily(
+      OpKey::Single(op, "", {TensorDesc::Contiguous(DType::kFloat32, std::move(sizes)), int64_t{-1}, false}, 90));
+  EXPECT_TRUE(found.ok()) << found.status().ToString();
+  return std::move(*found);
+}
+
 // Strategy 9 holds a part on chip: shared memory as far as it goes (one block an SM), the rest in registers.
 // A 4 MB row needs a cluster of 16 (non-portable); a cluster of 8 would hold 72 floats a thread.
 TEST(SoftmaxSpace, ClusterHoldKeepsThePartOnChip) {
-  auto found = FindFamily(OpKey::Single(
-      "aten::_softmax", "", {TensorDesc::Contiguous(DType::kFloat32, {64, 1048576}), int64_t{-1}, false}, 90));
-  ASSERT_TRUE(found.ok()) << found.status().ToString();
-  const Family& f = *found->family;
+  const Match found = F32SoftmaxMatch({64, 1048576});
+  const Family& f = *found.family;
   const DeviceFacts dev = DeviceFacts::H200();
   auto point = [](int64_t threads, int64_t vec, int64_t cluster) {
     return Point{{"strategy", 9}, {"threads", threads}, {"vec", vec}, {"cluster", cluster}, {"unroll", 1}, {"hint", 0}};
   };
   const int64_t staged = (dev.max_shared_bytes_per_block - 1024) / 4 / 4 * 4;  // 57856 floats
-  auto c = f.Generate(*found->problem, point(1024, 4, 16), dev);
+  auto c = f.Generate(*found.problem, point(1024, 4, 16), dev);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->launch.dynamic_shared_bytes, static_cast<uint32_t>(staged * 4));
   EXPECT_EQ(c->launch.grid[0], 64u * 16u);
   // 65536 - 57856 = 7680 floats left: two vectors of 4 a thread.
   EXPECT_NE(c->source.find("constexpr int HOLD = 2;"), std::string::npos);
   EXPECT_NE(c->source.find("CLUSTER = 16;"), std::string::npos);
-  EXPECT_FALSE(f.Check(*found->problem, point(1024, 4, 8), dev).ok());  // 18 vectors a thread
+  EXPECT_FALSE(f.Check(*found.problem, point(1024, 4, 8), dev).ok());  // 18 vectors a thread
   Point unrolled = point(1024, 4, 16);
   unrolled["unroll"] = 2;
-  EXPECT_FALSE(f.Check(*found->problem, unrolled, dev).ok());  // nothing streams: unroll stays 1
+  EXPECT_FALSE(f.Check(*found.problem, unrolled, dev).ok());  // nothing streams: unroll stays 1
   // Without the non-portable size, no cluster of 16.
   DeviceFacts portable = dev;
   portable.max_nonportable_cluster_size = 8;
-  EXPECT_FALSE(f.Check(*found->problem, point(1024, 4, 16), portable).ok());
+  EXPECT_FALSE(f.Check(*found.problem, point(1024, 4, 16), portable).ok());
   // A part that fits in shared memory is strategy 5's.
   auto fits = FindFamily(OpKey::Single(
       "aten::_softmax", "", {TensorDesc::Contiguous(DType::kFloat32, {64, 262144}), int64_t{-1}, false}, 90));
@@ -432,24 +439,22 @@ TEST(SoftmaxSpace, ClusterHoldKeepsThePartOnChip) {
 // workspace; at most one part an SM (the waits for a row's blocks end), the part within a quarter of a
 // thread's registers.
 TEST(SoftmaxSpace, GridHoldDealsARowToPartsBlocks) {
-  auto found = FindFamily(OpKey::Single(
-      "aten::_softmax", "", {TensorDesc::Contiguous(DType::kFloat32, {64, 1048576}), int64_t{-1}, false}, 90));
-  ASSERT_TRUE(found.ok()) << found.status().ToString();
-  const Family& f = *found->family;
+  const Match found = F32SoftmaxMatch({64, 1048576});
+  const Family& f = *found.family;
   const DeviceFacts dev = DeviceFacts::H200();
   auto point = [](int64_t threads, int64_t vec, int64_t parts) {
     return Point{{"strategy", 10}, {"threads", threads}, {"vec", vec}, {"cluster", 1}, {"unroll", 1},
                  {"hint", 1},      {"reverse", 0},       {"per_sm", 0}, {"parts", parts}};
   };
-  auto why = [&](const Point& p) { return f.Check(*found->problem, p, dev).message(); };
+  auto why = [&](const Point& p) { return f.Check(*found.problem, p, dev).message(); };
   // 1048576 floats over 64 blocks of 1024 threads: 16 floats a thread, a quarter of 64 registers.
-  auto c = f.Generate(*found->problem, point(1024, 4, 64), dev);
+  auto c = f.Generate(*found.problem, point(1024, 4, 64), dev);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->launch.grid[0], 64u * 64u);
   EXPECT_EQ(c->launch.workspace_bytes, (16u + 64u * (8u + 8u * 64u) + 15u) / 16u * 16u);
   EXPECT_NE(c->source.find("constexpr int HOLD = 4;"), std::string::npos);
   EXPECT_NE(why(point(1024, 4, 32)).find("registers"), std::string::npos);  // 32 floats a thread of 1024
-  EXPECT_TRUE(f.Check(*found->problem, point(512, 4, 64), dev).ok());        // 32 floats a thread of 512
+  EXPECT_TRUE(f.Check(*found.problem, point(512, 4, 64), dev).ok());        // 32 floats a thread of 512
   EXPECT_NE(why(point(1024, 4, 0)).find("parts > 0"), std::string::npos);
   Point other = point(1024, 4, 64);
   other["strategy"] = 4;
@@ -458,12 +463,10 @@ TEST(SoftmaxSpace, GridHoldDealsARowToPartsBlocks) {
   // More parts than SMs: a row's blocks might never all be resident at once.
   DeviceFacts small = dev;
   small.sm_count = 48;
-  EXPECT_NE(f.Check(*found->problem, point(512, 4, 64), small).message().find("more parts than SMs"), std::string::npos);
+  EXPECT_NE(f.Check(*found.problem, point(512, 4, 64), small).message().find("more parts than SMs"), std::string::npos);
   // An odd row: the head and tail go to part 0's threads.
-  auto odd = FindFamily(OpKey::Single(
-      "aten::_log_softmax", "", {TensorDesc::Contiguous(DType::kFloat32, {48, 2000003}), int64_t{-1}, false}, 90));
-  ASSERT_TRUE(odd.ok());
-  auto oc = f.Generate(*odd->problem, point(1024, 4, 128), dev);
+  const Match odd = F32SoftmaxMatch({48, 2000003}, "aten::_log_softmax");
+  auto oc = f.Generate(*odd.problem, point(1024, 4, 128), dev);
   ASSERT_TRUE(oc.ok()) << oc.status().ToString();
   EXPECT_NE(oc->source.find("constexpr bool RAGGED = true;"), std::string::npos);
 }
@@ -480,12 +483,41 @@ uint64_t HashCandidate(uint64_t h, const Candidate& c) {
   return h;
 }
 
+// The digest of the old points of each of the family's sample keys (`is_old`, in ValidPoints' order) must be
+// `golden`'s: their dataset rows stay true of what they measured. `each`, when given, sees every valid point's
+// candidate (old or not).
+struct SourceGolden { size_t old_points; uint64_t digest; };
+void ExpectOldPointsKeepTheirSources(const Family& f, const std::vector<SourceGolden>& golden,
+                                     const std::function<bool(const OpKey&, const Point&)>& is_old,
+                                     const std::function<void(const OpKey&, const Point&, const Candidate&)>& each = {}) {
+  const DeviceFacts device = DeviceFacts::H200();
+  const std::vector<OpKey> keys = f.SampleKeys();
+  ASSERT_EQ(keys.size(), golden.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto problem = f.Match(keys[i]);
+    ASSERT_TRUE(problem.ok());
+    uint64_t h = kFnvOffset;
+    size_t old_points = 0;
+    for (const Point& p : ValidPoints(f, **problem, device)) {
+      const bool old = is_old(keys[i], p);
+      if (!old && !each) continue;
+      auto c = f.Generate(**problem, p, device);
+      ASSERT_TRUE(c.ok()) << c.status().ToString();
+      if (each) each(keys[i], p, *c);
+      if (!old) continue;
+      ++old_points;
+      h = HashCandidate(h, *c);
+    }
+    EXPECT_EQ(old_points, golden[i].old_points) << (*problem)->description;
+    EXPECT_EQ(h, golden[i].digest) << (*problem)->description << ": an old point's source changed; digest 0x" << std::hex
+                                   << h;
+  }
+}
+
 // The points codegen 7 had (strategies 0-8, clusters up to 8) keep their kernels byte for byte when
 // strategies or cluster sizes are added: their dataset rows stay true of what they measured.
 TEST(SoftmaxSpace, OldPointsKeepTheirSources) {
-  const DeviceFacts device = DeviceFacts::H200();
-  struct Golden { size_t old_points; uint64_t digest; };
-  const Golden golden[] = {
+  const std::vector<SourceGolden> golden = {
       {418u, 0x1ad3d14fe79cfad3ull},  // softmax f32->f32 outer=4096 len=16384 inner=1
       {522u, 0x4e96dbb02982d5e5ull},  // softmax f32->f32 outer=64 len=1048576 inner=1
       {110u, 0x7a525c4f172d1973ull},  // softmax f32->f32 outer=262144 len=256 inner=1
@@ -495,27 +527,9 @@ TEST(SoftmaxSpace, OldPointsKeepTheirSources) {
       {264u, 0x809e51fa7cd18545ull},  // log_softmax f16->f16 outer=128 len=24 inner=96
       {378u, 0xa8a25430fa4bcbe5ull},  // log_softmax f32->f32 outer=48 len=100003 inner=1
   };
-  auto found = FindFamily(OpKey::Single(
-      "aten::_softmax", "", {TensorDesc::Contiguous(DType::kFloat32, {64, 1024}), int64_t{-1}, false}, 90));
-  ASSERT_TRUE(found.ok());
-  const Family& f = *found->family;
-  const std::vector<OpKey> keys = f.SampleKeys();
-  ASSERT_EQ(keys.size(), std::size(golden));
-  for (size_t i = 0; i < keys.size(); ++i) {
-    auto problem = f.Match(keys[i]);
-    ASSERT_TRUE(problem.ok());
-    uint64_t h = kFnvOffset;
-    size_t old_points = 0;
-    for (const Point& p : ValidPoints(f, **problem, device)) {
-      if (p.at("strategy") > 8 || p.at("cluster") > 8 || p.at("reverse") != 0 || p.at("per_sm") != 0) continue;
-      ++old_points;
-      auto c = f.Generate(**problem, p, device);
-      ASSERT_TRUE(c.ok()) << c.status().ToString();
-      h = HashCandidate(h, *c);
-    }
-    EXPECT_EQ(old_points, golden[i].old_points) << (*problem)->description;
-    EXPECT_EQ(h, golden[i].digest) << (*problem)->description << ": an old point's source changed";
-  }
+  ExpectOldPointsKeepTheirSources(*F32SoftmaxMatch({64, 1024}).family, golden, [](const OpKey&, const Point& p) {
+    return p.at("strategy") <= 8 && p.at("cluster") <= 8 && p.at("reverse") == 0 && p.at("per_sm") == 0;
+  });
 }
 
 
@@ -1014,9 +1028,7 @@ TEST(ScanSpace, ExpertDefaultsFitTheShape) {
 // The points that existed before odd rows took vectors (columns, and rows VEC divides) keep their kernels
 // byte for byte: their dataset rows stay true of what they measured. Ragged points carry row_shift.
 TEST(ScanSpace, OldPointsKeepTheirSources) {
-  const DeviceFacts device = DeviceFacts::H200();
-  struct Golden { size_t old_points; uint64_t digest; };
-  const Golden golden[] = {
+  const std::vector<SourceGolden> golden = {
       {1166u, 0xb37a1661a878ba3dull},  // cumsum f32 4096x32768
       {1328u, 0x324e2aeb1a9aea7dull},  // cumsum f32 16x262144
       {118u, 0x558a1cc9285f73e1ull},  // cumsum f16 65536x100
@@ -1026,32 +1038,20 @@ TEST(ScanSpace, OldPointsKeepTheirSources) {
       {300u, 0x6a65176eface294bull},  // cumprod bf16 1024x4095
       {384u, 0x50aef6b5052d817bull},  // cumprod f16 64x512x24 dim 1
   };
+  // A point is ragged where a row strategy's vector does not divide the scanned length.
+  auto ragged = [](const OpKey& key, const Point& p) {
+    const auto& x = std::get<TensorDesc>(key.calls[0].args[0]);
+    const int64_t dim = std::get<int64_t>(key.calls[0].args[1]);
+    const int64_t len = x.sizes[static_cast<size_t>(dim < 0 ? dim + static_cast<int64_t>(x.sizes.size()) : dim)];
+    return p.at("strategy") <= 2 && len % p.at("vec") != 0;
+  };
   auto found = FindFamily(ScanKey("aten::cumsum", TensorDesc::Contiguous(DType::kFloat32, {64, 1024}), 1));
   ASSERT_TRUE(found.ok());
-  const Family& f = *found->family;
-  const std::vector<OpKey> keys = f.SampleKeys();
-  ASSERT_EQ(keys.size(), std::size(golden));
-  for (size_t i = 0; i < keys.size(); ++i) {
-    auto problem = f.Match(keys[i]);
-    ASSERT_TRUE(problem.ok());
-    const auto& x = std::get<TensorDesc>(keys[i].calls[0].args[0]);
-    const int64_t dim = std::get<int64_t>(keys[i].calls[0].args[1]);
-    const int64_t len = x.sizes[static_cast<size_t>(dim < 0 ? dim + static_cast<int64_t>(x.sizes.size()) : dim)];
-    uint64_t h = kFnvOffset;
-    size_t old_points = 0;
-    for (const Point& p : ValidPoints(f, **problem, device)) {
-      auto c = f.Generate(**problem, p, device);
-      ASSERT_TRUE(c.ok()) << c.status().ToString();
-      const bool ragged = p.at("strategy") <= 2 && len % p.at("vec") != 0;
-      EXPECT_EQ(c->source.find("row_shift") != std::string::npos, ragged) << PointToString(p);
-      if (ragged) continue;
-      ++old_points;
-      h = HashCandidate(h, *c);
-    }
-    EXPECT_EQ(old_points, golden[i].old_points) << (*problem)->description;
-    EXPECT_EQ(h, golden[i].digest) << (*problem)->description << ": an old point's source changed; digest 0x" << std::hex
-                                   << h;
-  }
+  ExpectOldPointsKeepTheirSources(
+      *found->family, golden, [&](const OpKey& key, const Point& p) { return !ragged(key, p); },
+      [&](const OpKey& key, const Point& p, const Candidate& c) {
+        EXPECT_EQ(c.source.find("row_shift") != std::string::npos, ragged(key, p)) << PointToString(p);
+      });
 }
 
 TEST(ScanSpace, TraitsKeepOrderDependentInputsAway) {
