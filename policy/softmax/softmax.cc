@@ -22,7 +22,6 @@ enum Strategy : int64_t {
   kColumnsRegs = 7,
   kColumnsBlock = 8,
   kClusterHold = 9,
-  kGridHold = 10,
 };
 
 constexpr int64_t kMaxRegisterFloats = 64;  // per thread, for the row-in-registers strategies
@@ -41,9 +40,8 @@ struct SoftmaxProblem : Problem {
   int64_t rows() const { return outer * inner; }
 };
 
-// The knobs added after codegen 7 (strategy 4's reverse and per_sm, strategy 10's parts), 0 where a point
-// predates them.
-constexpr const char* kLaterKnobs[] = {"reverse", "per_sm", "parts"};
+// The knobs added after codegen 7 (strategy 4's), 0 where a point predates them.
+constexpr const char* kLaterKnobs[] = {"reverse", "per_sm"};
 
 // A knob's value, or `absent` where the point predates the knob (a cached entry, a test's literal point).
 int64_t KnobOr(const Point& pt, const std::string& name, int64_t absent) {
@@ -523,161 +521,6 @@ kjit_softmax(const in_t* __restrict__ x, out_t* __restrict__ y) {
 }
 )";
 
-// Strategy 10 (fourteenth session): a row dealt out to PARTS blocks anywhere on the GPU, more than a cluster
-// holds (a row of 4 MB is 256 KB a block of a cluster of 16, more than an SM's shared memory), each block
-// holding its part in registers, so that the row is read once and written once. The blocks of a row exchange
-// their (max, sum) through the workspace (kernel ABI v2): a ticket counter, then per row an arrival and a
-// departure counter and each part's (max, sum); the last block to leave a row returns its bytes to zero, the
-// block with the last ticket the counter.
-// Tickets, not blockIdx, decide a block's row and part: they go out in the order blocks start, so the blocks a
-// block waits for are of its own row and have started or are the next to start, and a row's wait ends once
-// PARTS blocks fit on the GPU at once (Check: PARTS <= SMs). Where they do not (another program holding SMs
-// for as long, an MPS or green-context share of the GPU), a block that has waited KJIT_SPIN_CYCLES computes
-// every part's (max, sum) itself, as the parts' blocks do, from the input: slower, never stuck, the same bits.
-// part_ms repeats strategy 9's per-thread statistics on purpose: sharing them would change strategy 9's source.
-constexpr const char* kGridHoldKernel = R"(#ifndef KJIT_SPIN_CYCLES
-#define KJIT_SPIN_CYCLES (1LL << 30)
-#endif
-constexpr long long TICKETS = OUTER * PARTS;
-struct GridPart { long long begin, len; };
-__device__ __forceinline__ GridPart grid_part(const RowSplit& rs, long long part) {
-  const long long vectors = (rs.body_end - rs.head) / VEC, per = vectors / PARTS, rem = vectors % PARTS;
-  GridPart p;
-  p.begin = rs.head + (part * per + (part < rem ? part : rem)) * VEC;
-  p.len = (per + (part < rem ? 1 : 0)) * VEC;
-  return p;
-}
-struct RowExchange { unsigned arrived, departed; float ms[2 * PARTS]; };
-// Part q of the row as its block holds it: thread t's vectors at (i * THREADS + t) * VEC of the part (-Inf
-// past its end), and, in part 0, edge element t (RowSplit's head and tail).
-template <bool STREAM>
-__device__ __forceinline__ void load_part(const in_t* xrow, const RowSplit& rs, long long q, float (&h)[HOLD][VEC],
-                                          float& ev) {
-  const GridPart part = grid_part(rs, q);
-#pragma unroll
-  for (int i = 0; i < HOLD; ++i) {
-    const long long col = ((long long)i * THREADS + threadIdx.x) * VEC;
-    if (col < part.len) {
-      load_vec<STREAM>(xrow + part.begin + col, h[i]);
-    } else {
-#pragma unroll
-      for (int k = 0; k < VEC; ++k) h[i][k] = -KJIT_INF;
-    }
-  }
-  const bool edge = RAGGED && q == 0 && (int)threadIdx.x < rs.edges;
-  ev = edge ? load_one(xrow + edge_col(rs, threadIdx.x)) : -KJIT_INF;
-}
-// The part's (max, sum of exp) over the block.
-__device__ __forceinline__ MS part_ms(const float (&h)[HOLD][VEC], float ev, float* red) {
-  float m = ev;
-#pragma unroll
-  for (int i = 0; i < HOLD; ++i) {
-#pragma unroll
-    for (int k = 0; k < VEC; ++k) m = nan_max(m, h[i][k]);
-  }
-  // A thread whose elements are all -Inf adds nothing (exp(-inf - -inf) would be NaN).
-  float s = 0.f;
-  if (m != -KJIT_INF) {
-#pragma unroll
-    for (int i = 0; i < HOLD; ++i) {
-#pragma unroll
-      for (int k = 0; k < VEC; ++k) s += expf(h[i][k] - m);
-    }
-    s += expf(ev - m);
-  }
-  return block_ms(MS{m, s}, red);
-}
-// The fallback of a wait that did not end: every part's (max, sum) computed here as its own block computes
-// it (the same threads, order and reductions), so the output's bits do not depend on which path ran.
-__device__ __noinline__ void every_part_ms(const in_t* xrow, const RowSplit& rs, float* red, float* parts_ms) {
-  for (long long q = 0; q < PARTS; ++q) {
-    float h[HOLD][VEC], ev;
-    load_part<false>(xrow, rs, q, h, ev);
-    const MS r = part_ms(h, ev, red);
-    if (threadIdx.x == 0) { parts_ms[2 * q] = r.m; parts_ms[2 * q + 1] = r.s; }
-  }
-}
-extern "C" __global__ void __launch_bounds__(THREADS)
-kjit_softmax(const in_t* __restrict__ x, out_t* __restrict__ y, unsigned* __restrict__ ws) {
-  __shared__ float red[64];
-  __shared__ long long ticket_s;
-  __shared__ int waited_out;
-  __shared__ float row_ms[2];
-  __shared__ float parts_ms[2 * PARTS];
-  if (threadIdx.x == 0) {
-    const unsigned t = atomicAdd(ws, 1u);
-    if (t == (unsigned)(TICKETS - 1)) atomicExch(ws, 0u);  // every other block has taken its ticket
-    ticket_s = t;
-  }
-  __syncthreads();
-  const long long row = ticket_s / PARTS, part_i = ticket_s % PARTS;
-  const RowSplit rs = row_split(row);
-  const in_t* xrow = x + row * LEN;
-  // The held vectors, every load issued before any is used.
-  float h[HOLD][VEC], ev;
-  load_part<HINT>(xrow, rs, part_i, h, ev);
-  const MS mine = part_ms(h, ev, red);
-  RowExchange* ex = reinterpret_cast<RowExchange*>(ws + 4) + row;
-  if (threadIdx.x == 0) {
-    __stcg(&ex->ms[2 * part_i], mine.m);
-    __stcg(&ex->ms[2 * part_i + 1], mine.s);
-    __threadfence();
-    atomicAdd(&ex->arrived, 1u);
-    const long long start = clock64();
-    int out = 0;
-    while (__ldcg(&ex->arrived) < (unsigned)PARTS) {
-      if (clock64() - start > KJIT_SPIN_CYCLES) { out = 1; break; }
-      __nanosleep(100);
-    }
-    __threadfence();
-    waited_out = out;
-  }
-  __syncthreads();
-  if (waited_out) {
-    every_part_ms(xrow, rs, red, parts_ms);
-  } else {
-    for (int q = threadIdx.x; q < 2 * PARTS; q += THREADS) parts_ms[q] = __ldcg(&ex->ms[q]);
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    // Leaves the row; the last to leave (every other has read the exchange, or will not) zeroes it.
-    __threadfence();
-    if (atomicAdd(&ex->departed, 1u) == (unsigned)(PARTS - 1)) {
-      for (int q = 0; q < 2 * PARTS; ++q) __stcg(&ex->ms[q], 0.f);
-      __stcg(&ex->arrived, 0u);
-      __stcg(&ex->departed, 0u);
-    }
-  }
-  if (threadIdx.x < 32) {
-    MS a = {-KJIT_INF, 0.f};
-    for (int q = threadIdx.x; q < PARTS; q += 32) a = ms_merge(a, MS{parts_ms[2 * q], parts_ms[2 * q + 1]});
-    a = warp_ms(a);
-    if (threadIdx.x == 0) { row_ms[0] = a.m; row_ms[1] = a.s; }
-  }
-  __syncthreads();
-  const MS all = ms_final(MS{row_ms[0], row_ms[1]});
-  const RowScale c = row_scale(all.m, all.s);
-  const GridPart part = grid_part(rs, part_i);
-  out_t* yr = y + row * LEN + part.begin;
-#pragma unroll
-  for (int i = 0; i < HOLD; ++i) {
-    const long long col = ((long long)i * THREADS + threadIdx.x) * VEC;
-    if (col < part.len) {
-      float o[VEC];
-#pragma unroll
-      for (int k = 0; k < VEC; ++k) o[k] = scaled(h[i][k], c);
-      store_vec(yr + col, o);
-    }
-  }
-  if (RAGGED && part_i == 0 && (int)threadIdx.x < rs.edges) store_one(y + row * LEN + edge_col(rs, threadIdx.x), scaled(ev, c));
-}
-)";
-
-// Strategy 10's workspace: a 16-byte ticket counter, then per row two counters and each part's (max, sum).
-int64_t GridHoldWorkspaceBytes(const SoftmaxProblem& p, int64_t parts) {
-  return (16 + p.rows() * (8 + 8 * parts) + 15) / 16 * 16;
-}
-
 class Softmax final : public Family {
  public:
   std::string_view name() const override { return "softmax"; }
@@ -759,12 +602,10 @@ class Softmax final : public Family {
     s.family = "softmax";
     s.knobs = {
         {"strategy",
-         {kWarp, kRegs, kSmem, kOnline, kCluster, kClusterSmem, kColumns, kColumnsRegs, kColumnsBlock, kClusterHold,
-          kGridHold},
+         {kWarp, kRegs, kSmem, kOnline, kCluster, kClusterSmem, kColumns, kColumnsRegs, kColumnsBlock, kClusterHold},
          "0 warp/row, 1 block/row in registers, 2 block/row in shared memory, 3 block/row online, 4 cluster/row "
          "online, 5 cluster/row in shared memory, 6 columns online, 7 columns in registers, 8 column tiles with "
-         "the softmax dim split over a block's warps, 9 cluster/row held on chip (shared memory, then registers), "
-         "10 `parts` blocks/row held in registers, (max, sum) exchanged through the workspace"},
+         "the softmax dim split over a block's warps, 9 cluster/row held on chip (shared memory, then registers)"},
         {"threads", {32, 64, 128, 256, 512, 1024}, "threads per block"},
         {"vec", {1, 2, 4, 8}, "elements per vector load and store"},
         {"cluster", {1, 2, 4, 8, 16}, "blocks per row (cluster strategies; 16 is a non-portable cluster size)"},
@@ -776,12 +617,9 @@ class Softmax final : public Family {
         {"per_sm", {0, 1, 2},
          "strategy 4: at most this many blocks an SM (a shared memory reservation; 0: as many as fit), so that "
          "fewer rows are in flight and more of their second reads hit L2"},
-        {"parts", {0, 2, 4, 8, 16, 32, 64, 128},
-         "strategy 10: blocks a row is dealt out to, anywhere on the GPU (0: not strategy 10)"},
     };
-    // Thirteenth session: reverse and per_sm, new knobs of strategy 4 only; fourteenth: parts, strategy 10's. A
-    // point without them (0) generates the kernel it did (SoftmaxSpace.OldPointsKeepTheirSources), so the
-    // codegen version stays.
+    // Thirteenth session: reverse and per_sm, new knobs of strategy 4 only; a point without them (0) generates
+    // the kernel it did (SoftmaxSpace.OldPointsKeepTheirSources), so the codegen version stays.
     for (const char* knob : kLaterKnobs) s.absent_as.emplace(knob, 0);
     return s;
   }
@@ -810,8 +648,6 @@ class Softmax final : public Family {
     if ((reverse != 0 || per_sm != 0) && strategy != kCluster) {
       return InvalidArgument("reverse and per_sm are knobs of strategy 4 (cluster/row online)");
     }
-    const int64_t parts = KnobOr(pt, "parts", 0);
-    if ((strategy == kGridHold) != (parts != 0)) return InvalidArgument("parts > 0 exactly for strategy 10");
     if (per_sm != 0 && PerSmReservation(per_sm, dev) + kReductionScratch > dev.max_shared_bytes_per_block) {
       return InvalidArgument("per_sm: the reservation does not fit a block");
     }
@@ -821,7 +657,7 @@ class Softmax final : public Family {
     const int64_t vec_extent = columns ? p.inner : p.len;  // vectors run along the contiguous dim
     // A block or a cluster per row takes a ragged row (RowSplit in the generated code); the others need
     // whole vectors.
-    const bool takes_ragged = strategy == kSmem || strategy == kOnline || clustered || strategy == kGridHold;
+    const bool takes_ragged = strategy == kSmem || strategy == kOnline || clustered;
     if (vec_extent % vec != 0 && !takes_ragged) {
       return InvalidArgument("vector does not divide the contiguous extent");
     }
@@ -856,22 +692,6 @@ class Softmax final : public Family {
           const int64_t held = HeldVectors(p, vec, cluster, threads, dev);
           if (held < 1) return InvalidArgument("the part fits in shared memory: strategy 5 stages it");
           if (held * vec > MaxHeldFloats(threads, dev)) return InvalidArgument("the part does not fit on chip");
-        }
-        break;
-      }
-      case kGridHold: {
-        if (threads < 128) return InvalidArgument("blocks of a split row need at least 128 threads");
-        const int64_t vectors = (p.len - (p.len % vec == 0 ? 0 : vec - 1)) / vec;  // fewest a row holds
-        if (vectors / parts < threads) return InvalidArgument("row part shorter than one pass");
-        // The wait for a row's parts ends once that many blocks fit on the GPU at once (kGridHoldKernel): one a
-        // SM at least, since the held part is at most a quarter of a thread's registers.
-        if (parts > dev.sm_count) return InvalidArgument("more parts than SMs: a row's blocks might not fit at once");
-        if (CeilDiv(ClusterPartElems(p.len, vec, parts), threads * vec) * vec > MaxHeldFloats(threads, dev)) {
-          return InvalidArgument("the part does not fit in registers");
-        }
-        if (p.rows() * parts > int64_t{2147483647}) return InvalidArgument("grid too large");
-        if (static_cast<uint64_t>(GridHoldWorkspaceBytes(p, parts)) > cache::kMaxWorkspaceBytes) {
-          return InvalidArgument("workspace too large");
         }
         break;
       }
@@ -1233,14 +1053,6 @@ extern "C" __global__ void __launch_bounds__(THREADS) kjit_softmax(const in_t* _
         c.launch.grid[0] = static_cast<uint32_t>(rows * cluster);
         if (staged) c.launch.dynamic_shared_bytes = static_cast<uint32_t>(stage * (bulk ? DTypeSize(p.in) : 4));
         if (per_sm) c.launch.dynamic_shared_bytes = static_cast<uint32_t>(PerSmReservation(per_sm, dev));
-        break;
-      }
-      case kGridHold: {
-        const int64_t parts = KnobOr(pt, "parts", 0);
-        src << "constexpr long long PARTS = " << parts << ";\nconstexpr int HOLD = "
-            << CeilDiv(ClusterPartElems(p.len, vec, parts), threads * vec) << ";\n" << kGridHoldKernel;
-        c.launch.grid[0] = static_cast<uint32_t>(rows * parts);
-        c.launch.workspace_bytes = static_cast<uint64_t>(GridHoldWorkspaceBytes(p, parts));
         break;
       }
       case kColumns:

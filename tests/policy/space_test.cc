@@ -435,42 +435,6 @@ TEST(SoftmaxSpace, ClusterHoldKeepsThePartOnChip) {
   EXPECT_TRUE(f.Check(*fits->problem, point(1024, 4, 4), dev).ok());  // 65536 floats a block, as above
 }
 
-// Strategy 10: a row over `parts` blocks anywhere on the GPU, the part in registers, (max, sum) through the
-// workspace; at most one part an SM (the waits for a row's blocks end), the part within a quarter of a
-// thread's registers.
-TEST(SoftmaxSpace, GridHoldDealsARowToPartsBlocks) {
-  const Match found = F32SoftmaxMatch({64, 1048576});
-  const Family& f = *found.family;
-  const DeviceFacts dev = DeviceFacts::H200();
-  auto point = [](int64_t threads, int64_t vec, int64_t parts) {
-    return Point{{"strategy", 10}, {"threads", threads}, {"vec", vec}, {"cluster", 1}, {"unroll", 1},
-                 {"hint", 1},      {"reverse", 0},       {"per_sm", 0}, {"parts", parts}};
-  };
-  auto why = [&](const Point& p) { return f.Check(*found.problem, p, dev).message(); };
-  // 1048576 floats over 64 blocks of 1024 threads: 16 floats a thread, a quarter of 64 registers.
-  auto c = f.Generate(*found.problem, point(1024, 4, 64), dev);
-  ASSERT_TRUE(c.ok()) << c.status().ToString();
-  EXPECT_EQ(c->launch.grid[0], 64u * 64u);
-  EXPECT_EQ(c->launch.workspace_bytes, (16u + 64u * (8u + 8u * 64u) + 15u) / 16u * 16u);
-  EXPECT_NE(c->source.find("constexpr int HOLD = 4;"), std::string::npos);
-  EXPECT_NE(why(point(1024, 4, 32)).find("registers"), std::string::npos);  // 32 floats a thread of 1024
-  EXPECT_TRUE(f.Check(*found.problem, point(512, 4, 64), dev).ok());        // 32 floats a thread of 512
-  EXPECT_NE(why(point(1024, 4, 0)).find("parts > 0"), std::string::npos);
-  Point other = point(1024, 4, 64);
-  other["strategy"] = 4;
-  other["cluster"] = 8;
-  EXPECT_NE(why(other).find("parts > 0"), std::string::npos);
-  // More parts than SMs: a row's blocks might never all be resident at once.
-  DeviceFacts small = dev;
-  small.sm_count = 48;
-  EXPECT_NE(f.Check(*found.problem, point(512, 4, 64), small).message().find("more parts than SMs"), std::string::npos);
-  // An odd row: the head and tail go to part 0's threads.
-  const Match odd = F32SoftmaxMatch({48, 2000003}, "aten::_log_softmax");
-  auto oc = f.Generate(*odd.problem, point(1024, 4, 128), dev);
-  ASSERT_TRUE(oc.ok()) << oc.status().ToString();
-  EXPECT_NE(oc->source.find("constexpr bool RAGGED = true;"), std::string::npos);
-}
-
 // FNV-1a over a candidate's source and launch shape: the digests the OldPointsKeepTheirSources tests keep.
 constexpr uint64_t kFnvOffset = 1469598103934665603ull;
 uint64_t HashCandidate(uint64_t h, const Candidate& c) {

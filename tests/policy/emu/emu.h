@@ -29,9 +29,6 @@
 #ifndef __forceinline__
 #define __forceinline__ inline
 #endif
-#ifndef __noinline__
-#define __noinline__
-#endif
 #undef __launch_bounds__
 #define __launch_bounds__(...)
 #undef __cluster_dims__
@@ -150,12 +147,6 @@ template <typename T> inline void __stcg(T* p, T v) { __atomic_store_n(p, v, __A
 inline float __ldcg(const float* p) { float v; __atomic_load(p, &v, __ATOMIC_SEQ_CST); return v; }
 inline void __stcg(float* p, float v) { __atomic_store(p, &v, __ATOMIC_SEQ_CST); }
 inline unsigned atomicAdd(unsigned* p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
-inline unsigned atomicExch(unsigned* p, unsigned v) { return __atomic_exchange_n(p, v, __ATOMIC_SEQ_CST); }
-// Spin-waits (softmax's strategy 10): clock64 counts nanoseconds here, __nanosleep yields the CPU.
-inline long long clock64() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-inline void __nanosleep(unsigned) { std::this_thread::yield(); }
 inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
 inline float __uint_as_float(unsigned i) { float f; std::memcpy(&f, &i, 4); return f; }

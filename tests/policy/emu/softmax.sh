@@ -81,18 +81,6 @@ EMU_MAX_SHARED=9216 r q2 log_softmax bf16 3,40003 -1 0 strategy=9 threads=256 ve
 EMU_MAX_SHARED=9216 r q3 softmax f16 5,30001 -1 1 strategy=9 threads=128 vec=4 cluster=8 unroll=1 hint=0
 EMU_MAX_SHARED=9216 r q4 log_softmax f32 3,50001 -1 0 strategy=9 threads=128 vec=2 cluster=16 unroll=1 hint=1
 EMU_MAX_SHARED=3072 r q5 softmax f32 4,24004 -1 0 strategy=9 threads=128 vec=4 cluster=16 unroll=1 hint=0
-# a row dealt out to `parts` blocks anywhere on the grid (10), each holding its part in registers, the blocks'
-# (max, sum) exchanged through the workspace: every block at once (the waits end), twice on one workspace
-# (left zero); even, uneven and ragged rows, HOLD vectors a thread with the last partly past the part; with
-# EMU_SEQUENTIAL=1 the blocks run one at a time, so every wait but each row's last gives up and the block
-# reads the whole row itself (the fallback)
-r d1 softmax f32 5,5000 -1 0 strategy=10 threads=128 vec=4 parts=4 unroll=1 hint=0 cluster=1
-r d2 log_softmax f32 5,4001 -1 0 strategy=10 threads=128 vec=4 parts=2 unroll=1 hint=1 cluster=1
-r d3 softmax f16 5,8195 -1 1 strategy=10 threads=128 vec=4 parts=4 unroll=1 hint=0 cluster=1
-r d4 log_softmax bf16 5,3001 -1 0 strategy=10 threads=128 vec=2 parts=4 unroll=1 hint=1 cluster=1
-r d5 softmax f32 3,9000 -1 0 strategy=10 threads=256 vec=1 parts=8 unroll=1 hint=0 cluster=1
-EMU_SEQUENTIAL=1 r d6 softmax f32 5,5003 -1 0 strategy=10 threads=128 vec=4 parts=4 unroll=1 hint=1 cluster=1
-EMU_SEQUENTIAL=1 r d7 log_softmax f16 5,8192 -1 0 strategy=10 threads=128 vec=8 parts=2 unroll=1 hint=0 cluster=1
 # a thread per VEC columns, online (6) and in registers (7); column tiles over a block's warps (8)
 r k1 softmax f32 3,100,40 1 0 strategy=6 threads=32 vec=4 unroll=4 hint=1 cluster=1
 r k2 log_softmax f16 4,37,24 1 0 strategy=6 threads=64 vec=8 unroll=2 hint=0 cluster=1

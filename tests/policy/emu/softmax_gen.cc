@@ -12,15 +12,12 @@ int main(int argc, char** argv) {
   const TensorDesc x = TensorDesc::Contiguous(dt, List(argv[4]));
   const EmuKernel k = EmuGenerate(OpKey::Single("aten::_" + op, "", {x, int64_t(atoll(argv[5])), half_to_float}, 90),
                                   argc - 7, argv + 7);
-  // A spin-wait (strategy 10) gives up after 20 ms here, so that blocks run one at a time (EMU_SEQUENTIAL)
-  // reach the fallback soon.
-  EmuWriteKernel(argv[1], k.c, {.prelude = "using std::min;\n#define KJIT_SPIN_CYCLES 20000000LL\n"});
-  // softmax_run's arguments: log in_dtype out_dtype outer len inner grid block cluster workspace | point
+  EmuWriteKernel(argv[1], k.c);
+  // softmax_run's arguments: log in_dtype out_dtype outer len inner grid block cluster | point
   std::smatch m;
   const std::string desc = k.found.problem->description;
   if (!std::regex_search(desc, m, std::regex(R"(outer=(\d+) len=(\d+) inner=(\d+))"))) return 4;
-  std::printf("%d %d %d %s %s %s %u %u %lld %llu | %s\n", op == "log_softmax", DTypeCode(dt),
+  std::printf("%d %d %d %s %s %s %u %u %lld | %s\n", op == "log_softmax", DTypeCode(dt),
               DTypeCode(half_to_float ? DType::kFloat32 : dt), m[1].str().c_str(), m[2].str().c_str(), m[3].str().c_str(),
-              k.c.launch.grid[0], k.c.launch.block[0], (long long)k.pt.at("cluster"),
-              (unsigned long long)k.c.launch.workspace_bytes, PointToString(k.pt).c_str());
+              k.c.launch.grid[0], k.c.launch.block[0], (long long)k.pt.at("cluster"), PointToString(k.pt).c_str());
 }
