@@ -196,13 +196,21 @@ __device__ __forceinline__ void warp_scans(float (&v)[ITEMS][VEC], float (&lane_
 )";
 
 // A row strategy's kernel text; for a ragged row, its tile count spans the row shifted by up to VEC - 1
-// elements (kRaggedRowTiles).
-std::string Spanned(std::string body, bool ragged) {
+// elements (kRaggedRowTiles). The count is rewritten in the text, so a body whose count no longer reads as
+// expected is an error, not a kernel that silently misses the row's last elements.
+Result<std::string> Spanned(std::string body, bool ragged) {
   if (!ragged) return body;
+  int rewritten = 0;
   for (const char* unit : {"TILE", "CHUNK"}) {
     const std::string from = std::string("(LEN + ") + unit + " - 1) / " + unit;
     const size_t at = body.find(from);
-    if (at != std::string::npos) body.replace(at, from.size(), std::string("(LEN + VEC - 1 + ") + unit + " - 1) / " + unit);
+    if (at == std::string::npos) continue;
+    body.replace(at, from.size(), std::string("(LEN + VEC - 1 + ") + unit + " - 1) / " + unit);
+    ++rewritten;
+  }
+  if (rewritten != 1) {
+    return Internal("scan: a ragged row kernel must count its tiles once as (LEN + TILE - 1) / TILE or "
+                    "(LEN + CHUNK - 1) / CHUNK; found " + std::to_string(rewritten) + " such counts");
   }
   return body;
 }
@@ -446,8 +454,8 @@ class Scan final : public Family {
     c.entry_point = "kjit_scan";
     c.launch.block[0] = static_cast<uint32_t>(threads);
     switch (strategy) {
-      case kWarp:
-        src << "constexpr int LANES = 32;\n" << row_tiles << kRowScans << Spanned(R"(
+      case kWarp: {
+          KJIT_ASSIGN_OR_RETURN(const std::string body, Spanned(R"(
 constexpr long long TILE = 32LL * VEC * ITEMS;
 constexpr long long TILES = (LEN + TILE - 1) / TILE;
 extern "C" __global__ void __launch_bounds__(THREADS) kjit_scan(const in_t* __restrict__ x, out_t* __restrict__ y) {
@@ -481,11 +489,13 @@ extern "C" __global__ void __launch_bounds__(THREADS) kjit_scan(const in_t* __re
     }
   }
 }
-)", ragged);
+)", ragged));
+          src << "constexpr int LANES = 32;\n" << row_tiles << kRowScans << body;
+        }
         c.launch.grid[0] = static_cast<uint32_t>(CeilDiv(p.rows(), threads / 32));
         break;
-      case kBlock:
-        src << "constexpr int LANES = THREADS;\n" << row_tiles << kRowScans << Spanned(R"(
+      case kBlock: {
+          KJIT_ASSIGN_OR_RETURN(const std::string body, Spanned(R"(
 constexpr long long TILE = (long long)THREADS * VEC * ITEMS;
 constexpr long long TILES = (LEN + TILE - 1) / TILE;
 extern "C" __global__ void __launch_bounds__(THREADS) kjit_scan(const in_t* __restrict__ x, out_t* __restrict__ y) {
@@ -522,11 +532,13 @@ extern "C" __global__ void __launch_bounds__(THREADS) kjit_scan(const in_t* __re
     }
   }
 }
-)", ragged);
+)", ragged));
+          src << "constexpr int LANES = THREADS;\n" << row_tiles << kRowScans << body;
+        }
         c.launch.grid[0] = static_cast<uint32_t>(p.rows());
         break;
-      case kCluster:
-        src << "constexpr int LANES = THREADS;\n" << row_tiles << kRowScans << Spanned(R"(
+      case kCluster: {
+          KJIT_ASSIGN_OR_RETURN(const std::string body, Spanned(R"(
 // The row in chunks of CLUSTER tiles; block `rank` of the cluster scans tile
 // `rank` of each chunk. Every block folds the blocks' totals in rank order, so
 // all agree on the carry.
@@ -585,7 +597,9 @@ kjit_scan(const in_t* __restrict__ x, out_t* __restrict__ y) {
   __cluster_barrier_arrive();
   __cluster_barrier_wait();
 }
-)", ragged);
+)", ragged));
+          src << "constexpr int LANES = THREADS;\n" << row_tiles << kRowScans << body;
+        }
         c.launch.grid[0] = static_cast<uint32_t>(p.rows() * cluster);
         break;
       case kColumns:
