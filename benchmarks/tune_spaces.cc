@@ -33,6 +33,7 @@
 #include "kjit/evaluator/evaluator.h"
 #include "kjit/policy/design_space.h"
 #include "kjit/policy/learn/replay.h"
+#include "kjit/policy/reward.h"
 
 using namespace kjit;
 
@@ -440,6 +441,38 @@ static bool PointHas(const policy::Point& point, const PointFilter& want) {
   return true;
 }
 
+// --point-list: lines "<key hash>\t<point as PointToString writes it>[\t<label>]" (`kjit policy propose
+// --points-file` writes them); per key hash, its points in file order with their labels.
+struct ListedPoint {
+  policy::Point point;
+  std::string label;
+};
+static Result<std::map<std::string, std::vector<ListedPoint>>> ReadPointList(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return IOError("--point-list: cannot read " + path);
+  std::map<std::string, std::vector<ListedPoint>> listed;
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream fields(line);
+    std::string hash, point_text, label;
+    if (!std::getline(fields, hash, '\t') || !std::getline(fields, point_text, '\t')) {
+      return InvalidArgument("--point-list " + path + ":" + std::to_string(n) + ": not '<key hash>\\t<point>'");
+    }
+    std::getline(fields, label, '\t');
+    auto filter = ParsePointFilter(point_text);
+    if (!filter.ok()) return filter.status().WithContext(path + ":" + std::to_string(n));
+    ListedPoint lp;
+    for (const auto& [name, values] : *filter) {
+      if (values.size() != 1) return InvalidArgument(path + ":" + std::to_string(n) + ": one value per knob");
+      lp.point[name] = values[0];
+    }
+    lp.label = label;
+    listed[hash].push_back(std::move(lp));
+  }
+  return listed;
+}
+
 int main(int argc, char** argv) {
   CLI::App app{"Measure kjit's design spaces through the evaluator (needs a GPU)."};
   int verify = 0, max_points = 0, skip = 0, finalists = 3, climb_rounds = 4;
@@ -474,6 +507,12 @@ int main(int argc, char** argv) {
         const auto parsed = ParsePointFilter(text);
         return parsed.ok() ? std::string() : parsed.status().ToString();
       });
+  std::string point_list;
+  app.add_option("--point-list", point_list,
+                 "--search measures only these points (and the expert default) of the keys listed, from any key list "
+                 "(samples, headroom, more): lines '<key hash>\\t<point>[\\t<label>]' as `kjit policy propose "
+                 "--points-file` writes them; each is fully verified and timed and judged against the default as the "
+                 "cache judges a kernel");
   app.add_option("--seed", seed, "for --verify's choice of pairs")->capture_default_str();
   app.add_option("--skip", skip, "skip the first N evaluations (to get past a fault)");
   app.add_option("--cache", cache_path, "also store every measurement in this kernel cache's measurement history "
@@ -485,6 +524,15 @@ int main(int argc, char** argv) {
                "split for the RL policy (training, validation, held out), and exit; needs no GPU");
   CLI11_PARSE(app, argc, argv);
   const PointFilter want = ParsePointFilter(point_filter).value();  // checked by the option
+  std::map<std::string, std::vector<ListedPoint>> listed;
+  if (!point_list.empty()) {
+    auto read = ReadPointList(point_list);
+    if (!read.ok()) {
+      std::fprintf(stderr, "tune_spaces: %s\n", read.status().ToString().c_str());
+      return 2;
+    }
+    listed = std::move(*read);
+  }
   // A run may be cut off (a fault, a time limit): every line must already be out.
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
 
@@ -583,6 +631,65 @@ int main(int argc, char** argv) {
         if (lost()) return 1;
       }
       std::printf("%d of %d verified\n", passed, verify);
+    }
+    if (search && !point_list.empty()) {
+      // The listed points of this family's keys in any key list, each fully verified and timed after the expert
+      // default in the same run, and judged against it as the cache judges a kernel against PyTorch (Accept).
+      std::vector<std::pair<OpKey, std::unique_ptr<policy::Problem>>> keys;
+      std::set<std::string> hashes;
+      for (const char* from : {"samples", "headroom", "more"}) {
+        for (auto& [key, problem] : SearchKeys(*f, from, key_contains)) {
+          const std::string hash = key.Hash().ToHex();
+          if (listed.count(hash) && hashes.insert(hash).second) keys.emplace_back(key, std::move(problem));
+        }
+      }
+      std::printf("\n### %s: listed points against the expert default (%zu keys)\n\n| key | point | label | us | iqr us "
+                  "| vs default |\n|---|---|---|---:|---:|---|\n",
+                  std::string(f->name()).c_str(), keys.size());
+      for (auto& [key, problem] : keys) {
+        const policy::Point def = f->ExpertDefault(*problem, device);
+        std::vector<ListedPoint> points{{def, "expert default"}};
+        for (const ListedPoint& lp : listed.at(key.Hash().ToHex())) {
+          auto same = std::find_if(points.begin(), points.end(), [&](const ListedPoint& q) { return q.point == lp.point; });
+          if (same != points.end()) {
+            same->label += ", " + lp.label;
+          } else if (auto ok = f->Check(*problem, lp.point, device); !ok.ok()) {
+            std::printf("<!-- %s %s (%s): not valid: %s -->\n", problem->description.c_str(),
+                        policy::PointToString(lp.point).c_str(), lp.label.c_str(), ok.ToString().c_str());
+          } else {
+            points.push_back(lp);
+          }
+        }
+        std::fprintf(stderr, "[listed] %s: %zu points\n", problem->description.c_str(), points.size());
+        double def_us = 0, def_iqr = 0;
+        for (const ListedPoint& lp : points) {
+          auto c = f->Generate(*problem, lp.point, device);
+          if (!c.ok()) continue;
+          const daemon::Verdict v = Evaluate(e, key, *c, ++id);
+          Record(out, db.get(), *f, key, lp.point, v, /*screened=*/false);
+          if (lost()) return 1;
+          std::string verdict = v.outcome;
+          if (v.outcome == "verified") {
+            if (&lp == &points.front()) {
+              def_us = v.timing.median_us;
+              def_iqr = v.timing.spread_us;
+              verdict = "-";
+            } else if (def_us <= 0) {
+              verdict = "faster (the default failed)";
+            } else {
+              verdict = policy::Accept(v.timing.median_us, v.timing.spread_us, def_us, def_iqr)   ? "faster"
+                        : policy::Accept(def_us, def_iqr, v.timing.median_us, v.timing.spread_us) ? "slower"
+                                                                                                  : "tie";
+            }
+          } else {
+            ++failures;
+          }
+          std::printf("| %s | %s | %s | %.2f | %.2f | %s |\n", problem->description.c_str(),
+                      policy::PointToString(lp.point).c_str(), lp.label.c_str(), v.timing.median_us, v.timing.spread_us,
+                      verdict.c_str());
+        }
+      }
+      continue;
     }
     if (search) {
       std::printf("\n### %s: search (%s keys)\n\nEvery point is screened (one input set, short timing); the "

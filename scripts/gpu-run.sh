@@ -142,6 +142,14 @@ if [[ "${KJIT_GPU_RUN_TUNE:-0}" == 1 ]]; then
       --dataset "$tune/$fam-search.jsonl" > "$tune/$fam-search.md" 2>"$tune/$fam-search.err"
     note "search $fam: rc=$?"
   done
+  # KJIT_TUNE_POINT_LIST=FILE (lines "<key hash>\t<point>\t<label>", `kjit policy propose --points-file`):
+  # each listed point and its key's expert default fully verified and timed in the same run, judged as the
+  # cache judges a kernel (the policy's zero-shot proposals over the whole space against the expert default).
+  if [[ "$steps" == *" listed "* && -n "${KJIT_TUNE_POINT_LIST:-}" ]]; then
+    timeout "${KJIT_TUNE_LISTED_S:-540}" "$build/benchmarks/kjit_tune_spaces" --search --point-list "$KJIT_TUNE_POINT_LIST" \
+      --dataset "$tune/listed.jsonl" > "$tune/listed.md" 2>"$tune/listed.err"
+    note "listed points: rc=$? $(grep -c '| faster |' "$tune/listed.md") faster, $(grep -c '| tie |' "$tune/listed.md") ties, $(grep -c '| slower |' "$tune/listed.md") slower"
+  fi
   cat "$tune"/*-search.md "$tune/torch-baselines.md" > "$OUT/tune.md" 2>/dev/null
   tar -C /tmp -czf "$OUT/tune.tar.gz" kjit-tune
 fi

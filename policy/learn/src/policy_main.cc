@@ -11,7 +11,9 @@
 
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
+#include <random>
 
 #include "kjit/policy/learn/online.h"
 #include "kjit/policy/learn/train.h"
@@ -216,6 +218,61 @@ int RunOnline(const std::string& cache_path, const std::string& endpoint, int li
 
 }  // namespace
 
+// `kjit policy propose`: what the policy would try first on each key if the key were new to kjitd.
+static int RunPropose(const Loaded& loaded, const Common& common, const std::string& points_file) {
+  auto cache = OpenCache(common.cache_path, false);
+  if (!cache.ok()) return Fail(cache.status());
+  auto agent = LoadPolicy(**cache);
+  if (!agent.ok()) return Fail(agent.status().WithContext("no policy (run `kjit policy train` first)"));
+  std::vector<const ReplayTask*> tasks;
+  if (common.split == "validation") {
+    tasks = loaded.validation;
+  } else {
+    if (common.split != "train") tasks.insert(tasks.end(), loaded.heldout.begin(), loaded.heldout.end());
+    if (common.split != "heldout") tasks.insert(tasks.end(), loaded.train.begin(), loaded.train.end());
+  }
+  std::ofstream out;
+  if (!points_file.empty()) {
+    out.open(points_file, std::ios::trunc);
+    if (!out) return Fail(kjit::IOError("cannot write " + points_file));
+  }
+  std::printf("policy %s: first proposals over every valid point\n\n| key | valid points | proposal | measured | its us "
+              "| expert us | the replay's first proposal |\n|---|---:|---|---|---:|---:|---|\n",
+              (*agent)->version().c_str());
+  int measured = 0, same_as_replay = 0, expert = 0;
+  std::mt19937_64 rng(1);
+  for (const ReplayTask* t : tasks) {
+    auto live = MakeLiveTask(t->key, kjit::policy::DeviceFacts::H200(), t->baseline_us, t->floor_us);
+    if (!live.ok()) return Fail(live.status().WithContext(t->key_text));
+    ReplayEpisode episode(*live, 1);
+    auto index = (*agent)->Propose(episode, /*greedy=*/true, rng);
+    if (!index.ok()) return Fail(index.status().WithContext(t->key_text));
+    const kjit::policy::Point& point = live->points[static_cast<size_t>(*index)].point;
+    const int in_replay = t->IndexOf(point);
+    ReplayEpisode replay_episode(*t, 1);
+    auto replay_index = (*agent)->Propose(replay_episode, /*greedy=*/true, rng);
+    const bool same = replay_index.ok() && *replay_index == in_replay && in_replay >= 0;
+    measured += in_replay >= 0;
+    same_as_replay += same;
+    expert += *index == live->expert_index;
+    auto us = [](const ReplayTask& task, int i) {
+      if (i < 0 || task.points[static_cast<size_t>(i)].outcome != kjit::policy::Outcome::kVerified) return std::string("-");
+      char b[32];
+      std::snprintf(b, sizeof b, "%.2f", task.points[static_cast<size_t>(i)].time_us);
+      return std::string(b);
+    };
+    std::printf("| `%s` | %zu | %s%s | %s | %s | %s | %s |\n", t->key_text.c_str(), live->points.size(),
+                kjit::policy::PointToString(point).c_str(), *index == live->expert_index ? " (expert)" : "",
+                in_replay >= 0 ? "yes" : "no", us(*t, in_replay).c_str(), us(*t, t->expert_index).c_str(),
+                same ? "the same" : replay_index.ok() ? kjit::policy::PointToString(t->points[*replay_index].point).c_str()
+                                                       : "-");
+    if (out) out << t->key_hash << "\t" << kjit::policy::PointToString(point) << "\t" << (*agent)->version() << "\n";
+  }
+  std::printf("\n%zu keys: the proposal was measured on %d (the replay proposes the same point on %d), is the expert "
+              "default on %d\n", tasks.size(), measured, same_as_replay, expert);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   CLI::App app{"kjit policy: train and evaluate the RL policy that chooses design points, from the measured "
                "datasets (replay; no GPU needed)"};
@@ -321,6 +378,18 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
 
+  std::string propose_points_file;
+  auto* propose = app.add_subcommand(
+      "propose", "The policy's first proposal (its mode, as an online episode makes it) over each key's whole valid "
+                 "space, not only the measured points replay offers; says whether the datasets measured it");
+  AddCommon(propose, common);
+  propose->add_option("--split", common.split, "Keys to propose for")
+      ->check(CLI::IsMember({"heldout", "train", "validation", "all"}))
+      ->capture_default_str();
+  propose->add_option("--points-file", propose_points_file,
+                      "Write one line per key: its hash, the proposal and the policy's version, tab-separated "
+                      "(`kjit_tune_spaces --search --point-list` measures them beside the expert default)");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -362,6 +431,8 @@ int main(int argc, char** argv) {
                 report.checkpoints_saved);
     return 0;
   }
+
+  if (*propose) return RunPropose(*loaded, common, propose_points_file);
 
   if (*eval) {
     std::unique_ptr<Agent> agent;
