@@ -21,9 +21,10 @@
 namespace kjit::policy::learn {
 namespace {
 
-// 2: the trials feature on a fixed scale (1: a share of the episode's budget); same layout, other meaning,
-// so format-1 checkpoints are set aside.
-constexpr int kFormatVersion = 2;
+// 2: the trials feature on a fixed scale (1: a share of the episode's budget); 3: the state counts the key's
+// valid space (ReplayTask::space_points), not the action set. Same layout, other meaning each time, so older
+// checkpoints are set aside.
+constexpr int kFormatVersion = 3;
 constexpr std::string_view kMagic = "KJIT-RL-POLICY\n";
 constexpr int kEpisodeFeatures = 9;
 constexpr int kValueFeatures = 7;
@@ -82,6 +83,10 @@ void AppendState(const ReplayEpisode& ep, StateRows& rows) {
   const bool any_verified = ep.best_index() >= 0;
   const double best_roofline =
       any_verified && task.floor_us > 0 ? task.floor_us / ep.best_time_us() : 0.0;
+  // The space's counts where the task has them (ReplayTask::space_points: the same state in replay and online),
+  // else the action set's.
+  const bool counted = task.space_points > 0 && task.space_value_counts.size() == task.space.knobs.size();
+  const double space = counted ? static_cast<double>(task.space_points) : static_cast<double>(task.points.size());
   const float episode[kEpisodeFeatures] = {
       // Trials on a fixed scale, not a share of the budget: training episodes (16 trials) and evaluation
       // episodes (64) must show the policy the same feature at the same step.
@@ -92,8 +97,8 @@ void AppendState(const ReplayEpisode& ep, StateRows& rows) {
       static_cast<float>(best_roofline),
       static_cast<float>(failures) / static_cast<float>(trials + 1),
       hist.empty() ? 0.f : static_cast<float>(hist.back().reward / 5),
-      static_cast<float>(ep.untried_count()) / static_cast<float>(task.points.size()),
-      static_cast<float>(std::log2(task.points.size() + 1.0) / 10),
+      static_cast<float>(std::max(space - trials, 0.0) / space),
+      static_cast<float>(std::log2(space + 1.0) / 10),
   };
   rows.x.insert(rows.x.end(), episode, episode + kEpisodeFeatures);
 
@@ -111,11 +116,17 @@ void AppendState(const ReplayEpisode& ep, StateRows& rows) {
         best[v] = std::max(best[v], r.reward);
       }
     }
-    for (size_t p = 0; p < task.points.size(); ++p) {
-      if (!ep.tried(static_cast<int>(p))) avail[task.points[p].value_index[k]] += 1;
+    if (counted) {
+      // The space's points with each value that were not tried (every tried point is one of them).
+      // (Sampled counts may fall below the tried ones.)
+      for (size_t v = 0; v < d; ++v) avail[v] = std::max(0.0, static_cast<double>(task.space_value_counts[k][v]) - count[v]);
+    } else {
+      for (size_t p = 0; p < task.points.size(); ++p) {
+        if (!ep.tried(static_cast<int>(p))) avail[task.points[p].value_index[k]] += 1;
+      }
     }
     const int best_value = any_verified ? task.points[ep.best_index()].value_index[k] : -1;
-    const double untried = std::max(ep.untried_count(), 1);
+    const double untried = std::max<double>(space - trials, 1);
     for (size_t v = 0; v < d; ++v) {
       const bool has = best[v] > -1e8;
       rows.vf[k].push_back(static_cast<float>(count[v] / std::max(trials, 1)));

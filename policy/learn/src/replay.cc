@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <random>
 #include <set>
 #include <sstream>
 
@@ -420,6 +421,7 @@ Result<std::vector<ReplayTask>> LoadDatasets(const std::vector<std::string>& fil
       continue;
     }
     task.features = TaskFeatures(task.key, *task.family, task.floor_us, device);
+    CountSpace(task, device);
     report.stale_codegen_tasks += task.stale_codegen;
     tasks.push_back(std::move(task));
   }
@@ -476,6 +478,10 @@ Result<TrialResult> ReplayEpisode::Observe(int index, Outcome outcome, double ti
   return r;
 }
 
+// CountSpace: products of the knobs' domains up to this size are enumerated; larger ones sampled.
+constexpr double kCountSpaceExactly = 1 << 18;
+constexpr int64_t kCountSpaceSamples = 1 << 15;
+
 Result<ReplayTask> MakeLiveTask(const OpKey& key, const DeviceFacts& device, double baseline_us, double floor_us) {
   KJIT_ASSIGN_OR_RETURN(Match match, FindFamily(key));
   ReplayTask task;
@@ -510,7 +516,67 @@ Result<ReplayTask> MakeLiveTask(const OpKey& key, const DeviceFacts& device, dou
     task.expert_values.push_back(v == knob.values.end() ? -1 : static_cast<int>(v - knob.values.begin()));
   }
   task.features = TaskFeatures(task.key, *task.family, task.floor_us, device);
+  task.space_points = static_cast<int64_t>(task.points.size());
+  task.space_value_counts.assign(task.space.knobs.size(), {});
+  for (size_t k = 0; k < task.space.knobs.size(); ++k) {
+    task.space_value_counts[k].assign(task.space.knobs[k].values.size(), 0);
+    for (const MeasuredPoint& mp : task.points) ++task.space_value_counts[k][static_cast<size_t>(mp.value_index[k])];
+  }
   return task;
+}
+
+void CountSpace(ReplayTask& task, const DeviceFacts& device) {
+  const size_t knobs = task.space.knobs.size();
+  task.space_points = 0;
+  task.space_value_counts.assign(knobs, {});
+  double product = 1;
+  for (size_t k = 0; k < knobs; ++k) {
+    task.space_value_counts[k].assign(task.space.knobs[k].values.size(), 0);
+    product *= static_cast<double>(task.space.knobs[k].values.size());
+  }
+  if (product <= kCountSpaceExactly) {
+    for (const Point& point : ValidPoints(*task.family, *task.problem, device)) {
+      std::vector<size_t> index;
+      for (const auto& knob : task.space.knobs) {
+        auto it = point.find(knob.name);
+        auto v = it == point.end() ? knob.values.end() : std::find(knob.values.begin(), knob.values.end(), it->second);
+        if (v == knob.values.end()) break;
+        index.push_back(static_cast<size_t>(v - knob.values.begin()));
+      }
+      if (index.size() != knobs) continue;  // as MakeLiveTask: a point outside the space's domains
+      ++task.space_points;
+      for (size_t k = 0; k < knobs; ++k) ++task.space_value_counts[k][index[k]];
+    }
+    return;
+  }
+  // Larger products (matmul's, up to millions of points: Check on each took ~2 s a key) are sampled: uniform
+  // points of the product, seeded by the key, their valid share scaled to the product. The state reads the
+  // counts as shares of the untried points, which the sample gives to ~1%.
+  uint64_t seed = 0;
+  for (char c : task.key_hash.substr(0, 16)) seed = seed * 131 + static_cast<unsigned char>(c);
+  std::mt19937_64 rng(seed);
+  std::vector<std::vector<int64_t>> hits(knobs);
+  for (size_t k = 0; k < knobs; ++k) hits[k].assign(task.space.knobs[k].values.size(), 0);
+  int64_t valid = 0;
+  Point point;
+  std::vector<size_t> index(knobs);
+  for (int64_t s = 0; s < kCountSpaceSamples; ++s) {
+    for (size_t k = 0; k < knobs; ++k) {
+      const auto& values = task.space.knobs[k].values;
+      index[k] = static_cast<size_t>(rng() % values.size());
+      point[task.space.knobs[k].name] = values[index[k]];
+    }
+    if (!task.family->Check(*task.problem, point, device).ok()) continue;
+    ++valid;
+    for (size_t k = 0; k < knobs; ++k) ++hits[k][index[k]];
+  }
+  const double scale = product / static_cast<double>(kCountSpaceSamples);
+  task.space_points = std::max<int64_t>(1, std::llround(static_cast<double>(valid) * scale));
+  for (size_t k = 0; k < knobs; ++k) {
+    for (size_t v = 0; v < hits[k].size(); ++v) {
+      task.space_value_counts[k][v] = std::llround(static_cast<double>(hits[k][v]) * scale);
+    }
+  }
 }
 
 // ----------------------------------------------------------------- searchers

@@ -7,10 +7,12 @@
 // floor, device facts) and episode features: trials so far, whether
 // anything verified yet, the best reward so far (log speedup over PyTorch) and
 // roofline fraction (floor / time), the failure rate, the last reward, how much
-// of the action set is left. And per value of every knob: how often points
+// of the key's valid space is left. And per value of every knob: how often points
 // with that value were tried, their failures, their best reward against the
-// best so far, whether the best point has it, how many untried points have
-// it, and whether it is the family's expert default (known without measuring).
+// best so far, whether the best point has it, what share of the key's untried
+// valid points have it (counted over the whole valid space, not the measured
+// action set: ReplayTask::space_points), and whether it is the family's expert
+// default (known without measuring).
 // These per-value features enter that value's logit directly through one small
 // network shared by all knobs and families, which is what lets the policy
 // revise ("threads=512 was good, vec=1 failed") in a space of any shape.

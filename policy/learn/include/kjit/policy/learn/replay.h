@@ -79,6 +79,14 @@ struct ReplayTask {
   std::vector<int> expert_values;
   int oracle_index = -1;              // the fastest verified point, -1 if none verified
   std::vector<float> features;        // TaskFeatureNames() order
+  // The key's whole valid space, as the policy's state counts it (CountSpace): its number of valid points and,
+  // per knob, how many of them have each value. Online (MakeLiveTask) the action set is that space; in replay
+  // it is the measured subset, whose make-up tells where the search that measured it found fast points (its
+  // points crowd there): counted from the action set, the policy would learn from that and meet other counts
+  // online. Products of the domains over 2^18 points are sampled (2^15 points), so the counts are estimates
+  // there. 0 / empty: the state counts the action set (tasks built by hand, e.g. in tests).
+  int64_t space_points = 0;
+  std::vector<std::vector<int64_t>> space_value_counts;  // [knob][value index]
 
   double oracle_us() const {
     return oracle_index < 0 ? std::numeric_limits<double>::infinity() : points[oracle_index].time_us;
@@ -131,6 +139,8 @@ Result<std::vector<ReplayTask>> LoadDatasets(const std::vector<std::string>& fil
 // family's space, none measured (the episode's trials are observed, ReplayEpisode::Observe); the
 // expert default is located in it; oracle_index stays -1.
 Result<ReplayTask> MakeLiveTask(const OpKey& key, const DeviceFacts& device, double baseline_us, double floor_us);
+// Fills task.space_points and task.space_value_counts from the family's valid points for the task's problem.
+void CountSpace(ReplayTask& task, const DeviceFacts& device);
 // Every *-h200.jsonl file in a directory, sorted.
 Result<std::vector<std::string>> DatasetFiles(const std::string& directory);
 // policy/datasets in the source tree this binary was built from.
