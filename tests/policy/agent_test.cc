@@ -279,9 +279,12 @@ TEST(Agent, CorruptOrIncompatibleCheckpointsAreSetAsideAndTrainingResumesFromThe
   // Newer than the good one: a truncated blob, garbage, and one from an incompatible policy format.
   // Their checksums hold (they were stored like this), so only loading them can tell.
   std::string incompatible = good;
-  const std::string format = "\"format\":2";
-  ASSERT_NE(incompatible.find(format), std::string::npos);
-  incompatible.replace(incompatible.find(format), format.size(), "\"format\":9");
+  const std::string format = "\"format\":";
+  const size_t at = incompatible.find(format);
+  ASSERT_NE(at, std::string::npos);
+  const size_t digits = incompatible.find_first_not_of("0123456789", at + format.size());
+  ASSERT_GT(digits, at + format.size()) << "no format number";
+  incompatible.replace(at, digits - at, "\"format\":9");
   for (const std::string& blob : {good.substr(0, good.size() / 2), std::string("not a policy"), incompatible}) {
     ASSERT_TRUE((*cache)->PutCheckpoint(BadCheckpoint(blob)).ok());
   }
