@@ -4,7 +4,9 @@
 
 #include <cmath>
 #include <set>
+#include <string>
 
+#include "kjit/policy/design_space.h"
 #include "kjit/policy/learn/replay.h"
 
 namespace kjit::policy::learn {
@@ -209,6 +211,50 @@ TEST(Replay, ObservedTrialsCountLikeReplayedOnes) {
   ASSERT_TRUE(r.ok());
   EXPECT_NEAR(r->reward, std::log(2.0), 1e-9);
   EXPECT_EQ(episode.best_index(), 1);
+}
+
+// The state counts a key's valid space the same way in replay (CountSpace) as online, where the action set
+// is that space (MakeLiveTask): exactly where the knobs' product is enumerated (softmax), to within the
+// sampling error where it is sampled (matmul's product is millions of points, ~2% of them valid, so 2^15
+// samples give ~500 valid ones: a value's share is off by up to ~0.07 on this key, 3 standard deviations;
+// the bounds below are ~4.5).
+TEST(Replay, CountSpaceAgreesWithTheLiveActionSet) {
+  const DeviceFacts device = DeviceFacts::H200();
+  for (const char* family : {"softmax", "matmul"}) {
+    const Family* f = nullptr;
+    for (const Family* g : Families()) {
+      if (g->name() == family) f = g;
+    }
+    ASSERT_NE(f, nullptr) << family;
+    const OpKey key = f->SampleKeys().front();
+    auto live = MakeLiveTask(key, device, 100, 10);
+    ASSERT_TRUE(live.ok()) << live.status().ToString();
+    ReplayTask counted = *live;
+    counted.space_points = 0;
+    counted.space_value_counts.clear();
+    CountSpace(counted, device);
+    const bool sampled = std::string(family) == "matmul";
+    double product = 1;
+    for (const auto& knob : live->space.knobs) product *= static_cast<double>(knob.values.size());
+    if (sampled) {
+      ASSERT_GT(product, 1 << 18) << "matmul's sample key no longer takes the sampled path";
+    }
+    ASSERT_EQ(counted.space_value_counts.size(), live->space.knobs.size());
+    if (!sampled) {
+      EXPECT_EQ(counted.space_points, live->space_points);
+      EXPECT_EQ(counted.space_value_counts, live->space_value_counts);
+      continue;
+    }
+    const double exact = static_cast<double>(live->space_points);
+    EXPECT_NEAR(static_cast<double>(counted.space_points) / exact, 1.0, 0.2) << family;
+    for (size_t k = 0; k < live->space.knobs.size(); ++k) {
+      for (size_t v = 0; v < live->space_value_counts[k].size(); ++v) {
+        EXPECT_NEAR(static_cast<double>(counted.space_value_counts[k][v]) / static_cast<double>(counted.space_points),
+                    static_cast<double>(live->space_value_counts[k][v]) / exact, 0.1)
+            << family << " knob " << live->space.knobs[k].name << " value " << live->space.knobs[k].values[v];
+      }
+    }
+  }
 }
 
 }  // namespace
