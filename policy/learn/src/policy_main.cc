@@ -219,7 +219,7 @@ int RunOnline(const std::string& cache_path, const std::string& endpoint, int li
 }  // namespace
 
 // `kjit policy propose`: what the policy would try first on each key if the key were new to kjitd.
-static int RunPropose(const Loaded& loaded, const Common& common, const std::string& points_file) {
+static int RunPropose(const Loaded& loaded, const Common& common, const std::string& points_file, int limit) {
   auto cache = OpenCache(common.cache_path, false);
   if (!cache.ok()) return Fail(cache.status());
   auto agent = LoadPolicy(**cache);
@@ -231,6 +231,7 @@ static int RunPropose(const Loaded& loaded, const Common& common, const std::str
     if (common.split != "train") tasks.insert(tasks.end(), loaded.heldout.begin(), loaded.heldout.end());
     if (common.split != "heldout") tasks.insert(tasks.end(), loaded.train.begin(), loaded.train.end());
   }
+  if (limit > 0 && static_cast<int>(tasks.size()) > limit) tasks.resize(static_cast<size_t>(limit));
   std::ofstream out;
   if (!points_file.empty()) {
     out.open(points_file, std::ios::trunc);
@@ -386,6 +387,10 @@ int main(int argc, char** argv) {
   propose->add_option("--split", common.split, "Keys to propose for")
       ->check(CLI::IsMember({"heldout", "train", "validation", "all"}))
       ->capture_default_str();
+  int propose_limit = 0;
+  propose->add_option("--limit", propose_limit, "At most this many keys, in the datasets' order (0: all)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   propose->add_option("--points-file", propose_points_file,
                       "Write one line per key: its hash, the proposal and the policy's version, tab-separated "
                       "(`kjit_tune_spaces --search --point-list` measures them beside the expert default)");
@@ -432,7 +437,7 @@ int main(int argc, char** argv) {
     return 0;
   }
 
-  if (*propose) return RunPropose(*loaded, common, propose_points_file);
+  if (*propose) return RunPropose(*loaded, common, propose_points_file, propose_limit);
 
   if (*eval) {
     std::unique_ptr<Agent> agent;
