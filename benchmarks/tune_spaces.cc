@@ -33,7 +33,6 @@
 #include "kjit/evaluator/evaluator.h"
 #include "kjit/policy/design_space.h"
 #include "kjit/policy/learn/replay.h"
-#include "kjit/policy/reward.h"
 
 using namespace kjit;
 
@@ -664,7 +663,7 @@ int main(int argc, char** argv) {
     }
     if (search && !point_list.empty()) {
       // The listed points of this family's keys in any key list, each fully verified and timed after the expert
-      // default in the same run, and judged against it as the cache judges a kernel against PyTorch (Accept).
+      // default in the same run, and judged against it as the cache judges a kernel against PyTorch (CompareTimes).
       std::vector<std::pair<OpKey, std::unique_ptr<policy::Problem>>> keys;
       std::set<std::string> hashes;
       for (const char* from : {"samples", "headroom", "more"}) {
@@ -707,9 +706,8 @@ int main(int argc, char** argv) {
             } else if (def_us <= 0) {
               verdict = "faster (the default failed)";
             } else {
-              verdict = policy::Accept(v.timing.median_us, v.timing.spread_us, def_us, def_iqr)   ? "faster"
-                        : policy::Accept(def_us, def_iqr, v.timing.median_us, v.timing.spread_us) ? "slower"
-                                                                                                  : "tie";
+              verdict = policy::learn::VersusExpertName(
+                  policy::learn::CompareTimes(v.timing.median_us, v.timing.spread_us, def_us, def_iqr));
             }
           } else {
             ++failures;

@@ -218,19 +218,22 @@ int RunOnline(const std::string& cache_path, const std::string& endpoint, int li
 
 }  // namespace
 
+// The keys of a split (--split): held-out, then training keys for "all".
+static std::vector<const ReplayTask*> TasksOfSplit(const Loaded& loaded, const std::string& split) {
+  if (split == "validation") return loaded.validation;
+  std::vector<const ReplayTask*> tasks;
+  if (split != "train") tasks.insert(tasks.end(), loaded.heldout.begin(), loaded.heldout.end());
+  if (split != "heldout") tasks.insert(tasks.end(), loaded.train.begin(), loaded.train.end());
+  return tasks;
+}
+
 // `kjit policy propose`: what the policy would try first on each key if the key were new to kjitd.
 static int RunPropose(const Loaded& loaded, const Common& common, const std::string& points_file, int limit) {
   auto cache = OpenCache(common.cache_path, false);
   if (!cache.ok()) return Fail(cache.status());
   auto agent = LoadPolicy(**cache);
   if (!agent.ok()) return Fail(agent.status().WithContext("no policy (run `kjit policy train` first)"));
-  std::vector<const ReplayTask*> tasks;
-  if (common.split == "validation") {
-    tasks = loaded.validation;
-  } else {
-    if (common.split != "train") tasks.insert(tasks.end(), loaded.heldout.begin(), loaded.heldout.end());
-    if (common.split != "heldout") tasks.insert(tasks.end(), loaded.train.begin(), loaded.train.end());
-  }
+  std::vector<const ReplayTask*> tasks = TasksOfSplit(loaded, common.split);
   if (limit > 0 && static_cast<int>(tasks.size()) > limit) tasks.resize(static_cast<size_t>(limit));
   std::ofstream out;
   if (!points_file.empty()) {
@@ -451,13 +454,7 @@ int main(int argc, char** argv) {
       agent = std::move(*a);
       std::fprintf(stderr, "policy %s from %s\n", agent->version().c_str(), (*cache)->path().c_str());
     }
-    std::vector<const ReplayTask*> tasks;
-    if (common.split == "validation") {
-      tasks = loaded->validation;
-    } else {
-      if (common.split != "train") tasks.insert(tasks.end(), loaded->heldout.begin(), loaded->heldout.end());
-      if (common.split != "heldout") tasks.insert(tasks.end(), loaded->train.begin(), loaded->train.end());
-    }
+    std::vector<const ReplayTask*> tasks = TasksOfSplit(*loaded, common.split);
     if (tasks.empty()) return Fail(kjit::NotFound("no keys in the " + common.split + " split"));
     std::vector<int> ks;
     try {

@@ -18,6 +18,37 @@ namespace {
 
 double Log2p(double v) { return std::log2(std::max(v, 0.0) + 1.0); }
 
+// The index of the point's value of `knob` in the knob's domain; -1 if the point has no such knob or a value
+// outside the domain.
+int ValueIndex(const Knob& knob, const Point& point) {
+  auto it = point.find(knob.name);
+  if (it == point.end()) return -1;
+  auto v = std::find(knob.values.begin(), knob.values.end(), it->second);
+  return v == knob.values.end() ? -1 : static_cast<int>(v - knob.values.begin());
+}
+
+// Every knob's ValueIndex, in space order; empty if any is -1 (the point is outside the space's domains).
+std::vector<int> ValueIndices(const Space& space, const Point& point) {
+  std::vector<int> index;
+  for (const auto& knob : space.knobs) {
+    const int v = ValueIndex(knob, point);
+    if (v < 0) return {};
+    index.push_back(v);
+  }
+  return index;
+}
+
+// ReplayTask::space_points and space_value_counts, zeroed for the task's space; AddToSpace counts one point.
+void ClearSpaceCounts(ReplayTask& task) {
+  task.space_points = 0;
+  task.space_value_counts.assign(task.space.knobs.size(), {});
+  for (size_t k = 0; k < task.space.knobs.size(); ++k) task.space_value_counts[k].assign(task.space.knobs[k].values.size(), 0);
+}
+void AddToSpace(ReplayTask& task, const std::vector<int>& value_index) {
+  ++task.space_points;
+  for (size_t k = 0; k < value_index.size(); ++k) ++task.space_value_counts[k][static_cast<size_t>(value_index[k])];
+}
+
 double Median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -361,22 +392,9 @@ Result<std::vector<ReplayTask>> LoadDatasets(const std::vector<std::string>& fil
       }
       MeasuredPoint mp;
       mp.point = point;
-      // Knob values to domain indices; a point outside the domains is invalid today.
-      bool in_domain = point.size() == task.space.knobs.size();
-      for (const auto& knob : task.space.knobs) {
-        auto it = point.find(knob.name);
-        if (it == point.end()) {
-          in_domain = false;
-          break;
-        }
-        auto v = std::find(knob.values.begin(), knob.values.end(), it->second);
-        if (v == knob.values.end()) {
-          in_domain = false;
-          break;
-        }
-        mp.value_index.push_back(static_cast<int>(v - knob.values.begin()));
-      }
-      if (!in_domain) {
+      // Knob values to domain indices; a point outside the domains (or with knobs the space lacks) is invalid today.
+      mp.value_index = ValueIndices(task.space, point);
+      if (point.size() != task.space.knobs.size() || mp.value_index.empty()) {
         ++report.points_invalid_now;
         continue;
       }
@@ -404,11 +422,7 @@ Result<std::vector<ReplayTask>> LoadDatasets(const std::vector<std::string>& fil
     }
     const Point expert = task.family->ExpertDefault(*task.problem, device);
     task.expert_index = task.IndexOf(expert);
-    for (const auto& knob : task.space.knobs) {
-      auto it = expert.find(knob.name);
-      auto v = it == expert.end() ? knob.values.end() : std::find(knob.values.begin(), knob.values.end(), it->second);
-      task.expert_values.push_back(v == knob.values.end() ? -1 : static_cast<int>(v - knob.values.begin()));
-    }
+    for (const auto& knob : task.space.knobs) task.expert_values.push_back(ValueIndex(knob, expert));
     for (size_t i = 0; i < task.points.size(); ++i) {
       const auto& p = task.points[i];
       if (p.outcome == Outcome::kVerified &&
@@ -497,55 +511,30 @@ Result<ReplayTask> MakeLiveTask(const OpKey& key, const DeviceFacts& device, dou
   task.floor_us = floor_us;
   for (Point& point : ValidPoints(*task.family, *task.problem, device)) {
     MeasuredPoint mp;
-    for (const auto& knob : task.space.knobs) {
-      auto it = point.find(knob.name);
-      auto v = it == point.end() ? knob.values.end() : std::find(knob.values.begin(), knob.values.end(), it->second);
-      if (v == knob.values.end()) break;
-      mp.value_index.push_back(static_cast<int>(v - knob.values.begin()));
-    }
-    if (mp.value_index.size() != task.space.knobs.size()) continue;
+    mp.value_index = ValueIndices(task.space, point);
+    if (mp.value_index.empty()) continue;
     mp.point = std::move(point);
     task.points.push_back(std::move(mp));
   }
   if (task.points.empty()) return NotFound("no valid point for " + task.key_text);
   const Point expert = task.family->ExpertDefault(*task.problem, device);
   task.expert_index = task.IndexOf(expert);
-  for (const auto& knob : task.space.knobs) {
-    auto it = expert.find(knob.name);
-    auto v = it == expert.end() ? knob.values.end() : std::find(knob.values.begin(), knob.values.end(), it->second);
-    task.expert_values.push_back(v == knob.values.end() ? -1 : static_cast<int>(v - knob.values.begin()));
-  }
+  for (const auto& knob : task.space.knobs) task.expert_values.push_back(ValueIndex(knob, expert));
   task.features = TaskFeatures(task.key, *task.family, task.floor_us, device);
-  task.space_points = static_cast<int64_t>(task.points.size());
-  task.space_value_counts.assign(task.space.knobs.size(), {});
-  for (size_t k = 0; k < task.space.knobs.size(); ++k) {
-    task.space_value_counts[k].assign(task.space.knobs[k].values.size(), 0);
-    for (const MeasuredPoint& mp : task.points) ++task.space_value_counts[k][static_cast<size_t>(mp.value_index[k])];
-  }
+  ClearSpaceCounts(task);
+  for (const MeasuredPoint& mp : task.points) AddToSpace(task, mp.value_index);
   return task;
 }
 
 void CountSpace(ReplayTask& task, const DeviceFacts& device) {
   const size_t knobs = task.space.knobs.size();
-  task.space_points = 0;
-  task.space_value_counts.assign(knobs, {});
+  ClearSpaceCounts(task);
   double product = 1;
-  for (size_t k = 0; k < knobs; ++k) {
-    task.space_value_counts[k].assign(task.space.knobs[k].values.size(), 0);
-    product *= static_cast<double>(task.space.knobs[k].values.size());
-  }
+  for (const auto& knob : task.space.knobs) product *= static_cast<double>(knob.values.size());
   if (product <= kCountSpaceExactly) {
     for (const Point& point : ValidPoints(*task.family, *task.problem, device)) {
-      std::vector<size_t> index;
-      for (const auto& knob : task.space.knobs) {
-        auto it = point.find(knob.name);
-        auto v = it == point.end() ? knob.values.end() : std::find(knob.values.begin(), knob.values.end(), it->second);
-        if (v == knob.values.end()) break;
-        index.push_back(static_cast<size_t>(v - knob.values.begin()));
-      }
-      if (index.size() != knobs) continue;  // as MakeLiveTask: a point outside the space's domains
-      ++task.space_points;
-      for (size_t k = 0; k < knobs; ++k) ++task.space_value_counts[k][index[k]];
+      // As MakeLiveTask: a point outside the space's domains is not in its action set.
+      if (const std::vector<int> index = ValueIndices(task.space, point); !index.empty()) AddToSpace(task, index);
     }
     return;
   }
@@ -675,8 +664,12 @@ VersusExpert CompareWithExpert(const ReplayTask& task, int index) {
   if (index == task.expert_index || (!ev && !pv)) return VersusExpert::kTie;
   if (!ev) return VersusExpert::kFaster;
   if (!pv) return VersusExpert::kSlower;
-  if (Accept(p.time_us, p.spread_us, e.time_us, e.spread_us)) return VersusExpert::kFaster;
-  if (Accept(e.time_us, e.spread_us, p.time_us, p.spread_us)) return VersusExpert::kSlower;
+  return CompareTimes(p.time_us, p.spread_us, e.time_us, e.spread_us);
+}
+
+VersusExpert CompareTimes(double median_us, double spread_us, double expert_us, double expert_spread_us) {
+  if (Accept(median_us, spread_us, expert_us, expert_spread_us)) return VersusExpert::kFaster;
+  if (Accept(expert_us, expert_spread_us, median_us, spread_us)) return VersusExpert::kSlower;
   return VersusExpert::kTie;
 }
 

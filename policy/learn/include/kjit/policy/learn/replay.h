@@ -250,6 +250,8 @@ enum class VersusExpert { kFaster, kTie, kSlower };
 const char* VersusExpertName(VersusExpert v);
 // `index` against task.expert_index (which must be >= 0).
 VersusExpert CompareWithExpert(const ReplayTask& task, int index);
+// Two verified timings (medians and interquartile ranges) compared that way.
+VersusExpert CompareTimes(double median_us, double spread_us, double expert_us, double expert_spread_us);
 // Whether any measured point of the task beats its expert default (as above).
 // Where none does, no proposal can: the expert default is the oracle, or within noise of it.
 bool ExpertBeatable(const ReplayTask& task);
