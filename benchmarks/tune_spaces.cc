@@ -15,11 +15,15 @@
 //   --points "k=v"  only points with these knob values (a new strategy's, e.g. "stage=5").
 //   --list-keys     prints the keys --search would take, with their hash and RL split, and exits
 //                   (no GPU needed: pick --keys more shapes that stay in training before a device call).
+//   --emit-sources DIR  writes the CUDA source of each selected key's expert default (and of its --point-list
+//                   points) to DIR, with its launch shape in a header comment, and exits (no GPU needed: for
+//                   nvcc -Xptxas -v, cuobjdump, ncu or a hand-edited variant of a generated kernel).
 // A candidate that faults ends the run (the CUDA context is lost): rerun with
 // --skip to go past it, and fix the generator.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <random>
@@ -502,6 +506,57 @@ static Result<std::map<std::string, std::vector<ListedPoint>>> ReadPointList(con
   return listed;
 }
 
+// --emit-sources: each selected key's expert default and listed points as DIR/<family>-<key hash>-<n>.cu, the
+// launch shape (grid, block, dynamic shared bytes, NVRTC options, entry point) in the header comment, so that a
+// kernel can be compiled, inspected or profiled outside the evaluator. Returns the exit status.
+static int EmitSources(const std::string& dir, const std::string& family_filter, const std::string& keys_from,
+                       const std::string& key_contains, const std::map<std::string, std::vector<ListedPoint>>& listed) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    std::fprintf(stderr, "tune_spaces: --emit-sources: cannot create %s: %s\n", dir.c_str(), ec.message().c_str());
+    return 2;
+  }
+  const policy::DeviceFacts device = policy::DeviceFacts::H200();
+  int written = 0, failed = 0;
+  for (const policy::Family* f : policy::Families()) {
+    if (!family_filter.empty() && f->name() != family_filter) continue;
+    for (const auto& [key, problem] : SearchKeys(*f, keys_from, key_contains)) {
+      const std::string hash = key.Hash().ToHex();
+      std::vector<ListedPoint> points{{f->ExpertDefault(*problem, device), "expert default"}};
+      if (auto it = listed.find(hash); it != listed.end()) points.insert(points.end(), it->second.begin(), it->second.end());
+      for (size_t n = 0; n < points.size(); ++n) {
+        const policy::Point& p = points[n].point;
+        auto c = f->Generate(*problem, p, device);
+        if (!c.ok()) {
+          ++failed;
+          std::fprintf(stderr, "tune_spaces: %s %s: %s\n", problem->description.c_str(), policy::PointToString(p).c_str(),
+                       c.status().ToString().c_str());
+          continue;
+        }
+        const std::string path = dir + "/" + std::string(f->name()) + "-" + hash.substr(0, 12) + "-" + std::to_string(n) + ".cu";
+        std::ofstream out(path);
+        out << "// " << problem->description << " (" << points[n].label << ")\n// key " << key.ToString() << "\n// point "
+            << policy::PointToString(p) << "\n// launch: entry " << c->entry_point << " grid " << c->launch.grid[0] << ","
+            << c->launch.grid[1] << "," << c->launch.grid[2] << " block " << c->launch.block[0] << "," << c->launch.block[1]
+            << "," << c->launch.block[2] << " shared " << c->launch.dynamic_shared_bytes << " workspace "
+            << c->launch.workspace_bytes << "\n// nvrtc options:";
+        for (const std::string& o : c->options) out << " " << o;
+        out << "\n" << c->source;
+        if (!out) {
+          std::fprintf(stderr, "tune_spaces: cannot write %s\n", path.c_str());
+          return 2;
+        }
+        std::printf("%s\t%s\t%s\n", path.c_str(), problem->description.c_str(), policy::PointToString(p).c_str());
+        ++written;
+      }
+    }
+  }
+  std::fprintf(stderr, "tune_spaces: %d sources written to %s%s\n", written, dir.c_str(),
+               failed ? (", " + std::to_string(failed) + " points failed to generate").c_str() : "");
+  return failed ? 1 : 0;
+}
+
 int main(int argc, char** argv) {
   CLI::App app{"Measure kjit's design spaces through the evaluator (needs a GPU)."};
   int verify = 0, max_points = 0, skip = 0, finalists = 3, climb_rounds = 4;
@@ -551,6 +606,10 @@ int main(int argc, char** argv) {
   app.add_flag("--list-keys", list_keys,
                "print the keys --search would measure (--keys, --family, --key-contains) with their hash and their "
                "split for the RL policy (training, validation, held out), and exit; needs no GPU");
+  std::string emit_dir;
+  app.add_option("--emit-sources", emit_dir,
+                 "write the CUDA source of each selected key's expert default (and of its --point-list points) to "
+                 "this folder, one .cu file each with its launch shape in a header comment, and exit; needs no GPU");
   CLI11_PARSE(app, argc, argv);
   const PointFilter want = ParsePointFilter(point_filter).value();  // checked by the option
   std::map<std::string, std::vector<ListedPoint>> listed;
@@ -564,6 +623,7 @@ int main(int argc, char** argv) {
   }
   // A run may be cut off (a fault, a time limit): every line must already be out.
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  if (!emit_dir.empty()) return EmitSources(emit_dir, family_filter, keys_from, key_contains, listed);
 
   if (list_keys) {
     std::printf("| family | key hash | split | key |\n|---|---|---|---|\n");

@@ -182,7 +182,7 @@ int main(int argc, char** argv) {
   compile->add_flag("--arch-specific", arch_specific, "Target sm_XXa (wgmma, setmaxnreg)");
   compile->add_flag("--ptx", ptx, "Emit PTX (printed, or written with -o)");
   compile->add_option("-o,--output", out, "Write the CUBIN (or PTX with --ptx) here");
-  compile->add_option("-O,--option", options, "Extra NVRTC option, repeatable (e.g. -O=-use_fast_math)");
+  compile->add_option("-O,--option", options, "Extra NVRTC option, repeatable (e.g. --option=-use_fast_math; -O=X would pass \"=X\")");
   compile->add_option("-n,--name", names, "Name expression to instantiate, repeatable (e.g. 'k<float>')");
 
   auto* key = app.add_subcommand("key", "Read OpKeys, the kernel cache's keys");
