@@ -16,7 +16,7 @@ using codegen::CudaType;
 
 // The ABI (daemon/worker_protocol.h): (self, mat2, out) for both ops.
 
-enum Stage : int64_t { kDirect = 0, kStaged = 1, kDouble = 2, kResident = 3, kPipelined = 4, kBulk = 5 };
+enum Stage : int64_t { kDirect = 0, kStaged = 1, kDouble = 2, kResident = 3, kPipelined = 4, kBulk = 5, kRing = 6 };
 
 constexpr const char* kMm = "aten::mm";
 constexpr const char* kBmm = "aten::bmm";
@@ -957,6 +957,73 @@ __device__ __forceinline__ void bulk5(const in_t* a, const in_t* b, out_t* c, un
 #endif  // STAGE == 5
 )";
 
+// Stage 6, ring (sm_90 and newer), appended after kBulkHead, kBulkCopy and kBulkTail (whose tiles, copies,
+// fragments and stores it uses; their `#if STAGE == 5` reads `STAGE >= 5` in this stage's sources only): a
+// persistent block of BPB consumer groups of THREADS threads and one producer warp. The producer's first lane
+// copies the block's items (blockIdx.x + j * GRID) in order into a ring of BPB + AHEAD buffers, each with a
+// `full` mbarrier (the copies' bytes) and an `empty` one (one arrival from each warp of the group that read it);
+// group g multiplies items j = g, g + BPB, ..., frees the buffer as soon as its fragments are read and stores
+// its outputs from registers. No block-wide barrier after the start: a group's stores, a slow group and the
+// copies all overlap. Measured outside the evaluator on the H200 (benchmarks/experiments/bmm64, 4 groups of
+// 8x8 a thread on whole 64x64 matrices, 6 buffers): 57.1 / 106.4 us at 4096 / 8192 x 64^3 f32 against stage
+// 5's default at 61.2 / 115.8 in the same run.
+constexpr const char* kRingTail = R"(#if STAGE == 6
+constexpr int NST6 = BPB + AHEAD, WARPS6 = THREADS / 32, BLOCK6 = BPB * THREADS + 32;
+__device__ __forceinline__ void kjit_mbar_arrive(unsigned long long* bar) {
+#ifdef __CUDA_ARCH__
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(kjit_smem_addr(bar)) : "memory");
+#else
+  emu_mbar_arrive(bar);
+#endif
+}
+__device__ __forceinline__ void ring6(const in_t* a, const in_t* b, out_t* c, unsigned char* smem6) {
+  raw_t* bufs = reinterpret_cast<raw_t*>(smem6);
+  unsigned long long* full = reinterpret_cast<unsigned long long*>(smem6 + (long long)NST6 * BUF5 * sizeof(raw_t));
+  unsigned long long* empty = full + NST6;
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int s = 0; s < NST6; ++s) {
+      kjit_mbar_init(full + s, 1);
+      kjit_mbar_init(empty + s, WARPS6);
+    }
+    kjit_fence_init();
+  }
+  __syncthreads();  // the barriers initialised before any thread uses them; none after this
+  const long long mine = (long long)blockIdx.x < ITEMS5 ? (ITEMS5 - 1 - (long long)blockIdx.x) / GRID + 1 : 0;
+  if ((int)threadIdx.x >= BPB * THREADS) {
+    // The producer: buffer j % NST6 takes item j once the group that read it before has freed it.
+    if (threadIdx.x == BPB * THREADS) {
+      for (long long j = 0; j < mine; ++j) {
+        const int s = (int)(j % NST6);
+        if (j >= NST6) kjit_mbar_wait(empty + s, (unsigned)((j / NST6 - 1) & 1));
+        issue5(a, b, (long long)blockIdx.x + j * GRID, bufs + s * BUF5, full + s);
+      }
+    }
+    return;
+  }
+  const int t = (int)threadIdx.x % THREADS, tx = t % TX, ty = t / TX;
+  for (long long j = (int)threadIdx.x / THREADS; j < mine; j += BPB) {
+    const int s = (int)(j % NST6);
+    kjit_mbar_wait(full + s, (unsigned)((j / NST6) & 1));
+    const raw_t* As = bufs + s * BUF5;
+    const raw_t* Bs = As + TA5::ELEMS;
+    float acc[TM][TN];
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+      for (int q = 0; q < TN; ++q) acc[i][q] = 0.f;
+    K6UNROLL
+    for (int k = 0; k + 4 <= (int)K_; k += 4) chunk5<4>(As, Bs, k, ty, tx, acc);
+    if (K_ % 4 != 0) chunk5<(int)(K_ % 4 == 0 ? 4 : K_ % 4)>(As, Bs, (int)(K_ / 4 * 4), ty, tx, acc);
+    __syncwarp();  // the warp's reads of the buffer are done
+    if (t % 32 == 0) kjit_mbar_arrive(empty + s);
+    const long long item = (long long)blockIdx.x + j * GRID, bt = item / TILES5, tile = item % TILES5;
+    store_tile3(c + bt * (M_ * N_), tile / TILES_N * BM, tile % TILES_N * BN, ty, tx, acc);
+  }
+}
+#endif  // STAGE == 6
+)";
+
 class Matmul final : public Family {
  public:
   std::string_view name() const override { return "matmul"; }
@@ -1091,14 +1158,16 @@ class Matmul final : public Family {
     Space s;
     s.family = "matmul";
     s.knobs = {
-        {"stage", {kDirect, kStaged, kDouble, kResident, kPipelined, kBulk},
+        {"stage", {kDirect, kStaged, kDouble, kResident, kPipelined, kBulk, kRing},
          "0 operands read from global memory (L1) at every k, 1 bk-deep slices staged in shared memory, "
          "2 double-buffered slices, the next fetched into registers during the multiply, 3 resident: the "
          "tile's whole K staged once (k-major), float4 fragments double-buffered in registers, 4 pipelined: "
          "a block walks bpb tiles (of matrices) and cp.async copies the whole-K tiles of the one `ahead` "
          "steps on into another shared buffer while it multiplies this one, 5 bulk (sm_90+, operands whose "
          "tiles are each one contiguous 16-byte aligned run of whole 16-byte rows): as 4, but one thread copies "
-         "an item's tiles with one TMA bulk copy an operand, completion counted by an mbarrier"},
+         "an item's tiles with one TMA bulk copy an operand, completion counted by an mbarrier, 6 ring (as 5's "
+         "operands): a persistent block of bpb consumer groups and a producer warp whose bulk copies fill a ring of "
+         "bpb + ahead buffers, each freed by its group through an mbarrier (no block-wide barrier)"},
         {"bm", {16, 32, 64, 128, 256}, "block tile rows (of the output)"},
         {"bn", {16, 32, 64, 128, 256}, "block tile columns"},
         {"bk", {8, 16, 32}, "k values per staged slice (direct and resident: the k loop's unroll)"},
@@ -1108,11 +1177,12 @@ class Matmul final : public Family {
         {"bpb", {1, 2, 4, 8},
          "matrices of the batch per block, one after another (bmm, one tile a matrix); pipelined: at least "
          "so many work items (tiles of matrices) a block, the grid striding over them and never more blocks "
-         "than fit the SMs at once"},
+         "than fit the SMs at once; ring: consumer groups a block"},
         {"hint", {0, 1}, "1: streaming (evict-first) output stores"},
         {"minb", {1, 2, 4}, "blocks per SM the registers must allow (__launch_bounds__): 2 caps them at 32768 / threads, 4 at 16384 / threads"},
         {"ahead", {1, 2, 3},
-         "pipelined and bulk: items in flight ahead of the one multiplied (shared buffers: ahead + 1); 3: bulk only"},
+         "pipelined and bulk: items in flight ahead of the one multiplied (shared buffers: ahead + 1); ring: buffers "
+         "beyond one a group (bpb + ahead); 3: bulk and ring only"},
         {"span", {0, 1, 2},
          "pipelined, operands whose tiles are one contiguous span of memory with rows not 16-byte aligned (odd "
          "sizes): 1 copies the span's enclosing 16-byte pieces and reads the tiles at the span's offset in them "
@@ -1121,7 +1191,7 @@ class Matmul final : public Family {
     };
     // Codegen 4 added `ahead`: points before it had no pipelined strategy, whose knob it is. Codegen 5 added
     // `span`; points without it generate the kernels they did.
-    // Stage 5 (bulk) and ahead 3 (bulk only) are new values of existing knobs, not new knobs: every point
+    // Stage 5 (bulk), stage 6 (ring) and ahead 3 are new values of existing knobs, not new knobs: every point
     // that existed generates the kernel it did (tests: MatmulSpace.OldPointsKeepTheirSources), so the codegen
     // version stays.
     s.absent_as = {{"ahead", 1}, {"span", 0}};
@@ -1190,9 +1260,27 @@ class Matmul final : public Family {
     const int64_t buf = (BulkTileElems(p, bm, p.a_kcont(), p.m) + BulkTileElems(p, bn, !p.b_ncont(), p.n)) * p.elem();
     return (ahead + 1) * buf + CeilDiv((ahead + 1) * 8, 16) * 16;
   }
+  // The ring's buffers (the bulk strategy's tiles), then a full and an empty mbarrier each.
+  static int64_t RingBytes(const MatmulProblem& p, int64_t bm, int64_t bn, int64_t buffers) {
+    const int64_t buf = (BulkTileElems(p, bm, p.a_kcont(), p.m) + BulkTileElems(p, bn, !p.b_ncont(), p.n)) * p.elem();
+    return buffers * buf + CeilDiv(2 * buffers * 8, 16) * 16;
+  }
+  // A ring block's threads: its consumer groups and the producer warp.
+  static int64_t RingThreads(const Point& pt) {
+    return pt.at("bpb") * Threads(pt.at("bm"), pt.at("bn"), pt.at("tm"), pt.at("tn")) + 32;
+  }
+  // The ring's persistent grid: as many blocks as the SMs hold at once by shared memory and threads, at most
+  // one for every bpb items (each group an item at least).
+  static int64_t RingGrid(const MatmulProblem& p, const Point& pt, const DeviceFacts& dev) {
+    const int64_t items = CeilDiv(p.m, pt.at("bm")) * CeilDiv(p.n, pt.at("bn")) * p.batch;
+    const int64_t per_sm = std::max<int64_t>(
+        1, std::min<int64_t>({dev.shared_bytes_per_sm / (BlockShared(p, pt) + 1024), 2048 / RingThreads(pt), 32}));
+    return std::min(CeilDiv(items, pt.at("bpb")), per_sm * dev.sm_count);
+  }
   static int64_t BlockShared(const MatmulProblem& p, const Point& pt) {
     const int64_t stage = pt.at("stage");
     if (stage == kBulk) return BulkBytes(p, pt.at("bm"), pt.at("bn"), Ahead(pt));
+    if (stage == kRing) return RingBytes(p, pt.at("bm"), pt.at("bn"), pt.at("bpb") + Ahead(pt));
     if (stage == kPipelined) return PipelinedBytes(p, pt.at("bm"), pt.at("bn"), Ahead(pt), SpanOf(pt));
     return SharedBytes(stage, pt.at("bm"), pt.at("bn"), pt.at("bk"), p.k);
   }
@@ -1217,16 +1305,16 @@ class Matmul final : public Family {
     const int64_t stage = pt.at("stage"), bm = pt.at("bm"), bn = pt.at("bn"), bk = pt.at("bk"), tm = pt.at("tm"),
                   tn = pt.at("tn"), vec = pt.at("vec"), bpb = pt.at("bpb");
     if (stage != kDirect && stage != kStaged && stage != kDouble && stage != kResident && stage != kPipelined &&
-        stage != kBulk) {
+        stage != kBulk && stage != kRing) {
       return InvalidArgument("unknown stage");
     }
     const int64_t ahead = Ahead(pt);
     if (ahead < 1 || ahead > 3) return InvalidArgument("ahead is 1, 2 or 3");
-    if (ahead != 1 && stage != kPipelined && stage != kBulk) {
-      return InvalidArgument("ahead is a knob of the pipelined and bulk strategies");
+    if (ahead != 1 && stage != kPipelined && stage != kBulk && stage != kRing) {
+      return InvalidArgument("ahead is a knob of the pipelined, bulk and ring strategies");
     }
-    if (ahead == 3 && stage != kBulk) return InvalidArgument("ahead 3: the bulk strategy only");
-    if (stage == kBulk) {
+    if (ahead == 3 && stage != kBulk && stage != kRing) return InvalidArgument("ahead 3: the bulk and ring strategies only");
+    if (stage == kBulk || stage == kRing) {
       // TMA bulk copies (cp.async.bulk) and mbarrier transaction counts are sm_90's.
       if (dev.arch < 90) return InvalidArgument("bulk copies (TMA) need sm_90 or newer");
       // The copies are whole tiles whatever vec says: one value of it, not several equal points.
@@ -1331,6 +1419,23 @@ class Matmul final : public Family {
       if (ahead > 1 && CeilDiv(items, PipelinedGrid(p, pt, dev)) < ahead + 1) {
         return InvalidArgument("items in flight ahead need one more item a block");
       }
+    } else if (stage == kRing) {
+      if (block_shared > dev.max_shared_bytes_per_block) {
+        return InvalidArgument("the ring's whole-K tile buffers exceed the shared memory of a block");
+      }
+      if (RingThreads(pt) > std::min(1024, dev.max_threads_per_block)) {
+        return InvalidArgument("ring: too many threads (bpb groups and the producer warp)");
+      }
+      // One block an SM by design (__launch_bounds__(block, 1)): one value of minb, not several equal points.
+      if (pt.at("minb") != 1) return InvalidArgument("ring: minb is 1");
+      // Outputs leave from registers (no block-wide barrier to stage them through shared memory): a thread's
+      // column groups stored whole.
+      if (StoreWidth(p, std::min<int64_t>(tn, 4)) != std::min<int64_t>(tn, 4)) {
+        return InvalidArgument("ring: outputs are stored from registers, whole column groups (N too odd)");
+      }
+      if (ahead > 1 && CeilDiv(items, RingGrid(p, pt, dev)) < bpb + ahead) {
+        return InvalidArgument("ring: buffers beyond one more than a group's need more items a block");
+      }
     } else if (stage != kDirect) {
       const int64_t a_per = CeilDiv(bm * bk / vec, threads) * vec, b_per = CeilDiv(bk * bn / vec, threads) * vec;
       if (a_per > kMaxFetchRegs || b_per > kMaxFetchRegs) return InvalidArgument("too many elements fetched per thread");
@@ -1356,13 +1461,13 @@ class Matmul final : public Family {
       }
       if (threads < 256) return InvalidArgument("two blocks a SM cap registers only for 256 threads or more");
     }
-    if (stage == kPipelined || stage == kBulk) {
+    if (stage == kPipelined || stage == kBulk || stage == kRing) {
       if (bpb > items) return InvalidArgument("more work items per block than tiles of matrices");
     } else if (bpb > 1) {
       if (!p.batched || bpb > p.batch) return InvalidArgument("more matrices per block than the batch has");
       if (bm < p.m || bn < p.n) return InvalidArgument("several matrices per block only where one tile covers a matrix");
     }
-    const int64_t blocks = stage == kPipelined || stage == kBulk ? CeilDiv(items, bpb) : CeilDiv(p.m, bm) * CeilDiv(p.n, bn) * CeilDiv(p.batch, bpb);
+    const int64_t blocks = stage == kPipelined || stage == kBulk || stage == kRing ? CeilDiv(items, bpb) : CeilDiv(p.m, bm) * CeilDiv(p.n, bn) * CeilDiv(p.batch, bpb);
     if (blocks > std::numeric_limits<int32_t>::max()) return InvalidArgument("grid too large");
     return Status::Ok();
   }
@@ -1533,14 +1638,15 @@ class Matmul final : public Family {
     src << "typedef " << CudaType(p.dtype) << " in_t;\ntypedef in_t out_t;\n";
     src << "#define VEC " << vec << "\n#define HINT " << hint << "\n#define STAGE " << stage << "\n";
     // Pipelined: the block's work items are blockIdx.x + j * GRID.
-    const int64_t grid = stage == kPipelined || stage == kBulk ? PipelinedGrid(p, pt, dev)
+    const int64_t grid = stage == kRing ? RingGrid(p, pt, dev)
+                         : stage == kPipelined || stage == kBulk ? PipelinedGrid(p, pt, dev)
                                              : CeilDiv(p.m, bm) * CeilDiv(p.n, bn) * CeilDiv(p.batch, bpb);
     src << "constexpr long long M_ = " << p.m << ", N_ = " << p.n << ", K_ = " << p.k << ", BATCH = " << p.batch << ";\n";
     src << "constexpr long long SAB = " << p.sab << ", SAM = " << p.sam << ", SAK = " << p.sak << ", SBB = " << p.sbb
         << ", SBK = " << p.sbk << ", SBN = " << p.sbn << ";\n";
     src << "constexpr int BM = " << bm << ", BN = " << bn << ", BK = " << bk << ", TM = " << tm << ", TN = " << tn
         << ", BPB = " << bpb << ", MINB = " << pt.at("minb") << ", THREADS = " << threads << ", SW = "
-        << StoreWidth(p, stage == kResident || stage == kPipelined || stage == kBulk ? std::min<int64_t>(tn, 4) : tn) << ", AHEAD = " << Ahead(pt)
+        << StoreWidth(p, stage == kResident || stage == kPipelined || stage == kBulk || stage == kRing ? std::min<int64_t>(tn, 4) : tn) << ", AHEAD = " << Ahead(pt)
         << ";\nconstexpr long long GRID = " << grid << ";\n";
     src << "constexpr bool A_KCONT = " << (p.a_kcont() ? "true" : "false")
         << ", B_NCONT = " << (p.b_ncont() ? "true" : "false") << ";\n";
@@ -1610,12 +1716,32 @@ class Matmul final : public Family {
       }
       body.insert(at_call + call4.size(), "#elif STAGE == 5\n  bulk5(a, b, c, smem);\n");
       body.insert(at_entry, bulk + "\n");
+    } else if (stage == kRing) {
+      // Ring: the bulk strategy's helpers (their guard widened in this stage's sources only), kRingTail, and
+      // the block's launch bounds (the groups and the producer warp, one block an SM).
+      std::string ring = std::string(kBulkHead) + codegen::kBulkCopy + kBulkTail;
+      const std::string guard5 = "#if STAGE == 5\n";
+      for (size_t at = ring.find(guard5); at != std::string::npos; at = ring.find(guard5, at + 1)) {
+        ring.replace(at, guard5.size(), "#if STAGE >= 5\n");
+      }
+      ring.replace(ring.find("K5UNROLL"), 8, k4unroll);
+      std::string tail = kRingTail;
+      tail.replace(tail.find("K6UNROLL"), 8, k4unroll);
+      const std::string entry = "extern \"C\" __global__ void __launch_bounds__(THREADS, MINB) kjit_matmul(";
+      const std::string call4 = "  pipelined4(a, b, c, reinterpret_cast<raw_t*>(smem));\n";
+      const size_t at_entry = body.find(entry), at_call = body.find(call4);
+      if (at_entry == std::string::npos || at_call == std::string::npos) {
+        return Internal("matmul: the ring strategy's anchors are missing from the kernel body");
+      }
+      body.insert(at_call + call4.size(), "#elif STAGE == 6\n  ring6(a, b, c, smem);\n");
+      body.replace(at_entry, entry.size(), "extern \"C\" __global__ void __launch_bounds__(BLOCK6, 1) kjit_matmul(");
+      body.insert(at_entry, ring + tail + "\n");
     }
     src << body;
     Candidate c;
     c.source = src.str();
     c.entry_point = "kjit_matmul";
-    c.launch.block[0] = static_cast<uint32_t>(threads);
+    c.launch.block[0] = static_cast<uint32_t>(stage == kRing ? RingThreads(pt) : threads);
     c.launch.grid[0] = static_cast<uint32_t>(grid);
     c.launch.dynamic_shared_bytes = static_cast<uint32_t>(BlockShared(p, pt));
     c.options = {"--std=c++17", "--diag-suppress=177"};  // 177: a helper this stage does not use

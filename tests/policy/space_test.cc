@@ -2051,7 +2051,7 @@ TEST(MatmulSpace, BulkFollowsTheArchAndTheLayout) {
   EXPECT_TRUE(ok(bmm64, bulk));
   bulk["stage"] = 4;
   bulk["vec"] = 4;
-  EXPECT_NE(why(bmm64, bulk).find("bulk strategy only"), std::string::npos);
+  EXPECT_NE(why(bmm64, bulk).find("bulk and ring strategies only"), std::string::npos);
   bulk["stage"] = 5;
   bulk["vec"] = 1;
   bulk["ahead"] = 1;
@@ -2092,6 +2092,58 @@ TEST(MatmulSpace, BulkFollowsTheArchAndTheLayout) {
   EXPECT_NE(why(MmKey(TensorDesc::Contiguous(f32, {1000, 64}), TensorDesc::Contiguous(f32, {64, 4096})), bulk)
                 .find("contiguous run"),
             std::string::npos);
+}
+
+// Stage 6 (ring) takes the bulk strategy's layout rules and owns its block: bpb consumer groups and a producer
+// warp, bpb + ahead buffers with two mbarriers each, one block an SM over a persistent grid, outputs stored from
+// registers only (no block-wide barrier after the start).
+TEST(MatmulSpace, RingTakesTheBulkRulesAndOwnsItsBlock) {
+  DeviceFacts device = DeviceFacts::H200();
+  constexpr DType f32 = DType::kFloat32;
+  auto check = [&](const OpKey& key, const Point& p) {
+    auto found = FindFamily(key);
+    EXPECT_TRUE(found.ok()) << found.status().ToString();
+    return found->family->Check(*found->problem, p, device);
+  };
+  const OpKey bmm64 = BmmKey(TensorDesc::Contiguous(f32, {4096, 64, 64}), TensorDesc::Contiguous(f32, {4096, 64, 64}));
+  Point ring = MatmulPoint(6, 64, 64, 16, 8, 8, 1, 4);
+  ring["ahead"] = 2;
+  ring["span"] = 0;
+  ASSERT_TRUE(check(bmm64, ring).ok()) << check(bmm64, ring).ToString();
+  {
+    auto found = FindFamily(bmm64);
+    auto c = found->family->Generate(*found->problem, ring, device);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    EXPECT_NE(c->source.find("#define STAGE 6"), std::string::npos);
+    EXPECT_NE(c->source.find("mbarrier.arrive.shared::cta.b64"), std::string::npos);  // a buffer freed
+    EXPECT_NE(c->source.find("__launch_bounds__(BLOCK6, 1) kjit_matmul("), std::string::npos);
+    EXPECT_EQ(c->source.find("#if STAGE == 5\n"), std::string::npos);  // the bulk helpers compiled for stage 6
+    // 4 groups of 64 threads and the producer warp; 6 buffers of both 16 KB tiles and 12 barriers; a block an SM.
+    EXPECT_EQ(c->launch.block[0], 4u * 64u + 32u);
+    EXPECT_EQ(c->launch.dynamic_shared_bytes, 6u * (4096u + 4096u) * 4u + 96u);
+    EXPECT_EQ(c->launch.grid[0], 132u);
+  }
+  auto why = [&](Point p) { return check(bmm64, p).ToString(); };
+  EXPECT_NE(why([&] { Point q = ring; q["minb"] = 2; return q; }()).find("ring: minb is 1"), std::string::npos);
+  EXPECT_NE(why([&] { Point q = ring; q["vec"] = 4; return q; }()).find("vec is 1"), std::string::npos);
+  // 8 groups of 128 threads (32x64 items, 4x4 a thread) and the producer: 1056 threads (9 buffers of 24 KB fit).
+  EXPECT_NE(why([&] { Point q = ring; q["bm"] = 32; q["tm"] = 4; q["tn"] = 4; q["bpb"] = 8; q["ahead"] = 1; return q; }())
+                .find("too many threads"),
+            std::string::npos);
+  // 8 + 3 buffers of 32 KB do not fit a block.
+  EXPECT_NE(why([&] { Point q = ring; q["bpb"] = 8; q["ahead"] = 3; return q; }()).find("shared memory"), std::string::npos);
+  // As the bulk strategy: 16-byte aligned contiguous tiles, sm_90.
+  const OpKey bmm63 = BmmKey(TensorDesc::Contiguous(f32, {4095, 63, 63}), TensorDesc::Contiguous(f32, {4095, 63, 63}));
+  Point ring63 = ring;
+  EXPECT_NE(check(bmm63, ring63).ToString().find("16-byte"), std::string::npos);
+  device.arch = 80;
+  EXPECT_NE(why(ring).find("sm_90"), std::string::npos);
+  device.arch = 90;
+  // Outputs from registers only: N of 4 columns (a thread's 8 columns, stored in 4s) qualifies; N = 66 (rows 8
+  // bytes apart from 16-byte alignment) would need the bulk strategy's staged stores (and fails its layout rule
+  // first, as B's rows are not 16-byte rows either).
+  const OpKey bmm_n4 = BmmKey(TensorDesc::Contiguous(f32, {4096, 64, 64}), TensorDesc::Contiguous(f32, {4096, 64, 4}));
+  EXPECT_TRUE(check(bmm_n4, [&] { Point q = ring; q["bn"] = 16; q["tn"] = 4; q["tm"] = 4; return q; }()).ok());
 }
 
 // Stage 5 and ahead 3 are new values of existing knobs: every point valid before them (stage 4 or less, ahead

@@ -1,6 +1,6 @@
 // Experiment harness (issue 7): times bmm kernels for [B,64,64] @ [B,64,64] float32 on the GPU with CUDA events,
 // the L2 flushed before each run, median of RUNS; checks every written element against a float64 reference
-// (sampled matrices) with C poisoned (NaN) before the checked run. `bench profile` runs each kernel 3 times on
+// (sampled matrices) with C poisoned (NaN) before the checked run. `bench profile` runs each kernel once on
 // B=4096 only, for ncu.
 #include <algorithm>
 #include <cmath>
@@ -26,15 +26,27 @@ struct Variant {
   std::function<bool(int)> supports;
 };
 
-template <int NG, int NST, int PADA, int TN>
+template <int NG, int NST, int PADA, int TN, int UNR = 4>
 Variant Ws(int sms) {
   typedef ws::Cfg<NG, NST, PADA, TN> C;
   char name[96];
-  std::snprintf(name, sizeof name, "ws ng=%d nst=%d pada=%d tn=%d (thr %d, smem %d)", NG, NST, PADA, TN, C::THREADS, C::SMEM);
-  auto k = ws::bmm64_ws<NG, NST, PADA, TN>;
+  std::snprintf(name, sizeof name, "ws ng=%d nst=%d pada=%d tn=%d unr=%d (thr %d, smem %d)", NG, NST, PADA, TN, UNR, C::THREADS, C::SMEM);
+  auto k = ws::bmm64_ws<NG, NST, PADA, TN, UNR>;
   CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM));
   return {name, [=](const float* a, const float* b, float* c, int batch) {
             k<<<std::min(sms, batch), C::THREADS, C::SMEM>>>(a, b, c, batch);
+          }, [](int) { return true; }};
+}
+
+template <int NG, int NST, int UNR>
+Variant Wst(int sms) {
+  const int smem = NST * 2 * 4096 * 4 + 2 * NST * 8, threads = NG * 64 + 32;
+  char name[96];
+  std::snprintf(name, sizeof name, "wst (A^T) ng=%d nst=%d unr=%d (thr %d, smem %d)", NG, NST, UNR, threads, smem);
+  auto k = ws::bmm64_wst<NG, NST, UNR>;
+  CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  return {name, [=](const float* a, const float* b, float* c, int batch) {
+            k<<<std::min(sms, batch), threads, smem>>>(a, b, c, batch);
           }, [](int) { return true; }};
 }
 
@@ -54,15 +66,22 @@ int main(int argc, char** argv) {
   vs.push_back(Gen(2048, gen_2048, GEN_GRID_2048, 64, 49168));
   vs.push_back(Gen(4096, gen_4096, GEN_GRID_4096, 64, 49168));
   vs.push_back(Gen(8192, gen_8192, GEN_GRID_8192, 64, 49168));
-  vs.push_back(Ws<4, 6, 4, 8>(sms));
   vs.push_back(Ws<4, 6, 0, 8>(sms));
-  vs.push_back(Ws<4, 7, 0, 8>(sms));
-  vs.push_back(Ws<3, 6, 4, 8>(sms));
-  vs.push_back(Ws<2, 6, 4, 8>(sms));
-  vs.push_back(Ws<5, 6, 4, 8>(sms));
-  vs.push_back(Ws<2, 6, 4, 4>(sms));
-  vs.push_back(Ws<3, 6, 4, 4>(sms));
-  vs.push_back(Ws<2, 4, 4, 4>(sms));
+  vs.push_back(Ws<4, 6, 0, 8, 2>(sms));
+  vs.push_back(Ws<4, 6, 0, 8, 8>(sms));
+  vs.push_back(Ws<4, 5, 0, 8>(sms));
+  vs.push_back(Ws<3, 6, 0, 8>(sms));
+  vs.push_back(Ws<5, 6, 0, 8>(sms));
+  vs.push_back(Ws<2, 6, 0, 4>(sms));
+  vs.push_back(Ws<3, 6, 0, 4>(sms));
+  vs.push_back(Ws<4, 6, 0, 4>(sms));
+  vs.push_back(Wst<4, 6, 4>(sms));
+  vs.push_back(Wst<4, 6, 8>(sms));
+  vs.push_back(Wst<4, 6, 16>(sms));
+  vs.push_back(Wst<4, 5, 8>(sms));
+  vs.push_back(Wst<3, 6, 8>(sms));
+  vs.push_back(Wst<5, 6, 8>(sms));
+  vs.push_back(Wst<6, 6, 8>(sms));
   const int maxb = 8192;
   const size_t n = (size_t)maxb * 4096;
   std::vector<float> ha(n), hb(n), hc(n);
@@ -87,7 +106,7 @@ int main(int argc, char** argv) {
     for (const Variant& v : vs) {
       if (!v.supports(batch)) continue;
       if (profile) {
-        for (int r = 0; r < 3; ++r) v.launch(a, b, c, batch);
+        v.launch(a, b, c, batch);
         CK(cudaDeviceSynchronize());
         std::printf("| %s | %d | profiled |\n", v.name.c_str(), batch);
         continue;

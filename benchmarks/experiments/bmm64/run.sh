@@ -20,10 +20,27 @@ grep -E "bmm64_ws|registers|spill" "$OUT/ptxas.txt" | head -60
 nvidia-smi --query-gpu=clocks.sm,clocks.max.sm,power.draw --format=csv
 /tmp/bmm64 | tee "$OUT/times.md"
 if [[ "${NCU:-1}" == 1 ]]; then
-  timeout 300 ncu --clock-control none -k "regex:gen_4096|bmm64_ws" --launch-skip 0 --launch-count 12 \
+  timeout 300 ncu --clock-control none -k "regex:gen_4096|bmm64_ws|bmm64_wst" --launch-skip 0 --launch-count 20 \
     --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
     --section ComputeWorkloadAnalysis --section Occupancy --section LaunchStats \
     --metrics l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,smsp__inst_executed_pipe_fma.sum,smsp__inst_executed.sum,sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__cycles_elapsed.avg.per_second \
     /tmp/bmm64 profile > "$OUT/ncu.txt" 2>&1
   echo "ncu rc=$?"; grep -E "^  [a-z_]+.*\(|Duration|Throughput|Issue Slots|Bank|bank_conflicts|wavefronts|pipe_fma|Warp Cycles|Active Warps|Registers|Eligible|cycles_elapsed" "$OUT/ncu.txt" | head -150
+fi
+# The pooling kernels (issue 7's odd max_pool3d against its aligned neighbour), through the generic harness.
+cd ..
+nvcc -std=c++17 -O2 launch.cu -o /tmp/launch -lcuda -lnvrtc || exit 1
+odd=$(ls pool-src/pool-6daf3aa21a97-0.cu); even=$(ls pool-src/pool-99bb5fc46b62-0.cu)
+/tmp/launch $odd 1950963840 251658240 503316480 | tee -a "$OUT/times.md"
+/tmp/launch $even 2147483648 268435456 536870912 | tee -a "$OUT/times.md"
+if [[ "${NCU:-1}" == 1 ]]; then
+  for f in $odd $even; do
+    sz="1950963840 251658240 503316480"; [[ $f == $even ]] && sz="2147483648 268435456 536870912"
+    timeout 200 ncu --clock-control none -k regex:kjit --launch-skip 2 --launch-count 1 \
+      --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
+      --section Occupancy --section LaunchStats --section InstructionStats \
+      --metrics dram__bytes_read.sum,dram__bytes_write.sum,l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum,l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum,smsp__inst_executed.sum \
+      /tmp/launch $f $sz --runs 2 > "$OUT/ncu-$(basename $f .cu).txt" 2>&1
+    echo "ncu $f rc=$?"; grep -E "Duration|Throughput|Issue Slots|Warp Cycles|Active Warps|Registers|Eligible|dram__bytes|sectors|requests|inst_executed|Achieved Occ|No Eligible" "$OUT/ncu-$(basename $f .cu).txt" | head -40
+  done
 fi

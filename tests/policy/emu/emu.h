@@ -183,8 +183,8 @@ inline void emu_cp_wait(int newest_pending) {
     emu_cp_groups.erase(emu_cp_groups.begin());
   }
 }
-// The bulk strategy's mbarriers and TMA bulk copies (the matmul family's stage 5: kjit_mbar_init,
-// kjit_mbar_expect, kjit_bulk_copy, kjit_mbar_wait). A barrier's state lives here, keyed by its address in
+// The bulk strategy's mbarriers and TMA bulk copies (the matmul family's stages 5 and 6: kjit_mbar_init,
+// kjit_mbar_expect, kjit_bulk_copy, kjit_mbar_wait, kjit_mbar_arrive). A barrier's state lives here, keyed by its address in
 // the block's shared slab (blocks run one after another; init resets it): arrivals pending in the current
 // phase, the transaction count (bytes expected less bytes landed), the completed phases. A bulk copy is
 // recorded with its barrier and made when a thread waits for the phase, as late as the hardware may
@@ -222,6 +222,14 @@ inline void emu_mbar_expect(void* bar, unsigned bytes) {
   EmuMbar& m = emu_mbar_of(bar);
   if (m.pending == 0) { std::fprintf(stderr, "mbarrier: more arrivals than its count\n"); std::abort(); }
   m.tx += bytes;
+  --m.pending;
+  emu_mbar_complete(m);
+}
+// A plain arrival (the ring strategy's `empty` barriers: a warp done reading a buffer).
+inline void emu_mbar_arrive(void* bar) {
+  std::lock_guard<std::mutex> lock(emu_mbar_mu);
+  EmuMbar& m = emu_mbar_of(bar);
+  if (m.pending == 0) { std::fprintf(stderr, "mbarrier: more arrivals than its count\n"); std::abort(); }
   --m.pending;
   emu_mbar_complete(m);
 }

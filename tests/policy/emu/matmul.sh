@@ -189,4 +189,16 @@ KJIT_EMU_CP_ASYNC=sync r k16s bmm f32 25,64,64,64 4096,64,1 4096,64,1 0 stage=5 
 KJIT_EMU_CP_ASYNC=sync r k18s mm f32 1,1000,64,64 0,64,1 0,64,1 0 stage=5 bm=64 bn=64 bk=16 tm=4 tn=8 vec=1 bpb=8 hint=0 minb=1 ahead=1 span=0
 KJIT_EMU_CP_ASYNC=sync r k19s bmm f32 12,16,16,16 256,16,1 256,16,1 0 stage=5 bm=16 bn=16 bk=8 tm=2 tn=1 vec=1 bpb=8 hint=0 minb=1 ahead=1 span=0
 KJIT_EMU_CP_ASYNC=sync r k20s bmm f32 19,32,32,30 1024,32,1 960,1,32 0 stage=5 bm=32 bn=32 bk=8 tm=2 tn=4 vec=1 bpb=8 hint=0 minb=1 ahead=1 span=0
+# Ring (stage 6): groups of a persistent block each taking every bpb-th item, buffers freed through their empty
+# barriers: 64^3 with 4 groups and 6 buffers, 1200 matrices over 396 blocks of one group and two buffers (every
+# buffer reused: the parities flip), mm over 16 row tiles (the last of 40 rows), bf16 B^T, N = 30 in pairs,
+# 16^3 with three buffers ahead; each copy order.
+r g1 bmm f32 800,64,64,64 4096,64,1 4096,64,1 0 stage=6 bm=64 bn=64 bk=16 tm=8 tn=8 vec=1 bpb=4 hint=0 minb=1 ahead=2 span=0
+r g2 bmm f32 1200,64,64,64 4096,64,1 4096,64,1 0 stage=6 bm=64 bn=64 bk=16 tm=8 tn=8 vec=1 bpb=1 hint=1 minb=1 ahead=1 span=0
+r g3 mm f32 1,1000,64,64 0,64,1 0,64,1 0 stage=6 bm=64 bn=64 bk=32 tm=4 tn=8 vec=1 bpb=2 hint=0 minb=1 ahead=1 span=0
+r g4 bmm bf16 6,64,64,64 4096,64,1 4096,1,64 0 stage=6 bm=64 bn=64 bk=16 tm=8 tn=4 vec=1 bpb=2 hint=0 minb=1 ahead=1 span=0
+r g5 bmm f32 5,32,32,30 1024,32,1 960,1,32 0 stage=6 bm=32 bn=32 bk=8 tm=4 tn=2 vec=1 bpb=2 hint=0 minb=1 ahead=1 span=0
+r g6 bmm f32 4700,16,16,16 256,16,1 256,16,1 0 stage=6 bm=16 bn=16 bk=8 tm=2 tn=1 vec=1 bpb=2 hint=0 minb=1 ahead=3 span=0
+KJIT_EMU_CP_ASYNC=sync r g1s bmm f32 800,64,64,64 4096,64,1 4096,64,1 0 stage=6 bm=64 bn=64 bk=16 tm=8 tn=8 vec=1 bpb=4 hint=0 minb=1 ahead=2 span=0
+KJIT_EMU_CP_ASYNC=sync r g2s bmm f32 1200,64,64,64 4096,64,1 4096,64,1 0 stage=6 bm=64 bn=64 bk=16 tm=8 tn=8 vec=1 bpb=1 hint=1 minb=1 ahead=1 span=0
 exit $failed

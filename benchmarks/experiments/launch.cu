@@ -1,0 +1,111 @@
+// Experiment harness: compiles a source written by `kjit_tune_spaces --emit-sources` with NVRTC (the options in
+// its header), launches it with the header's launch shape on buffers of the given sizes (filled with random
+// normal floats), and prints the median of RUNS timed launches (CUDA events, L2 flushed before each). For ncu:
+//   launch FILE.cu BYTES... [--runs N]      e.g. launch pool.cu 1951108128 251658240 503316480 --runs 5
+// Buffers are passed in order as the kernel's pointer parameters (the family's ABI: inputs, then outputs).
+#include <cuda.h>
+#include <nvrtc.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#define CU(x) do { CUresult r_ = (x); if (r_ != CUDA_SUCCESS) { const char* s_; cuGetErrorString(r_, &s_); std::printf("CUDA %s at line %d\n", s_, __LINE__); std::exit(1); } } while (0)
+
+int main(int argc, char** argv) {
+  if (argc < 3) { std::printf("usage: launch FILE.cu BYTES... [--runs N]\n"); return 2; }
+  std::ifstream in(argv[1]);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string src = ss.str();
+  int runs = 30;
+  std::vector<size_t> sizes;
+  for (int i = 2; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--runs") && i + 1 < argc) runs = std::atoi(argv[++i]);
+    else sizes.push_back(std::strtoull(argv[i], nullptr, 10));
+  }
+  unsigned grid[3], block[3], shared = 0;
+  char entry[128];
+  const char* l = std::strstr(src.c_str(), "// launch: entry ");
+  if (!l || std::sscanf(l, "// launch: entry %127s grid %u,%u,%u block %u,%u,%u shared %u", entry, &grid[0], &grid[1],
+                        &grid[2], &block[0], &block[1], &block[2], &shared) != 8) {
+    std::printf("no launch line in %s\n", argv[1]);
+    return 2;
+  }
+  // The evaluator passes the toolkit's include folder (cuda_fp16.h): here $CUDA_HOME or /usr/local/cuda.
+  const char* home = std::getenv("CUDA_HOME");
+  std::vector<std::string> opts{"--gpu-architecture=sm_90", std::string("--include-path=") + (home ? home : "/usr/local/cuda") + "/include"};
+  if (const char* o = std::strstr(src.c_str(), "// nvrtc options:")) {
+    std::istringstream os(std::string(o + 17, std::strchr(o, '\n')));
+    for (std::string w; os >> w;) opts.push_back(w);
+  }
+  nvrtcProgram prog;
+  nvrtcCreateProgram(&prog, src.c_str(), argv[1], 0, nullptr, nullptr);
+  std::vector<const char*> po;
+  for (auto& o : opts) po.push_back(o.c_str());
+  const nvrtcResult cr = nvrtcCompileProgram(prog, (int)po.size(), po.data());
+  size_t logn = 0;
+  nvrtcGetProgramLogSize(prog, &logn);
+  std::string log(logn, '\0');
+  nvrtcGetProgramLog(prog, log.data());
+  if (cr != NVRTC_SUCCESS) { std::printf("nvrtc: %s\n", log.c_str()); return 1; }
+  size_t n = 0;
+  nvrtcGetCUBINSize(prog, &n);
+  std::vector<char> cubin(n);
+  nvrtcGetCUBIN(prog, cubin.data());
+  CU(cuInit(0));
+  CUdevice dev;
+  CU(cuDeviceGet(&dev, 0));
+  CUcontext ctx;
+  CU(cuDevicePrimaryCtxRetain(&ctx, dev));
+  CU(cuCtxSetCurrent(ctx));
+  CUmodule mod;
+  CU(cuModuleLoadData(&mod, cubin.data()));
+  CUfunction fn;
+  CU(cuModuleGetFunction(&fn, mod, entry));
+  CU(cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)shared));
+  int regs = 0;
+  cuFuncGetAttribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, fn);
+  std::vector<CUdeviceptr> bufs(sizes.size());
+  size_t total = 0;
+  std::mt19937 rng(1);
+  std::normal_distribution<float> nd;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    CU(cuMemAlloc(&bufs[i], std::max<size_t>(sizes[i], 16)));
+    std::vector<float> h(sizes[i] / 4);
+    for (auto& x : h) x = nd(rng);
+    CU(cuMemcpyHtoD(bufs[i], h.data(), h.size() * 4));
+    total += sizes[i];
+  }
+  CUdeviceptr flush;
+  const size_t flush_bytes = 512ull << 20;
+  CU(cuMemAlloc(&flush, flush_bytes));
+  std::vector<void*> args;
+  for (auto& b : bufs) args.push_back(&b);
+  CUevent e0, e1;
+  CU(cuEventCreate(&e0, 0));
+  CU(cuEventCreate(&e1, 0));
+  std::vector<float> ts;
+  for (int r = 0; r < runs + 3; ++r) {
+    CU(cuMemsetD8Async(flush, (unsigned char)r, flush_bytes, nullptr));
+    CU(cuEventRecord(e0, nullptr));
+    CU(cuLaunchKernel(fn, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared, nullptr, args.data(), nullptr));
+    CU(cuEventRecord(e1, nullptr));
+    CU(cuEventSynchronize(e1));
+    float ms;
+    CU(cuEventElapsedTime(&ms, e0, e1));
+    if (r >= 3) ts.push_back(ms * 1000.f);
+  }
+  std::sort(ts.begin(), ts.end());
+  const float med = ts[ts.size() / 2];
+  std::printf("%s: %s grid %u block %u shared %u regs %d: median %.1f us (p10 %.1f, p90 %.1f) over %d runs, %.0f GB/s of the buffers\n",
+              argv[1], entry, grid[0], block[0], shared, regs, med, ts[ts.size() / 10], ts[ts.size() * 9 / 10], (int)ts.size(),
+              total / (med * 1e3));
+  return 0;
+}
