@@ -1004,6 +1004,11 @@ __device__ __forceinline__ void ring6(const in_t* a, const in_t* b, out_t* c, un
   const int t = (int)threadIdx.x % THREADS, tx = t % TX, ty = t / TX;
   for (long long j = (int)threadIdx.x / THREADS; j < mine; j += BPB) {
     const int s = (int)(j % NST6);
+    // A phase's parity names it only among the two latest: a group that finished its previous item early (the
+    // copies land out of order) could reach this buffer's next fill while the fill before it, another group's
+    // item, has not landed, and would take that pending phase for its own. Waiting for the fill before first
+    // rules it out (the producer issued it only after the one before had landed and was freed).
+    if (j >= NST6) kjit_mbar_wait(full + s, (unsigned)((j / NST6 - 1) & 1));
     kjit_mbar_wait(full + s, (unsigned)((j / NST6) & 1));
     const raw_t* As = bufs + s * BUF5;
     const raw_t* Bs = As + TA5::ELEMS;
