@@ -1004,11 +1004,14 @@ __device__ __forceinline__ void ring6(const in_t* a, const in_t* b, out_t* c, un
   const int t = (int)threadIdx.x % THREADS, tx = t % TX, ty = t / TX;
   for (long long j = (int)threadIdx.x / THREADS; j < mine; j += BPB) {
     const int s = (int)(j % NST6);
-    // A phase's parity names it only among the two latest: a group that finished its previous item early (the
-    // copies land out of order) could reach this buffer's next fill while the fill before it, another group's
-    // item, has not landed, and would take that pending phase for its own. Waiting for the fill before first
-    // rules it out (the producer issued it only after the one before had landed and was freed).
-    if (j >= NST6) kjit_mbar_wait(full + s, (unsigned)((j / NST6 - 1) & 1));
+    // A phase's parity names it only among the two latest. A group that finished its previous item early (the
+    // copies land out of order) could reach fill f of this buffer while fill f - 1, another group's item, has
+    // not landed, and would take that pending phase for its own (wrong outputs, then faults on the H200). So it
+    // first waits until fill f - 1 was freed: `empty` phase f - 1, which cannot alias (phase f - 2 completed
+    // before fill f - 1 was issued, and phase f needs this group's own arrivals); then `full` phase f is the
+    // pending one or the latest completed. (Waiting on `full` phase f - 1 instead deadlocks once fill f has
+    // landed: its parity then names the pending phase f + 1.)
+    if (j >= NST6) kjit_mbar_wait(empty + s, (unsigned)((j / NST6 - 1) & 1));
     kjit_mbar_wait(full + s, (unsigned)((j / NST6) & 1));
     const raw_t* As = bufs + s * BUF5;
     const raw_t* Bs = As + TA5::ELEMS;

@@ -201,4 +201,8 @@ r g5 bmm f32 5,32,32,30 1024,32,1 960,1,32 0 stage=6 bm=32 bn=32 bk=8 tm=4 tn=2 
 r g6 bmm f32 4700,16,16,16 256,16,1 256,16,1 0 stage=6 bm=16 bn=16 bk=8 tm=2 tn=1 vec=1 bpb=2 hint=0 minb=1 ahead=3 span=0
 KJIT_EMU_CP_ASYNC=sync r g1s bmm f32 800,64,64,64 4096,64,1 4096,64,1 0 stage=6 bm=64 bn=64 bk=16 tm=8 tn=8 vec=1 bpb=4 hint=0 minb=1 ahead=2 span=0
 KJIT_EMU_CP_ASYNC=sync r g2s bmm f32 1200,64,64,64 4096,64,1 4096,64,1 0 stage=6 bm=64 bn=64 bk=16 tm=8 tn=8 vec=1 bpb=1 hint=1 minb=1 ahead=1 span=0
+# The shapes that caught the ring's phase aliasing on the H200 (8x8 matrices in 16x16 tiles: tiny copies land
+# out of order; one group and many fills a buffer): copies at issue wait on already-landed phases.
+KJIT_EMU_CP_ASYNC=sync r g7s bmm f32 5000,8,8,8 64,8,1 64,8,1 0 stage=6 bm=16 bn=16 bk=8 tm=1 tn=4 vec=1 bpb=1 hint=0 minb=1 ahead=1 span=0
+r g8 bmm f32 5000,8,8,8 64,8,1 64,8,1 0 stage=6 bm=16 bn=16 bk=8 tm=2 tn=2 vec=1 bpb=2 hint=1 minb=1 ahead=1 span=0
 exit $failed
