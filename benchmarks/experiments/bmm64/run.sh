@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine: build the experiment (the generated defaults from the emitted sources, renamed), time it,
-# profile it with ncu. Usage: bash benchmarks/experiments/bmm64/run.sh (after `kjit_tune_spaces --family matmul --keys headroom-cases --key-contains bmm --emit-sources src` here) (OUT set by the device tool).
+# profile it with ncu. Usage: bash benchmarks/experiments/bmm64/run.sh (OUT set by the device tool); the sources in src/ and
+# ../pool-src/ come from `kjit_tune_spaces --emit-sources` (benchmarks/experiments/README.md).
 set -uo pipefail
 cd "$(dirname "$0")"
 OUT="${OUT:-/tmp/bmm64-out}"; mkdir -p "$OUT"
