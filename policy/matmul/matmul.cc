@@ -1720,38 +1720,31 @@ class Matmul final : public Family {
       }
       if (!swapped) return Internal("matmul: the span copies' anchors are missing from the kernel body");
     }
-    if (stage == kBulk) {
-      // Bulk: kBulkHead, kBulkCopy and kBulkTail before the kernel, which calls it (only this stage's sources change).
+    if (stage == kBulk || stage == kRing) {
+      // Bulk: kBulkHead, kBulkCopy and kBulkTail before the kernel, which calls it (only this stage's sources
+      // change). Ring: the same helpers with their guard widened (in this stage's sources only), kRingTail, and
+      // the block's launch bounds (the groups and the producer warp, one block an SM).
+      const bool ring = stage == kRing;
       std::string bulk = std::string(kBulkHead) + codegen::kBulkCopy + kBulkTail;
+      if (ring) {
+        const std::string guard5 = "#if STAGE == 5\n";
+        for (size_t at = bulk.find(guard5); at != std::string::npos; at = bulk.find(guard5, at + 1)) {
+          bulk.replace(at, guard5.size(), "#if STAGE >= 5\n");
+        }
+        bulk += kRingTail;
+        bulk.replace(bulk.find("K6UNROLL"), 8, k4unroll);
+      }
       bulk.replace(bulk.find("K5UNROLL"), 8, k4unroll);
       const std::string entry = "extern \"C\" __global__ void __launch_bounds__(THREADS, MINB) kjit_matmul(";
       const std::string call4 = "  pipelined4(a, b, c, reinterpret_cast<raw_t*>(smem));\n";
       const size_t at_entry = body.find(entry), at_call = body.find(call4);
       if (at_entry == std::string::npos || at_call == std::string::npos) {
-        return Internal("matmul: the bulk strategy's anchors are missing from the kernel body");
+        return Internal("matmul: the bulk and ring strategies' anchors are missing from the kernel body");
       }
-      body.insert(at_call + call4.size(), "#elif STAGE == 5\n  bulk5(a, b, c, smem);\n");
+      body.insert(at_call + call4.size(), ring ? "#elif STAGE == 6\n  ring6(a, b, c, smem);\n"
+                                               : "#elif STAGE == 5\n  bulk5(a, b, c, smem);\n");
+      if (ring) body.replace(at_entry, entry.size(), "extern \"C\" __global__ void __launch_bounds__(BLOCK6, 1) kjit_matmul(");
       body.insert(at_entry, bulk + "\n");
-    } else if (stage == kRing) {
-      // Ring: the bulk strategy's helpers (their guard widened in this stage's sources only), kRingTail, and
-      // the block's launch bounds (the groups and the producer warp, one block an SM).
-      std::string ring = std::string(kBulkHead) + codegen::kBulkCopy + kBulkTail;
-      const std::string guard5 = "#if STAGE == 5\n";
-      for (size_t at = ring.find(guard5); at != std::string::npos; at = ring.find(guard5, at + 1)) {
-        ring.replace(at, guard5.size(), "#if STAGE >= 5\n");
-      }
-      ring.replace(ring.find("K5UNROLL"), 8, k4unroll);
-      std::string tail = kRingTail;
-      tail.replace(tail.find("K6UNROLL"), 8, k4unroll);
-      const std::string entry = "extern \"C\" __global__ void __launch_bounds__(THREADS, MINB) kjit_matmul(";
-      const std::string call4 = "  pipelined4(a, b, c, reinterpret_cast<raw_t*>(smem));\n";
-      const size_t at_entry = body.find(entry), at_call = body.find(call4);
-      if (at_entry == std::string::npos || at_call == std::string::npos) {
-        return Internal("matmul: the ring strategy's anchors are missing from the kernel body");
-      }
-      body.insert(at_call + call4.size(), "#elif STAGE == 6\n  ring6(a, b, c, smem);\n");
-      body.replace(at_entry, entry.size(), "extern \"C\" __global__ void __launch_bounds__(BLOCK6, 1) kjit_matmul(");
-      body.insert(at_entry, ring + tail + "\n");
     }
     src << body;
     Candidate c;
