@@ -1229,8 +1229,11 @@ class Matmul final : public Family {
   // shared memory and threads (registers are not known before compiling: a block they keep out waits
   // for a second wave), so that a block's items are a whole share of the work, all blocks running.
   static int64_t PipelinedGrid(const MatmulProblem& p, const Point& pt, const DeviceFacts& dev) {
+    return WaveGrid(p, pt, dev, Threads(pt.at("bm"), pt.at("bn"), pt.at("tm"), pt.at("tn")));
+  }
+  // The pipelined grid for blocks of `threads` (the ring's: its groups and the producer warp).
+  static int64_t WaveGrid(const MatmulProblem& p, const Point& pt, const DeviceFacts& dev, int64_t threads) {
     const int64_t items = CeilDiv(p.m, pt.at("bm")) * CeilDiv(p.n, pt.at("bn")) * p.batch;
-    const int64_t threads = Threads(pt.at("bm"), pt.at("bn"), pt.at("tm"), pt.at("tn"));
     const int64_t per_sm = std::max<int64_t>(
         1, std::min<int64_t>({dev.shared_bytes_per_sm / (BlockShared(p, pt) + 1024),
                               2048 / threads, 32}));
@@ -1264,14 +1267,15 @@ class Matmul final : public Family {
     const int64_t len = kc ? r * p.k : p.k * rlim, read = kc ? r * p.k : (p.k - 1) * rlim + r;
     return CeilDiv(std::max(len, read), q) * q;
   }
+  static int64_t BulkBuffer(const MatmulProblem& p, int64_t bm, int64_t bn) {
+    return (BulkTileElems(p, bm, p.a_kcont(), p.m) + BulkTileElems(p, bn, !p.b_ncont(), p.n)) * p.elem();
+  }
   static int64_t BulkBytes(const MatmulProblem& p, int64_t bm, int64_t bn, int64_t ahead) {
-    const int64_t buf = (BulkTileElems(p, bm, p.a_kcont(), p.m) + BulkTileElems(p, bn, !p.b_ncont(), p.n)) * p.elem();
-    return (ahead + 1) * buf + CeilDiv((ahead + 1) * 8, 16) * 16;
+    return (ahead + 1) * BulkBuffer(p, bm, bn) + CeilDiv((ahead + 1) * 8, 16) * 16;
   }
   // The ring's buffers (the bulk strategy's tiles), then a full and an empty mbarrier each.
   static int64_t RingBytes(const MatmulProblem& p, int64_t bm, int64_t bn, int64_t buffers) {
-    const int64_t buf = (BulkTileElems(p, bm, p.a_kcont(), p.m) + BulkTileElems(p, bn, !p.b_ncont(), p.n)) * p.elem();
-    return buffers * buf + CeilDiv(2 * buffers * 8, 16) * 16;
+    return buffers * BulkBuffer(p, bm, bn) + CeilDiv(2 * buffers * 8, 16) * 16;
   }
   // A ring block's threads: its consumer groups and the producer warp.
   static int64_t RingThreads(const Point& pt) {
@@ -1280,10 +1284,7 @@ class Matmul final : public Family {
   // The ring's persistent grid: as many blocks as the SMs hold at once by shared memory and threads, at most
   // one for every bpb items (each group an item at least).
   static int64_t RingGrid(const MatmulProblem& p, const Point& pt, const DeviceFacts& dev) {
-    const int64_t items = CeilDiv(p.m, pt.at("bm")) * CeilDiv(p.n, pt.at("bn")) * p.batch;
-    const int64_t per_sm = std::max<int64_t>(
-        1, std::min<int64_t>({dev.shared_bytes_per_sm / (BlockShared(p, pt) + 1024), 2048 / RingThreads(pt), 32}));
-    return std::min(CeilDiv(items, pt.at("bpb")), per_sm * dev.sm_count);
+    return WaveGrid(p, pt, dev, RingThreads(pt));
   }
   static int64_t BlockShared(const MatmulProblem& p, const Point& pt) {
     const int64_t stage = pt.at("stage");

@@ -217,6 +217,8 @@ inline EmuMbar& emu_mbar_of(const void* bar) {
   if (it == emu_mbars.end()) { std::fprintf(stderr, "mbarrier used before its init\n"); std::abort(); }
   return it->second;
 }
+// An arrival expecting BYTES more to land in this phase (0: a plain arrival, the ring strategy's `empty`
+// barriers: a warp done reading a buffer).
 inline void emu_mbar_expect(void* bar, unsigned bytes) {
   std::lock_guard<std::mutex> lock(emu_mbar_mu);
   EmuMbar& m = emu_mbar_of(bar);
@@ -225,14 +227,7 @@ inline void emu_mbar_expect(void* bar, unsigned bytes) {
   --m.pending;
   emu_mbar_complete(m);
 }
-// A plain arrival (the ring strategy's `empty` barriers: a warp done reading a buffer).
-inline void emu_mbar_arrive(void* bar) {
-  std::lock_guard<std::mutex> lock(emu_mbar_mu);
-  EmuMbar& m = emu_mbar_of(bar);
-  if (m.pending == 0) { std::fprintf(stderr, "mbarrier: more arrivals than its count\n"); std::abort(); }
-  --m.pending;
-  emu_mbar_complete(m);
-}
+inline void emu_mbar_arrive(void* bar) { emu_mbar_expect(bar, 0); }
 inline void emu_bulk_copy(void* dst, const void* src, unsigned bytes, void* bar) {
   if (bytes == 0 || bytes % 16 != 0 || reinterpret_cast<uintptr_t>(dst) % 16 != 0 || reinterpret_cast<uintptr_t>(src) % 16 != 0) {
     std::fprintf(stderr, "cp.async.bulk of %u bytes misaligned or not a multiple of 16\n", bytes);
