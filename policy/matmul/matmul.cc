@@ -1032,6 +1032,71 @@ __device__ __forceinline__ void ring6(const in_t* a, const in_t* b, out_t* c, un
 #endif  // STAGE == 6
 )";
 
+// Stage 6's span copies (span 1), swapped into the ring's sources for Tile5 and issue5: an operand's tile is
+// one contiguous run of memory whose rows are not 16-byte aligned (odd sizes; a batch item of a contiguous
+// 63x63 matrix is 3969 floats in a row), and the producer copies the 16-byte pieces that enclose it with one
+// bulk copy, so the tile lands at its offset (0 .. 15 bytes) in the buffer and the fragments read it there,
+// element by element. A piece reaching out of the view (the first and the last item's ends; the kernel does
+// not know the allocation around the view) is copied element by element by the producer before its arrival,
+// which releases those stores to the groups that wait on the phase.
+constexpr const char* kRingSpan = R"(constexpr int K4R6 = (int)((K_ + 3) / 4 * 4);  // k a fragment read of 4 reaches
+// As Tile5, but the tile's first element at S[offset] of a buffer S that starts at the piece holding it.
+template <bool KC, int R, long long RLIM, long long EXT>
+struct Span6 {
+  static constexpr int LD = KC ? (int)K_ : (int)RLIM;
+  static constexpr long long LEN = KC ? (long long)R * K_ : K_ * RLIM;
+  static constexpr long long READ = KC ? (long long)(R - 1) * K_ + K4R6 : (K_ - 1) * RLIM + R;
+  static constexpr int ELEMS = (int)((Q5 - 1 + (LEN > READ ? LEN : READ) + Q5 - 1) / Q5 * Q5);
+  __device__ static __forceinline__ long long first(long long r0) { return KC ? r0 * K_ : 0; }
+  __device__ static __forceinline__ unsigned bytes(long long r0) {
+    return (unsigned)((KC ? (RLIM - r0 < R ? RLIM - r0 : R) * K_ : K_ * RLIM) * (long long)sizeof(raw_t));
+  }
+  __device__ static __forceinline__ int offset(const in_t* s) {
+    return (int)(((unsigned long long)s % 16) / sizeof(raw_t));
+  }
+  // The N bytes from s into S: the element-wise part (a piece reaching out of the view x[0, EXT)) now; returns
+  // the bytes of the bulk copy of the pieces inside, from *from.
+  __device__ static __forceinline__ unsigned plain(const in_t* x, const in_t* s, unsigned n, raw_t* S,
+                                                   unsigned long long* from) {
+    const unsigned long long lo = (unsigned long long)x, hi = lo + (unsigned long long)EXT * sizeof(raw_t);
+    const unsigned long long p = (unsigned long long)s, g = p & ~15ull, e = (p + n + 15) & ~15ull;
+    const unsigned long long g0 = g < lo ? (lo + 15) & ~15ull : g;
+    unsigned long long g1 = e > hi ? hi & ~15ull : e;
+    if (g1 < g0) g1 = g0;
+    for (unsigned long long q = p; q < p + n && q < g0; q += sizeof(raw_t)) {
+      S[(q - g) / sizeof(raw_t)] = __ldg(reinterpret_cast<const raw_t*>(q));
+    }
+    for (unsigned long long q = g1 > p ? g1 : p; q < p + n; q += sizeof(raw_t)) {
+      S[(q - g) / sizeof(raw_t)] = __ldg(reinterpret_cast<const raw_t*>(q));
+    }
+    *from = g0;
+    return (unsigned)(g1 - g0);
+  }
+  // W elements as floats: k .. k + W - 1 of row r (KC) or r .. r + W - 1 of row k, one at a time.
+  template <int W>
+  __device__ static __forceinline__ void get(const raw_t* S, int r, int k, float* f) {
+    const raw_t* p = KC ? S + r * LD + k : S + k * LD + r;
+#pragma unroll
+    for (int q = 0; q < W; ++q) f[q] = Bits<in_t>::to_f(p[q]);
+  }
+};
+typedef Span6<A_KCONT, BM, M_, EXT_A> TA5;
+typedef Span6<!B_NCONT, BN, N_, EXT_B> TB5;
+)";
+constexpr const char* kRingSpanIssue = R"(__device__ __forceinline__ void issue5(const in_t* a, const in_t* b, long long item, raw_t* S, unsigned long long* bar) {
+  const long long bt = item / TILES5, tile = item % TILES5;
+  const long long m0 = tile / TILES_N * BM, n0 = tile % TILES_N * BN;
+  const in_t* sa = a + bt * SAB + TA5::first(m0);
+  const in_t* sb = b + bt * SBB + TB5::first(n0);
+  raw_t* Sb = S + TA5::ELEMS;
+  unsigned long long fa, fb;
+  const unsigned na = TA5::plain(a, sa, TA5::bytes(m0), S, &fa), nb = TB5::plain(b, sb, TB5::bytes(n0), Sb, &fb);
+  kjit_mbar_expect(bar, na + nb);  // after the plain stores: the arrival releases them
+  if (na) kjit_bulk_copy(S + (fa - ((unsigned long long)sa & ~15ull)) / sizeof(raw_t), reinterpret_cast<const void*>(fa), na, bar);
+  if (nb) kjit_bulk_copy(Sb + (fb - ((unsigned long long)sb & ~15ull)) / sizeof(raw_t), reinterpret_cast<const void*>(fb), nb, bar);
+}
+)";
+
 class Matmul final : public Family {
  public:
   std::string_view name() const override { return "matmul"; }
@@ -1192,10 +1257,11 @@ class Matmul final : public Family {
          "pipelined and bulk: items in flight ahead of the one multiplied (shared buffers: ahead + 1); ring: buffers "
          "beyond one a group (bpb + ahead); 3: bulk and ring only"},
         {"span", {0, 1, 2},
-         "pipelined, operands whose tiles are one contiguous span of memory with rows not 16-byte aligned (odd "
-         "sizes): 1 copies the span's enclosing 16-byte pieces and reads the tiles at the span's offset in them "
-         "(scalar fragment reads), 2 copies them so and repacks each item's tiles into one padded buffer (rows "
-         "16-byte aligned: vector fragment reads) before its multiply"},
+         "pipelined and ring (1 only), operands whose tiles are one contiguous span of memory with rows not "
+         "16-byte aligned (odd sizes): 1 copies the span's enclosing 16-byte pieces (ring: one bulk copy an "
+         "operand) and reads the tiles at the span's offset in them (scalar fragment reads), 2 copies them so and "
+         "repacks each item's tiles into one padded buffer (rows 16-byte aligned: vector fragment reads) before "
+         "its multiply"},
     };
     // Codegen 4 added `ahead`: points before it had no pipelined strategy, whose knob it is. Codegen 5 added
     // `span`; points without it generate the kernels they did.
@@ -1274,8 +1340,11 @@ class Matmul final : public Family {
     return (ahead + 1) * BulkBuffer(p, bm, bn) + CeilDiv((ahead + 1) * 8, 16) * 16;
   }
   // The ring's buffers (the bulk strategy's tiles), then a full and an empty mbarrier each.
-  static int64_t RingBytes(const MatmulProblem& p, int64_t bm, int64_t bn, int64_t buffers) {
-    return buffers * BulkBuffer(p, bm, bn) + CeilDiv(2 * buffers * 8, 16) * 16;
+  // Span copies (span 1): each buffer holds both operands' spans with their enclosing 16-byte pieces (Span6).
+  static int64_t RingBytes(const MatmulProblem& p, int64_t bm, int64_t bn, int64_t buffers, int64_t span = 0) {
+    const int64_t buffer = span ? (SpanPieces(p, bm, p.a_kcont(), p.m) + SpanPieces(p, bn, !p.b_ncont(), p.n)) * 16
+                                : BulkBuffer(p, bm, bn);
+    return buffers * buffer + CeilDiv(2 * buffers * 8, 16) * 16;
   }
   // A ring block's threads: its consumer groups and the producer warp.
   static int64_t RingThreads(const Point& pt) {
@@ -1289,7 +1358,7 @@ class Matmul final : public Family {
   static int64_t BlockShared(const MatmulProblem& p, const Point& pt) {
     const int64_t stage = pt.at("stage");
     if (stage == kBulk) return BulkBytes(p, pt.at("bm"), pt.at("bn"), Ahead(pt));
-    if (stage == kRing) return RingBytes(p, pt.at("bm"), pt.at("bn"), pt.at("bpb") + Ahead(pt));
+    if (stage == kRing) return RingBytes(p, pt.at("bm"), pt.at("bn"), pt.at("bpb") + Ahead(pt), SpanOf(pt));
     if (stage == kPipelined) return PipelinedBytes(p, pt.at("bm"), pt.at("bn"), Ahead(pt), SpanOf(pt));
     return SharedBytes(stage, pt.at("bm"), pt.at("bn"), pt.at("bk"), p.k);
   }
@@ -1335,14 +1404,18 @@ class Matmul final : public Family {
           !SpanContiguous(!p.b_ncont(), p.sbn, p.sbk, bn, p.n, p.k)) {
         return InvalidArgument("bulk: an operand's tile is not one contiguous run of memory");
       }
-      if (!SpanAligned(p, p.a_kcont(), p.sab, p.m, p.a_align) || !SpanAligned(p, !p.b_ncont(), p.sbb, p.n, p.b_align)) {
+      // (The ring's span copies take the enclosing 16-byte pieces of runs that are not so: span 1, below.)
+      const bool ring_span = stage == kRing && SpanOf(pt) != 0;
+      if (!ring_span &&
+          (!SpanAligned(p, p.a_kcont(), p.sab, p.m, p.a_align) || !SpanAligned(p, !p.b_ncont(), p.sbb, p.n, p.b_align))) {
         return InvalidArgument("bulk: an operand's tiles are not 16-byte aligned runs of 16-byte rows");
       }
     }
     const int64_t span = SpanOf(pt);
     if (span < 0 || span > 2) return InvalidArgument("span is 0, 1 or 2");
     if (span) {
-      if (stage != kPipelined) return InvalidArgument("span is a knob of the pipelined strategy");
+      if (stage == kRing && span != 1) return InvalidArgument("ring: span is 0 or 1 (fragments read at the span's offset)");
+      if (stage != kPipelined && stage != kRing) return InvalidArgument("span is a knob of the pipelined and ring strategies");
       // The copies are 16-byte pieces whatever vec says: one value of it, not several equal points.
       if (vec != 1) return InvalidArgument("span copies 16-byte pieces: vec is 1");
       if (!SpanContiguous(p.a_kcont(), p.sam, p.sak, bm, p.m, p.k) ||
@@ -1439,7 +1512,8 @@ class Matmul final : public Family {
       if (pt.at("minb") != 1) return InvalidArgument("ring: minb is 1");
       // Outputs leave from registers (no block-wide barrier to stage them through shared memory): a thread's
       // column groups stored whole.
-      if (StoreWidth(p, std::min<int64_t>(tn, 4)) != std::min<int64_t>(tn, 4)) {
+      // Span copies serve odd rows, whose outputs cannot be stored but element by element anyway.
+      if (!span && StoreWidth(p, std::min<int64_t>(tn, 4)) != std::min<int64_t>(tn, 4)) {
         return InvalidArgument("ring: outputs are stored from registers, whole column groups (N too odd)");
       }
       if (ahead > 1 && CeilDiv(items, RingGrid(p, pt, dev)) < bpb + ahead) {
@@ -1676,7 +1750,7 @@ class Matmul final : public Family {
     // Pipelined: four k values an iteration.
     const std::string k4unroll = "#pragma unroll " + std::to_string(std::max<int64_t>(1, bk / 4));
     body.replace(body.find("K4UNROLL"), 8, k4unroll);
-    if (SpanOf(pt) != 0) {
+    if (SpanOf(pt) != 0 && stage == kPipelined) {
       // Span copies: Span4 for Tile4, the issue taking the view's start, the tiles read at their offsets.
       auto swap = [&body](const std::string& from, const std::string& to) {
         const size_t at = body.find(from);
@@ -1734,6 +1808,31 @@ class Matmul final : public Family {
         }
         bulk += kRingTail;
         bulk.replace(bulk.find("K6UNROLL"), 8, k4unroll);
+        if (SpanOf(pt) == 1) {
+          // Span copies: Span6 for Tile5, its issue5, the tiles read at their offsets.
+          auto swap = [&bulk](const std::string& from, const std::string& to) {
+            const size_t at = bulk.find(from);
+            if (at != std::string::npos) bulk.replace(at, from.size(), to);
+            return at != std::string::npos;
+          };
+          const int64_t ext_a = (p.batch - 1) * p.sab + (p.m - 1) * p.sam + (p.k - 1) * p.sak + 1;
+          const int64_t ext_b = (p.batch - 1) * p.sbb + (p.k - 1) * p.sbk + (p.n - 1) * p.sbn + 1;
+          std::ostringstream tiles;
+          tiles << "constexpr long long EXT_A = " << ext_a << ", EXT_B = " << ext_b << ";  // elements of the views\n"
+                << kRingSpan;
+          const std::string issue_from = "// The item's two bulk copies into buffer S, counted by BAR (the calling thread only).\n";
+          const std::string issue_to = "// As chunk4, from the unpadded tiles.\n";
+          const size_t i0 = bulk.find(issue_from), i1 = bulk.find(issue_to);
+          bool swapped = i0 != std::string::npos && i1 != std::string::npos && i1 > i0;
+          if (swapped) bulk.replace(i0 + issue_from.size(), i1 - i0 - issue_from.size(), kRingSpanIssue);
+          swapped = swapped &&
+                    swap("typedef Tile5<A_KCONT, BM, M_> TA5;\ntypedef Tile5<!B_NCONT, BN, N_> TB5;\n", tiles.str()) &&
+                    swap("    const raw_t* As = bufs + s * BUF5;\n    const raw_t* Bs = As + TA5::ELEMS;\n",
+                         "    const long long sitem = (long long)blockIdx.x + j * GRID, sbt = sitem / TILES5, stile = sitem % TILES5;\n"
+                         "    const raw_t* As = bufs + s * BUF5 + TA5::offset(a + sbt * SAB + TA5::first(stile / TILES_N * BM));\n"
+                         "    const raw_t* Bs = bufs + s * BUF5 + TA5::ELEMS + TB5::offset(b + sbt * SBB + TB5::first(stile % TILES_N * BN));\n");
+          if (!swapped) return Internal("matmul: the ring's span anchors are missing from its sources");
+        }
       }
       bulk.replace(bulk.find("K5UNROLL"), 8, k4unroll);
       const std::string entry = "extern \"C\" __global__ void __launch_bounds__(THREADS, MINB) kjit_matmul(";

@@ -2146,6 +2146,43 @@ TEST(MatmulSpace, RingTakesTheBulkRulesAndOwnsItsBlock) {
   EXPECT_TRUE(check(bmm_n4, [&] { Point q = ring; q["bn"] = 16; q["tn"] = 4; q["tm"] = 4; return q; }()).ok());
 }
 
+// Stage 6 with span 1: the ring's bulk copies take the enclosing 16-byte pieces of odd contiguous tiles; its
+// buffers are span buffers, outputs leave element by element, and aligned operands keep span 0.
+TEST(MatmulSpace, RingSpanCopiesOddContiguousTiles) {
+  const DeviceFacts device = DeviceFacts::H200();
+  constexpr DType f32 = DType::kFloat32;
+  const OpKey bmm63 = BmmKey(TensorDesc::Contiguous(f32, {4095, 63, 63}), TensorDesc::Contiguous(f32, {4095, 63, 63}));
+  const OpKey bmm64 = BmmKey(TensorDesc::Contiguous(f32, {4096, 64, 64}), TensorDesc::Contiguous(f32, {4096, 64, 64}));
+  auto found = FindFamily(bmm63);
+  ASSERT_TRUE(found.ok()) << found.status().ToString();
+  Point ring = MatmulPoint(6, 64, 64, 16, 8, 8, 1, 4);
+  ring["ahead"] = 1;
+  ring["span"] = 1;
+  ASSERT_TRUE(found->family->Check(*found->problem, ring, device).ok())
+      << found->family->Check(*found->problem, ring, device).ToString();
+  auto c = found->family->Generate(*found->problem, ring, device);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_NE(c->source.find("struct Span6"), std::string::npos);
+  EXPECT_NE(c->source.find("TA5::plain(a, sa"), std::string::npos);  // the issue copies the enclosing pieces
+  EXPECT_NE(c->source.find("TA5::offset(a + sbt * SAB"), std::string::npos);  // and the groups read at the offsets
+  EXPECT_EQ(c->source.find("typedef Tile5<A_KCONT"), std::string::npos);
+  // Span buffers: A's 64 rows of 63 (reads up to row 63's k of 64) and B's 63 k-rows of 63 (reads up to column 63
+  // of the last), each with the 3 elements a start can be into its piece, in 16-byte pieces; 5 of them and 10
+  // barriers.
+  const uint32_t a_pieces = (3 + 63 * 63 + 64 + 3) / 4, b_pieces = (3 + 62 * 63 + 64 + 3) / 4;
+  EXPECT_EQ(c->launch.dynamic_shared_bytes, 5u * (a_pieces + b_pieces) * 16u + 80u);
+  auto why = [&](const OpKey& key, Point p) {
+    auto f = FindFamily(key);
+    return f->family->Check(*f->problem, p, device).ToString();
+  };
+  EXPECT_NE(why(bmm63, [&] { Point q = ring; q["span"] = 0; return q; }()).find("16-byte"), std::string::npos);
+  EXPECT_NE(why(bmm63, [&] { Point q = ring; q["span"] = 2; return q; }()).find("ring: span is 0 or 1"), std::string::npos);
+  EXPECT_NE(why(bmm64, ring).find("both operands' rows are 16-byte aligned"), std::string::npos);
+  // The bulk strategy keeps its rule: no span.
+  EXPECT_NE(why(bmm63, [&] { Point q = ring; q["stage"] = 5; q["bpb"] = 2; return q; }()).find("16-byte aligned runs"),
+            std::string::npos);
+}
+
 // Stage 5 and ahead 3 are new values of existing knobs: every point valid before them (stage 4 or less, ahead
 // 1 or 2) still generates the same source and launch shape, byte for byte (the datasets store measured
 // sources, and the codegen version stayed 5). Digests of every 64th such point of each sample key (FNV-1a over

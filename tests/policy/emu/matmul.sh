@@ -205,4 +205,20 @@ KJIT_EMU_CP_ASYNC=sync r g2s bmm f32 1200,64,64,64 4096,64,1 4096,64,1 0 stage=6
 # out of order; one group and many fills a buffer): copies at issue wait on already-landed phases.
 KJIT_EMU_CP_ASYNC=sync r g7s bmm f32 5000,8,8,8 64,8,1 64,8,1 0 stage=6 bm=16 bn=16 bk=8 tm=1 tn=4 vec=1 bpb=1 hint=0 minb=1 ahead=1 span=0
 r g8 bmm f32 5000,8,8,8 64,8,1 64,8,1 0 stage=6 bm=16 bn=16 bk=8 tm=2 tn=2 vec=1 bpb=2 hint=1 minb=1 ahead=1 span=0
+# Stage 6 with span copies (span 1): odd contiguous tiles (rows not 16-byte aligned), each copied with one bulk copy
+# of its enclosing 16-byte pieces, the pieces reaching out of the view element by element (aoff/boff: views that
+# start inside a piece), fragments read at the offsets, outputs stored element by element: 63^3 over a wrapping
+# ring, f16, bf16 B^T, A^T, a broadcast B, ragged row tiles, aligned rows in a misaligned view, 7^3.
+r q1 bmm f32 800,63,63,63 3969,63,1 3969,63,1 0 stage=6 bm=64 bn=64 bk=16 tm=8 tn=8 vec=1 bpb=4 hint=0 minb=1 ahead=2 span=1
+r q2 bmm f32 37,63,63,63 3969,63,1 3969,63,1 0 aoff=1 boff=3 stage=6 bm=64 bn=64 bk=16 tm=8 tn=8 vec=1 bpb=4 hint=1 minb=1 ahead=1 span=1
+r q3 bmm f16 9,63,63,63 3969,63,1 3969,63,1 0 aoff=1 boff=5 stage=6 bm=64 bn=64 bk=16 tm=8 tn=4 vec=1 bpb=2 hint=0 minb=1 ahead=1 span=1
+r q4 bmm bf16 6,33,41,25 1353,41,1 1025,1,41 0 aoff=2 stage=6 bm=64 bn=32 bk=8 tm=4 tn=4 vec=1 bpb=2 hint=0 minb=1 ahead=1 span=1
+r q5 bmm f32 5,31,17,29 527,1,31 493,29,1 0 boff=2 stage=6 bm=32 bn=32 bk=8 tm=4 tn=4 vec=1 bpb=2 hint=0 minb=1 ahead=1 span=1
+r q6 bmm f32 7,63,63,63 3969,63,1 0,63,1 0 aoff=2 boff=1 stage=6 bm=64 bn=64 bk=16 tm=8 tn=8 vec=1 bpb=2 hint=0 minb=1 ahead=1 span=1
+r q7 mm f32 1,100,63,50 0,63,1 0,50,1 0 aoff=1 stage=6 bm=32 bn=64 bk=8 tm=2 tn=8 vec=1 bpb=2 hint=0 minb=1 ahead=1 span=1
+r q8 bmm f32 5,64,64,64 4096,64,1 4096,64,1 0 aoff=1 stage=6 bm=64 bn=64 bk=16 tm=8 tn=8 vec=1 bpb=2 hint=0 minb=1 ahead=1 span=1
+r q9 bmm f32 3000,7,7,7 49,7,1 49,7,1 0 stage=6 bm=16 bn=16 bk=8 tm=2 tn=2 vec=1 bpb=2 hint=0 minb=1 ahead=1 span=1
+KJIT_EMU_CP_ASYNC=sync r q1s bmm f32 800,63,63,63 3969,63,1 3969,63,1 0 stage=6 bm=64 bn=64 bk=16 tm=8 tn=8 vec=1 bpb=4 hint=0 minb=1 ahead=2 span=1
+KJIT_EMU_CP_ASYNC=sync r q2s bmm f32 37,63,63,63 3969,63,1 3969,63,1 0 aoff=1 boff=3 stage=6 bm=64 bn=64 bk=16 tm=8 tn=8 vec=1 bpb=4 hint=1 minb=1 ahead=1 span=1
+KJIT_EMU_CP_ASYNC=sync r q9s bmm f32 3000,7,7,7 49,7,1 49,7,1 0 stage=6 bm=16 bn=16 bk=8 tm=2 tn=2 vec=1 bpb=2 hint=0 minb=1 ahead=1 span=1
 exit $failed
