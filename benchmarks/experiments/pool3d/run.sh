@@ -11,18 +11,20 @@ RUNS="${RUNS:-41}"
 nvcc -std=c++17 -O2 ../launch.cu -o /tmp/launch -lcuda -lnvrtc || exit 1
 sizes="1950963840 251658240 503316480"
 for f in src/*.cu; do /tmp/launch "$f" $sizes --runs "$RUNS" --outputs 2 | tee -a "$OUT/times.md"; done
-for shape in "1 2 128" "2 1 128" "2 2 128" "1 1 128" "1 2 256"; do
-  set -- $shape; fr=$1 rows=$2 threads=$3
+SRC=/tmp/pool3d-src; mkdir -p "$SRC"  # not under $OUT: the device tool returns few files
+# frames rows threads minb variants
+for shape in ${SHAPES:-"1 2 128 1 0123" "2 1 128 1 0123" "2 2 128 1 0123" "1 1 128 1 0123" "1 2 256 1 0123"}; do
+  IFS=: read -r fr rows threads minb vs <<< "${shape// /:}"
   items=$(( 480 * ((32 + fr - 1) / fr) * ((64 + rows - 1) / rows) * 32 ))
-  for v in 0 1 2 3; do
-    f="$OUT/odd-v$v-fr$fr-rows$rows-t$threads.cu"
+  for v in $(echo "$vs" | grep -o .); do
+    f="$SRC/odd-v$v-fr$fr-rows$rows-t$threads-b$minb.cu"
     sed -e "s/@GRID@/$(( (items + threads - 1) / threads ))/" -e "s/@THREADS@/$threads/g" -e "s/@ROWS@/$rows/" \
-        -e "s/@FR@/$fr/" -e "s/@VARIANT@/$v/" odd.cu.in > "$f"
+        -e "s/@FR@/$fr/" -e "s/@VARIANT@/$v/" -e "s/@MINB@/$minb/" odd.cu.in > "$f"
     /tmp/launch "$f" $sizes --runs "$RUNS" --outputs 2 | tee -a "$OUT/times.md"
   done
 done
 if [[ "${NCU:-1}" == 1 ]]; then
-  for f in src/*.cu "$OUT"/odd-v[123]-fr1-rows2-t128.cu; do
+  for f in src/*.cu ${NCU_FILES:-"$SRC"/odd-v[123]-fr1-rows2-t128-b1.cu}; do
     timeout 150 ncu --clock-control none -k regex:kjit --launch-skip 2 --launch-count 1 \
       --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
       --section Occupancy --section InstructionStats \
