@@ -182,7 +182,7 @@ __device__ __forceinline__ void pool_window(idx_t od, idx_t oh, idx_t ow, const 
 class Pool final : public Family {
  public:
   std::string_view name() const override { return "pool"; }
-  int codegen_version() const override { return 3; }
+  int codegen_version() const override { return 4; }
   std::vector<std::string> ops() const override {
     return {"aten::max_pool2d_with_indices", "aten::max_pool3d_with_indices", "aten::avg_pool2d", "aten::avg_pool3d"};
   }
@@ -372,8 +372,8 @@ class Pool final : public Family {
          "0: __launch_bounds__(threads), where the compiler keeps registers few for occupancy; 1: "
          "__launch_bounds__(threads, 1), registers up to one block an SM: more loads in flight a thread"},
     };
-    // frames: added with codegen 2 (the sliding strategy); minb: a knob of codegen 3 whose 0 is the
-    // launch bounds every earlier point had, so their sources are unchanged.
+    // frames: added with codegen 2 (the sliding strategy); minb with codegen 4 (0: the launch bounds every
+    // earlier point had).
     s.absent_as = {{"frames", 1}, {"minb", 0}};
     return s;
   }
@@ -514,16 +514,16 @@ class Pool final : public Family {
           // 2026-12-01; max: all 602 points screened, avg: 64 searched): codegen 3's aligned vectors
           // over odd rows lose to scalar loads (max at best 1.65x the floor with vec 2, 1.82x with
           // vec 4). Scalar loads, plain stores (streaming ones measured 3-5% slower): max is best over
-          // 1 frame x 2 rows (1.22x; 2 frames 1.32x), avg over 4 frames x 2 rows (1.14x). Launch bounds
-          // of one block an SM (minb 1): ptxas then takes 64 registers instead of 40 and keeps the 15
-          // rows' loads in flight (max, hand-written copies of this kernel, 2026-12-04: 745.6 us against
-          // 811.7, 1.12x the floor; with 43% occupancy against 69%).
+          // 1 frame x 2 rows (1.22x; 2 frames 1.32x), avg over 4 frames x 2 rows (1.14x). Max with launch
+          // bounds of one block an SM (minb 1): ptxas then takes 64 registers instead of 40 and keeps the
+          // 15 rows' loads in flight (codegen 3 on the H200, 2026-12-04: 786.3 us against 814.5; avg over 4
+          // frames lost with it, 824.2 against 613.8, and over 1 or 2 frames, 653-659).
           if (sv > 1) {
             tries.push_back(point(kSliding, 128, outs, sv, 2, 2));
           } else {
             Point odd = point(kSliding, 128, outs, 1, 2, p.max ? 1 : 4);
             odd["hint"] = 0;
-            odd["minb"] = 1;
+            odd["minb"] = p.max ? 1 : 0;
             tries.push_back(odd);
           }
           tries.push_back(point(kSliding, 128, outs, sv, 2, 1));
@@ -551,11 +551,8 @@ class Pool final : public Family {
     const bool wide = std::max(p.in_numel(), p.out_numel()) >= (int64_t{1} << 31) - 4096;
     const int64_t cv = strategy == kDirect && p.channels_last ? vec : 1;  // channels per thread
     std::ostringstream src;
-    // The point as written before minb existed when it is 0: those sources stay byte for byte what they were.
-    Point shown = pt;
-    if (MinBlocks(pt) == 0) shown.erase("minb");
     src << "// kjit pool family, codegen " << codegen_version() << ": " << p.description << "\n// point "
-        << PointToString(shown) << "\n" << codegen::kIncludes;
+        << PointToString(pt) << "\n" << codegen::kIncludes;
     src << "typedef " << CudaType(p.dtype) << " in_t;\ntypedef in_t out_t;\n";
     // Sizes fit int unless the tensors are near 2^31 elements: 32-bit index arithmetic is cheaper.
     src << "typedef " << (wide ? "long long" : "int") << " idx_t;\n";
@@ -650,6 +647,10 @@ extern "C" __global__ void __launch_bounds__(THREADS) kjit_pool()" << params << 
     } else if (strategy == kSliding || strategy == kWarpRows) {
       const bool warp = strategy == kWarpRows;
       src << "constexpr int FR = " << Frames(pt) << ";\n";
+      // codegen 4: float32 maxima are stored from the best value itself (its bits are the element's, NaN
+      // payloads included); 16-bit types keep the element's raw bits beside the float they compare as. The
+      // second select per comparison cost ~108 instructions a thread of odd-row max_pool3d.
+      src << "#define RES_IS_BEST " << (p.dtype == DType::kFloat32 ? 1 : 0) << "\n";
       if (!warp) {
         src << "#define SEG_FIXED " << (SegmentFixed(p, outs, vec) ? 1 : 0) << "\n#define X_ALIGNED "
             << (vec * static_cast<int64_t>(DTypeSize(p.dtype)) <= p.alignment ? 1 : 0) << "\n";
@@ -742,7 +743,9 @@ extern "C" __global__ void __launch_bounds__(THREADS) kjit_pool()" << params << 
       }
       src << R"(#if IS_MAX
   float best[FR][ROWS][OUTS];
+#if !RES_IS_BEST
   raw_t res[FR][ROWS][OUTS];
+#endif
   idx_t at[FR][ROWS][OUTS];
 #pragma unroll
   for (int f = 0; f < FR; ++f)
@@ -751,7 +754,9 @@ extern "C" __global__ void __launch_bounds__(THREADS) kjit_pool()" << params << 
 #pragma unroll
       for (int o = 0; o < OUTS; ++o) {
         best[f][r][o] = -KJIT_INF;
+#if !RES_IS_BEST
         res[f][r][o] = Bits<in_t>::from_f(-KJIT_INF);
+#endif
         at[f][r][o] = (first_in(tb + f * ST, DT) * IH + first_in(hb + r * SH, DH)) * IW + first_in(wb + o * SW, DW);
       }
 #else
@@ -926,7 +931,9 @@ extern "C" __global__ void __launch_bounds__(THREADS) kjit_pool()" << params << 
               const float v = Bits<in_t>::to_f(seg[e]);
               if (v > best[f][r][o] || v != v) {
                 best[f][r][o] = v;
+#if !RES_IS_BEST
                 res[f][r][o] = seg[e];
+#endif
                 at[f][r][o] = row_at + w;
               }
 #else
@@ -951,7 +958,13 @@ extern "C" __global__ void __launch_bounds__(THREADS) kjit_pool()" << params << 
       raw_t out[OUTS];
 #if IS_MAX
 #pragma unroll
-      for (int o = 0; o < OUTS; ++o) out[o] = res[f][r][o];
+      for (int o = 0; o < OUTS; ++o) {
+#if RES_IS_BEST
+        out[o] = Bits<in_t>::from_f(best[f][r][o]);
+#else
+        out[o] = res[f][r][o];
+#endif
+      }
 #else
 #pragma unroll
       for (int o = 0; o < OUTS; ++o) {
