@@ -55,6 +55,9 @@
 //             vectors do not fit and its scalar loads, outs x stride apart across the warp, touch that
 //             many times the sectors per load. Windows along W must meet (stride <= dilated kernel)
 //             and a warp's segment take at most 9 loads per lane.
+// Every strategy's kernel takes `minb` (codegen 4): 1 writes its launch bounds with one block an SM, so
+// ptxas may spend registers on loads in flight rather than keep them few for occupancy (the odd-row
+// max_pool3d's default); 0 leaves the count out, as every point before codegen 4.
 #pragma once
 
 #include "kjit/policy/design_space.h"
