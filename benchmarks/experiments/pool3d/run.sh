@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On the GPU machine: hand-written load variants of pooling's sliding strategy (odd.cu.in) for max_pool3d f32
 # 15x32x63x127x127 k3 s2 p1, beside the generator's expert default (src/, from `kjit_tune_spaces --family pool
-# --keys headroom --key-contains "max_pool3d f32 N=15" --emit-sources benchmarks/experiments/pool3d/src`, carried).
+# --keys headroom --key-contains "max_pool3d f32 N=15" --emit-sources benchmarks/experiments/pool3d/src`, carried;
+# the seventeenth session carried codegen 3 and 4 defaults with and without minb, renamed odd-codegenN-minbM.cu).
 # Each through ../launch.cu (CUDA events, L2 flushed before each of RUNS launches, median); outputs poisoned
 # and hashed, so a variant's values and indices can be compared with the default's bit for bit.
 set -uo pipefail
