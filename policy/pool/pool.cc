@@ -648,10 +648,28 @@ extern "C" __global__ void __launch_bounds__(THREADS) kjit_pool()" << params << 
     } else if (strategy == kSliding || strategy == kWarpRows) {
       const bool warp = strategy == kWarpRows;
       src << "constexpr int FR = " << Frames(pt) << ";\n";
-      // codegen 4: float32 maxima are stored from the best value itself (its bits are the element's, NaN
-      // payloads included); 16-bit types keep the element's raw bits beside the float they compare as. The
-      // second select per comparison cost ~108 instructions a thread of odd-row max_pool3d.
+      // codegen 4: float32 maxima are stored from the best value itself, as floats (its bits are the
+      // element's, NaN payloads included); 16-bit types keep the element's raw bits beside the float they
+      // compare as. Odd-row max_pool3d, 2 x 2 outputs a thread: 1024 SASS instructions against codegen 3's
+      // 1120 (its raw copy and the bit cast at the store each made the compiler carry the fold's selects twice).
       src << "#define RES_IS_BEST " << (p.dtype == DType::kFloat32 ? 1 : 0) << "\n";
+      if (p.max && p.dtype == DType::kFloat32) {
+        src << R"(// N consecutive floats at p (aligned to their total size), as a float vector type.
+template <int N> struct FloatsOf;
+template <> struct FloatsOf<1> { typedef float T; };
+template <> struct FloatsOf<2> { typedef float2 T; };
+template <> struct FloatsOf<4> { typedef float4 T; };
+template <int N>
+__device__ __forceinline__ void store_floats(float* p, const float (&v)[N]) {
+  typedef typename FloatsOf<N>::T F;
+  union { F f; float e[N]; } w;
+#pragma unroll
+  for (int k = 0; k < N; ++k) w.e[k] = v[k];
+  if (HINT) __stcs(reinterpret_cast<F*>(p), w.f);
+  else *reinterpret_cast<F*>(p) = w.f;
+}
+)";
+      }
       if (!warp) {
         src << "#define SEG_FIXED " << (SegmentFixed(p, outs, vec) ? 1 : 0) << "\n#define X_ALIGNED "
             << (vec * static_cast<int64_t>(DTypeSize(p.dtype)) <= p.alignment ? 1 : 0) << "\n";
@@ -956,16 +974,20 @@ extern "C" __global__ void __launch_bounds__(THREADS) kjit_pool()" << params << 
     for (int r = 0; r < ROWS; ++r) {
       const idx_t oh = oh0 + r;
       if (oh >= OH) break;
-      raw_t out[OUTS];
-#if IS_MAX
+#if IS_MAX && RES_IS_BEST
+      // float32 maxima leave as floats: a bit cast to raw bits here would make the compiler carry the
+      // fold's selects as integers beside the float compares (5% more instructions, odd max_pool3d).
+      float out[OUTS];
 #pragma unroll
-      for (int o = 0; o < OUTS; ++o) {
-#if RES_IS_BEST
-        out[o] = Bits<in_t>::from_f(best[f][r][o]);
+      for (int o = 0; o < OUTS; ++o) out[o] = best[f][r][o];
 #else
-        out[o] = res[f][r][o];
+      raw_t out[OUTS];
 #endif
-      }
+#if IS_MAX
+#if !RES_IS_BEST
+#pragma unroll
+      for (int o = 0; o < OUTS; ++o) out[o] = res[f][r][o];
+#endif
 #else
 #pragma unroll
       for (int o = 0; o < OUTS; ++o) {
@@ -983,7 +1005,11 @@ extern "C" __global__ void __launch_bounds__(THREADS) kjit_pool()" << params << 
       const long long o_at = ((plane * OD + od) * OH + oh) * (long long)OW + ow0;
       if (OW % OUTS == 0) {
         // Whole groups: OUTS-element stores, and the indices in pairs (16 bytes).
+#if IS_MAX && RES_IS_BEST
+        store_floats<OUTS>(y + o_at, out);
+#else
         store_raw<OUTS>(y + o_at, out);
+#endif
 #if IS_MAX
         if (OUTS == 1) {
           store_index(ind + o_at, at[f][r][0]);
@@ -996,8 +1022,13 @@ extern "C" __global__ void __launch_bounds__(THREADS) kjit_pool()" << params << 
 #pragma unroll
         for (int o = 0; o < OUTS; ++o) {
           if (ow0 + o >= OW) break;
+#if IS_MAX && RES_IS_BEST
+          const float one[1] = {out[o]};
+          store_floats<1>(y + o_at + o, one);
+#else
           raw_t one[1] = {out[o]};
           store_raw<1>(y + o_at + o, one);
+#endif
 #if IS_MAX
           store_index(ind + o_at + o, at[f][r][o]);
 #endif
