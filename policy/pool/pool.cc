@@ -516,9 +516,9 @@ class Pool final : public Family {
           // vec 4). Scalar loads, plain stores (streaming ones measured 3-5% slower): max is best over
           // 1 frame x 2 rows (1.22x; 2 frames 1.32x), avg over 4 frames x 2 rows (1.14x). Max with launch
           // bounds of one block an SM (minb 1): ptxas then takes 64 registers instead of 40 and keeps the
-          // 15 rows' loads in flight (on the H200, 2026-12-04: 786.3 us against 814.5 at codegen 3, 790.4
-          // against 799.3 at codegen 4; avg over 4 frames lost with it, 824.2 against 613.8, and over 1 or 2
-          // frames, 653-659). Aligned keys: minb 1 was slower or a tie on 11 of 12 (3-11% slower on max).
+          // 15 rows' loads in flight (on the H200, 2026-12-04: 786.3 us against 814.5 at codegen 3, 748.4
+          // against 756.6 at codegen 4, 1.13x the floor; avg over 4 frames lost with it, 824.2 against 613.8,
+          // and over 1 or 2 frames, 653-659). Aligned keys: minb 1 slower or a tie on 10 of 11.
           if (sv > 1) {
             tries.push_back(point(kSliding, 128, outs, sv, 2, 2));
           } else {
