@@ -571,6 +571,11 @@ class Pool final : public Family {
     src << codegen::kElementAccess << codegen::kRawAccess << kPrelude;
     const std::string params = p.max ? "const in_t* __restrict__ x, out_t* __restrict__ y, long long* __restrict__ ind"
                                      : "const in_t* __restrict__ x, out_t* __restrict__ y";
+    // Every strategy's kernel declaration. minb 1 gives the launch bounds one block an SM: without a count ptxas
+    // keeps registers few for occupancy (odd-row max_pool3d: 40 registers a thread, its 75 row loads issued in
+    // small batches); with one, it takes 64 and the loads overlap.
+    const std::string entry = std::string("extern \"C\" __global__ void __launch_bounds__(THREADS") +
+                              (MinBlocks(pt) == 1 ? ", 1" : "") + ") kjit_pool(" + params + ") {";
     // Avg pooling has no index output: a sink the compiler drops.
     const char* index_store = p.max ? "store_index(ind + o_at + k, r_ind[k]);" : "(void)r_ind[k];";
     Candidate c;
@@ -582,7 +587,7 @@ class Pool final : public Family {
 // A thread per OUTS consecutive outputs of a row; threads in a warp take consecutive groups of a
 // row, so their windows are neighbours and L1 serves the overlap.
 constexpr idx_t G = (OW + OUTS - 1) / OUTS;
-extern "C" __global__ void __launch_bounds__(THREADS) kjit_pool()" << params << R"() {
+)" << entry << R"(
   const long long item = (long long)blockIdx.x * THREADS + threadIdx.x;
   if (item >= (long long)N_ * C_ * OD * OH * G) return;
   const idx_t g = (idx_t)(item % G);
@@ -615,7 +620,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) kjit_pool()" << params << 
 // take consecutive channel vectors, so each window position is one coalesced read per warp.
 constexpr idx_t G = (OW + OUTS - 1) / OUTS;
 constexpr idx_t CVS = C_ / CV;
-extern "C" __global__ void __launch_bounds__(THREADS) kjit_pool()" << params << R"() {
+)" << entry << R"(
   const long long item = (long long)blockIdx.x * THREADS + threadIdx.x;
   if (item >= (long long)N_ * OD * OH * G * CVS) return;
   const idx_t cvi = (idx_t)(item % CVS);
@@ -701,7 +706,7 @@ constexpr long long NUMEL = (long long)N_ * C_ * ID * IH * IW;
 __device__ __forceinline__ constexpr bool in_window(int i, int o, int s, int d, int k) {
   return i - o * s >= 0 && (i - o * s) % d == 0 && (i - o * s) / d < k;
 }
-extern "C" __global__ void __launch_bounds__(THREADS) kjit_pool()" << params << R"() {
+)" << entry << R"(
   const long long item = (long long)blockIdx.x * THREADS + threadIdx.x;
   if (item >= (long long)N_ * C_ * FT * RT * G) return;
   const idx_t g = (idx_t)(item % G);
@@ -742,7 +747,7 @@ __device__ __forceinline__ constexpr bool in_window(int i, int o, int s, int d, 
 __device__ __forceinline__ raw_t lane_value(raw_t v, int src) {
   return (raw_t)__shfl_sync(0xffffffffu, (unsigned)v, src);
 }
-extern "C" __global__ void __launch_bounds__(THREADS) kjit_pool()" << params << R"() {
+)" << entry << R"(
   const long long item = (long long)blockIdx.x * THREADS + threadIdx.x;
   // Whole warps leave together (GW and THREADS are multiples of 32): the shuffles below see all lanes.
   if (item >= (long long)N_ * C_ * FT * RT * GW) return;
@@ -1050,7 +1055,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) kjit_pool()" << params << 
 constexpr idx_t G = (OW + OUTS - 1) / OUTS;
 constexpr idx_t RT = (OH + ROWS - 1) / ROWS;
 constexpr int SEGS = (int)(IW / VEC);
-extern "C" __global__ void __launch_bounds__(THREADS) kjit_pool()" << params << R"() {
+)" << entry << R"(
   extern __shared__ __align__(16) unsigned char smem[];
   raw_t* tile = reinterpret_cast<raw_t*>(smem);  // [KT][IR][IW]
   const long long b = blockIdx.x;
@@ -1098,16 +1103,6 @@ extern "C" __global__ void __launch_bounds__(THREADS) kjit_pool()" << params << 
       c.launch.dynamic_shared_bytes = static_cast<uint32_t>(StagedBytes(p, rows));
     }
     c.source = src.str();
-    if (MinBlocks(pt) == 1) {
-      // Without a block count ptxas keeps registers few for occupancy (odd-row max_pool3d: 40 registers a
-      // thread, its 75 row loads issued in small batches); with one, it takes 64 and the loads overlap.
-      const std::string bounds = "__launch_bounds__(THREADS)";
-      const size_t at = c.source.find(bounds);
-      if (at == std::string::npos || c.source.find(bounds, at + 1) != std::string::npos) {
-        return Internal("pool: the kernel's launch bounds are not found exactly once");
-      }
-      c.source.replace(at, bounds.size(), "__launch_bounds__(THREADS, 1)");
-    }
     c.options = {"--std=c++17", "--diag-suppress=177"};  // 177: a constant this strategy does not use
     c.design = ToDesignPoint("pool", pt, "");
     return c;
