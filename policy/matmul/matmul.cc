@@ -703,6 +703,17 @@ struct Span4 {
     const int n = (int)((o + (KC ? rows * K_ : LEN) + Q4 - 1) / Q4);  // pieces of this item
     const unsigned long long lo = (unsigned long long)x, hi = lo + (unsigned long long)EXT * sizeof(raw_t);
     const unsigned long long g = (unsigned long long)s - (unsigned long long)o * sizeof(raw_t);  // 16-byte aligned
+    // Codegen 6: every item but those at the view's ends has all its pieces inside it, and copies them with
+    // no test a piece (the test's 64-bit compares were ~14 instructions a piece; 1.3% of the odd bmm's time).
+    if (g >= lo && g + (unsigned long long)n * 16 <= hi) {
+#pragma unroll
+      for (int i = 0; i < PER; ++i) {
+        const int q = (int)(threadIdx.x % THREADS) + i * THREADS;
+        if (q >= n) break;
+        kjit_cp_async<16>(S + q * Q4, reinterpret_cast<const void*>(g + (unsigned long long)q * 16));
+      }
+      return;
+    }
 #pragma unroll
     for (int i = 0; i < PER; ++i) {
       const int q = (int)(threadIdx.x % THREADS) + i * THREADS;
@@ -741,7 +752,9 @@ struct Span4 {
 // Span 2: the span copies land in AHEAD buffers, and each item's tiles are repacked from there into one
 // buffer of kBody's padded Tile4 layout (rows 16-byte aligned, float4 fragment reads without bank conflicts,
 // the multiply and stores of span 0), which also serves the output stores as scratch. A barrier more an
-// item; in exchange a thread reads (TM + TN) / 4 vectors a k instead of TM + TN scalars (span 1).
+// item; in exchange a thread reads (TM + TN) / 4 vectors a k instead of TM + TN scalars (span 1). The warps'
+// output scratch (WSTORE4) is their own, past the landing buffers (codegen 6; before, the padded tiles, which
+// cost a barrier an item before the stores: other warps may still be multiplying from them).
 constexpr const char* kSpanRepack = R"(typedef Span4<A_KCONT, BM, M_, EXT_A, ALIGNED_A> SA4;
 typedef Span4<!B_NCONT, BN, N_, EXT_B, ALIGNED_B> SB4;
 constexpr int SBUF4 = SA4::ELEMS + SB4::ELEMS;  // raw elements a landing buffer: A's span, then B's
@@ -776,8 +789,8 @@ __device__ __forceinline__ void repack4(const raw_t* s, long long r0, raw_t* D) 
 }
 __device__ __forceinline__ void pipelined4s(const in_t* a, const in_t* b, out_t* c, raw_t* smem4) {
   const int tx = (int)(threadIdx.x % THREADS) % TX, ty = (int)(threadIdx.x % THREADS) / TX;
-  raw_t* tiles = smem4;          // BUF4: the current item's tiles, padded (then its output's scratch)
-  raw_t* land = smem4 + BUF4;    // AHEAD landing buffers of SBUF4
+  raw_t* tiles = smem4;          // BUF4: the current item's tiles, padded
+  raw_t* land = smem4 + BUF4;    // AHEAD landing buffers of SBUF4, then THREADS * TN floats of output scratch
   long long item = blockIdx.x;   // < ITEMS4: the grid has no empty block
 #pragma unroll
   for (int s = 0; s < AHEAD; ++s) {
@@ -811,7 +824,7 @@ __device__ __forceinline__ void pipelined4s(const in_t* a, const in_t* b, out_t*
     K4UNROLL
     for (int k = 0; k + 4 <= (int)K_; k += 4) chunk4<4>(As, Bs, k, ty, tx, acc);
     if (K_ % 4 != 0) chunk4<(int)(K_ % 4 == 0 ? 4 : K_ % 4)>(As, Bs, (int)(K_ / 4 * 4), ty, tx, acc);
-    if (WSTORE4) store_warp3(c + bt * (M_ * N_), m0, n0, reinterpret_cast<float*>(tiles), ty, tx, acc);
+    if (WSTORE4) store_warp3(c + bt * (M_ * N_), m0, n0, reinterpret_cast<float*>(land + AHEAD * SBUF4), ty, tx, acc);
     else store_tile3(c + bt * (M_ * N_), m0, n0, ty, tx, acc);
   }
 }
@@ -1100,7 +1113,7 @@ constexpr const char* kRingSpanIssue = R"(__device__ __forceinline__ void issue5
 class Matmul final : public Family {
  public:
   std::string_view name() const override { return "matmul"; }
-  int codegen_version() const override { return 5; }
+  int codegen_version() const override { return 6; }
   std::vector<std::string> ops() const override { return {kMm, kBmm}; }
 
   OpTraits traits(std::string_view) const override {
@@ -1267,7 +1280,8 @@ class Matmul final : public Family {
     // `span`; points without it generate the kernels they did.
     // Stage 5 (bulk), stage 6 (ring) and ahead 3 are new values of existing knobs, not new knobs: every point
     // that existed generates the kernel it did (tests: MatmulSpace.OldPointsKeepTheirSources), so the codegen
-    // version stays.
+    // version stayed. Codegen 6 changed the kernels of span points (stage 4, span 1 and 2: the span copies'
+    // unchecked issue; span 2's own output scratch), and only theirs.
     s.absent_as = {{"ahead", 1}, {"span", 0}};
     return s;
   }
@@ -1280,15 +1294,16 @@ class Matmul final : public Family {
   }
   // The pipelined strategy's ahead + 1 buffers of both whole-K tiles in their global layout (the kernel's
   // Tile4): rows along the operand's contiguous dim, padded by 16 bytes past the 16-byte rounded length.
-  // Span copies: ahead + 1 span buffers (span 1), or ahead of them and one padded buffer their tiles are
-  // repacked into (span 2).
-  static int64_t PipelinedBytes(const MatmulProblem& p, int64_t bm, int64_t bn, int64_t ahead, int64_t span = 0) {
+  // Span copies: ahead + 1 span buffers (span 1), or ahead of them, one padded buffer their tiles are
+  // repacked into and the warps' output scratch, threads_tn (threads x tn) floats (span 2).
+  static int64_t PipelinedBytes(const MatmulProblem& p, int64_t bm, int64_t bn, int64_t ahead, int64_t span = 0,
+                                int64_t threads_tn = 0) {
     const int64_t q = 16 / p.elem(), kq = CeilDiv(p.k, q) * q;
     const int64_t a = p.a_kcont() ? bm * (kq + q) : p.k * (bm + q);
     const int64_t b = !p.b_ncont() ? bn * (kq + q) : p.k * (bn + q);
     const int64_t spans = (SpanPieces(p, bm, p.a_kcont(), p.m) + SpanPieces(p, bn, !p.b_ncont(), p.n)) * 16;
     if (span == 1) return (ahead + 1) * spans;
-    if (span == 2) return ahead * spans + (a + b) * p.elem();
+    if (span == 2) return ahead * spans + (a + b) * p.elem() + threads_tn * 4;
     return (ahead + 1) * (a + b) * p.elem();
   }
   // The pipelined grid: bpb work items a block, but no more blocks than the SMs hold at once by their
@@ -1359,7 +1374,10 @@ class Matmul final : public Family {
     const int64_t stage = pt.at("stage");
     if (stage == kBulk) return BulkBytes(p, pt.at("bm"), pt.at("bn"), Ahead(pt));
     if (stage == kRing) return RingBytes(p, pt.at("bm"), pt.at("bn"), pt.at("bpb") + Ahead(pt), SpanOf(pt));
-    if (stage == kPipelined) return PipelinedBytes(p, pt.at("bm"), pt.at("bn"), Ahead(pt), SpanOf(pt));
+    if (stage == kPipelined) {
+      return PipelinedBytes(p, pt.at("bm"), pt.at("bn"), Ahead(pt), SpanOf(pt),
+                            Threads(pt.at("bm"), pt.at("bn"), pt.at("tm"), pt.at("tn")) * pt.at("tn"));
+    }
     return SharedBytes(stage, pt.at("bm"), pt.at("bn"), pt.at("bk"), p.k);
   }
   // Elements of one operand's whole-K tile (rows x K) the resident staging loop covers: read along k
@@ -1652,7 +1670,8 @@ class Matmul final : public Family {
       for (const Thread t : {Thread{8, 4}, Thread{4, 8}, Thread{4, 4}}) {
         Point pt{{"stage", kPipelined}, {"bm", bm}, {"bn", bn}, {"bk", 16}, {"tm", t.tm}, {"tn", t.tn}, {"vec", 1},
                  {"bpb", 1}, {"hint", hint}, {"minb", 1}, {"ahead", 1}, {"span", 2}};
-        if (Check(problem, pt, dev).ok() && 2 * (PipelinedBytes(p, bm, bn, 1, 2) + 1024) <= dev.shared_bytes_per_sm) {
+        if (Check(problem, pt, dev).ok() &&
+            2 * (PipelinedBytes(p, bm, bn, 1, 2, Threads(bm, bn, t.tm, t.tn) * t.tn) + 1024) <= dev.shared_bytes_per_sm) {
           return pt;
         }
       }
@@ -1788,8 +1807,14 @@ class Matmul final : public Family {
       } else {
         // Span 2: pipelined4s (after pipelined4, whose helpers it uses) in its place.
         const std::string end4 = "    else store_tile3(c + bt * (M_ * N_), m0, n0, ty, tx, acc);\n  }\n}\n";
+        // Its warps' output scratch is their own (codegen 6): store_warp3 without its barrier (stage 3's
+        // callers of it are compiled out of a stage-4 source).
         swapped = swapped && swap(end4 + "#endif\n", end4 + tiles.str() + kSpanRepack + "#endif\n") &&
                   swap("K4UNROLL", k4unroll) &&
+                  swap("  __syncthreads();  // every thread is done reading the staged tiles\n"
+                       "  const int lane = threadIdx.x % 32, warp = (int)(threadIdx.x % THREADS) / 32;\n",
+                       "  // (no barrier: span 2's warps store through scratch of their own)\n"
+                       "  const int lane = threadIdx.x % 32, warp = (int)(threadIdx.x % THREADS) / 32;\n") &&
                   swap("  pipelined4(a, b, c, reinterpret_cast<raw_t*>(smem));",
                        "  pipelined4s(a, b, c, reinterpret_cast<raw_t*>(smem));");
       }

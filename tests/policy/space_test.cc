@@ -2250,50 +2250,66 @@ TEST(MatmulSpace, RingSpanCopiesOddContiguousTiles) {
 
 // Stage 5 and ahead 3 are new values of existing knobs: every point valid before them (stage 4 or less, ahead
 // 1 or 2) still generates the same source and launch shape, byte for byte (the datasets store measured
-// sources, and the codegen version stayed 5). Digests of every 64th such point of each sample key (FNV-1a over
-// the source and the launch), recorded with the family as it was before stage 5 (021d012).
+// sources). Digests of every 64th such point of each sample key (FNV-1a over the source and the launch).
+// Codegen 6 changed the span points' kernels (stage 4, span 1 or 2) and only theirs: the other points' digest
+// (`digest`, their version stamp read as codegen 5's) was recorded at codegen 5 (4f6715a) with this test, and
+// the span points' (`span_digest`) at codegen 6.
 TEST(MatmulSpace, OldPointsKeepTheirSources) {
   // (Enumerating every sample key's valid points takes ~40 s here, many times that under the sanitizers, whose
   // build checks kjit's own code: skipped there.)
   const char* sweep = std::getenv("KJIT_SPACE_SWEEP");
   if (sweep != nullptr && std::string(sweep) == "cover") GTEST_SKIP() << "KJIT_SPACE_SWEEP=cover";
   const DeviceFacts device = DeviceFacts::H200();
-  struct Golden { size_t old_points, hashed; uint64_t digest; };
+  struct Golden { size_t old_points, hashed, span_hashed; uint64_t digest, span_digest; };
   const Golden golden[] = {
-      {41784u, 653u, 0xdfac7630af8e2a56ull},  // matmul f32 bmm 4096x(64x64 @ 64x64) A B tf32-off
-      {54594u, 854u, 0x6f85f0122ef0ce26ull},  // matmul f32 mm (32768x64 @ 64x32768) A B tf32-off
-      {62172u, 972u, 0xd7b59e397bc386e0ull},  // matmul f32 mm (8192x32 @ 32x8192) A B tf32-allowed (fp32 fma)
-      {43920u, 687u, 0x96a110a088ff6acbull},  // matmul f16 bmm 512x(33x48 @ 48x40) A B tf32-off
-      {42768u, 669u, 0x9e8399d897180180ull},  // matmul bf16 bmm 256x(64x64 @ 64x64) A B^T tf32-off
-      {18892u, 296u, 0x4049764196ae584cull},  // matmul f32 mm (1000x33 @ 33x777) A^T B tf32-off
-      {69448u, 1086u, 0xe7a0d905217b5f14ull},  // matmul bf16 mm (4096x64 @ 64x4096) A B tf32-off
-      {1248u, 20u, 0xd1c6d314db8e13e2ull},  // matmul f32 bmm 16384x(8x8 @ 8x8) A B tf32-off
-      {18040u, 282u, 0x6c0ed05fe1caf40dull},  // matmul f16 mm (1x64 @ 64x4096) A B tf32-off
-      {27600u, 432u, 0x7db4c7fd4bfd6d9eull},  // matmul f32 bmm 24x(100x64 @ 64x24) A B B broadcast tf32-off
-      {20856u, 326u, 0xe91f3b1dacfa64a9ull},  // matmul f32 bmm 600x(63x63 @ 63x63) A B tf32-off
+      {41784u, 653u, 0u, 0xdfac7630af8e2a56ull, 0x14650fb0739d0383ull},  // matmul f32 bmm 4096x(64x64 @ 64x64) A B tf32-off
+      {54594u, 854u, 0u, 0x6f85f0122ef0ce26ull, 0x14650fb0739d0383ull},  // matmul f32 mm (32768x64 @ 64x32768) A B tf32-off
+      {62172u, 972u, 0u, 0xd7b59e397bc386e0ull, 0x14650fb0739d0383ull},  // matmul f32 mm (8192x32 @ 32x8192) A B tf32-allowed (fp32 fma)
+      {43920u, 687u, 0u, 0x96a110a088ff6acbull, 0x14650fb0739d0383ull},  // matmul f16 bmm 512x(33x48 @ 48x40) A B tf32-off
+      {42768u, 669u, 0u, 0x9e8399d897180180ull, 0x14650fb0739d0383ull},  // matmul bf16 bmm 256x(64x64 @ 64x64) A B^T tf32-off
+      {18892u, 296u, 0u, 0x4049764196ae584cull, 0x14650fb0739d0383ull},  // matmul f32 mm (1000x33 @ 33x777) A^T B tf32-off
+      {69448u, 1086u, 0u, 0xe7a0d905217b5f14ull, 0x14650fb0739d0383ull},  // matmul bf16 mm (4096x64 @ 64x4096) A B tf32-off
+      {1248u, 20u, 0u, 0xd1c6d314db8e13e2ull, 0x14650fb0739d0383ull},  // matmul f32 bmm 16384x(8x8 @ 8x8) A B tf32-off
+      {18040u, 282u, 0u, 0x6c0ed05fe1caf40dull, 0x14650fb0739d0383ull},  // matmul f16 mm (1x64 @ 64x4096) A B tf32-off
+      {27600u, 432u, 0u, 0x7db4c7fd4bfd6d9eull, 0x14650fb0739d0383ull},  // matmul f32 bmm 24x(100x64 @ 64x24) A B B broadcast tf32-off
+      {20856u, 231u, 95u, 0xb418d58add808247ull, 0x23c73b27aa6e8988ull},  // matmul f32 bmm 600x(63x63 @ 63x63) A B tf32-off
   };
   auto found = FindFamily(BmmKey(TensorDesc::Contiguous(DType::kFloat32, {4096, 64, 64}),
                                  TensorDesc::Contiguous(DType::kFloat32, {4096, 64, 64})));
   ASSERT_TRUE(found.ok());
   const Family& f = *found->family;
+  const std::string stamp = "// kjit matmul family, codegen " + std::to_string(f.codegen_version()) + ":";
+  const std::string stamp5 = "// kjit matmul family, codegen 5:";
   const std::vector<OpKey> keys = f.SampleKeys();
   ASSERT_EQ(keys.size(), std::size(golden));
   for (size_t i = 0; i < keys.size(); ++i) {
     auto problem = f.Match(keys[i]);
     ASSERT_TRUE(problem.ok());
-    uint64_t h = kFnvOffset;
-    size_t old_points = 0, hashed = 0;
+    uint64_t h = kFnvOffset, hs = kFnvOffset;
+    size_t old_points = 0, hashed = 0, span_hashed = 0;
     for (const Point& p : ValidPoints(f, **problem, device)) {
       if (p.at("stage") > 4 || p.at("ahead") > 2) continue;
       if (old_points++ % 64 != 0) continue;
       auto c = f.Generate(**problem, p, device);
       ASSERT_TRUE(c.ok()) << c.status().ToString();
+      if (p.at("stage") == 4 && p.count("span") != 0 && p.at("span") != 0) {
+        hs = HashCandidate(hs, *c);
+        ++span_hashed;
+        continue;
+      }
+      const size_t at = c->source.find(stamp);
+      ASSERT_NE(at, std::string::npos) << "no version stamp";
+      c->source.replace(at, stamp.size(), stamp5);
       h = HashCandidate(h, *c);
       ++hashed;
     }
     EXPECT_EQ(old_points, golden[i].old_points) << (*problem)->description;
     EXPECT_EQ(hashed, golden[i].hashed) << (*problem)->description;
-    EXPECT_EQ(h, golden[i].digest) << (*problem)->description << ": an old point's source changed";
+    EXPECT_EQ(span_hashed, golden[i].span_hashed) << (*problem)->description;
+    EXPECT_EQ(h, golden[i].digest) << (*problem)->description << ": an old point's source changed; digest 0x"
+                                   << std::hex << h;
+    EXPECT_EQ(hs, golden[i].span_digest) << (*problem)->description << ": a span point's source changed; digest 0x"
+                                         << std::hex << hs;
   }
 }
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine: the odd bmm (f32 4095 x 63^3, issue 7) default of matmul's generator (src/, emitted by
 # `kjit_tune_spaces --family matmul --keys headroom --key-contains "4095,63" --emit-sources
-# benchmarks/experiments/bmm63/src`, carried) beside its hand-edited variants (variants.py), each through
+# benchmarks/experiments/bmm63/src`, carried; other points with --point-list) beside its hand-edited variants (variants.py), each through
 # ../launch.cu (CUDA events, L2 flushed before each of RUNS launches, median; output poisoned and hashed: equal
 # hashes, equal outputs), then ncu on the default and the variants named in NCU_VARIANTS (stall reasons,
 # instruction mix; the default's per-instruction source counters as CSV).
@@ -11,9 +11,7 @@ OUT="${OUT:-/tmp/bmm63-out}"; mkdir -p "$OUT"
 RUNS="${RUNS:-51}"
 SRC=/tmp/bmm63-src; rm -rf "$SRC"; mkdir -p "$SRC"  # not under $OUT: the device tool returns few files
 nvcc -std=c++17 -O2 ../launch.cu -o /tmp/launch -lcuda -lnvrtc || exit 1
-def=$(ls src/*.cu | head -1)
-cp "$def" "$SRC/odd-default.cu"
-python3 variants.py "$def" "$SRC" ${VARIANTS:-v s i si vsi} || exit 1
+for f in src/*.cu; do python3 variants.py "$f" "$SRC" ${VARIANTS:-s i si x xi} || exit 1; done
 bytes=$((4095 * 63 * 63 * 4))
 nvidia-smi --query-gpu=clocks.sm,clocks.max.sm,power.draw --format=csv,noheader | tee -a "$OUT/times.md"
 # Two rounds, interleaved, so drift shows.
@@ -21,7 +19,7 @@ for round in 1 2; do
   for f in "$SRC"/odd-*.cu; do /tmp/launch "$f" $bytes $bytes $bytes --runs "$RUNS" --outputs 1 | tee -a "$OUT/times.md"; done
 done
 if [[ "${NCU:-1}" == 1 ]]; then
-  for v in default ${NCU_VARIANTS:-si}; do
+  for v in t8x4-default ${NCU_VARIANTS:-t8x4-si}; do
     f="$SRC/odd-$v.cu"
     timeout 200 ncu --clock-control none -k regex:kjit --launch-skip 2 --launch-count 1 \
       --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
@@ -32,10 +30,10 @@ if [[ "${NCU:-1}" == 1 ]]; then
     ncu --import "/tmp/ncu-$v.ncu-rep" --page details > "$OUT/ncu-$v.txt" 2>&1
     grep -E "Duration|DRAM Throughput|Issue Slots|Warp Cycles Per Issued|Eligible Warps|Registers|dram__bytes|inst_executed|ffma|bank|wavefronts|pipe_fma|Achieved Occ|Stall|No Eligible" "$OUT/ncu-$v.txt" | head -40
   done
-  ncu --import /tmp/ncu-default.ncu-rep --page source --csv --print-source sass > "$OUT/source-default.csv" 2>&1
+  ncu --import /tmp/ncu-t8x4-default.ncu-rep --page source --csv --print-source sass > "$OUT/source-default.csv" 2>&1
   echo "source page rc=$? lines $(wc -l < "$OUT/source-default.csv")"; head -3 "$OUT/source-default.csv" | cut -c1-600
   # The raw stall metrics (the details page prints only the top ones).
-  ncu --import /tmp/ncu-default.ncu-rep --page raw --csv 2>/dev/null | python3 -c '
+  ncu --import /tmp/ncu-t8x4-default.ncu-rep --page raw --csv 2>/dev/null | python3 -c '
 import csv, sys
 rows = list(csv.reader(sys.stdin))
 if len(rows) >= 3:

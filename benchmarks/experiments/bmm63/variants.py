@@ -2,62 +2,21 @@
 """Hand-edited variants of matmul's odd-bmm default (stage 4, span 2: f32 4095 x 63^3), written from the
 emitted source (kjit_tune_spaces --emit-sources) by text replacement, so they follow the generator's code.
 
-  variants.py SRC.cu OUTDIR [NAMES...]   writes OUTDIR/odd-NAME.cu for each NAME (default: v s i si vsi)
+  variants.py SRC.cu OUTDIR [NAMES...]   writes OUTDIR/odd-tTMxTN-NAME.cu for each NAME, and -default.cu (SRC) (default: s i si x xi)
 
 Variants (combinable, named by their letters):
-  v  repack by 16-byte pieces: one shared load of 4 elements a piece (the landing buffer's pieces are
-     aligned), stores to the padded layout with the row wrap found once a piece (not a division an element)
   s  the output's per-warp scratch in its own 2 KB past the landing buffers, so the store needs no block
      barrier before it (the tiles it used to overwrite may still be read by other warps' multiplies)
   i  the span copies' issue without a test a piece where the item's whole run of pieces lies inside the view
      (every item but the batch's ends): a 64-bit address, a copy and a count test a piece
+  x  (implies s) two padded tile buffers: the next item's repack from the landing buffer is interleaved
+     with the first k chunks of this item's multiply (8 loads and 8 stores a chunk), then a barrier, the
+     copies of the item after next into the landing buffer, the rest of the multiply; two blocks an SM
+     (103 KB of shared memory), grid 264
 """
 import os
 import re
 import sys
-
-REPACK_V = r'''// Variant v: the landed span read as aligned 16-byte pieces (L: the landing buffer, span element p at
-// L[o + p]), each piece's row and column found once; pieces wholly inside the span take the fast path.
-template <typename T, bool KC, int R, long long RLIM>
-__device__ __forceinline__ void repack4v(const raw_t* L, int o, long long r0, raw_t* D) {
-  constexpr int W = KC ? (int)K_ : (int)RLIM;
-  constexpr int MAXE = KC ? R * (int)K_ : (int)(K_ * RLIM);
-  constexpr int MAXP = (MAXE + 2 * Q4 - 2) / Q4, PER = (MAXP + THREADS - 1) / THREADS;
-  const int n = KC ? (int)(RLIM - r0 < R ? RLIM - r0 : R) * W : MAXE;
-  const int np = (o + n + Q4 - 1) / Q4;
-  const int t = (int)(threadIdx.x % THREADS);
-  float4 v[PER];
-#pragma unroll
-  for (int i = 0; i < PER; ++i) {
-    const int q = t + i * THREADS;
-    if (q < np) v[i] = *reinterpret_cast<const float4*>(L + q * Q4);
-  }
-#pragma unroll
-  for (int i = 0; i < PER; ++i) {
-    const int q = t + i * THREADS;
-    if (q >= np) break;
-    const int p0 = q * Q4 - o;
-    const float f[4] = {v[i].x, v[i].y, v[i].z, v[i].w};
-    if (p0 >= 0 && p0 + Q4 <= n) {
-      const int row = (int)((unsigned)p0 / (unsigned)W), col = p0 - row * W;
-      const int base = row * T::LD + col;
-#pragma unroll
-      for (int u = 0; u < 4; ++u) D[base + u + (col + u >= W ? T::LD - W : 0)] = f[u];
-    }
-  }
-  // The span's first and last pieces (partly outside it, or not: the test is cheap), element by element.
-#pragma unroll 1
-  for (int e = 0; e < 2; ++e) {
-    const int q = e == 0 ? 0 : np - 1;
-    if (t != q % THREADS || (e == 1 && np == 1)) continue;
-#pragma unroll 1
-    for (int u = 0; u < Q4; ++u) {
-      const int p = q * Q4 - o + u;
-      if (p >= 0 && p < n) D[(p / W) * T::LD + p % W] = L[q * Q4 + u];
-    }
-  }
-}
-'''
 
 STORE_S = r'''// Variant s: store_warp3 without its block barrier (the scratch is the warp's own, past the landing buffers).
 __device__ __forceinline__ void store_warp3s(out_t* c, long long m0, long long n0, float* S, int ty, int tx, const float (&acc)[TM][TN]) {
@@ -78,6 +37,91 @@ ISSUE_I = r'''    // Variant i: every piece inside the view: no test a piece.
 '''
 
 
+X_FUNCS = r'''// Variant x: the repack of elements I0 .. I0 + 7 of this thread's share (as repack4).
+template <typename T, bool KC, int R, long long RLIM>
+__device__ __forceinline__ void repack_part(const raw_t* s, long long r0, raw_t* D, int i0) {
+  constexpr int W = KC ? (int)K_ : (int)RLIM;
+  constexpr int MAXE = KC ? R * (int)K_ : (int)(K_ * RLIM), PER = (MAXE + THREADS - 1) / THREADS;
+  const int n = KC ? (int)(RLIM - r0 < R ? RLIM - r0 : R) * W : MAXE;
+  const int t = (int)(threadIdx.x % THREADS);
+  raw_t v[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const int e = t + (i0 + j) * THREADS;
+    if (i0 + j < PER && e < n) v[j] = s[e];
+  }
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const int e = t + (i0 + j) * THREADS;
+    if (i0 + j < PER && e < n) D[(e / W) * T::LD + e % W] = v[j];
+  }
+}
+constexpr int XPA = ((BM * (int)K_ + THREADS - 1) / THREADS + 7) / 8;  // A's repack steps (KC: BM rows of K)
+constexpr int XPB = (((int)(K_ * N_) + THREADS - 1) / THREADS + 7) / 8;
+constexpr int XSTEPS = XPA + XPB;
+static_assert(A_KCONT && B_NCONT && XSTEPS <= (int)(K_ / 4), "variant x: this key's layout only");
+__device__ __forceinline__ void pipelined4x(const in_t* a, const in_t* b, out_t* c, raw_t* smem4) {
+  const int tx = (int)(threadIdx.x % THREADS) % TX, ty = (int)(threadIdx.x % THREADS) / TX;
+  raw_t* const P0 = smem4;
+  raw_t* const P1 = smem4 + BUF4;
+  raw_t* const land = smem4 + 2 * BUF4;
+  float* const scratch = reinterpret_cast<float*>(land + SBUF4);
+  long long item = blockIdx.x;
+  {
+    issue4s(a, b, item, land);
+    kjit_cp_commit();
+    kjit_cp_wait<0>();
+    __syncthreads();
+    const long long bt = item / TILES4, tile = item % TILES4;
+    const long long m0 = tile / TILES_N * BM, n0 = tile % TILES_N * BN;
+    repack4<TA4, A_KCONT, BM, M_>(land + SA4::offset(a + bt * SAB + SA4::first(m0)), m0, P0);
+    repack4<TB4, !B_NCONT, BN, N_>(land + SA4::ELEMS + SB4::offset(b + bt * SBB + SB4::first(n0)), n0, P0 + TA4::ELEMS);
+    __syncthreads();
+    if (item + GRID < ITEMS4) issue4s(a, b, item + GRID, land);
+    kjit_cp_commit();
+  }
+  for (int j = 0; item < ITEMS4; ++j, item += GRID) {
+    const raw_t* P = (j & 1) ? P1 : P0;
+    raw_t* Q = (j & 1) ? P0 : P1;
+    const long long nxt = item + GRID;
+    kjit_cp_wait<0>();
+    // The landing buffer holds item nxt; P holds this item, whole; every thread is done with Q (item - GRID).
+    __syncthreads();
+    const long long bt1 = nxt / TILES4, tile1 = nxt % TILES4;
+    const long long m1 = tile1 / TILES_N * BM, n1 = tile1 % TILES_N * BN;
+    const raw_t* la = land + SA4::offset(a + bt1 * SAB + SA4::first(m1));
+    const raw_t* lb = land + SA4::ELEMS + SB4::offset(b + bt1 * SBB + SB4::first(n1));
+    float acc[TM][TN];
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+      for (int q = 0; q < TN; ++q) acc[i][q] = 0.f;
+    const raw_t* As = P;
+    const raw_t* Bs = P + TA4::ELEMS;
+    const bool more = nxt < ITEMS4;
+#pragma unroll
+    for (int st = 0; st < XSTEPS; ++st) {
+      if (more) {
+        if (st < XPA) repack_part<TA4, A_KCONT, BM, M_>(la, m1, Q, st * 8);
+        else repack_part<TB4, !B_NCONT, BN, N_>(lb, n1, Q + TA4::ELEMS, (st - XPA) * 8);
+      }
+      chunk4<4>(As, Bs, 4 * st, ty, tx, acc);
+    }
+    // Every thread is done reading the landing buffer (and writing Q): it takes the item after next.
+    __syncthreads();
+    if (nxt + GRID < ITEMS4) issue4s(a, b, nxt + GRID, land);
+    kjit_cp_commit();
+#pragma unroll 4
+    for (int k = 4 * XSTEPS; k + 4 <= (int)K_; k += 4) chunk4<4>(As, Bs, k, ty, tx, acc);
+    if (K_ % 4 != 0) chunk4<(int)(K_ % 4 == 0 ? 4 : K_ % 4)>(As, Bs, (int)(K_ / 4 * 4), ty, tx, acc);
+    const long long bt = item / TILES4, tile = item % TILES4;
+    const long long m0 = tile / TILES_N * BM, n0 = tile % TILES_N * BN;
+    store_warp3s(c + bt * (M_ * N_), m0, n0, scratch, ty, tx, acc);
+  }
+}
+'''
+
+
 def make(src, letters):
     out = src
     if 'i' in letters:
@@ -85,14 +129,8 @@ def make(src, letters):
         assert out.count(anchor) == 1, 'variant i: Span4::issue not found'
         i = out.index(anchor) + len(anchor)
         out = out[:i] + ISSUE_I + out[i:]
-    if 'v' in letters:
-        anchor = '__device__ __forceinline__ void pipelined4s('
-        out = out.replace(anchor, REPACK_V + anchor, 1)
-        out = out.replace('repack4<TA4, A_KCONT, BM, M_>(cur + SA4::offset(sa), m0, tiles);',
-                          'repack4v<TA4, A_KCONT, BM, M_>(cur, SA4::offset(sa), m0, tiles);')
-        out = out.replace('repack4<TB4, !B_NCONT, BN, N_>(cur + SA4::ELEMS + SB4::offset(sb), n0, tiles + TA4::ELEMS);',
-                          'repack4v<TB4, !B_NCONT, BN, N_>(cur + SA4::ELEMS, SB4::offset(sb), n0, tiles + TA4::ELEMS);')
-        assert out.count('repack4v<') == 2, 'variant v: call sites not found'
+    if 'x' in letters and 's' not in letters:
+        letters += 's'
     if 's' in letters:
         # The body of store_warp3 after its barrier, reused under a new name.
         m = re.search(r'__device__ __forceinline__ void store_warp3\(.*?\n  __syncthreads\(\);[^\n]*\n(.*?\n)\}\n', out, re.S)
@@ -105,7 +143,21 @@ def make(src, letters):
         assert old in out, 'variant s: call site not found'
         out = out.replace(old, 'if (WSTORE4) store_warp3s(c + bt * (M_ * N_), m0, n0, reinterpret_cast<float*>(land + AHEAD * SBUF4), ty, tx, acc);')
         m = re.search(r'(// launch: entry \S+ grid \S+ block \S+ shared )(\d+)', out)
-        out = out[:m.start(2)] + str(int(m.group(2)) + 4 * 128 * 4) + out[m.end(2):]
+        # THREADS / 32 warps of 32 x TN floats.
+        threads, tn = int(re.search(r'block (\d+),', out).group(1)), int(re.search(r' tn=(\d+)', out).group(1))
+        out = out[:m.start(2)] + str(int(m.group(2)) + threads * tn * 4) + out[m.end(2):]
+    if 'x' in letters:
+        anchor = '#endif\n\nextern "C" __global__'
+        assert out.count(anchor) == 1, 'variant x: kernel entry not found'
+        out = out.replace(anchor, X_FUNCS + anchor)
+        old = '  pipelined4s(a, b, c, reinterpret_cast<raw_t*>(smem));'
+        assert old in out, 'variant x: call not found'
+        out = out.replace(old, '  pipelined4x(a, b, c, reinterpret_cast<raw_t*>(smem));')
+        m = re.search(r'(// launch: entry \S+ grid )(\d+)(,\S+ block \S+ shared )(\d+)', out)
+        assert ' bm=64 bn=64 ' in out and 'M_ = 63, N_ = 63, K_ = 63' in out, 'variant x: written for 63^3, 64 x 64 tiles'
+        # A second padded buffer (BUF4 = 64 x 68 + 63 x 68 floats); two blocks an SM of the H200's 132.
+        out = out[:m.start(2)] + '264' + m.group(3) + str(int(m.group(4)) + 8636 * 4) + out[m.end(4):]
+        out = re.sub(r'constexpr long long GRID = \d+;', 'constexpr long long GRID = 264;', out)
     return out
 
 
@@ -115,8 +167,12 @@ def main():
         return 0 if len(sys.argv) > 1 and sys.argv[1] in ('-h', '--help') else 2
     src = open(sys.argv[1]).read()
     os.makedirs(sys.argv[2], exist_ok=True)
-    for letters in sys.argv[3:] or ('v', 's', 'i', 'si', 'vsi'):
-        with open(os.path.join(sys.argv[2], f'odd-{letters}.cu'), 'w') as f:
+    tm, tn = (re.search(r' %s=(\d+)' % k, src).group(1) for k in ('tm', 'tn'))
+    stem = os.path.join(sys.argv[2], f'odd-t{tm}x{tn}')
+    with open(stem + '-default.cu', 'w') as f:
+        f.write(src)
+    for letters in sys.argv[3:] or ('s', 'i', 'si', 'x', 'xi'):
+        with open(f'{stem}-{letters}.cu', 'w') as f:
             f.write(make(src, letters))
     return 0
 
