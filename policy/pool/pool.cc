@@ -509,8 +509,12 @@ class Pool final : public Family {
         };
         const int64_t sv = sliding_vec(outs);
         if (p.three_d && overlaps(0)) {
-          // A thread walks 5 x 3 input rows here (k3 s2 over 2 frames x 2 rows). Even rows: 16-byte
-          // vectors, 1.04x the memory floor. Odd rows (f32 15x32x63x127x127 on the H200 at codegen 3,
+          // A thread walks 5 x 3 input rows here (k3 s2 over 2 frames x 1 row). Even rows: 16-byte
+          // vectors over 2 frames x 1 row, 256 threads: searched on the H200 at codegen 4 (2026-12-04,
+          // f32 8 and 16 x32x64x128x128, max and avg; 1 row beat 2 at every setting of the other knobs
+          // screened) 1.02-1.03x the memory floor for max (735.6 and 373.4 us against 797.6 and 404.2
+          // over 2 frames x 2 rows, 128 threads) and 0.99-1.02x for avg (587.0 against 625.8; 300.7
+          // screened against 321.0). Odd rows (f32 15x32x63x127x127 on the H200 at codegen 3,
           // 2026-12-01; max: all 602 points screened, avg: 64 searched): codegen 3's aligned vectors
           // over odd rows lose to scalar loads (max at best 1.65x the floor with vec 2, 1.82x with
           // vec 4). Scalar loads, plain stores (streaming ones measured 3-5% slower): max is best over
@@ -520,7 +524,7 @@ class Pool final : public Family {
           // against 756.6 at codegen 4, 1.13x the floor; avg over 4 frames lost with it, 824.2 against 613.8,
           // and over 1 or 2 frames, 653-659). Aligned keys: minb 1 slower or a tie on 10 of 11.
           if (sv > 1) {
-            tries.push_back(point(kSliding, 128, outs, sv, 2, 2));
+            tries.push_back(point(kSliding, 256, outs, sv, 1, 2));
           } else {
             Point odd = point(kSliding, 128, outs, 1, 2, p.max ? 1 : 4);
             odd["hint"] = 0;
