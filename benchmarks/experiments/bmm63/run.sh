@@ -11,7 +11,7 @@ OUT="${OUT:-/tmp/bmm63-out}"; mkdir -p "$OUT"
 RUNS="${RUNS:-51}"
 SRC=/tmp/bmm63-src; rm -rf "$SRC"; mkdir -p "$SRC"  # not under $OUT: the device tool returns few files
 nvcc -std=c++17 -O2 ../launch.cu -o /tmp/launch -lcuda -lnvrtc || exit 1
-for f in src/*.cu; do python3 variants.py "$f" "$SRC" ${VARIANTS:-s i si x xi} || exit 1; done
+for f in src/*.cu; do python3 variants.py "$f" "$SRC" ${VARIANTS:-s i si x xi} || echo "variants: not all made from $f"; done
 bytes=$((4095 * 63 * 63 * 4))
 nvidia-smi --query-gpu=clocks.sm,clocks.max.sm,power.draw --format=csv,noheader | tee -a "$OUT/times.md"
 # Two rounds, interleaved, so drift shows.

@@ -9,6 +9,9 @@ Variants (combinable, named by their letters):
      barrier before it (the tiles it used to overwrite may still be read by other warps' multiplies)
   i  the span copies' issue without a test a piece where the item's whole run of pieces lies inside the view
      (every item but the batch's ends): a 64-bit address, a copy and a count test a piece
+  w  (implies s) warp-specialised, one block an SM (384 threads, 206 KB): a producer group of 128 threads copies
+     and repacks every item into padded slots; two consumer groups of 128 take items alternately (two slots
+     each) and only multiply and store; named barriers (bar.arrive / bar.sync) pass the slots
   x  (implies s) two padded tile buffers: the next item's repack from the landing buffer is interleaved
      with the first k chunks of this item's multiply (8 loads and 8 stores a chunk), then a barrier, the
      copies of the item after next into the landing buffer, the rest of the multiply; two blocks an SM
@@ -122,6 +125,72 @@ __device__ __forceinline__ void pipelined4x(const in_t* a, const in_t* b, out_t*
 '''
 
 
+W_FUNCS = r'''// Variant w: warp-specialised. Threads 0..127 (the producer group) copy each item's spans into one of two
+// landing buffers and repack them into a padded slot; two consumer groups of 128 (threads 128..255 and
+// 256..383) take items alternately, each with two slots of its own, and only multiply and store. Named
+// barriers: 1 the producer group; 2 + 2g + s slot (g, s) full (producers arrive, group g waits); 6 + 2g + s
+// slot (g, s) free (group g arrives after its multiply, producers wait before refilling it).
+__device__ __forceinline__ void named_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
+__device__ __forceinline__ void named_arrive(int id, int n) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
+__device__ __forceinline__ void pipelined4w(const in_t* a, const in_t* b, out_t* c, raw_t* smem4) {
+  raw_t* const land = smem4;                  // 2 x SBUF4
+  raw_t* const pads = smem4 + 2 * SBUF4;      // slot (g, s) at (2g + s) x BUF4
+  float* const scratch = reinterpret_cast<float*>(pads + 4 * BUF4);  // THREADS x TN floats a group
+  const int role = (int)(threadIdx.x / THREADS);
+  const long long first = blockIdx.x;
+  const int n = first < ITEMS4 ? (int)((ITEMS4 - first + GRID - 1) / GRID) : 0;
+  if (role == 0) {
+    if (n > 0) issue4s(a, b, first, land);
+    kjit_cp_commit();
+    for (int t = 0; t < n + 4; ++t) {
+      const int g = t & 1, s = (t >> 1) & 1;
+      if (t >= n) {  // the consumers' last releases, matched
+        if (t >= 4) named_sync(6 + 2 * g + s, 2 * THREADS);
+        continue;
+      }
+      const long long item = first + (long long)t * GRID;
+      if (t + 1 < n) issue4s(a, b, item + GRID, land + ((t + 1) & 1) * SBUF4);
+      kjit_cp_commit();
+      kjit_cp_wait<1>();
+      named_sync(1, THREADS);  // every producer's copies of item t landed
+      if (t >= 4) named_sync(6 + 2 * g + s, 2 * THREADS);
+      raw_t* P = pads + (2 * g + s) * BUF4;
+      const raw_t* L = land + (t & 1) * SBUF4;
+      const long long bt = item / TILES4, tile = item % TILES4;
+      const long long m0 = tile / TILES_N * BM, n0 = tile % TILES_N * BN;
+      repack4<TA4, A_KCONT, BM, M_>(L + SA4::offset(a + bt * SAB + SA4::first(m0)), m0, P);
+      repack4<TB4, !B_NCONT, BN, N_>(L + SA4::ELEMS + SB4::offset(b + bt * SBB + SB4::first(n0)), n0, P + TA4::ELEMS);
+      named_arrive(2 + 2 * g + s, 2 * THREADS);
+      named_sync(1, THREADS);  // every producer is done reading landing buffer t & 1 (item t + 2's next)
+    }
+  } else {
+    const int g = role - 1;
+    const int tx = (int)(threadIdx.x % THREADS) % TX, ty = (int)(threadIdx.x % THREADS) / TX;
+    float* sc = scratch + g * (THREADS * TN);
+    for (int t = g; t < n; t += 2) {
+      const int s = (t >> 1) & 1;
+      const long long item = first + (long long)t * GRID;
+      named_sync(2 + 2 * g + s, 2 * THREADS);
+      const raw_t* As = pads + (2 * g + s) * BUF4;
+      const raw_t* Bs = As + TA4::ELEMS;
+      float acc[TM][TN];
+#pragma unroll
+      for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int q = 0; q < TN; ++q) acc[i][q] = 0.f;
+#pragma unroll 4
+      for (int k = 0; k + 4 <= (int)K_; k += 4) chunk4<4>(As, Bs, k, ty, tx, acc);
+      if (K_ % 4 != 0) chunk4<(int)(K_ % 4 == 0 ? 4 : K_ % 4)>(As, Bs, (int)(K_ / 4 * 4), ty, tx, acc);
+      named_arrive(6 + 2 * g + s, 2 * THREADS);  // the slot is read: the producers may refill it
+      const long long bt = item / TILES4, tile = item % TILES4;
+      const long long m0 = tile / TILES_N * BM, n0 = tile % TILES_N * BN;
+      store_warp3s(c + bt * (M_ * N_), m0, n0, sc, ty, tx, acc);
+    }
+  }
+}
+'''
+
+
 def make(src, letters):
     out = src
     if 'i' in letters:
@@ -129,6 +198,13 @@ def make(src, letters):
         assert out.count(anchor) == 1, 'variant i: Span4::issue not found'
         i = out.index(anchor) + len(anchor)
         out = out[:i] + ISSUE_I + out[i:]
+    if 'w' in letters:
+        m = re.search(r'grid (\d+),1,1 block (\d+),1,1 shared (\d+)', out)
+        assert m.group(2) == '128' and ' ahead=1 ' in out, 'variant w: written for 128 threads, ahead 1'
+        sbuf4 = int(m.group(3)) // 4 - 8636  # the default's shared: BUF4 + SBUF4 floats
+        w_shared = (2 * sbuf4 + 4 * 8636 + 2 * 128 * int(re.search(r' tn=(\d+)', out).group(1))) * 4
+        if 's' not in letters:
+            letters += 's'
     if 'x' in letters and 's' not in letters:
         letters += 's'
     if 's' in letters:
@@ -158,6 +234,17 @@ def make(src, letters):
         # A second padded buffer (BUF4 = 64 x 68 + 63 x 68 floats); two blocks an SM of the H200's 132.
         out = out[:m.start(2)] + '264' + m.group(3) + str(int(m.group(4)) + 8636 * 4) + out[m.end(4):]
         out = re.sub(r'constexpr long long GRID = \d+;', 'constexpr long long GRID = 264;', out)
+    if 'w' in letters:
+        assert ' bm=64 bn=64 ' in out and 'M_ = 63, N_ = 63, K_ = 63' in out, 'variant w: written for 63^3, 64 x 64 tiles'
+        anchor = '#endif\n\nextern "C" __global__'
+        out = out.replace(anchor, W_FUNCS + anchor)
+        old = '  pipelined4s(a, b, c, reinterpret_cast<raw_t*>(smem));'
+        assert old in out, 'variant w: call not found'
+        out = out.replace(old, '  pipelined4w(a, b, c, reinterpret_cast<raw_t*>(smem));')
+        assert '__launch_bounds__(THREADS, MINB)' in out
+        out = out.replace('__launch_bounds__(THREADS, MINB)', '__launch_bounds__(3 * THREADS, 1)')
+        out = re.sub(r'grid \d+,1,1 block \d+,1,1 shared \d+', f'grid 132,1,1 block 384,1,1 shared {w_shared}', out)
+        out = re.sub(r'constexpr long long GRID = \d+;', 'constexpr long long GRID = 132;', out)
     return out
 
 
@@ -171,7 +258,7 @@ def main():
     stem = os.path.join(sys.argv[2], f'odd-t{tm}x{tn}')
     with open(stem + '-default.cu', 'w') as f:
         f.write(src)
-    for letters in sys.argv[3:] or ('s', 'i', 'si', 'x', 'xi'):
+    for letters in sys.argv[3:] or ('s', 'i', 'si', 'x', 'xi', 'w', 'wi'):
         with open(f'{stem}-{letters}.cu', 'w') as f:
             f.write(make(src, letters))
     return 0
