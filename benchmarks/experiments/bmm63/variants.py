@@ -12,6 +12,7 @@ Variants (combinable, named by their letters):
   w  (implies s) warp-specialised, one block an SM (384 threads, 206 KB): a producer group of 128 threads copies
      and repacks every item into padded slots; two consumer groups of 128 take items alternately (two slots
      each) and only multiply and store; named barriers (bar.arrive / bar.sync) pass the slots
+  p  as w with a producer group of 256 threads (512 in all)
   x  (implies s) two padded tile buffers: the next item's repack from the landing buffer is interleaved
      with the first k chunks of this item's multiply (8 loads and 8 stores a chunk), then a barrier, the
      copies of the item after next into the landing buffer, the rest of the multiply; two blocks an SM
@@ -125,52 +126,103 @@ __device__ __forceinline__ void pipelined4x(const in_t* a, const in_t* b, out_t*
 '''
 
 
-W_FUNCS = r'''// Variant w: warp-specialised. Threads 0..127 (the producer group) copy each item's spans into one of two
-// landing buffers and repack them into a padded slot; two consumer groups of 128 (threads 128..255 and
-// 256..383) take items alternately, each with two slots of its own, and only multiply and store. Named
-// barriers: 1 the producer group; 2 + 2g + s slot (g, s) full (producers arrive, group g waits); 6 + 2g + s
-// slot (g, s) free (group g arrives after its multiply, producers wait before refilling it).
+W_FUNCS = r'''// Variant w (PT = 128) / p (PT = 256): warp-specialised. Threads 0..PT-1 (the producer group) copy each
+// item's spans into one of two landing buffers and repack them into a padded slot; two consumer groups of
+// THREADS take items alternately, each with two slots of its own, and only multiply and store. Named barriers:
+// 1 the producer group; 2 + 2g + s slot (g, s) full (producers arrive, group g waits); 6 + 2g + s slot (g, s)
+// free (group g arrives after its multiply, producers wait before refilling it). One tile a matrix (63^3).
+constexpr int PT = PT_VALUE;
 __device__ __forceinline__ void named_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
 __device__ __forceinline__ void named_arrive(int id, int n) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
+// The span of E elements at s (view [x, x + EXT)) as 16-byte pieces into S, PT threads (as Span4::issue).
+template <long long E, long long EXT>
+__device__ __forceinline__ void issue_pt(const in_t* x, const in_t* s, raw_t* S, int tp) {
+  const int o = (int)(((unsigned long long)s % 16) / sizeof(raw_t));
+  const int n = (int)((o + E + Q4 - 1) / Q4);
+  const unsigned long long lo = (unsigned long long)x, hi = lo + (unsigned long long)EXT * sizeof(raw_t);
+  const unsigned long long g = (unsigned long long)s - (unsigned long long)o * sizeof(raw_t);
+  constexpr int PER = (int)((E + 2 * Q4 - 2) / Q4 + PT - 1) / PT;
+  const bool inside = g >= lo && g + (unsigned long long)n * 16 <= hi;
+#pragma unroll
+  for (int i = 0; i < PER; ++i) {
+    const int q = tp + i * PT;
+    if (q >= n) break;
+    const unsigned long long p = g + (unsigned long long)q * 16;
+    if (inside || (p >= lo && p + 16 <= hi)) {
+      kjit_cp_async<16>(S + q * Q4, reinterpret_cast<const void*>(p));
+    } else {
+      for (int e = 0; e < Q4; ++e) {
+        const unsigned long long pe = p + (unsigned long long)e * sizeof(raw_t);
+        if (pe >= lo && pe < hi) S[q * Q4 + e] = __ldg(reinterpret_cast<const raw_t*>(pe));
+      }
+    }
+  }
+}
+// E elements (rows of W) from s into D, rows LD apart (as repack4), PT threads.
+template <int E, int W, int LD>
+__device__ __forceinline__ void repack_pt(const raw_t* s, raw_t* D, int tp) {
+  constexpr int PER = (E + PT - 1) / PT;
+#pragma unroll
+  for (int i0 = 0; i0 < PER; i0 += 8) {
+    raw_t v[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int e = tp + (i0 + j) * PT;
+      if (i0 + j < PER && e < E) v[j] = s[e];
+    }
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int e = tp + (i0 + j) * PT;
+      if (i0 + j < PER && e < E) D[(e / W) * LD + e % W] = v[j];
+    }
+  }
+}
 __device__ __forceinline__ void pipelined4w(const in_t* a, const in_t* b, out_t* c, raw_t* smem4) {
   raw_t* const land = smem4;                  // 2 x SBUF4
   raw_t* const pads = smem4 + 2 * SBUF4;      // slot (g, s) at (2g + s) x BUF4
   float* const scratch = reinterpret_cast<float*>(pads + 4 * BUF4);  // THREADS x TN floats a group
-  const int role = (int)(threadIdx.x / THREADS);
+  const int role = threadIdx.x < PT ? 0 : 1 + (int)(threadIdx.x - PT) / THREADS;
   const long long first = blockIdx.x;
   const int n = first < ITEMS4 ? (int)((ITEMS4 - first + GRID - 1) / GRID) : 0;
+  constexpr int EA = (int)(M_ * K_), EB = (int)(K_ * N_);
   if (role == 0) {
-    if (n > 0) issue4s(a, b, first, land);
+    const int tp = (int)threadIdx.x;
+    if (n > 0) {
+      issue_pt<EA, EXT_A>(a, a + first * SAB, land, tp);
+      issue_pt<EB, EXT_B>(b, b + first * SBB, land + SA4::ELEMS, tp);
+    }
     kjit_cp_commit();
     for (int t = 0; t < n + 4; ++t) {
       const int g = t & 1, s = (t >> 1) & 1;
       if (t >= n) {  // the consumers' last releases, matched
-        if (t >= 4) named_sync(6 + 2 * g + s, 2 * THREADS);
+        if (t >= 4) named_sync(6 + 2 * g + s, PT + THREADS);
         continue;
       }
       const long long item = first + (long long)t * GRID;
-      if (t + 1 < n) issue4s(a, b, item + GRID, land + ((t + 1) & 1) * SBUF4);
+      if (t + 1 < n) {
+        raw_t* L1 = land + ((t + 1) & 1) * SBUF4;
+        issue_pt<EA, EXT_A>(a, a + (item + GRID) * SAB, L1, tp);
+        issue_pt<EB, EXT_B>(b, b + (item + GRID) * SBB, L1 + SA4::ELEMS, tp);
+      }
       kjit_cp_commit();
       kjit_cp_wait<1>();
-      named_sync(1, THREADS);  // every producer's copies of item t landed
-      if (t >= 4) named_sync(6 + 2 * g + s, 2 * THREADS);
+      named_sync(1, PT);  // every producer's copies of item t landed
+      if (t >= 4) named_sync(6 + 2 * g + s, PT + THREADS);
       raw_t* P = pads + (2 * g + s) * BUF4;
       const raw_t* L = land + (t & 1) * SBUF4;
-      const long long bt = item / TILES4, tile = item % TILES4;
-      const long long m0 = tile / TILES_N * BM, n0 = tile % TILES_N * BN;
-      repack4<TA4, A_KCONT, BM, M_>(L + SA4::offset(a + bt * SAB + SA4::first(m0)), m0, P);
-      repack4<TB4, !B_NCONT, BN, N_>(L + SA4::ELEMS + SB4::offset(b + bt * SBB + SB4::first(n0)), n0, P + TA4::ELEMS);
-      named_arrive(2 + 2 * g + s, 2 * THREADS);
-      named_sync(1, THREADS);  // every producer is done reading landing buffer t & 1 (item t + 2's next)
+      repack_pt<EA, (int)K_, TA4::LD>(L + SA4::offset(a + item * SAB), P, tp);
+      repack_pt<EB, (int)N_, TB4::LD>(L + SA4::ELEMS + SB4::offset(b + item * SBB), P + TA4::ELEMS, tp);
+      named_arrive(2 + 2 * g + s, PT + THREADS);
+      named_sync(1, PT);  // every producer is done reading landing buffer t & 1 (item t + 2's next)
     }
   } else {
     const int g = role - 1;
-    const int tx = (int)(threadIdx.x % THREADS) % TX, ty = (int)(threadIdx.x % THREADS) / TX;
+    const int tx = (int)((threadIdx.x - PT) % THREADS) % TX, ty = (int)((threadIdx.x - PT) % THREADS) / TX;
     float* sc = scratch + g * (THREADS * TN);
     for (int t = g; t < n; t += 2) {
       const int s = (t >> 1) & 1;
       const long long item = first + (long long)t * GRID;
-      named_sync(2 + 2 * g + s, 2 * THREADS);
+      named_sync(2 + 2 * g + s, PT + THREADS);
       const raw_t* As = pads + (2 * g + s) * BUF4;
       const raw_t* Bs = As + TA4::ELEMS;
       float acc[TM][TN];
@@ -181,10 +233,8 @@ __device__ __forceinline__ void pipelined4w(const in_t* a, const in_t* b, out_t*
 #pragma unroll 4
       for (int k = 0; k + 4 <= (int)K_; k += 4) chunk4<4>(As, Bs, k, ty, tx, acc);
       if (K_ % 4 != 0) chunk4<(int)(K_ % 4 == 0 ? 4 : K_ % 4)>(As, Bs, (int)(K_ / 4 * 4), ty, tx, acc);
-      named_arrive(6 + 2 * g + s, 2 * THREADS);  // the slot is read: the producers may refill it
-      const long long bt = item / TILES4, tile = item % TILES4;
-      const long long m0 = tile / TILES_N * BM, n0 = tile % TILES_N * BN;
-      store_warp3s(c + bt * (M_ * N_), m0, n0, sc, ty, tx, acc);
+      named_arrive(6 + 2 * g + s, PT + THREADS);  // the slot is read: the producers may refill it
+      store_warp3s(c + item * (M_ * N_), 0, 0, sc, ty, tx, acc);
     }
   }
 }
@@ -198,6 +248,9 @@ def make(src, letters):
         assert out.count(anchor) == 1, 'variant i: Span4::issue not found'
         i = out.index(anchor) + len(anchor)
         out = out[:i] + ISSUE_I + out[i:]
+    pt = 256 if 'p' in letters else 128
+    if 'p' in letters:
+        letters += 'w'
     if 'w' in letters:
         m = re.search(r'grid (\d+),1,1 block (\d+),1,1 shared (\d+)', out)
         assert m.group(2) == '128' and ' ahead=1 ' in out, 'variant w: written for 128 threads, ahead 1'
@@ -237,13 +290,13 @@ def make(src, letters):
     if 'w' in letters:
         assert ' bm=64 bn=64 ' in out and 'M_ = 63, N_ = 63, K_ = 63' in out, 'variant w: written for 63^3, 64 x 64 tiles'
         anchor = '#endif\n\nextern "C" __global__'
-        out = out.replace(anchor, W_FUNCS + anchor)
+        out = out.replace(anchor, W_FUNCS.replace('PT_VALUE', str(pt)) + anchor)
         old = '  pipelined4s(a, b, c, reinterpret_cast<raw_t*>(smem));'
         assert old in out, 'variant w: call not found'
         out = out.replace(old, '  pipelined4w(a, b, c, reinterpret_cast<raw_t*>(smem));')
         assert '__launch_bounds__(THREADS, MINB)' in out
-        out = out.replace('__launch_bounds__(THREADS, MINB)', '__launch_bounds__(3 * THREADS, 1)')
-        out = re.sub(r'grid \d+,1,1 block \d+,1,1 shared \d+', f'grid 132,1,1 block 384,1,1 shared {w_shared}', out)
+        out = out.replace('__launch_bounds__(THREADS, MINB)', '__launch_bounds__(PT + 2 * THREADS, 1)')
+        out = re.sub(r'grid \d+,1,1 block \d+,1,1 shared \d+', f'grid 132,1,1 block {pt + 256},1,1 shared {w_shared}', out)
         out = re.sub(r'constexpr long long GRID = \d+;', 'constexpr long long GRID = 132;', out)
     return out
 
@@ -258,7 +311,7 @@ def main():
     stem = os.path.join(sys.argv[2], f'odd-t{tm}x{tn}')
     with open(stem + '-default.cu', 'w') as f:
         f.write(src)
-    for letters in sys.argv[3:] or ('s', 'i', 'si', 'x', 'xi', 'w', 'wi'):
+    for letters in sys.argv[3:] or ('s', 'i', 'si', 'x', 'xi', 'w', 'p'):
         with open(f'{stem}-{letters}.cu', 'w') as f:
             f.write(make(src, letters))
     return 0
