@@ -2251,6 +2251,48 @@ TEST(MatmulSpace, RingSpanCopiesOddContiguousTiles) {
             std::string::npos);
 }
 
+// Codegen 6: span copies issue an item's pieces without a bounds test each when they all lie inside the view
+// (the tests stay for the items at its ends), and span 2's warps store through output scratch of their own,
+// past the landing buffers, so no block barrier precedes the stores; span 1 keeps the barrier (its scratch is
+// the buffer just multiplied from).
+TEST(MatmulSpace, SpanCopiesTestPiecesOnlyAtTheViewsEnds) {
+  const DeviceFacts device = DeviceFacts::H200();
+  const OpKey bmm63 = BmmKey(TensorDesc::Contiguous(DType::kFloat32, {4095, 63, 63}),
+                             TensorDesc::Contiguous(DType::kFloat32, {4095, 63, 63}));
+  auto found = FindFamily(bmm63);
+  ASSERT_TRUE(found.ok()) << found.status().ToString();
+  const std::string unchecked = "if (g >= lo && g + (unsigned long long)n * 16 <= hi) {";
+  const std::string barrier = "  __syncthreads();  // every thread is done reading the staged tiles\n"
+                              "  const int lane = threadIdx.x % 32, warp";
+  for (int64_t span : {1, 2}) {
+    Point p = MatmulPoint(4, 64, 64, 16, 8, 4, 1);
+    p["ahead"] = 1;
+    p["span"] = span;
+    ASSERT_TRUE(found->family->Check(*found->problem, p, device).ok()) << PointToString(p);
+    auto c = found->family->Generate(*found->problem, p, device);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    EXPECT_NE(c->source.find(unchecked), std::string::npos) << "span " << span;
+    EXPECT_EQ(c->source.find(barrier) == std::string::npos, span == 2) << "span " << span;
+    // Pieces: A's 64 rows of 63 (reads reach row 63's k of 64), B's 63 k-rows of 63 (reads reach column 63 of
+    // the last), each with the 3 elements a start can be into its piece.
+    const uint32_t spans = ((3 + 63 * 63 + 64 + 3) / 4 + (3 + 62 * 63 + 64 + 3) / 4) * 16;
+    const uint32_t padded = (64 * 68 + 63 * 68) * 4, scratch = 128 * 4 * 4;  // 128 threads x tn 4 floats
+    EXPECT_EQ(c->launch.dynamic_shared_bytes, span == 1 ? 2 * spans : spans + padded + scratch) << "span " << span;
+    if (span == 2) {
+      EXPECT_NE(c->source.find("store_warp3(c + bt * (M_ * N_), m0, n0, reinterpret_cast<float*>(land + AHEAD * SBUF4)"),
+                std::string::npos);
+    }
+  }
+  // Span 0 (4-byte copies into the padded tiles) has no span copies.
+  Point p = MatmulPoint(4, 64, 64, 16, 8, 4, 1);
+  p["ahead"] = 1;
+  p["span"] = 0;
+  auto c = found->family->Generate(*found->problem, p, device);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->source.find(unchecked), std::string::npos);
+  EXPECT_NE(c->source.find(barrier), std::string::npos);
+}
+
 // Stage 5 and ahead 3 are new values of existing knobs: every point valid before them (stage 4 or less, ahead
 // 1 or 2) still generates the same source and launch shape, byte for byte (the datasets store measured
 // sources). Digests of every 64th such point of each sample key (FNV-1a over the source and the launch).
