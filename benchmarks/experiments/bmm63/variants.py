@@ -13,6 +13,8 @@ Variants (combinable, named by their letters):
      and repacks every item into padded slots; two consumer groups of 128 take items alternately (two slots
      each) and only multiply and store; named barriers (bar.arrive / bar.sync) pass the slots
   p  as w with a producer group of 256 threads (512 in all)
+  q  as p, the copies issued by the span copies' own code (the first 128 producers; with i: unchecked)
+  o  as q with 128 producers
   x  (implies s) two padded tile buffers: the next item's repack from the landing buffer is interleaved
      with the first k chunks of this item's multiply (8 loads and 8 stores a chunk), then a barrier, the
      copies of the item after next into the landing buffer, the rest of the multiply; two blocks an SM
@@ -132,6 +134,7 @@ W_FUNCS = r'''// Variant w (PT = 128) / p (PT = 256): warp-specialised. Threads 
 // 1 the producer group; 2 + 2g + s slot (g, s) full (producers arrive, group g waits); 6 + 2g + s slot (g, s)
 // free (group g arrives after its multiply, producers wait before refilling it). One tile a matrix (63^3).
 constexpr int PT = PT_VALUE;
+constexpr bool ISSUE_SPAN4 = ISSUE_VALUE;  // the span copies' own issue (Span4::issue), by the first THREADS producers
 __device__ __forceinline__ void named_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
 __device__ __forceinline__ void named_arrive(int id, int n) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
 // The span of E elements at s (view [x, x + EXT)) as 16-byte pieces into S, PT threads (as Span4::issue).
@@ -188,8 +191,12 @@ __device__ __forceinline__ void pipelined4w(const in_t* a, const in_t* b, out_t*
   if (role == 0) {
     const int tp = (int)threadIdx.x;
     if (n > 0) {
-      issue_pt<EA, EXT_A>(a, a + first * SAB, land, tp);
-      issue_pt<EB, EXT_B>(b, b + first * SBB, land + SA4::ELEMS, tp);
+      if (ISSUE_SPAN4) {
+        if (tp < THREADS) issue4s(a, b, first, land);
+      } else {
+        issue_pt<EA, EXT_A>(a, a + first * SAB, land, tp);
+        issue_pt<EB, EXT_B>(b, b + first * SBB, land + SA4::ELEMS, tp);
+      }
     }
     kjit_cp_commit();
     for (int t = 0; t < n + 4; ++t) {
@@ -201,8 +208,12 @@ __device__ __forceinline__ void pipelined4w(const in_t* a, const in_t* b, out_t*
       const long long item = first + (long long)t * GRID;
       if (t + 1 < n) {
         raw_t* L1 = land + ((t + 1) & 1) * SBUF4;
-        issue_pt<EA, EXT_A>(a, a + (item + GRID) * SAB, L1, tp);
-        issue_pt<EB, EXT_B>(b, b + (item + GRID) * SBB, L1 + SA4::ELEMS, tp);
+        if (ISSUE_SPAN4) {
+          if (tp < THREADS) issue4s(a, b, item + GRID, L1);
+        } else {
+          issue_pt<EA, EXT_A>(a, a + (item + GRID) * SAB, L1, tp);
+          issue_pt<EB, EXT_B>(b, b + (item + GRID) * SBB, L1 + SA4::ELEMS, tp);
+        }
       }
       kjit_cp_commit();
       kjit_cp_wait<1>();
@@ -248,8 +259,8 @@ def make(src, letters):
         assert out.count(anchor) == 1, 'variant i: Span4::issue not found'
         i = out.index(anchor) + len(anchor)
         out = out[:i] + ISSUE_I + out[i:]
-    pt = 256 if 'p' in letters else 128
-    if 'p' in letters:
+    pt = 256 if 'p' in letters or 'q' in letters else 128
+    if 'p' in letters or 'q' in letters or 'o' in letters:
         letters += 'w'
     if 'w' in letters:
         m = re.search(r'grid (\d+),1,1 block (\d+),1,1 shared (\d+)', out)
@@ -290,7 +301,7 @@ def make(src, letters):
     if 'w' in letters:
         assert ' bm=64 bn=64 ' in out and 'M_ = 63, N_ = 63, K_ = 63' in out, 'variant w: written for 63^3, 64 x 64 tiles'
         anchor = '#endif\n\nextern "C" __global__'
-        out = out.replace(anchor, W_FUNCS.replace('PT_VALUE', str(pt)) + anchor)
+        out = out.replace(anchor, W_FUNCS.replace('PT_VALUE', str(pt)).replace('ISSUE_VALUE', 'true' if 'q' in letters or 'o' in letters else 'false') + anchor)
         old = '  pipelined4s(a, b, c, reinterpret_cast<raw_t*>(smem));'
         assert old in out, 'variant w: call not found'
         out = out.replace(old, '  pipelined4w(a, b, c, reinterpret_cast<raw_t*>(smem));')
