@@ -12,6 +12,8 @@ Variants (combinable, named by their letters):
   w  (implies s) warp-specialised, one block an SM (384 threads, 206 KB): a producer group of 128 threads copies
      and repacks every item into padded slots; two consumer groups of 128 take items alternately (two slots
      each) and only multiply and store; named barriers (bar.arrive / bar.sync) pass the slots
+  m  (implies s) a warp covers 4 x 8 threads (rows x columns of the thread grid) instead of 2 x 16: half the
+     shared-memory wavefronts of B's fragment reads
   p  as w with a producer group of 256 threads (512 in all)
   q  as p, the copies issued by the span copies' own code (the first 128 producers; with i: unchecked)
   o  as q with 128 producers
@@ -252,6 +254,40 @@ __device__ __forceinline__ void pipelined4w(const in_t* a, const in_t* b, out_t*
 '''
 
 
+M_FUNCS = r'''// Variant m: a warp covers 4 thread rows x 8 thread columns (not 2 x 16), so a k step's fragment reads of B
+// are 128 bytes a warp (were 256) and A's 4 rows; the outputs leave through the warp's own scratch likewise.
+constexpr int WXM = 8, WYM = 32 / WXM, WCM = WXM * TN;
+static_assert(TX % WXM == 0 && TN == CV, "variant m: 8 thread columns a warp, one column group");
+__device__ __forceinline__ void warp_tile_m(int& ty, int& tx) {
+  const int tt = (int)(threadIdx.x % THREADS), lane = tt % 32, wp = tt / 32;
+  tx = (wp % (TX / WXM)) * WXM + lane % WXM;
+  ty = (wp / (TX / WXM)) * WYM + lane / WXM;
+}
+__device__ __forceinline__ void store_warp3m(out_t* c, float* S, int ty, int tx, const float (&acc)[TM][TN]) {
+  const int lane = threadIdx.x % 32, wp = (int)(threadIdx.x % THREADS) / 32;
+  float* buf = S + wp * (32 * TN);
+  const int ty0 = (wp / (TX / WXM)) * WYM, tx0 = (wp % (TX / WXM)) * WXM;
+#pragma unroll
+  for (int i = 0; i < TM; ++i) {
+    sts<CV>(buf + (ty - ty0) * WCM + (tx - tx0) * CV, &acc[i][0]);
+    __syncwarp();
+#pragma unroll
+    for (int q = 0; q < TN; ++q) {
+      const int idx = q * 32 + lane, r = idx / WCM, lc = idx % WCM;
+      const long long gm = row_of(ty0 + r, i), gn = tx0 * CV + lc;
+      if (gm < M_ && gn < N_) {
+        const raw_t v = Bits<out_t>::from_f(buf[idx]);
+        raw_t* dst = reinterpret_cast<raw_t*>(c + gm * N_ + gn);
+        if (HINT) __stcs(dst, v);
+        else *dst = v;
+      }
+    }
+    __syncwarp();
+  }
+}
+'''
+
+
 def make(src, letters):
     out = src
     if 'i' in letters:
@@ -264,11 +300,14 @@ def make(src, letters):
         letters += 'w'
     if 'w' in letters:
         m = re.search(r'grid (\d+),1,1 block (\d+),1,1 shared (\d+)', out)
-        assert m.group(2) == '128' and ' ahead=1 ' in out, 'variant w: written for 128 threads, ahead 1'
+        threads = int(m.group(2))
+        assert threads in (64, 128) and ' ahead=1 ' in out, 'variant w: written for 64 or 128 threads, ahead 1'
         sbuf4 = int(m.group(3)) // 4 - 8636  # the default's shared: BUF4 + SBUF4 floats
-        w_shared = (2 * sbuf4 + 4 * 8636 + 2 * 128 * int(re.search(r' tn=(\d+)', out).group(1))) * 4
+        w_shared = (2 * sbuf4 + 4 * 8636 + 2 * threads * int(re.search(r' tn=(\d+)', out).group(1))) * 4
         if 's' not in letters:
             letters += 's'
+    if 'm' in letters and 's' not in letters:
+        letters += 's'
     if 'x' in letters and 's' not in letters:
         letters += 's'
     if 's' in letters:
@@ -307,8 +346,19 @@ def make(src, letters):
         out = out.replace(old, '  pipelined4w(a, b, c, reinterpret_cast<raw_t*>(smem));')
         assert '__launch_bounds__(THREADS, MINB)' in out
         out = out.replace('__launch_bounds__(THREADS, MINB)', '__launch_bounds__(PT + 2 * THREADS, 1)')
-        out = re.sub(r'grid \d+,1,1 block \d+,1,1 shared \d+', f'grid 132,1,1 block {pt + 256},1,1 shared {w_shared}', out)
+        out = re.sub(r'grid \d+,1,1 block \d+,1,1 shared \d+', f'grid 132,1,1 block {pt + 2 * threads},1,1 shared {w_shared}', out)
         out = re.sub(r'constexpr long long GRID = \d+;', 'constexpr long long GRID = 132;', out)
+    if 'm' in letters:
+        assert 'TILES_M * TILES_N' in out and ' bm=64 bn=64 ' in out, 'variant m: one tile a matrix'
+        anchor = '__device__ __forceinline__ void pipelined4s('
+        out = out.replace(anchor, M_FUNCS + anchor, 1)
+        i = out.index(anchor)
+        old = '  const int tx = (int)(threadIdx.x % THREADS) % TX, ty = (int)(threadIdx.x % THREADS) / TX;\n'
+        j = out.index(old, i)
+        out = out[:j] + '  int tx, ty;\n  warp_tile_m(ty, tx);\n' + out[j + len(old):]
+        old = 'if (WSTORE4) store_warp3s(c + bt * (M_ * N_), m0, n0, reinterpret_cast<float*>(land + AHEAD * SBUF4), ty, tx, acc);'
+        assert old in out, 'variant m: the store not found'
+        out = out.replace(old, 'if (WSTORE4) store_warp3m(c + bt * (M_ * N_), reinterpret_cast<float*>(land + AHEAD * SBUF4), ty, tx, acc);')
     return out
 
 
