@@ -290,6 +290,12 @@ __device__ __forceinline__ void store_warp3m(out_t* c, float* S, int ty, int tx,
 
 def make(src, letters):
     out = src
+    # Codegen 6 (ae983db) made `s` and `i` the generator's own: from its sources they add nothing (`s` only names
+    # store_warp3, which has no barrier there, store_warp3s for the variants built on it).
+    cg6 = re.search(r'kjit matmul family, codegen (\d+)', src) is not None and \
+        int(re.search(r'kjit matmul family, codegen (\d+)', src).group(1)) >= 6
+    if cg6 and 'i' in letters:
+        letters = letters.replace('i', '')
     if 'i' in letters:
         anchor = '(unsigned long long)o * sizeof(raw_t);  // 16-byte aligned\n'
         assert out.count(anchor) == 1, 'variant i: Span4::issue not found'
@@ -302,7 +308,9 @@ def make(src, letters):
         m = re.search(r'grid (\d+),1,1 block (\d+),1,1 shared (\d+)', out)
         threads = int(m.group(2))
         assert threads in (64, 128) and ' ahead=1 ' in out, 'variant w: written for 64 or 128 threads, ahead 1'
-        sbuf4 = int(m.group(3)) // 4 - 8636  # the default's shared: BUF4 + SBUF4 floats
+        tn = int(re.search(r' tn=(\d+)', out).group(1))
+        # The default's shared: BUF4 + SBUF4 floats (codegen 6: and THREADS x TN of output scratch).
+        sbuf4 = int(m.group(3)) // 4 - 8636 - (threads * tn if cg6 else 0)
         w_shared = (2 * sbuf4 + 4 * 8636 + 2 * threads * int(re.search(r' tn=(\d+)', out).group(1))) * 4
         if 's' not in letters:
             letters += 's'
@@ -310,7 +318,10 @@ def make(src, letters):
         letters += 's'
     if 'x' in letters and 's' not in letters:
         letters += 's'
-    if 's' in letters:
+    if 's' in letters and cg6:
+        anchor = '__device__ __forceinline__ void pipelined4s('
+        out = out.replace(anchor, '#define store_warp3s store_warp3  // codegen 6: no barrier in it\n' + anchor, 1)
+    elif 's' in letters:
         # The body of store_warp3 after its barrier, reused under a new name.
         m = re.search(r'__device__ __forceinline__ void store_warp3\(.*?\n  __syncthreads\(\);[^\n]*\n(.*?\n)\}\n', out, re.S)
         assert m, 'variant s: store_warp3 not found'
@@ -356,7 +367,7 @@ def make(src, letters):
         old = '  const int tx = (int)(threadIdx.x % THREADS) % TX, ty = (int)(threadIdx.x % THREADS) / TX;\n'
         j = out.index(old, i)
         out = out[:j] + '  int tx, ty;\n  warp_tile_m(ty, tx);\n' + out[j + len(old):]
-        old = 'if (WSTORE4) store_warp3s(c + bt * (M_ * N_), m0, n0, reinterpret_cast<float*>(land + AHEAD * SBUF4), ty, tx, acc);'
+        old = 'if (WSTORE4) store_warp3%s(c + bt * (M_ * N_), m0, n0, reinterpret_cast<float*>(land + AHEAD * SBUF4), ty, tx, acc);' % ('' if cg6 else 's')
         assert old in out, 'variant m: the store not found'
         out = out.replace(old, 'if (WSTORE4) store_warp3m(c + bt * (M_ * N_), reinterpret_cast<float*>(land + AHEAD * SBUF4), ty, tx, acc);')
     return out
