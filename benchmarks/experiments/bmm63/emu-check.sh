@@ -23,11 +23,14 @@ r() {
   local name=$1; shift
   local line
   line=$("$work/gen" "$work/$name.cc" "$@") || { echo "$name: $line"; failed=1; return; }
-  python3 -c "
+  if ! python3 -c "
 import importlib.util, sys
 spec = importlib.util.spec_from_file_location('v', '$here/variants.py'); v = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(v)
-open('$work/${name}v.cc', 'w').write(v.make(open('$work/$name.cc').read(), '$letters'))"
+try:
+    open('$work/${name}v.cc', 'w').write(v.make(open('$work/$name.cc').read(), '$letters'))
+except AssertionError as e:
+    print('$name: variant $letters not made for this case:', e); sys.exit(1)"; then return; fi
   for k in "$name" "${name}v"; do
     g++ -std=c++20 -O1 -w -fPIC -shared -I"$cuda/include" -I"$emu" "$work/$k.cc" -o "$work/$k.so"
     local res

@@ -14,6 +14,7 @@ Variants (combinable, named by their letters):
      each) and only multiply and store; named barriers (bar.arrive / bar.sync) pass the slots
   m  (implies s) a warp covers 4 x 8 threads (rows x columns of the thread grid) instead of 2 x 16: half the
      shared-memory wavefronts of B's fragment reads
+  t  (codegen 6 sources) the landing buffer filled by TMA bulk copies awaited on an mbarrier, not cp.async
   p  as w with a producer group of 256 threads (512 in all)
   q  as p, the copies issued by the span copies' own code (the first 128 producers; with i: unchecked)
   o  as q with 128 producers
@@ -288,6 +289,81 @@ __device__ __forceinline__ void store_warp3m(out_t* c, float* S, int ty, int tx,
 '''
 
 
+T_FUNCS = r'''// Variant t: the landing buffer filled by TMA bulk copies (one thread, one copy an operand for the pieces inside
+// the view, the partial ones at its ends element by element first), awaited on an mbarrier: the copies' writes
+// take no LSU wavefronts (cp.async's took ~660 a matrix of the ~3600).
+template <long long E>
+__device__ __forceinline__ unsigned plain_t(const in_t* x, long long ext, const in_t* s, raw_t* S, unsigned long long* from) {
+  const unsigned long long lo = (unsigned long long)x, hi = lo + (unsigned long long)ext * sizeof(raw_t);
+  const unsigned long long p = (unsigned long long)s, n = (unsigned long long)E * sizeof(raw_t);
+  const unsigned long long g = p & ~15ull, e = (p + n + 15) & ~15ull;
+  const unsigned long long g0 = g < lo ? (lo + 15) & ~15ull : g;
+  unsigned long long g1 = e > hi ? hi & ~15ull : e;
+  if (g1 < g0) g1 = g0;
+  for (unsigned long long q = p; q < p + n && q < g0; q += sizeof(raw_t)) S[(q - g) / sizeof(raw_t)] = __ldg(reinterpret_cast<const raw_t*>(q));
+  for (unsigned long long q = g1 > p ? g1 : p; q < p + n; q += sizeof(raw_t)) S[(q - g) / sizeof(raw_t)] = __ldg(reinterpret_cast<const raw_t*>(q));
+  *from = g0;
+  return (unsigned)(g1 - g0);
+}
+__device__ __forceinline__ void issue_t(const in_t* a, const in_t* b, long long item, raw_t* S, unsigned long long* bar) {
+  const long long bt = item / TILES4;
+  const in_t* sa = a + bt * SAB;
+  const in_t* sb = b + bt * SBB;
+  raw_t* Sb = S + SA4::ELEMS;
+  unsigned long long fa, fb;
+  const unsigned na = plain_t<M_ * K_>(a, EXT_A, sa, S, &fa), nb = plain_t<K_ * N_>(b, EXT_B, sb, Sb, &fb);
+  kjit_mbar_expect(bar, na + nb);  // after the plain stores: the arrival releases them
+  if (na) kjit_bulk_copy(S + (fa - ((unsigned long long)sa & ~15ull)) / sizeof(raw_t), reinterpret_cast<const void*>(fa), na, bar);
+  if (nb) kjit_bulk_copy(Sb + (fb - ((unsigned long long)sb & ~15ull)) / sizeof(raw_t), reinterpret_cast<const void*>(fb), nb, bar);
+}
+__device__ __forceinline__ void pipelined4t(const in_t* a, const in_t* b, out_t* c, raw_t* smem4) {
+  const int tx = (int)(threadIdx.x % THREADS) % TX, ty = (int)(threadIdx.x % THREADS) / TX;
+  raw_t* tiles = smem4;
+  raw_t* land = smem4 + BUF4;
+  float* scratch = reinterpret_cast<float*>(land + SBUF4);
+  unsigned long long* bar = reinterpret_cast<unsigned long long*>(scratch + THREADS * TN);
+  if (threadIdx.x == 0) {
+    kjit_mbar_init(bar, 1);
+    kjit_fence_init();
+  }
+  __syncthreads();
+  long long item = blockIdx.x;
+  if (threadIdx.x == 0 && item < ITEMS4) issue_t(a, b, item, land, bar);
+  for (int j = 0; item < ITEMS4; ++j, item += GRID) {
+    kjit_mbar_wait(bar, (unsigned)(j & 1));
+    __syncthreads();  // every thread is done with the padded tiles
+    const long long bt = item / TILES4;
+    repack4<TA4, A_KCONT, BM, M_>(land + SA4::offset(a + bt * SAB), 0, tiles);
+    repack4<TB4, !B_NCONT, BN, N_>(land + SA4::ELEMS + SB4::offset(b + bt * SBB), 0, tiles + TA4::ELEMS);
+    __syncthreads();  // the tiles are whole; every thread is done reading the landing buffer
+    const long long ahead = item + GRID;
+    if (threadIdx.x == 0 && ahead < ITEMS4) {
+      kjit_fence_async();
+      issue_t(a, b, ahead, land, bar);
+    }
+    float acc[TM][TN];
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+      for (int q = 0; q < TN; ++q) acc[i][q] = 0.f;
+    const raw_t* As = tiles;
+    const raw_t* Bs = tiles + TA4::ELEMS;
+#pragma unroll 4
+    for (int k = 0; k + 4 <= (int)K_; k += 4) chunk4<4>(As, Bs, k, ty, tx, acc);
+    if (K_ % 4 != 0) chunk4<(int)(K_ % 4 == 0 ? 4 : K_ % 4)>(As, Bs, (int)(K_ / 4 * 4), ty, tx, acc);
+    store_warp3(c + bt * (M_ * N_), 0, 0, scratch, ty, tx, acc);
+  }
+}
+'''
+
+
+def bulk_copy_helpers():
+    # The generator's own bulk-copy and mbarrier helpers (codegen::kBulkCopy), as stage 5 and 6 sources hold them.
+    text = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), '../../../policy/src/codegen.cc')).read()
+    m = re.search(r'const char\* const kBulkCopy = R"\((.*?)\)";', text, re.S)
+    return m.group(1)
+
+
 def make(src, letters):
     out = src
     # Codegen 6 (ae983db) made `s` and `i` the generator's own: from its sources they add nothing (`s` only names
@@ -370,6 +446,24 @@ def make(src, letters):
         old = 'if (WSTORE4) store_warp3%s(c + bt * (M_ * N_), m0, n0, reinterpret_cast<float*>(land + AHEAD * SBUF4), ty, tx, acc);' % ('' if cg6 else 's')
         assert old in out, 'variant m: the store not found'
         out = out.replace(old, 'if (WSTORE4) store_warp3m(c + bt * (M_ * N_), reinterpret_cast<float*>(land + AHEAD * SBUF4), ty, tx, acc);')
+    if 't' in letters:
+        assert cg6 and ' ahead=1 ' in out and 'TILES_M * TILES_N' in out, 'variant t: codegen 6 sources, ahead 1, one tile a matrix'
+        anchor = '__device__ __forceinline__ void pipelined4s('
+        t_funcs = T_FUNCS
+        if 'm' in letters:  # the warp tiles of m here too
+            t_funcs = t_funcs.replace(
+                '  const int tx = (int)(threadIdx.x % THREADS) % TX, ty = (int)(threadIdx.x % THREADS) / TX;\n',
+                '  int tx, ty;\n  warp_tile_m(ty, tx);\n', 1)
+            t_funcs = t_funcs.replace('store_warp3(c + bt * (M_ * N_), 0, 0, scratch, ty, tx, acc);',
+                                      'store_warp3m(c + bt * (M_ * N_), scratch, ty, tx, acc);')
+            assert 'warp_tile_m' in t_funcs and 'store_warp3m' in t_funcs
+        out = out.replace(anchor, bulk_copy_helpers() + t_funcs + anchor, 1)
+        old = '  pipelined4s(a, b, c, reinterpret_cast<raw_t*>(smem));'
+        assert old in out, 'variant t: call not found'
+        out = out.replace(old, '  pipelined4t(a, b, c, reinterpret_cast<raw_t*>(smem));')
+        m = re.search(r'(// launch: entry \S+ grid \S+ block \S+ shared )(\d+)', out)
+        if m:  # an emitted source (the CPU emulation's has no launch line: its harness takes the shape)
+            out = out[:m.start(2)] + str(int(m.group(2)) + 16) + out[m.end(2):]
     return out
 
 
