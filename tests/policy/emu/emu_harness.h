@@ -25,6 +25,12 @@ inline uint32_t from_f(float f, int dt) {
   return __bfloat16_as_ushort(__float2bfloat16_rn(f));
 }
 inline int esize(int dt) { return dt == 0 ? 4 : dt == 3 ? 8 : 2; }
+// Writes past a block's shared memory: a harness whose kernels' only shared array is the dynamic one (at the
+// slabs' start; matmul) sets emu_shared_limit to the launch's dynamic shared bytes, and after each cluster ran,
+// every byte of its blocks' slabs from there on that no longer holds the fill is counted in emu_shared_overrun
+// (on the GPU, a store past the block's allocation faults or lands in another block's memory).
+inline long long emu_shared_limit = -1;
+inline long long emu_shared_overrun = 0;
 // Runs body() in every thread of the grid (gridDim.x blocks of blockDim.x threads, clusters of
 // emu_cluster): the blocks of a cluster together, clusters one after another, each cluster's shared
 // slabs set to `fill` first (0xff: floats NaN, so a read of shared memory nothing wrote shows). A
@@ -57,5 +63,10 @@ template <typename F> void emu_run_grid(F body, unsigned char fill = 0) {
       }
     }
     for (auto& t : ts) t.join();
+    if (emu_shared_limit >= 0) {
+      for (int b = 0; b < emu_cluster; ++b) {
+        for (long long i = emu_shared_limit; i < EMU_SLAB * EMU_VARS; ++i) emu_shared_overrun += blocks[b].shared[i] != (char)fill;
+      }
+    }
   }
 }

@@ -4,8 +4,10 @@
 # bitwise with the product the family promises (matmul_run.cc): float32 fused multiply-adds in ascending
 # k from +0, rounded once; NaN, +-Inf and -0.0 in both operands. It checks the tiling, slices (partial
 # last slices, double buffering), vector fetches along either dim, transposed, strided and broadcast
-# operands, batches per block, edges and stores of every stage; not NVRTC, the CUDA memory model or
-# timing. Not part of CI (host compiler and CUDA headers at run time).
+# operands, batches per block, edges and stores of every stage, and (shared memory starting as NaN bytes)
+# that no kernel reads shared memory nothing wrote into a stored output or stores past the launch's dynamic
+# shared bytes; not NVRTC, the CUDA memory model or timing. Not part of CI (host compiler and CUDA headers
+# at run time).
 #
 #   tests/policy/emu/matmul.sh [BUILD_DIR]     (BUILD_DIR: a configured build with kjit_policy built)
 set -euo pipefail
