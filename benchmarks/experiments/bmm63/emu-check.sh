@@ -1,43 +1,41 @@
 #!/usr/bin/env bash
-# A CPU check of a variants.py variant that keeps the launch shape (m; s and i are codegen 6's own): each case's
+# A CPU check of a variants.py variant (on codegen 6's kernels, whose s and i are the generator's own): each case's
 # kernel is generated for the CPU emulation (tests/policy/emu, matmul_gen), edited as variants.py edits an
 # emitted source, and run beside the unedited kernel one std::thread per CUDA thread (matmul_run): both must
 # match the promised product bit for bit, NaN, +-Inf and -0.0 included, and read only inside the views.
 #
 #   benchmarks/experiments/bmm63/emu-check.sh [LETTERS] [BUILD_DIR]    (LETTERS: default m; BUILD_DIR: build/)
+#
+# Not w, p, q or o: their named barriers (bar.sync / bar.arrive with an id) have no emulation.
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/../../.." && pwd)
-emu="$root/tests/policy/emu"
+exp=$(cd "$(dirname "$0")" && pwd)
 letters=${1:-m}
-build=$(cd "${2:-$root/build}" && pwd)
-cuda=${KJIT_CUDA_HOME:-/usr/local/cuda}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-g++ -std=c++20 -O1 -rdynamic -I"$cuda/include" -I"$emu" "$emu/matmul_run.cc" -o "$work/run" -ldl -lpthread
-g++ -std=c++20 -O1 -I"$root/policy/include" -I"$root/runtime/include" -I"$root/cache/include" "$emu/matmul_gen.cc" \
-  -o "$work/gen" "$build/policy/libkjit_policy.a" "$build/cache/libkjit_cache.a" "$build/runtime/libkjit_runtime.a" \
-  -L"$cuda/lib64" -lnvrtc -lsqlite3 -lxxhash -ldl -lpthread -Wl,-rpath,"$cuda/lib64"
-failed=0
+source "$exp/../../../tests/policy/emu/emu_lib.sh"
+emu_setup matmul_run.cc matmul_gen.cc "${2:-}"
 r() {
   local name=$1; shift
   local line
   line=$("$work/gen" "$work/$name.cc" "$@") || { echo "$name: $line"; failed=1; return; }
-  if ! python3 -c "
-import importlib.util, sys
-spec = importlib.util.spec_from_file_location('v', '$here/variants.py'); v = importlib.util.module_from_spec(spec)
+  # The variant sees the case's launch shape as an emitted source's header line and may change it (t's mbarrier,
+  # w's and x's grids and blocks): the harness then runs it with that shape.
+  local vline
+  vline=$(python3 -c "
+import importlib.util, re, sys
+spec = importlib.util.spec_from_file_location('v', '$exp/variants.py'); v = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(v)
+args, point = '$line'.split(' | ')
+f = args.split()  # matmul_run's arguments: grid, block and shared bytes at 11, 12, 13
+head = f'// launch: entry kjit_matmul grid {f[11]},1,1 block {f[12]},1,1 shared {f[13]} workspace 0\\n'
 try:
-    open('$work/${name}v.cc', 'w').write(v.make(open('$work/$name.cc').read(), '$letters'))
+    out = v.make(head + open('$work/$name.cc').read(), '$letters')
 except AssertionError as e:
-    print('$name: variant $letters not made for this case:', e); sys.exit(1)"; then return; fi
-  for k in "$name" "${name}v"; do
-    g++ -std=c++20 -O1 -w -fPIC -shared -I"$cuda/include" -I"$emu" "$work/$k.cc" -o "$work/$k.so"
-    local res
-    if res=$(timeout 300 "$work/run" "$work/$k.so" ${line% | *}); then echo "$k [${line#* | }]: $res"; else
-      echo "$k: $res (exit $?)"; failed=1
-    fi
-  done
+    print('variant $letters not made for this case:', e); sys.exit(1)
+m = re.match(r'// launch: entry kjit_matmul grid (\\d+),1,1 block (\\d+),1,1 shared (\\d+)', out)
+f[11], f[12], f[13] = m.groups()
+open('$work/${name}v.cc', 'w').write(out)
+print(' '.join(f) + ' | ' + point)") || { echo "$name: $vline"; return; }
+  emu_run_kernel "$name" "$line"
+  emu_run_kernel "${name}v" "$vline"
 }
 # Span 2, 8x4 a thread (the odd-batch default's shape): offsets of 4 and 12 bytes, broadcast B with two items
 # ahead, f16, the copies synchronous.

@@ -1,5 +1,5 @@
 # Sourced by the CPU emulation scripts (run.sh, pool.sh, reduce.sh, softmax.sh, depthwise_conv.sh,
-# matmul.sh).
+# matmul.sh; and benchmarks/experiments/bmm63/emu-check.sh, whose cases run hand-edited kernels).
 #
 #   emu_setup RUN_SOURCE GEN_SOURCE [BUILD_DIR]
 #
@@ -8,9 +8,10 @@
 # $work/gen (writes the kernel for a key and point with the family's generator, linked against
 # BUILD_DIR's kjit_policy; default build/). Then `r NAME GEN_ARGS...` runs one case: the generator
 # prints "HARNESS_ARGS | POINT", the kernel is compiled with the host compiler and the harness run
-# with HARNESS_ARGS; a failure sets failed=1, and the script ends with `exit $failed`.
+# with HARNESS_ARGS; a failure sets failed=1, and the script ends with `exit $failed`. RUN_SOURCE and
+# GEN_SOURCE are files of this folder ($here).
 emu_setup() {
-  here=$(cd "$(dirname "${BASH_SOURCE[1]}")" && pwd)
+  here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
   root=$(cd "$here/../../.." && pwd)
   build=$(cd "${3:-$root/build}" && pwd)
   cuda=${KJIT_CUDA_HOME:-/usr/local/cuda}
@@ -28,15 +29,21 @@ emu_compile_kernel() {
   g++ -std=c++20 -O1 -w -fPIC -shared -I"$cuda/include" -I"$here" "$work/$1.cc" -o "$work/$1.so"
 }
 
+# Compiles $work/NAME.cc and runs the harness on it with HARNESS_ARGS (the generator's line before " | ",
+# POINT after it): prints "NAME [POINT]: RESULT"; a failure sets failed=1.
+emu_run_kernel() {
+  local name=$1 line=$2
+  emu_compile_kernel "$name"
+  local res
+  if res=$(timeout 300 "$work/run" "$work/$name.so" ${line% | *}); then echo "$name [${line#* | }]: $res"; else
+    echo "$name [${line#* | }]: $res (exit $?)"; failed=1
+  fi
+}
+
 r() {
   local name=$1
   shift
   local line
   line=$("$work/gen" "$work/$name.cc" "$@") || { echo "$name: $line"; failed=1; return; }
-  local args=${line% | *} pt=${line#* | }
-  emu_compile_kernel "$name"
-  local res
-  if res=$(timeout 300 "$work/run" "$work/$name.so" $args); then echo "$name [$pt]: $res"; else
-    echo "$name [$pt]: $res (exit $?)"; failed=1
-  fi
+  emu_run_kernel "$name" "$line"
 }
