@@ -368,8 +368,8 @@ def make(src, letters):
     out = src
     # Codegen 6 (ae983db) made `s` and `i` the generator's own: from its sources they add nothing (`s` only names
     # store_warp3, which has no barrier there, store_warp3s for the variants built on it).
-    cg6 = re.search(r'kjit matmul family, codegen (\d+)', src) is not None and \
-        int(re.search(r'kjit matmul family, codegen (\d+)', src).group(1)) >= 6
+    version = re.search(r'kjit matmul family, codegen (\d+)', src)
+    cg6 = version is not None and int(version.group(1)) >= 6
     if cg6 and 'i' in letters:
         letters = letters.replace('i', '')
     if 'i' in letters:
