@@ -1110,6 +1110,72 @@ constexpr const char* kRingSpanIssue = R"(__device__ __forceinline__ void issue5
 }
 )";
 
+// Span 3 (sm_90 and newer): span 2 with the pieces landed by TMA bulk copies, as the ring's span copies do it
+// (Span6 and issue5, above, their names given stage 4's meanings), one thread issuing an item's two copies and
+// an mbarrier a landing buffer counting their bytes: cp.async's 16-byte copies took ~660 of the ~3600
+// shared-memory wavefronts a matrix of the odd bmm (f32 4095 x 63^3), which that pipe bounds; with bulk copies
+// 68.8 us against 76.1 (H200, benchmarks/experiments/bmm63, variant t). After kSpanRepack (its SA4, SB4,
+// SBUF4, repack4), with codegen::kBulkCopy before this.
+constexpr const char* kSpanBulkHead = R"(constexpr int Q5 = Q4;
+constexpr long long TILES5 = TILES4;
+)";
+constexpr const char* kSpanBulk = R"(static_assert(TA5::ELEMS == SA4::ELEMS && TB5::ELEMS == SB4::ELEMS, "span 3: Span6 and Span4 buffers differ");
+static_assert(((long long)BUF4 * sizeof(raw_t) + (long long)AHEAD * SBUF4 * sizeof(raw_t) + THREADS * TN * 4) % 16 == 0,
+              "span 3: the mbarriers' offset is not 16-byte aligned");
+__device__ __forceinline__ void pipelined4b(const in_t* a, const in_t* b, out_t* c, raw_t* smem4) {
+  const int tx = (int)(threadIdx.x % THREADS) % TX, ty = (int)(threadIdx.x % THREADS) / TX;
+  raw_t* tiles = smem4;          // BUF4: the current item's tiles, padded
+  raw_t* land = smem4 + BUF4;    // AHEAD landing buffers of SBUF4, THREADS * TN floats of output scratch, then
+                                 // AHEAD mbarriers
+  float* scratch = reinterpret_cast<float*>(land + AHEAD * SBUF4);
+  unsigned long long* bar = reinterpret_cast<unsigned long long*>(scratch + THREADS * TN);  // AHEAD mbarriers
+  long long item = blockIdx.x;   // < ITEMS4: the grid has no empty block
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int s = 0; s < AHEAD; ++s) kjit_mbar_init(bar + s, 1);
+    kjit_fence_init();
+#pragma unroll
+    for (int s = 0; s < AHEAD; ++s) {
+      if (item + s * GRID < ITEMS4) issue5(a, b, item + s * GRID, land + s * SBUF4, bar + s);
+    }
+  }
+  __syncthreads();  // the barriers initialised before any thread waits on them
+  for (int j = 0; item < ITEMS4; ++j, item += GRID) {
+    raw_t* cur = land + (j % AHEAD) * SBUF4;
+    // Buffer j % AHEAD's (j / AHEAD)-th fill: it is refilled only after every thread passed the barrier below,
+    // so no thread waits a phase behind.
+    kjit_mbar_wait(bar + j % AHEAD, (unsigned)((j / AHEAD) & 1));
+    __syncthreads();  // every thread is done with the padded tiles
+    const long long bt = item / TILES4, tile = item % TILES4;
+    const long long m0 = tile / TILES_N * BM, n0 = tile % TILES_N * BN;
+    const in_t* sa = a + bt * SAB + SA4::first(m0);
+    const in_t* sb = b + bt * SBB + SB4::first(n0);
+    repack4<TA4, A_KCONT, BM, M_>(cur + SA4::offset(sa), m0, tiles);
+    repack4<TB4, !B_NCONT, BN, N_>(cur + SA4::ELEMS + SB4::offset(sb), n0, tiles + TA4::ELEMS);
+    // The tiles are whole, and every thread is done reading this landing buffer: it takes item + AHEAD's
+    // (the generic proxy's reads of it ordered before the async proxy's writes).
+    __syncthreads();
+    const long long ahead = item + (long long)AHEAD * GRID;
+    if (threadIdx.x == 0 && ahead < ITEMS4) {
+      kjit_fence_async();
+      issue5(a, b, ahead, cur, bar + j % AHEAD);
+    }
+    float acc[TM][TN];
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+      for (int q = 0; q < TN; ++q) acc[i][q] = 0.f;
+    const raw_t* As = tiles;
+    const raw_t* Bs = tiles + TA4::ELEMS;
+    K4UNROLL
+    for (int k = 0; k + 4 <= (int)K_; k += 4) chunk4<4>(As, Bs, k, ty, tx, acc);
+    if (K_ % 4 != 0) chunk4<(int)(K_ % 4 == 0 ? 4 : K_ % 4)>(As, Bs, (int)(K_ / 4 * 4), ty, tx, acc);
+    if (WSTORE4) store_warp3(c + bt * (M_ * N_), m0, n0, scratch, ty, tx, acc);
+    else store_tile3(c + bt * (M_ * N_), m0, n0, ty, tx, acc);
+  }
+}
+)";
+
 class Matmul final : public Family {
  public:
   std::string_view name() const override { return "matmul"; }
@@ -1269,19 +1335,20 @@ class Matmul final : public Family {
         {"ahead", {1, 2, 3},
          "pipelined and bulk: items in flight ahead of the one multiplied (shared buffers: ahead + 1); ring: buffers "
          "beyond one a group (bpb + ahead); 3: bulk and ring only"},
-        {"span", {0, 1, 2},
+        {"span", {0, 1, 2, 3},
          "pipelined and ring (1 only), operands whose tiles are one contiguous span of memory with rows not "
          "16-byte aligned (odd sizes): 1 copies the span's enclosing 16-byte pieces (ring: one bulk copy an "
          "operand) and reads the tiles at the span's offset in them (scalar fragment reads), 2 copies them so and "
          "repacks each item's tiles into one padded buffer (rows 16-byte aligned: vector fragment reads) before "
-         "its multiply"},
+         "its multiply, 3 (sm_90+) as 2 with the pieces landed by one thread's TMA bulk copy an operand, "
+         "counted by an mbarrier a landing buffer"},
     };
     // Codegen 4 added `ahead`: points before it had no pipelined strategy, whose knob it is. Codegen 5 added
     // `span`; points without it generate the kernels they did.
     // Stage 5 (bulk), stage 6 (ring) and ahead 3 are new values of existing knobs, not new knobs: every point
     // that existed generates the kernel it did (tests: MatmulSpace.OldPointsKeepTheirSources), so the codegen
     // version stayed. Codegen 6 changed the kernels of span points (stage 4, span 1 and 2: the span copies'
-    // unchecked issue; span 2's own output scratch), and only theirs.
+    // unchecked issue; span 2's own output scratch), and only theirs. Span 3 is a new value: codegen 6 still.
     s.absent_as = {{"ahead", 1}, {"span", 0}};
     return s;
   }
@@ -1295,7 +1362,9 @@ class Matmul final : public Family {
   // The pipelined strategy's ahead + 1 buffers of both whole-K tiles in their global layout (the kernel's
   // Tile4): rows along the operand's contiguous dim, padded by 16 bytes past the 16-byte rounded length.
   // Span copies: ahead + 1 span buffers (span 1), or ahead of them, one padded buffer their tiles are
-  // repacked into and the warps' output scratch, threads_tn (threads x tn) floats (span 2).
+  // repacked into and the warps' output scratch, threads_tn (threads x tn) floats (span 2); span 3 as 2 and
+  // an mbarrier (8 bytes) a landing buffer after the scratch (16-byte aligned there: every part before it is
+  // a multiple of 16 bytes).
   static int64_t PipelinedBytes(const MatmulProblem& p, int64_t bm, int64_t bn, int64_t ahead, int64_t span = 0,
                                 int64_t threads_tn = 0) {
     const int64_t q = 16 / p.elem(), kq = CeilDiv(p.k, q) * q;
@@ -1303,7 +1372,7 @@ class Matmul final : public Family {
     const int64_t b = !p.b_ncont() ? bn * (kq + q) : p.k * (bn + q);
     const int64_t spans = (SpanPieces(p, bm, p.a_kcont(), p.m) + SpanPieces(p, bn, !p.b_ncont(), p.n)) * 16;
     if (span == 1) return (ahead + 1) * spans;
-    if (span == 2) return ahead * spans + (a + b) * p.elem() + threads_tn * 4;
+    if (span == 2 || span == 3) return ahead * spans + (a + b) * p.elem() + threads_tn * 4 + (span == 3 ? ahead * 8 : 0);
     return (ahead + 1) * (a + b) * p.elem();
   }
   // The pipelined grid: bpb work items a block, but no more blocks than the SMs hold at once by their
@@ -1430,10 +1499,11 @@ class Matmul final : public Family {
       }
     }
     const int64_t span = SpanOf(pt);
-    if (span < 0 || span > 2) return InvalidArgument("span is 0, 1 or 2");
+    if (span < 0 || span > 3) return InvalidArgument("span is 0, 1, 2 or 3");
     if (span) {
       if (stage == kRing && span != 1) return InvalidArgument("ring: span is 0 or 1 (fragments read at the span's offset)");
       if (stage != kPipelined && stage != kRing) return InvalidArgument("span is a knob of the pipelined and ring strategies");
+      if (span == 3 && dev.arch < 90) return InvalidArgument("span 3: bulk copies (TMA) need sm_90 or newer");
       // The copies are 16-byte pieces whatever vec says: one value of it, not several equal points.
       if (vec != 1) return InvalidArgument("span copies 16-byte pieces: vec is 1");
       if (!SpanContiguous(p.a_kcont(), p.sam, p.sak, bm, p.m, p.k) ||
@@ -1808,18 +1878,22 @@ class Matmul final : public Family {
                        "    const raw_t* As = cur + TA4::offset(sa);\n"
                        "    const raw_t* Bs = cur + TA4::ELEMS + TB4::offset(sb);");
       } else {
-        // Span 2: pipelined4s (after pipelined4, whose helpers it uses) in its place.
+        // Span 2: pipelined4s (after pipelined4, whose helpers it uses) in its place. Span 3: pipelined4b
+        // after it (its helpers too), with the bulk copies and the ring's span issue.
         const std::string end4 = "    else store_tile3(c + bt * (M_ * N_), m0, n0, ty, tx, acc);\n  }\n}\n";
+        std::string spans = tiles.str() + kSpanRepack;
+        if (SpanOf(pt) == 3) spans += std::string(codegen::kBulkCopy) + kSpanBulkHead + kRingSpan + kRingSpanIssue + kSpanBulk;
         // Its warps' output scratch is their own (codegen 6): store_warp3 without its barrier (stage 3's
         // callers of it are compiled out of a stage-4 source).
-        swapped = swapped && swap(end4 + "#endif\n", end4 + tiles.str() + kSpanRepack + "#endif\n") &&
-                  swap("K4UNROLL", k4unroll) &&
+        swapped = swapped && swap(end4 + "#endif\n", end4 + spans + "#endif\n") &&
+                  swap("K4UNROLL", k4unroll) && (SpanOf(pt) != 3 || swap("K4UNROLL", k4unroll)) &&
                   swap("  __syncthreads();  // every thread is done reading the staged tiles\n"
                        "  const int lane = threadIdx.x % 32, warp = (int)(threadIdx.x % THREADS) / 32;\n",
                        "  // (no barrier: span 2's warps store through scratch of their own)\n"
                        "  const int lane = threadIdx.x % 32, warp = (int)(threadIdx.x % THREADS) / 32;\n") &&
                   swap("  pipelined4(a, b, c, reinterpret_cast<raw_t*>(smem));",
-                       "  pipelined4s(a, b, c, reinterpret_cast<raw_t*>(smem));");
+                       SpanOf(pt) == 3 ? "  pipelined4b(a, b, c, reinterpret_cast<raw_t*>(smem));"
+                                       : "  pipelined4s(a, b, c, reinterpret_cast<raw_t*>(smem));");
       }
       if (!swapped) return Internal("matmul: the span copies' anchors are missing from the kernel body");
     }

@@ -2293,8 +2293,45 @@ TEST(MatmulSpace, SpanCopiesTestPiecesOnlyAtTheViewsEnds) {
   EXPECT_NE(c->source.find(barrier), std::string::npos);
 }
 
-// Stage 5 and ahead 3 are new values of existing knobs: every point valid before them (stage 4 or less, ahead
-// 1 or 2) still generates the same source and launch shape, byte for byte (the datasets store measured
+// Span 3 (sm_90): span 2's repack and stores with the pieces landed by one thread's bulk copies (the ring's
+// span issue: the view's end pieces element by element), an mbarrier a landing buffer after the output scratch.
+TEST(MatmulSpace, SpanThreeLandsPiecesByBulkCopies) {
+  DeviceFacts device = DeviceFacts::H200();
+  const OpKey bmm63 = BmmKey(TensorDesc::Contiguous(DType::kFloat32, {4095, 63, 63}),
+                             TensorDesc::Contiguous(DType::kFloat32, {4095, 63, 63}));
+  auto found = FindFamily(bmm63);
+  ASSERT_TRUE(found.ok()) << found.status().ToString();
+  const uint32_t spans = ((3 + 63 * 63 + 64 + 3) / 4 + (3 + 62 * 63 + 64 + 3) / 4) * 16;
+  const uint32_t padded = (64 * 68 + 63 * 68) * 4, scratch = 128 * 4 * 4;
+  for (int64_t ahead : {1, 2}) {
+    Point p = MatmulPoint(4, 64, 64, 16, 8, 4, 1);
+    p["ahead"] = ahead;
+    p["span"] = 3;
+    ASSERT_TRUE(found->family->Check(*found->problem, p, device).ok())
+        << found->family->Check(*found->problem, p, device).ToString();
+    auto c = found->family->Generate(*found->problem, p, device);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    EXPECT_NE(c->source.find("  pipelined4b(a, b, c, reinterpret_cast<raw_t*>(smem));"), std::string::npos);
+    EXPECT_NE(c->source.find("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"), std::string::npos);
+    EXPECT_NE(c->source.find("TA5::plain(a, sa"), std::string::npos);
+    EXPECT_EQ(c->source.find("K4UNROLL"), std::string::npos);
+    EXPECT_EQ(c->launch.dynamic_shared_bytes, ahead * spans + padded + scratch + ahead * 8) << "ahead " << ahead;
+  }
+  auto why = [&](Point p) { return found->family->Check(*found->problem, p, device).ToString(); };
+  Point p = MatmulPoint(4, 64, 64, 16, 8, 4, 1);
+  p["ahead"] = 1;
+  p["span"] = 3;
+  EXPECT_NE(why([&] { Point q = p; q["stage"] = 6; q["tm"] = 8; q["tn"] = 8; return q; }()).find("ring: span is 0 or 1"),
+            std::string::npos);
+  EXPECT_NE(why([&] { Point q = p; q["span"] = 4; return q; }()).find("span is 0, 1, 2 or 3"), std::string::npos);
+  device.arch = 80;
+  EXPECT_NE(why(p).find("sm_90"), std::string::npos);
+  p["span"] = 2;
+  EXPECT_TRUE(found->family->Check(*found->problem, p, device).ok());
+}
+
+// Stage 5, ahead 3 and span 3 are new values of existing knobs: every point valid before them (stage 4 or less,
+// ahead 1 or 2, span 0 to 2) still generates the same source and launch shape, byte for byte (the datasets store measured
 // sources). Digests of every 64th such point of each sample key (FNV-1a over the source and the launch).
 // Codegen 6 changed the span points' kernels (stage 4, span 1 or 2) and only theirs: the other points' digest
 // (`digest`, their version stamp read as codegen 5's) was recorded at codegen 5 (4f6715a) with this test, and
@@ -2333,7 +2370,7 @@ TEST(MatmulSpace, OldPointsKeepTheirSources) {
     uint64_t h = kFnvOffset, hs = kFnvOffset;
     size_t old_points = 0, hashed = 0, span_hashed = 0;
     for (const Point& p : ValidPoints(f, **problem, device)) {
-      if (p.at("stage") > 4 || p.at("ahead") > 2) continue;
+      if (p.at("stage") > 4 || p.at("ahead") > 2 || (p.count("span") != 0 && p.at("span") == 3)) continue;
       if (old_points++ % 64 != 0) continue;
       auto c = f.Generate(**problem, p, device);
       ASSERT_TRUE(c.ok()) << c.status().ToString();
