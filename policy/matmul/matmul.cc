@@ -1740,12 +1740,18 @@ class Matmul final : public Family {
       // Plain stores even where the output outgrows L2: measured on the H200 (batches of 2559 to 8191 63^3 f32
       // matrices, codegen 5), of 49 pairs of span-2 points that differ only in the hint, streaming stores were
       // slower in 48, by 4-10% with this thread tile (8191 matrices: 158.6 vs 146.5 us).
+      // Span 3 (sm_90: the pieces landed by bulk copies) where it is allowed: through the evaluator on the H200
+      // (a9c9c81, 8x4 a thread, one ahead), 69.5 / 47.8 / 55.8 / 93.2 / 101.7 / 131.1 us at 4095 / 2559 / 3071 /
+      // 5631 / 6143 / 8191 x 63^3 f32 against span 2's 77.0 / 52.5 / 61.0 / 102.5 / 111.3 / 144.6 in the same
+      // run; at 4095, two ahead 72.2, 4x8 72.9, 4x4 80.7, 8x8 86.8.
       for (const Thread t : {Thread{8, 4}, Thread{4, 8}, Thread{4, 4}}) {
-        Point pt{{"stage", kPipelined}, {"bm", bm}, {"bn", bn}, {"bk", 16}, {"tm", t.tm}, {"tn", t.tn}, {"vec", 1},
-                 {"bpb", 1}, {"hint", 0}, {"minb", 1}, {"ahead", 1}, {"span", 2}};
-        if (Check(problem, pt, dev).ok() &&
-            2 * (PipelinedBytes(p, bm, bn, 1, 2, Threads(bm, bn, t.tm, t.tn) * t.tn) + 1024) <= dev.shared_bytes_per_sm) {
-          return pt;
+        for (const int64_t span : {3, 2}) {
+          Point pt{{"stage", kPipelined}, {"bm", bm}, {"bn", bn}, {"bk", 16}, {"tm", t.tm}, {"tn", t.tn}, {"vec", 1},
+                   {"bpb", 1}, {"hint", 0}, {"minb", 1}, {"ahead", 1}, {"span", span}};
+          if (Check(problem, pt, dev).ok() &&
+              2 * (PipelinedBytes(p, bm, bn, 1, span, Threads(bm, bn, t.tm, t.tn) * t.tn) + 1024) <= dev.shared_bytes_per_sm) {
+            return pt;
+          }
         }
       }
       for (const Thread t : {Thread{4, 8}, Thread{8, 4}, Thread{4, 4}, Thread{2, 4}, Thread{4, 2}, Thread{2, 2}}) {

@@ -2490,15 +2490,26 @@ TEST(MatmulSpace, ExpertDefaultsFitTheShapeAndTheAbi) {
   EXPECT_EQ(c.launch.grid[0], 3u * 132u);
   EXPECT_EQ(c.launch.block[0], 128u);
   // Odd 63x63 batches: pipelined with span copies (codegen 5): 16-byte pieces of each matrix's 3969 floats
-  // landing in one buffer, repacked into padded tiles (65 KB in all: three blocks an SM), 8x4 a thread.
-  p = default_of(BmmKey(TensorDesc::Contiguous(f32, {4095, 63, 63}), TensorDesc::Contiguous(f32, {4095, 63, 63})), &c);
+  // landing in one buffer, repacked into padded tiles (65 KB in all: three blocks an SM), 8x4 a thread; on
+  // sm_90 the pieces landed by bulk copies (span 3), before it by cp.async (span 2).
+  const OpKey odd = BmmKey(TensorDesc::Contiguous(f32, {4095, 63, 63}), TensorDesc::Contiguous(f32, {4095, 63, 63}));
+  p = default_of(odd, &c);
   EXPECT_EQ(p.at("stage"), 4) << PointToString(p);
   EXPECT_EQ(p.at("vec"), 1) << PointToString(p);
   EXPECT_EQ(p.at("bpb"), 1) << PointToString(p);
-  EXPECT_EQ(p.at("span"), 2) << PointToString(p);
+  EXPECT_EQ(p.at("span"), 3) << PointToString(p);
   EXPECT_EQ(p.at("tm"), 8) << PointToString(p);
   EXPECT_EQ(p.at("tn"), 4) << PointToString(p);
   EXPECT_EQ(c.launch.grid[0], 3u * 132u);
+  {
+    DeviceFacts a100 = device;
+    a100.arch = 80;
+    auto found = FindFamily(odd);
+    ASSERT_TRUE(found.ok());
+    const Point before = found->family->ExpertDefault(*found->problem, a100);
+    EXPECT_EQ(before.at("span"), 2) << PointToString(before);
+    EXPECT_EQ(before.at("tm"), 8) << PointToString(before);
+  }
   // Tiny matrices: several a block.
   p = default_of(BmmKey(TensorDesc::Contiguous(f32, {65536, 8, 8}), TensorDesc::Contiguous(f32, {65536, 8, 8})));
   EXPECT_GT(p.at("bpb"), 1) << PointToString(p);

@@ -171,7 +171,8 @@ KJIT_EMU_CP_ASYNC=sync r sb5s bmm bf16 6,33,41,25 1353,41,1 1025,1,41 0 aoff=2 s
 KJIT_EMU_CP_ASYNC=sync r sb10s bmm f32 61,63,63,63 3969,63,1 3969,63,1 0 aoff=3 boff=1 stage=4 bm=64 bn=64 bk=16 tm=8 tn=4 vec=1 bpb=8 hint=0 minb=1 ahead=1 span=3
 KJIT_EMU_CP_ASYNC=sync r sb11s bmm f32 67,63,63,63 3969,63,1 3969,63,1 0 aoff=2 stage=4 bm=64 bn=64 bk=16 tm=8 tn=4 vec=1 bpb=8 hint=0 minb=1 ahead=2 span=3
 KJIT_EMU_CP_ASYNC=sync r sb13s mm f32 1,1000,63,50 0,63,1 0,50,1 0 aoff=1 stage=4 bm=32 bn=64 bk=8 tm=2 tn=8 vec=1 bpb=8 hint=0 minb=1 ahead=1 span=3
-# Codegen 5's default for odd batches (span copies repacked, span 2) at an offset, and in f16.
+# The default for odd batches (span copies repacked; on sm_90, the emulator's arch, landed by bulk copies: span 3)
+# at an offset, and in f16.
 r d11 bmm f32 600,63,63,63 3969,63,1 3969,63,1 0 aoff=1 boff=2
 r d12 bmm f16 600,63,63,63 3969,63,1 3969,63,1 0
 # Stage 5, bulk (sm_90; codegen 5 still): one thread copies an item's tiles with one TMA bulk copy an operand, an
