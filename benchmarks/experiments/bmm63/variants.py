@@ -15,6 +15,7 @@ Variants (combinable, named by their letters):
   m  (implies s) a warp covers 4 x 8 threads (rows x columns of the thread grid) instead of 2 x 16: half the
      shared-memory wavefronts of B's fragment reads
   t  (codegen 6 sources) the landing buffer filled by TMA bulk copies awaited on an mbarrier, not cp.async
+     (68.8 against 76.1 us: the generator's span 3 since the twentieth session)
   p  as w with a producer group of 256 threads (512 in all)
   q  as p, the copies issued by the span copies' own code (the first 128 producers; with i: unchecked)
   o  as q with 128 producers
