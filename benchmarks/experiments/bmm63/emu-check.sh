@@ -43,4 +43,8 @@ r e1 bmm f32 37,63,63,63 3969,63,1 3969,63,1 0 aoff=1 boff=3 stage=4 bm=64 bn=64
 r e2 bmm f32 37,63,63,63 3969,63,1 0,63,1 0 aoff=2 boff=1 stage=4 bm=64 bn=64 bk=16 tm=8 tn=4 vec=1 bpb=4 hint=1 minb=1 ahead=2 span=2
 r e3 bmm f16 9,63,63,63 3969,63,1 3969,63,1 0 aoff=1 boff=5 stage=4 bm=64 bn=64 bk=16 tm=8 tn=4 vec=1 bpb=3 hint=0 minb=1 ahead=1 span=2
 KJIT_EMU_CP_ASYNC=sync r e4 bmm f32 37,63,63,63 3969,63,1 3969,63,1 0 aoff=1 boff=3 stage=4 bm=64 bn=64 bk=16 tm=8 tn=4 vec=1 bpb=1 hint=0 minb=1 ahead=1 span=2
+# Span 3 (the default on sm_90 since the twentieth session), and an mm over ragged 32-row tiles with 50 columns
+# (the r variant's row limit and a lane's second column); variants written for one tile a matrix skip it.
+r e5 bmm f32 37,63,63,63 3969,63,1 3969,63,1 0 aoff=3 boff=2 stage=4 bm=64 bn=64 bk=16 tm=8 tn=4 vec=1 bpb=4 hint=0 minb=1 ahead=1 span=3
+r e6 mm f32 1,100,63,50 0,63,1 0,50,1 0 aoff=1 stage=4 bm=32 bn=64 bk=8 tm=2 tn=8 vec=1 bpb=2 hint=0 minb=1 ahead=1 span=2
 exit $failed
