@@ -794,10 +794,39 @@ __device__ __forceinline__ void repack4(const raw_t* s, long long r0, raw_t* D) 
       }
   }
 }
+// One item of span 2 or 3 whose spans landed in cur (every thread done with the padded tiles): its tiles
+// repacked into them, REFILL (the caller's issue of item + AHEAD into cur, once no thread reads cur), the
+// multiply and the stores (through the warps' own scratch).
+template <typename Refill>
+__device__ __forceinline__ void item4s(const in_t* a, const in_t* b, out_t* c, long long item, const raw_t* cur,
+                                       raw_t* tiles, float* scratch, int ty, int tx, Refill refill) {
+  const long long bt = item / TILES4, tile = item % TILES4;
+  const long long m0 = tile / TILES_N * BM, n0 = tile % TILES_N * BN;
+  const in_t* sa = a + bt * SAB + SA4::first(m0);
+  const in_t* sb = b + bt * SBB + SB4::first(n0);
+  repack4<TA4, A_KCONT, BM, M_>(cur + SA4::offset(sa), m0, tiles);
+  repack4<TB4, !B_NCONT, BN, N_>(cur + SA4::ELEMS + SB4::offset(sb), n0, tiles + TA4::ELEMS);
+  // The tiles are whole, and every thread is done reading this landing buffer: it takes item + AHEAD's.
+  __syncthreads();
+  refill();
+  float acc[TM][TN];
+#pragma unroll
+  for (int i = 0; i < TM; ++i)
+#pragma unroll
+    for (int q = 0; q < TN; ++q) acc[i][q] = 0.f;
+  const raw_t* As = tiles;
+  const raw_t* Bs = tiles + TA4::ELEMS;
+  K4UNROLL
+  for (int k = 0; k + 4 <= (int)K_; k += 4) chunk4<4>(As, Bs, k, ty, tx, acc);
+  if (K_ % 4 != 0) chunk4<(int)(K_ % 4 == 0 ? 4 : K_ % 4)>(As, Bs, (int)(K_ / 4 * 4), ty, tx, acc);
+  if (WSTORE4) store_warp3(c + bt * (M_ * N_), m0, n0, scratch, ty, tx, acc);
+  else store_tile3(c + bt * (M_ * N_), m0, n0, ty, tx, acc);
+}
 __device__ __forceinline__ void pipelined4s(const in_t* a, const in_t* b, out_t* c, raw_t* smem4) {
   const int tx = (int)(threadIdx.x % THREADS) % TX, ty = (int)(threadIdx.x % THREADS) / TX;
   raw_t* tiles = smem4;          // BUF4: the current item's tiles, padded
   raw_t* land = smem4 + BUF4;    // AHEAD landing buffers of SBUF4, then THREADS * TN floats of output scratch
+  float* scratch = reinterpret_cast<float*>(land + AHEAD * SBUF4);
   long long item = blockIdx.x;   // < ITEMS4: the grid has no empty block
 #pragma unroll
   for (int s = 0; s < AHEAD; ++s) {
@@ -807,32 +836,13 @@ __device__ __forceinline__ void pipelined4s(const in_t* a, const in_t* b, out_t*
   for (int j = 0; item < ITEMS4; ++j, item += GRID) {
     raw_t* cur = land + (j % AHEAD) * SBUF4;
     kjit_cp_wait<AHEAD - 1>();
-    // Every thread's copies of the item landed, and every thread is done with the padded tiles (and their
-    // use as the previous output's scratch).
+    // Every thread's copies of the item landed, and every thread is done with the padded tiles.
     __syncthreads();
-    const long long bt = item / TILES4, tile = item % TILES4;
-    const long long m0 = tile / TILES_N * BM, n0 = tile % TILES_N * BN;
-    const in_t* sa = a + bt * SAB + SA4::first(m0);
-    const in_t* sb = b + bt * SBB + SB4::first(n0);
-    repack4<TA4, A_KCONT, BM, M_>(cur + SA4::offset(sa), m0, tiles);
-    repack4<TB4, !B_NCONT, BN, N_>(cur + SA4::ELEMS + SB4::offset(sb), n0, tiles + TA4::ELEMS);
-    // The tiles are whole, and every thread is done reading this landing buffer: it takes item + AHEAD's.
-    __syncthreads();
-    const long long ahead = item + (long long)AHEAD * GRID;
-    if (ahead < ITEMS4) issue4s(a, b, ahead, cur);
-    kjit_cp_commit();
-    float acc[TM][TN];
-#pragma unroll
-    for (int i = 0; i < TM; ++i)
-#pragma unroll
-      for (int q = 0; q < TN; ++q) acc[i][q] = 0.f;
-    const raw_t* As = tiles;
-    const raw_t* Bs = tiles + TA4::ELEMS;
-    K4UNROLL
-    for (int k = 0; k + 4 <= (int)K_; k += 4) chunk4<4>(As, Bs, k, ty, tx, acc);
-    if (K_ % 4 != 0) chunk4<(int)(K_ % 4 == 0 ? 4 : K_ % 4)>(As, Bs, (int)(K_ / 4 * 4), ty, tx, acc);
-    if (WSTORE4) store_warp3(c + bt * (M_ * N_), m0, n0, reinterpret_cast<float*>(land + AHEAD * SBUF4), ty, tx, acc);
-    else store_tile3(c + bt * (M_ * N_), m0, n0, ty, tx, acc);
+    item4s(a, b, c, item, cur, tiles, scratch, ty, tx, [&] {
+      const long long ahead = item + (long long)AHEAD * GRID;
+      if (ahead < ITEMS4) issue4s(a, b, ahead, cur);
+      kjit_cp_commit();
+    });
   }
 }
 )";
@@ -1135,7 +1145,7 @@ __device__ __forceinline__ void pipelined4b(const in_t* a, const in_t* b, out_t*
   raw_t* land = smem4 + BUF4;    // AHEAD landing buffers of SBUF4, THREADS * TN floats of output scratch, then
                                  // AHEAD mbarriers
   float* scratch = reinterpret_cast<float*>(land + AHEAD * SBUF4);
-  unsigned long long* bar = reinterpret_cast<unsigned long long*>(scratch + THREADS * TN);  // AHEAD mbarriers
+  unsigned long long* bar = reinterpret_cast<unsigned long long*>(scratch + THREADS * TN);
   long long item = blockIdx.x;   // < ITEMS4: the grid has no empty block
   if (threadIdx.x == 0) {
 #pragma unroll
@@ -1149,36 +1159,18 @@ __device__ __forceinline__ void pipelined4b(const in_t* a, const in_t* b, out_t*
   __syncthreads();  // the barriers initialised before any thread waits on them
   for (int j = 0; item < ITEMS4; ++j, item += GRID) {
     raw_t* cur = land + (j % AHEAD) * SBUF4;
-    // Buffer j % AHEAD's (j / AHEAD)-th fill: it is refilled only after every thread passed the barrier below,
-    // so no thread waits a phase behind.
+    // Buffer j % AHEAD's (j / AHEAD)-th fill: it is refilled only after every thread passed the barrier in
+    // item4s, so no thread waits a phase behind.
     kjit_mbar_wait(bar + j % AHEAD, (unsigned)((j / AHEAD) & 1));
     __syncthreads();  // every thread is done with the padded tiles
-    const long long bt = item / TILES4, tile = item % TILES4;
-    const long long m0 = tile / TILES_N * BM, n0 = tile % TILES_N * BN;
-    const in_t* sa = a + bt * SAB + SA4::first(m0);
-    const in_t* sb = b + bt * SBB + SB4::first(n0);
-    repack4<TA4, A_KCONT, BM, M_>(cur + SA4::offset(sa), m0, tiles);
-    repack4<TB4, !B_NCONT, BN, N_>(cur + SA4::ELEMS + SB4::offset(sb), n0, tiles + TA4::ELEMS);
-    // The tiles are whole, and every thread is done reading this landing buffer: it takes item + AHEAD's
-    // (the generic proxy's reads of it ordered before the async proxy's writes).
-    __syncthreads();
-    const long long ahead = item + (long long)AHEAD * GRID;
-    if (threadIdx.x == 0 && ahead < ITEMS4) {
-      kjit_fence_async();
-      issue5(a, b, ahead, cur, bar + j % AHEAD);
-    }
-    float acc[TM][TN];
-#pragma unroll
-    for (int i = 0; i < TM; ++i)
-#pragma unroll
-      for (int q = 0; q < TN; ++q) acc[i][q] = 0.f;
-    const raw_t* As = tiles;
-    const raw_t* Bs = tiles + TA4::ELEMS;
-    K4UNROLL
-    for (int k = 0; k + 4 <= (int)K_; k += 4) chunk4<4>(As, Bs, k, ty, tx, acc);
-    if (K_ % 4 != 0) chunk4<(int)(K_ % 4 == 0 ? 4 : K_ % 4)>(As, Bs, (int)(K_ / 4 * 4), ty, tx, acc);
-    if (WSTORE4) store_warp3(c + bt * (M_ * N_), m0, n0, scratch, ty, tx, acc);
-    else store_tile3(c + bt * (M_ * N_), m0, n0, ty, tx, acc);
+    item4s(a, b, c, item, cur, tiles, scratch, ty, tx, [&] {
+      // (the generic proxy's reads of cur ordered before the async proxy's writes)
+      const long long ahead = item + (long long)AHEAD * GRID;
+      if (threadIdx.x == 0 && ahead < ITEMS4) {
+        kjit_fence_async();
+        issue5(a, b, ahead, cur, bar + j % AHEAD);
+      }
+    });
   }
 }
 )";
@@ -1900,7 +1892,7 @@ class Matmul final : public Family {
         // Its warps' output scratch is their own (codegen 6): store_warp3 without its barrier (stage 3's
         // callers of it are compiled out of a stage-4 source).
         swapped = swapped && swap(end4 + "#endif\n", end4 + spans + "#endif\n") &&
-                  swap("K4UNROLL", k4unroll) && (SpanOf(pt) != 3 || swap("K4UNROLL", k4unroll)) &&
+                  swap("K4UNROLL", k4unroll) &&
                   swap("  __syncthreads();  // every thread is done reading the staged tiles\n"
                        "  const int lane = threadIdx.x % 32, warp = (int)(threadIdx.x % THREADS) / 32;\n",
                        "  // (no barrier: span 2's warps store through scratch of their own)\n"

@@ -394,6 +394,13 @@ def bulk_copy_helpers():
     return m.group(1)
 
 
+def one_tile(src):
+    # The output tile covers the whole matrix (BM >= M, BN >= N): the item is the matrix.
+    m = re.search(r'constexpr long long M_ = (\d+), N_ = (\d+),', src)
+    t = re.search(r'constexpr int BM = (\d+), BN = (\d+),', src)
+    return bool(m and t) and int(t.group(1)) >= int(m.group(1)) and int(t.group(2)) >= int(m.group(2))
+
+
 def make(src, letters):
     out = src
     # Codegen 6 (ae983db) made `s` and `i` the generator's own: from its sources they add nothing (`s` only names
@@ -466,22 +473,27 @@ def make(src, letters):
         out = re.sub(r'grid \d+,1,1 block \d+,1,1 shared \d+', f'grid 132,1,1 block {pt + 2 * threads},1,1 shared {w_shared}', out)
         out = re.sub(r'constexpr long long GRID = \d+;', 'constexpr long long GRID = 132;', out)
     if 'm' in letters:
-        assert 'TILES_M * TILES_N' in out and ' bm=64 bn=64 ' in out, 'variant m: one tile a matrix'
+        assert one_tile(out) and ' bm=64 bn=64 ' in out, 'variant m: one tile a matrix'
+        assert '  pipelined4b(a, b, c,' not in out, 'variant m: span 2 sources (it edits pipelined4s)'
         anchor = '__device__ __forceinline__ void pipelined4s('
-        out = out.replace(anchor, M_FUNCS + anchor, 1)
+        # Codegen 7: before item4s, whose store it changes.
+        at = '// One item of span 2 or 3 whose spans landed in cur'
+        out = out.replace(at if at in out else anchor, M_FUNCS + (at if at in out else anchor), 1)
         i = out.index(anchor)
         old = '  const int tx = (int)(threadIdx.x % THREADS) % TX, ty = (int)(threadIdx.x % THREADS) / TX;\n'
         j = out.index(old, i)
         out = out[:j] + '  int tx, ty;\n  warp_tile_m(ty, tx);\n' + out[j + len(old):]
         old = 'if (WSTORE4) store_warp3%s(c + bt * (M_ * N_), m0, n0, reinterpret_cast<float*>(land + AHEAD * SBUF4), ty, tx, acc);' % ('' if cg6 else 's')
-        assert old in out, 'variant m: the store not found'
+        old7 = 'if (WSTORE4) store_warp3(c + bt * (M_ * N_), m0, n0, scratch, ty, tx, acc);'  # codegen 7: item4s
+        assert old in out or old7 in out, 'variant m: the store not found'
         out = out.replace(old, 'if (WSTORE4) store_warp3m(c + bt * (M_ * N_), reinterpret_cast<float*>(land + AHEAD * SBUF4), ty, tx, acc);')
+        out = out.replace(old7, 'if (WSTORE4) store_warp3m(c + bt * (M_ * N_), scratch, ty, tx, acc);')
     if 'r' in letters:
         m = re.search(r'template <typename T, bool KC, int R, long long RLIM>\n__device__ __forceinline__ void repack4\(.*?\n\}\n', out, re.S)
         assert m, 'variant r: repack4 not found'
         out = out[:m.start()] + REPACK_R + out[m.end():]
     if 't' in letters:
-        assert cg6 and ' ahead=1 ' in out and 'TILES_M * TILES_N' in out, 'variant t: codegen 6 sources, ahead 1, one tile a matrix'
+        assert cg6 and ' ahead=1 ' in out and one_tile(out), 'variant t: codegen 6 sources, ahead 1, one tile a matrix'
         anchor = '__device__ __forceinline__ void pipelined4s('
         t_funcs = T_FUNCS
         if 'm' in letters:  # the warp tiles of m here too
