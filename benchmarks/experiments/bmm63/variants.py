@@ -18,6 +18,8 @@ Variants (combinable, named by their letters):
      (68.8 against 76.1 us: the generator's span 3 since the twentieth session)
   r  the repack by rows: warp w copies rows w, w + WARPS, ... of each tile, lane l its columns l and l + 32, so
      every load and store is a base address and an immediate offset (no division by the row length an element)
+  d  (codegen 7 sources) outputs stored straight from registers (store_tile3: a thread's 4-byte stores), not
+     through the warps' scratch
   p  as w with a producer group of 256 threads (512 in all)
   q  as p, the copies issued by the span copies' own code (the first 128 producers; with i: unchecked)
   o  as q with 128 producers
@@ -488,6 +490,10 @@ def make(src, letters):
         assert old in out or old7 in out, 'variant m: the store not found'
         out = out.replace(old, 'if (WSTORE4) store_warp3m(c + bt * (M_ * N_), reinterpret_cast<float*>(land + AHEAD * SBUF4), ty, tx, acc);')
         out = out.replace(old7, 'if (WSTORE4) store_warp3m(c + bt * (M_ * N_), scratch, ty, tx, acc);')
+    if 'd' in letters:
+        old = '  if (WSTORE4) store_warp3(c + bt * (M_ * N_), m0, n0, scratch, ty, tx, acc);'
+        assert old in out, 'variant d: codegen 7 sources (item4s)'
+        out = out.replace(old, '  if (false) store_warp3(c + bt * (M_ * N_), m0, n0, scratch, ty, tx, acc);  // variant d')
     if 'r' in letters:
         m = re.search(r'template <typename T, bool KC, int R, long long RLIM>\n__device__ __forceinline__ void repack4\(.*?\n\}\n', out, re.S)
         assert m, 'variant r: repack4 not found'
