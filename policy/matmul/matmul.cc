@@ -1743,7 +1743,8 @@ class Matmul final : public Family {
       // Span 3 (sm_90: the pieces landed by bulk copies) where it is allowed: through the evaluator on the H200
       // (a9c9c81, 8x4 a thread, one ahead), 69.5 / 47.8 / 55.8 / 93.2 / 101.7 / 131.1 us at 4095 / 2559 / 3071 /
       // 5631 / 6143 / 8191 x 63^3 f32 against span 2's 77.0 / 52.5 / 61.0 / 102.5 / 111.3 / 144.6 in the same
-      // run; at 4095, two ahead 72.2, 4x8 72.9, 4x4 80.7, 8x8 86.8.
+      // run; at 4095, two ahead 72.2, 4x8 72.9, 4x4 80.7, 8x8 86.8. With codegen 7's repack (f6825e9): 68.2 /
+      // 46.6 / 54.2 / 91.7 / 100.2 / 128.8 against span 2's 76.0 / 51.1 / 60.2 / 102.0 / 111.4 / 143.2.
       for (const Thread t : {Thread{8, 4}, Thread{4, 8}, Thread{4, 4}}) {
         for (const int64_t span : {3, 2}) {
           Point pt{{"stage", kPipelined}, {"bm", bm}, {"bn", bn}, {"bk", 16}, {"tm", t.tm}, {"tn", t.tn}, {"vec", 1},
