@@ -285,9 +285,12 @@ PY
     fake=$1
     export FAKE_EVALUATOR_GPUS=GPU-aaaa:90,GPU-bbbb:80
     start_daemon -- --evaluator "$fake" --devices 0,1,GPU-bbbb --when always
+    # The retired duplicate shows its pid until its process has exited and been reaped (slower under the
+    # sanitizers): wait for that too.
     for _ in $(seq 100); do
       run 0 "$kjit" daemon status
-      grep -q "not used twice" <<<"$out" && [[ $(grep -c " ready " <<<"$out") == 2 ]] && break
+      grep -q "not used twice" <<<"$out" && [[ $(grep -c " ready " <<<"$out") == 2 ]] &&
+        grep -q "^  gpu GPU-bbbb  unavailable  jobs" <<<"$out" && break
       sleep 0.1
     done
     expect "$out" "^evaluators \(3 GPUs\)$"
