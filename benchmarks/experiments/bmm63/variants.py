@@ -17,7 +17,8 @@ Variants (combinable, named by their letters):
   t  (codegen 6 sources) the landing buffer filled by TMA bulk copies awaited on an mbarrier, not cp.async
      (68.8 against 76.1 us: the generator's span 3 since the twentieth session)
   r  the repack by rows: warp w copies rows w, w + WARPS, ... of each tile, lane l its columns l and l + 32, so
-     every load and store is a base address and an immediate offset (no division by the row length an element)
+     every load and store is a base address and an immediate offset (no division by the row length an element):
+     67.4 against 69.3-69.7 us; the generator's own since codegen 7 (a no-op on its sources)
   d  (codegen 7 sources) outputs stored straight from registers (store_tile3: a thread's 4-byte stores), not
      through the warps' scratch
   p  as w with a producer group of 256 threads (512 in all)
@@ -362,33 +363,6 @@ __device__ __forceinline__ void pipelined4t(const in_t* a, const in_t* b, out_t*
 '''
 
 
-REPACK_R = r'''template <typename T, bool KC, int R, long long RLIM>
-__device__ __forceinline__ void repack4(const raw_t* s, long long r0, raw_t* D) {
-  // Variant r: rows to warps, columns to lanes (rows past RLIM are not written, as before).
-  constexpr int W = KC ? (int)K_ : (int)RLIM, ROWS = KC ? R : (int)K_;
-  constexpr int WARPS = THREADS / 32, CPL = (W + 31) / 32, RPW = (ROWS + WARPS - 1) / WARPS;
-  const int rows = KC ? (int)(RLIM - r0 < R ? RLIM - r0 : R) : ROWS;
-  const int lane = (int)(threadIdx.x % 32), warp = (int)(threadIdx.x % THREADS) / 32;
-  const raw_t* sw = s + warp * W + lane;
-  raw_t* dw = D + warp * T::LD + lane;
-#pragma unroll
-  for (int i0 = 0; i0 < RPW; i0 += 4) {
-    raw_t v[4][CPL];
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int c = 0; c < CPL; ++c)
-        if (i0 + i < RPW && warp + (i0 + i) * WARPS < rows && lane + c * 32 < W) v[i][c] = sw[(i0 + i) * WARPS * W + c * 32];
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int c = 0; c < CPL; ++c)
-        if (i0 + i < RPW && warp + (i0 + i) * WARPS < rows && lane + c * 32 < W) dw[(i0 + i) * WARPS * T::LD + c * 32] = v[i][c];
-  }
-}
-'''
-
-
 def bulk_copy_helpers():
     # The generator's own bulk-copy and mbarrier helpers (codegen::kBulkCopy), as stage 5 and 6 sources hold them.
     text = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), '../../../policy/src/codegen.cc')).read()
@@ -495,9 +469,8 @@ def make(src, letters):
         assert old in out, 'variant d: codegen 7 sources (item4s)'
         out = out.replace(old, '  if (false) store_warp3(c + bt * (M_ * N_), m0, n0, scratch, ty, tx, acc);  // variant d')
     if 'r' in letters:
-        m = re.search(r'template <typename T, bool KC, int R, long long RLIM>\n__device__ __forceinline__ void repack4\(.*?\n\}\n', out, re.S)
-        assert m, 'variant r: repack4 not found'
-        out = out[:m.start()] + REPACK_R + out[m.end():]
+        # Codegen 7 made it the generator's repack4 (f6825e9); the variant's text went with it.
+        assert version is not None and int(version.group(1)) >= 7, 'variant r: the generator\'s own since codegen 7'
     if 't' in letters:
         assert cg6 and ' ahead=1 ' in out and one_tile(out), 'variant t: codegen 6 sources, ahead 1, one tile a matrix'
         anchor = '__device__ __forceinline__ void pipelined4s('
