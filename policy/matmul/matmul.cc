@@ -754,15 +754,12 @@ struct Span4 {
 // the multiply and stores of span 0), which also serves the output stores as scratch. A barrier more an
 // item; in exchange a thread reads (TM + TN) / 4 vectors a k instead of TM + TN scalars (span 1). The warps'
 // output scratch (WSTORE4) is their own, past the landing buffers (codegen 6; before, the padded tiles, which
-// cost a barrier an item before the stores: other warps may still be multiplying from them).
+// cost a barrier an item before the stores: other warps may still be multiplying from them). kSpanRepack is
+// what span 2 and 3 share (the landing buffers' layout, the repack, an item's work); kSpanAsync (span 2) and
+// kSpanBulk (span 3) each add how the spans land and the item walk.
 constexpr const char* kSpanRepack = R"(typedef Span4<A_KCONT, BM, M_, EXT_A, ALIGNED_A> SA4;
 typedef Span4<!B_NCONT, BN, N_, EXT_B, ALIGNED_B> SB4;
 constexpr int SBUF4 = SA4::ELEMS + SB4::ELEMS;  // raw elements a landing buffer: A's span, then B's
-__device__ __forceinline__ void issue4s(const in_t* a, const in_t* b, long long item, raw_t* S) {
-  const long long bt = item / TILES4, tile = item % TILES4;
-  SA4::issue(a, a + bt * SAB, tile / TILES_N * BM, S);
-  SB4::issue(b, b + bt * SBB, tile % TILES_N * BN, S + SA4::ELEMS);
-}
 // One operand's tile from its span (s: the span's first element) into T's layout, rows of W elements (K of
 // KC rows, RLIM of K rows); rows past RLIM are not written (they reach only outputs that are not stored).
 // Codegen 7: warp w copies rows w, w + WARPS, ..., lane l a row's columns l, l + 32, ..., four rows' loads
@@ -821,6 +818,13 @@ __device__ __forceinline__ void item4s(const in_t* a, const in_t* b, out_t* c, l
   if (K_ % 4 != 0) chunk4<(int)(K_ % 4 == 0 ? 4 : K_ % 4)>(As, Bs, (int)(K_ / 4 * 4), ty, tx, acc);
   if (WSTORE4) store_warp3(c + bt * (M_ * N_), m0, n0, scratch, ty, tx, acc);
   else store_tile3(c + bt * (M_ * N_), m0, n0, ty, tx, acc);
+}
+)";
+// Span 2's own part, after kSpanRepack: the span copies' cp.async issue and the item walk that waits on them.
+constexpr const char* kSpanAsync = R"(__device__ __forceinline__ void issue4s(const in_t* a, const in_t* b, long long item, raw_t* S) {
+  const long long bt = item / TILES4, tile = item % TILES4;
+  SA4::issue(a, a + bt * SAB, tile / TILES_N * BM, S);
+  SB4::issue(b, b + bt * SBB, tile % TILES_N * BN, S + SA4::ELEMS);
 }
 __device__ __forceinline__ void pipelined4s(const in_t* a, const in_t* b, out_t* c, raw_t* smem4) {
   const int tx = (int)(threadIdx.x % THREADS) % TX, ty = (int)(threadIdx.x % THREADS) / TX;
@@ -1132,7 +1136,7 @@ constexpr const char* kRingSpanIssue = R"(__device__ __forceinline__ void issue5
 // an mbarrier a landing buffer counting their bytes: cp.async's 16-byte copies took ~660 of the ~3600
 // shared-memory wavefronts a matrix of the odd bmm (f32 4095 x 63^3), which that pipe bounds; with bulk copies
 // 68.8 us against 76.1 (H200, benchmarks/experiments/bmm63, variant t). After kSpanRepack (its SA4, SB4,
-// SBUF4, repack4), with codegen::kBulkCopy before this.
+// SBUF4, repack4, item4s) in place of kSpanAsync, with codegen::kBulkCopy before this.
 constexpr const char* kSpanBulkHead = R"(constexpr int Q5 = Q4;
 constexpr long long TILES5 = TILES4;
 )";
@@ -1886,10 +1890,14 @@ class Matmul final : public Family {
                        "    const raw_t* Bs = cur + TA4::ELEMS + TB4::offset(sb);");
       } else {
         // Span 2: pipelined4s (after pipelined4, whose helpers it uses) in its place. Span 3: pipelined4b
-        // after it (its helpers too), with the bulk copies and the ring's span issue.
+        // instead (the same helpers), with the bulk copies and the ring's span issue.
         const std::string end4 = "    else store_tile3(c + bt * (M_ * N_), m0, n0, ty, tx, acc);\n  }\n}\n";
         std::string spans = tiles.str() + kSpanRepack;
-        if (SpanOf(pt) == 3) spans += std::string(codegen::kBulkCopy) + kSpanBulkHead + kRingSpan + kRingSpanIssue + kSpanBulk;
+        if (SpanOf(pt) == 3) {
+          spans += std::string(codegen::kBulkCopy) + kSpanBulkHead + kRingSpan + kRingSpanIssue + kSpanBulk;
+        } else {
+          spans += kSpanAsync;
+        }
         // Its warps' output scratch is their own (codegen 6): store_warp3 without its barrier (stage 3's
         // callers of it are compiled out of a stage-4 source).
         swapped = swapped && swap(end4 + "#endif\n", end4 + spans + "#endif\n") &&

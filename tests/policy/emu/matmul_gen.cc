@@ -45,9 +45,10 @@ int main(int argc, char** argv) {
   for (std::string line; std::getline(lines, line);) {
     if (line.find("asm") == std::string::npos) continue;
     const bool copies = line.find("asm volatile(\"cp.async.") != std::string::npos;
-    const bool bulk = (pt.at("stage") >= 5 || (pt.count("span") && pt.at("span") == 3)) && (line.find("asm volatile(\"mbarrier.") != std::string::npos ||
-                                              line.find("asm volatile(\"fence.") != std::string::npos ||
-                                              line.find("asm volatile(\"{ .reg .pred p; mbarrier.try_wait.") != std::string::npos);
+    const bool bulk_point = pt.at("stage") >= 5 || (pt.count("span") && pt.at("span") == 3);
+    const bool bulk = bulk_point && (line.find("asm volatile(\"mbarrier.") != std::string::npos ||
+                                     line.find("asm volatile(\"fence.") != std::string::npos ||
+                                     line.find("asm volatile(\"{ .reg .pred p; mbarrier.try_wait.") != std::string::npos);
     if (!copies && !bulk) {
       std::printf("inline PTX other than cp.async in the source: %s\n", line.c_str()); return 4;
     }
