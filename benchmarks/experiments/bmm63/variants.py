@@ -21,6 +21,12 @@ Variants (combinable, named by their letters):
      67.4 against 69.3-69.7 us; the generator's own since codegen 7 (a no-op on its sources)
   d  (codegen 7 sources) outputs stored straight from registers (store_tile3: a thread's 4-byte stores), not
      through the warps' scratch
+  z  (diagnostic, codegen 7 span 3 sources; outputs differ) no multiply: the items land, are repacked and
+     their zero accumulators stored, so it times the memory side of the pipeline alone
+  l  (diagnostic, as z) no copies: each mbarrier phase is armed for 0 bytes, the multiply reads the stale
+     landing buffers, so it times the repack, multiply and stores alone
+  n  (diagnostic, as z) no stores (an accumulator that is never 12345 guards them): the loads, repack and
+     multiply alone
   p  as w with a producer group of 256 threads (512 in all)
   q  as p, the copies issued by the span copies' own code (the first 128 producers; with i: unchecked)
   o  as q with 128 producers
@@ -471,6 +477,24 @@ def make(src, letters):
     if 'r' in letters:
         # Codegen 7 made it the generator's repack4 (f6825e9); the variant's text went with it.
         assert version is not None and int(version.group(1)) >= 7, 'variant r: the generator\'s own since codegen 7'
+    if any(ch in letters for ch in 'zln'):
+        assert 'pipelined4b(a, b, c,' in out, 'variants z, l, n: span 3 sources'
+    if 'z' in letters:
+        # (item4s's lines, indented by two: pipelined4's own are by four)
+        old = '\n  for (int k = 0; k + 4 <= (int)K_; k += 4) chunk4<4>(As, Bs, k, ty, tx, acc);\n'
+        assert out.count(old) == 1, 'variant z: the multiply not found'
+        out = out.replace(old, '\n  (void)As; (void)Bs;  // variant z: no multiply\n')
+        old = '\n  if (K_ % 4 != 0) chunk4<'
+        assert out.count(old) == 1
+        out = out.replace(old, '\n  if (false) chunk4<')
+    if 'l' in letters:
+        old = '  kjit_mbar_expect(bar, na + nb);  // after the plain stores: the arrival releases them\n'
+        assert out.count(old) == 1, 'variant l: issue5 not found'
+        out = out.replace(old, '  kjit_mbar_expect(bar, 0u); return; (void)na; (void)nb; (void)fa; (void)fb;  // variant l: no copies\n')
+    if 'n' in letters:
+        old = '  if (WSTORE4) store_warp3(c + bt * (M_ * N_), m0, n0, scratch, ty, tx, acc);'
+        assert old in out, 'variant n: the store not found'
+        out = out.replace(old, '  if (WSTORE4 && acc[0][0] == 12345.f) store_warp3(c + bt * (M_ * N_), m0, n0, scratch, ty, tx, acc);  // variant n')
     if 't' in letters:
         assert cg6 and ' ahead=1 ' in out and one_tile(out), 'variant t: codegen 6 sources, ahead 1, one tile a matrix'
         anchor = '__device__ __forceinline__ void pipelined4s('
