@@ -5,10 +5,13 @@
 // Buffers are passed in order as the kernel's pointer parameters (the family's ABI: inputs, then outputs).
 // --outputs K: the last K buffers are outputs, poisoned (all bytes 0xff) before the runs and hashed after them,
 // so two kernels of one function can be compared bit for bit (same inputs: the fill is seeded).
+// --save PATH writes the outputs' floats to PATH; --against PATH compares them with a file --save wrote (a kernel
+// that rounds differently: the largest difference relative to max(1, |reference|), and NaNs that differ).
 #include <cuda.h>
 #include <nvrtc.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -27,10 +30,14 @@ int main(int argc, char** argv) {
   ss << in.rdbuf();
   const std::string src = ss.str();
   int runs = 30, outputs = 0;
+  const char* save = nullptr;
+  const char* against = nullptr;
   std::vector<size_t> sizes;
   for (int i = 2; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--runs") && i + 1 < argc) runs = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--outputs") && i + 1 < argc) outputs = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--save") && i + 1 < argc) save = argv[++i];
+    else if (!std::strcmp(argv[i], "--against") && i + 1 < argc) against = argv[++i];
     else sizes.push_back(std::strtoull(argv[i], nullptr, 10));
   }
   unsigned grid[3], block[3], shared = 0;
@@ -117,15 +124,37 @@ int main(int argc, char** argv) {
   const float med = ts[ts.size() / 2];
   // FNV-1a over the outputs' 64-bit words: equal hashes, equal bits (every run wrote the same).
   unsigned long long hash = 0xcbf29ce484222325ull;
+  std::vector<float> out;
   for (size_t i = sizes.size() - outputs; i < sizes.size(); ++i) {
     std::vector<unsigned long long> h(sizes[i] / 8);
     CU(cuMemcpyDtoH(h.data(), bufs[i], h.size() * 8));
     for (auto w : h) hash = (hash ^ w) * 0x100000001b3ull;
+    const float* f = reinterpret_cast<const float*>(h.data());
+    out.insert(out.end(), f, f + h.size() * 2);
+  }
+  if (save) {
+    std::ofstream(save, std::ios::binary).write(reinterpret_cast<const char*>(out.data()), (std::streamsize)(out.size() * 4));
+  }
+  double worst = 0;
+  size_t nan_diff = 0, worst_at = 0;
+  bool compared = false;
+  if (against) {
+    std::ifstream ref_in(against, std::ios::binary);
+    std::vector<float> ref(out.size());
+    compared = (bool)ref_in.read(reinterpret_cast<char*>(ref.data()), (std::streamsize)(ref.size() * 4));
+    for (size_t i = 0; compared && i < out.size(); ++i) {
+      if (std::isnan(out[i]) != std::isnan(ref[i])) { ++nan_diff; continue; }
+      if (std::isnan(out[i])) continue;
+      const double d = std::fabs((double)out[i] - ref[i]) / std::max(1.0, std::fabs((double)ref[i]));
+      if (d > worst) { worst = d; worst_at = i; }
+    }
   }
   std::printf("%s: %s grid %u block %u shared %u regs %d: median %.1f us (p10 %.1f, p90 %.1f) over %d runs, %.0f GB/s of the buffers",
               argv[1], entry, grid[0], block[0], shared, regs, med, ts[ts.size() / 10], ts[ts.size() * 9 / 10], (int)ts.size(),
               total / (med * 1e3));
   if (outputs > 0) std::printf(", outputs hash %016llx", hash);
+  if (against && !compared) std::printf(", no reference in %s", against);
+  if (compared) std::printf(", against %s: largest relative difference %.3g (element %zu), %zu NaNs differ", against, worst, worst_at, nan_diff);
   std::printf("\n");
   return 0;
 }

@@ -27,6 +27,9 @@ Variants (combinable, named by their letters):
      landing buffers, so it times the repack, multiply and stores alone
   n  (diagnostic, as z) no stores (an accumulator that is never 12345 guards them): the loads, repack and
      multiply alone
+  f  (span 3 sources, f32 63^3) the multiply on the FP64 tensor cores (mma.sync m8n8k4 f64): tiles repacked
+     into doubles, sums in double rounded to float once (outputs differ from FP32 FMAs: launch.cu --against),
+     two blocks an SM (103 KB of shared memory), grid 264
   p  as w with a producer group of 256 threads (512 in all)
   q  as p, the copies issued by the span copies' own code (the first 128 producers; with i: unchecked)
   o  as q with 128 producers
@@ -369,6 +372,92 @@ __device__ __forceinline__ void pipelined4t(const in_t* a, const in_t* b, out_t*
 '''
 
 
+F_FUNCS = r'''// Variant f: the multiply on the FP64 tensor cores (mma.sync m8n8k4 f64). A product of two floats is exact in a
+// double; the sums are in double and rounded to float once, at the store. The tiles are repacked into doubles
+// (k contiguous for both operands: A's rows, B transposed), a warp takes a 32 x 32 quarter of the output (4 x 4
+// tiles of 8 x 8), and the outputs are staged as floats over A's tile, then stored a row a warp.
+constexpr int LDF = 68;  // doubles a tile row: a half warp's fragment reads (rows g, k t; g, t < 4) hit distinct banks
+constexpr int LDC = 72;  // floats an output staging row: a half warp's float2 stores at (g, 2t) hit distinct banks
+__device__ __forceinline__ void dmma884(double (&d)[2], double x, double y) {
+  asm("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0,%1}, {%2}, {%3}, {%0,%1};\n"
+      : "+d"(d[0]), "+d"(d[1]) : "d"(x), "d"(y));
+}
+// dst[r * LDF + j] = src[r * RS + j * ES] as a double for r, j < 63; column 63 and row 63 zero.
+template <int RS, int ES>
+__device__ __forceinline__ void repack_f(const raw_t* src, double* dst) {
+  const int lane = (int)(threadIdx.x % 32), warp = (int)(threadIdx.x % THREADS) / 32;
+#pragma unroll
+  for (int i0 = 0; i0 < 16; i0 += 4) {
+    float v[4][2];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int r = warp + (i0 + i) * 4;
+      v[i][0] = r < 63 ? Bits<in_t>::to_f(src[r * RS + lane * ES]) : 0.f;
+      v[i][1] = r < 63 && lane + 32 < 63 ? Bits<in_t>::to_f(src[r * RS + (lane + 32) * ES]) : 0.f;
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int r = warp + (i0 + i) * 4;
+      dst[r * LDF + lane] = (double)v[i][0];
+      dst[r * LDF + lane + 32] = (double)v[i][1];
+    }
+  }
+}
+template <typename Refill>
+__device__ __forceinline__ void item4f(const in_t* a, const in_t* b, out_t* c, long long item, const raw_t* cur,
+                                       double* At, Refill refill) {
+  const long long bt = item;  // one tile a matrix
+  const in_t* sa = a + bt * SAB + SA4::first(0);
+  const in_t* sb = b + bt * SBB + SB4::first(0);
+  double* Bt = At + 64 * LDF;
+  repack_f<(int)K_, 1>(cur + SA4::offset(sa), At);
+  repack_f<1, (int)N_>(cur + SA4::ELEMS + SB4::offset(sb), Bt);
+  __syncthreads();
+  refill();
+  const int lane = (int)(threadIdx.x % 32), warp = (int)(threadIdx.x % THREADS) / 32, g = lane >> 2, t = lane & 3;
+  const int wm = warp >> 1, wn = warp & 1;
+  double acc[4][4][2];
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) acc[i][j][0] = acc[i][j][1] = 0.0;
+  const double* Ap = At + (wm * 32 + g) * LDF + t;
+  const double* Bp = Bt + (wn * 32 + g) * LDF + t;
+#pragma unroll 4
+  for (int k0 = 0; k0 < 64; k0 += 4) {
+    double fa[4], fb[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) fa[i] = Ap[i * 8 * LDF + k0];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) fb[j] = Bp[j * 8 * LDF + k0];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) dmma884(acc[i][j], fa[i], fb[j]);
+  }
+  __syncthreads();  // every warp done with the tiles: the outputs are staged over A's
+  float* Cs = reinterpret_cast<float*>(At);
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      *reinterpret_cast<float2*>(Cs + (wm * 32 + i * 8 + g) * LDC + wn * 32 + j * 8 + 2 * t) =
+          make_float2((float)acc[i][j][0], (float)acc[i][j][1]);
+    }
+  __syncthreads();
+  out_t* cb = c + bt * (M_ * N_);
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    const int r = warp + 4 * i;
+    if (r < (int)M_) {
+      cb[r * N_ + lane] = Cs[r * LDC + lane];
+      if (lane + 32 < (int)N_) cb[r * N_ + lane + 32] = Cs[r * LDC + lane + 32];
+    }
+  }
+}
+'''
+
+
 def bulk_copy_helpers():
     # The generator's own bulk-copy and mbarrier helpers (codegen::kBulkCopy), as stage 5 and 6 sources hold them.
     text = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), '../../../policy/src/codegen.cc')).read()
@@ -495,6 +584,20 @@ def make(src, letters):
         old = '  if (WSTORE4) store_warp3(c + bt * (M_ * N_), m0, n0, scratch, ty, tx, acc);'
         assert old in out, 'variant n: the store not found'
         out = out.replace(old, '  if (WSTORE4 && acc[0][0] == 12345.f) store_warp3(c + bt * (M_ * N_), m0, n0, scratch, ty, tx, acc);  // variant n')
+    if 'f' in letters:
+        assert 'pipelined4b(a, b, c,' in out and ' bm=64 bn=64 ' in out and 'M_ = 63, N_ = 63, K_ = 63' in out \
+            and 'typedef float in_t;' in out and 'THREADS = 128' in out, 'variant f: span 3, f32 63^3, 64 x 64 tiles, 128 threads'
+        anchor = '__device__ __forceinline__ void pipelined4b('
+        out = out.replace(anchor, F_FUNCS + anchor, 1)
+        for old, new in (('  raw_t* land = smem4 + BUF4;', '  raw_t* land = smem4 + 4 * 64 * LDF;  // variant f: two tiles of 64 x LDF doubles'),
+                         ('    item4s(a, b, c, item, cur, tiles, scratch, ty, tx, [&] {',
+                          '    (void)tx; (void)ty;\n    item4f(a, b, c, item, cur, reinterpret_cast<double*>(tiles), [&] {')):
+            assert out.count(old) == 1, 'variant f: ' + old
+            out = out.replace(old, new)
+        m = re.search(r'(// launch: entry \S+ grid )(\d+)(,\S+ block \S+ shared )(\d+)', out)
+        # BUF4 (8636 floats: 64 x 68 + 63 x 68) becomes 2 x 64 x 68 doubles; two blocks an SM of the H200's 132.
+        out = out[:m.start(2)] + '264' + m.group(3) + str(int(m.group(4)) + (4 * 64 * 68 - 8636) * 4) + out[m.end(4):]
+        out = re.sub(r'constexpr long long GRID = \d+;', 'constexpr long long GRID = 264;', out)
     if 't' in letters:
         assert cg6 and ' ahead=1 ' in out and one_tile(out), 'variant t: codegen 6 sources, ahead 1, one tile a matrix'
         anchor = '__device__ __forceinline__ void pipelined4s('
