@@ -27,6 +27,8 @@ Variants (combinable, named by their letters):
      landing buffers, so it times the repack, multiply and stores alone
   n  (diagnostic, as z) no stores (an accumulator that is never 12345 guards them): the loads, repack and
      multiply alone
+  y  (span 3 sources) lanes 2j and 2j + 1 take one column of threads and two rows of them, so
+     lanes pair on every fragment read (B's LDS.128 2 wavefronts, not 4: a quarter fewer in the multiply)
   f  (span 3 sources, f32 63^3) the multiply on the FP64 tensor cores (mma.sync m8n8k4 f64): tiles repacked
      into doubles, sums in double rounded to float once (outputs differ from FP32 FMAs: launch.cu --against),
      two blocks an SM (103 KB of shared memory), grid 264
@@ -584,6 +586,17 @@ def make(src, letters):
         old = '  if (WSTORE4) store_warp3(c + bt * (M_ * N_), m0, n0, scratch, ty, tx, acc);'
         assert old in out, 'variant n: the store not found'
         out = out.replace(old, '  if (WSTORE4 && acc[0][0] == 12345.f) store_warp3(c + bt * (M_ * N_), m0, n0, scratch, ty, tx, acc);  // variant n')
+    if 'y' in letters:
+        assert 'pipelined4b(a, b, c,' in out, 'variant y: span 3 sources'
+        i = out.index('__device__ __forceinline__ void pipelined4b(')
+        old = '  const int tx = (int)(threadIdx.x % THREADS) % TX, ty = (int)(threadIdx.x % THREADS) / TX;\n'
+        j = out.index(old, i)
+        new = ('  // Variant y: lanes 2j and 2j + 1 share a column of threads (tx), lanes j and j ^ 2 a row (ty), so every\n'
+               '  // fragment read (LDS.128) packs its 4 registers a lane into 2 wavefronts, not 4 (B) or 2 (A).\n'
+               '  static_assert(TX >= 2 && 32 % TX == 0, "variant y: a warp holds whole rows of threads");\n'
+               '  const int pl = (int)(threadIdx.x % 32) >> 1;\n'
+               '  const int tx = pl % TX, ty = (int)(threadIdx.x % THREADS) / 32 * (32 / TX) + pl / TX * 2 + (int)(threadIdx.x & 1);\n')
+        out = out[:j] + new + out[j + len(old):]
     if 'f' in letters:
         assert 'pipelined4b(a, b, c,' in out and ' bm=64 bn=64 ' in out and 'M_ = 63, N_ = 63, K_ = 63' in out \
             and 'typedef float in_t;' in out and 'THREADS = 128' in out, 'variant f: span 3, f32 63^3, 64 x 64 tiles, 128 threads'
