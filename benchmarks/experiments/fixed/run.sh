@@ -8,7 +8,8 @@ set -uo pipefail
 cd "$(dirname "$0")"
 OUT="${OUT:-/tmp/fixed-out}"; mkdir -p "$OUT"
 nvcc -std=c++17 -O2 ../launch.cu -o /tmp/launch -lcuda -lnvrtc || exit 1
-for s in 4096 33554432 67108864 134217728; do
+# SIZES: other operand sizes (bytes, a multiple of 16), e.g. the odd bmm's 4095 x 63^2 floats rounded down: 65012208.
+for s in ${SIZES:-4096 33554432 67108864 134217728}; do
   n4=$((s / 16)); blocks=$(( n4 / 512 < 132 * 4 ? (n4 + 511) / 512 : 132 * 4 ))
   cat > /tmp/add_$s.cu <<CU
 // c = a + b over $s bytes each
@@ -24,7 +25,7 @@ extern "C" __global__ void __launch_bounds__(512) kjit_add(const float4* a, cons
 CU
   /tmp/launch /tmp/add_$s.cu $s $s $s --runs 55 | tee -a "$OUT/times.md"
 done
-for bt in 2048 4096 8192; do
+[[ -n "${SIZES:-}" ]] || for bt in 2048 4096 8192; do
   f=$(grep -l "bmm ${bt}x(64x64" src/*.cu | head -1); s=$((bt * 16384))
   /tmp/launch "$f" $s $s $s --runs 55 | tee -a "$OUT/times.md"
 done
