@@ -28,10 +28,11 @@ Variants (combinable, named by their letters):
   n  (diagnostic, as z) no stores (an accumulator that is never 12345 guards them): the loads, repack and
      multiply alone
   y  (span 3 sources) lanes 2j and 2j + 1 take one column of threads and two rows of them, so
-     lanes pair on every fragment read (B's LDS.128 2 wavefronts, not 4: a quarter fewer in the multiply)
+     lanes pair on every fragment read (B's LDS.128 2 wavefronts, not 4: a quarter fewer in the multiply):
+     8x4 69.5 against 67.6 us (lost), 4x8 68.1 against 70.9
   f  (span 3 sources, f32 63^3) the multiply on the FP64 tensor cores (mma.sync m8n8k4 f64): tiles repacked
      into doubles, sums in double rounded to float once (outputs differ from FP32 FMAs: launch.cu --against),
-     two blocks an SM (103 KB of shared memory), grid 264
+     two blocks an SM (103 KB of shared memory), grid 264: 103.7 against 67.7 us (lost)
   p  as w with a producer group of 256 threads (512 in all)
   q  as p, the copies issued by the span copies' own code (the first 128 producers; with i: unchecked)
   o  as q with 128 producers
