@@ -30,6 +30,9 @@ Variants (combinable, named by their letters):
   y  (span 3 sources) lanes 2j and 2j + 1 take one column of threads and two rows of them, so
      lanes pair on every fragment read (B's LDS.128 2 wavefronts, not 4: a quarter fewer in the multiply):
      8x4 69.5 against 67.6 us (lost), 4x8 68.1 against 70.9
+  u  the repack's batches of 8 rows' loads before their stores, not 4 (v: 16)
+  k  (span 3 sources) the stores through the warp's scratch two rows a round, not one (j: four; the scratch
+     grows by 2 or 6 KB a block, still three blocks an SM)
   f  (span 3 sources, f32 63^3) the multiply on the FP64 tensor cores (mma.sync m8n8k4 f64): tiles repacked
      into doubles, sums in double rounded to float once (outputs differ from FP32 FMAs: launch.cu --against),
      two blocks an SM (103 KB of shared memory), grid 264: 103.7 against 67.7 us (lost)
@@ -461,6 +464,39 @@ __device__ __forceinline__ void item4f(const in_t* a, const in_t* b, out_t* c, l
 '''
 
 
+K_FUNCS = r'''// Variant k / j: store_warp3 with SR of the thread's rows a round (SR x 32 x TN floats of the warp's scratch), so
+// a round's loads and stores overlap and there are TM / SR rounds of two warp syncs, not TM.
+__device__ __forceinline__ void store_warp3k(out_t* c, long long m0, long long n0, float* S, int ty, int tx, const float (&acc)[TM][TN]) {
+  const int lane = threadIdx.x % 32, warp = (int)(threadIdx.x % THREADS) / 32;
+  float* buf = S + warp * (SR * 32 * TN);
+  const int ty0 = warp * 32 / TX, tx0 = warp * 32 % TX;
+#pragma unroll
+  for (int i = 0; i < TM; i += SR) {
+#pragma unroll
+    for (int h = 0; h < SR; ++h)
+#pragma unroll
+      for (int g = 0; g < GN; ++g) sts<CV>(buf + h * (32 * TN) + (ty - ty0) * WC3 + g * (WT3 * CV) + (tx - tx0) * CV, &acc[i + h][g * CV]);
+    __syncwarp();
+#pragma unroll
+    for (int h = 0; h < SR; ++h)
+#pragma unroll
+      for (int q = 0; q < TN; ++q) {
+        const int idx = q * 32 + lane, r = idx / WC3, lc = idx % WC3;
+        const long long gm = m0 + row_of(ty0 + r, i + h);
+        const long long gn = n0 + (lc / (WT3 * CV)) * SPN + tx0 * CV + lc % (WT3 * CV);
+        if (gm < M_ && gn < N_) {
+          const raw_t v = Bits<out_t>::from_f(buf[h * (32 * TN) + idx]);
+          raw_t* dst = reinterpret_cast<raw_t*>(c + gm * N_ + gn);
+          if (HINT) __stcs(dst, v);
+          else *dst = v;
+        }
+      }
+    __syncwarp();  // read before the next rounds' rows are written
+  }
+}
+'''
+
+
 def bulk_copy_helpers():
     # The generator's own bulk-copy and mbarrier helpers (codegen::kBulkCopy), as stage 5 and 6 sources hold them.
     text = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), '../../../policy/src/codegen.cc')).read()
@@ -598,6 +634,32 @@ def make(src, letters):
                '  const int pl = (int)(threadIdx.x % 32) >> 1;\n'
                '  const int tx = pl % TX, ty = (int)(threadIdx.x % THREADS) / 32 * (32 / TX) + pl / TX * 2 + (int)(threadIdx.x & 1);\n')
         out = out[:j] + new + out[j + len(old):]
+    if 'u' in letters or 'v' in letters:
+        # The repack's batch: 8 (u) or 16 (v) rows' loads before their stores, not 4.
+        rb = 16 if 'v' in letters else 8
+        i = out.index('__device__ __forceinline__ void repack4(')
+        j = out.index('\n}\n', i)
+        body = out[i:j]
+        for old, new in (('i0 += 4) {', 'i0 += %d) {' % rb), ('raw_t v[4][CPL];', 'raw_t v[%d][CPL];' % rb),
+                         ('for (int i = 0; i < 4; ++i)', 'for (int i = 0; i < %d; ++i)' % rb)):
+            assert old in body, 'variants u, v: ' + old
+            body = body.replace(old, new)
+        out = out[:i] + body + out[j:]
+    if 'k' in letters or 'j' in letters:
+        assert 'pipelined4b(a, b, c,' in out, 'variants k, j: span 3 sources'
+        sr = 4 if 'j' in letters else 2
+        anchor = '// One item of span 2 or 3 whose spans landed in cur'
+        assert out.count(anchor) == 1, 'variants k, j: codegen 7 sources (item4s)'
+        out = out.replace(anchor, ('constexpr int SR = %d;\n' % sr) + K_FUNCS + anchor, 1)
+        for old, new in (('  if (WSTORE4) store_warp3(c + bt * (M_ * N_), m0, n0, scratch, ty, tx, acc);',
+                          '  if (WSTORE4) store_warp3k(c + bt * (M_ * N_), m0, n0, scratch, ty, tx, acc);'),
+                         ('  unsigned long long* bar = reinterpret_cast<unsigned long long*>(scratch + THREADS * TN);',
+                          '  unsigned long long* bar = reinterpret_cast<unsigned long long*>(scratch + SR * THREADS * TN);')):
+            assert out.count(old) == 1, 'variants k, j: ' + old
+            out = out.replace(old, new)
+        m = re.search(r'(// launch: entry \S+ grid \S+ block (\d+),\S+ shared )(\d+)', out)
+        tn = int(re.search(r' tn=(\d+)', out).group(1))
+        out = out[:m.start(3)] + str(int(m.group(3)) + (sr - 1) * int(m.group(2)) * tn * 4) + out[m.end(3):]
     if 'f' in letters:
         assert 'pipelined4b(a, b, c,' in out and ' bm=64 bn=64 ' in out and 'M_ = 63, N_ = 63, K_ = 63' in out \
             and 'typedef float in_t;' in out and 'THREADS = 128' in out, 'variant f: span 3, f32 63^3, 64 x 64 tiles, 128 threads'
