@@ -820,6 +820,42 @@ __device__ __forceinline__ void item4s(const in_t* a, const in_t* b, out_t* c, l
   else store_tile3(c + bt * (M_ * N_), m0, n0, ty, tx, acc);
 }
 )";
+// Span 2 and 3's output store, in place of kBody's store_warp3 (whose other callers, stage 3's, are compiled out
+// of a stage-4 source): no barrier (the warps' scratch is their own, codegen 6), and SR4 of a thread's rows a
+// round through a scratch SR4 times as large (codegen 8), so a round's shared loads and global stores overlap
+// and a warp syncs TM / SR4 times, not TM: at 4095 x 63^3 f32 (span 3) 66.8 against 67.7 us, four rows a round
+// 67.9 (H200, benchmarks/experiments/bmm63 variants k and j).
+constexpr const char* kSpanStore = R"(constexpr int SR4 = TM % 2 == 0 ? 2 : 1;  // a thread's rows a store round
+__device__ __forceinline__ void store_warp3(out_t* c, long long m0, long long n0, float* S, int ty, int tx, const float (&acc)[TM][TN]) {
+  const int lane = threadIdx.x % 32, warp = (int)(threadIdx.x % THREADS) / 32;
+  float* buf = S + warp * (SR4 * 32 * TN);
+  const int ty0 = warp * 32 / TX, tx0 = warp * 32 % TX;
+#pragma unroll
+  for (int i = 0; i < TM; i += SR4) {
+#pragma unroll
+    for (int h = 0; h < SR4; ++h)
+#pragma unroll
+      for (int g = 0; g < GN; ++g) sts<CV>(buf + h * (32 * TN) + (ty - ty0) * WC3 + g * (WT3 * CV) + (tx - tx0) * CV, &acc[i + h][g * CV]);
+    __syncwarp();
+#pragma unroll
+    for (int h = 0; h < SR4; ++h)
+#pragma unroll
+      for (int q = 0; q < TN; ++q) {
+        const int idx = q * 32 + lane, r = idx / WC3, lc = idx % WC3;
+        const long long gm = m0 + row_of(ty0 + r, i + h);
+        const long long gn = n0 + (lc / (WT3 * CV)) * SPN + tx0 * CV + lc % (WT3 * CV);
+        if (gm < M_ && gn < N_) {
+          const raw_t v = Bits<out_t>::from_f(buf[h * (32 * TN) + idx]);
+          raw_t* dst = reinterpret_cast<raw_t*>(c + gm * N_ + gn);
+          if (HINT) __stcs(dst, v);
+          else *dst = v;
+        }
+      }
+    __syncwarp();  // read before the next round's rows are written
+  }
+}
+)";
+
 // Span 2's own part, after kSpanRepack: the span copies' cp.async issue and the item walk that waits on them.
 constexpr const char* kSpanAsync = R"(__device__ __forceinline__ void issue4s(const in_t* a, const in_t* b, long long item, raw_t* S) {
   const long long bt = item / TILES4, tile = item % TILES4;
@@ -829,7 +865,7 @@ constexpr const char* kSpanAsync = R"(__device__ __forceinline__ void issue4s(co
 __device__ __forceinline__ void pipelined4s(const in_t* a, const in_t* b, out_t* c, raw_t* smem4) {
   const int tx = (int)(threadIdx.x % THREADS) % TX, ty = (int)(threadIdx.x % THREADS) / TX;
   raw_t* tiles = smem4;          // BUF4: the current item's tiles, padded
-  raw_t* land = smem4 + BUF4;    // AHEAD landing buffers of SBUF4, then THREADS * TN floats of output scratch
+  raw_t* land = smem4 + BUF4;    // AHEAD landing buffers of SBUF4, then SR4 * THREADS * TN floats of output scratch
   float* scratch = reinterpret_cast<float*>(land + AHEAD * SBUF4);
   long long item = blockIdx.x;   // < ITEMS4: the grid has no empty block
 #pragma unroll
@@ -1141,15 +1177,15 @@ constexpr const char* kSpanBulkHead = R"(constexpr int Q5 = Q4;
 constexpr long long TILES5 = TILES4;
 )";
 constexpr const char* kSpanBulk = R"(static_assert(TA5::ELEMS == SA4::ELEMS && TB5::ELEMS == SB4::ELEMS, "span 3: Span6 and Span4 buffers differ");
-static_assert(((long long)BUF4 * sizeof(raw_t) + (long long)AHEAD * SBUF4 * sizeof(raw_t) + THREADS * TN * 4) % 16 == 0,
+static_assert(((long long)BUF4 * sizeof(raw_t) + (long long)AHEAD * SBUF4 * sizeof(raw_t) + SR4 * THREADS * TN * 4) % 16 == 0,
               "span 3: the mbarriers' offset is not 16-byte aligned");
 __device__ __forceinline__ void pipelined4b(const in_t* a, const in_t* b, out_t* c, raw_t* smem4) {
   const int tx = (int)(threadIdx.x % THREADS) % TX, ty = (int)(threadIdx.x % THREADS) / TX;
   raw_t* tiles = smem4;          // BUF4: the current item's tiles, padded
-  raw_t* land = smem4 + BUF4;    // AHEAD landing buffers of SBUF4, THREADS * TN floats of output scratch, then
+  raw_t* land = smem4 + BUF4;    // AHEAD landing buffers of SBUF4, SR4 * THREADS * TN floats of output scratch, then
                                  // AHEAD mbarriers
   float* scratch = reinterpret_cast<float*>(land + AHEAD * SBUF4);
-  unsigned long long* bar = reinterpret_cast<unsigned long long*>(scratch + THREADS * TN);
+  unsigned long long* bar = reinterpret_cast<unsigned long long*>(scratch + SR4 * THREADS * TN);
   long long item = blockIdx.x;   // < ITEMS4: the grid has no empty block
   if (threadIdx.x == 0) {
 #pragma unroll
@@ -1182,7 +1218,7 @@ __device__ __forceinline__ void pipelined4b(const in_t* a, const in_t* b, out_t*
 class Matmul final : public Family {
  public:
   std::string_view name() const override { return "matmul"; }
-  int codegen_version() const override { return 7; }
+  int codegen_version() const override { return 8; }
   std::vector<std::string> ops() const override { return {kMm, kBmm}; }
 
   OpTraits traits(std::string_view) const override {
@@ -1352,7 +1388,8 @@ class Matmul final : public Family {
     // that existed generates the kernel it did (tests: MatmulSpace.OldPointsKeepTheirSources), so the codegen
     // version stayed. Codegen 6 changed the kernels of span points (stage 4, span 1 and 2: the span copies'
     // unchecked issue; span 2's own output scratch), and only theirs. Span 3 came as a new value (codegen 6
-    // still); codegen 7 changed span 2 and 3's repack (rows to warps), so span points' kernels only again.
+    // still); codegen 7 changed span 2 and 3's repack (rows to warps), so span points' kernels only again;
+    // codegen 8 their output store (two of a thread's rows a round, kSpanStore), again theirs only.
     s.absent_as = {{"ahead", 1}, {"span", 0}};
     return s;
   }
@@ -1366,7 +1403,8 @@ class Matmul final : public Family {
   // The pipelined strategy's ahead + 1 buffers of both whole-K tiles in their global layout (the kernel's
   // Tile4): rows along the operand's contiguous dim, padded by 16 bytes past the 16-byte rounded length.
   // Span copies: ahead + 1 span buffers (span 1), or ahead of them, one padded buffer their tiles are
-  // repacked into and the warps' output scratch, threads_tn (threads x tn) floats (span 2); span 3 as 2 and
+  // repacked into and the warps' output scratch, threads_tn floats (threads x tn x the store's rows a round,
+  // kSpanStore's SR4) (span 2); span 3 as 2 and
   // an mbarrier (8 bytes) a landing buffer after the scratch (16-byte aligned there: every part before it is
   // a multiple of 16 bytes).
   static int64_t PipelinedBytes(const MatmulProblem& p, int64_t bm, int64_t bn, int64_t ahead, int64_t span = 0,
@@ -1448,8 +1486,10 @@ class Matmul final : public Family {
     if (stage == kBulk) return BulkBytes(p, pt.at("bm"), pt.at("bn"), Ahead(pt));
     if (stage == kRing) return RingBytes(p, pt.at("bm"), pt.at("bn"), pt.at("bpb") + Ahead(pt), SpanOf(pt));
     if (stage == kPipelined) {
+      // (span 2 and 3: the output scratch holds SR4 of a thread's rows, kSpanStore)
       return PipelinedBytes(p, pt.at("bm"), pt.at("bn"), Ahead(pt), SpanOf(pt),
-                            Threads(pt.at("bm"), pt.at("bn"), pt.at("tm"), pt.at("tn")) * pt.at("tn"));
+                            Threads(pt.at("bm"), pt.at("bn"), pt.at("tm"), pt.at("tn")) * pt.at("tn") *
+                                (pt.at("tm") % 2 == 0 ? 2 : 1));
     }
     return SharedBytes(stage, pt.at("bm"), pt.at("bn"), pt.at("bk"), p.k);
   }
@@ -1898,14 +1938,16 @@ class Matmul final : public Family {
         } else {
           spans += kSpanAsync;
         }
-        // Its warps' output scratch is their own (codegen 6): store_warp3 without its barrier (stage 3's
-        // callers of it are compiled out of a stage-4 source).
+        // Its output store: kSpanStore in place of store_warp3 (the whole function, which ends at the first
+        // closing brace at the start of a line).
+        const std::string store_head = "__device__ __forceinline__ void store_warp3(";
+        const size_t store_at = body.find(store_head), store_end = body.find("\n}\n", store_at);
+        swapped = swapped && store_at != std::string::npos && store_end != std::string::npos &&
+                  body.substr(store_at, store_end - store_at).find("// read before the next row is written") !=
+                      std::string::npos;
+        if (swapped) body.replace(store_at, store_end + 3 - store_at, kSpanStore);
         swapped = swapped && swap(end4 + "#endif\n", end4 + spans + "#endif\n") &&
                   swap("K4UNROLL", k4unroll) &&
-                  swap("  __syncthreads();  // every thread is done reading the staged tiles\n"
-                       "  const int lane = threadIdx.x % 32, warp = (int)(threadIdx.x % THREADS) / 32;\n",
-                       "  // (no barrier: span 2's warps store through scratch of their own)\n"
-                       "  const int lane = threadIdx.x % 32, warp = (int)(threadIdx.x % THREADS) / 32;\n") &&
                   swap("  pipelined4(a, b, c, reinterpret_cast<raw_t*>(smem));",
                        SpanOf(pt) == 3 ? "  pipelined4b(a, b, c, reinterpret_cast<raw_t*>(smem));"
                                        : "  pipelined4s(a, b, c, reinterpret_cast<raw_t*>(smem));");

@@ -2276,10 +2276,15 @@ TEST(MatmulSpace, SpanCopiesTestPiecesOnlyAtTheViewsEnds) {
     // Pieces: A's 64 rows of 63 (reads reach row 63's k of 64), B's 63 k-rows of 63 (reads reach column 63 of
     // the last), each with the 3 elements a start can be into its piece.
     const uint32_t spans = ((3 + 63 * 63 + 64 + 3) / 4 + (3 + 62 * 63 + 64 + 3) / 4) * 16;
-    const uint32_t padded = (64 * 68 + 63 * 68) * 4, scratch = 128 * 4 * 4;  // 128 threads x tn 4 floats
+    // 128 threads x tn 4 floats x two of a thread's rows a store round (codegen 8, tm 8 even)
+    const uint32_t padded = (64 * 68 + 63 * 68) * 4, scratch = 128 * 4 * 4 * 2;
     EXPECT_EQ(c->launch.dynamic_shared_bytes, span == 1 ? 2 * spans : spans + padded + scratch) << "span " << span;
     if (span == 2) {
       EXPECT_NE(c->source.find("float* scratch = reinterpret_cast<float*>(land + AHEAD * SBUF4);"), std::string::npos);
+      // The span store (codegen 8): SR4 of a thread's rows a round, and stage 3's one-row store gone.
+      EXPECT_NE(c->source.find("constexpr int SR4 = TM % 2 == 0 ? 2 : 1;"), std::string::npos);
+      EXPECT_NE(c->source.find("  for (int i = 0; i < TM; i += SR4) {"), std::string::npos);
+      EXPECT_EQ(c->source.find("// read before the next row is written"), std::string::npos);
       EXPECT_NE(c->source.find("store_warp3(c + bt * (M_ * N_), m0, n0, scratch, ty, tx, acc);"), std::string::npos);
     }
   }
@@ -2302,7 +2307,7 @@ TEST(MatmulSpace, SpanThreeLandsPiecesByBulkCopies) {
   auto found = FindFamily(bmm63);
   ASSERT_TRUE(found.ok()) << found.status().ToString();
   const uint32_t spans = ((3 + 63 * 63 + 64 + 3) / 4 + (3 + 62 * 63 + 64 + 3) / 4) * 16;
-  const uint32_t padded = (64 * 68 + 63 * 68) * 4, scratch = 128 * 4 * 4;
+  const uint32_t padded = (64 * 68 + 63 * 68) * 4, scratch = 128 * 4 * 4 * 2;  // two rows a store round
   for (int64_t ahead : {1, 2}) {
     Point p = MatmulPoint(4, 64, 64, 16, 8, 4, 1);
     p["ahead"] = ahead;
@@ -2316,6 +2321,17 @@ TEST(MatmulSpace, SpanThreeLandsPiecesByBulkCopies) {
     EXPECT_NE(c->source.find("TA5::plain(a, sa"), std::string::npos);
     EXPECT_EQ(c->source.find("K4UNROLL"), std::string::npos);
     EXPECT_EQ(c->launch.dynamic_shared_bytes, ahead * spans + padded + scratch + ahead * 8) << "ahead " << ahead;
+  }
+  {
+    // An odd tm stores one of a thread's rows a round: 1024 threads x tn 4 floats of scratch.
+    Point p = MatmulPoint(4, 64, 64, 16, 1, 4, 1);
+    p["ahead"] = 1;
+    p["span"] = 3;
+    ASSERT_TRUE(found->family->Check(*found->problem, p, device).ok())
+        << found->family->Check(*found->problem, p, device).ToString();
+    auto c = found->family->Generate(*found->problem, p, device);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    EXPECT_EQ(c->launch.dynamic_shared_bytes, spans + padded + 1024 * 4 * 4 + 8);
   }
   auto why = [&](Point p) { return found->family->Check(*found->problem, p, device).ToString(); };
   Point p = MatmulPoint(4, 64, 64, 16, 8, 4, 1);
@@ -2342,19 +2358,19 @@ TEST(MatmulSpace, OldPointsKeepTheirSources) {
   const char* sweep = std::getenv("KJIT_SPACE_SWEEP");
   if (sweep != nullptr && std::string(sweep) == "cover") GTEST_SKIP() << "KJIT_SPACE_SWEEP=cover";
   const DeviceFacts device = DeviceFacts::H200();
-  struct Golden { size_t old_points, hashed, span_hashed; uint64_t digest, span_digest; };
+  struct Golden { size_t old_points, span_points, hashed, span_hashed; uint64_t digest, span_digest; };
   const Golden golden[] = {
-      {41784u, 653u, 0u, 0xdfac7630af8e2a56ull, 0x14650fb0739d0383ull},  // matmul f32 bmm 4096x(64x64 @ 64x64) A B tf32-off
-      {54594u, 854u, 0u, 0x6f85f0122ef0ce26ull, 0x14650fb0739d0383ull},  // matmul f32 mm (32768x64 @ 64x32768) A B tf32-off
-      {62172u, 972u, 0u, 0xd7b59e397bc386e0ull, 0x14650fb0739d0383ull},  // matmul f32 mm (8192x32 @ 32x8192) A B tf32-allowed (fp32 fma)
-      {43920u, 687u, 0u, 0x96a110a088ff6acbull, 0x14650fb0739d0383ull},  // matmul f16 bmm 512x(33x48 @ 48x40) A B tf32-off
-      {42768u, 669u, 0u, 0x9e8399d897180180ull, 0x14650fb0739d0383ull},  // matmul bf16 bmm 256x(64x64 @ 64x64) A B^T tf32-off
-      {18892u, 296u, 0u, 0x4049764196ae584cull, 0x14650fb0739d0383ull},  // matmul f32 mm (1000x33 @ 33x777) A^T B tf32-off
-      {69448u, 1086u, 0u, 0xe7a0d905217b5f14ull, 0x14650fb0739d0383ull},  // matmul bf16 mm (4096x64 @ 64x4096) A B tf32-off
-      {1248u, 20u, 0u, 0xd1c6d314db8e13e2ull, 0x14650fb0739d0383ull},  // matmul f32 bmm 16384x(8x8 @ 8x8) A B tf32-off
-      {18040u, 282u, 0u, 0x6c0ed05fe1caf40dull, 0x14650fb0739d0383ull},  // matmul f16 mm (1x64 @ 64x4096) A B tf32-off
-      {27600u, 432u, 0u, 0x7db4c7fd4bfd6d9eull, 0x14650fb0739d0383ull},  // matmul f32 bmm 24x(100x64 @ 64x24) A B B broadcast tf32-off
-      {20856u, 231u, 95u, 0xb418d58add808247ull, 0x47d4654f20452f3full},  // matmul f32 bmm 600x(63x63 @ 63x63) A B tf32-off
+      {41784u, 0u, 653u, 0u, 0xdfac7630af8e2a56ull, 0x14650fb0739d0383ull},  // matmul f32 bmm 4096x(64x64 @ 64x64) A B tf32-off
+      {54594u, 0u, 854u, 0u, 0x6f85f0122ef0ce26ull, 0x14650fb0739d0383ull},  // matmul f32 mm (32768x64 @ 64x32768) A B tf32-off
+      {62172u, 0u, 972u, 0u, 0xd7b59e397bc386e0ull, 0x14650fb0739d0383ull},  // matmul f32 mm (8192x32 @ 32x8192) A B tf32-allowed (fp32 fma)
+      {43920u, 0u, 687u, 0u, 0x96a110a088ff6acbull, 0x14650fb0739d0383ull},  // matmul f16 bmm 512x(33x48 @ 48x40) A B tf32-off
+      {42768u, 0u, 669u, 0u, 0x9e8399d897180180ull, 0x14650fb0739d0383ull},  // matmul bf16 bmm 256x(64x64 @ 64x64) A B^T tf32-off
+      {18892u, 0u, 296u, 0u, 0x4049764196ae584cull, 0x14650fb0739d0383ull},  // matmul f32 mm (1000x33 @ 33x777) A^T B tf32-off
+      {69448u, 0u, 1086u, 0u, 0xe7a0d905217b5f14ull, 0x14650fb0739d0383ull},  // matmul bf16 mm (4096x64 @ 64x4096) A B tf32-off
+      {1248u, 0u, 20u, 0u, 0xd1c6d314db8e13e2ull, 0x14650fb0739d0383ull},  // matmul f32 bmm 16384x(8x8 @ 8x8) A B tf32-off
+      {18040u, 0u, 282u, 0u, 0x6c0ed05fe1caf40dull, 0x14650fb0739d0383ull},  // matmul f16 mm (1x64 @ 64x4096) A B tf32-off
+      {27600u, 0u, 432u, 0u, 0x7db4c7fd4bfd6d9eull, 0x14650fb0739d0383ull},  // matmul f32 bmm 24x(100x64 @ 64x24) A B B broadcast tf32-off
+      {14808u, 6000u, 232u, 94u, 0x35b144934ae25fe9ull, 0x778245e2e05de99eull},  // matmul f32 bmm 600x(63x63 @ 63x63) A B tf32-off
   };
   auto found = FindFamily(BmmKey(TensorDesc::Contiguous(DType::kFloat32, {4096, 64, 64}),
                                  TensorDesc::Contiguous(DType::kFloat32, {4096, 64, 64})));
@@ -2368,17 +2384,22 @@ TEST(MatmulSpace, OldPointsKeepTheirSources) {
     auto problem = f.Match(keys[i]);
     ASSERT_TRUE(problem.ok());
     uint64_t h = kFnvOffset, hs = kFnvOffset;
-    size_t old_points = 0, hashed = 0, span_hashed = 0;
+    size_t old_points = 0, span_points = 0, hashed = 0, span_hashed = 0;
     for (const Point& p : ValidPoints(f, **problem, device)) {
       if (p.at("stage") > 4 || p.at("ahead") > 2 || (p.count("span") != 0 && p.at("span") == 3)) continue;
-      if (old_points++ % 64 != 0) continue;
-      auto c = f.Generate(**problem, p, device);
-      ASSERT_TRUE(c.ok()) << c.status().ToString();
+      // Span points are sampled apart from the others, so a change to theirs (which valid points there are,
+      // by their shared memory) leaves the other points' sample and digest alone.
       if (p.at("stage") == 4 && p.count("span") != 0 && p.at("span") != 0) {
+        if (span_points++ % 64 != 0) continue;
+        auto c = f.Generate(**problem, p, device);
+        ASSERT_TRUE(c.ok()) << c.status().ToString();
         hs = HashCandidate(hs, *c);
         ++span_hashed;
         continue;
       }
+      if (old_points++ % 64 != 0) continue;
+      auto c = f.Generate(**problem, p, device);
+      ASSERT_TRUE(c.ok()) << c.status().ToString();
       const size_t at = c->source.find(stamp);
       ASSERT_NE(at, std::string::npos) << "no version stamp";
       c->source.replace(at, stamp.size(), stamp5);
@@ -2386,6 +2407,7 @@ TEST(MatmulSpace, OldPointsKeepTheirSources) {
       ++hashed;
     }
     EXPECT_EQ(old_points, golden[i].old_points) << (*problem)->description;
+    EXPECT_EQ(span_points, golden[i].span_points) << (*problem)->description;
     EXPECT_EQ(hashed, golden[i].hashed) << (*problem)->description;
     EXPECT_EQ(span_hashed, golden[i].span_hashed) << (*problem)->description;
     EXPECT_EQ(h, golden[i].digest) << (*problem)->description << ": an old point's source changed; digest 0x"

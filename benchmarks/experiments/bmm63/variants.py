@@ -31,8 +31,9 @@ Variants (combinable, named by their letters):
      lanes pair on every fragment read (B's LDS.128 2 wavefronts, not 4: a quarter fewer in the multiply):
      8x4 69.5 against 67.6 us (lost), 4x8 68.1 against 70.9
   u  the repack's batches of 8 rows' loads before their stores, not 4 (v: 16)
-  k  (span 3 sources) the stores through the warp's scratch two rows a round, not one (j: four; the scratch
-     grows by 2 or 6 KB a block, still three blocks an SM)
+  k  (span 3 sources, codegen 7) the stores through the warp's scratch two rows a round, not one (j: four; the
+     scratch grows by 2 or 6 KB a block, still three blocks an SM): 66.8 against 67.7 us (j 67.9); the
+     generator's own since codegen 8
   f  (span 3 sources, f32 63^3) the multiply on the FP64 tensor cores (mma.sync m8n8k4 f64): tiles repacked
      into doubles, sums in double rounded to float once (outputs differ from FP32 FMAs: launch.cu --against),
      two blocks an SM (103 KB of shared memory), grid 264: 103.7 against 67.7 us (lost)
@@ -647,6 +648,7 @@ def make(src, letters):
         out = out[:i] + body + out[j:]
     if 'k' in letters or 'j' in letters:
         assert 'pipelined4b(a, b, c,' in out, 'variants k, j: span 3 sources'
+        assert int(version.group(1)) < 8, 'variant k: the generator\'s own since codegen 8 (j: edit SR4 there)'
         sr = 4 if 'j' in letters else 2
         anchor = '// One item of span 2 or 3 whose spans landed in cur'
         assert out.count(anchor) == 1, 'variants k, j: codegen 7 sources (item4s)'
