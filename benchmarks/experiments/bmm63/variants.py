@@ -34,6 +34,11 @@ Variants (combinable, named by their letters):
   k  (span 3 sources, codegen 7) the stores through the warp's scratch two rows a round, not one (j: four; the
      scratch grows by 2 or 6 KB a block, still three blocks an SM): 66.8 against 67.7 us (j 67.9); the
      generator's own since codegen 8
+  g  (span 3 sources of codegen 8, f32 63^3, ahead 1) the landing buffer (at the end) and the padded tiles (from
+     the start) share one region: A's span goes through registers into A's tile (a block barrier between its
+     loads and stores), then B's; the next item's bulk copies are issued once every thread is done multiplying (they land during the
+     stores and the other blocks' work, not during this block's multiply). 38.6 KB a block instead of 70.7:
+     five blocks an SM (MINB 5, grid 5/3 of the default's); h: four (MINB 4, grid 4/3)
   f  (span 3 sources, f32 63^3) the multiply on the FP64 tensor cores (mma.sync m8n8k4 f64): tiles repacked
      into doubles, sums in double rounded to float once (outputs differ from FP32 FMAs: launch.cu --against),
      two blocks an SM (103 KB of shared memory), grid 264: 103.7 against 67.7 us (lost)
@@ -498,6 +503,80 @@ __device__ __forceinline__ void store_warp3k(out_t* c, long long m0, long long n
 '''
 
 
+G_FUNCS = r'''// Variant g / h: one region holds an item's landing buffer (at its end) and then, repacked in place, its padded
+// tiles (from its start). A's span goes through registers (the repack by rows of codegen 7, its rows loaded
+// before a block barrier and stored after it) into A's tile, which ends before B's span begins; then B's span
+// into B's tile the same way. The next item's copies into the region wait for the end of the multiply.
+template <typename T, bool KC, int R, long long RLIM>
+struct RepackG {
+  static constexpr int W = KC ? (int)K_ : (int)RLIM, ROWS = KC ? R : (int)K_;
+  static constexpr int WARPS = THREADS / 32, CPL = (W + 31) / 32, RPW = (ROWS + WARPS - 1) / WARPS;
+  raw_t v[RPW][CPL];
+  int rows;
+  __device__ __forceinline__ void load(const raw_t* s, long long r0) {
+    rows = KC ? (int)(RLIM - r0 < R ? RLIM - r0 : R) : ROWS;
+    const int lane = (int)(threadIdx.x % 32), warp = (int)(threadIdx.x % THREADS) / 32;
+    const raw_t* sw = s + warp * W + lane;
+#pragma unroll
+    for (int i = 0; i < RPW; ++i)
+#pragma unroll
+      for (int c = 0; c < CPL; ++c)
+        if (warp + i * WARPS < rows && lane + c * 32 < W) v[i][c] = sw[i * WARPS * W + c * 32];
+  }
+  __device__ __forceinline__ void store(raw_t* D) const {
+    const int lane = (int)(threadIdx.x % 32), warp = (int)(threadIdx.x % THREADS) / 32;
+    raw_t* dw = D + warp * T::LD + lane;
+#pragma unroll
+    for (int i = 0; i < RPW; ++i)
+#pragma unroll
+      for (int c = 0; c < CPL; ++c)
+        if (warp + i * WARPS < rows && lane + c * 32 < W) dw[i * WARPS * T::LD + c * 32] = v[i][c];
+  }
+};
+constexpr int QG = 16 / (int)sizeof(raw_t);
+constexpr int LBUFG = ((BUF4 > SBUF4 ? BUF4 : SBUF4) + QG - 1) / QG * QG;  // the region, raw elements
+constexpr int LOFFG = (LBUFG - SBUF4) / QG * QG;                            // the landing buffer's start in it
+static_assert(AHEAD == 1, "variant g: one landing buffer");
+static_assert(LOFFG + SA4::ELEMS >= TA4::ELEMS, "variant g: A's tile reaches into B's span");
+static_assert((long long)LBUFG * sizeof(raw_t) + SR4 * THREADS * TN * 4 + 8 <= SHARED_G, "variant g: the shared size");
+template <typename Refill>
+__device__ __forceinline__ void item4g(const in_t* a, const in_t* b, out_t* c, long long item, const raw_t* cur,
+                                       raw_t* tiles, float* scratch, int ty, int tx, Refill refill) {
+  const long long bt = item / TILES4, tile = item % TILES4;
+  const long long m0 = tile / TILES_N * BM, n0 = tile % TILES_N * BN;
+  const in_t* sa = a + bt * SAB + SA4::first(m0);
+  const in_t* sb = b + bt * SBB + SB4::first(n0);
+  {
+    RepackG<TA4, A_KCONT, BM, M_> r;
+    r.load(cur + SA4::offset(sa), m0);
+    __syncthreads();  // A's span in registers: its tile overwrites it
+    r.store(tiles);
+  }
+  {
+    RepackG<TB4, !B_NCONT, BN, N_> r;
+    r.load(cur + SA4::ELEMS + SB4::offset(sb), n0);
+    __syncthreads();
+    r.store(tiles + TA4::ELEMS);
+  }
+  __syncthreads();
+  float acc[TM][TN];
+#pragma unroll
+  for (int i = 0; i < TM; ++i)
+#pragma unroll
+    for (int q = 0; q < TN; ++q) acc[i][q] = 0.f;
+  const raw_t* As = tiles;
+  const raw_t* Bs = tiles + TA4::ELEMS;
+  #pragma unroll 4
+  for (int k = 0; k + 4 <= (int)K_; k += 4) chunk4<4>(As, Bs, k, ty, tx, acc);
+  if (K_ % 4 != 0) chunk4<(int)(K_ % 4 == 0 ? 4 : K_ % 4)>(As, Bs, (int)(K_ / 4 * 4), ty, tx, acc);
+  kjit_fence_async();  // this thread's generic accesses of the region ordered before the next copies into it
+  __syncthreads();     // every thread done with the tiles: the region takes item + GRID's spans
+  refill();
+  store_warp3(c + bt * (M_ * N_), m0, n0, scratch, ty, tx, acc);
+}
+'''
+
+
 def bulk_copy_helpers():
     # The generator's own bulk-copy and mbarrier helpers (codegen::kBulkCopy), as stage 5 and 6 sources hold them.
     text = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), '../../../policy/src/codegen.cc')).read()
@@ -662,6 +741,30 @@ def make(src, letters):
         m = re.search(r'(// launch: entry \S+ grid \S+ block (\d+),\S+ shared )(\d+)', out)
         tn = int(re.search(r' tn=(\d+)', out).group(1))
         out = out[:m.start(3)] + str(int(m.group(3)) + (sr - 1) * int(m.group(2)) * tn * 4) + out[m.end(3):]
+    if 'g' in letters or 'h' in letters:
+        assert 'pipelined4b(a, b, c,' in out and int(version.group(1)) >= 8 and ' ahead=1 ' in out \
+            and ' bm=64 bn=64 ' in out and 'M_ = 63, N_ = 63, K_ = 63' in out and 'typedef float in_t;' in out, \
+            'variant g: span 3 sources of codegen 8, ahead 1, f32 63^3, 64 x 64 tiles'
+        blocks = 4 if 'h' in letters else 5
+        m = re.search(r'(// launch: entry \S+ grid )(\d+)(,\S+ block (\d+),\S+ shared )(\d+)', out)
+        threads = int(m.group(4))
+        tm, tn = (int(re.search(r' %s=(\d+)' % k, out).group(1)) for k in ('tm', 'tn'))
+        # BUF4 (64 x 68 + 63 x 68 floats) covers the landing buffer (SBUF4 < BUF4 here); then SR4 rows of the
+        # output scratch, one mbarrier.
+        shared = 8636 * 4 + (2 if tm % 2 == 0 else 1) * threads * tn * 4 + 8
+        grid = max(1, int(m.group(2)) * blocks // 3)
+        out = out[:m.start(2)] + str(grid) + m.group(3) + str(shared) + out[m.end(5):]
+        out = re.sub(r'constexpr long long GRID = \d+;', 'constexpr long long GRID = %d;' % grid, out)
+        out = re.sub(r'MINB = \d+,', 'MINB = %d,' % blocks, out, count=1)
+        anchor = '__device__ __forceinline__ void pipelined4b('
+        out = out.replace(anchor, ('constexpr long long SHARED_G = %d;\n' % shared) + G_FUNCS + anchor, 1)
+        for old, new in (('  raw_t* land = smem4 + BUF4;', '  raw_t* land = smem4 + LOFFG;  // variant g: the tiles in place'),
+                         ('  float* scratch = reinterpret_cast<float*>(land + AHEAD * SBUF4);',
+                          '  float* scratch = reinterpret_cast<float*>(smem4 + LBUFG);'),
+                         ('    item4s(a, b, c, item, cur, tiles, scratch, ty, tx, [&] {',
+                          '    item4g(a, b, c, item, cur, tiles, scratch, ty, tx, [&] {')):
+            assert out.count(old) == 1, 'variant g: ' + old
+            out = out.replace(old, new)
     if 'f' in letters:
         assert 'pipelined4b(a, b, c,' in out and ' bm=64 bn=64 ' in out and 'M_ = 63, N_ = 63, K_ = 63' in out \
             and 'typedef float in_t;' in out and 'THREADS = 128' in out, 'variant f: span 3, f32 63^3, 64 x 64 tiles, 128 threads'
