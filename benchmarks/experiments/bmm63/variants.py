@@ -34,9 +34,12 @@ Variants (combinable, named by their letters):
   k  (span 3 sources, codegen 7) the stores through the warp's scratch two rows a round, not one (j: four; the
      scratch grows by 2 or 6 KB a block, still three blocks an SM): 66.8 against 67.7 us (j 67.9); the
      generator's own since codegen 8
+  e  (codegen 7+ sources) the repack's loads as selects (a zero where the row or column is past the tile), not
+     conditional: the loaded registers are no longer carried from one item to the next (102 -> 96 registers
+     for the codegen-8 default; g's staging spilled 56 bytes without it)
   g  (span 3 sources of codegen 8, f32 63^3, ahead 1) the landing buffer (at the end) and the padded tiles (from
-     the start) share one region: A's span goes through registers into A's tile (a block barrier between its
-     loads and stores), then B's; the next item's bulk copies are issued once every thread is done multiplying (they land during the
+     the start) share one region: A's span goes through registers (loaded as e loads) into A's tile (a block
+     barrier between its loads and stores), then B's; the next item's bulk copies are issued once every thread is done multiplying (they land during the
      stores and the other blocks' work, not during this block's multiply). 38.6 KB a block instead of 70.7:
      five blocks an SM (MINB 5, grid 5/3 of the default's); h: four (MINB 4, grid 4/3)
   f  (span 3 sources, f32 63^3) the multiply on the FP64 tensor cores (mma.sync m8n8k4 f64): tiles repacked
@@ -521,7 +524,7 @@ struct RepackG {
     for (int i = 0; i < RPW; ++i)
 #pragma unroll
       for (int c = 0; c < CPL; ++c)
-        if (warp + i * WARPS < rows && lane + c * 32 < W) v[i][c] = sw[i * WARPS * W + c * 32];
+        v[i][c] = warp + i * WARPS < rows && lane + c * 32 < W ? sw[i * WARPS * W + c * 32] : raw_t(0);
   }
   __device__ __forceinline__ void store(raw_t* D) const {
     const int lane = (int)(threadIdx.x % 32), warp = (int)(threadIdx.x % THREADS) / 32;
@@ -741,6 +744,10 @@ def make(src, letters):
         m = re.search(r'(// launch: entry \S+ grid \S+ block (\d+),\S+ shared )(\d+)', out)
         tn = int(re.search(r' tn=(\d+)', out).group(1))
         out = out[:m.start(3)] + str(int(m.group(3)) + (sr - 1) * int(m.group(2)) * tn * 4) + out[m.end(3):]
+    if 'e' in letters:
+        old = '        if (i0 + i < RPW && warp + (i0 + i) * WARPS < rows && lane + c * 32 < W) v[i][c] = sw[(i0 + i) * WARPS * W + c * 32];'
+        assert out.count(old) == 1, 'variant e: codegen 7+ sources (repack4 by rows)'
+        out = out.replace(old, '        v[i][c] = i0 + i < RPW && warp + (i0 + i) * WARPS < rows && lane + c * 32 < W ? sw[(i0 + i) * WARPS * W + c * 32] : raw_t(0);  // variant e')
     if 'g' in letters or 'h' in letters:
         assert 'pipelined4b(a, b, c,' in out and int(version.group(1)) >= 8 and ' ahead=1 ' in out \
             and ' bm=64 bn=64 ' in out and 'M_ = 63, N_ = 63, K_ = 63' in out and 'typedef float in_t;' in out, \
