@@ -31,9 +31,9 @@ Variants (combinable, named by their letters):
      lanes pair on every fragment read (B's LDS.128 2 wavefronts, not 4: a quarter fewer in the multiply):
      8x4 69.5 against 67.6 us (lost), 4x8 68.1 against 70.9
   u  the repack's batches of 8 rows' loads before their stores, not 4 (v: 16)
-  k  (span 3 sources, codegen 7) the stores through the warp's scratch two rows a round, not one (j: four; the
-     scratch grows by 2 or 6 KB a block, still three blocks an SM): 66.8 against 67.7 us (j 67.9); the
-     generator's own since codegen 8
+  k  the stores through the warp's scratch two rows a round, not one: 66.8 against 67.7 us on codegen 7's default;
+     the generator's own since codegen 8 (its text removed here: a no-op). j (codegen 8 span 3 sources): four
+     rows a round (the scratch 4 KB larger a block, still three blocks an SM; 67.9 on codegen 7)
   e  (codegen 7+ sources) the repack's loads as selects (a zero where the row or column is past the tile), not
      conditional: the loaded registers are no longer carried from one item to the next (102 -> 96 registers
      for the codegen-8 default; g's staging spilled 56 bytes without it)
@@ -473,43 +473,11 @@ __device__ __forceinline__ void item4f(const in_t* a, const in_t* b, out_t* c, l
 '''
 
 
-K_FUNCS = r'''// Variant k / j: store_warp3 with SR of the thread's rows a round (SR x 32 x TN floats of the warp's scratch), so
-// a round's loads and stores overlap and there are TM / SR rounds of two warp syncs, not TM.
-__device__ __forceinline__ void store_warp3k(out_t* c, long long m0, long long n0, float* S, int ty, int tx, const float (&acc)[TM][TN]) {
-  const int lane = threadIdx.x % 32, warp = (int)(threadIdx.x % THREADS) / 32;
-  float* buf = S + warp * (SR * 32 * TN);
-  const int ty0 = warp * 32 / TX, tx0 = warp * 32 % TX;
-#pragma unroll
-  for (int i = 0; i < TM; i += SR) {
-#pragma unroll
-    for (int h = 0; h < SR; ++h)
-#pragma unroll
-      for (int g = 0; g < GN; ++g) sts<CV>(buf + h * (32 * TN) + (ty - ty0) * WC3 + g * (WT3 * CV) + (tx - tx0) * CV, &acc[i + h][g * CV]);
-    __syncwarp();
-#pragma unroll
-    for (int h = 0; h < SR; ++h)
-#pragma unroll
-      for (int q = 0; q < TN; ++q) {
-        const int idx = q * 32 + lane, r = idx / WC3, lc = idx % WC3;
-        const long long gm = m0 + row_of(ty0 + r, i + h);
-        const long long gn = n0 + (lc / (WT3 * CV)) * SPN + tx0 * CV + lc % (WT3 * CV);
-        if (gm < M_ && gn < N_) {
-          const raw_t v = Bits<out_t>::from_f(buf[h * (32 * TN) + idx]);
-          raw_t* dst = reinterpret_cast<raw_t*>(c + gm * N_ + gn);
-          if (HINT) __stcs(dst, v);
-          else *dst = v;
-        }
-      }
-    __syncwarp();  // read before the next rounds' rows are written
-  }
-}
-'''
-
-
 G_FUNCS = r'''// Variant g / h: one region holds an item's landing buffer (at its end) and then, repacked in place, its padded
 // tiles (from its start). A's span goes through registers (the repack by rows of codegen 7, its rows loaded
 // before a block barrier and stored after it) into A's tile, which ends before B's span begins; then B's span
-// into B's tile the same way. The next item's copies into the region wait for the end of the multiply.
+// into B's tile the same way (item4s edited: its repack4 calls). The next item's copies into the region wait for
+// the end of the multiply (item4s's refill moved after it).
 template <typename T, bool KC, int R, long long RLIM>
 struct RepackG {
   static constexpr int W = KC ? (int)K_ : (int)RLIM, ROWS = KC ? R : (int)K_;
@@ -542,41 +510,6 @@ constexpr int LOFFG = (LBUFG - SBUF4) / QG * QG;                            // t
 static_assert(AHEAD == 1, "variant g: one landing buffer");
 static_assert(LOFFG + SA4::ELEMS >= TA4::ELEMS, "variant g: A's tile reaches into B's span");
 static_assert((long long)LBUFG * sizeof(raw_t) + SR4 * THREADS * TN * 4 + 8 <= SHARED_G, "variant g: the shared size");
-template <typename Refill>
-__device__ __forceinline__ void item4g(const in_t* a, const in_t* b, out_t* c, long long item, const raw_t* cur,
-                                       raw_t* tiles, float* scratch, int ty, int tx, Refill refill) {
-  const long long bt = item / TILES4, tile = item % TILES4;
-  const long long m0 = tile / TILES_N * BM, n0 = tile % TILES_N * BN;
-  const in_t* sa = a + bt * SAB + SA4::first(m0);
-  const in_t* sb = b + bt * SBB + SB4::first(n0);
-  {
-    RepackG<TA4, A_KCONT, BM, M_> r;
-    r.load(cur + SA4::offset(sa), m0);
-    __syncthreads();  // A's span in registers: its tile overwrites it
-    r.store(tiles);
-  }
-  {
-    RepackG<TB4, !B_NCONT, BN, N_> r;
-    r.load(cur + SA4::ELEMS + SB4::offset(sb), n0);
-    __syncthreads();
-    r.store(tiles + TA4::ELEMS);
-  }
-  __syncthreads();
-  float acc[TM][TN];
-#pragma unroll
-  for (int i = 0; i < TM; ++i)
-#pragma unroll
-    for (int q = 0; q < TN; ++q) acc[i][q] = 0.f;
-  const raw_t* As = tiles;
-  const raw_t* Bs = tiles + TA4::ELEMS;
-  #pragma unroll 4
-  for (int k = 0; k + 4 <= (int)K_; k += 4) chunk4<4>(As, Bs, k, ty, tx, acc);
-  if (K_ % 4 != 0) chunk4<(int)(K_ % 4 == 0 ? 4 : K_ % 4)>(As, Bs, (int)(K_ / 4 * 4), ty, tx, acc);
-  kjit_fence_async();  // this thread's generic accesses of the region ordered before the next copies into it
-  __syncthreads();     // every thread done with the tiles: the region takes item + GRID's spans
-  refill();
-  store_warp3(c + bt * (M_ * N_), m0, n0, scratch, ty, tx, acc);
-}
 '''
 
 
@@ -728,22 +661,17 @@ def make(src, letters):
             assert old in body, 'variants u, v: ' + old
             body = body.replace(old, new)
         out = out[:i] + body + out[j:]
-    if 'k' in letters or 'j' in letters:
-        assert 'pipelined4b(a, b, c,' in out, 'variants k, j: span 3 sources'
-        assert int(version.group(1)) < 8, 'variant k: the generator\'s own since codegen 8 (j: edit SR4 there)'
-        sr = 4 if 'j' in letters else 2
-        anchor = '// One item of span 2 or 3 whose spans landed in cur'
-        assert out.count(anchor) == 1, 'variants k, j: codegen 7 sources (item4s)'
-        out = out.replace(anchor, ('constexpr int SR = %d;\n' % sr) + K_FUNCS + anchor, 1)
-        for old, new in (('  if (WSTORE4) store_warp3(c + bt * (M_ * N_), m0, n0, scratch, ty, tx, acc);',
-                          '  if (WSTORE4) store_warp3k(c + bt * (M_ * N_), m0, n0, scratch, ty, tx, acc);'),
-                         ('  unsigned long long* bar = reinterpret_cast<unsigned long long*>(scratch + THREADS * TN);',
-                          '  unsigned long long* bar = reinterpret_cast<unsigned long long*>(scratch + SR * THREADS * TN);')):
-            assert out.count(old) == 1, 'variants k, j: ' + old
-            out = out.replace(old, new)
+    if 'j' in letters:
+        # k (two rows a round) is the generator's own since codegen 8 (a no-op here); j takes four.
+        assert 'pipelined4b(a, b, c,' in out and int(version.group(1)) >= 8, 'variant j: span 3 sources of codegen 8'
+        old = 'constexpr int SR4 = TM % 2 == 0 ? 2 : 1;'
+        assert out.count(old) == 1, 'variant j: ' + old
+        out = out.replace(old, 'constexpr int SR4 = TM % 4 == 0 ? 4 : TM % 2 == 0 ? 2 : 1;  // variant j')
         m = re.search(r'(// launch: entry \S+ grid \S+ block (\d+),\S+ shared )(\d+)', out)
-        tn = int(re.search(r' tn=(\d+)', out).group(1))
-        out = out[:m.start(3)] + str(int(m.group(3)) + (sr - 1) * int(m.group(2)) * tn * 4) + out[m.end(3):]
+        tm, tn = (int(re.search(r' %s=(\d+)' % k, out).group(1)) for k in ('tm', 'tn'))
+        old_sr = 2 if tm % 2 == 0 else 1
+        new_sr = 4 if tm % 4 == 0 else old_sr
+        out = out[:m.start(3)] + str(int(m.group(3)) + (new_sr - old_sr) * int(m.group(2)) * tn * 4) + out[m.end(3):]
     if 'e' in letters:
         old = '        if (i0 + i < RPW && warp + (i0 + i) * WARPS < rows && lane + c * 32 < W) v[i][c] = sw[(i0 + i) * WARPS * W + c * 32];'
         assert out.count(old) == 1, 'variant e: codegen 7+ sources (repack4 by rows)'
@@ -763,15 +691,28 @@ def make(src, letters):
         out = out[:m.start(2)] + str(grid) + m.group(3) + str(shared) + out[m.end(5):]
         out = re.sub(r'constexpr long long GRID = \d+;', 'constexpr long long GRID = %d;' % grid, out)
         out = re.sub(r'MINB = \d+,', 'MINB = %d,' % blocks, out, count=1)
-        anchor = '__device__ __forceinline__ void pipelined4b('
+        anchor = '// One item of span 2 or 3 whose spans landed in cur'
         out = out.replace(anchor, ('constexpr long long SHARED_G = %d;\n' % shared) + G_FUNCS + anchor, 1)
         for old, new in (('  raw_t* land = smem4 + BUF4;', '  raw_t* land = smem4 + LOFFG;  // variant g: the tiles in place'),
                          ('  float* scratch = reinterpret_cast<float*>(land + AHEAD * SBUF4);',
                           '  float* scratch = reinterpret_cast<float*>(smem4 + LBUFG);'),
-                         ('    item4s(a, b, c, item, cur, tiles, scratch, ty, tx, [&] {',
-                          '    item4g(a, b, c, item, cur, tiles, scratch, ty, tx, [&] {')):
+                         ('  repack4<TA4, A_KCONT, BM, M_>(cur + SA4::offset(sa), m0, tiles);\n'
+                          '  repack4<TB4, !B_NCONT, BN, N_>(cur + SA4::ELEMS + SB4::offset(sb), n0, tiles + TA4::ELEMS);\n',
+                          '  {  // variant g: A\'s span into registers, a barrier, its tile over it; then B\'s\n'
+                          '    RepackG<TA4, A_KCONT, BM, M_> r;\n    r.load(cur + SA4::offset(sa), m0);\n    __syncthreads();\n'
+                          '    r.store(tiles);\n  }\n  {\n    RepackG<TB4, !B_NCONT, BN, N_> r;\n'
+                          '    r.load(cur + SA4::ELEMS + SB4::offset(sb), n0);\n    __syncthreads();\n'
+                          '    r.store(tiles + TA4::ELEMS);\n  }\n'),
+                         ('  __syncthreads();\n  refill();\n', '  __syncthreads();\n'),
+                         ('  if (WSTORE4) store_warp3(c + bt * (M_ * N_), m0, n0, scratch, ty, tx, acc);',
+                          '  kjit_fence_async();  // variant g: this thread\'s accesses of the region before the next copies into it\n'
+                          '  __syncthreads();     // every thread done with the tiles: the region takes item + GRID\'s spans\n'
+                          '  refill();\n'
+                          '  if (WSTORE4) store_warp3(c + bt * (M_ * N_), m0, n0, scratch, ty, tx, acc);')):
             assert out.count(old) == 1, 'variant g: ' + old
             out = out.replace(old, new)
+        # kjit_fence_async is defined after item4s: declare it first.
+        out = out.replace(anchor, '__device__ __forceinline__ void kjit_fence_async();\n' + anchor, 1)
     if 'f' in letters:
         assert 'pipelined4b(a, b, c,' in out and ' bm=64 bn=64 ' in out and 'M_ = 63, N_ = 63, K_ = 63' in out \
             and 'typedef float in_t;' in out and 'THREADS = 128' in out, 'variant f: span 3, f32 63^3, 64 x 64 tiles, 128 threads'
