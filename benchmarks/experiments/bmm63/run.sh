@@ -11,8 +11,9 @@ OUT="${OUT:-/tmp/bmm63-out}"; mkdir -p "$OUT"
 RUNS="${RUNS:-51}"
 SRC=/tmp/bmm63-src; rm -rf "$SRC"; mkdir -p "$SRC"  # not under $OUT: the device tool returns few files
 nvcc -std=c++17 -O2 ../launch.cu -o /tmp/launch -lcuda -lnvrtc || exit 1
-for f in src/*.cu; do python3 variants.py "$f" "$SRC" ${VARIANTS:-s i si x xi} || echo "variants: not all made from $f"; done
-bytes=$((4095 * 63 * 63 * 4))
+for f in "${SRC_DIR:-src}"/*.cu; do python3 variants.py "$f" "$SRC" ${VARIANTS:-s i si x xi} || echo "variants: not all made from $f"; done
+# BATCH=600 SRC_DIR=src600: the sample key bmm 600 x 63^3 (its sources emitted with --keys samples --key-contains "600,63").
+bytes=$((${BATCH:-4095} * 63 * 63 * 4))
 nvidia-smi --query-gpu=clocks.sm,clocks.max.sm,power.draw --format=csv,noheader | tee -a "$OUT/times.md"
 # The default's outputs are the reference every variant is compared with (variants that round differently, and the
 # diagnostic ones that skip work, differ in their hash; --against says by how much).

@@ -687,7 +687,8 @@ def make(src, letters):
         # BUF4 (64 x 68 + 63 x 68 floats) covers the landing buffer (SBUF4 < BUF4 here); then SR4 rows of the
         # output scratch, one mbarrier.
         shared = 8636 * 4 + (2 if tm % 2 == 0 else 1) * threads * tn * 4 + 8
-        grid = max(1, int(m.group(2)) * blocks // 3)
+        # (one tile a matrix: no more blocks than matrices; bmm 600 x 63^3 then takes one item a block)
+        grid = max(1, min(int(m.group(2)) * blocks // 3, int(re.search(r'BATCH = (\d+);', out).group(1))))
         out = out[:m.start(2)] + str(grid) + m.group(3) + str(shared) + out[m.end(5):]
         out = re.sub(r'constexpr long long GRID = \d+;', 'constexpr long long GRID = %d;' % grid, out)
         out = re.sub(r'MINB = \d+,', 'MINB = %d,' % blocks, out, count=1)
