@@ -1215,6 +1215,50 @@ __device__ __forceinline__ void pipelined4b(const in_t* a, const in_t* b, out_t*
 }
 )";
 
+// Span 4 (sm_90 and newer, ahead 1): span 3 with the landing buffer and the padded tiles in one region, so
+// a block needs about half the shared memory (the odd bmm f32 63^3: 38.6 KB against 70.7, five blocks an SM
+// against three). The spans land at the region's end; the repack goes through registers, A's span into A's tile
+// (which ends before B's span begins: Check), a block barrier between its loads and its stores, then B's. The
+// next item's copies into the region wait for the end of the multiply: a block no longer overlaps its own
+// copies with its multiply, the other blocks of its SM do. Swapped into span 3's text: this before item4s,
+// item4s's repack and refill, pipelined4b's layout (benchmarks/experiments/bmm63 variant g).
+constexpr const char* kSpanInPlace = R"(// A thread's share of one operand's span (rows to warps, columns to lanes, as repack4), held in registers
+// between load and store. A row or column past the tile loads a zero (a select, not a branch: no register is
+// carried from one item to the next).
+template <typename T, bool KC, int R, long long RLIM>
+struct Staged4 {
+  static constexpr int W = KC ? (int)K_ : (int)RLIM, ROWS = KC ? R : (int)K_;
+  static constexpr int WARPS = THREADS / 32, CPL = (W + 31) / 32, RPW = (ROWS + WARPS - 1) / WARPS;
+  raw_t v[RPW][CPL];
+  int rows;
+  __device__ __forceinline__ void load(const raw_t* s, long long r0) {
+    rows = KC ? (int)(RLIM - r0 < R ? RLIM - r0 : R) : ROWS;
+    const int lane = (int)(threadIdx.x % 32), warp = (int)(threadIdx.x % THREADS) / 32;
+    const raw_t* sw = s + warp * W + lane;
+#pragma unroll
+    for (int i = 0; i < RPW; ++i)
+#pragma unroll
+      for (int c = 0; c < CPL; ++c)
+        v[i][c] = warp + i * WARPS < rows && lane + c * 32 < W ? sw[i * WARPS * W + c * 32] : raw_t(0);
+  }
+  __device__ __forceinline__ void store(raw_t* D) const {
+    const int lane = (int)(threadIdx.x % 32), warp = (int)(threadIdx.x % THREADS) / 32;
+    raw_t* dw = D + warp * T::LD + lane;
+#pragma unroll
+    for (int i = 0; i < RPW; ++i)
+#pragma unroll
+      for (int c = 0; c < CPL; ++c)
+        if (warp + i * WARPS < rows && lane + c * 32 < W) dw[i * WARPS * T::LD + c * 32] = v[i][c];
+  }
+};
+constexpr int QP4 = 16 / (int)sizeof(raw_t);
+constexpr int LBUF4 = ((BUF4 > SBUF4 ? BUF4 : SBUF4) + QP4 - 1) / QP4 * QP4;  // the region, raw elements
+constexpr int LOFF4 = (LBUF4 - SBUF4) / QP4 * QP4;                           // the landing buffer in it
+static_assert(AHEAD == 1, "span 4: one landing buffer");
+static_assert(LOFF4 + SA4::ELEMS >= TA4::ELEMS, "span 4: A's tile reaches into B's span");
+__device__ __forceinline__ void kjit_fence_async();
+)";
+
 class Matmul final : public Family {
  public:
   std::string_view name() const override { return "matmul"; }
@@ -1374,13 +1418,15 @@ class Matmul final : public Family {
         {"ahead", {1, 2, 3},
          "pipelined and bulk: items in flight ahead of the one multiplied (shared buffers: ahead + 1); ring: buffers "
          "beyond one a group (bpb + ahead); 3: bulk and ring only"},
-        {"span", {0, 1, 2, 3},
+        {"span", {0, 1, 2, 3, 4},
          "pipelined and ring (1 only), operands whose tiles are one contiguous span of memory with rows not "
          "16-byte aligned (odd sizes): 1 copies the span's enclosing 16-byte pieces (ring: one bulk copy an "
          "operand) and reads the tiles at the span's offset in them (scalar fragment reads), 2 copies them so and "
          "repacks each item's tiles into one padded buffer (rows 16-byte aligned: vector fragment reads) before "
          "its multiply, 3 (sm_90+) as 2 with the pieces landed by one thread's TMA bulk copy an operand, "
-         "counted by an mbarrier a landing buffer"},
+         "counted by an mbarrier a landing buffer, 4 (sm_90+, ahead 1) as 3 with the tiles repacked in place over "
+         "the landing buffer (about half the shared memory: more blocks an SM, launch bounds to match; the next "
+         "item's copies wait for the multiply)"},
     };
     // Codegen 4 added `ahead`: points before it had no pipelined strategy, whose knob it is. Codegen 5 added
     // `span`; points without it generate the kernels they did.
@@ -1389,7 +1435,8 @@ class Matmul final : public Family {
     // version stayed. Codegen 6 changed the kernels of span points (stage 4, span 1 and 2: the span copies'
     // unchecked issue; span 2's own output scratch), and only theirs. Span 3 came as a new value (codegen 6
     // still); codegen 7 changed span 2 and 3's repack (rows to warps), so span points' kernels only again;
-    // codegen 8 their output store (two of a thread's rows a round, kSpanStore), again theirs only.
+    // codegen 8 their output store (two of a thread's rows a round, kSpanStore), again theirs only. Span 4 came
+    // as a new value (codegen 8 still).
     s.absent_as = {{"ahead", 1}, {"span", 0}};
     return s;
   }
@@ -1406,7 +1453,8 @@ class Matmul final : public Family {
   // repacked into and the warps' output scratch, threads_tn floats (threads x tn x the store's rows a round,
   // kSpanStore's SR4) (span 2); span 3 as 2 and
   // an mbarrier (8 bytes) a landing buffer after the scratch (16-byte aligned there: every part before it is
-  // a multiple of 16 bytes).
+  // a multiple of 16 bytes); span 4 as 3 with the landing buffer inside the padded tiles' region (the larger
+  // of the two).
   static int64_t PipelinedBytes(const MatmulProblem& p, int64_t bm, int64_t bn, int64_t ahead, int64_t span = 0,
                                 int64_t threads_tn = 0) {
     const int64_t q = 16 / p.elem(), kq = CeilDiv(p.k, q) * q;
@@ -1415,6 +1463,7 @@ class Matmul final : public Family {
     const int64_t spans = (SpanPieces(p, bm, p.a_kcont(), p.m) + SpanPieces(p, bn, !p.b_ncont(), p.n)) * 16;
     if (span == 1) return (ahead + 1) * spans;
     if (span == 2 || span == 3) return ahead * spans + (a + b) * p.elem() + threads_tn * 4 + (span == 3 ? ahead * 8 : 0);
+    if (span == 4) return std::max(spans, (a + b) * p.elem()) + threads_tn * 4 + 8;  // (both multiples of 16)
     return (ahead + 1) * (a + b) * p.elem();
   }
   // The pipelined grid: bpb work items a block, but no more blocks than the SMs hold at once by their
@@ -1426,10 +1475,12 @@ class Matmul final : public Family {
   // The pipelined grid for blocks of `threads` (the ring's: its groups and the producer warp).
   static int64_t WaveGrid(const MatmulProblem& p, const Point& pt, const DeviceFacts& dev, int64_t threads) {
     const int64_t items = CeilDiv(p.m, pt.at("bm")) * CeilDiv(p.n, pt.at("bn")) * p.batch;
-    const int64_t per_sm = std::max<int64_t>(
-        1, std::min<int64_t>({dev.shared_bytes_per_sm / (BlockShared(p, pt) + 1024),
-                              2048 / threads, 32}));
-    return std::min(CeilDiv(items, pt.at("bpb")), per_sm * dev.sm_count);
+    return std::min(CeilDiv(items, pt.at("bpb")), BlocksPerSm(p, pt, dev, threads) * dev.sm_count);
+  }
+  // The blocks of `threads` an SM holds at once by their shared memory and threads.
+  static int64_t BlocksPerSm(const MatmulProblem& p, const Point& pt, const DeviceFacts& dev, int64_t threads) {
+    return std::max<int64_t>(
+        1, std::min<int64_t>({dev.shared_bytes_per_sm / (BlockShared(p, pt) + 1024), 2048 / threads, 32}));
   }
   static int64_t Ahead(const Point& pt) { return pt.count("ahead") ? pt.at("ahead") : 1; }
   static int64_t SpanOf(const Point& pt) { return pt.count("span") ? pt.at("span") : 0; }
@@ -1543,11 +1594,31 @@ class Matmul final : public Family {
       }
     }
     const int64_t span = SpanOf(pt);
-    if (span < 0 || span > 3) return InvalidArgument("span is 0, 1, 2 or 3");
+    if (span < 0 || span > 4) return InvalidArgument("span is 0 to 4");
     if (span) {
       if (stage == kRing && span != 1) return InvalidArgument("ring: span is 0 or 1 (fragments read at the span's offset)");
       if (stage != kPipelined && stage != kRing) return InvalidArgument("span is a knob of the pipelined and ring strategies");
-      if (span == 3 && dev.arch < 90) return InvalidArgument("span 3: bulk copies (TMA) need sm_90 or newer");
+      if (span >= 3 && dev.arch < 90) return InvalidArgument("span 3 and 4: bulk copies (TMA) need sm_90 or newer");
+      if (span == 4) {
+        if (ahead != 1) return InvalidArgument("span 4: the tiles are repacked over the landing buffer: ahead is 1");
+        // Its launch bounds take the blocks an SM by shared memory: one value of minb, not several equal points.
+        if (pt.at("minb") != 1) return InvalidArgument("span 4: minb is 1 (the launch bounds follow the shared memory)");
+        const int64_t q = 16 / p.elem();
+        const int64_t sa = SpanPieces(p, bm, p.a_kcont(), p.m) * q, sb = SpanPieces(p, bn, !p.b_ncont(), p.n) * q;
+        const int64_t ta = p.a_kcont() ? bm * (CeilDiv(p.k, q) * q + q) : p.k * (bm + q);
+        const int64_t tb = !p.b_ncont() ? bn * (CeilDiv(p.k, q) * q + q) : p.k * (bn + q);
+        const int64_t region = CeilDiv(std::max(ta + tb, sa + sb), q) * q, loff = (region - sa - sb) / q * q;
+        if (loff + sa < ta) return InvalidArgument("span 4: A's padded tile would overwrite B's landed span");
+        // A thread holds its share of one operand's span in registers between the repack's loads and stores.
+        const int64_t warps = Threads(bm, bn, tm, tn) / 32;
+        auto staged = [&](int64_t r, bool kc, int64_t rlim) {
+          const int64_t w = kc ? p.k : rlim, rows = kc ? r : p.k;
+          return CeilDiv(rows, warps) * CeilDiv(w, 32);
+        };
+        if (warps < 1 || staged(bm, p.a_kcont(), p.m) > 64 || staged(bn, !p.b_ncont(), p.n) > 64) {
+          return InvalidArgument("span 4: over 64 elements of a span a thread held in registers");
+        }
+      }
       // The copies are 16-byte pieces whatever vec says: one value of it, not several equal points.
       if (vec != 1) return InvalidArgument("span copies 16-byte pieces: vec is 1");
       if (!SpanContiguous(p.a_kcont(), p.sam, p.sak, bm, p.m, p.k) ||
@@ -1859,12 +1930,51 @@ class Matmul final : public Family {
     return tries.back();
   }
 
+  // Span 4 from span 3's text (kSpanInPlace): false if an anchor is missing.
+  static bool SwapInPlace(std::string& body) {
+    const std::pair<const char*, const char*> swaps[] = {
+        {"// One item of span 2 or 3 whose spans landed in cur", nullptr},  // kSpanInPlace goes before it
+        {"  repack4<TA4, A_KCONT, BM, M_>(cur + SA4::offset(sa), m0, tiles);\n"
+         "  repack4<TB4, !B_NCONT, BN, N_>(cur + SA4::ELEMS + SB4::offset(sb), n0, tiles + TA4::ELEMS);\n"
+         "  // The tiles are whole, and every thread is done reading this landing buffer: it takes item + AHEAD's.\n"
+         "  __syncthreads();\n  refill();\n",
+         "  {  // span 4: A's span into registers, a barrier, A's tile over it; then B's\n"
+         "    Staged4<TA4, A_KCONT, BM, M_> r;\n    r.load(cur + SA4::offset(sa), m0);\n    __syncthreads();\n"
+         "    r.store(tiles);\n  }\n  {\n    Staged4<TB4, !B_NCONT, BN, N_> r;\n"
+         "    r.load(cur + SA4::ELEMS + SB4::offset(sb), n0);\n    __syncthreads();\n"
+         "    r.store(tiles + TA4::ELEMS);\n  }\n  __syncthreads();  // the tiles are whole\n"},
+        {"  if (WSTORE4) store_warp3(c + bt * (M_ * N_), m0, n0, scratch, ty, tx, acc);\n",
+         "  // Span 4: every thread done with the tiles (its accesses of the region ordered before the async\n"
+         "  // proxy's writes), the region takes item + AHEAD's spans during the stores.\n"
+         "  kjit_fence_async();\n  __syncthreads();\n  refill();\n"
+         "  if (WSTORE4) store_warp3(c + bt * (M_ * N_), m0, n0, scratch, ty, tx, acc);\n"},
+        {"  raw_t* tiles = smem4;          // BUF4: the current item's tiles, padded\n"
+         "  raw_t* land = smem4 + BUF4;    // AHEAD landing buffers of SBUF4, SR4 * THREADS * TN floats of output scratch, then\n"
+         "                                 // AHEAD mbarriers\n"
+         "  float* scratch = reinterpret_cast<float*>(land + AHEAD * SBUF4);\n",
+         "  raw_t* tiles = smem4;          // span 4: LBUF4, the current item's tiles, padded, over its landing buffer\n"
+         "  raw_t* land = smem4 + LOFF4;   // the landing buffer; after LBUF4, SR4 * THREADS * TN floats of output\n"
+         "                                 // scratch, then the mbarrier\n"
+         "  float* scratch = reinterpret_cast<float*>(smem4 + LBUF4);\n"},
+    };
+    for (const auto& [from, to] : swaps) {
+      const size_t at = body.find(from);
+      if (at == std::string::npos || body.find(from, at + 1) != std::string::npos) return false;
+      if (to) body.replace(at, std::string_view(from).size(), to);
+      else body.insert(at, kSpanInPlace);
+    }
+    return true;
+  }
+
   Result<Candidate> Generate(const Problem& problem, const Point& pt, const DeviceFacts& dev) const override {
     KJIT_RETURN_IF_ERROR(Check(problem, pt, dev));
     const auto& p = static_cast<const MatmulProblem&>(problem);
     const int64_t stage = pt.at("stage"), bm = pt.at("bm"), bn = pt.at("bn"), bk = pt.at("bk"), tm = pt.at("tm"),
                   tn = pt.at("tn"), vec = pt.at("vec"), bpb = pt.at("bpb"), hint = pt.at("hint");
     const int64_t threads = Threads(bm, bn, tm, tn);
+    // Span 4's blocks are small enough for more of them an SM than the registers of unbounded threads allow:
+    // its launch bounds ask for as many as its grid assumes.
+    const int64_t minb = stage == kPipelined && SpanOf(pt) == 4 ? BlocksPerSm(p, pt, dev, threads) : pt.at("minb");
     std::ostringstream src;
     src << "// kjit matmul family, codegen " << codegen_version() << ": " << p.description << "\n// point "
         << PointToString(pt) << "\n// FP32 fused multiply-adds only (no TF32), ascending k from +0, rounded once.\n"
@@ -1879,7 +1989,7 @@ class Matmul final : public Family {
     src << "constexpr long long SAB = " << p.sab << ", SAM = " << p.sam << ", SAK = " << p.sak << ", SBB = " << p.sbb
         << ", SBK = " << p.sbk << ", SBN = " << p.sbn << ";\n";
     src << "constexpr int BM = " << bm << ", BN = " << bn << ", BK = " << bk << ", TM = " << tm << ", TN = " << tn
-        << ", BPB = " << bpb << ", MINB = " << pt.at("minb") << ", THREADS = " << threads << ", SW = "
+        << ", BPB = " << bpb << ", MINB = " << minb << ", THREADS = " << threads << ", SW = "
         << StoreWidth(p, stage == kResident || stage == kPipelined || stage == kBulk || stage == kRing ? std::min<int64_t>(tn, 4) : tn) << ", AHEAD = " << Ahead(pt)
         << ";\nconstexpr long long GRID = " << grid << ";\n";
     src << "constexpr bool A_KCONT = " << (p.a_kcont() ? "true" : "false")
@@ -1933,7 +2043,7 @@ class Matmul final : public Family {
         // instead (the same helpers), with the bulk copies and the ring's span issue.
         const std::string end4 = "    else store_tile3(c + bt * (M_ * N_), m0, n0, ty, tx, acc);\n  }\n}\n";
         std::string spans = tiles.str() + kSpanRepack;
-        if (SpanOf(pt) == 3) {
+        if (SpanOf(pt) >= 3) {
           spans += std::string(codegen::kBulkCopy) + kSpanBulkHead + kRingSpan + kRingSpanIssue + kSpanBulk;
         } else {
           spans += kSpanAsync;
@@ -1949,8 +2059,9 @@ class Matmul final : public Family {
         swapped = swapped && swap(end4 + "#endif\n", end4 + spans + "#endif\n") &&
                   swap("K4UNROLL", k4unroll) &&
                   swap("  pipelined4(a, b, c, reinterpret_cast<raw_t*>(smem));",
-                       SpanOf(pt) == 3 ? "  pipelined4b(a, b, c, reinterpret_cast<raw_t*>(smem));"
+                       SpanOf(pt) >= 3 ? "  pipelined4b(a, b, c, reinterpret_cast<raw_t*>(smem));"
                                        : "  pipelined4s(a, b, c, reinterpret_cast<raw_t*>(smem));");
+        if (SpanOf(pt) == 4) swapped = swapped && SwapInPlace(body);
       }
       if (!swapped) return Internal("matmul: the span copies' anchors are missing from the kernel body");
     }

@@ -171,6 +171,18 @@ KJIT_EMU_CP_ASYNC=sync r sb5s bmm bf16 6,33,41,25 1353,41,1 1025,1,41 0 aoff=2 s
 KJIT_EMU_CP_ASYNC=sync r sb10s bmm f32 61,63,63,63 3969,63,1 3969,63,1 0 aoff=3 boff=1 stage=4 bm=64 bn=64 bk=16 tm=8 tn=4 vec=1 bpb=8 hint=0 minb=1 ahead=1 span=3
 KJIT_EMU_CP_ASYNC=sync r sb11s bmm f32 67,63,63,63 3969,63,1 3969,63,1 0 aoff=2 stage=4 bm=64 bn=64 bk=16 tm=8 tn=4 vec=1 bpb=8 hint=0 minb=1 ahead=2 span=3
 KJIT_EMU_CP_ASYNC=sync r sb13s mm f32 1,1000,63,50 0,63,1 0,50,1 0 aoff=1 stage=4 bm=32 bn=64 bk=8 tm=2 tn=8 vec=1 bpb=8 hint=0 minb=1 ahead=1 span=3
+# Span 4 (sm_90, ahead 1): span 3's cases of one landing buffer with the tiles repacked in place over it (a
+# tile's rows past the matrix, f16 at offsets, broadcast B, an mm of ragged tiles, items a block up to 8).
+r si1 bmm f32 37,63,63,63 3969,63,1 3969,63,1 0 stage=4 bm=64 bn=64 bk=16 tm=4 tn=8 vec=1 bpb=4 hint=0 minb=1 ahead=1 span=4
+r si3 bmm f32 5,17,33,9 561,33,1 297,9,1 0 aoff=3 boff=1 stage=4 bm=32 bn=16 bk=8 tm=4 tn=4 vec=1 bpb=2 hint=0 minb=1 ahead=1 span=4
+r si4 bmm f16 9,63,63,63 3969,63,1 3969,63,1 0 aoff=1 boff=5 stage=4 bm=64 bn=64 bk=16 tm=8 tn=4 vec=1 bpb=3 hint=0 minb=1 ahead=1 span=4
+r si6 bmm f32 5,31,17,29 527,1,31 493,29,1 0 boff=2 stage=4 bm=32 bn=32 bk=8 tm=4 tn=4 vec=1 bpb=2 hint=0 minb=1 ahead=1 span=4
+r si7 bmm f32 7,63,63,63 3969,63,1 0,63,1 0 aoff=2 boff=1 stage=4 bm=64 bn=64 bk=16 tm=4 tn=8 vec=1 bpb=3 hint=0 minb=1 ahead=1 span=4
+r si8 mm f32 1,100,63,50 0,63,1 0,50,1 0 aoff=1 stage=4 bm=32 bn=64 bk=8 tm=2 tn=8 vec=1 bpb=2 hint=0 minb=1 ahead=1 span=4
+r si9 bmm f32 5,64,64,64 4096,64,1 4096,64,1 0 aoff=1 stage=4 bm=64 bn=64 bk=16 tm=4 tn=8 vec=1 bpb=2 hint=0 minb=1 ahead=1 span=4
+r si10 bmm f32 61,63,63,63 3969,63,1 3969,63,1 0 aoff=3 boff=1 stage=4 bm=64 bn=64 bk=16 tm=8 tn=4 vec=1 bpb=8 hint=0 minb=1 ahead=1 span=4
+r si13 mm f32 1,1000,63,50 0,63,1 0,50,1 0 aoff=1 stage=4 bm=32 bn=64 bk=8 tm=2 tn=8 vec=1 bpb=8 hint=0 minb=1 ahead=1 span=4
+KJIT_EMU_CP_ASYNC=sync r si10s bmm f32 61,63,63,63 3969,63,1 3969,63,1 0 aoff=3 boff=1 stage=4 bm=64 bn=64 bk=16 tm=8 tn=4 vec=1 bpb=8 hint=0 minb=1 ahead=1 span=4
 # The default for odd batches (span copies repacked; on sm_90, the emulator's arch, landed by bulk copies: span 3)
 # at an offset, and in f16.
 r d11 bmm f32 600,63,63,63 3969,63,1 3969,63,1 0 aoff=1 boff=2
