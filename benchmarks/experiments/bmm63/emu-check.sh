@@ -47,4 +47,6 @@ KJIT_EMU_CP_ASYNC=sync r e4 bmm f32 37,63,63,63 3969,63,1 3969,63,1 0 aoff=1 bof
 # (the r variant's row limit and a lane's second column); variants written for one tile a matrix skip it.
 r e5 bmm f32 37,63,63,63 3969,63,1 3969,63,1 0 aoff=3 boff=2 stage=4 bm=64 bn=64 bk=16 tm=8 tn=4 vec=1 bpb=4 hint=0 minb=1 ahead=1 span=3
 r e6 mm f32 1,100,63,50 0,63,1 0,50,1 0 aoff=1 stage=4 bm=32 bn=64 bk=8 tm=2 tn=8 vec=1 bpb=2 hint=0 minb=1 ahead=1 span=2
+# Span 4 (the generator's since the twenty-second session; g, h).
+r e7 bmm f32 37,63,63,63 3969,63,1 3969,63,1 0 aoff=3 boff=2 stage=4 bm=64 bn=64 bk=16 tm=8 tn=4 vec=1 bpb=4 hint=0 minb=1 ahead=1 span=4
 exit $failed

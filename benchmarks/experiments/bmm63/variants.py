@@ -37,11 +37,11 @@ Variants (combinable, named by their letters):
   e  (codegen 7+ sources) the repack's loads as selects (a zero where the row or column is past the tile), not
      conditional: the loaded registers are no longer carried from one item to the next (102 -> 96 registers
      for the codegen-8 default; g's staging spilled 56 bytes without it)
-  g  (span 3 sources of codegen 8, f32 63^3, ahead 1) the landing buffer (at the end) and the padded tiles (from
-     the start) share one region: A's span goes through registers (loaded as e loads) into A's tile (a block
-     barrier between its loads and stores), then B's; the next item's bulk copies are issued once every thread is done multiplying (they land during the
-     stores and the other blocks' work, not during this block's multiply). 38.6 KB a block instead of 70.7:
-     five blocks an SM (MINB 5, grid 5/3 of the default's); h: four (MINB 4, grid 4/3)
+  g  the landing buffer (at the end) and the padded tiles (from the start) in one region, the repack through
+     registers in place, the next copies after the multiply: 38.6 KB a block, five blocks an SM. The generator's
+     span 4 since the twenty-second session (its text removed here: a no-op on span 4 sources, which
+     `--point-list benchmarks/policy/bmm63-span4.tsv` emits). h (span 4 sources): four blocks an SM (MINB 4,
+     the grid 4/5 of span 4's)
   f  (span 3 sources, f32 63^3) the multiply on the FP64 tensor cores (mma.sync m8n8k4 f64): tiles repacked
      into doubles, sums in double rounded to float once (outputs differ from FP32 FMAs: launch.cu --against),
      two blocks an SM (103 KB of shared memory), grid 264: 103.7 against 67.7 us (lost)
@@ -473,46 +473,6 @@ __device__ __forceinline__ void item4f(const in_t* a, const in_t* b, out_t* c, l
 '''
 
 
-G_FUNCS = r'''// Variant g / h: one region holds an item's landing buffer (at its end) and then, repacked in place, its padded
-// tiles (from its start). A's span goes through registers (the repack by rows of codegen 7, its rows loaded
-// before a block barrier and stored after it) into A's tile, which ends before B's span begins; then B's span
-// into B's tile the same way (item4s edited: its repack4 calls). The next item's copies into the region wait for
-// the end of the multiply (item4s's refill moved after it).
-template <typename T, bool KC, int R, long long RLIM>
-struct RepackG {
-  static constexpr int W = KC ? (int)K_ : (int)RLIM, ROWS = KC ? R : (int)K_;
-  static constexpr int WARPS = THREADS / 32, CPL = (W + 31) / 32, RPW = (ROWS + WARPS - 1) / WARPS;
-  raw_t v[RPW][CPL];
-  int rows;
-  __device__ __forceinline__ void load(const raw_t* s, long long r0) {
-    rows = KC ? (int)(RLIM - r0 < R ? RLIM - r0 : R) : ROWS;
-    const int lane = (int)(threadIdx.x % 32), warp = (int)(threadIdx.x % THREADS) / 32;
-    const raw_t* sw = s + warp * W + lane;
-#pragma unroll
-    for (int i = 0; i < RPW; ++i)
-#pragma unroll
-      for (int c = 0; c < CPL; ++c)
-        v[i][c] = warp + i * WARPS < rows && lane + c * 32 < W ? sw[i * WARPS * W + c * 32] : raw_t(0);
-  }
-  __device__ __forceinline__ void store(raw_t* D) const {
-    const int lane = (int)(threadIdx.x % 32), warp = (int)(threadIdx.x % THREADS) / 32;
-    raw_t* dw = D + warp * T::LD + lane;
-#pragma unroll
-    for (int i = 0; i < RPW; ++i)
-#pragma unroll
-      for (int c = 0; c < CPL; ++c)
-        if (warp + i * WARPS < rows && lane + c * 32 < W) dw[i * WARPS * T::LD + c * 32] = v[i][c];
-  }
-};
-constexpr int QG = 16 / (int)sizeof(raw_t);
-constexpr int LBUFG = ((BUF4 > SBUF4 ? BUF4 : SBUF4) + QG - 1) / QG * QG;  // the region, raw elements
-constexpr int LOFFG = (LBUFG - SBUF4) / QG * QG;                            // the landing buffer's start in it
-static_assert(AHEAD == 1, "variant g: one landing buffer");
-static_assert(LOFFG + SA4::ELEMS >= TA4::ELEMS, "variant g: A's tile reaches into B's span");
-static_assert((long long)LBUFG * sizeof(raw_t) + SR4 * THREADS * TN * 4 + 8 <= SHARED_G, "variant g: the shared size");
-'''
-
-
 def bulk_copy_helpers():
     # The generator's own bulk-copy and mbarrier helpers (codegen::kBulkCopy), as stage 5 and 6 sources hold them.
     text = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), '../../../policy/src/codegen.cc')).read()
@@ -677,43 +637,16 @@ def make(src, letters):
         assert out.count(old) == 1, 'variant e: codegen 7+ sources (repack4 by rows)'
         out = out.replace(old, '        v[i][c] = i0 + i < RPW && warp + (i0 + i) * WARPS < rows && lane + c * 32 < W ? sw[(i0 + i) * WARPS * W + c * 32] : raw_t(0);  // variant e')
     if 'g' in letters or 'h' in letters:
-        assert 'pipelined4b(a, b, c,' in out and int(version.group(1)) >= 8 and ' ahead=1 ' in out \
-            and ' bm=64 bn=64 ' in out and 'M_ = 63, N_ = 63, K_ = 63' in out and 'typedef float in_t;' in out, \
-            'variant g: span 3 sources of codegen 8, ahead 1, f32 63^3, 64 x 64 tiles'
-        blocks = 4 if 'h' in letters else 5
-        m = re.search(r'(// launch: entry \S+ grid )(\d+)(,\S+ block (\d+),\S+ shared )(\d+)', out)
-        threads = int(m.group(4))
-        tm, tn = (int(re.search(r' %s=(\d+)' % k, out).group(1)) for k in ('tm', 'tn'))
-        # BUF4 (64 x 68 + 63 x 68 floats) covers the landing buffer (SBUF4 < BUF4 here); then SR4 rows of the
-        # output scratch, one mbarrier.
-        shared = 8636 * 4 + (2 if tm % 2 == 0 else 1) * threads * tn * 4 + 8
-        # (one tile a matrix: no more blocks than matrices; bmm 600 x 63^3 then takes one item a block)
-        grid = max(1, min(int(m.group(2)) * blocks // 3, int(re.search(r'BATCH = (\d+);', out).group(1))))
-        out = out[:m.start(2)] + str(grid) + m.group(3) + str(shared) + out[m.end(5):]
-        out = re.sub(r'constexpr long long GRID = \d+;', 'constexpr long long GRID = %d;' % grid, out)
-        out = re.sub(r'MINB = \d+,', 'MINB = %d,' % blocks, out, count=1)
-        anchor = '// One item of span 2 or 3 whose spans landed in cur'
-        out = out.replace(anchor, ('constexpr long long SHARED_G = %d;\n' % shared) + G_FUNCS + anchor, 1)
-        for old, new in (('  raw_t* land = smem4 + BUF4;', '  raw_t* land = smem4 + LOFFG;  // variant g: the tiles in place'),
-                         ('  float* scratch = reinterpret_cast<float*>(land + AHEAD * SBUF4);',
-                          '  float* scratch = reinterpret_cast<float*>(smem4 + LBUFG);'),
-                         ('  repack4<TA4, A_KCONT, BM, M_>(cur + SA4::offset(sa), m0, tiles);\n'
-                          '  repack4<TB4, !B_NCONT, BN, N_>(cur + SA4::ELEMS + SB4::offset(sb), n0, tiles + TA4::ELEMS);\n',
-                          '  {  // variant g: A\'s span into registers, a barrier, its tile over it; then B\'s\n'
-                          '    RepackG<TA4, A_KCONT, BM, M_> r;\n    r.load(cur + SA4::offset(sa), m0);\n    __syncthreads();\n'
-                          '    r.store(tiles);\n  }\n  {\n    RepackG<TB4, !B_NCONT, BN, N_> r;\n'
-                          '    r.load(cur + SA4::ELEMS + SB4::offset(sb), n0);\n    __syncthreads();\n'
-                          '    r.store(tiles + TA4::ELEMS);\n  }\n'),
-                         ('  __syncthreads();\n  refill();\n', '  __syncthreads();\n'),
-                         ('  if (WSTORE4) store_warp3(c + bt * (M_ * N_), m0, n0, scratch, ty, tx, acc);',
-                          '  kjit_fence_async();  // variant g: this thread\'s accesses of the region before the next copies into it\n'
-                          '  __syncthreads();     // every thread done with the tiles: the region takes item + GRID\'s spans\n'
-                          '  refill();\n'
-                          '  if (WSTORE4) store_warp3(c + bt * (M_ * N_), m0, n0, scratch, ty, tx, acc);')):
-            assert out.count(old) == 1, 'variant g: ' + old
-            out = out.replace(old, new)
-        # kjit_fence_async is defined after item4s: declare it first.
-        out = out.replace(anchor, '__device__ __forceinline__ void kjit_fence_async();\n' + anchor, 1)
+        # g became matmul's span 4 (the twenty-second session): emit its sources with --point-list
+        # benchmarks/policy/bmm63-span4.tsv; g is a no-op on them, h asks for four blocks an SM, not five.
+        assert 'constexpr int LOFF4 = ' in out, 'variants g, h: span 4 sources (the generator\'s own since the twenty-second session)'
+        if 'h' in letters:
+            m = re.search(r'(// launch: entry \S+ grid )(\d+)(,)', out)
+            minb = int(re.search(r'MINB = (\d+),', out).group(1))
+            grid = max(1, int(m.group(2)) * 4 // minb) if minb > 4 else int(m.group(2))
+            out = out[:m.start(2)] + str(grid) + out[m.end(2):]
+            out = re.sub(r'constexpr long long GRID = \d+;', 'constexpr long long GRID = %d;' % grid, out)
+            out = re.sub(r'MINB = \d+,', 'MINB = %d,' % min(minb, 4), out, count=1)
     if 'f' in letters:
         assert 'pipelined4b(a, b, c,' in out and ' bm=64 bn=64 ' in out and 'M_ = 63, N_ = 63, K_ = 63' in out \
             and 'typedef float in_t;' in out and 'THREADS = 128' in out, 'variant f: span 3, f32 63^3, 64 x 64 tiles, 128 threads'
@@ -756,12 +689,14 @@ def main():
     src = open(sys.argv[1]).read()
     os.makedirs(sys.argv[2], exist_ok=True)
     tm, tn = (re.search(r' %s=(\d+)' % k, src).group(1) for k in ('tm', 'tn'))
-    stem = os.path.join(sys.argv[2], f'odd-t{tm}x{tn}')
+    span = re.search(r' span=(\d+)', src)
+    stem = os.path.join(sys.argv[2], f'odd-t{tm}x{tn}' + ('s4' if span and span.group(1) == '4' else ''))
     with open(stem + '-default.cu', 'w') as f:
         f.write(src)
     for letters in sys.argv[3:] or ('s', 'i', 'si', 'x', 'xi', 'w', 'p'):
+        out = make(src, letters)  # (a variant that does not apply writes no file)
         with open(f'{stem}-{letters}.cu', 'w') as f:
-            f.write(make(src, letters))
+            f.write(out)
     return 0
 
 
