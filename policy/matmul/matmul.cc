@@ -1455,11 +1455,15 @@ class Matmul final : public Family {
   // an mbarrier (8 bytes) a landing buffer after the scratch (16-byte aligned there: every part before it is
   // a multiple of 16 bytes); span 4 as 3 with the landing buffer inside the padded tiles' region (the larger
   // of the two).
+  // Elements of one operand's padded whole-K tile (the kernel's Tile4::ELEMS): R rows of K rounded up to 16 bytes
+  // and padded by 16 more (kc), or K rows of R padded by 16 bytes.
+  static int64_t PaddedTileElems(const MatmulProblem& p, int64_t r, bool kc) {
+    const int64_t q = 16 / p.elem();
+    return kc ? r * (CeilDiv(p.k, q) * q + q) : p.k * (r + q);
+  }
   static int64_t PipelinedBytes(const MatmulProblem& p, int64_t bm, int64_t bn, int64_t ahead, int64_t span = 0,
                                 int64_t threads_tn = 0) {
-    const int64_t q = 16 / p.elem(), kq = CeilDiv(p.k, q) * q;
-    const int64_t a = p.a_kcont() ? bm * (kq + q) : p.k * (bm + q);
-    const int64_t b = !p.b_ncont() ? bn * (kq + q) : p.k * (bn + q);
+    const int64_t a = PaddedTileElems(p, bm, p.a_kcont()), b = PaddedTileElems(p, bn, !p.b_ncont());
     const int64_t spans = (SpanPieces(p, bm, p.a_kcont(), p.m) + SpanPieces(p, bn, !p.b_ncont(), p.n)) * 16;
     if (span == 1) return (ahead + 1) * spans;
     if (span == 2 || span == 3) return ahead * spans + (a + b) * p.elem() + threads_tn * 4 + (span == 3 ? ahead * 8 : 0);
@@ -1605,8 +1609,7 @@ class Matmul final : public Family {
         if (pt.at("minb") != 1) return InvalidArgument("span 4: minb is 1 (the launch bounds follow the shared memory)");
         const int64_t q = 16 / p.elem();
         const int64_t sa = SpanPieces(p, bm, p.a_kcont(), p.m) * q, sb = SpanPieces(p, bn, !p.b_ncont(), p.n) * q;
-        const int64_t ta = p.a_kcont() ? bm * (CeilDiv(p.k, q) * q + q) : p.k * (bm + q);
-        const int64_t tb = !p.b_ncont() ? bn * (CeilDiv(p.k, q) * q + q) : p.k * (bn + q);
+        const int64_t ta = PaddedTileElems(p, bm, p.a_kcont()), tb = PaddedTileElems(p, bn, !p.b_ncont());
         const int64_t region = CeilDiv(std::max(ta + tb, sa + sb), q) * q, loff = (region - sa - sb) / q * q;
         if (loff + sa < ta) return InvalidArgument("span 4: A's padded tile would overwrite B's landed span");
         // A thread holds its share of one operand's span in registers between the repack's loads and stores.
