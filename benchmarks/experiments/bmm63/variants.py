@@ -41,7 +41,7 @@ Variants (combinable, named by their letters):
      registers in place, the next copies after the multiply: 38.6 KB a block, five blocks an SM. The generator's
      span 4 since the twenty-second session (its text removed here: a no-op on span 4 sources, which
      `--point-list benchmarks/policy/bmm63-span4.tsv` emits). h (span 4 sources): four blocks an SM (MINB 4,
-     the grid 4/5 of span 4's)
+     grid 528, or the batch where smaller)
   f  (span 3 sources, f32 63^3) the multiply on the FP64 tensor cores (mma.sync m8n8k4 f64): tiles repacked
      into doubles, sums in double rounded to float once (outputs differ from FP32 FMAs: launch.cu --against),
      two blocks an SM (103 KB of shared memory), grid 264: 103.7 against 67.7 us (lost)
@@ -641,9 +641,11 @@ def make(src, letters):
         # benchmarks/policy/bmm63-span4.tsv; g is a no-op on them, h asks for four blocks an SM, not five.
         assert 'constexpr int LOFF4 = ' in out, 'variants g, h: span 4 sources (the generator\'s own since the twenty-second session)'
         if 'h' in letters:
+            # Four blocks an SM of the H200's 132 (as f assumes), no more blocks than matrices (span 4's own grid
+            # at bmm 600 x 63^3 is the batch, not its blocks an SM: scaling it by 4/5 would leave SMs short).
             m = re.search(r'(// launch: entry \S+ grid )(\d+)(,)', out)
             minb = int(re.search(r'MINB = (\d+),', out).group(1))
-            grid = max(1, int(m.group(2)) * 4 // minb) if minb > 4 else int(m.group(2))
+            grid = min(4 * 132, int(re.search(r'BATCH = (\d+);', out).group(1))) if minb > 4 else int(m.group(2))
             out = out[:m.start(2)] + str(grid) + out[m.end(2):]
             out = re.sub(r'constexpr long long GRID = \d+;', 'constexpr long long GRID = %d;' % grid, out)
             out = re.sub(r'MINB = \d+,', 'MINB = %d,' % min(minb, 4), out, count=1)
