@@ -157,7 +157,9 @@ EvaluatorPool::EvaluatorPool(PoolOptions options, Log& log, std::map<std::string
     w->ordinal = d;
     workers_.push_back(std::move(w));
   }
-  if (options_.when == RunWhen::kIdle) {
+  // --when always runs whatever the load, but a trial beside the user's busy program is exactly
+  // when the memory cap matters: NVML is read then too, for the cap alone.
+  if (options_.when != RunWhen::kNever) {
     auto nvml = Nvml::Load();
     if (nvml.ok()) {
       nvml_ = *nvml;

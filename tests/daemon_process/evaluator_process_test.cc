@@ -496,6 +496,29 @@ TEST(KjitdSeveralGpus, IdleStateAndMemoryCapArePerGpuByUuid) {
   std::remove(nvml_state.c_str());
 }
 
+// --when always runs beside a busy program, but still under each GPU's own memory cap
+// (before, kjitd read NVML only for --when idle, so an always-trial had no cap at all).
+TEST(KjitdSeveralGpus, WhenAlwaysStillCapsMemoryPerGpu) {
+  const std::string nvml_state = std::filesystem::temp_directory_path() / ("kjit-fake-nvml-always-" + std::to_string(getpid()));
+  // GPU-aaaa busy (a stranger's process at 80%) with 40 of 80 GB free; GPU-bbbb idle with 20 free.
+  WriteNvmlState(nvml_state, "GPU-aaaa 40000000000 80000000000 4242:80\nGPU-bbbb 20000000000 80000000000\n");
+  ScopedEnv env({{"FAKE_EVALUATOR_GPUS", "GPU-aaaa:90"},
+                 {"KJIT_NVML_LIBRARY", KJIT_FAKE_NVML},
+                 {"FAKE_NVML_STATE", nvml_state},
+                 {"FAKE_EVALUATOR_SHOW_CAP", "1"}});
+  KjitdHarness h(KJIT_KJITD, {"--evaluator", KJIT_FAKE_EVALUATOR, "--devices", "0", "--when", "always",
+                              "--memory-cap-fraction", "0.5"});
+  ASSERT_TRUE(h.Start()) << ReadFile(h.log_path());
+  auto c = MakeClient(h);
+  Workers w = WaitReady(c, 1);
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_EQ(Trial(c, KeyBytes()), "verified: verified on GPU-aaaa cap 20000000000");  // half of its 40 GB free
+  w = EvaluatorsOf(c);
+  EXPECT_NE(w[0].at("idle").find("--when always: running regardless of load"), std::string::npos) << w[0].at("idle");
+  EXPECT_NE(w[0].at("idle").find("memory cap 18.6 GiB (50% of 37.3 GiB free)"), std::string::npos) << w[0].at("idle");
+  std::remove(nvml_state.c_str());
+}
+
 // kjit's own workers are not "someone else" on any GPU: a worker that shows up on
 // another worker's GPU (PyTorch may make a context there) does not make it busy.
 TEST(KjitdSeveralGpus, KjitsOwnWorkersDoNotMakeAGpuBusy) {
