@@ -24,7 +24,8 @@ import sys
 
 def dataset_keys(directory):
     keys = set()
-    for path in glob.glob(os.path.join(directory, "*.jsonl")):
+    # The files the replay environment trains on (policy/learn/src/replay.cc): the H200's, not matmul-h100.jsonl.
+    for path in glob.glob(os.path.join(directory, "*-h200.jsonl")):
         with open(path) as f:
             for line in f:
                 line = line.strip()
