@@ -194,8 +194,16 @@ struct Server::Impl {
   void ReverifyDone(int64_t record_id, const std::string& key_bytes, const std::string& why, const Verdict& v);
   void QueueRetune(const std::string& key_bytes, const std::string& detail);
   ipc::Body SubmitCandidate(const ipc::SubmitCandidate& r);
-  void Record(const Episode& e, const CandidateSpec& c, const Verdict& v, const WorkerDevice& device,
-              const std::map<std::string, std::string>& client_design);
+  // Stores the measurement, and an accepted kernel's record: returns the record that holds the kernel
+  // (0: none), and whether it was already there.
+  struct Stored {
+    int64_t record = 0;
+    bool already = false;
+  };
+  Stored Record(const Episode& e, const CandidateSpec& c, const Verdict& v, const WorkerDevice& device,
+                const std::map<std::string, std::string>& client_design);
+  // A verified record of this key with the same CUBIN and toolchain, if the cache holds one.
+  int64_t SameVerifiedKernel(const cache::KernelRecord& rec);
 };
 
 Server::Server(DaemonConfig config, std::unique_ptr<cache::KernelCache> cache, Log& log)
@@ -671,7 +679,13 @@ ipc::Body Server::Impl::SubmitCandidate(const ipc::SubmitCandidate& r) {
                       {"flop_fraction", v.roofline.flop_fraction},
                       {"accepted", v.accepted ? 1.0 : 0.0}};
     auto e = episodes.find(episode_id);
-    if (e != episodes.end()) Record(e->second, c, v, device, client_design);
+    if (e != episodes.end()) {
+      const Stored stored = Record(e->second, c, v, device, client_design);
+      if (stored.record > 0) {
+        result.profile["record"] = static_cast<double>(stored.record);
+        result.profile["already_stored"] = stored.already ? 1.0 : 0.0;
+      }
+    }
     log.Write("info", "trial", {{"episode", std::to_string(episode_id)}, {"outcome", v.outcome},
                                  {"reason", v.reason.substr(0, 300)}, {"median_us", std::to_string(v.timing.median_us)},
                                  {"baseline_us", std::to_string(v.baseline.median_us)},
@@ -682,9 +696,25 @@ ipc::Body Server::Impl::SubmitCandidate(const ipc::SubmitCandidate& r) {
   return ipc::Ack{};
 }
 
-void Server::Impl::Record(const Episode& e, const CandidateSpec& c, const Verdict& v, const WorkerDevice& device,
-                          const std::map<std::string, std::string>& client_design) {
-  if (v.outcome == policy::OutcomeName(policy::Outcome::kResourceBackoff)) return;
+int64_t Server::Impl::SameVerifiedKernel(const cache::KernelRecord& rec) {
+  auto ids = cache->Resolve(rec.key_hash.ToHex());
+  if (!ids.ok()) return 0;  // NotFound: no record of this key yet
+  const Hash128 cubin_checksum = rec.ComputeCubinChecksum();
+  for (int64_t id : *ids) {
+    auto other = cache->Get(id);
+    if (other.ok() && other->status == cache::RecordStatus::kVerified && other->key_hash == rec.key_hash &&
+        other->cubin_checksum == cubin_checksum && other->toolchain == rec.toolchain && other->launch == rec.launch &&
+        other->entry_point == rec.entry_point) {
+      return id;
+    }
+  }
+  return 0;
+}
+
+Server::Impl::Stored Server::Impl::Record(const Episode& e, const CandidateSpec& c, const Verdict& v,
+                                          const WorkerDevice& device,
+                                          const std::map<std::string, std::string>& client_design) {
+  if (v.outcome == policy::OutcomeName(policy::Outcome::kResourceBackoff)) return {};
   cache::Measurement m;
   m.key_hash = e.key.Hash();
   m.key_bytes = e.key_bytes;
@@ -712,7 +742,7 @@ void Server::Impl::Record(const Episode& e, const CandidateSpec& c, const Verdic
   if (auto id = cache->AddMeasurement(m); !id.ok()) {
     log.Write("warn", "measurement_not_stored", {{"error", id.status().ToString()}});
   }
-  if (!v.accepted) return;
+  if (!v.accepted) return {};
   cache::KernelRecord rec;
   rec.key_bytes = e.key_bytes;
   rec.source = c.source;
@@ -721,22 +751,37 @@ void Server::Impl::Record(const Episode& e, const CandidateSpec& c, const Verdic
   rec.cubin = v.cubin;
   rec.launch = c.launch;
   rec.design = c.design;
-  rec.timing = {v.timing.median_us, v.timing.spread_us, v.timing.runs, "", 0, 0};
-  rec.baseline = {v.baseline.median_us, v.baseline.spread_us, v.baseline.runs, "", 0, 0};
+  // The GPU that timed it, by model and UUID: any GPU of the arch may serve it, but its times are this one's
+  // (an H100 and an H200 share sm_90 and rank memory-bound kernels differently).
+  const std::string timed_on = device.name + (device.uuid.empty() ? "" : (device.name.empty() ? "" : " ") + device.uuid);
+  rec.timing = {v.timing.median_us, v.timing.spread_us, v.timing.runs, timed_on, device.sm_clock_khz,
+                device.memory_clock_khz};
+  rec.baseline = {v.baseline.median_us, v.baseline.spread_us, v.baseline.runs, timed_on, device.sm_clock_khz,
+                  device.memory_clock_khz};
   rec.verification = v.verification;
   rec.toolchain = cache::RunningToolchain();
   rec.status = cache::RecordStatus::kVerified;
   // Which GPU verified it: any GPU of the arch may serve it, and on a host of several that is worth knowing.
   rec.status_reason = "verified against PyTorch" + (device.uuid.empty() ? std::string() : " on " + device.uuid) + ", " +
                       std::to_string(v.baseline.median_us / v.timing.median_us) + "x faster";
+  // The same kernel again (an agent or the seeder resubmitting it): the record that holds it stands. A
+  // second copy would only grow the cache and send every running process an announcement to weigh.
+  rec.key_hash = e.key.Hash();
+  if (const int64_t same = SameVerifiedKernel(rec); same > 0) {
+    counters["kernels_already_stored"] += 1;
+    log.Write("info", "kernel_already_stored",
+              {{"record", std::to_string(same)}, {"key", e.key.ToString()}, {"gpu", device.uuid}});
+    return {same, true};
+  }
   auto id = cache->Insert(std::move(rec));
   if (!id.ok()) {
     log.Write("warn", "kernel_not_stored", {{"error", id.status().ToString()}});
-    return;
+    return {};
   }
   counters["kernels_verified"] += 1;
   log.Write("info", "kernel_verified", {{"record", std::to_string(*id)}, {"key", e.key.ToString()}, {"gpu", device.uuid}});
   AnnounceNewKernels();
+  return {*id, false};
 }
 
 Status Server::Run(std::atomic<bool>& stop, std::atomic<bool>& reload, const std::function<void()>& on_reload) {

@@ -99,10 +99,19 @@ std::string ThroughKjitd(ipc::Client& client, const OpKey& key) {
     if (!result.ok()) {
       what = "not evaluated: " + result.status().ToString();
     } else {
+      const auto profile = [&result](const char* name) {
+        auto it = result->profile.find(name);
+        return it == result->profile.end() ? 0.0 : it->second;
+      };
+      std::string stored = ": not stored";
+      if (profile("accepted") > 0) {
+        stored = profile("already_stored") > 0
+                     ? ": already stored as record " + std::to_string(static_cast<int64_t>(profile("record")))
+                     : ": stored";
+      }
       char line[256];
       std::snprintf(line, sizeof line, "%s, %.2f us vs PyTorch %.2f us%s", result->verdict.substr(0, 120).c_str(),
-                    result->median_us, result->baseline_us,
-                    result->profile.count("accepted") && result->profile.at("accepted") > 0 ? ": stored" : ": not stored");
+                    result->median_us, result->baseline_us, stored.c_str());
       what = line;
     }
   }

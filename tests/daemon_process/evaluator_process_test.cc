@@ -104,6 +104,14 @@ TEST(KjitdEvaluator, AgentEpisodeVerifiesStoresAndRejects) {
   auto record = (*kc)->Get(records->front().id);
   ASSERT_TRUE(record.ok());
   EXPECT_EQ(record->design, design);
+  // The reply names the record that holds the kernel; the record names the GPU that timed it, and its clocks.
+  EXPECT_EQ(ok->profile.at("record"), static_cast<double>(record->id));
+  EXPECT_EQ(ok->profile.at("already_stored"), 0.0);
+  EXPECT_EQ(slow->profile.count("record"), 0u);
+  EXPECT_EQ(record->timing.device, "Fake GPU GPU-fake");
+  EXPECT_EQ(record->baseline.device, "Fake GPU GPU-fake");
+  EXPECT_EQ(record->timing.sm_clock_khz, 1980000);
+  EXPECT_EQ(record->timing.memory_clock_khz, 2619000);
   auto measurements = (*kc)->ListMeasurements();
   ASSERT_TRUE(measurements.ok());
   ASSERT_EQ(measurements->size(), 3u);
@@ -113,6 +121,64 @@ TEST(KjitdEvaluator, AgentEpisodeVerifiesStoresAndRejects) {
     EXPECT_EQ(m.design.policy_version, m.outcome == "verified" ? "rl1-i1500-1a2b3c4d" : "external-agent");
   }
   EXPECT_EQ(outcomes, (std::multiset<std::string>{"verified", "wrong_result", "slower"}));
+}
+
+// The same kernel submitted again (by the seeder, or an agent retrying) is measured again but not stored
+// again: the record that holds it answers, and nothing new is announced. A different kernel for the key
+// gets its own record.
+TEST(KjitdEvaluator, TheSameKernelAgainIsNotStoredTwice) {
+  KjitdHarness h(KJIT_KJITD, FakeFlags());
+  ASSERT_TRUE(h.Start()) << ReadFile(h.log_path());
+  auto c = MakeClient(h);
+  auto submit = [&c](const std::string& source) -> Result<ipc::CandidateResult> {
+    auto obs = c.OpenEpisode(KeyBytes());
+    if (!obs.ok()) return obs.status();
+    auto candidate = Candidate(obs->episode_id, "ok");
+    candidate.source = source;  // the fake's verdict follows "ok"; its CUBIN is the same whatever the source
+    auto r = c.SubmitCandidate(candidate);
+    (void)c.CloseEpisode(obs->episode_id);
+    return r;
+  };
+  auto first = submit("ok");
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  ASSERT_TRUE(first->verified);
+  ASSERT_EQ(first->profile.count("record"), 1u);
+  EXPECT_EQ(first->profile.at("already_stored"), 0.0);
+  auto again = submit("ok");
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_TRUE(again->verified);
+  EXPECT_EQ(again->profile.at("accepted"), 1.0);
+  EXPECT_EQ(again->profile.at("record"), first->profile.at("record"));
+  EXPECT_EQ(again->profile.at("already_stored"), 1.0);
+  auto stats = c.Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->counters["kernels_verified"], 1);
+  EXPECT_EQ(stats->counters["kernels_already_stored"], 1);
+
+  // Another launch shape is another kernel, even with the same CUBIN.
+  auto obs = c.OpenEpisode(KeyBytes());
+  ASSERT_TRUE(obs.ok());
+  auto wider = Candidate(obs->episode_id, "ok");
+  wider.block[0] = 256;
+  auto other = c.SubmitCandidate(wider);
+  (void)c.CloseEpisode(obs->episode_id);
+  ASSERT_TRUE(other.ok());
+  EXPECT_EQ(other->profile.at("already_stored"), 0.0);
+  EXPECT_NE(other->profile.at("record"), first->profile.at("record"));
+
+  cache::OpenOptions o;
+  o.path = h.cache_path();
+  o.read_only = true;
+  auto kc = cache::KernelCache::Open(o);
+  ASSERT_TRUE(kc.ok());
+  cache::ListFilter verified;
+  verified.status = cache::RecordStatus::kVerified;
+  auto records = (*kc)->List(verified);
+  ASSERT_TRUE(records.ok());
+  EXPECT_EQ(records->size(), 2u);
+  auto measurements = (*kc)->ListMeasurements();
+  ASSERT_TRUE(measurements.ok());
+  EXPECT_EQ(measurements->size(), 3u);  // every trial is kept for learning
 }
 
 // A verified record that a client reports failing is quarantined at once and
@@ -371,7 +437,8 @@ TEST(KjitdSeveralGpus, JobsGoToAGpuOfTheKeysArch) {
     EXPECT_EQ(Trial(c, KeyBytesForArch(80)), "verified: verified on GPU-bbbb");
     EXPECT_EQ(Trial(c, KeyBytesForArch(90)), "verified: verified on GPU-aaaa");
   }
-  // A stored kernel says which GPU verified it (any GPU of the arch may serve it).
+  // A stored kernel says which GPU verified it (any GPU of the arch may serve it). The three trials of a
+  // key submitted the same kernel: one record a key.
   {
     cache::OpenOptions o;
     o.path = h.cache_path();
@@ -380,13 +447,14 @@ TEST(KjitdSeveralGpus, JobsGoToAGpuOfTheKeysArch) {
     ASSERT_TRUE(kc.ok());
     auto records = (*kc)->List(cache::ListFilter{});
     ASSERT_TRUE(records.ok());
-    ASSERT_EQ(records->size(), 6u);
+    ASSERT_EQ(records->size(), 2u);
     for (const auto& r : *records) {
       const std::string gpu = r.arch == 80 ? "GPU-bbbb" : "GPU-aaaa";
       auto full = (*kc)->Get(r.id);
       ASSERT_TRUE(full.ok());
       EXPECT_NE(full->status_reason.find("verified against PyTorch on " + gpu + ", "), std::string::npos)
           << full->status_reason;
+      EXPECT_EQ(full->timing.device, "Fake GPU " + gpu);
     }
   }
   // No GPU of the key's arch: refused at once, naming what each GPU is.

@@ -96,6 +96,8 @@ int main(int argc, char** argv) {
   WorkerDevice d;
   d.ordinal = ordinal;
   d.name = "Fake GPU";
+  d.sm_clock_khz = 1980000;
+  d.memory_clock_khz = 2619000;
   d.uuid = mine.substr(0, mine.find(':'));
   d.arch = mine.find(':') == std::string::npos ? 90 : std::stoi(mine.substr(mine.find(':') + 1));
   d.pid = static_cast<uint32_t>(getpid());

@@ -188,7 +188,9 @@ struct CandidateResult {
   // What the evaluator measured besides the verdict: registers, spill_bytes,
   // local_bytes, static_shared_bytes, compile_ms, evaluation_ms, runs,
   // spread_us, baseline_spread_us, floor_us, bandwidth_fraction, flop_fraction,
-  // accepted (1 if the kernel entered the cache). Keys may be added.
+  // accepted (1 if the kernel entered the cache), and for an accepted kernel record (the id of the
+  // record that holds it) and already_stored (1: the cache already held the same kernel for the key,
+  // verified, so no second record was stored or announced). Keys may be added.
   std::map<std::string, double> profile;
 };
 struct CloseEpisode {  // -> Ack
