@@ -202,8 +202,6 @@ struct Server::Impl {
   };
   Stored Record(const Episode& e, const CandidateSpec& c, const Verdict& v, const WorkerDevice& device,
                 const std::map<std::string, std::string>& client_design);
-  // A verified record of this key with the same CUBIN and toolchain, if the cache holds one.
-  int64_t SameVerifiedKernel(const cache::KernelRecord& rec);
 };
 
 Server::Server(DaemonConfig config, std::unique_ptr<cache::KernelCache> cache, Log& log)
@@ -696,21 +694,6 @@ ipc::Body Server::Impl::SubmitCandidate(const ipc::SubmitCandidate& r) {
   return ipc::Ack{};
 }
 
-int64_t Server::Impl::SameVerifiedKernel(const cache::KernelRecord& rec) {
-  auto ids = cache->Resolve(rec.key_hash.ToHex());
-  if (!ids.ok()) return 0;  // NotFound: no record of this key yet
-  const Hash128 cubin_checksum = rec.ComputeCubinChecksum();
-  for (int64_t id : *ids) {
-    auto other = cache->Get(id);
-    if (other.ok() && other->status == cache::RecordStatus::kVerified && other->key_hash == rec.key_hash &&
-        other->cubin_checksum == cubin_checksum && other->toolchain == rec.toolchain && other->launch == rec.launch &&
-        other->entry_point == rec.entry_point) {
-      return id;
-    }
-  }
-  return 0;
-}
-
 Server::Impl::Stored Server::Impl::Record(const Episode& e, const CandidateSpec& c, const Verdict& v,
                                           const WorkerDevice& device,
                                           const std::map<std::string, std::string>& client_design) {
@@ -766,12 +749,13 @@ Server::Impl::Stored Server::Impl::Record(const Episode& e, const CandidateSpec&
                       std::to_string(v.baseline.median_us / v.timing.median_us) + "x faster";
   // The same kernel again (an agent or the seeder resubmitting it): the record that holds it stands. A
   // second copy would only grow the cache and send every running process an announcement to weigh.
-  rec.key_hash = e.key.Hash();
-  if (const int64_t same = SameVerifiedKernel(rec); same > 0) {
+  auto same = cache->FindVerified(rec);
+  if (!same.ok()) log.Write("warn", "duplicate_check_failed", {{"error", same.status().ToString()}});
+  if (same.ok() && *same > 0) {
     counters["kernels_already_stored"] += 1;
     log.Write("info", "kernel_already_stored",
-              {{"record", std::to_string(same)}, {"key", e.key.ToString()}, {"gpu", device.uuid}});
-    return {same, true};
+              {{"record", std::to_string(*same)}, {"key", e.key.ToString()}, {"gpu", device.uuid}});
+    return {*same, true};
   }
   auto id = cache->Insert(std::move(rec));
   if (!id.ok()) {

@@ -588,6 +588,18 @@ Status KernelCache::SetStatus(int64_t id, RecordStatus status, const std::string
   return Status::Ok();
 }
 
+Result<int64_t> KernelCache::FindVerified(const KernelRecord& record) const {
+  KJIT_ASSIGN_OR_RETURN(OpKey key, OpKey::Decode(record.key_bytes));
+  KernelRecord r = record;
+  r.cubin_checksum = r.ComputeCubinChecksum();
+  std::lock_guard lock(impl_->mu);
+  KJIT_ASSIGN_OR_RETURN(Statement s, impl_->db.Prepare("SELECT id FROM kernels WHERE key_hash = ? AND status = 1 AND "
+                                                       "serve_checksum = ? ORDER BY id LIMIT 1"));
+  s.BindBlob(1, HashBlob(key.Hash())).BindBlob(2, HashBlob(r.ComputeServeChecksum()));
+  KJIT_ASSIGN_OR_RETURN(bool row, s.Step());
+  return row ? s.Int(0) : int64_t{0};
+}
+
 Result<KernelRecord> KernelCache::Get(int64_t id) const {
   std::lock_guard lock(impl_->mu);
   KJIT_ASSIGN_OR_RETURN(Statement s,

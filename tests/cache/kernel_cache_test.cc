@@ -107,6 +107,41 @@ TEST(KernelCache, LookupServesOnlyVerifiedMatchingRecords) {
   EXPECT_EQ(cache->Lookup(key, other_driver).status().code(), StatusCode::kNotFound);
 }
 
+// kjitd asks before storing a kernel it verified again: only a verified record serving exactly the same
+// kernel (serve checksum: key, entry point, launch, toolchain, CUBIN) counts; timings and sources do not.
+TEST(KernelCache, FindVerifiedMatchesTheServedKernelOnly) {
+  TempDir dir;
+  auto cache = OpenOrDie(dir.file("c.db"));
+  const KernelRecord kernel = MakeRecord(2048, 4096, 5.0);
+  EXPECT_EQ(*cache->FindVerified(kernel), 0);
+  KernelRecord candidate = kernel;
+  candidate.status = RecordStatus::kCandidate;
+  ASSERT_TRUE(cache->Insert(candidate).ok());
+  EXPECT_EQ(*cache->FindVerified(kernel), 0);  // not verified: not serving it
+  auto id = cache->Insert(kernel);
+  ASSERT_TRUE(id.ok());
+
+  KernelRecord retimed = kernel;  // measured again, from another source text: the same kernel
+  retimed.timing.median_us = 6.0;
+  retimed.source += "// again\n";
+  EXPECT_EQ(*cache->FindVerified(retimed), *id);
+
+  KernelRecord wider = kernel;
+  wider.launch.block[0] = 512;
+  EXPECT_EQ(*cache->FindVerified(wider), 0);
+  KernelRecord other_cubin = kernel;
+  other_cubin.cubin[0] ^= 1;
+  EXPECT_EQ(*cache->FindVerified(other_cubin), 0);
+  KernelRecord other_toolchain = kernel;
+  other_toolchain.toolchain.nvrtc_minor = 1;
+  EXPECT_EQ(*cache->FindVerified(other_toolchain), 0);
+  EXPECT_EQ(*cache->FindVerified(MakeRecord(1024)), 0);  // another key
+
+  KernelRecord bad_key = kernel;
+  bad_key.key_bytes = "not a key";
+  EXPECT_FALSE(cache->FindVerified(bad_key).ok());
+}
+
 TEST(KernelCache, UseCountsAndHitMissCounters) {
   TempDir dir;
   auto cache = OpenOrDie(dir.file("c.db"));

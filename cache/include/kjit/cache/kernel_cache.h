@@ -202,6 +202,9 @@ class KernelCache {
   Status SetStatus(int64_t id, RecordStatus status, const std::string& reason);
   Result<KernelRecord> Get(int64_t id) const;
   Status Remove(int64_t id);
+  // The id of a verified record that serves exactly this kernel (the same serve checksum: key, entry
+  // point, launch shape, toolchain and CUBIN), or 0 if there is none. `record` need not be stored.
+  Result<int64_t> FindVerified(const KernelRecord& record) const;
 
   // The shim's read path. NotFound (with the reason in the message) when no
   // record may be served for this key and reader.
