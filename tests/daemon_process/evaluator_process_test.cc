@@ -37,6 +37,14 @@ ipc::Client MakeClient(const KjitdHarness& h) {
   return ipc::Client(o);
 }
 
+// kjitd's cache, read beside it as `kjit cache` would.
+Result<std::unique_ptr<cache::KernelCache>> OpenCacheReadOnly(const KjitdHarness& h) {
+  cache::OpenOptions o;
+  o.path = h.cache_path();
+  o.read_only = true;
+  return cache::KernelCache::Open(o);
+}
+
 std::vector<std::string> FakeFlags() {
   return {"--evaluator", KJIT_FAKE_EVALUATOR, "--devices", "0", "--when", "always"};
 }
@@ -91,10 +99,7 @@ TEST(KjitdEvaluator, AgentEpisodeVerifiesStoresAndRejects) {
   EXPECT_EQ(c.SubmitCandidate(Candidate(obs->episode_id, "ok")).status().code(), StatusCode::kNotFound);
 
   // Only the accepted kernel is served; every trial is kept for learning.
-  cache::OpenOptions o;
-  o.path = h.cache_path();
-  o.read_only = true;
-  auto kc = cache::KernelCache::Open(o);
+  auto kc = OpenCacheReadOnly(h);
   ASSERT_TRUE(kc.ok());
   cache::ListFilter verified;
   verified.status = cache::RecordStatus::kVerified;
@@ -166,10 +171,7 @@ TEST(KjitdEvaluator, TheSameKernelAgainIsNotStoredTwice) {
   EXPECT_EQ(other->profile.at("already_stored"), 0.0);
   EXPECT_NE(other->profile.at("record"), first->profile.at("record"));
 
-  cache::OpenOptions o;
-  o.path = h.cache_path();
-  o.read_only = true;
-  auto kc = cache::KernelCache::Open(o);
+  auto kc = OpenCacheReadOnly(h);
   ASSERT_TRUE(kc.ok());
   cache::ListFilter verified;
   verified.status = cache::RecordStatus::kVerified;
@@ -217,10 +219,7 @@ TEST(KjitdEvaluator, FailureReportIsReverifiedByTheEvaluator) {
     EXPECT_TRUE(ack.out_of_service);
     EXPECT_EQ(ack.reverify, "started");
   }
-  cache::OpenOptions o;
-  o.path = h.cache_path();
-  o.read_only = true;
-  auto kc = cache::KernelCache::Open(o);
+  auto kc = OpenCacheReadOnly(h);
   ASSERT_TRUE(kc.ok());
   auto status = [&](int64_t id) { return (*kc)->Get(id)->status; };
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
@@ -440,10 +439,7 @@ TEST(KjitdSeveralGpus, JobsGoToAGpuOfTheKeysArch) {
   // A stored kernel says which GPU verified it (any GPU of the arch may serve it). The three trials of a
   // key submitted the same kernel: one record a key.
   {
-    cache::OpenOptions o;
-    o.path = h.cache_path();
-    o.read_only = true;
-    auto kc = cache::KernelCache::Open(o);
+    auto kc = OpenCacheReadOnly(h);
     ASSERT_TRUE(kc.ok());
     auto records = (*kc)->List(cache::ListFilter{});
     ASSERT_TRUE(records.ok());
