@@ -317,7 +317,8 @@ ipc::Body Server::Handle(const ipc::Body& request, bool* shutdown_requested) {
         } else if constexpr (std::is_same_v<T, ipc::Lookup>) {
           auto key = OpKey::Decode(r.key_bytes);
           if (!key.ok()) return fail(key.status());
-          cache::ReaderContext reader{r.arch, {r.driver_version, r.nvrtc_major, r.nvrtc_minor, r.codegen_version}};
+          cache::ReaderContext reader{r.arch, {r.driver_version, r.nvrtc_major, r.nvrtc_minor, r.codegen_version},
+                                      r.device_model.value_or("")};
           auto served = s.cache->Lookup(key->Hash(), reader);
           ipc::LookupReply reply;
           if (!served.ok()) {

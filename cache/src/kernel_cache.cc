@@ -627,8 +627,8 @@ Result<ServedKernel> KernelCache::Lookup(const Hash128& key_hash, const ReaderCo
         impl_->lookup,
         impl_->db.Prepare("SELECT id, key_bytes, entry_point, grid_x, grid_y, grid_z, block_x, block_y, block_z, "
                           "dynamic_shared_bytes, arch, driver_version, nvrtc_major, nvrtc_minor, codegen_version, "
-                          "cubin, cubin_checksum, serve_checksum, workspace_bytes FROM kernels WHERE key_hash = ? AND "
-                          "status = 1 "
+                          "cubin, cubin_checksum, serve_checksum, workspace_bytes, timing FROM kernels WHERE "
+                          "key_hash = ? AND status = 1 "
                           "ORDER BY median_us, id"));
   }
   Statement& s = *impl_->lookup;
@@ -636,7 +636,10 @@ Result<ServedKernel> KernelCache::Lookup(const Hash128& key_hash, const ReaderCo
   s.BindBlob(1, HashBlob(key_hash));
   std::string why_not;
   std::vector<std::pair<int64_t, std::string>> bad;
+  // Rows come fastest first: the first good one timed on the reader's model is served; the
+  // first good one of any model is kept in case none is.
   std::optional<ServedKernel> served;
+  std::optional<ServedKernel> other_model;
   while (!served) {
     auto row = s.Step();
     if (!row.ok()) {
@@ -659,6 +662,14 @@ Result<ServedKernel> KernelCache::Lookup(const Hash128& key_hash, const ReaderCo
       why_not = mismatch;
       continue;
     }
+    bool readers_model = true;
+    if (!reader.device_model.empty()) {
+      // Only the record's checksum guards the timing text: one that does not parse
+      // counts as another model's, and Verify finds what is wrong with it.
+      auto timing = TimingFromJson(s.Text(19));
+      readers_model = timing.ok() && TimedModel(timing->device) == reader.device_model;
+      if (!readers_model && other_model) continue;
+    }
     const std::string_view cubin = s.BlobView(15);
     r.cubin_checksum = BlobHash(s.BlobView(16));
     if (HashBytes(cubin) != r.cubin_checksum) {
@@ -669,7 +680,8 @@ Result<ServedKernel> KernelCache::Lookup(const Hash128& key_hash, const ReaderCo
       bad.emplace_back(s.Int(0), "serve checksum mismatch");
       continue;
     }
-    served = ServedKernel{s.Int(0), std::string(cubin), std::move(r.entry_point), r.launch};
+    ServedKernel k{s.Int(0), std::string(cubin), std::move(r.entry_point), r.launch};
+    (readers_model ? served : other_model) = std::move(k);
   }
   s.Reset();
   for (const auto& [id, reason] : bad) {
@@ -677,6 +689,7 @@ Result<ServedKernel> KernelCache::Lookup(const Hash128& key_hash, const ReaderCo
     why_not = "a record failed its checksum and was quarantined";
   }
   if (served) return *served;
+  if (other_model) return *other_model;
   return NotFound(why_not.empty() ? "no verified kernel for this key" : "no kernel served: " + why_not);
 }
 

@@ -48,6 +48,13 @@ Result<RecordStatus> ParseRecordStatus(std::string_view name) {
                          "' (one of candidate, verified, rejected, quarantined)");
 }
 
+std::string TimedModel(std::string_view device) {
+  const size_t space = device.rfind(' ');
+  const std::string_view last = space == std::string_view::npos ? device : device.substr(space + 1);
+  if (!last.starts_with("GPU-") && !last.starts_with("MIG-")) return std::string(device);
+  return space == std::string_view::npos ? std::string() : std::string(device.substr(0, space));
+}
+
 std::string Toolchain::ToString() const {
   auto cuda = [](int v) { return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10); };
   return "driver " + cuda(driver_version) + ", nvrtc " + std::to_string(nvrtc_major) + "." +

@@ -119,6 +119,7 @@ EmptyStridedCuda FindEmptyStridedCuda(const TorchCudaSymbols& torch_cuda) {
 struct DeviceSlot {
   std::atomic<int> ready{0};  // 0: not tried, 1: usable, 2: unusable
   int arch = 0;
+  std::string model;  // DeviceInfo::name, e.g. "NVIDIA H200"
   std::mutex mutex;
   std::optional<PrimaryContext> context;
 };
@@ -198,6 +199,7 @@ class Adapter final : public KernelSource {
         auto context = PrimaryContext::Retain(index);
         if (context.ok()) {
           slot.arch = context->info().arch();
+          slot.model = context->info().name;
           slot.context.emplace(std::move(*context));
           ready = 1;
         } else {
@@ -211,14 +213,15 @@ class Adapter final : public KernelSource {
   }
 
   // ---- KernelSource (also used by the announcement thread)
-  Result<cache::ServedKernel> LookupRecord(const Hash128& hash, int arch) override {
+  Result<cache::ServedKernel> LookupRecord(const Hash128& hash, int device, int arch) override {
+    const DeviceSlot* slot = Device(device);
     std::lock_guard lock(cache_mutex_);
     if (cache_ == nullptr) {
       cache::OpenOptions options;
       options.create = false;  // no cache file yet: every key is a miss until kjitd makes one
       KJIT_ASSIGN_OR_RETURN(cache_, cache::KernelCache::Open(options));
     }
-    return cache_->Lookup(hash, ReaderFor(arch));
+    return cache_->Lookup(hash, ReaderFor(arch, slot != nullptr ? slot->model : ""));
   }
 
   Result<std::unique_ptr<LoadedKernel>> Load(int device, const cache::ServedKernel& served) override {
@@ -531,7 +534,7 @@ void ResolveFirstSight(Adapter& a, const c10::OperatorHandle& op, const Decision
       outputs.push_back(std::move(o));
     }
     a.StartAnnouncements();
-    auto served = a.LookupRecord(d.hash, d.arch);
+    auto served = a.LookupRecord(d.hash, d.device, d.arch);
     if (!served.ok()) {
       if (served.status().code() != StatusCode::kNotFound) a.Log("cache: ", served.status().ToString());
       entry.ResolveNegative(std::move(outputs));

@@ -88,7 +88,7 @@ std::string AnnouncementListener::Handle(int arch, const std::string& key_hash_h
     }
     // The cache decides what is served (verified, this arch and toolchain, checksums):
     // the announced record id is a hint, the lookup is the authority.
-    auto served = source_->LookupRecord(*hash, arch);
+    auto served = source_->LookupRecord(*hash, device, arch);
     if (!served.ok()) {
       what = "not served: " + served.status().ToString();
       continue;

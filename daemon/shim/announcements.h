@@ -25,7 +25,10 @@ namespace kjit::shim {
 class KernelSource {
  public:
   virtual ~KernelSource() = default;
-  virtual Result<cache::ServedKernel> LookupRecord(const Hash128& hash, int arch) = 0;
+  // The record the cache serves for the key to a process on `device` (of `arch`): the
+  // device's model is part of the question (kernel_cache.h's Lookup prefers records
+  // timed on the reader's model), so two GPUs of one arch may be served different records.
+  virtual Result<cache::ServedKernel> LookupRecord(const Hash128& hash, int device, int arch) = 0;
   virtual Result<std::unique_ptr<LoadedKernel>> Load(int device, const cache::ServedKernel& served) = 0;
   virtual EntryTable& Table() = 0;
   virtual std::vector<std::pair<int, int>> DevicesInUse() = 0;  // (device, arch)

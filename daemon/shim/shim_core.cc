@@ -319,6 +319,8 @@ std::string StageProfile::Json() const {
   return out + "]}";
 }
 
-cache::ReaderContext ReaderFor(int arch) { return cache::ReaderContext{arch, cache::RunningToolchain()}; }
+cache::ReaderContext ReaderFor(int arch, std::string device_model) {
+  return cache::ReaderContext{arch, cache::RunningToolchain(), std::move(device_model)};
+}
 
 }  // namespace kjit::shim

@@ -65,6 +65,7 @@ struct Schema<Lookup> {
     visit("nvrtc_major", m.nvrtc_major);
     visit("nvrtc_minor", m.nvrtc_minor);
     visit("codegen_version", m.codegen_version);
+    visit("device_model", m.device_model);
   }
 };
 template <>

@@ -48,6 +48,37 @@ TEST(Corruption, FlippedCubinBytesAreQuarantinedOnLookup) {
   EXPECT_FALSE(cache->Lookup(Key(2), kReader).ok());  // and stays out
 }
 
+// With a preference for the reader's GPU model (kernel_cache.h), a damaged record of
+// that model is still quarantined and the next one of the model served, not another
+// model's faster one.
+TEST(Corruption, ADamagedRecordOfTheReadersModelGivesWayToTheNextOfItsModel) {
+  TempDir dir;
+  const std::string path = dir.file("c.db");
+  int64_t other_model = 0, bad_id = 0, next_id = 0;
+  {
+    auto cache = OpenOrDie(path);
+    auto timed_on = [](double median_us, const std::string& device) {
+      KernelRecord r = MakeRecord(3, 4096, median_us);
+      r.timing.device = device;
+      r.cubin = Pattern(static_cast<uint64_t>(median_us), 4096);
+      return r;
+    };
+    other_model = *cache->Insert(timed_on(1.0, "NVIDIA H100 GPU-1"));
+    bad_id = *cache->Insert(timed_on(2.0, "NVIDIA H200 GPU-2"));
+    next_id = *cache->Insert(timed_on(5.0, "NVIDIA H200 GPU-3"));
+  }
+  Sql(path, "UPDATE kernels SET cubin = substr(cubin, 1, 99) || x'ff' || substr(cubin, 101) WHERE id = " +
+                std::to_string(bad_id));
+  auto cache = OpenOrDie(path);
+  ReaderContext h200 = kReader;
+  h200.device_model = "NVIDIA H200";
+  auto served = cache->Lookup(Key(3), h200);
+  ASSERT_TRUE(served.ok()) << served.status().ToString();
+  EXPECT_EQ(served->id, next_id);
+  EXPECT_EQ(cache->Get(bad_id)->status, RecordStatus::kQuarantined);
+  EXPECT_EQ(cache->Lookup(Key(3), kReader)->id, other_model);
+}
+
 TEST(Corruption, ChangedLaunchFieldsAreCaughtByTheServeChecksum) {
   TempDir dir;
   const std::string path = dir.file("c.db");

@@ -107,6 +107,52 @@ TEST(KernelCache, LookupServesOnlyVerifiedMatchingRecords) {
   EXPECT_EQ(cache->Lookup(key, other_driver).status().code(), StatusCode::kNotFound);
 }
 
+TEST(KernelCache, TimedModelIsTheDeviceNameWithoutItsUuid) {
+  EXPECT_EQ(TimedModel("NVIDIA H200 GPU-6d75a55a-1c2e-4f3b-9a0d-0123456789ab"), "NVIDIA H200");
+  EXPECT_EQ(TimedModel("NVIDIA H100 80GB HBM3 GPU-1111"), "NVIDIA H100 80GB HBM3");
+  EXPECT_EQ(TimedModel("NVIDIA A100-SXM4-40GB MIG-2222"), "NVIDIA A100-SXM4-40GB");
+  EXPECT_EQ(TimedModel("NVIDIA H200"), "NVIDIA H200");  // no UUID: all of it
+  EXPECT_EQ(TimedModel("GPU-6d75a55a"), "");           // a UUID alone: no model
+  EXPECT_EQ(TimedModel(""), "");
+}
+
+// One arch spans GPU models whose timings do not compare (an H100's and an H200's
+// are both sm_90): a reader is served the fastest record timed on its own model, and
+// the fastest of all only when its model has none.
+TEST(KernelCache, LookupPrefersRecordsTimedOnTheReadersModel) {
+  TempDir dir;
+  auto cache = OpenOrDie(dir.file("c.db"));
+  const Hash128 key = OpKey::Decode(KeyBytes(2048))->Hash();
+  auto timed_on = [](double median_us, const std::string& device) {
+    KernelRecord r = MakeRecord(2048, 4096, median_us);
+    r.timing.device = r.baseline.device = device;
+    r.cubin = Pattern(static_cast<uint64_t>(median_us * 10), 4096);  // another kernel each
+    return r;
+  };
+  const int64_t unknown = *cache->Insert(timed_on(3.0, ""));  // stored before records named their GPU
+  const int64_t h100 = *cache->Insert(timed_on(4.0, "NVIDIA H100 80GB HBM3 GPU-1111"));
+  const int64_t h200_slower = *cache->Insert(timed_on(9.0, "NVIDIA H200 GPU-3333"));
+  const int64_t h200 = *cache->Insert(timed_on(6.0, "NVIDIA H200 GPU-2222"));
+
+  auto served_to = [&](const std::string& model) {
+    ReaderContext reader = kReader;
+    reader.device_model = model;
+    auto served = cache->Lookup(key, reader);
+    EXPECT_TRUE(served.ok()) << served.status().ToString();
+    return served.ok() ? served->id : int64_t{-1};
+  };
+  EXPECT_EQ(served_to(""), unknown) << "no model: the fastest of all";
+  EXPECT_EQ(served_to("NVIDIA H200"), h200);
+  EXPECT_EQ(served_to("NVIDIA H100 80GB HBM3"), h100);
+  EXPECT_EQ(served_to("NVIDIA H100"), unknown) << "a model name is matched whole, not as a prefix";
+  EXPECT_EQ(served_to("NVIDIA H800"), unknown) << "none timed on this model: the fastest of all";
+
+  ASSERT_TRUE(cache->SetStatus(h200, RecordStatus::kRejected, "test").ok());
+  EXPECT_EQ(served_to("NVIDIA H200"), h200_slower) << "only verified records count";
+  ASSERT_TRUE(cache->SetStatus(h200_slower, RecordStatus::kRejected, "test").ok());
+  EXPECT_EQ(served_to("NVIDIA H200"), unknown);
+}
+
 // kjitd asks before storing a kernel it verified again: only a verified record serving exactly the same
 // kernel (serve checksum: key, entry point, launch, toolchain, CUBIN) counts; timings and sources do not.
 TEST(KernelCache, FindVerifiedMatchesTheServedKernelOnly) {

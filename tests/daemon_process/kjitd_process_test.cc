@@ -78,7 +78,7 @@ TEST(Kjitd, AnswersEveryRequest) {
   EXPECT_EQ(c.GetTask(999).status().code(), StatusCode::kNotFound);
   EXPECT_EQ(c.Submit("not a key", 0).status().code(), StatusCode::kCorruption);
 
-  ipc::Lookup lookup{KeyBytes(200), 90, 13000, 13, 0, 1};
+  ipc::Lookup lookup{KeyBytes(200), 90, 13000, 13, 0, 1, std::nullopt};
   auto miss = c.Lookup(lookup);
   ASSERT_TRUE(miss.ok());
   EXPECT_FALSE(miss->found);
@@ -306,7 +306,7 @@ TEST(Kjitd, FailureReportTakesTheRecordOutOfServiceAndQueuesReverification) {
     other = *(*writer)->Insert(VerifiedRecord(401));
   }
   ipc::Client c = MakeClient(h);
-  ipc::Lookup lookup{KeyBytes(400), 90, 13000, 13, 0, 1};
+  ipc::Lookup lookup{KeyBytes(400), 90, 13000, 13, 0, 1, std::nullopt};
   ASSERT_TRUE(c.Lookup(lookup)->found);
 
   ASSERT_TRUE(c.ReportFailure({KeyBytes(400), failing, "launch", "CUDA_ERROR_INVALID_VALUE: too many threads"}));

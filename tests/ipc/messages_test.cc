@@ -50,7 +50,7 @@ std::vector<Envelope> SampleMessages() {
   auto add = [&](Body body) { out.push_back(Envelope{kProtocolVersion, id++, std::move(body)}); };
   add(Hello{"kjit-shim/0.1", 4242, {"lookup", "report_miss"}});
   add(HelloReply{"kjitd/0.1", 7, {"lookup", "agent_env"}, "ipc:///run/user/1000/kjit/kjitd-announce.sock"});
-  add(Lookup{kBinaryBytes, 90, 13000, 13, 1, 5});
+  add(Lookup{kBinaryBytes, 90, 13000, 13, 1, 5, "NVIDIA H200"});
   LookupReply lookup_reply;
   lookup_reply.found = true;
   lookup_reply.record_id = 31337;
@@ -144,6 +144,7 @@ void ExpectSame(const Lookup& a, const Lookup& b) {
   EXPECT_EQ(a.nvrtc_major, b.nvrtc_major);
   EXPECT_EQ(a.nvrtc_minor, b.nvrtc_minor);
   EXPECT_EQ(a.codegen_version, b.codegen_version);
+  EXPECT_EQ(a.device_model, b.device_model);
 }
 void ExpectSame(const LookupReply& a, const LookupReply& b) {
   EXPECT_EQ(a.found, b.found);
@@ -517,6 +518,13 @@ TEST(IpcMessages, OptionalFieldMayBeAbsent) {
   const std::string bytes = Encode(Envelope{kProtocolVersion, 5, plain});
   EXPECT_EQ(bytes.find("evaluators"), std::string::npos);
 
+  // lookup.device_model too: an older shim's lookup decodes with no model preference.
+  Edit lookup("lookup");
+  lookup.Erase(lookup.body(), "device_model");
+  Result<Envelope> old_lookup = Decode(lookup.Bytes());
+  ASSERT_TRUE(old_lookup.ok()) << old_lookup.status().ToString();
+  EXPECT_FALSE(std::get<Lookup>(old_lookup->body).device_model.has_value());
+
   // Present, it is checked like any field.
   Edit wrong("stats_reply");
   wrong.Set(wrong.body(), "evaluators", wrong.Value(std::string("all fine")));
@@ -709,9 +717,9 @@ TEST(IpcDecode, RejectsDuplicateAndNonStringKeys) {
                          /*append=*/true);
   EXPECT_EQ(DecodeError(duplicate_envelope.Bytes()), "envelope.type: field appears twice");
 
-  Edit int_key("lookup");
+  Edit int_key("lookup");  // its sample has 7 fields (entries 0-6): the int key comes after them
   int_key.SetRawKey(int_key.body(), int_key.Value(7), int_key.Value(7));
-  EXPECT_EQ(DecodeError(int_key.Bytes()), "lookup: field names must be str, got int (entry 6)");
+  EXPECT_EQ(DecodeError(int_key.Bytes()), "lookup: field names must be str, got int (entry 7)");
 
   Edit counter_key("stats_reply");
   counter_key.SetRawKey(*Edit::Find(counter_key.body(), "counters"), counter_key.Value(7), counter_key.Value(1.0));

@@ -483,6 +483,9 @@ class FakeSource : public KernelSource {
  public:
   EntryTable table;
   std::map<std::string, int64_t> records;  // key hash hex -> record id served
+  // (device, key hash hex) -> record id served to that device instead (another model's choice)
+  std::map<std::pair<int, std::string>, int64_t> records_for_device;
+  std::vector<int> looked_up_on;
   bool fail_load = false;
   int fail_on_device = -1;  // a load on this device fails
   int loads = 0;
@@ -494,10 +497,15 @@ class FakeSource : public KernelSource {
     std::string stage, reason;
   };
   std::vector<Failure> failures;
-  Result<cache::ServedKernel> LookupRecord(const Hash128& hash, int) override {
+  Result<cache::ServedKernel> LookupRecord(const Hash128& hash, int device, int) override {
+    looked_up_on.push_back(device);
+    cache::ServedKernel k;
+    if (auto own = records_for_device.find({device, hash.ToHex()}); own != records_for_device.end()) {
+      k.id = own->second;
+      return k;
+    }
     auto it = records.find(hash.ToHex());
     if (it == records.end()) return NotFound("no record");
-    cache::ServedKernel k;
     k.id = it->second;
     return k;
   }
@@ -579,6 +587,31 @@ TEST(ShimAnnouncements, EachDeviceOfTheArchGetsItsOwnModule) {
   ASSERT_EQ(source.failures.size(), 1u);
   EXPECT_EQ(source.failures[0].record_id, 6);
   EXPECT_EQ(listener.swaps(), 3u);
+}
+
+// Two GPUs of one arch but different models (an H100 and an H200 are both sm_90): the
+// cache is asked for each device, so each may be served the record timed on its model.
+TEST(ShimAnnouncements, EachDeviceIsServedTheRecordTheCacheChoosesForIt) {
+  FakeSource source;
+  source.devices = {{0, 90}, {1, 90}};
+  AnnouncementListener listener(&source, "ipc:///nonexistent/kjit-test.sock");  // never started
+  const Hash128 h = HashBytes("two models");
+  std::vector<Entry*> e;
+  for (int device : {0, 1}) {
+    bool created = false;
+    e.push_back(source.table.FindOrCreate(h, device, "two models", &created));
+    ASSERT_TRUE(e.back()->ResolveNegative(OneOutput()));
+  }
+  source.records[h.ToHex()] = 5;
+  source.records_for_device[{1, h.ToHex()}] = 8;
+  EXPECT_EQ(listener.Handle(90, h.ToHex(), 8), "device 0: swapped in record 5; device 1: swapped in record 8");
+  EXPECT_EQ(source.looked_up_on, (std::vector<int>{0, 1}));
+  EXPECT_EQ(e[0]->kernel()->record_id, 5);
+  EXPECT_EQ(e[1]->kernel()->record_id, 8);
+  // Announcing record 5 again changes nothing on device 1: its model is served record 8.
+  EXPECT_EQ(listener.Handle(90, h.ToHex(), 5),
+            "device 0: ignored: already loaded; device 1: ignored: the cache still serves the loaded record");
+  EXPECT_EQ(listener.swaps(), 2u);
 }
 
 TEST(ShimAnnouncements, StartsAndStopsWithoutKjitd) {

@@ -10,6 +10,11 @@
 //   record that fails it is quarantined (status kQuarantined, with the reason)
 //   and never served again. Lookup does not write otherwise; use counts and
 //   per-key hit/miss counters arrive in batches through RecordUses.
+// - Of a key's servable records Lookup takes the lowest median among those timed
+//   on the reader's GPU model, and only when there is none the lowest median of
+//   all: one arch spans models (an H100 and an H200 are both sm_90) whose
+//   timings do not compare, and a record timed on the reader's model is the one
+//   measured faster than PyTorch there.
 // - The total size of stored kernels is kept under a limit (default 1 GiB) by
 //   evicting the least recently used records when an insert goes over it.
 // - Opening a file that is not a kjit cache, or one written by a newer kjit
@@ -49,6 +54,9 @@ struct OpenOptions {
 struct ReaderContext {
   int arch = 0;
   Toolchain toolchain;
+  // The reader's GPU model as the driver names it ("NVIDIA H200"; TimedModel of a
+  // record's Timing::device). Empty: no preference among the key's records.
+  std::string device_model;
 };
 
 // What the shim needs to launch a cached kernel.

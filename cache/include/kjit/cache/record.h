@@ -56,11 +56,19 @@ struct Timing {
   double median_us = 0;
   double spread_us = 0;  // interquartile range of the runs
   int runs = 0;
-  std::string device;    // e.g. "NVIDIA H200 GPU-6d75a55a-..."
+  // The GPU that timed it: its model name, a space and its UUID, e.g.
+  // "NVIDIA H200 GPU-6d75a55a-..."; empty if not known (records before kjitd named it).
+  std::string device;
   int sm_clock_khz = 0;  // 0 if not known
   int memory_clock_khz = 0;
   friend bool operator==(const Timing&, const Timing&) = default;
 };
+
+// The model part of Timing::device ("NVIDIA H200" of "NVIDIA H200 GPU-6d75..."): the
+// text before a last word that is a GPU or MIG UUID (empty if that word is all), or all of it
+// when there is none.
+// Timings are comparable only between GPUs of one model: an H100 and an H200 share sm_90.
+std::string TimedModel(std::string_view device);
 
 struct Verification {
   std::vector<uint64_t> seeds;

@@ -55,6 +55,9 @@ struct Lookup {  // -> LookupReply
   int32_t nvrtc_major = 0;
   int32_t nvrtc_minor = 0;
   int32_t codegen_version = 0;
+  // Optional (added within version 1): the reader's GPU model ("NVIDIA H200"). Of the key's
+  // records, one timed on this model is served first (kernel_cache.h). Absent: any model.
+  std::optional<std::string> device_model;
 };
 struct LookupReply {
   bool found = false;
