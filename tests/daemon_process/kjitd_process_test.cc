@@ -87,14 +87,25 @@ TEST(Kjitd, AnswersEveryRequest) {
     o.path = h.cache_path();
     auto writer = cache::KernelCache::Open(o);
     ASSERT_TRUE(writer.ok());
-    ASSERT_TRUE((*writer)->Insert(VerifiedRecord(200)).ok());
+    cache::KernelRecord h200 = VerifiedRecord(200);
+    h200.timing.device = "NVIDIA H200 GPU-2";
+    ASSERT_TRUE((*writer)->Insert(h200).ok());
+    cache::KernelRecord h100 = VerifiedRecord(200);  // faster, but timed on another model of the arch
+    h100.timing.device = "NVIDIA H100 GPU-1";
+    h100.timing.median_us = 0.5;
+    h100.cubin = std::string(512, 'd');
+    ASSERT_TRUE((*writer)->Insert(h100).ok());
   }
   auto hit = c.Lookup(lookup);
   ASSERT_TRUE(hit.ok()) << hit.status().ToString();
   ASSERT_TRUE(hit->found) << hit->reason;
-  EXPECT_EQ(hit->cubin, std::string(512, 'c'));
+  EXPECT_EQ(hit->cubin, std::string(512, 'd')) << "no model asked: the fastest of all";
   EXPECT_EQ(hit->grid[0], 7u);
   EXPECT_EQ(hit->block[0], 128u);
+  lookup.device_model = "NVIDIA H200";
+  auto own_model = c.Lookup(lookup);
+  ASSERT_TRUE(own_model.ok() && own_model->found) << own_model.status().ToString();
+  EXPECT_EQ(own_model->cubin, std::string(512, 'c')) << "the record timed on the reader's model";
 
   EXPECT_EQ(c.Call(ipc::OpenEpisode{KeyBytes(1)}).status().code(), StatusCode::kUnavailable);
 
@@ -103,8 +114,8 @@ TEST(Kjitd, AnswersEveryRequest) {
   EXPECT_EQ(tasks->size(), 1u);
   auto stats = c.Stats();
   ASSERT_TRUE(stats.ok());
-  EXPECT_GE(stats->counters["requests"], 8.0);
-  EXPECT_EQ(stats->counters["lookup_hits"], 1.0);
+  EXPECT_GE(stats->counters["requests"], 9.0);
+  EXPECT_EQ(stats->counters["lookup_hits"], 2.0);
   EXPECT_EQ(stats->counters["tasks_queued"], 1.0);
 
   const Status down = c.Shutdown();
