@@ -177,7 +177,8 @@ Json SummaryJson(const RecordSummary& s) {
               {"size_bytes", s.size_bytes},
               {"created_unix_ms", s.created_unix_ms},
               {"last_used_unix_ms", s.last_used_unix_ms},
-              {"use_count", s.use_count}};
+              {"use_count", s.use_count},
+              {"timed_on", s.timed_on}};
 }
 
 Json TimingJson(const kjit::cache::Timing& t) {

@@ -152,7 +152,7 @@ constexpr const char* kKernelColumns =
 constexpr const char* kSummaryColumns =
     "id, key_hash, key_text, op, arch, status, median_us, baseline_us, "
     "CASE WHEN median_us > 0 THEN baseline_us / median_us ELSE 0 END AS speedup, size_bytes, created_ms, "
-    "last_used_ms, use_count";
+    "last_used_ms, use_count, timing";
 
 int64_t NowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
@@ -313,6 +313,7 @@ RecordSummary ReadSummary(const Statement& s) {
   r.created_unix_ms = s.Int(10);
   r.last_used_unix_ms = s.Int(11);
   r.use_count = static_cast<uint64_t>(s.Int(12));
+  if (auto timing = TimingFromJson(s.Text(13)); timing.ok()) r.timed_on = TimedModel(timing->device);
   return r;
 }
 

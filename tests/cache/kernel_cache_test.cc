@@ -146,6 +146,12 @@ TEST(KernelCache, LookupPrefersRecordsTimedOnTheReadersModel) {
   EXPECT_EQ(served_to("NVIDIA H100 80GB HBM3"), h100);
   EXPECT_EQ(served_to("NVIDIA H100"), unknown) << "a model name is matched whole, not as a prefix";
   EXPECT_EQ(served_to("NVIDIA H800"), unknown) << "none timed on this model: the fastest of all";
+  std::map<int64_t, std::string> listed;  // what `kjit cache ls --json` shows as timed_on
+  auto summaries = cache->List();
+  ASSERT_TRUE(summaries.ok()) << summaries.status().ToString();
+  for (const RecordSummary& r : *summaries) listed[r.id] = r.timed_on;
+  EXPECT_EQ(listed, (std::map<int64_t, std::string>{
+                        {unknown, ""}, {h100, "NVIDIA H100 80GB HBM3"}, {h200_slower, "NVIDIA H200"}, {h200, "NVIDIA H200"}}));
 
   ASSERT_TRUE(cache->SetStatus(h200, RecordStatus::kRejected, "test").ok());
   EXPECT_EQ(served_to("NVIDIA H200"), h200_slower) << "only verified records count";

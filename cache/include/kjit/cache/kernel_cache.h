@@ -82,6 +82,7 @@ struct RecordSummary {
   int64_t created_unix_ms = 0;
   int64_t last_used_unix_ms = 0;
   uint64_t use_count = 0;
+  std::string timed_on;  // the GPU model that timed it (TimedModel), empty if not known
 };
 
 struct ListFilter {
