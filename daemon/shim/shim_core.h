@@ -352,6 +352,6 @@ class StageProfile {
 // The toolchain a record must have been built with to be served here: the
 // versions kjitd records when it stores a kernel (cache::RunningToolchain);
 // `device_model` (DeviceInfo::name) picks among the key's records.
-cache::ReaderContext ReaderFor(int arch, std::string device_model = "");
+cache::ReaderContext ReaderFor(int arch, std::string device_model);
 
 }  // namespace kjit::shim
