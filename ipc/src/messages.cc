@@ -152,6 +152,14 @@ struct Schema<TaskInfo> {
     visit("detail", m.detail);
     visit("created_unix_ms", m.created_unix_ms);
     visit("updated_unix_ms", m.updated_unix_ms);
+    visit("round", m.round);
+    visit("trials", m.trials);
+    visit("best_us", m.best_us);
+    visit("baseline_us", m.baseline_us);
+    visit("floor_us", m.floor_us);
+    visit("record_id", m.record_id);
+    visit("policy_version", m.policy_version);
+    visit("claimed_by", m.claimed_by);
   }
 };
 template <>

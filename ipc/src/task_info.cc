@@ -19,6 +19,14 @@ TaskInfo ToTaskInfo(const cache::Task& t) {
   i.detail = t.detail;
   i.created_unix_ms = t.created_unix_ms;
   i.updated_unix_ms = t.updated_unix_ms;
+  i.round = t.round;
+  i.trials = t.trials;
+  i.best_us = t.best_us;
+  i.baseline_us = t.baseline_us;
+  i.floor_us = t.floor_us;
+  i.record_id = t.record_id;
+  i.policy_version = t.policy_version;
+  if (!t.claimed_by.empty()) i.claimed_by = t.claimed_by;
   return i;
 }
 

@@ -4,6 +4,7 @@
 #include <sqlite3.h>
 
 #include <fstream>
+#include <map>
 
 #include "cache_test_util.h"
 
@@ -504,14 +505,177 @@ TEST(KernelCache, MissesMergeIntoOneTaskOrderedByExpectedGain) {
   EXPECT_TRUE(sub->merged);
   EXPECT_EQ(sub->task_id, b->task_id);
   EXPECT_EQ((*cache->ClaimNextTask())->id, b->task_id);
-  // A running task still absorbs misses; once done, a new miss opens a new task.
+  // A running task still absorbs misses; once done, the key's row keeps counting them without reopening.
   EXPECT_TRUE(cache->AddMiss(KeyBytes(2), 1, 1.0)->merged);
   ASSERT_TRUE(cache->FinishTask(b->task_id, true, "ok").ok());
-  auto fresh = cache->AddMiss(KeyBytes(2), 1, 1.0);
-  ASSERT_TRUE(fresh.ok());
-  EXPECT_FALSE(fresh->merged);
-  EXPECT_NE(fresh->task_id, b->task_id);
+  auto later = cache->AddMiss(KeyBytes(2), 1, 1.0);
+  ASSERT_TRUE(later.ok());
+  EXPECT_TRUE(later->merged);
+  EXPECT_FALSE(later->reopened);
+  EXPECT_EQ(later->task_id, b->task_id);
+  EXPECT_EQ(cache->GetTask(b->task_id)->state, "done");
   EXPECT_FALSE(cache->AddMiss(KeyBytes(3), 1, -1.0).ok());
+}
+
+// A round's end, as a tuner writes it.
+TaskResult Ended(const std::string& state, const std::string& detail = "", int trials = 0) {
+  TaskResult r;
+  r.state = state;
+  r.detail = detail;
+  r.trials = trials;
+  return r;
+}
+
+TaskResult Found(const std::string& state, const std::string& detail, int trials, double best_us, double baseline_us,
+                 double floor_us, int64_t record, const std::string& policy) {
+  TaskResult r = Ended(state, detail, trials);
+  r.best_us = best_us;
+  r.baseline_us = baseline_us;
+  r.floor_us = floor_us;
+  r.record_id = record;
+  r.policy_version = policy;
+  return r;
+}
+
+ClaimOptions By(const std::string& claimer, int64_t lease_ms = 300000, int64_t now = 0) {
+  ClaimOptions c;
+  c.claimer = claimer;
+  c.lease = std::chrono::milliseconds(lease_ms);
+  c.now_unix_ms = now;
+  return c;
+}
+
+// A done key comes back when its calls grow kRetuneCallsFactor-fold since it was tuned, unless its kernel is
+// already near the floor; an unfit key never does; a submission always reopens.
+TEST(KernelCache, ClosedTasksReopenWhenTheirCallsGrow) {
+  TempDir dir;
+  auto cache = OpenOrDie(dir.file("c.db"));
+  const std::string slow = KeyBytes(1), near_floor = KeyBytes(2), unfit = KeyBytes(3);
+  for (const auto& key : {slow, near_floor, unfit}) ASSERT_TRUE(cache->AddMiss(key, 100, 10.0).ok());
+  std::map<std::string, int64_t> ids;
+  for (int i = 0; i < 3; ++i) {
+    auto t = cache->ClaimTask(By("tuner-a"));
+    ASSERT_TRUE(t.ok() && t->has_value());
+    EXPECT_EQ((*t)->calls_at_tune, 100u);
+    ids[(*t)->key_bytes] = (*t)->id;
+  }
+  TaskResult done = Ended("done", "no kernel beat PyTorch", 3);
+  done.round_done = true;
+  done.baseline_us = 10;
+  done.floor_us = 4;
+  ASSERT_TRUE(cache->CompleteTask(ids[slow], "tuner-a", done).ok());
+  TaskResult good = done;
+  good.detail = "kernel";
+  good.best_us = 4.5;  // within kNearFloor of the 4 us floor
+  good.record_id = 7;
+  good.policy_version = "p-1";
+  ASSERT_TRUE(cache->CompleteTask(ids[near_floor], "tuner-a", good).ok());
+  ASSERT_TRUE(cache->CompleteTask(ids[unfit], "tuner-a", Ended("unfit", "needs 200 GB")).ok());
+
+  // 299 more calls leave each key under 4 x 100; the 400th reopens the slow key only.
+  for (const auto& key : {slow, near_floor, unfit}) {
+    auto m = cache->AddMiss(key, 299, 10.0);
+    ASSERT_TRUE(m.ok());
+    EXPECT_FALSE(m->reopened);
+  }
+  auto grown = cache->AddMiss(slow, 1, 10.0);
+  ASSERT_TRUE(grown.ok());
+  EXPECT_TRUE(grown->reopened);
+  EXPECT_EQ(grown->task_id, ids[slow]);
+  EXPECT_FALSE(cache->AddMiss(near_floor, 1000, 10.0)->reopened);
+  EXPECT_FALSE(cache->AddMiss(unfit, 1000, 10.0)->reopened);
+  auto slow_task = cache->GetTask(ids[slow]);
+  ASSERT_TRUE(slow_task.ok());
+  EXPECT_EQ(slow_task->state, "queued");
+  EXPECT_EQ(slow_task->round, 1);
+  EXPECT_EQ(slow_task->trials, 3);
+  auto kept = cache->GetTask(ids[near_floor]);
+  ASSERT_TRUE(kept.ok());
+  EXPECT_EQ(kept->state, "done");
+  EXPECT_DOUBLE_EQ(kept->best_us, 4.5);
+  EXPECT_EQ(kept->record_id, 7);
+  EXPECT_EQ(kept->policy_version, "p-1");
+  EXPECT_EQ(cache->GetTask(ids[unfit])->state, "unfit");
+  EXPECT_EQ(cache->ListTasks()->size(), 3u);  // one row a key
+
+  // A user's submission reopens even an unfit key.
+  auto asked = cache->SubmitTask(unfit, 5, "user asked");
+  ASSERT_TRUE(asked.ok());
+  EXPECT_TRUE(asked->reopened);
+  EXPECT_EQ(cache->GetTask(ids[unfit])->state, "queued");
+}
+
+// Several tuners on one queue: a key is claimed once; a lease that runs out frees the claim; only the claimer
+// renews or completes; a task handed back to wait is not claimed before its time; results keep the best.
+TEST(KernelCache, ClaimsHoldLeasesAndOneKeyHasOneTuner) {
+  TempDir dir;
+  auto cache = OpenOrDie(dir.file("c.db"));
+  OpenOptions other_options;
+  other_options.path = dir.file("c.db");
+  auto opened = KernelCache::Open(other_options);  // a second tuner's connection
+  ASSERT_TRUE(opened.ok());
+  KernelCache& other = **opened;
+  ASSERT_TRUE(cache->AddMiss(KeyBytes(1), 10, 5.0).ok());
+  ASSERT_TRUE(cache->AddMiss(KeyBytes(2), 1, 5.0).ok());
+  const int64_t t0 = 1'000'000;
+  ClaimOptions a = By("tuner-a", 1000, t0);
+  ClaimOptions b = By("tuner-b", 1000, t0);
+  auto first = cache->ClaimTask(a);
+  ASSERT_TRUE(first.ok() && first->has_value());
+  EXPECT_EQ((*first)->key_bytes, KeyBytes(1));  // the larger expected gain
+  auto second = other.ClaimTask(b);
+  ASSERT_TRUE(second.ok() && second->has_value());
+  EXPECT_EQ((*second)->key_bytes, KeyBytes(2));
+  EXPECT_FALSE(other.ClaimTask(b)->has_value());  // nothing left: a running key is not claimed again
+
+  // b renews; a does not, and its lease runs out: b may take a's key, and a's claim is lost.
+  b.now_unix_ms = t0 + 900;
+  ASSERT_TRUE(other.RenewClaim((*second)->id, b).ok());
+  b.now_unix_ms = t0 + 1500;
+  auto taken = other.ClaimTask(b);
+  ASSERT_TRUE(taken.ok() && taken->has_value());
+  EXPECT_EQ((*taken)->id, (*first)->id);
+  EXPECT_EQ((*taken)->attempts, 2);
+  EXPECT_EQ(cache->RenewClaim((*first)->id, a).code(), StatusCode::kUnavailable);
+  EXPECT_EQ(cache->CompleteTask((*first)->id, "tuner-a", Ended("done", "late")).code(), StatusCode::kUnavailable);
+  EXPECT_EQ(other.GetTask((*second)->id)->claimed_by, "tuner-b");  // renewed: not expired at t0 + 1500
+
+  // b hands key 1 back to wait 10 s (GPU memory short now): it is not claimable before then.
+  TaskResult wait = Ended("queued", "the GPU lacks the memory now");
+  wait.not_before_unix_ms = t0 + 11'500;
+  ASSERT_TRUE(other.CompleteTask((*taken)->id, "tuner-b", wait).ok());
+  ASSERT_TRUE(other.CompleteTask((*second)->id, "tuner-b", Ended("done", "key 2 tuned", 1)).ok());
+  ClaimOptions c = By("tuner-c", 1000, t0 + 2000);
+  EXPECT_FALSE(cache->ClaimTask(c)->has_value());
+  c.now_unix_ms = t0 + 12'000;
+  auto back = cache->ClaimTask(c);
+  ASSERT_TRUE(back.ok() && back->has_value());
+  EXPECT_EQ((*back)->id, (*first)->id);
+  EXPECT_EQ((*back)->round, 0);  // handed back untried: no round counted
+
+  // Results: a slower kernel in a later round does not displace the best.
+  TaskResult r1 = Found("queued", "first round", 2, 3.0, 5.0, 1.0, 11, "expert-default");
+  r1.round_done = true;
+  r1.priority = -1;
+  ASSERT_TRUE(cache->CompleteTask((*back)->id, "tuner-c", r1).ok());
+  c.now_unix_ms = t0 + 13'000;
+  auto again = cache->ClaimTask(c);
+  ASSERT_TRUE(again.ok() && again->has_value());
+  EXPECT_EQ((*again)->priority, -1);
+  TaskResult r2 = Found("done", "second round", 6, 3.5, 5.2, 1.0, 12, "p-2");
+  r2.round_done = true;
+  ASSERT_TRUE(cache->CompleteTask((*again)->id, "tuner-c", r2).ok());
+  auto t = cache->GetTask((*first)->id);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->state, "done");
+  EXPECT_EQ(t->round, 2);
+  EXPECT_EQ(t->trials, 8);
+  EXPECT_DOUBLE_EQ(t->best_us, 3.0);
+  EXPECT_EQ(t->record_id, 11);
+  EXPECT_EQ(t->policy_version, "expert-default");
+  EXPECT_DOUBLE_EQ(t->baseline_us, 5.2);
+  EXPECT_TRUE(t->claimed_by.empty());
+  EXPECT_FALSE(cache->CompleteTask((*first)->id, "tuner-c", Ended("bogus")).ok());
 }
 
 TEST(KernelCache, WorkspaceBytesRoundTripAndAreChecksummed) {

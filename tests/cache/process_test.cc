@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
+#include <map>
 #include <random>
 #include <thread>
 
@@ -98,6 +100,72 @@ TEST(Processes, ConcurrentWritersAndReadersSeeWholeRecords) {
   ASSERT_TRUE(rep.ok());
   EXPECT_TRUE(rep->integrity_ok) << rep->integrity_message;
   EXPECT_TRUE(rep->quarantined.empty());
+}
+
+// A tuner process: claims tasks until none is left, writing each claimed id to `out`, one per line.
+int ClaimAll(const std::string& path, int tuner, const std::string& out) {
+  OpenOptions o;
+  o.path = path;
+  o.busy_timeout = std::chrono::milliseconds(20000);
+  auto cache = KernelCache::Open(o);
+  if (!cache.ok()) return 2;
+  FILE* f = std::fopen(out.c_str(), "w");
+  if (f == nullptr) return 3;
+  ClaimOptions claim;
+  claim.claimer = "tuner-" + std::to_string(tuner);
+  while (true) {
+    auto t = (*cache)->ClaimTask(claim);
+    if (!t.ok()) {
+      std::fclose(f);
+      return 4;
+    }
+    if (!t->has_value()) break;
+    std::fprintf(f, "%lld\n", static_cast<long long>((*t)->id));
+    TaskResult done;
+    done.state = "done";
+    done.detail = "claimed by " + claim.claimer;
+    if (!(*cache)->CompleteTask((*t)->id, claim.claimer, done).ok()) {
+      std::fclose(f);
+      return 5;
+    }
+  }
+  std::fclose(f);
+  return 0;
+}
+
+// Tuners in several processes share one queue: every task is claimed exactly once.
+TEST(Processes, ConcurrentTunersClaimEachTaskOnce) {
+  TempDir dir;
+  const std::string path = dir.file("c.db");
+  constexpr int kTasks = 60, kTuners = 4;
+  {
+    auto cache = OpenOrDie(path);
+    for (int k = 1; k <= kTasks; ++k) ASSERT_TRUE(cache->AddMiss(KeyBytes(k), 1, 1.0).ok());
+  }
+  std::vector<pid_t> children;
+  for (int t = 0; t < kTuners; ++t) {
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) _exit(ClaimAll(path, t, dir.file("claims" + std::to_string(t))));
+    children.push_back(pid);
+  }
+  for (pid_t pid : children) {
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 0);
+  }
+  std::map<long long, int> claims;
+  for (int t = 0; t < kTuners; ++t) {
+    FILE* f = std::fopen(dir.file("claims" + std::to_string(t)).c_str(), "r");
+    ASSERT_NE(f, nullptr);
+    long long id = 0;
+    while (std::fscanf(f, "%lld", &id) == 1) ++claims[id];
+    std::fclose(f);
+  }
+  EXPECT_EQ(claims.size(), static_cast<size_t>(kTasks));
+  for (const auto& [id, n] : claims) EXPECT_EQ(n, 1) << "task " << id;
+  EXPECT_EQ(OpenOrDie(path)->ListTasks("done")->size(), static_cast<size_t>(kTasks));
 }
 
 [[noreturn]] void WriteForever(const std::string& path, int round) {

@@ -40,6 +40,14 @@ TaskInfo SampleTask(int64_t id) {
   t.detail = "trial 2 of 8";
   t.created_unix_ms = 1'700'000'000'000 + id;
   t.updated_unix_ms = -1;  // signed on purpose: any int64 travels
+  t.round = 2;
+  t.trials = 11;
+  t.best_us = 3.25;
+  t.baseline_us = 9.5;
+  t.floor_us = 2.75;
+  t.record_id = 41;
+  t.policy_version = "p-1500";
+  t.claimed_by = "kjitd-tuner:4242:0";
   return t;
 }
 
@@ -184,6 +192,14 @@ void ExpectSame(const TaskInfo& a, const TaskInfo& b) {
   EXPECT_EQ(a.detail, b.detail);
   EXPECT_EQ(a.created_unix_ms, b.created_unix_ms);
   EXPECT_EQ(a.updated_unix_ms, b.updated_unix_ms);
+  EXPECT_EQ(a.round, b.round);
+  EXPECT_EQ(a.trials, b.trials);
+  EXPECT_EQ(a.best_us, b.best_us);
+  EXPECT_EQ(a.baseline_us, b.baseline_us);
+  EXPECT_EQ(a.floor_us, b.floor_us);
+  EXPECT_EQ(a.record_id, b.record_id);
+  EXPECT_EQ(a.policy_version, b.policy_version);
+  EXPECT_EQ(a.claimed_by, b.claimed_by);
 }
 void ExpectSame(const TaskStatus& a, const TaskStatus& b) { EXPECT_EQ(a.task_id, b.task_id); }
 void ExpectSame(const TaskStatusReply& a, const TaskStatusReply& b) { ExpectSame(a.task, b.task); }

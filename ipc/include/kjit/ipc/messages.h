@@ -117,7 +117,7 @@ struct TaskInfo {
   int64_t id = 0;
   std::string key_hash;  // 32 hex digits
   std::string key_text;
-  std::string state;  // queued, running, done, failed
+  std::string state;  // queued, running, done, unfit, failed
   int32_t priority = 0;
   uint64_t calls = 0;
   double observed_us = 0;
@@ -126,6 +126,15 @@ struct TaskInfo {
   std::string detail;
   int64_t created_unix_ms = 0;
   int64_t updated_unix_ms = 0;
+  // Optional (absent from kjitds before the tuner): the key's tuning so far.
+  std::optional<int32_t> round;           // tuning rounds completed
+  std::optional<int32_t> trials;          // candidates evaluated, every round
+  std::optional<double> best_us;          // the fastest verified kernel (0: none)
+  std::optional<double> baseline_us;      // PyTorch's kernel, as the evaluator timed it
+  std::optional<double> floor_us;         // the memory/compute floor
+  std::optional<int64_t> record_id;       // the record holding the best kernel (0: none)
+  std::optional<std::string> policy_version;  // who proposed it
+  std::optional<std::string> claimed_by;  // the tuner working on it (running tasks)
 };
 struct TaskStatus {  // -> TaskStatusReply
   int64_t task_id = 0;
