@@ -49,6 +49,12 @@ const std::vector<std::pair<std::string, std::string>>& ConfigKeys() {
       {"idle_settle_ms", "... and both have held for this long"},
       {"memory_cap_fraction", "a trial may use at most this fraction of the GPU's free memory"},
       {"compare", "how candidate outputs are compared: close (torch.testing.assert_close) or bitwise"},
+      {"tuner", "the tuner kjitd starts to work its task queue: 'auto' (kjit-policy beside kjitd, run as `kjit-policy "
+                "tune`), a program taking the same arguments, or 'off' (tasks wait for `kjit policy tune` or an agent)"},
+      {"tune_first_trials", "trials of a key's first round (the expert default, then the policy's first proposal)"},
+      {"tune_trials", "trials of each later round of a key (0: one round a key)"},
+      {"tune_key_seconds", "a round's time budget, seconds"},
+      {"tuner_args", "more arguments for the tuner, separated by blanks (see `kjit-policy tune --help`)"},
   };
   return keys;
 }
@@ -118,6 +124,11 @@ Result<DaemonConfig> LoadConfig(const std::string& file, bool file_required,
   set("idle_settle_ms", "2000", "default");
   set("memory_cap_fraction", "0.5", "default");
   set("compare", "close", "default");
+  set("tuner", "auto", "default");
+  set("tune_first_trials", "2", "default");
+  set("tune_trials", "8", "default");
+  set("tune_key_seconds", "180", "default");
+  set("tuner_args", "", "default");
 
   if (!file.empty()) {
     std::ifstream in(file);

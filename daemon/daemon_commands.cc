@@ -494,6 +494,10 @@ void PrintEvaluators(const ipc::StatsReply& s) {
     std::cout << line << "\n";
     if (const std::string note = get(w, "note"); !note.empty()) std::cout << "      " << note << "\n";
     if (const std::string idle = get(w, "idle"); !idle.empty()) std::cout << "      idle: " << idle << "\n";
+    if (const std::string key = get(w, "key"); !key.empty() && state == "busy") {
+      std::cout << "      " << (phase == "baseline" ? "timing PyTorch's kernel for " : "trying a kernel for ") << key
+                << "\n";
+    }
   }
 }
 
@@ -561,6 +565,17 @@ int CmdStatus(const Options& o) {
             << "  requests          " << NumberText(Counter(s, "requests")) << "\n"
             << "  misses reported   " << NumberText(Counter(s, "misses_reported")) << "\n"
             << "  tasks queued      " << NumberText(Counter(s, "tasks_queued")) << "\n";
+  // The queue's other states and the tuner, where kjitd reports them (kjitds before the tuner do not).
+  if (s.counters.count("tuner_running") != 0) {
+    std::cout << "  tasks             " << NumberText(Counter(s, "tasks_running")) << " tuning, "
+              << NumberText(Counter(s, "tasks_done")) << " done, " << NumberText(Counter(s, "tasks_unfit"))
+              << " unfit, " << NumberText(Counter(s, "tasks_failed")) << " failed\n"
+              << "  tuner             "
+              << (Counter(s, "tuner_running") > 0
+                      ? "running (pid " + NumberText(Counter(s, "tuner_pid")) + ")"
+                      : std::string("not running (kjitd's log says why; `kjitd --print-config` shows `tuner`)"))
+              << "\n";
+  }
   PrintEvaluators(s);
   std::cout << "counters\n";
   size_t width = 0;
@@ -631,19 +646,33 @@ int CmdKeygen(const Options& o) {
 // ---- tasks and submit
 
 Json TaskJson(const ipc::TaskInfo& t) {
-  return Json{{"id", t.id},
-              {"key_hash", t.key_hash},
-              {"key_text", t.key_text},
-              {"state", t.state},
-              {"priority", t.priority},
-              {"calls", t.calls},
-              {"observed_us", t.observed_us},
-              {"expected_gain_us", t.expected_gain_us},
-              {"attempts", t.attempts},
-              {"detail", t.detail},
-              {"created_unix_ms", t.created_unix_ms},
-              {"updated_unix_ms", t.updated_unix_ms}};
+  Json j{{"id", t.id},
+         {"key_hash", t.key_hash},
+         {"key_text", t.key_text},
+         {"state", t.state},
+         {"priority", t.priority},
+         {"calls", t.calls},
+         {"observed_us", t.observed_us},
+         {"expected_gain_us", t.expected_gain_us},
+         {"attempts", t.attempts},
+         {"detail", t.detail},
+         {"created_unix_ms", t.created_unix_ms},
+         {"updated_unix_ms", t.updated_unix_ms}};
+  // The tuner's progress, where kjitd reports it.
+  if (t.round) j["round"] = *t.round;
+  if (t.trials) j["trials"] = *t.trials;
+  if (t.best_us) j["best_us"] = *t.best_us;
+  if (t.baseline_us) j["baseline_us"] = *t.baseline_us;
+  if (t.floor_us) j["floor_us"] = *t.floor_us;
+  if (t.best_us && t.baseline_us && *t.best_us > 0) j["speedup"] = *t.baseline_us / *t.best_us;
+  if (t.record_id) j["record_id"] = *t.record_id;
+  if (t.policy_version) j["policy_version"] = *t.policy_version;
+  if (t.claimed_by) j["claimed_by"] = *t.claimed_by;
+  return j;
 }
+
+// What a user calls a running task: a tuner is working on it.
+std::string StateText(const std::string& state) { return state == "running" ? "tuning" : state; }
 
 void PrintTasks(const Options& o, const std::vector<ipc::TaskInfo>& tasks) {
   if (o.json) {
@@ -658,9 +687,17 @@ void PrintTasks(const Options& o, const std::vector<ipc::TaskInfo>& tasks) {
   }
   std::vector<std::vector<std::string>> rows;
   for (const auto& t : tasks) {
-    rows.push_back({std::to_string(t.id), t.state, std::to_string(t.priority), std::to_string(t.calls),
-                    MicrosText(t.observed_us), MicrosText(t.expected_gain_us), std::to_string(t.attempts),
-                    t.key_hash.substr(0, 12), t.key_text});
+    // BEST: the best verified kernel's speedup over PyTorch's, as the evaluator timed both.
+    std::string best = "-";
+    if (t.best_us.value_or(0) > 0 && t.baseline_us.value_or(0) > 0) {
+      char b[32];
+      std::snprintf(b, sizeof b, "%.2fx", *t.baseline_us / *t.best_us);
+      best = b;
+    }
+    const int64_t record = t.record_id.value_or(0);
+    rows.push_back({std::to_string(t.id), StateText(t.state), std::to_string(t.priority), std::to_string(t.calls),
+                    MicrosText(t.observed_us), MicrosText(t.expected_gain_us), std::to_string(t.trials.value_or(0)),
+                    best, record > 0 ? std::to_string(record) : "-", t.key_hash.substr(0, 12), t.key_text});
   }
   PrintTable(std::cout, {{"ID", true},
               {"STATE", false},
@@ -668,10 +705,18 @@ void PrintTasks(const Options& o, const std::vector<ipc::TaskInfo>& tasks) {
               {"CALLS", true},
               {"MEAN(us)", true},
               {"GAIN(us)", true},
-              {"ATTEMPTS", true},
+              {"TRIALS", true},
+              {"BEST", true},
+              {"KERNEL", true},
               {"KEY", false},
               {"OP / KEY", false}},
              rows, TableWidth());
+  // Why tasks ended as they did, where they did not yield a kernel.
+  for (const auto& t : tasks) {
+    if ((t.state == "unfit" || t.state == "failed") && !t.detail.empty()) {
+      std::cout << "  task " << t.id << " " << t.state << ": " << t.detail << "\n";
+    }
+  }
 }
 
 int CmdTasks(const Options& o) {
@@ -935,8 +980,11 @@ DaemonCommands::DaemonCommands(CLI::App& app) : options_(std::make_unique<Option
 
   o.tasks = app.add_subcommand("tasks", "List kjitd's task queue (read from the cache file when kjitd is not running)");
   AddConnectionOptions(o.tasks, o);
-  o.tasks->add_option("--state", o.tasks_state, "Only tasks in this state")
-      ->check(CLI::IsMember({"queued", "running", "done", "failed"}));
+  o.tasks->add_option("--state", o.tasks_state, "Only tasks in this state (tuning: a tuner is working on it)")
+      ->check(CLI::IsMember({"queued", "tuning", "running", "done", "unfit", "failed"}))
+      ->each([&o](const std::string& state) {
+        if (state == "tuning") o.tasks_state = "running";  // the queue's own name for it
+      });
   o.tasks->add_option("--limit", o.tasks_limit, "At most this many tasks (0: all)");
   o.tasks->add_option("--cache", o.tasks_cache,
                       "Cache file to read when kjitd is not running (default: $KJIT_CACHE, else "

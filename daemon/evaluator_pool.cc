@@ -18,6 +18,7 @@
 #include "kjit/runtime/device.h"
 #include "kjit/runtime/driver.h"
 #include "kjit/runtime/nvml.h"
+#include "kjit/runtime/op_key.h"
 #include "server.h"
 
 extern char** environ;
@@ -365,7 +366,10 @@ void EvaluatorPool::Handle(Worker& w, const WorkerMessage& message) {
     auto job = std::move(w.job);
     w.state = Worker::State::kReady;
     ++w.jobs;
-    if (b->backoff && Requeue(job)) return;
+    // A baseline short of memory is answered at once, not retried here: the client decides when to try again
+    // (the tuner hands the key back to wait and takes the next one), so a key the GPU cannot hold now never
+    // holds a tuner's job for the minute a retry would take.
+    if (b->backoff) counters_["baselines_backed_off"] += 1;
     counters_["baselines_measured"] += 1;
     job->baseline_done(*b, *w.info);
   } else if (const auto* v = std::get_if<Verdict>(&message)) {
@@ -613,6 +617,11 @@ std::vector<std::map<std::string, std::string>> EvaluatorPool::Workers() const {
     if (w.pid > 0) m["pid"] = std::to_string(w.pid);
     if (!w.last_error.empty()) m["note"] = w.last_error;
     if (!w.idle_verdict.empty()) m["idle"] = w.idle_verdict;
+    // What it is working on: the key of its job.
+    if (w.job) {
+      const std::string& bytes = w.job->baseline ? w.job->baseline->key_bytes : w.job->evaluate->key_bytes;
+      if (auto key = kjit::OpKey::Decode(bytes); key.ok()) m["key"] = key->ToString();
+    }
     out.push_back(std::move(m));
   }
   return out;

@@ -14,6 +14,7 @@
 #include <zmq.hpp>
 
 #include "evaluator_pool.h"
+#include "tuner_process.h"
 #include "kjit/ipc/endpoint.h"
 #include "kjit/policy/reward.h"
 #include "kjit/runtime/compiler.h"
@@ -181,6 +182,7 @@ struct Server::Impl {
   };
   std::unique_ptr<EvaluatorPool> pool;
   std::string pool_error;  // why there is no pool, when there is none
+  std::unique_ptr<TunerProcess> tuner;  // works the task queue through the agent environment
   std::map<int64_t, Episode> episodes;
   int64_t next_episode = 1;
   // Set while Serve handles a request, for the handlers that answer later.
@@ -376,9 +378,12 @@ ipc::Body Server::Handle(const ipc::Body& request, bool* shutdown_requested) {
             }
             reply.evaluators = s.pool->Workers();
           }
-          if (auto queued = s.cache->ListTasks("queued"); queued.ok()) {
-            reply.counters["tasks_queued"] = static_cast<double>(queued->size());
+          if (auto tasks = s.cache->ListTasks(); tasks.ok()) {
+            reply.counters["tasks_queued"] = 0;
+            for (const auto& t : *tasks) reply.counters["tasks_" + t.state] += 1;
           }
+          reply.counters["tuner_running"] = s.tuner && s.tuner->pid() > 0 ? 1 : 0;
+          if (s.tuner && s.tuner->pid() > 0) reply.counters["tuner_pid"] = static_cast<double>(s.tuner->pid());
           return reply;
         } else if constexpr (std::is_same_v<T, ipc::Shutdown>) {
           s.log.Write("info", "shutdown_requested");
@@ -773,6 +778,18 @@ Status Server::Run(std::atomic<bool>& stop, std::atomic<bool>& reload, const std
   Impl& s = *impl_;
   s.owner = this;
   if (s.pool) s.pool->Start();
+  // The tuner needs trials, so only where there are evaluator workers (and one job per worker).
+  const int workers = s.pool ? static_cast<int>(s.pool->Workers().size()) : 0;
+  if (s.pool && workers > 0 && s.pool->Available().ok()) {
+    auto tuner_options = TunerOptionsFromConfig(s.config, workers);
+    if (!tuner_options.ok()) return tuner_options.status();
+    s.tuner = std::make_unique<TunerProcess>(std::move(*tuner_options), s.log, s.counters);
+    s.tuner->Start();
+  } else {
+    s.log.Write("info", "tuner_off", {{"reason", s.pool ? "no evaluator worker can run trials (" +
+                                                              s.pool->Available().message() + ")"
+                                                        : s.pool_error}});
+  }
   const auto watch = std::chrono::milliseconds(std::stoll(s.config.Get("watch_interval_ms")));
   auto next_watch = Clock::now();
   bool shutdown = false;
@@ -800,11 +817,14 @@ Status Server::Run(std::atomic<bool>& stop, std::atomic<bool>& reload, const std
       if (items[2 + i].revents & (ZMQ_POLLIN | ZMQ_POLLERR)) s.pool->OnReadable(worker_fds[i]);
     }
     if (s.pool) s.pool->Tick();
+    if (s.tuner) s.tuner->Tick();
     if (Clock::now() >= next_watch) {
       s.AnnounceNewKernels();
       next_watch = Clock::now() + watch;
     }
   }
+  // The tuner first: it finishes its trials in flight while the workers still answer.
+  if (s.tuner) s.tuner->Stop();
   return Status::Ok();
 }
 

@@ -26,6 +26,8 @@ shift 3
 tmp=$(mktemp -d /tmp/kjit-dcli.XXXXXX)
 unset KJIT_ENDPOINT KJIT_CONFIG XDG_RUNTIME_DIR
 for var in $(compgen -e KJITD_ || true); do unset "$var"; done
+# No tuner: it would claim the tasks these cases look at (tests/daemon_process tests the tuner).
+export KJITD_TUNER=off
 export KJIT_RUNTIME_DIR=$tmp/run KJIT_CACHE=$tmp/cache.db XDG_CONFIG_HOME=$tmp/config
 export KJIT_CACHE_DIR=$tmp/cache-dir XDG_CACHE_HOME=$tmp/xdg-cache
 endpoint=ipc://$tmp/run/kjitd.sock
@@ -170,7 +172,7 @@ case $case_name in
 
     run 0 "$kjit" tasks
     [[ $(wc -l <<<"$out") -eq 2 ]] || fail "expected a header and 1 task"
-    expect "$out" "^ID +STATE +PRIORITY +CALLS +MEAN\(us\) +GAIN\(us\) +ATTEMPTS +KEY +OP / KEY$"
+    expect "$out" "^ID +STATE +PRIORITY +CALLS +MEAN\(us\) +GAIN\(us\) +TRIALS +BEST +KERNEL +KEY +OP / KEY$"
     expect "$out" "^ *$task_id +queued +2 +0 .* c97c4393cb47 +$(literal "${sample_text:0:40}")"
     run 0 "$kjit" tasks --json
     json "$out"

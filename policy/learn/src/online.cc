@@ -1,6 +1,7 @@
 #include "kjit/policy/learn/online.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <random>
 
@@ -20,6 +21,10 @@ double MapNumber(const std::map<std::string, std::string>& m, const std::string&
 }
 
 }  // namespace
+
+bool IsUnfit(const std::string& why) {
+  return why.rfind("unfit: ", 0) == 0 || why.find(": unfit: ") != std::string::npos;
+}
 
 // ------------------------------------------------------------------ kjitd
 
@@ -51,6 +56,7 @@ Result<LiveVerdict> KjitdEvaluator::Submit(const Candidate& candidate,
   v.reward = r.reward;
   if (auto it = r.profile.find("spread_us"); it != r.profile.end()) v.spread_us = it->second;
   if (auto it = r.profile.find("accepted"); it != r.profile.end()) v.accepted = it->second > 0;
+  if (auto it = r.profile.find("record"); it != r.profile.end()) v.record = static_cast<int64_t>(it->second);
   return v;
 }
 
@@ -103,9 +109,30 @@ Result<OnlineReport> RunOnlineEpisode(Agent* agent, const OpKey& key, LiveEvalua
   report.family = task->family_name;
   report.policy_version = agent != nullptr ? agent->version() : "";
   report.baseline = baseline;
-  ReplayEpisode episode(*task, options.budget);
+  // Earlier rounds' trials first, as if this episode had made them; points no longer in the space (a knob's
+  // domain changed) are left out.
+  int prior = 0;
+  for (const PriorTrial& p : options.prior) prior += task->IndexOf(p.point) >= 0;
+  ReplayEpisode episode(*task, options.budget + prior);
+  for (const PriorTrial& p : options.prior) {
+    const int index = task->IndexOf(p.point);
+    if (index >= 0 && !episode.tried(index)) {
+      if (episode.Observe(index, p.outcome, p.median_us).ok()) ++report.prior_trials;
+    }
+  }
   std::mt19937_64 rng(options.seed);
+  const auto opened = std::chrono::steady_clock::now();
   while (!episode.done()) {
+    if (options.stop != nullptr && options.stop->load()) {
+      report.stopped = "stopping";
+      break;
+    }
+    if (options.max_seconds > 0 &&
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - opened).count() >= options.max_seconds) {
+      report.stopped = "the key's time budget ran out";
+      break;
+    }
+    if (episode.untried_count() == 0) break;
     int index = -1;
     std::string proposer = report.policy_version;
     Result<int> proposed = InvalidArgument("not the policy's turn");
@@ -144,10 +171,16 @@ Result<OnlineReport> RunOnlineEpisode(Agent* agent, const OpKey& key, LiveEvalua
       }
       verdict = *answered;
     }
+    if (!IsTrial(verdict.outcome) && IsUnfit(verdict.verdict)) {
+      report.stopped = verdict.verdict;
+      report.unfit = true;
+      break;
+    }
     if (!IsTrial(verdict.outcome)) {
       // Not the candidate's fault (GPU busy, memory): try the same point again, a few times.
       if (++report.backoffs > options.max_backoffs) {
         report.stopped = "the evaluator kept backing off: " + verdict.verdict;
+        report.resource_backoff = true;
         break;
       }
       continue;
@@ -162,6 +195,7 @@ Result<OnlineReport> RunOnlineEpisode(Agent* agent, const OpKey& key, LiveEvalua
         (report.best < 0 || verdict.median_us < report.trials[report.best].verdict.median_us)) {
       report.best = static_cast<int>(report.trials.size()) - 1;
     }
+    if (options.on_trial) options.on_trial(report.trials.back());
   }
   evaluator.Close();
   return report;

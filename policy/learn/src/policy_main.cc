@@ -15,8 +15,18 @@
 #include <iostream>
 #include <random>
 
+#include <csignal>
+#include <ctime>
+#include <mutex>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+#include <sys/prctl.h>
+#include <unistd.h>
+
 #include "kjit/policy/learn/online.h"
 #include "kjit/policy/learn/train.h"
+#include "kjit/policy/learn/tuner.h"
 
 namespace {
 
@@ -228,6 +238,87 @@ static std::vector<const ReplayTask*> TasksOfSplit(const Loaded& loaded, const s
 }
 
 // `kjit policy propose`: what the policy would try first on each key if the key were new to kjitd.
+// ---- tune: kjit's tuner (tuner.h), as kjitd starts it
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+// The first SIGTERM/SIGINT asks the jobs to finish their trials in flight; if one waits on a kjitd that is
+// gone (its request would wait out --timeout-s), the alarm ends the process 10 s later. Its claims are then
+// released by the kjitd that starts next, or taken by another tuner when their leases run out.
+void OnStopSignal(int) {
+  g_stop = true;
+  alarm(10);
+}
+void OnAlarm(int) { _exit(3); }
+
+// One JSON object a line on stderr, as kjitd logs (kjitd passes its own stderr, its log, to the tuner).
+void LogLine(const char* level, const std::string& event, const std::map<std::string, std::string>& fields) {
+  static std::mutex mu;
+  const auto now = std::chrono::system_clock::now();
+  const std::time_t t = std::chrono::system_clock::to_time_t(now);
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char ts[96];
+  std::snprintf(ts, sizeof ts, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+                tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<int>(ms));
+  nlohmann::ordered_json j;
+  j["ts"] = ts;
+  j["level"] = level;
+  j["event"] = event;
+  j["pid"] = static_cast<int64_t>(getpid());
+  for (const auto& [k, v] : fields) j[k] = v;
+  std::lock_guard lock(mu);
+  std::fprintf(stderr, "%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  std::fflush(stderr);
+}
+
+// kjitd's agent environment over a connection of the evaluator's own (one a job).
+class OwnedKjitdEvaluator : public LiveEvaluator {
+ public:
+  explicit OwnedKjitdEvaluator(const kjit::ipc::ClientOptions& options) : client_(options), inner_(client_) {}
+  kjit::Result<LiveBaseline> Open(const kjit::OpKey& key) override { return inner_.Open(key); }
+  kjit::Result<LiveVerdict> Submit(const kjit::policy::Candidate& candidate,
+                                   const std::map<std::string, std::string>& design) override {
+    return inner_.Submit(candidate, design);
+  }
+  void Close() override { inner_.Close(); }
+
+ private:
+  kjit::ipc::Client client_;
+  KjitdEvaluator inner_;
+};
+
+int RunTune(TunerOptions options, const std::string& endpoint, double timeout_s, pid_t parent_pid) {
+  std::signal(SIGTERM, OnStopSignal);
+  std::signal(SIGINT, OnStopSignal);
+  std::signal(SIGALRM, OnAlarm);
+  if (parent_pid > 0) {
+    // Started by kjitd: end with it (a kjitd killed with SIGKILL cannot stop its tuner itself).
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent_pid) return Fail(kjit::Status(kjit::StatusCode::kUnavailable, "kjitd exited"));
+  }
+  if (options.cache_path.empty()) options.cache_path = kjit::cache::DefaultCachePath();
+  if (options.claimer.empty()) {
+    char host[256] = {0};
+    gethostname(host, sizeof host - 1);
+    options.claimer = host;
+  }
+  // Each run's claims carry its pid, so that whoever supervises it can release them when it dies.
+  options.claimer += "/" + std::to_string(getpid());
+  kjit::ipc::ClientOptions co;
+  co.endpoint = endpoint;
+  co.name = "kjit-tuner/0.1";
+  co.request_timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+  Tuner tuner(options, [co] { return std::make_unique<OwnedKjitdEvaluator>(co); }, LogLine);
+  kjit::Status st = tuner.Run(g_stop);
+  if (!st.ok()) return Fail(st);
+  return 0;
+}
+
+}  // namespace
+
 static int RunPropose(const Loaded& loaded, const Common& common, const std::string& points_file, int limit) {
   auto cache = OpenCache(common.cache_path, false);
   if (!cache.ok()) return Fail(cache.status());
@@ -283,14 +374,9 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
 
   Common common;
-  TrainOptions train_options;
-  // The default configuration of `kjit policy train`, chosen on the validation keys (policy/README.md,
-  // "Results on a CPU"): the anytime reward with the first-trial credit x 3 and 32 one-trial bandit
-  // episodes per iteration. AgentOptions' own defaults (the improvement reward) stay as they are for the
-  // library and its tests.
-  train_options.agent.anytime_weight = 1.0;
-  train_options.agent.first_trial_coef = 3.0;
-  train_options.agent.first_trial_bandit = 32;
+  // The default configuration of `kjit policy train` (DefaultTrainOptions), which the tuner's first policy
+  // also uses. AgentOptions' own defaults stay as they are for the library and its tests.
+  TrainOptions train_options = DefaultTrainOptions();
   bool fresh = false;
   bool exclude_validation = false;
   auto* train = app.add_subcommand("train", "Train the policy on the training keys; checkpoints go to the cache DB");
@@ -382,6 +468,70 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
 
+  TunerOptions tune_options;
+  std::string tune_endpoint, tune_proposer = "policy";
+  double tune_timeout_s = 1800;
+  int64_t tune_lease_s = 600, tune_wait_s = 30;
+  bool tune_no_train = false;
+  auto* tune = app.add_subcommand(
+      "tune", "kjit's tuner: claims kjitd's queued tasks, highest expected gain first, and runs each key's episode "
+              "through kjitd's evaluator (the expert default first, then the policy's proposals), until stopped. "
+              "kjitd starts it by itself (its `tuner` setting); run it by hand to tune with another configuration");
+  tune->add_option("--cache", tune_options.cache_path,
+                   "The kernel cache kjitd uses (default: $KJIT_CACHE, else the user's)");
+  tune->add_option("--endpoint", tune_endpoint, "kjitd's endpoint (default: $KJIT_ENDPOINT, else the user's kjitd)");
+  tune->add_option("--jobs", tune_options.jobs, "Keys tuned at once (one per GPU worker of kjitd)")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
+  tune->add_option("--first-trials", tune_options.first_trials,
+                   "Trials of a key's first round (the expert default, then the policy's first proposal)")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  tune->add_option("--trials", tune_options.trials, "Trials of each later round (0: one round a key)")
+      ->check(CLI::Range(0, 1000))
+      ->capture_default_str();
+  tune->add_option("--key-seconds", tune_options.key_seconds, "A round's time budget, seconds")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  tune->add_option("--proposer", tune_proposer,
+                   "policy (the newest checkpoint; the expert default and random points until one exists), expert "
+                   "(the expert default, then random points), random")
+      ->check(CLI::IsMember({"policy", "random", "expert"}))
+      ->capture_default_str();
+  tune_options.datasets = DefaultDatasetDirectory();
+  tune->add_option("--datasets", tune_options.datasets, "Where the first policy is trained from")->capture_default_str();
+  tune->add_flag("--no-train", tune_no_train,
+                 "Do not train a first policy when the cache has none (the expert default serves instead)");
+  tune->add_option("--train-iterations", tune_options.train_iterations, "Iterations of that first training")
+      ->check(CLI::Range(1, 1000000))
+      ->capture_default_str();
+  tune->add_option("--learn-every", tune_options.learn_every,
+                   "Rounds between policy updates on the trials measured so far (0: never)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  tune->add_option("--learn", tune_options.learn_iterations, "Training iterations of each update")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  tune->add_option("--lease-s", tune_lease_s, "How long a claim holds without a trial before another tuner may take it")
+      ->check(CLI::Range(int64_t{1}, int64_t{86400}))
+      ->capture_default_str();
+  tune->add_option("--wait-s", tune_wait_s, "How long a key the GPU lacks memory for now waits before it is tried again")
+      ->check(CLI::Range(int64_t{0}, int64_t{86400}))
+      ->capture_default_str();
+  tune->add_option("--timeout-s", tune_timeout_s, "How long kjitd may take to answer one request (a whole evaluation)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  tune->add_option("--claimer", tune_options.claimer,
+                   "This tuner's name in claims (default: the host name); claims read <claimer>/<pid>/<job>");
+  int64_t tune_parent = 0;
+  tune->add_option("--parent-pid", tune_parent, "Exit when this process (kjitd, which passes its own) exits");
+  tune->add_option("--max-rounds", tune_options.max_rounds, "Exit after this many rounds (0: run until stopped)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  tune->add_flag("--exit-when-idle", tune_options.exit_when_idle, "Exit once no task can be claimed");
+  tune->footer("Logs one JSON line per trial and per round on stderr. SIGTERM or SIGINT: finish the trials in "
+               "flight, hand their tasks back, exit.");
+
   std::string propose_points_file;
   auto* propose = app.add_subcommand(
       "propose", "The policy's first proposal (its mode, as an online episode makes it) over each key's whole valid "
@@ -402,6 +552,14 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
+  }
+
+  if (*tune) {
+    tune_options.proposer = *ParseProposer(tune_proposer);
+    tune_options.train_if_missing = !tune_no_train;
+    tune_options.lease = std::chrono::seconds(tune_lease_s);
+    tune_options.wait_when_busy = std::chrono::seconds(tune_wait_s);
+    return RunTune(tune_options, tune_endpoint, tune_timeout_s, static_cast<pid_t>(tune_parent));
   }
 
   if (*online) {

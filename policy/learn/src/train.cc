@@ -17,6 +17,16 @@ std::string StatsLine(const IterationStats& s) {
 
 }  // namespace
 
+TrainOptions DefaultTrainOptions() {
+  TrainOptions o;
+  // The configuration chosen on the validation keys (policy/README.md): the anytime reward, zero-shot credit
+  // for the first trial against the expert default, and the first-proposal bandit.
+  o.agent.anytime_weight = 1.0;
+  o.agent.first_trial_coef = 3.0;
+  o.agent.first_trial_bandit = 32;
+  return o;
+}
+
 Result<std::unique_ptr<Agent>> Train(const std::vector<const ReplayTask*>& tasks, cache::KernelCache* cache,
                                      const TrainOptions& options, TrainReport* report_out) {
   if (tasks.empty()) return InvalidArgument("no training tasks");
@@ -42,6 +52,10 @@ Result<std::unique_ptr<Agent>> Train(const std::vector<const ReplayTask*>& tasks
   // Seeded by the options' seed and where training starts, so a resumed run does not replay the same draws.
   std::mt19937_64 rng(options.agent.seed * 7919 + static_cast<uint64_t>(agent->iteration()));
   for (int i = 0; i < options.iterations; ++i) {
+    if (options.should_stop && options.should_stop()) {
+      return Status(StatusCode::kUnavailable, "training stopped after " + std::to_string(i) + " of " +
+                                                  std::to_string(options.iterations) + " iterations");
+    }
     auto stats = agent->TrainIteration(tasks, rng);
     if (!stats.ok()) return stats.status();
     report.last = *stats;

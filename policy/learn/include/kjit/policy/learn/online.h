@@ -15,6 +15,8 @@
 // interface so that tests drive episodes with a fake one on a CPU.
 #pragma once
 
+#include <atomic>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -41,7 +43,8 @@ struct LiveVerdict {
   double median_us = 0;
   double spread_us = 0;
   double reward = 0;      // reward.h, as the evaluator computed it
-  bool accepted = false;  // entered the cache
+  bool accepted = false;  // entered the cache (or was there already)
+  int64_t record = 0;     // the record holding it, when accepted
   std::string verdict;    // the evaluator's words
 };
 
@@ -74,13 +77,32 @@ enum class Proposer { kPolicy, kRandom, kExpertThenRandom };
 const char* ProposerName(Proposer p);
 Result<Proposer> ParseProposer(const std::string& name);  // "policy", "random", "expert"
 
+// A trial of the key measured in an earlier episode (the cache's measurements): the episode starts from it.
+struct PriorTrial {
+  Point point;
+  Outcome outcome = Outcome::kVerified;
+  double median_us = 0;
+};
+
+struct OnlineTrial;
+
 struct OnlineOptions {
   Proposer proposer = Proposer::kPolicy;
-  int budget = 8;        // trials per episode
+  int budget = 8;        // new trials this episode (prior ones not counted)
   bool greedy = true;    // the policy's mode at every step (false: sampled, seeded)
   int revise_after = kReviseAfter;  // greedy: then the best point's neighbours (Agent::Propose; 0: the mode only)
   uint64_t seed = 1;
   int max_backoffs = 2;  // resource_backoff answers (GPU busy, not the candidate's fault) before giving up
+  // Earlier episodes' trials of the key: never proposed again, and the policy sees them as this episode's
+  // history (so a later round revises from where the last one ended).
+  std::vector<PriorTrial> prior;
+  // No new proposal once this much time has passed since the episode opened (0: no limit); the trial in
+  // flight finishes.
+  double max_seconds = 0;
+  // No new proposal once this is set (shutdown).
+  const std::atomic<bool>* stop = nullptr;
+  // Called after each trial, from the episode's thread (logging, renewing a claim).
+  std::function<void(const OnlineTrial&)> on_trial;
 };
 
 struct OnlineTrial {
@@ -100,8 +122,15 @@ struct OnlineReport {
   int best = -1;       // index into trials of the fastest verified one
   int fallbacks = 0;   // proposals the policy could not make (no head for the space)
   int backoffs = 0;
+  int prior_trials = 0;  // options.prior entries the episode started from
   std::string stopped;  // why the episode ended before its budget, if it did
+  bool resource_backoff = false;  // stopped because the evaluator kept backing off (GPU memory short now)
+  bool unfit = false;             // stopped because the key can never fit the GPU
 };
+
+// Whether an evaluator's answer (an error message, or a verdict "<outcome>: <reason>") says the key can never
+// be evaluated on this GPU ("unfit: ..."), as opposed to not now.
+bool IsUnfit(const std::string& why);
 
 // One episode on `key`. Errors only when the episode cannot start (no family, evaluator refuses to open);
 // a transport error mid-episode ends it with `stopped` saying why. `agent` may be null unless

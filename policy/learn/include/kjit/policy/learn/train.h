@@ -29,7 +29,11 @@ struct TrainOptions {
   int report_every = 10;      // iterations between progress lines
   bool resume = true;         // continue from the cache's newest good checkpoint, if any
   std::function<void(const std::string&)> progress;  // one line at a time; may be empty
+  std::function<bool()> should_stop;  // asked before each iteration; true: stop (kUnavailable), nothing saved
 };
+
+// What `kjit policy train` and the tuner's first policy use: the configuration chosen on the validation keys.
+TrainOptions DefaultTrainOptions();
 
 struct TrainReport {
   bool resumed = false;
