@@ -10,7 +10,7 @@
 //   kjit tasks [--state S] [--json]                           kjitd's task queue
 //   kjit submit KEYHEX|--example [--priority N]               ask kjitd to optimise a key
 //   kjit run [--no-daemon] -- CMD ARGS...                     CMD with the PyTorch shim preloaded
-//   kjit policy train|eval|propose|online ...                         the RL policy: datasets; episodes via kjitd (kjit-policy)
+//   kjit policy train|eval|propose|online|tune ...                    the RL policy: datasets; episodes via kjitd (kjit-policy)
 //
 // Exit status: 0 on success, 1 when the operation failed, 2 on bad usage
 // (and 3 from `kjit daemon status` when kjitd is not running).
@@ -194,7 +194,8 @@ int main(int argc, char** argv) {
 
   auto* policy = app.add_subcommand(
       "policy", "Train and evaluate the RL policy on the measured datasets, on a CPU, and run its episodes on "
-                "kjitd's queued tasks: `kjit policy train|eval|propose|online [--help]` (runs kjit-policy)");
+                "kjitd's queued tasks: `kjit policy train|eval|propose|online|tune [--help]` (runs kjit-policy; `tune` is the "
+                "tuner kjitd starts by itself)");
   // Everything after `policy`, --help included, goes to kjit-policy.
   policy->prefix_command();
   policy->set_help_flag();

@@ -12,8 +12,10 @@
 #   3. from the program's exit, watches `kjit tasks` once a second for KJIT_AUTOTUNE_S (180) seconds: when
 #      the first verified kernel lands, when every key holds a kernel or a recorded reason;
 #   4. runs the program again and compares each op with the first run (PyTorch's kernels then);
-#   5. with KJIT_AUTOTUNE_LONG=1, a long-running program against a fresh cache (rounds with pauses), to show
-#      kjit's kernels swapped in mid-run without a restart.
+#   5. KJIT_AUTOTUNE_STEPS (default "example") picks the programs: "example" (the above with app.py),
+#      "large" (the same with examples/shim_app/large.py: 4-8 GB tensors, watched KJIT_AUTOTUNE_LARGE_S, 420 s),
+#      "long" (a long-running app.py against a fresh cache, rounds with pauses: kjit's kernels swapped in
+#      mid-run without a restart).
 # Results in $OUT: autotune.md (the tables), autotune.tar.gz (logs, tasks, runs' JSON), build.log.
 # KJIT_AUTOTUNE_OPS=softmax,cumsum runs a subset; KJIT_AUTOTUNE_ITERS (30) calls per op and round;
 # KJIT_GPU_RUN_SKIP_BUILD=1 reuses build-gpu/ on a warm machine.
@@ -34,7 +36,7 @@ mkdir -p "$prefix"
 for f in .gpu-debs/*.deb; do dpkg -x "$f" "$prefix"; done
 export LD_LIBRARY_PATH="$prefix/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 torch_prefix="$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null || true)"
-note "# kjitd tunes by itself: one program, two runs"
+note "# kjitd tunes by itself: programs run twice, nothing run between"
 note ""
 note "host: $(hostname); $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -1)"
 note "torch: $(python3 -c 'import torch; print(torch.__version__)' 2>&1 | tail -1); commit: ${KJIT_COMMIT:-unknown}"
@@ -67,14 +69,21 @@ fresh() {
   export KJIT_CACHE="$work/$1/cache.db" KJIT_RUNTIME_DIR="$work/$1/run" XDG_CACHE_HOME="$work/$1/xdg"
 }
 
-fresh two-runs
+# two_runs NAME WATCH_S APP...: the program under `kjit run` on a fresh cache, the watch from its exit, the
+# program again, the comparison.
+two_runs() {
+local name=$1 watch=$2; shift 2
+local app=("$@")
+note ""
+note "## $name: ${app[*]}"
+fresh "$name"
 t_start=$(date +%s.%N)
-PYTHONUNBUFFERED=1 "$kjit" run -- "${app[@]}" --json "$work/two-runs/run1.json" > "$work/two-runs/run1.txt" 2>&1
+PYTHONUNBUFFERED=1 "$kjit" run -- "${app[@]}" --json "$work/$name/run1.json" > "$work/$name/run1.txt" 2>&1
 note "first run (every op misses): rc=$? in $(python3 -c "import time; print(round(time.time() - $t_start, 1))") s"
 t_exit=$(date +%s.%N)
 
 # The watch: one line a second of the queue's states, from the program's exit.
-python3 - "$kjit" "$t_exit" "$watch_s" "$work/two-runs" <<'EOF' | tee -a "$md"
+python3 - "$kjit" "$t_exit" "$watch" "$work/$name" <<'EOF' | tee -a "$md"
 import json, subprocess, sys, time
 kjit, t_exit, watch_s, out = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
 first_kernel = all_settled = None
@@ -124,10 +133,10 @@ for task in tasks:
           f"{task['detail'][:90]} |")
 EOF
 
-PYTHONUNBUFFERED=1 "$kjit" run -- "${app[@]}" --json "$work/two-runs/run2.json" > "$work/two-runs/run2.txt" 2>&1
+PYTHONUNBUFFERED=1 "$kjit" run -- "${app[@]}" --json "$work/$name/run2.json" > "$work/$name/run2.txt" 2>&1
 note ""
 note "second run: rc=$?"
-python3 - "$work/two-runs/run1.json" "$work/two-runs/run2.json" <<'EOF' | tee -a "$md"
+python3 - "$work/$name/run1.json" "$work/$name/run2.json" <<'EOF' | tee -a "$md"
 import json, math, sys
 a, b = (json.load(open(p)) for p in sys.argv[1:3])
 print("\n| op | first run (PyTorch) us | second run (kjit) us | speedup | checksums |\n|---|---:|---:|---:|---|")
@@ -146,11 +155,20 @@ for op, rows in a["ops"].items():
 print(f"\n{faster} of {len(logs)} ops faster than in the first run (by more than 2%); geometric mean "
       f"{math.exp(sum(logs) / len(logs)):.2f}x")
 EOF
-"$kjit" daemon status > "$work/two-runs/status.txt" 2>&1
-"$kjit" cache ls --json > "$work/two-runs/cache-ls.json" 2>&1
+"$kjit" daemon status > "$work/$name/status.txt" 2>&1
+"$kjit" cache ls --json > "$work/$name/cache-ls.json" 2>&1
 "$kjit" daemon stop >/dev/null 2>&1
+}
 
-if [[ "${KJIT_AUTOTUNE_LONG:-0}" == 1 ]]; then
+steps="${KJIT_AUTOTUNE_STEPS:-example}"
+for step in $steps; do
+  case "$step" in
+    example) two_runs example "$watch_s" "${app[@]}" ;;
+    large) two_runs large "${KJIT_AUTOTUNE_LARGE_S:-420}" python3 examples/shim_app/large.py --iters 5 ;;
+  esac
+done
+
+if [[ " $steps " == *" long "* ]]; then
   # A long-running program against a cold cache: kjitd tunes in its pauses (the GPU idle), and the shim swaps
   # the kernels in as they are announced.
   fresh long

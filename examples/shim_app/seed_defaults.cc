@@ -1,14 +1,17 @@
-// kjit_seed_defaults: kernels for the keys a program missed, until the RL
-// policy (issue 8) proposes them inside kjitd.
+// kjit_seed_defaults: the family's expert-default kernel for every key kjitd has
+// queued, and nothing else: one trial a key.
 //
-// kjitd queues every key the shim reports as a miss, but does not yet propose
-// kernels of its own. This program takes the queued tasks and, for each key
-// that has a design space, the family's expert-default kernel:
+// kjitd tunes queued keys by itself (its tuner: the expert default first, then
+// the policy's proposals). This program is the same tuner in one configuration,
+// for when only the expert defaults are wanted, at once:
 //
-//   (default)  submitted through kjitd's agent environment (open_episode,
-//              submit_candidate): kjitd's evaluator verifies it against
-//              PyTorch on the GPU and times it; a verified kernel that beats
-//              PyTorch enters the cache and is announced to running processes.
+//   (default)  kjit's tuner (policy/learn/include/kjit/policy/learn/tuner.h) with
+//              the expert default as its only proposal, one trial a key, until no
+//              task is left to claim: kjitd's evaluator verifies each kernel
+//              against PyTorch on the GPU and times it; a verified kernel that
+//              beats PyTorch enters the cache and is announced to running
+//              processes. Copies share the queue through claims (--jobs runs
+//              several in one process). Needs kjit built with LibTorch.
 //   --direct   compiled here with NVRTC and stored as verified WITHOUT being
 //              verified or timed. For tests only: they compare every output
 //              with eager PyTorch themselves. Needs no kjitd, only NVRTC.
@@ -17,15 +20,20 @@
 // status 0 when every task was handled (whatever the verdicts), 1 on an error.
 #include <CLI/CLI.hpp>
 
+#include <atomic>
 #include <chrono>
+#include <mutex>
+#include <unistd.h>
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "kjit/cache/kernel_cache.h"
 #include "kjit/ipc/client.h"
+#ifdef KJIT_SEED_WITH_TUNER
+#include "kjit/policy/learn/tuner.h"
+#endif
 #include "kjit/policy/design_space.h"
-#include "kjit/policy/submit.h"
 #include "kjit/runtime/compiler.h"
 #include "kjit/runtime/op_key.h"
 
@@ -77,53 +85,59 @@ std::string Direct(cache::KernelCache& cache, const OpKey& key) {
   return "stored unverified as record " + std::to_string(*id);
 }
 
-// Default: through kjitd's agent environment, which verifies, times and stores.
-std::string ThroughKjitd(ipc::Client& client, const OpKey& key) {
-  auto observation = client.OpenEpisode(key.Encode());
-  if (!observation.ok()) return "no episode: " + observation.status().ToString();
-  policy::DeviceFacts facts = policy::DeviceFacts::H200();
-  facts.arch = key.arch;
-  if (auto it = observation->device.find("sm_count"); it != observation->device.end()) {
-    facts.sm_count = std::stoi(it->second);
-  }
-  std::string what;
-  auto candidate = ExpertKernel(key, facts);
-  if (!candidate.ok()) {
-    what = "skipped: " + candidate.status().message();
-  } else {
-    // Where the kernel came from, kept with its measurement (and `kjit policy train --measurements` learns from it).
-    auto design = ipc::DesignToWire(candidate->design);
-    if (auto m = policy::FindFamily(key); m.ok()) design["codegen"] = std::to_string(m->family->codegen_version());
-    const ipc::SubmitCandidate submit = policy::SubmitFor(observation->episode_id, *candidate, design);
-    auto result = client.SubmitCandidate(submit);
-    if (!result.ok()) {
-      what = "not evaluated: " + result.status().ToString();
-    } else {
-      const auto profile = [&result](const char* name) {
-        auto it = result->profile.find(name);
-        return it == result->profile.end() ? 0.0 : it->second;
-      };
-      std::string stored = ": not stored";
-      if (profile("accepted") > 0) {
-        stored = profile("already_stored") > 0
-                     ? ": already stored as record " + std::to_string(static_cast<int64_t>(profile("record")))
-                     : ": stored";
-      }
-      char line[256];
-      std::snprintf(line, sizeof line, "%s, %.2f us vs PyTorch %.2f us%s", result->verdict.substr(0, 120).c_str(),
-                    result->median_us, result->baseline_us, stored.c_str());
-      what = line;
+#ifdef KJIT_SEED_WITH_TUNER
+// The tuner with the expert default as its only proposal: one trial a key, until nothing is left to claim.
+int ThroughKjitd(const std::string& cache_path, const std::string& endpoint, int limit, int jobs, double timeout_s) {
+  policy::learn::TunerOptions options;
+  options.cache_path = cache_path.empty() ? cache::DefaultCachePath() : cache_path;
+  options.claimer = "kjit_seed_defaults/" + std::to_string(getpid());
+  options.jobs = jobs;
+  options.proposer = policy::learn::Proposer::kExpertThenRandom;
+  options.first_trials = 1;
+  options.trials = 0;
+  options.train_if_missing = false;
+  options.learn_every = 0;
+  options.max_rounds = limit;
+  options.exit_when_idle = true;
+  ipc::ClientOptions client;
+  client.endpoint = endpoint;
+  client.name = "kjit-seed-defaults/0.1";
+  client.request_timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+  std::mutex mu;
+  int rounds = 0;
+  const auto log = [&](const char* level, const std::string& event, const std::map<std::string, std::string>& f) {
+    auto get = [&f](const char* k) {
+      auto it = f.find(k);
+      return it == f.end() ? std::string() : it->second;
+    };
+    std::lock_guard lock(mu);
+    if (event == "tuner_round") {
+      ++rounds;
+      const std::string record = get("record");
+      std::printf("%s: %s%s\n", get("key").c_str(), get("detail").c_str(),
+                  record.empty() ? "" : ("; kernel in record " + record).c_str());
+      std::fflush(stdout);
+    } else if (std::string(level) != "info") {
+      std::fprintf(stderr, "kjit_seed_defaults: %s %s\n", event.c_str(), get("error").c_str());
     }
+  };
+  policy::learn::Tuner tuner(
+      options, [client] { return std::make_unique<policy::learn::OwnedKjitdEvaluator>(client); }, log);
+  std::atomic<bool> stop{false};
+  if (Status st = tuner.Run(stop); !st.ok()) {
+    std::fprintf(stderr, "kjit_seed_defaults: %s\n", st.ToString().c_str());
+    return 1;
   }
-  (void)client.CloseEpisode(observation->episode_id);
-  return what;
+  if (rounds == 0) std::printf("no queued tasks (run a program under `kjit run` first)\n");
+  return 0;
 }
+#endif
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"kjit_seed_defaults: the expert-default kernel for every key kjitd has queued (the stand-in for the "
-               "RL policy until it lands)"};
+  CLI::App app{"kjit_seed_defaults: the expert-default kernel for every key kjitd has queued, one trial a key (kjit's "
+               "tuner with the expert default as its only proposal)"};
   std::string cache_path, endpoint;
   bool direct = false;
   int limit = 0;
@@ -135,55 +149,48 @@ int main(int argc, char** argv) {
   app.add_option("--limit", limit, "At most this many tasks (0: all)")->capture_default_str();
   std::string shard;
   app.add_option("--shard", shard,
-                 "I/N: only every N-th queued task, from the I-th (0-based); N copies with I = 0..N-1 share the "
-                 "queue, so that kjitd's workers on several GPUs evaluate at once");
+                 "With --direct, I/N: only every N-th queued task, from the I-th (0-based). Through kjitd copies "
+                 "need no shards: they share the queue through claims");
+  int jobs = 1;
+  app.add_option("--jobs", jobs, "Keys evaluated at once through kjitd (one per GPU worker of kjitd)")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
   app.add_option("--timeout-s", timeout_s, "How long kjitd may take to evaluate one kernel")->capture_default_str();
-  app.footer("Without --direct, kjitd must run with an evaluator (a GPU; `kjit daemon status` lists agent_env).");
+  app.footer("Without --direct, kjitd must run with an evaluator (a GPU; `kjit daemon status` lists agent_env). kjitd "
+             "also tunes queued keys by itself, further than the expert default: this program is for when only "
+             "the expert defaults are wanted, now.");
   CLI11_PARSE(app, argc, argv);
 
-  std::vector<Task> tasks;
-  std::unique_ptr<cache::KernelCache> cache;
-  std::unique_ptr<ipc::Client> client;
-  if (direct) {
-    cache::OpenOptions options;
-    options.path = cache_path;
-    auto opened = cache::KernelCache::Open(options);
-    if (!opened.ok()) {
-      std::fprintf(stderr, "kjit_seed_defaults: %s\n", opened.status().ToString().c_str());
+  if (!direct) {
+#ifdef KJIT_SEED_WITH_TUNER
+    if (!shard.empty()) {
+      std::fprintf(stderr, "kjit_seed_defaults: --shard is for --direct; through kjitd, copies share the queue "
+                           "(or use --jobs)\n");
       return 1;
     }
-    cache = std::move(*opened);
-    auto queued = cache->ListTasks("queued", limit);
-    if (!queued.ok()) {
-      std::fprintf(stderr, "kjit_seed_defaults: %s\n", queued.status().ToString().c_str());
-      return 1;
-    }
-    for (const auto& t : *queued) tasks.push_back({t.key_bytes, ""});
-  } else {
-    ipc::ClientOptions options;
-    options.endpoint = endpoint;
-    options.name = "kjit-seed-defaults/0.1";
-    options.request_timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
-    client = std::make_unique<ipc::Client>(options);
-    auto queued = client->ListTasks("queued", static_cast<uint32_t>(limit));
-    if (!queued.ok()) {
-      std::fprintf(stderr, "kjit_seed_defaults: %s\n", queued.status().ToString().c_str());
-      return 1;
-    }
-    // ListTasks carries the key's text and hash, not its bytes: the cache file has them.
-    cache::OpenOptions read;
-    read.path = cache_path;
-    read.read_only = true;
-    auto opened = cache::KernelCache::Open(read);
-    if (!opened.ok()) {
-      std::fprintf(stderr, "kjit_seed_defaults: reading the task keys: %s\n", opened.status().ToString().c_str());
-      return 1;
-    }
-    for (const auto& info : *queued) {
-      auto task = (*opened)->GetTask(info.id);
-      if (task.ok()) tasks.push_back({task->key_bytes, info.key_text});
-    }
+    return ThroughKjitd(cache_path, endpoint, limit, jobs, timeout_s);
+#else
+    std::fprintf(stderr, "kjit_seed_defaults: built without LibTorch, so without kjit's tuner; use --direct, or "
+                         "let kjitd tune (it does by itself)\n");
+    return 1;
+#endif
   }
+  (void)jobs;
+  cache::OpenOptions options;
+  options.path = cache_path;
+  auto opened = cache::KernelCache::Open(options);
+  if (!opened.ok()) {
+    std::fprintf(stderr, "kjit_seed_defaults: %s\n", opened.status().ToString().c_str());
+    return 1;
+  }
+  std::unique_ptr<cache::KernelCache> cache = std::move(*opened);
+  auto queued = cache->ListTasks("queued", limit);
+  if (!queued.ok()) {
+    std::fprintf(stderr, "kjit_seed_defaults: %s\n", queued.status().ToString().c_str());
+    return 1;
+  }
+  std::vector<Task> tasks;
+  for (const auto& t : *queued) tasks.push_back({t.key_bytes, ""});
   if (!shard.empty()) {
     int index = -1, count = 0;
     if (std::sscanf(shard.c_str(), "%d/%d", &index, &count) != 2 || count < 1 || index < 0 || index >= count) {
@@ -201,8 +208,7 @@ int main(int argc, char** argv) {
       std::printf("(undecodable key): %s\n", key.status().ToString().c_str());
       continue;
     }
-    const std::string what = direct ? Direct(*cache, *key) : ThroughKjitd(*client, *key);
-    std::printf("%s: %s\n", key->ToString().c_str(), what.c_str());
+    std::printf("%s: %s\n", key->ToString().c_str(), Direct(*cache, *key).c_str());
     std::fflush(stdout);
   }
   return 0;

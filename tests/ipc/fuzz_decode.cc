@@ -55,7 +55,8 @@ std::vector<std::string> SeedMessages() {
   reply.grid[0] = 128;
   reply.block[0] = 256;
   seeds.push_back(Encode(Envelope{kProtocolVersion, 1001, reply}));
-  TaskInfo task{7, "c97c4393cb47064a169d4bec25de480d", "aten::add", "queued", 1, 3, 2.5, 7.5, 0, "", 1, 2};
+  TaskInfo task{7, "c97c4393cb47064a169d4bec25de480d", "aten::add", "queued", 1, 3, 2.5, 7.5, 0, "", 1, 2,
+                1, 4, 1.5, 3.0, 1.0, 9, "p-1", "kjitd-x/1/0"};
   seeds.push_back(Encode(Envelope{kProtocolVersion, 1002, ListTasksReply{{task, task}}}));
   seeds.push_back(Encode(Envelope{kProtocolVersion, 1003, StatsReply{{{"requests", 3}, {"uptime_s", 1.5}}, std::nullopt}}));
   seeds.push_back(Encode(Envelope{

@@ -423,7 +423,10 @@ class Env:
             self.env.pop(k, None)
         self.env.update(KJIT_CACHE=self.cache, KJIT_RUNTIME_DIR=os.path.join(work, "run"),
                         KJIT_CACHE_DIR=os.path.join(work, "state"), XDG_CONFIG_HOME=os.path.join(work, "config"),
-                        KJIT_LOG="1")
+                        KJIT_LOG="1",
+                        # A kjitd that `kjit run` starts would tune by itself: these tests put the kernels they
+                        # serve in the cache themselves (kjit_seed_defaults --direct), so no tuner adds others.
+                        KJITD_TUNER="off")
         self.kjitd_pid = None
 
     def program(self, mode, out, shim=True, background=False, **extra):

@@ -274,22 +274,6 @@ void LogLine(const char* level, const std::string& event, const std::map<std::st
   std::fflush(stderr);
 }
 
-// kjitd's agent environment over a connection of the evaluator's own (one a job).
-class OwnedKjitdEvaluator : public LiveEvaluator {
- public:
-  explicit OwnedKjitdEvaluator(const kjit::ipc::ClientOptions& options) : client_(options), inner_(client_) {}
-  kjit::Result<LiveBaseline> Open(const kjit::OpKey& key) override { return inner_.Open(key); }
-  kjit::Result<LiveVerdict> Submit(const kjit::policy::Candidate& candidate,
-                                   const std::map<std::string, std::string>& design) override {
-    return inner_.Submit(candidate, design);
-  }
-  void Close() override { inner_.Close(); }
-
- private:
-  kjit::ipc::Client client_;
-  KjitdEvaluator inner_;
-};
-
 int RunTune(TunerOptions options, const std::string& endpoint, double timeout_s, pid_t parent_pid) {
   std::signal(SIGTERM, OnStopSignal);
   std::signal(SIGINT, OnStopSignal);

@@ -70,6 +70,21 @@ class KjitdEvaluator : public LiveEvaluator {
   int64_t episode_ = -1;
 };
 
+// The same over a connection of its own, for a thread that has no client (each tuner job).
+class OwnedKjitdEvaluator : public LiveEvaluator {
+ public:
+  explicit OwnedKjitdEvaluator(const ipc::ClientOptions& options) : client_(options), inner_(client_) {}
+  Result<LiveBaseline> Open(const OpKey& key) override { return inner_.Open(key); }
+  Result<LiveVerdict> Submit(const Candidate& candidate, const std::map<std::string, std::string>& design) override {
+    return inner_.Submit(candidate, design);
+  }
+  void Close() override { inner_.Close(); }
+
+ private:
+  ipc::Client client_;
+  KjitdEvaluator inner_;
+};
+
 // Who proposes the points of an episode. The policy is what kjit runs; the other two are the baselines
 // its learning curve is compared with on the same live keys (issue 8): uniform random search over the valid
 // untried points, and the family's expert default followed by random points.
