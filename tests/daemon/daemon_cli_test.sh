@@ -173,7 +173,7 @@ case $case_name in
     run 0 "$kjit" tasks
     [[ $(wc -l <<<"$out") -eq 2 ]] || fail "expected a header and 1 task"
     expect "$out" "^ID +STATE +PRIORITY +CALLS +MEAN\(us\) +GAIN\(us\) +TRIALS +BEST +KERNEL +KEY +OP / KEY$"
-    expect "$out" "^ *$task_id +queued +2 +0 .* c97c4393cb47 +$(literal "${sample_text:0:40}")"
+    expect "$out" "^ *$task_id +queued +2 +0 .* c97c4393cb47 +$(literal "${sample_text:0:24}")"
     run 0 "$kjit" tasks --json
     json "$out"
     json_check "$out" "len(d) == 1 and d[0]['id'] == $task_id and d[0]['state'] == 'queued' and \
