@@ -61,7 +61,8 @@ Result<PoolOptions> PoolOptionsFromConfig(const DaemonConfig& config) {
   KJIT_ASSIGN_OR_RETURN(o.when, ParseRunWhen(config.Get("when")));
   o.idle.max_utilization_percent = std::stod(config.Get("idle_max_utilization"));
   o.idle.min_free_memory_fraction = std::stod(config.Get("idle_min_free_memory"));
-  o.idle.memory_cap_fraction = std::stod(config.Get("memory_cap_fraction"));
+  // auto: unset, so that the idle gate applies the `when` mode's default (idle.h).
+  if (const std::string& cap = config.Get("memory_cap_fraction"); cap != "auto") o.idle.memory_cap_fraction = std::stod(cap);
   o.idle.settle_ms = static_cast<int>(std::stod(config.Get("idle_settle_ms")));
   o.worker_args = {"--compare", config.Get("compare")};
   KJIT_ASSIGN_OR_RETURN(o.devices, ParseDevices(config.Get("devices")));
