@@ -47,7 +47,8 @@ const std::vector<std::pair<std::string, std::string>>& ConfigKeys() {
       {"idle_max_utilization", "a GPU is idle while other processes use at most this many percent of it"},
       {"idle_min_free_memory", "... and at least this fraction of its memory is free"},
       {"idle_settle_ms", "... and both have held for this long"},
-      {"memory_cap_fraction", "a trial may use at most this fraction of the GPU's free memory"},
+      {"memory_cap_fraction", "a trial may use at most this fraction of the GPU's free memory; 'auto': 0.9 with "
+                              "when = idle (nobody else is using the GPU), 0.5 with when = always (other work may be)"},
       {"compare", "how candidate outputs are compared: close (torch.testing.assert_close) or bitwise"},
       {"tuner", "the tuner kjitd starts to work its task queue: 'auto' (kjit-policy beside kjitd, run as `kjit-policy "
                 "tune`), a program taking the same arguments, or 'off' (tasks wait for `kjit policy tune` or an agent)"},
@@ -122,7 +123,7 @@ Result<DaemonConfig> LoadConfig(const std::string& file, bool file_required,
   set("idle_max_utilization", "10", "default");
   set("idle_min_free_memory", "0.25", "default");
   set("idle_settle_ms", "2000", "default");
-  set("memory_cap_fraction", "0.5", "default");
+  set("memory_cap_fraction", "auto", "default");
   set("compare", "close", "default");
   set("tuner", "auto", "default");
   set("tune_first_trials", "2", "default");
@@ -193,12 +194,13 @@ Result<DaemonConfig> LoadConfig(const std::string& file, bool file_required,
   }
   for (const char* key : {"idle_max_utilization", "idle_min_free_memory", "memory_cap_fraction", "idle_settle_ms"}) {
     const std::string& v = c.values[key].value;
+    if (std::string(key) == "memory_cap_fraction" && v == "auto") continue;  // the `when` mode's default (idle.h)
     char* end = nullptr;
     const double x = std::strtod(v.c_str(), &end);
     const double most = std::string(key) == "idle_max_utilization" ? 100 : std::string(key) == "idle_settle_ms" ? 1e9 : 1;
     if (v.empty() || end == nullptr || *end != '\0' || !(x >= 0) || x > most) {
       return InvalidArgument(std::string(key) + " must be a number from 0 to " + (most == 1 ? "1" : most == 100 ? "100" : "1e9") +
-                             ", not '" + v + "'");
+                             (std::string(key) == "memory_cap_fraction" ? " or auto" : "") + ", not '" + v + "'");
     }
   }
   if (!c.values["tcp_endpoint"].value.empty() && c.values["curve_secret_key_file"].value.empty()) {

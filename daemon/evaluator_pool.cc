@@ -61,7 +61,8 @@ Result<PoolOptions> PoolOptionsFromConfig(const DaemonConfig& config) {
   KJIT_ASSIGN_OR_RETURN(o.when, ParseRunWhen(config.Get("when")));
   o.idle.max_utilization_percent = std::stod(config.Get("idle_max_utilization"));
   o.idle.min_free_memory_fraction = std::stod(config.Get("idle_min_free_memory"));
-  o.idle.memory_cap_fraction = std::stod(config.Get("memory_cap_fraction"));
+  // auto: unset, so that the idle gate applies the `when` mode's default (idle.h).
+  if (const std::string& cap = config.Get("memory_cap_fraction"); cap != "auto") o.idle.memory_cap_fraction = std::stod(cap);
   o.idle.settle_ms = static_cast<int>(std::stod(config.Get("idle_settle_ms")));
   o.worker_args = {"--compare", config.Get("compare")};
   KJIT_ASSIGN_OR_RETURN(o.devices, ParseDevices(config.Get("devices")));
@@ -368,8 +369,9 @@ void EvaluatorPool::Handle(Worker& w, const WorkerMessage& message) {
     ++w.jobs;
     // A baseline short of memory is answered at once, not retried here: the client decides when to try again
     // (the tuner hands the key back to wait and takes the next one), so a key the GPU cannot hold now never
-    // holds a tuner's job for the minute a retry would take.
+    // holds a tuner's job for the minute a retry would take. An unfit one can never be held by this GPU.
     if (b->backoff) counters_["baselines_backed_off"] += 1;
+    if (b->unfit) counters_["jobs_unfit"] += 1;
     counters_["baselines_measured"] += 1;
     job->baseline_done(*b, *w.info);
   } else if (const auto* v = std::get_if<Verdict>(&message)) {
@@ -377,7 +379,8 @@ void EvaluatorPool::Handle(Worker& w, const WorkerMessage& message) {
     auto job = std::move(w.job);
     w.state = v->worker_exits ? Worker::State::kExiting : Worker::State::kReady;
     ++w.jobs;
-    if (v->retry_later && Requeue(job)) return;
+    if (v->unfit) counters_["jobs_unfit"] += 1;
+    if (v->retry_later && !v->unfit && Requeue(job)) return;
     counters_["trials"] += 1;
     counters_["trials_" + v->outcome] += 1;
     job->verdict_done(*v, w.info ? *w.info : WorkerDevice{});
@@ -400,6 +403,7 @@ void EvaluatorPool::Retire(Worker& w, const Worker& keeper, const std::string& u
 
 bool EvaluatorPool::Requeue(std::unique_ptr<Job>& job) {
   // Memory that is short now is usually back in seconds: retry for about a minute.
+  // (A job whose working set can never fit the GPU, `unfit`, is never requeued.)
   constexpr int kMostBackoffs = 12;
   if (job->backoffs >= kMostBackoffs) return false;
   ++job->backoffs;

@@ -590,6 +590,12 @@ ipc::Body Server::Impl::OpenEpisode(const ipc::OpenEpisode& r) {
     auto it = episodes.find(episode_id);
     if (!b.error_code.empty() || it == episodes.end()) {
       if (it != episodes.end()) episodes.erase(it);
+      if (b.unfit) {
+        // The key can never fit this GPU's memory: not retryable, and marked so a client can tell it apart.
+        const std::string why = b.error.rfind("unfit: ", 0) == 0 ? b.error : "unfit: " + b.error;
+        Reply(route, ipc::ToError(Status(StatusCode::kInvalidArgument, why)));
+        return;
+      }
       const StatusCode code = b.backoff ? StatusCode::kUnavailable : StatusCode::kInvalidArgument;
       Reply(route, ipc::ToError(Status(code, "cannot measure PyTorch's kernel for this key: " + b.error)));
       return;

@@ -129,9 +129,11 @@ json Encode(const WorkerMessage& message) {
         } else if constexpr (std::is_same_v<T, BaselineRequest>) {
           return {{"type", "baseline"}, {"id", m.id}, {"key", Hex(m.key_bytes)}, {"memory_cap_bytes", m.memory_cap_bytes}};
         } else if constexpr (std::is_same_v<T, BaselineResult>) {
-          return {{"type", "baseline_result"}, {"id", m.id},           {"error_code", m.error_code},
-                  {"error", m.error},          {"timing", ToJson(m.timing)}, {"roofline", ToJson(m.roofline)},
-                  {"outputs", m.outputs},      {"backoff", m.backoff}};
+          json j = {{"type", "baseline_result"}, {"id", m.id},           {"error_code", m.error_code},
+                    {"error", m.error},          {"timing", ToJson(m.timing)}, {"roofline", ToJson(m.roofline)},
+                    {"outputs", m.outputs},      {"backoff", m.backoff}};
+          if (m.unfit) j["unfit"] = true;  // absent: false, as an older worker sends it
+          return j;
         } else if constexpr (std::is_same_v<T, EvaluateRequest>) {
           const CandidateSpec& c = m.candidate;
           return {{"type", "evaluate"},
@@ -147,7 +149,7 @@ json Encode(const WorkerMessage& message) {
                     {"design", ToJson(c.design)}}}};
         } else if constexpr (std::is_same_v<T, Verdict>) {
           const KernelResources& r = m.resources;
-          return {{"type", "verdict"},
+          json j = {{"type", "verdict"},
                   {"id", m.id},
                   {"outcome", m.outcome},
                   {"reason", m.reason},
@@ -170,6 +172,8 @@ json Encode(const WorkerMessage& message) {
                   {"total_ms", m.total_ms},
                   {"worker_exits", m.worker_exits},
                   {"retry_later", m.retry_later}};
+          if (m.unfit) j["unfit"] = true;  // absent: false, as an older worker sends it
+          return j;
         } else if constexpr (std::is_same_v<T, Progress>) {
           return {{"type", "progress"}, {"id", m.id}, {"phase", m.phase}, {"deadline_ms", m.deadline_ms}};
         } else {
@@ -214,6 +218,7 @@ WorkerMessage DecodeJson(const json& j) {
     r.roofline = RooflineFrom(j.at("roofline"));
     r.outputs = j.at("outputs").get<std::vector<std::string>>();
     r.backoff = j.at("backoff").get<bool>();
+    r.unfit = j.value("unfit", false);
     return r;
   }
   if (type == "evaluate") {
@@ -254,6 +259,7 @@ WorkerMessage DecodeJson(const json& j) {
     v.total_ms = j.at("total_ms").get<double>();
     v.worker_exits = j.at("worker_exits").get<bool>();
     v.retry_later = j.at("retry_later").get<bool>();
+    v.unfit = j.value("unfit", false);
     return v;
   }
   if (type == "progress") {

@@ -17,6 +17,10 @@
 //                     verdict    {id, ...}           worker_exits: the worker's CUDA context is
 //                                                     gone (a fault) and it exits after this
 //
+// Fields added later are optional on the wire, so either side may be older:
+// a missing `unfit` (baseline_result, verdict) reads false, a missing
+// `screen_only` false, a missing launch `workspace_bytes` 0.
+//
 // A verdict's outcome is a policy::Outcome name; kjitd adds the outcomes a
 // worker cannot report itself (fault when it died, hang when it was killed).
 #pragma once
@@ -141,6 +145,10 @@ struct BaselineResult {
   Roofline roofline;
   std::vector<std::string> outputs;  // one line per output, e.g. "f32[64,1024]"
   bool backoff = false;  // not enough memory or GPU busy: retry later
+  // The key's working set can never fit this GPU (more than ~0.9 of its total
+  // memory, evaluator/memory.h): not worth retrying here; backoff is false and
+  // error starts "unfit: ", naming the bytes needed and the GPU's total.
+  bool unfit = false;
 };
 
 struct EvaluateRequest {
@@ -174,6 +182,9 @@ struct Verdict {
   double total_ms = 0;  // the whole evaluation, compile included
   bool worker_exits = false;
   bool retry_later = false;  // resource_backoff that may pass (memory short now): kjitd retries the job
+  // resource_backoff that cannot pass on this GPU: the key's working set is
+  // over ~0.9 of its total memory. retry_later is false and the reason starts "unfit: ".
+  bool unfit = false;
 };
 
 struct Progress {

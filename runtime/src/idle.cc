@@ -49,6 +49,11 @@ Result<RunWhen> ParseRunWhen(std::string_view text) {
   return InvalidArgument("unknown --when value \"" + std::string(text) + "\": expected idle, always or never");
 }
 
+double MemoryCapFraction(RunWhen when, const IdleThresholds& t) {
+  if (t.memory_cap_fraction) return *t.memory_cap_fraction;
+  return when == RunWhen::kIdle ? kIdleMemoryCapFraction : kAlwaysMemoryCapFraction;
+}
+
 IdleDecision DecideIdle(RunWhen when, const IdleThresholds& t, const Result<GpuSample>& sample) {
   IdleDecision d;
   if (when == RunWhen::kNever) {
@@ -65,9 +70,10 @@ IdleDecision DecideIdle(RunWhen when, const IdleThresholds& t, const Result<GpuS
       d.memory_cap_bytes = kNoMemoryCap;
       d.reason = "--when always: running; free memory unknown, no memory cap";
     } else {
-      d.memory_cap_bytes = MemoryCap(t.memory_cap_fraction, sample->memory_free_bytes);
+      const double fraction = MemoryCapFraction(when, t);
+      d.memory_cap_bytes = MemoryCap(fraction, sample->memory_free_bytes);
       d.reason = "--when always: running regardless of load; " +
-                 CapText(d.memory_cap_bytes, t.memory_cap_fraction, sample->memory_free_bytes);
+                 CapText(d.memory_cap_bytes, fraction, sample->memory_free_bytes);
     }
     return d;
   }
@@ -105,9 +111,10 @@ IdleDecision DecideIdle(RunWhen when, const IdleThresholds& t, const Result<GpuS
     return d;
   }
   d.run = true;
-  d.memory_cap_bytes = MemoryCap(t.memory_cap_fraction, s.memory_free_bytes);
+  const double fraction = MemoryCapFraction(when, t);
+  d.memory_cap_bytes = MemoryCap(fraction, s.memory_free_bytes);
   d.reason = "GPU idle: " + std::string(whose) + Format(" %.0f%% <= %.0f%%; ", busy, t.max_utilization_percent) +
-             CapText(d.memory_cap_bytes, t.memory_cap_fraction, s.memory_free_bytes);
+             CapText(d.memory_cap_bytes, fraction, s.memory_free_bytes);
   return d;
 }
 

@@ -54,6 +54,33 @@ TEST(DevicesConfig, PoolOptionsKeepTheConfiguredNames) {
   EXPECT_EQ(o->worker_path, "/bin/true");
 }
 
+// memory_cap_fraction: `auto` (the default) leaves the fraction to the `when`
+// mode (0.9 of an idle GPU's free memory, 0.5 under always, idle.h); a number
+// applies to both; anything else is refused at start.
+TEST(MemoryCapConfig, AutoIsTheWhenModesDefault) {
+  auto c = LoadConfig("", false, {{"devices", "0"}, {"evaluator", "/bin/true"}});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->Get("memory_cap_fraction"), "auto");
+  auto o = PoolOptionsFromConfig(*c);
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_FALSE(o->idle.memory_cap_fraction.has_value());
+  EXPECT_EQ(MemoryCapFraction(RunWhen::kIdle, o->idle), 0.9);
+  EXPECT_EQ(MemoryCapFraction(RunWhen::kAlways, o->idle), 0.5);
+
+  c = LoadConfig("", false, {{"devices", "0"}, {"evaluator", "/bin/true"}, {"memory_cap_fraction", "0.5"}});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  o = PoolOptionsFromConfig(*c);
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_EQ(o->idle.memory_cap_fraction, 0.5);
+  EXPECT_EQ(MemoryCapFraction(RunWhen::kIdle, o->idle), 0.5);
+
+  for (const char* bad : {"1.5", "most", ""}) {
+    auto refused = LoadConfig("", false, {{"memory_cap_fraction", bad}});
+    ASSERT_FALSE(refused.ok()) << bad;
+    EXPECT_NE(refused.status().message().find("from 0 to 1 or auto"), std::string::npos) << refused.status().message();
+  }
+}
+
 TEST(DevicesConfig, VisibleDevicesNoteSaysWhatKjitdSees) {
   const char* old = std::getenv("CUDA_VISIBLE_DEVICES");
   const std::string saved = old ? old : "";

@@ -291,6 +291,42 @@ TEST(KjitdEvaluator, ShortOfMemoryTrialsWaitAndRetry) {
   EXPECT_EQ(stats->counters["trials"], 1);  // a backoff is not a trial
 }
 
+// A key whose working set can never fit the GPU: the baseline's answer reaches
+// the client at once as a non-retryable error starting "unfit: " (not retried
+// for a minute as memory short now is), and a candidate's verdict says unfit
+// too, without a retry.
+TEST(KjitdEvaluator, UnfitKeysAreAnsweredAtOnceNotRetried) {
+  setenv("FAKE_EVALUATOR_UNFIT_KEYS", "aten::unfit_for_the_fake", 1);
+  KjitdHarness h(KJIT_KJITD, FakeFlags());
+  ASSERT_TRUE(h.Start()) << ReadFile(h.log_path());
+  unsetenv("FAKE_EVALUATOR_UNFIT_KEYS");
+  auto c = MakeClient(h);
+  const std::string huge =
+      OpKey::Single("aten::unfit_for_the_fake", "", {TensorDesc::Contiguous(DType::kFloat32, {4})}, 90).Encode();
+  auto refused = c.OpenEpisode(huge);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(refused.status().message().rfind("unfit: ", 0), 0u) << refused.status().message();
+  EXPECT_NE(refused.status().message().find("more memory than the fake GPU has"), std::string::npos)
+      << refused.status().message();
+  auto stats = c.Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->counters["jobs_backed_off"], 0);
+  EXPECT_EQ(stats->counters["jobs_unfit"], 1);
+  EXPECT_EQ(stats->counters["baselines_measured"], 1);  // one answer: not measured again
+
+  auto obs = c.OpenEpisode(KeyBytes());
+  ASSERT_TRUE(obs.ok()) << obs.status().ToString();
+  auto r = c.SubmitCandidate(Candidate(obs->episode_id, "unfit"));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_FALSE(r->verified);
+  EXPECT_EQ(r->verdict.rfind("resource_backoff: unfit: ", 0), 0u) << r->verdict;
+  stats = c.Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->counters["jobs_backed_off"], 0);
+  EXPECT_EQ(stats->counters["jobs_unfit"], 2);
+}
+
 TEST(KjitdEvaluator, WorkerThatCannotRunIsReportedWithItsReason) {
   setenv("FAKE_EVALUATOR_UNAVAILABLE", "no_device: PyTorch sees no CUDA device", 1);
   KjitdHarness h(KJIT_KJITD, FakeFlags());

@@ -4,12 +4,13 @@
 // what to do: "ok" (verified, 2x faster), "slow" (verified, not faster),
 // "wrong", "crash" (abort), "hang" (stop answering past its deadline),
 // "fault" (report a fault and exit, as after an illegal address), "backoff-once"
-// (short of memory the first time, verified the next).
+// (short of memory the first time, verified the next), "unfit" (a working set
+// that can never fit the GPU: resource_backoff, unfit, "unfit: ...").
 // A source with "__global__" (a generated kernel, as the tuner submits) is
 // verified at a time its text decides, 1.0-1.99 us against PyTorch's 2.0.
 // FAKE_EVALUATOR_UNAVAILABLE=<reason> makes it refuse to start.
 // Baselines: keys whose text contains an item of FAKE_EVALUATOR_UNFIT_KEYS
-// ('|'-separated) are "unfit: ..."; of FAKE_EVALUATOR_WAIT_KEYS back off
+// ('|'-separated) are unfit ("unfit: ..."); of FAKE_EVALUATOR_WAIT_KEYS back off
 // (memory short now) the first time each worker measures them.
 //
 // Its GPU: FAKE_EVALUATOR_GPUS="GPU-aaaa:90,GPU-bbbb:80" lists the machine's
@@ -142,6 +143,7 @@ int main(int argc, char** argv) {
       if (Listed("FAKE_EVALUATOR_UNFIT_KEYS", key)) {
         r.error_code = "invalid_argument";
         r.error = "unfit: the key needs more memory than the fake GPU has";
+        r.unfit = true;
         Send(r);
         continue;
       }
@@ -187,6 +189,10 @@ int main(int argc, char** argv) {
       v.timing.median_us = 1.0;
       v.cubin = "FAKE-CUBIN";
       v.accepted = true;
+    } else if (what == "unfit") {
+      v.outcome = "resource_backoff";
+      v.reason = "unfit: one input set needs 200.0 GiB at the peak (...), and this GPU has 80.0 GiB in all";
+      v.unfit = true;
     } else if (what == "wrong") {
       v.outcome = "wrong_result";
       v.reason = "output 0 differs";

@@ -395,5 +395,96 @@ TEST(Guarded, EdgeCases) {
   EXPECT_FALSE(GuardsIntact(GuardedTensor{}));
 }
 
+// Pieces cover every element once, in row-major order, whatever the shape and
+// strides, so that a comparison made a piece at a time sees what a whole one does.
+TEST(Pieces, CoverEveryElementInOrder) {
+  const at::Tensor base = at::arange(2 * 3 * 5, at::kLong).reshape({2, 3, 5});
+  for (const at::Tensor& t : {base, base.transpose(0, 2), base.narrow(2, 1, 3), base.select(1, 2), at::tensor(7)}) {
+    for (int64_t piece : {1, 2, 4, 5, 7, 15, 16, 1000}) {
+      std::vector<int64_t> seen;
+      int64_t expected_first = 0;
+      EXPECT_TRUE(ForEachPiece({t, t}, piece, [&](const std::vector<at::Tensor>& pieces, int64_t first) {
+        EXPECT_EQ(first, expected_first);
+        EXPECT_LE(pieces[0].numel(), piece);
+        EXPECT_TRUE(pieces[0].equal(pieces[1]));
+        const at::Tensor flat = pieces[0].contiguous().reshape({-1});
+        for (int64_t i = 0; i < flat.numel(); ++i) seen.push_back(flat[i].item<int64_t>());
+        expected_first += pieces[0].numel();
+        return true;
+      }));
+      const at::Tensor whole = t.contiguous().reshape({-1});
+      ASSERT_EQ(static_cast<int64_t>(seen.size()), whole.numel()) << "piece " << piece;
+      for (int64_t i = 0; i < whole.numel(); ++i) EXPECT_EQ(seen[static_cast<size_t>(i)], whole[i].item<int64_t>());
+    }
+  }
+  int calls = 0;
+  EXPECT_FALSE(ForEachPiece({base}, 4, [&](const std::vector<at::Tensor>&, int64_t) { return ++calls < 2; }));
+  EXPECT_EQ(calls, 2);  // stops when asked
+}
+
+// Comparisons made a piece at a time give the verdict, counts, first mismatch and
+// statistics of one made whole.
+TEST(Pieces, ComparisonsMatchWholeOnes) {
+  at::Tensor expected = at::randn({6, 7}, at::kFloat).mul_(100);
+  at::Tensor actual = expected.clone();
+  actual[2][3] = actual[2][3] + 1;
+  actual[4][6] = kNaN;
+  actual[5][0] = actual[5][0] * (1 + 1e-7);  // within tolerance
+  const at::Tensor exact = expected.to(at::kDouble);
+  for (const Tolerance& tol : {DefaultTolerance(DType::kFloat32), Tolerance{0, 0, true}}) {
+    const Comparison whole = Compare(actual, expected, tol, 1 << 20);
+    for (int64_t piece : {1, 3, 7, 10}) {
+      const Comparison pieces = Compare(actual, expected, tol, piece);
+      EXPECT_EQ(pieces.ok, whole.ok);
+      EXPECT_EQ(pieces.mismatches, whole.mismatches);
+      EXPECT_EQ(pieces.first_mismatch, whole.first_mismatch);
+      EXPECT_DOUBLE_EQ(pieces.max_abs_error, whole.max_abs_error);
+      EXPECT_DOUBLE_EQ(pieces.max_rel_error, whole.max_rel_error);
+      EXPECT_EQ(pieces.reason, whole.reason) << "piece " << piece;
+    }
+  }
+  // Transposed: the first mismatch is counted in the actual tensor's row-major order.
+  const Comparison t = Compare(actual.t(), expected.t(), DefaultTolerance(DType::kFloat32), 5);
+  EXPECT_EQ(t.first_mismatch, 3 * 6 + 2);
+  EXPECT_EQ(t.mismatches, 2);
+
+  const Tolerance tol = DefaultTolerance(DType::kFloat32);
+  const at::Tensor near = expected + expected.abs().mul(2e-6);
+  const Comparison accuracy_whole = CompareAccuracy(near, expected, exact, tol, 1 << 20);
+  const Comparison accuracy_pieces = CompareAccuracy(near, expected, exact, tol, 4);
+  EXPECT_EQ(accuracy_pieces.ok, accuracy_whole.ok);
+  EXPECT_NEAR(accuracy_pieces.max_abs_error, accuracy_whole.max_abs_error, 1e-12);
+  EXPECT_EQ(CompareAccuracy(actual, expected, exact, tol, 4).reason,
+            CompareAccuracy(actual, expected, exact, tol, 1 << 20).reason);
+
+  EXPECT_TRUE(BitwiseEqual(expected, expected.clone(), 5));
+  EXPECT_FALSE(BitwiseEqual(actual, expected, 5));
+
+  at::Tensor nan_run = at::arange(42, at::kFloat).reshape({6, 7});
+  at::Tensor finite_run = nan_run.clone();
+  nan_run.view(at::kInt)[3][5] = -1;  // 0xFFFFFFFF: the NaN poison, left unwritten
+  nan_run.view(at::kInt)[5][1] = -1;
+  const Unwritten u = FindUnwritten(nan_run, finite_run, 4);
+  EXPECT_EQ(u.count, 2);
+  EXPECT_EQ(u.first, 3 * 7 + 5);
+  EXPECT_EQ(u.first_index, "[3, 5]");
+}
+
+TEST(Digest, EqualForEqualBytesAndDifferentOtherwise) {
+  const at::Tensor a = at::randn({5, 9}, at::kFloat);
+  EXPECT_EQ(DigestOf(a), DigestOf(a.clone()));
+  EXPECT_EQ(DigestOf(a, 4), DigestOf(a, 1 << 20));  // pieces change nothing
+  EXPECT_EQ(DigestOf(a.t().contiguous().t()), DigestOf(a));  // strides do not count, row-major values do
+  at::Tensor b = a.clone();
+  b[4][8] = b[4][8] + 1;
+  EXPECT_NE(DigestOf(b), DigestOf(a));
+  // Two elements swapped: the same bytes in other places.
+  at::Tensor swapped = a.clone();
+  swapped[0][0] = a[0][1];
+  swapped[0][1] = a[0][0];
+  EXPECT_NE(DigestOf(swapped), DigestOf(a));
+  EXPECT_EQ(DigestOf(at::empty({0, 3})), Digest{});
+}
+
 }  // namespace
 }  // namespace kjit::eval

@@ -210,6 +210,60 @@ TEST(MakeTensor, SpecialValues) {
   }
 }
 
+// Values are drawn a piece at a time, so that drawing a tensor of billions of
+// elements takes bounded temporary memory: a tensor of one piece gets exactly
+// the values of one drawn whole; one of several is as reproducible, and of the
+// kind asked for, with each special value somewhere.
+TEST(MakeTensor, DrawnInPieces) {
+  const TensorDesc desc = Desc(DType::kFloat32, {8, 5}, {1, 9}, 2, 8);  // 2 + 7 + 36 + 1 = 46 storage elements
+  for (InputKind kind : {InputKind::kNormal, InputKind::kUniform, InputKind::kLarge, InputKind::kSmall,
+                         InputKind::kSpecial}) {
+    SCOPED_TRACE(std::string(InputKindName(kind)));
+    auto whole = MakeTensor(desc, kCpu, kind, 42, nullptr, 46);
+    auto default_pieces = MakeTensor(desc, kCpu, kind, 42);
+    auto pieces = MakeTensor(desc, kCpu, kind, 42, nullptr, 5);
+    auto again = MakeTensor(desc, kCpu, kind, 42, nullptr, 5);
+    ASSERT_TRUE(whole.ok() && default_pieces.ok() && pieces.ok() && again.ok());
+    EXPECT_EQ(StorageBytes(*whole), StorageBytes(*default_pieces));
+    EXPECT_EQ(StorageBytes(*pieces), StorageBytes(*again));
+    EXPECT_EQ(kjit::torch::DescribeTensor(*pieces).value(), desc);
+    const at::Tensor v = pieces->to(at::kDouble);
+    if (kind == InputKind::kLarge) {
+      EXPECT_GE(v.abs().min().item<double>(), std::ldexp(1.0, 13));
+      EXPECT_TRUE(v.isfinite().all().item<bool>());
+    }
+    if (kind == InputKind::kUniform) {
+      EXPECT_LE(v.abs().max().item<double>(), 1.0);
+    }
+  }
+  for (uint64_t seed = 0; seed < 20; ++seed) {
+    auto special = MakeTensor(Desc(DType::kFloat32, {2, 2}, {1, 50}, 7, 4), kCpu, InputKind::kSpecial, seed, nullptr, 3);
+    ASSERT_TRUE(special.ok());
+    ExpectSpecials(*special);
+  }
+  const IntDomain domain{0, 3};
+  auto ints = MakeTensor(TensorDesc::Contiguous(DType::kInt32, {100}), kCpu, InputKind::kNormal, 1, &domain, 7);
+  ASSERT_TRUE(ints.ok());
+  EXPECT_EQ(ints->min().item<int64_t>(), 0);
+  EXPECT_EQ(ints->max().item<int64_t>(), 2);
+  // A domain that does not fit the dtype is refused even where the tensor is empty.
+  const IntDomain too_wide{0, 1000};
+  EXPECT_FALSE(MakeTensor(TensorDesc::Contiguous(DType::kInt8, {0}), kCpu, InputKind::kNormal, 1, &too_wide).ok());
+}
+
+// On the meta device: the key's layout, no values and no memory (for learning outputs' sizes).
+TEST(MakeTensor, MetaHasTheLayoutOnly) {
+  const TensorDesc desc = Desc(DType::kBFloat16, {1 << 20, 1 << 14}, {1 << 14, 1}, 3, 16);  // 32 GiB
+  auto t = MakeTensor(desc, c10::Device(c10::kMeta), InputKind::kLarge, 1);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_TRUE(t->is_meta());
+  EXPECT_EQ(t->sizes(), at::IntArrayRef(desc.sizes));
+  EXPECT_EQ(t->strides(), at::IntArrayRef(desc.strides));
+  EXPECT_EQ(t->storage_offset(), 3);
+  EXPECT_EQ(t->scalar_type(), at::kBFloat16);
+  EXPECT_EQ(static_cast<int64_t>(t->storage().nbytes()), ((int64_t{1} << 34) + 3) * 2);
+}
+
 TEST(MakeTensor, IntegerDomains) {
   at::Tensor i = Make(TensorDesc::Contiguous(DType::kInt64, {4096}));
   EXPECT_EQ(i.min().item<int64_t>(), -8);

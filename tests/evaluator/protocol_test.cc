@@ -65,6 +65,51 @@ TEST(WorkerProtocol, EveryMessageRoundTrips) {
   }
 }
 
+// `unfit` (a working set that can never fit the GPU) travels in baseline
+// results and verdicts, and is optional on the wire: an older worker's
+// messages, without it, read as false, and a false one is not written.
+TEST(WorkerProtocol, UnfitRoundTripsAndDefaultsToFalse) {
+  BaselineResult b;
+  b.id = 4;
+  b.error_code = "invalid_argument";
+  b.error = "unfit: one input set needs 200.0 GiB at the peak (...), and this GPU has 139.8 GiB in all";
+  b.unfit = true;
+  auto back = DecodeWorkerMessage(EncodeWorkerMessage(b));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_TRUE(std::get<BaselineResult>(*back).unfit);
+  EXPECT_FALSE(std::get<BaselineResult>(*back).backoff);
+  EXPECT_EQ(std::get<BaselineResult>(*back).error, b.error);
+
+  Verdict v;
+  v.id = 5;
+  v.outcome = "resource_backoff";
+  v.reason = "unfit: ...";
+  v.unfit = true;
+  back = DecodeWorkerMessage(EncodeWorkerMessage(v));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_TRUE(std::get<Verdict>(*back).unfit);
+  EXPECT_FALSE(std::get<Verdict>(*back).retry_later);
+
+  // Without the field (as an older worker writes them): false.
+  b.unfit = false;
+  v.unfit = false;
+  const std::string old_baseline = EncodeWorkerMessage(b);
+  const std::string old_verdict = EncodeWorkerMessage(v);
+  EXPECT_EQ(old_baseline.find("\"unfit\""), std::string::npos) << old_baseline;
+  EXPECT_EQ(old_verdict.find("\"unfit\""), std::string::npos) << old_verdict;
+  back = DecodeWorkerMessage(old_baseline);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_FALSE(std::get<BaselineResult>(*back).unfit);
+  back = DecodeWorkerMessage(old_verdict);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_FALSE(std::get<Verdict>(*back).unfit);
+
+  // Present, it must be a bool.
+  std::string wrong = EncodeWorkerMessage(b);
+  wrong.insert(wrong.size() - 1, ",\"unfit\":\"yes\"");
+  EXPECT_EQ(DecodeWorkerMessage(wrong).status().code(), StatusCode::kInvalidArgument) << wrong;
+}
+
 TEST(WorkerProtocol, MalformedMessagesAreErrors) {
   for (const char* bad : {"", "[]", "{}", "{\"type\":\"nope\"}", "{\"type\":\"progress\",\"id\":\"x\"}",
                           "{\"type\":\"evaluate\",\"id\":1,\"key\":\"zz\"}", "{\"type\":"}) {

@@ -66,10 +66,11 @@ TEST(DecideIdle, AlwaysRunsWithACapWhereFreeMemoryIsKnown) {
 }
 
 TEST(DecideIdle, IdleGpuRuns) {
-  const IdleThresholds t;
+  const IdleThresholds t;  // cap 90% of free: nobody else is using the GPU
   IdleDecision d = DecideIdle(RunWhen::kIdle, t, Sample(3, 40, 60, 80));  // device figure includes kjit
   EXPECT_TRUE(d.run) << d.reason;
-  EXPECT_EQ(d.memory_cap_bytes, 30 * kGiB);
+  EXPECT_EQ(d.memory_cap_bytes, 54 * kGiB);
+  EXPECT_TRUE(Has(d.reason, "90% of 60.0 GiB free")) << d.reason;
   EXPECT_TRUE(Has(d.reason, "other processes")) << d.reason;
 
   // Exactly at the thresholds still counts as idle.
@@ -129,6 +130,26 @@ TEST(DecideIdle, CapFractionIsClamped) {
   EXPECT_EQ(DecideIdle(RunWhen::kIdle, t, Sample(0, 0, 60, 80)).memory_cap_bytes, 15 * kGiB);
 }
 
+// Unset, the cap is 0.9 of the free memory of an idle GPU (a key whose working
+// set fits the idle GPU is admitted) and 0.5 under --when always (the user's
+// work may be running beside); a configured fraction applies to both.
+TEST(DecideIdle, CapFractionDefaultsPerMode) {
+  IdleThresholds t;
+  EXPECT_FALSE(t.memory_cap_fraction.has_value());
+  EXPECT_EQ(MemoryCapFraction(RunWhen::kIdle, t), kIdleMemoryCapFraction);
+  EXPECT_EQ(MemoryCapFraction(RunWhen::kAlways, t), kAlwaysMemoryCapFraction);
+  EXPECT_EQ(kIdleMemoryCapFraction, 0.9);
+  EXPECT_EQ(kAlwaysMemoryCapFraction, 0.5);
+  // An idle H200: 140 GiB free of 141.
+  EXPECT_EQ(DecideIdle(RunWhen::kIdle, t, Sample(0, 0, 140, 141)).memory_cap_bytes, 126 * kGiB);
+  EXPECT_EQ(DecideIdle(RunWhen::kAlways, t, Sample(0, 0, 140, 141)).memory_cap_bytes, 70 * kGiB);
+  t.memory_cap_fraction = 0.5;
+  EXPECT_EQ(MemoryCapFraction(RunWhen::kIdle, t), 0.5);
+  EXPECT_EQ(DecideIdle(RunWhen::kIdle, t, Sample(0, 0, 140, 141)).memory_cap_bytes, 70 * kGiB);
+  t.memory_cap_fraction = 0.75;
+  EXPECT_EQ(DecideIdle(RunWhen::kAlways, t, Sample(0, 0, 40, 80)).memory_cap_bytes, 30 * kGiB);
+}
+
 class IdleTrackerTest : public ::testing::Test {
  protected:
   IdleTracker tracker_{[this] { return now_; }};
@@ -149,7 +170,7 @@ TEST_F(IdleTrackerTest, RunsOnlyAfterTheSettlePeriod) {
   Advance(500);
   IdleDecision settled = tracker_.Update(RunWhen::kIdle, t_, Sample(0, 0, 60, 80));
   EXPECT_TRUE(settled.run) << settled.reason;
-  EXPECT_EQ(settled.memory_cap_bytes, 30 * kGiB);
+  EXPECT_EQ(settled.memory_cap_bytes, 54 * kGiB);
   Advance(10'000);
   EXPECT_TRUE(tracker_.Update(RunWhen::kIdle, t_, Sample(0, 0, 60, 80)).run);  // stays running while idle
 }

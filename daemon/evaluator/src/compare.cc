@@ -5,7 +5,9 @@
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <string>
 #include <utility>
@@ -75,11 +77,46 @@ std::string FormatValue(const at::Tensor& values, int64_t index) {
   return "(" + FormatDouble(v[0].item<double>()) + ", " + FormatDouble(v[1].item<double>()) + ")";
 }
 
+// ForEachPiece, for the pieces of `tensors` whose first element has flat index `first`.
+bool ForEachPieceFrom(const std::vector<at::Tensor>& tensors, int64_t piece_elements,
+                      const std::function<bool(const std::vector<at::Tensor>&, int64_t)>& fn, int64_t first) {
+  const at::Tensor& t = tensors.front();
+  const int64_t n = t.numel();
+  if (n <= piece_elements || t.dim() == 0) return fn(tensors, first);
+  // n > 0 here, so no size is 0.
+  const int64_t rows = t.size(0);
+  const int64_t per_row = n / rows;
+  auto each = [&](auto&& view) {
+    std::vector<at::Tensor> out;
+    out.reserve(tensors.size());
+    for (const at::Tensor& x : tensors) out.push_back(view(x));
+    return out;
+  };
+  if (per_row <= piece_elements) {
+    // Whole rows of the first dim, as many as fit in a piece.
+    const int64_t step = piece_elements / per_row;
+    for (int64_t r = 0; r < rows; r += step) {
+      const int64_t count = std::min(step, rows - r);
+      if (!fn(each([&](const at::Tensor& x) { return x.narrow(0, r, count); }), first + r * per_row)) return false;
+    }
+    return true;
+  }
+  // A row of the first dim is itself too large: split each row along the next dim.
+  for (int64_t r = 0; r < rows; ++r) {
+    if (!ForEachPieceFrom(each([&](const at::Tensor& x) { return x.select(0, r); }), piece_elements, fn,
+                          first + r * per_row)) {
+      return false;
+    }
+  }
+  return true;
+}
+
 bool IsExact(const at::Tensor& t, const Tolerance& tol) {
   return tol.atol == 0 && tol.rtol == 0 && at::isIntegralType(t.scalar_type(), /*includeBool=*/true);
 }
 
-Comparison CompareImpl(const at::Tensor& actual, const at::Tensor& expected_in, const Tolerance& tol) {
+Comparison CompareImpl(const at::Tensor& actual, const at::Tensor& expected_in, const Tolerance& tol,
+                       int64_t piece_elements) {
   Comparison c;
   if (!actual.defined() || !expected_in.defined()) {
     c.ok = actual.defined() == expected_in.defined();
@@ -100,56 +137,66 @@ Comparison CompareImpl(const at::Tensor& actual, const at::Tensor& expected_in, 
     c.ok = true;
     return c;
   }
-  const at::Tensor expected = expected_in.device() == actual.device() ? expected_in : expected_in.to(actual.device());
 
-  // Error statistics in float64 for every dtype; the verdict below uses exact integers or bytes where it must.
-  const at::Tensor a = Float64Values(actual);
-  const at::Tensor e = Float64Values(expected);
-  const at::Tensor diff = (a - e).abs();
-  const at::Tensor finite = a.isfinite().logical_and_(e.isfinite());
-  const at::Tensor abs_err = at::where(finite, diff, 0.0);
-  const at::Tensor rel_err = at::where(finite.logical_and(e.ne(0)), diff / e.abs(), 0.0);
+  std::string first_values;  // "actual vs expected" at the first mismatch, from its piece
+  ForEachPiece({actual, expected_in}, piece_elements, [&](const std::vector<at::Tensor>& pieces, int64_t first) {
+    const at::Tensor& act = pieces[0];
+    const at::Tensor expected = pieces[1].device() == act.device() ? pieces[1] : pieces[1].to(act.device());
+    // Error statistics in float64 for every dtype; the verdict below uses exact integers or bytes where it must.
+    const at::Tensor a = Float64Values(act);
+    const at::Tensor e = Float64Values(expected);
+    const at::Tensor diff = (a - e).abs();
+    const at::Tensor finite = a.isfinite().logical_and_(e.isfinite());
+    const at::Tensor abs_err = at::where(finite, diff, 0.0);
+    const at::Tensor rel_err = at::where(finite.logical_and(e.ne(0)), diff / e.abs(), 0.0);
 
-  at::Tensor mismatch;  // bool, one per element, row-major
-  at::Tensor actual_rows, expected_rows;
-  if (tol.bitwise) {
-    actual_rows = ByteRows(actual);
-    expected_rows = ByteRows(expected);
-    mismatch = actual_rows.ne(expected_rows).any(1);
-  } else if (IsExact(actual, tol)) {
-    mismatch = actual.reshape({-1}).to(at::kLong).ne(expected.reshape({-1}).to(at::kLong));
-  } else {
-    // `a == e` is what lets equal infinities (and -0.0 against 0.0) pass; the
-    // finiteness test is what stops inf <= atol + rtol * inf passing.
-    const at::Tensor close = a.eq(e).logical_or_(finite.logical_and(diff.le(e.abs().mul(tol.rtol).add(tol.atol))));
-    mismatch = close.logical_or_(a.isnan().logical_and_(e.isnan())).logical_not_();
-    if (mismatch.dim() == 2) mismatch = mismatch.any(1);
-  }
+    at::Tensor mismatch;  // bool, one per element, row-major
+    at::Tensor actual_rows, expected_rows;
+    if (tol.bitwise) {
+      actual_rows = ByteRows(act);
+      expected_rows = ByteRows(expected);
+      mismatch = actual_rows.ne(expected_rows).any(1);
+    } else if (IsExact(act, tol)) {
+      mismatch = act.reshape({-1}).to(at::kLong).ne(expected.reshape({-1}).to(at::kLong));
+    } else {
+      // `a == e` is what lets equal infinities (and -0.0 against 0.0) pass; the
+      // finiteness test is what stops inf <= atol + rtol * inf passing.
+      const at::Tensor close = a.eq(e).logical_or_(finite.logical_and(diff.le(e.abs().mul(tol.rtol).add(tol.atol))));
+      mismatch = close.logical_or_(a.isnan().logical_and_(e.isnan())).logical_not_();
+      if (mismatch.dim() == 2) mismatch = mismatch.any(1);
+    }
 
-  // One transfer for the counts on a GPU.
-  const at::Tensor summary = at::stack({mismatch.sum().to(at::kDouble), abs_err.max(), rel_err.max()}).cpu();
-  const double* s = summary.data_ptr<double>();
-  c.mismatches = static_cast<int64_t>(s[0]);
-  c.max_abs_error = s[1];
-  c.max_rel_error = s[2];
+    // One transfer per piece for the counts on a GPU.
+    const at::Tensor summary = at::stack({mismatch.sum().to(at::kDouble), abs_err.max(), rel_err.max()}).cpu();
+    const double* s = summary.data_ptr<double>();
+    const auto piece_mismatches = static_cast<int64_t>(s[0]);
+    c.mismatches += piece_mismatches;
+    c.max_abs_error = std::max(c.max_abs_error, s[1]);
+    c.max_rel_error = std::max(c.max_rel_error, s[2]);
+    if (piece_mismatches == 0 || c.first_mismatch >= 0) return true;
+
+    // argmax returns the first of equal maxima: the first mismatch.
+    const int64_t local = mismatch.to(at::kByte).argmax().item<int64_t>();
+    c.first_mismatch = first + local;
+    const at::Tensor a_first = a[local].cpu();
+    const at::Tensor e_first = e[local].cpu();
+    c.actual_at_first = (a_first.dim() == 0 ? a_first : a_first[0]).item<double>();
+    c.expected_at_first = (e_first.dim() == 0 ? e_first : e_first[0]).item<double>();
+    if (tol.bitwise) {
+      first_values = FormatValue(a, local) + " (" + FormatBits(actual_rows, local) + ") vs " + FormatValue(e, local) +
+                     " (" + FormatBits(expected_rows, local) + ")";
+    } else {
+      first_values = FormatValue(a, local) + " vs " + FormatValue(e, local);
+    }
+    return true;
+  });
   c.ok = c.mismatches == 0;
   if (c.ok) return c;
 
-  // argmax returns the first of equal maxima: the first mismatch.
-  c.first_mismatch = mismatch.to(at::kByte).argmax().item<int64_t>();
-  const at::Tensor a_first = a[c.first_mismatch].cpu();
-  const at::Tensor e_first = e[c.first_mismatch].cpu();
-  c.actual_at_first = (a_first.dim() == 0 ? a_first : a_first[0]).item<double>();
-  c.expected_at_first = (e_first.dim() == 0 ? e_first : e_first[0]).item<double>();
-
   std::string reason = std::to_string(c.mismatches) + " of " + std::to_string(n) + " elements differ" +
                        (tol.bitwise ? " bitwise" : "") + "; first at " + FormatIndex(c.first_mismatch, actual.sizes()) +
-                       ": ";
-  if (tol.bitwise) {
-    reason += FormatValue(a, c.first_mismatch) + " (" + FormatBits(actual_rows, c.first_mismatch) + ") vs " +
-              FormatValue(e, c.first_mismatch) + " (" + FormatBits(expected_rows, c.first_mismatch) + ")";
-  } else {
-    reason += FormatValue(a, c.first_mismatch) + " vs " + FormatValue(e, c.first_mismatch);
+                       ": " + first_values;
+  if (!tol.bitwise) {
     if (IsExact(actual, tol)) {
       reason += " (exact)";
     } else {
@@ -192,9 +239,10 @@ Tolerance ToleranceFor(DType dtype, const OpTraits& traits) {
   return t;
 }
 
-Comparison Compare(const at::Tensor& actual, const at::Tensor& expected, const Tolerance& tolerance) {
+Comparison Compare(const at::Tensor& actual, const at::Tensor& expected, const Tolerance& tolerance,
+                   int64_t piece_elements) {
   try {
-    return CompareImpl(actual, expected, tolerance);
+    return CompareImpl(actual, expected, tolerance, piece_elements);
   } catch (const c10::Error& e) {
     Comparison c;
     c.reason = FromTorchError(e, "comparison failed").message();
@@ -203,7 +251,7 @@ Comparison Compare(const at::Tensor& actual, const at::Tensor& expected, const T
 }
 
 Comparison CompareAccuracy(const at::Tensor& actual, const at::Tensor& pytorch, const at::Tensor& exact,
-                           const Tolerance& tol) {
+                           const Tolerance& tol, int64_t piece_elements) {
   Comparison c;
   try {
     if (tol.bitwise || !actual.defined() || !at::isFloatingType(actual.scalar_type()) ||
@@ -211,36 +259,49 @@ Comparison CompareAccuracy(const at::Tensor& actual, const at::Tensor& pytorch, 
       c.reason = "no float64 accuracy comparison for this output";
       return c;
     }
-    const at::Tensor a = Float64Values(actual);
-    const at::Tensor t = Float64Values(pytorch.to(actual.device()));
-    const at::Tensor x = Float64Values(exact.to(actual.device()));
-    // Non-finite values: exactly PyTorch's (NaN where it has NaN, equal infinities).
-    const at::Tensor t_finite = t.isfinite();
-    const at::Tensor special_ok =
-        at::where(t_finite, a.isfinite(), a.eq(t).logical_or_(a.isnan().logical_and_(t.isnan())));
-    const int64_t special_bad = special_ok.logical_not().sum().item<int64_t>();
+    // Sums and maxima over every piece: [special_bad, counted, sum of squares of the candidate's error, of
+    // PyTorch's error and of the tolerance's scale, worst candidate and PyTorch error in tolerance units,
+    // worst |candidate - PyTorch|].
+    double totals[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    ForEachPiece({actual, pytorch, exact}, piece_elements, [&](const std::vector<at::Tensor>& pieces, int64_t) {
+      const at::Tensor a = Float64Values(pieces[0]);
+      const at::Tensor t = Float64Values(pieces[1].to(pieces[0].device()));
+      const at::Tensor x = Float64Values(pieces[2].to(pieces[0].device()));
+      // Non-finite values: exactly PyTorch's (NaN where it has NaN, equal infinities).
+      const at::Tensor t_finite = t.isfinite();
+      const at::Tensor special_ok =
+          at::where(t_finite, a.isfinite(), a.eq(t).logical_or_(a.isnan().logical_and_(t.isnan())));
+      const at::Tensor measured = t_finite.logical_and(x.isfinite());
+      const at::Tensor scale = x.abs().mul(tol.rtol).add(tol.atol);
+      const at::Tensor abs_actual = at::where(measured, (a - x).abs(), 0.0);
+      const at::Tensor abs_pytorch = at::where(measured, (t - x).abs(), 0.0);
+      const at::Tensor stats =
+          at::stack({special_ok.logical_not().sum().to(at::kDouble), measured.sum().to(at::kDouble),
+                     abs_actual.square().sum(), abs_pytorch.square().sum(), at::where(measured, scale, 0.0).square().sum(),
+                     (abs_actual / scale).where(measured, 0.0).max(), (abs_pytorch / scale).where(measured, 0.0).max(),
+                     (a - t).abs().where(measured, 0.0).max()})
+              .cpu();
+      const double* s = stats.data_ptr<double>();
+      for (int i = 0; i < 5; ++i) totals[i] += s[i];
+      for (int i = 5; i < 8; ++i) totals[i] = std::max(totals[i], s[i]);
+      return true;
+    });
+    const auto special_bad = static_cast<int64_t>(totals[0]);
     if (special_bad > 0) {
       c.reason = std::to_string(special_bad) + " elements differ from PyTorch's in NaN or infinity";
       return c;
     }
-    const at::Tensor measured = t_finite.logical_and(x.isfinite());
-    const at::Tensor scale = x.abs().mul(tol.rtol).add(tol.atol);
-    const at::Tensor abs_actual = at::where(measured, (a - x).abs(), 0.0);
-    const at::Tensor abs_pytorch = at::where(measured, (t - x).abs(), 0.0);
-    const at::Tensor counted = measured.sum().to(at::kDouble).clamp_min(1);
-    auto rms = [&](const at::Tensor& e) { return e.square().sum().div(counted).sqrt(); };
-    const at::Tensor stats =
-        at::stack({rms(abs_actual), rms(abs_pytorch), rms(at::where(measured, scale, 0.0)), (abs_actual / scale).where(measured, 0.0).max(),
-                   (abs_pytorch / scale).where(measured, 0.0).max(), (a - t).abs().where(measured, 0.0).max()})
-            .cpu();
-    const double* s = stats.data_ptr<double>();
-    const double rms_limit = std::max(s[2], 4 * s[1]);
-    const double worst_limit = std::max(1.0, 16 * s[4]);
-    c.ok = s[0] <= rms_limit && s[3] <= worst_limit;
-    c.max_abs_error = s[5];
-    c.reason = "against a float64 computation: RMS error " + FormatDouble(s[0]) + " (PyTorch's " +
-               FormatDouble(s[1]) + ", limit " + FormatDouble(rms_limit) + "), worst " + FormatDouble(s[3]) +
-               " tolerance units (PyTorch's " + FormatDouble(s[4]) + ", limit " + FormatDouble(worst_limit) + ")";
+    const double counted = std::max(totals[1], 1.0);
+    const double rms_actual = std::sqrt(totals[2] / counted);
+    const double rms_pytorch = std::sqrt(totals[3] / counted);
+    const double rms_scale = std::sqrt(totals[4] / counted);
+    const double rms_limit = std::max(rms_scale, 4 * rms_pytorch);
+    const double worst_limit = std::max(1.0, 16 * totals[6]);
+    c.ok = rms_actual <= rms_limit && totals[5] <= worst_limit;
+    c.max_abs_error = totals[7];
+    c.reason = "against a float64 computation: RMS error " + FormatDouble(rms_actual) + " (PyTorch's " +
+               FormatDouble(rms_pytorch) + ", limit " + FormatDouble(rms_limit) + "), worst " + FormatDouble(totals[5]) +
+               " tolerance units (PyTorch's " + FormatDouble(totals[6]) + ", limit " + FormatDouble(worst_limit) + ")";
   } catch (const c10::Error& e) {
     c.ok = false;
     c.reason = FromTorchError(e, "float64 accuracy comparison failed").message();
@@ -248,33 +309,59 @@ Comparison CompareAccuracy(const at::Tensor& actual, const at::Tensor& pytorch, 
   return c;
 }
 
-bool BitwiseEqual(const at::Tensor& a, const at::Tensor& b) {
+bool BitwiseEqual(const at::Tensor& a, const at::Tensor& b, int64_t piece_elements) {
   try {
     if (!a.defined() || !b.defined()) return a.defined() == b.defined();
     if (a.scalar_type() != b.scalar_type() || a.sizes() != b.sizes()) return false;
     if (a.numel() == 0) return true;
-    const at::Tensor other = b.device() == a.device() ? b : b.to(a.device());
-    return at::equal(ByteRows(a), ByteRows(other));
+    return ForEachPiece({a, b}, piece_elements, [](const std::vector<at::Tensor>& pieces, int64_t) {
+      const at::Tensor other = pieces[1].device() == pieces[0].device() ? pieces[1] : pieces[1].to(pieces[0].device());
+      return at::equal(ByteRows(pieces[0]), ByteRows(other));
+    });
   } catch (const c10::Error&) {
     return false;
   }
 }
 
-Unwritten FindUnwritten(const at::Tensor& after_nan, const at::Tensor& after_finite) {
+Digest DigestOf(const at::Tensor& t, int64_t piece_elements) {
+  Digest d;
+  if (!t.defined() || t.numel() == 0) return d;
+  constexpr int64_t kModulus = 65521;  // the largest prime below 2^16: weights stay small, sums far from int64's limit
+  const int64_t itemsize = static_cast<int64_t>(t.element_size());
+  ForEachPiece({t}, piece_elements, [&](const std::vector<at::Tensor>& pieces, int64_t first) {
+    const at::Tensor bytes = ByteRows(pieces[0]).reshape({-1}).to(at::kLong);
+    const at::Tensor weights =
+        at::arange(first * itemsize, first * itemsize + bytes.numel(), bytes.options()).remainder_(kModulus).add_(1);
+    const at::Tensor sums = at::stack({bytes.sum(), bytes.mul(weights).sum()}).cpu();
+    d.byte_sum += static_cast<uint64_t>(sums[0].item<int64_t>());
+    d.weighted_sum += static_cast<uint64_t>(sums[1].item<int64_t>());
+    return true;
+  });
+  return d;
+}
+
+bool ForEachPiece(const std::vector<at::Tensor>& tensors, int64_t piece_elements,
+                  const std::function<bool(const std::vector<at::Tensor>& pieces, int64_t first)>& fn) {
+  return ForEachPieceFrom(tensors, std::max<int64_t>(piece_elements, 1), fn, 0);
+}
+
+Unwritten FindUnwritten(const at::Tensor& after_nan, const at::Tensor& after_finite, int64_t piece_elements) {
   Unwritten u;
   if (after_nan.numel() == 0) return u;
-  const at::Tensor a = ByteRows(after_nan);
-  const at::Tensor b = ByteRows(after_finite);
-  // Still the run's poison, and not what the other run computed there.
-  const at::Tensor unwritten = a.eq(PoisonByte(Poison::kNaN))
-                                   .all(1)
-                                   .logical_or(b.eq(PoisonByte(Poison::kFinite)).all(1))
-                                   .logical_and(a.eq(b).all(1).logical_not());
-  u.count = unwritten.sum().item<int64_t>();
-  if (u.count > 0) {
-    u.first = unwritten.to(at::kByte).argmax().item<int64_t>();
-    u.first_index = FormatIndex(u.first, after_nan.sizes());
-  }
+  ForEachPiece({after_nan, after_finite}, piece_elements, [&](const std::vector<at::Tensor>& pieces, int64_t first) {
+    const at::Tensor a = ByteRows(pieces[0]);
+    const at::Tensor b = ByteRows(pieces[1]);
+    // Still the run's poison, and not what the other run computed there.
+    const at::Tensor unwritten = a.eq(PoisonByte(Poison::kNaN))
+                                     .all(1)
+                                     .logical_or(b.eq(PoisonByte(Poison::kFinite)).all(1))
+                                     .logical_and(a.eq(b).all(1).logical_not());
+    const int64_t count = unwritten.sum().item<int64_t>();
+    if (count > 0 && u.first < 0) u.first = first + unwritten.to(at::kByte).argmax().item<int64_t>();
+    u.count += count;
+    return true;
+  });
+  if (u.count > 0) u.first_index = FormatIndex(u.first, after_nan.sizes());
   return u;
 }
 

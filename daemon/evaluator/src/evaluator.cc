@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <c10/util/Exception.h>
 #include <torch/version.h>
@@ -17,6 +18,7 @@
 
 #include "kjit/evaluator/compare.h"
 #include "kjit/evaluator/inputs.h"
+#include "kjit/evaluator/memory.h"
 #include "kjit/policy/op_traits.h"
 #include "kjit/policy/design_space.h"
 #include "kjit/policy/reward.h"
@@ -152,6 +154,7 @@ struct Evaluator::Impl {
   std::vector<Event> events;
   Compiler compiler;
   bool lost = false;
+  uint64_t device_total_bytes = 0;  // the GPU's memory (cuDeviceTotalMem), for telling "not now" from "never"
   std::mt19937_64 seeds{std::random_device{}()};
 
   const Driver& driver() const { return context->driver(); }
@@ -399,17 +402,55 @@ struct Evaluator::Impl {
     if (r.flops > 0 && peak > 0) r.flop_fraction = r.flops / (measured_us * 1e-6) / peak;
   }
 
-  uint64_t EstimateBytes(const Prepared& p) const {
-    double bytes = 0;
-    for (const Arg& a : p.key.calls[0].args) {
-      if (const auto* t = std::get_if<TensorDesc>(&a)) bytes += static_cast<double>(t->numel() * DTypeSize(t->dtype));
-      if (const auto* l = std::get_if<TensorList>(&a)) {
-        for (const auto& t : *l) bytes += static_cast<double>(t.numel() * DTypeSize(t.dtype));
-      }
+  // The peak device memory of one input set of the key (memory.h), before any is allocated.
+  Result<WorkingSet> WorkingSetOf(const Prepared& p) const {
+    return EstimateWorkingSet(p.handle, p.schema, p.key.calls[0], p.traits, options.bitwise);
+  }
+
+  // `working` against this GPU and `memory_cap` (the request's; 0: none). `held`:
+  // bytes of the job's working set already resident (a cached screening set),
+  // which kjitd's reading of free memory has already left out of the cap.
+  MemoryJudgement JudgeWorkingSet(const WorkingSet& working, uint64_t memory_cap, uint64_t held = 0) const {
+    uint64_t cap = memory_cap;
+    if (cap > 0 && held > 0) cap = cap > UINT64_MAX - held ? UINT64_MAX : cap + held;
+    return JudgeMemory(working, flush ? flush->size() : 0, cap, device_total_bytes);
+  }
+
+  // Where the estimate had to guess the outputs' sizes, judges it again once a
+  // set's reference shows them; nothing when it was known or still fits.
+  std::optional<MemoryJudgement> Rejudge(WorkingSet& working, const std::vector<at::Tensor>& reference,
+                                         uint64_t memory_cap, uint64_t held = 0) const {
+    if (working.outputs_known) return std::nullopt;
+    UpdateOutputs(working, reference);
+    MemoryJudgement j = JudgeWorkingSet(working, memory_cap, held);
+    if (j.fit == MemoryFit::kFits) return std::nullopt;
+    return j;
+  }
+
+  // Gives the blocks PyTorch's caching allocator keeps for reuse back to the
+  // driver, so that the free memory kjitd reads before the next job (and the
+  // cap it derives from it) is not shrunk by kjit's own cache.
+  void ReleaseCachedMemory() {
+    if (lost) return;  // after a sticky error the allocator's calls fail too, and the process exits
+    try {
+      c10::getDeviceAllocator(c10::DeviceType::CUDA)->emptyCache();
+    } catch (const std::exception&) {
+      // Only a broken context gets here; the next job finds out.
     }
-    // Arguments, their pristine copy, reference and candidate outputs of two
-    // sets (outputs assumed no larger than inputs), plus the comparison's float64 temporaries.
-    return static_cast<uint64_t>(bytes * 12);
+  }
+
+  // Declared first in a job, so that it runs after every tensor of the job is gone.
+  struct ReleaseCachedMemoryAtExit {
+    Impl& impl;
+    ~ReleaseCachedMemoryAtExit() { impl.ReleaseCachedMemory(); }
+  };
+
+  // Device bytes the tensors of a set hold (its arguments and PyTorch's outputs).
+  static uint64_t BytesHeld(const InputSet& set) {
+    uint64_t bytes = 0;
+    for (const at::Tensor& t : TensorsIn(set.args)) bytes += t.storage().nbytes();
+    for (const at::Tensor& t : set.reference) bytes += t.storage().nbytes();
+    return bytes;
   }
 
   // When TimeLoop stops: after min_runs once both medians' 95% CI are within
@@ -567,6 +608,7 @@ Result<std::unique_ptr<Evaluator>> Evaluator::Create(const EvaluatorOptions& opt
   d.sm_clock_khz = info.sm_clock_khz;
   d.memory_clock_khz = info.memory_clock_khz;
   d.l2_bytes = static_cast<uint64_t>(info.l2_bytes);
+  impl->device_total_bytes = info.memory_bytes;
   d.driver_version = impl->context->driver().version();
   std::tie(d.nvrtc_major, d.nvrtc_minor) = Compiler::NvrtcVersion();
   d.torch_version = TORCH_VERSION;
@@ -585,6 +627,7 @@ Result<std::unique_ptr<Evaluator>> Evaluator::Create(const EvaluatorOptions& opt
 
 daemon::BaselineResult Evaluator::Baseline(const daemon::BaselineRequest& request, const ProgressFn& progress) {
   Impl& s = *impl_;
+  const Impl::ReleaseCachedMemoryAtExit release{s};  // first: runs after the job's tensors are freed
   BaselineResult result;
   result.id = request.id;
   auto fail = [&](const Status& st) {
@@ -592,16 +635,28 @@ daemon::BaselineResult Evaluator::Baseline(const daemon::BaselineRequest& reques
     result.error = st.message();
     return result;
   };
+  // Too little memory: not now (kjitd retries), or never on this GPU (unfit, not retried).
+  auto refuse = [&](const MemoryJudgement& j) {
+    result.unfit = j.fit == MemoryFit::kUnfit;
+    result.backoff = !result.unfit;
+    return fail(Status(result.unfit ? StatusCode::kInvalidArgument : StatusCode::kUnavailable, j.reason));
+  };
   try {
     auto prepared = s.Prepare(request.key_bytes);
     if (!prepared.ok()) return fail(prepared.status());
-    if (request.memory_cap_bytes > 0 && s.EstimateBytes(*prepared) > request.memory_cap_bytes) {
-      result.backoff = true;
-      return fail(Status(StatusCode::kUnavailable, "the inputs need more GPU memory than the cap allows now"));
+    // The same working set as a candidate's evaluation: a baseline is measured to evaluate candidates.
+    auto working = s.WorkingSetOf(*prepared);
+    if (!working.ok()) return fail(working.status());
+    if (MemoryJudgement j = s.JudgeWorkingSet(*working, request.memory_cap_bytes); j.fit != MemoryFit::kFits) {
+      return refuse(j);
     }
     progress("baseline", s.options.min_run_deadline * 20);
     auto set = s.MakeSet(*prepared, InputKind::kNormal, s.seeds());
-    if (!set.ok()) return fail(set.status());
+    if (!set.ok()) {
+      result.backoff = set.status().code() == StatusCode::kUnavailable;  // out of memory: may pass
+      return fail(set.status());
+    }
+    if (auto j = s.Rejudge(*working, set->reference, request.memory_cap_bytes)) return refuse(*j);
     for (const at::Tensor& t : set->reference) result.outputs.push_back(DescribeTensorText(t));
     result.roofline = s.Floor(*prepared, *set);
     auto timed = s.TimeLoop({}, [&] { (void)s.CallReference(*prepared, set->args); }, s.options.min_run_deadline,
@@ -622,6 +677,7 @@ daemon::BaselineResult Evaluator::Baseline(const daemon::BaselineRequest& reques
 
 daemon::Verdict Evaluator::Evaluate(const daemon::EvaluateRequest& request, const ProgressFn& progress) {
   Impl& s = *impl_;
+  const Impl::ReleaseCachedMemoryAtExit release{s};  // first: runs after the job's tensors are freed
   const auto started = Clock::now();
   Verdict v;
   v.id = request.id;
@@ -645,9 +701,30 @@ daemon::Verdict Evaluator::Evaluate(const daemon::EvaluateRequest& request, cons
       return finish(Outcome::kLaunchError, "a workspace of " + std::to_string(workspace_bytes) +
                                                " bytes is over the limit of " + std::to_string(daemon::kMaxWorkspaceBytes));
     }
-    if (request.memory_cap_bytes > 0 && s.EstimateBytes(p) + workspace_bytes > request.memory_cap_bytes) {
-      v.retry_later = true;
-      return finish(Outcome::kResourceBackoff, "the inputs need more GPU memory than the cap allows now");
+    // Too little memory: not now (kjitd retries the job), or never on this GPU (unfit, not retried).
+    auto refuse = [&](const MemoryJudgement& j) {
+      v.unfit = j.fit == MemoryFit::kUnfit;
+      v.retry_later = !v.unfit;
+      return finish(Outcome::kResourceBackoff, j.reason);
+    };
+    // The screening set kept from earlier requests is memory this job cannot use
+    // unless it screens the same key: freed before the job's memory is judged if
+    // it is another key's, or if a full evaluation (which builds sets of its
+    // own) would find it in the way; a small one stays for the screens that follow.
+    constexpr uint64_t kScreenSetKeptBesideEvaluation = uint64_t{1} << 30;
+    const bool reuses_screen_set = request.screen_only && s.screen_set && s.screen_set->first == request.key_bytes;
+    if (s.screen_set && !reuses_screen_set &&
+        (s.screen_set->first != request.key_bytes || Impl::BytesHeld(s.screen_set->second) > kScreenSetKeptBesideEvaluation)) {
+      s.screen_set.reset();
+      s.ReleaseCachedMemory();
+    }
+    auto working = s.WorkingSetOf(p);
+    if (!working.ok()) return finish(Outcome::kResourceBackoff, "cannot evaluate this key: " + working.status().ToString());
+    // The workspace and its guard bytes (MakeGuarded's default guards on both sides).
+    if (workspace_bytes > 0) working->workspace = workspace_bytes + 2 * 4096 + 16;
+    const uint64_t held = reuses_screen_set ? Impl::BytesHeld(s.screen_set->second) : 0;
+    if (MemoryJudgement j = s.JudgeWorkingSet(*working, request.memory_cap_bytes, held); j.fit != MemoryFit::kFits) {
+      return refuse(j);
     }
 
     // 1. Compile, load, check the launch.
@@ -699,10 +776,23 @@ daemon::Verdict Evaluator::Evaluate(const daemon::EvaluateRequest& request, cons
       if (!s.screen_set || s.screen_set->first != request.key_bytes) {
         s.screen_set.reset();  // frees the previous key's tensors first
         auto made = s.MakeSet(p, InputKind::kNormal, s.seeds());
-        if (!made.ok()) return finish(Outcome::kResourceBackoff, "cannot build inputs: " + made.status().ToString());
+        if (!made.ok()) {
+          v.retry_later = made.status().code() == StatusCode::kUnavailable;  // out of memory: may pass
+          return finish(Outcome::kResourceBackoff, "cannot build inputs: " + made.status().ToString());
+        }
         s.screen_set.emplace(request.key_bytes, std::move(*made));
       }
       Impl::InputSet& set = s.screen_set->second;
+      if (auto j = s.Rejudge(*working, set.reference, request.memory_cap_bytes, held)) {
+        s.screen_set.reset();
+        return refuse(*j);
+      }
+      // The float64 reference (made only for a mismatch) is the inputs and outputs again in float64:
+      // not kept between requests with the set.
+      struct DropFloat64Reference {
+        Impl::InputSet& set;
+        ~DropFloat64Reference() { set.exact.reset(); }
+      } drop_float64_reference{set};
       const std::chrono::milliseconds deadline = s.options.min_run_deadline * 5;
       auto guarded = Impl::GuardedOutputs(set.reference, Poison::kNaN);
       if (!guarded.ok()) return finish(Outcome::kResourceBackoff, guarded.status().ToString());
@@ -752,19 +842,24 @@ daemon::Verdict Evaluator::Evaluate(const daemon::EvaluateRequest& request, cons
 
     std::chrono::milliseconds deadline = s.options.min_run_deadline;
     bool deadline_known = false;
-    std::optional<std::vector<at::Tensor>> previous_reference;
+    // One input set is resident at a time (memory.h): each iteration's tensors
+    // are freed before the next set is built; what carries over is a digest of
+    // PyTorch's outputs, to tell whether they depend on the inputs at all.
+    std::optional<std::vector<Digest>> previous_digests;
     bool reference_changes = false;
     for (const auto& [kind, edge_name] : kinds) {
       const uint64_t seed = s.seeds();
       auto set = s.MakeSet(p, kind, seed);
-      if (!set.ok()) return finish(Outcome::kResourceBackoff, "cannot build inputs: " + set.status().ToString());
-      const std::string where = std::string(InputKindName(kind)) + " inputs (seed " + std::to_string(seed) + ")";
-      if (previous_reference && previous_reference->size() == set->reference.size()) {
-        for (size_t i = 0; i < set->reference.size(); ++i) {
-          if (!BitwiseEqual(set->reference[i], (*previous_reference)[i])) reference_changes = true;
-        }
+      if (!set.ok()) {
+        v.retry_later = set.status().code() == StatusCode::kUnavailable;  // out of memory: may pass
+        return finish(Outcome::kResourceBackoff, "cannot build inputs: " + set.status().ToString());
       }
-      previous_reference = set->reference;
+      if (auto j = s.Rejudge(*working, set->reference, request.memory_cap_bytes)) return refuse(*j);
+      const std::string where = std::string(InputKindName(kind)) + " inputs (seed " + std::to_string(seed) + ")";
+      std::vector<Digest> digests;
+      for (const at::Tensor& r : set->reference) digests.push_back(DigestOf(r));
+      if (previous_digests && *previous_digests != digests) reference_changes = true;
+      previous_digests = std::move(digests);
       if (!deadline_known) {
         deadline_known = true;
         // The reference's time bounds how long a candidate run may take.
@@ -779,51 +874,63 @@ daemon::Verdict Evaluator::Evaluate(const daemon::EvaluateRequest& request, cons
         // remaining run at its deadline, plus time to build and compare inputs.
         progress("verify", deadline * static_cast<int>(2 * kinds.size()) + std::chrono::seconds(60));
       }
-      auto pristine = CloneArguments(set->args);
-      if (!pristine.ok()) return finish(Outcome::kResourceBackoff, pristine.status().ToString());
       auto guarded = Impl::GuardedOutputs(set->reference, std::nullopt);
       if (!guarded.ok()) return finish(Outcome::kResourceBackoff, guarded.status().ToString());
       const std::vector<GuardedTensor>& outs = *guarded;
-      std::vector<at::Tensor> runs[2];
-      const Poison poisons[2] = {Poison::kNaN, Poison::kFinite};
-      for (int run = 0; run < 2; ++run) {
-        for (const GuardedTensor& g : outs) ResetGuarded(g, poisons[run]);
-        if (auto f = s.RunOnce(*fn, config, s.Params(p, set->args, outs, workspace), deadline)) {
-          return finish(f->outcome, f->reason + " on " + where);
-        }
-        if (auto f = s.CheckWorkspace(workspace, "on " + where)) return finish(f->outcome, f->reason);
-        for (size_t i = 0; i < outs.size(); ++i) {
-          if (!GuardsIntact(outs[i])) {
-            return finish(Outcome::kOutOfBounds, "wrote outside output " + std::to_string(i) + " on " + where);
+      // The first run's outputs (poisoned with NaN first), copied; the second's stay in `outs`.
+      std::vector<at::Tensor> first_run;
+      {
+        // The inputs as they were, to catch a kernel writing into them; freed before outputs are judged.
+        auto pristine = CloneArguments(set->args);
+        if (!pristine.ok()) return finish(Outcome::kResourceBackoff, pristine.status().ToString());
+        const Poison poisons[2] = {Poison::kNaN, Poison::kFinite};
+        for (int run = 0; run < 2; ++run) {
+          for (const GuardedTensor& g : outs) ResetGuarded(g, poisons[run]);
+          if (auto f = s.RunOnce(*fn, config, s.Params(p, set->args, outs, workspace), deadline)) {
+            return finish(f->outcome, f->reason + " on " + where);
           }
-          runs[run].push_back(outs[i].tensor.clone());
+          if (auto f = s.CheckWorkspace(workspace, "on " + where)) return finish(f->outcome, f->reason);
+          for (size_t i = 0; i < outs.size(); ++i) {
+            if (!GuardsIntact(outs[i])) {
+              return finish(Outcome::kOutOfBounds, "wrote outside output " + std::to_string(i) + " on " + where);
+            }
+            if (run == 0) first_run.push_back(outs[i].tensor.clone());
+          }
         }
-      }
-      const std::vector<at::Tensor> inputs = TensorsIn(set->args);
-      const std::vector<at::Tensor> originals = TensorsIn(*pristine);
-      for (size_t i = 0; i < inputs.size(); ++i) {
-        if (!BitwiseEqual(inputs[i], originals[i])) {
-          return finish(Outcome::kOutOfBounds, "modified input tensor " + std::to_string(i) + " on " + where);
+        const std::vector<at::Tensor> inputs = TensorsIn(set->args);
+        const std::vector<at::Tensor> originals = TensorsIn(*pristine);
+        for (size_t i = 0; i < inputs.size(); ++i) {
+          if (!BitwiseEqual(inputs[i], originals[i])) {
+            return finish(Outcome::kOutOfBounds, "modified input tensor " + std::to_string(i) + " on " + where);
+          }
         }
       }
       for (size_t i = 0; i < outs.size(); ++i) {
-        const Unwritten unwritten = FindUnwritten(runs[0][i], runs[1][i]);
+        const Unwritten unwritten = FindUnwritten(first_run[i], outs[i].tensor);
         if (unwritten.count > 0) {
           return finish(Outcome::kUnwrittenOutput, std::to_string(unwritten.count) + " of " +
-                                                       std::to_string(runs[0][i].numel()) + " elements of output " +
+                                                       std::to_string(outs[i].tensor.numel()) + " elements of output " +
                                                        std::to_string(i) + " were never written (first at " +
                                                        unwritten.first_index + ") on " + where);
         }
-        if (!p.traits.nondeterministic && !BitwiseEqual(runs[0][i], runs[1][i])) {
+        if (!p.traits.nondeterministic && !BitwiseEqual(first_run[i], outs[i].tensor)) {
           return finish(Outcome::kNondeterministic,
                         "two runs on the same inputs gave different output " + std::to_string(i) + " on " + where +
                             " (a data race, or uninitialised memory read)");
         }
+      }
+      // Both runs gave the same bits: judging the second judges the first too,
+      // and its copy is freed before the judging (which may make float64 copies).
+      if (!p.traits.nondeterministic) first_run.clear();
+      for (size_t i = 0; i < outs.size(); ++i) {
         const Tolerance tol = Impl::OutputTolerance(set->reference[i], p.traits);
-        for (int run = 0; run < 2; ++run) {
+        std::vector<const at::Tensor*> judged;
+        if (!first_run.empty()) judged.push_back(&first_run[i]);
+        judged.push_back(&outs[i].tensor);
+        for (size_t run = 0; run < judged.size(); ++run) {
           // Ill-conditioned inputs are judged for accuracy against float64 instead (compare.h).
           bool by_float64 = false;
-          const Comparison cmp = s.JudgeOutput(p, *set, i, runs[run][i], &by_float64);
+          const Comparison cmp = s.JudgeOutput(p, *set, i, *judged[run], &by_float64);
           if (!cmp.ok) return finish(Outcome::kWrongResult, "output " + std::to_string(i) + " on " + where + ": " + cmp.reason);
           if (by_float64) {
             if (run == 0) v.verification.edge_cases_passed.push_back("float64_accuracy:" + std::string(InputKindName(kind)) +
@@ -854,7 +961,10 @@ daemon::Verdict Evaluator::Evaluate(const daemon::EvaluateRequest& request, cons
     // 3. Time on unseen inputs, interleaved with the reference.
     const uint64_t seed = s.seeds();
     auto set = s.MakeSet(p, InputKind::kNormal, seed);
-    if (!set.ok()) return finish(Outcome::kResourceBackoff, set.status().ToString());
+    if (!set.ok()) {
+      v.retry_later = set.status().code() == StatusCode::kUnavailable;  // out of memory: may pass
+      return finish(Outcome::kResourceBackoff, set.status().ToString());
+    }
     auto guarded = Impl::GuardedOutputs(set->reference, Poison::kNaN);
     if (!guarded.ok()) return finish(Outcome::kResourceBackoff, guarded.status().ToString());
     const std::vector<GuardedTensor>& outs = *guarded;

@@ -9,6 +9,7 @@
 #include <bit>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -228,37 +229,43 @@ std::vector<int64_t> DistinctPositions(const TensorDesc& desc, at::Generator& ge
   return out;
 }
 
-// The `extent` values of the storage, on `device` (drawn from `gen`, a generator
-// of that device), in the generation dtype (float64 for float64 tensors, else
-// float32; float64 for every kSmall/kLarge). `position_gen` is a CPU generator:
-// the positions of the sure special values are read on the host.
-Result<at::Tensor> FloatValues(const TensorDesc& desc, int64_t extent, InputKind kind, at::Generator& gen,
-                               at::Generator& position_gen, c10::Device device) {
+// Values `first` .. `first + count - 1` of the storage, on `device` (drawn
+// from `gen`, a generator of that device), in the generation dtype (float64 for
+// float64 tensors, else float32; float64 for every kSmall/kLarge). For kSpecial,
+// `sure` (storage positions that must hold NaN, +Inf, -Inf, -0.0 in that order)
+// is filled in on the first call from `position_gen`, a CPU generator: the
+// positions are read on the host.
+Result<at::Tensor> FloatValues(const TensorDesc& desc, int64_t first, int64_t count, InputKind kind, at::Generator& gen,
+                               at::Generator& position_gen, std::optional<std::vector<int64_t>>& sure,
+                               c10::Device device) {
   const auto gen_type = desc.dtype == DType::kFloat64 ? at::kDouble : at::kFloat;
   const auto opts = at::TensorOptions().dtype(gen_type).device(device);
   const FloatRanges r = RangesFor(desc.dtype);
   switch (kind) {
-    case InputKind::kNormal: return at::randn({extent}, gen, opts);
-    case InputKind::kUniform: return at::empty({extent}, opts).uniform_(-1, 1, gen);
-    case InputKind::kLarge: return RandomMagnitudes(extent, r.large_min, r.large_max, gen, device);
-    case InputKind::kSmall: return RandomMagnitudes(extent, r.small_min, r.small_max, gen, device);
+    case InputKind::kNormal: return at::randn({count}, gen, opts);
+    case InputKind::kUniform: return at::empty({count}, opts).uniform_(-1, 1, gen);
+    case InputKind::kLarge: return RandomMagnitudes(count, r.large_min, r.large_max, gen, device);
+    case InputKind::kSmall: return RandomMagnitudes(count, r.small_min, r.small_max, gen, device);
     case InputKind::kSpecial: {
-      at::Tensor v = at::randn({extent}, gen, opts);
-      at::Tensor u = at::rand({extent}, gen, at::TensorOptions().dtype(at::kFloat).device(device));
+      at::Tensor v = at::randn({count}, gen, opts);
+      at::Tensor u = at::rand({count}, gen, at::TensorOptions().dtype(at::kFloat).device(device));
       constexpr double kEach = 1.0 / 32;
       const double specials[] = {std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity(),
                                  -std::numeric_limits<double>::infinity(), -0.0};
       for (int i = 0; i < 4; ++i) v.masked_fill_((u >= i * kEach).logical_and_(u < (i + 1) * kEach), specials[i]);
-      const std::vector<int64_t> sure = DistinctPositions(desc, position_gen);
-      for (size_t i = 0; i < sure.size(); ++i) v.narrow(0, sure[i], 1).fill_(specials[i]);
+      if (!sure) sure = DistinctPositions(desc, position_gen);
+      for (size_t i = 0; i < sure->size(); ++i) {
+        const int64_t at_piece = (*sure)[i] - first;
+        if (at_piece >= 0 && at_piece < count) v.narrow(0, at_piece, 1).fill_(specials[i]);
+      }
       return v;
     }
   }
   return InvalidArgument("unknown input kind " + std::to_string(static_cast<int>(kind)));
 }
 
-Result<at::Tensor> IntValues(const TensorDesc& desc, int64_t extent, IntDomain domain, at::Generator& gen,
-                             c10::Device device) {
+// The domain integer values of `desc` are drawn from: `domain`, checked against the dtype.
+Result<IntDomain> UsableDomain(const TensorDesc& desc, IntDomain domain) {
   // A domain sized by an empty dim is empty; so is the view it is for (an index into nothing).
   if (desc.numel() == 0 && domain.high <= domain.low) domain = DefaultDomain(desc.dtype);
   const auto [lo, hi] = IntRange(desc.dtype);
@@ -267,14 +274,26 @@ Result<at::Tensor> IntValues(const TensorDesc& desc, int64_t extent, IntDomain d
     return InvalidArgument("integer domain [" + std::to_string(domain.low) + ", " + std::to_string(domain.high) +
                            ") is empty or does not fit " + std::string(DTypeName(desc.dtype)));
   }
-  return at::randint(domain.low, domain.high, {extent}, gen, at::TensorOptions().dtype(at::kLong).device(device));
+  return domain;
 }
 
 Result<at::Tensor> MakeTensorImpl(const TensorDesc& desc, c10::Device device, InputKind kind, uint64_t seed,
-                                  const IntDomain* domain) {
+                                  const IntDomain* domain, int64_t piece_elements) {
   KJIT_ASSIGN_OR_RETURN(const Layout layout, CheckLayout(desc));
   KJIT_ASSIGN_OR_RETURN(const c10::ScalarType type, ScalarTypeOf(desc.dtype));
-  at::Tensor values;
+  if (device.is_meta()) {
+    // Sizes, strides and dtype without memory or values: enough to run an op
+    // on the meta device and learn its outputs' sizes (memory.h).
+    return at::empty({layout.extent}, at::TensorOptions().dtype(type).device(device))
+        .as_strided(desc.sizes, desc.strides, desc.storage_offset);
+  }
+  if (!IsFloatingPoint(desc.dtype) && !IsIntegral(desc.dtype)) {
+    return InvalidArgument("kjit does not generate values of dtype " + std::string(DTypeName(desc.dtype)));
+  }
+  IntDomain int_domain;
+  if (IsIntegral(desc.dtype)) {
+    KJIT_ASSIGN_OR_RETURN(int_domain, UsableDomain(desc, domain ? *domain : DefaultDomain(desc.dtype)));
+  }
   // Drawn where the tensor lives: generating tens of millions of values on the
   // host took seconds per input set, most of an evaluation of a large key.
   at::Generator position_gen = at::detail::createCPUGenerator(seed);
@@ -283,19 +302,26 @@ Result<at::Tensor> MakeTensorImpl(const TensorDesc& desc, c10::Device device, In
     gen = at::globalContext().defaultGenerator(device).clone();
     gen.set_current_seed(seed);
   }
-  if (IsFloatingPoint(desc.dtype)) {
-    KJIT_ASSIGN_OR_RETURN(values, FloatValues(desc, layout.extent, kind, gen, position_gen, device));
-  } else if (IsIntegral(desc.dtype)) {
-    KJIT_ASSIGN_OR_RETURN(values,
-                          IntValues(desc, layout.extent, domain ? *domain : DefaultDomain(desc.dtype), gen, device));
-  } else {
-    return InvalidArgument("kjit does not generate values of dtype " + std::string(DTypeName(desc.dtype)));
-  }
-  values = values.to(type);
   at::Tensor storage =
       AlignedStorage(type, layout.itemsize, layout.extent, desc.storage_offset, desc.alignment, device);
-  // Copied as bytes: the storage may be less aligned than its element type wants.
-  if (layout.extent > 0) StorageBytes(storage).copy_(values.view(at::kByte));
+  const at::Tensor storage_bytes = StorageBytes(storage);
+  std::optional<std::vector<int64_t>> sure;  // kSpecial's sure positions, drawn once per tensor
+  // A piece at a time: the float64 temporaries of kLarge and kSmall take about
+  // kValueBytesPerElement per element, ~100 GB at once for a tensor of 2^31 elements.
+  const int64_t piece = std::max<int64_t>(piece_elements, 1);
+  for (int64_t first = 0; first < layout.extent; first += piece) {
+    const int64_t count = std::min(piece, layout.extent - first);
+    at::Tensor values;
+    if (IsFloatingPoint(desc.dtype)) {
+      KJIT_ASSIGN_OR_RETURN(values, FloatValues(desc, first, count, kind, gen, position_gen, sure, device));
+    } else {
+      values = at::randint(int_domain.low, int_domain.high, {count}, gen,
+                           at::TensorOptions().dtype(at::kLong).device(device));
+    }
+    values = values.to(type);
+    // Copied as bytes: the storage may be less aligned than its element type wants.
+    storage_bytes.narrow(0, first * layout.itemsize, count * layout.itemsize).copy_(values.view(at::kByte));
+  }
   return storage.as_strided(desc.sizes, desc.strides, desc.storage_offset);
 }
 
@@ -356,14 +382,16 @@ Result<c10::IValue> MakeArgument(const c10::Argument& formal, const Arg& arg, si
     case ArgTag::kDoubleList: return c10::IValue(c10::List<double>(std::get<DoubleList>(arg)));
     case ArgTag::kTensor: {
       const TensorDesc& desc = std::get<TensorDesc>(arg);
-      KJIT_ASSIGN_OR_RETURN(at::Tensor t, MakeTensorImpl(desc, device, kind, TensorSeed(seed, index, 0), domain));
+      KJIT_ASSIGN_OR_RETURN(at::Tensor t, MakeTensorImpl(desc, device, kind, TensorSeed(seed, index, 0), domain,
+                                                          kValuePieceElements));
       return c10::IValue(std::move(t));
     }
     case ArgTag::kTensorList: {
       const TensorList& descs = std::get<TensorList>(arg);
       std::vector<at::Tensor> tensors;
       for (size_t i = 0; i < descs.size(); ++i) {
-        KJIT_ASSIGN_OR_RETURN(at::Tensor t, MakeTensorImpl(descs[i], device, kind, TensorSeed(seed, index, i), domain));
+        KJIT_ASSIGN_OR_RETURN(at::Tensor t, MakeTensorImpl(descs[i], device, kind, TensorSeed(seed, index, i), domain,
+                                                            kValuePieceElements));
         tensors.push_back(std::move(t));
       }
       if (IsOptionalTensorList(formal.real_type())) {
@@ -429,9 +457,9 @@ std::string_view InputKindName(InputKind kind) {
 }
 
 Result<at::Tensor> MakeTensor(const TensorDesc& desc, c10::Device device, InputKind kind, uint64_t seed,
-                              const IntDomain* domain) {
+                              const IntDomain* domain, int64_t piece_elements) {
   try {
-    return MakeTensorImpl(desc, device, kind, seed, domain);
+    return MakeTensorImpl(desc, device, kind, seed, domain, piece_elements);
   } catch (const c10::Error& e) {
     return FromTorchError(e, "making a " + std::string(DTypeName(desc.dtype)) + " tensor");
   }

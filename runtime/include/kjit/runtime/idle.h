@@ -11,10 +11,15 @@
 // The rule, for `--when`:
 //   never   never run.
 //   always  run whatever the load; cap memory at memory_cap_fraction of what is
-//           free, or no cap if NVML cannot say what is free.
+//           free (by default kAlwaysMemoryCapFraction, 0.5: the user's work may
+//           be running and growing), or no cap if NVML cannot say what is free.
 //   idle    run only if NVML answered, others' utilization is at most
 //           max_utilization_percent, and at least min_free_memory_fraction of
-//           memory is free; cap memory as for `always`.
+//           memory is free; cap memory at memory_cap_fraction of what is free
+//           (by default kIdleMemoryCapFraction, 0.9: nobody else is using the
+//           GPU, so a key whose working set fits the idle GPU's free memory is
+//           admitted; the rest is headroom for the CUDA context, the
+//           allocator's rounding and the ops' own scratch).
 //
 // In `idle` mode an unanswered sample (no NVML, no such GPU, a transient error)
 // means "do not run": without NVML nothing says the user's job is not on that
@@ -52,9 +57,16 @@ Result<RunWhen> ParseRunWhen(std::string_view text);
 struct IdleThresholds {
   double max_utilization_percent = 10;     // others' utilization above this is "busy"
   double min_free_memory_fraction = 0.25;  // less free memory than this is "busy"
-  double memory_cap_fraction = 0.5;        // of the free memory, what kjit may take
+  // Of the free memory, what kjit may take; unset: the default of the `--when` mode (below).
+  std::optional<double> memory_cap_fraction;
   int settle_ms = 2000;                    // how long "idle" must hold before running
 };
+
+// memory_cap_fraction's defaults: of the free memory of an idle GPU, and of a GPU that may be busy.
+inline constexpr double kIdleMemoryCapFraction = 0.9;
+inline constexpr double kAlwaysMemoryCapFraction = 0.5;
+// The fraction DecideIdle applies under `when`: the configured one, else the mode's default.
+double MemoryCapFraction(RunWhen when, const IdleThresholds& thresholds);
 
 // memory_cap_bytes when nothing says how much memory is free.
 inline constexpr uint64_t kNoMemoryCap = std::numeric_limits<uint64_t>::max();

@@ -6,12 +6,21 @@
 // integers and bool exact); NaN must appear where, and only where, the
 // reference has NaN; infinities must match exactly; -0.0 equals 0.0. kBitwise
 // requires every byte of every element to be equal.
+//
+// Memory: outputs of several GB are compared piece by piece (row-major runs of
+// at most kComparePieceElements elements), so the float64 temporaries of a
+// comparison take a bounded amount of device memory (about
+// kCompareBytesPerElement x kComparePieceElements) whatever the output's size,
+// instead of several float64 copies of the whole output. The verdict and its
+// statistics are those of one pass over the whole tensor.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "kjit/policy/op_traits.h"
 #include "kjit/runtime/op_key.h"
@@ -26,6 +35,12 @@ using policy::DefaultOpTraits;
 using policy::IntDomain;
 using policy::OpTraits;
 using policy::TraitsFor;
+
+// Elements per piece of a comparison or scan.
+inline constexpr int64_t kComparePieceElements = int64_t{1} << 22;
+// Device bytes a comparison's temporaries take per element of a piece, at most
+// (float64 copies, differences, masks; complex values count twice).
+inline constexpr int64_t kCompareBytesPerElement = 160;
 
 struct Tolerance {
   double atol = 0;
@@ -54,7 +69,9 @@ struct Comparison {
 // on any device (expected is moved to actual's if they differ); sizes or dtype
 // that differ are a failed comparison, not an error. Complex values are compared
 // part by part. Float values are compared in float64, integers as int64.
-Comparison Compare(const at::Tensor& actual, const at::Tensor& expected, const Tolerance& tolerance);
+// `piece_elements` is for tests; see kComparePieceElements.
+Comparison Compare(const at::Tensor& actual, const at::Tensor& expected, const Tolerance& tolerance,
+                   int64_t piece_elements = kComparePieceElements);
 
 // The second chance of a floating-point output that fails Compare against
 // PyTorch's result: no less accurate than PyTorch. Where an op's result is
@@ -73,10 +90,29 @@ Comparison Compare(const at::Tensor& actual, const at::Tensor& expected, const T
 // On the H200, norm kernels reducing in other orders than PyTorch's were seen
 // 2-9x PyTorch's worst elementwise error on inputs of magnitude 1e4..1e6.
 Comparison CompareAccuracy(const at::Tensor& actual, const at::Tensor& pytorch, const at::Tensor& exact,
-                           const Tolerance& tolerance);
+                           const Tolerance& tolerance, int64_t piece_elements = kComparePieceElements);
 
 // True if every element's bytes are equal (same dtype and sizes required).
-bool BitwiseEqual(const at::Tensor& a, const at::Tensor& b);
+bool BitwiseEqual(const at::Tensor& a, const at::Tensor& b, int64_t piece_elements = kComparePieceElements);
+
+// A summary of a tensor's element bytes in row-major order, to tell whether two
+// tensors of the same dtype and sizes differ without keeping both resident
+// (the evaluator asks whether the reference changed from one input set to the
+// next). Equal tensors have equal digests; different ones almost always differ.
+struct Digest {
+  uint64_t byte_sum = 0;       // sum of the bytes
+  uint64_t weighted_sum = 0;   // sum of byte x (1 + its position mod 65521)
+  bool operator==(const Digest&) const = default;
+};
+// Of a defined tensor; an empty tensor's is zero. Throws c10::Error as ATen does.
+Digest DigestOf(const at::Tensor& t, int64_t piece_elements = kComparePieceElements);
+
+// Calls `fn(pieces, first)` for consecutive row-major pieces of `tensors` (all of
+// one shape), each of at most `piece_elements` elements (or one element where
+// the shape allows no less), `first` being the flat index of the piece's first
+// element; views, no copies. Stops when fn returns false, and returns false then.
+bool ForEachPiece(const std::vector<at::Tensor>& tensors, int64_t piece_elements,
+                  const std::function<bool(const std::vector<at::Tensor>& pieces, int64_t first)>& fn);
 
 // Poison patterns written over the whole storage of an output before a
 // candidate runs, so elements it does not write show up.
@@ -100,7 +136,8 @@ struct Unwritten {
   int64_t first = -1;       // flat (row-major) index of the first, -1 if none
   std::string first_index;  // its multi-index, e.g. "[3, 17]"
 };
-Unwritten FindUnwritten(const at::Tensor& after_nan, const at::Tensor& after_finite);
+Unwritten FindUnwritten(const at::Tensor& after_nan, const at::Tensor& after_finite,
+                        int64_t piece_elements = kComparePieceElements);
 
 // An output tensor laid out like `like` (sizes, strides, dtype, device; storage
 // offset 0 and 16-byte aligned, as PyTorch allocates outputs) inside a storage

@@ -21,6 +21,16 @@
 //      outputs of its last timed run must match the reference again: a kernel
 //      that changes behaviour across calls (state kept in device globals) fails.
 //
+// Memory: one input set is resident at a time (its inputs, a pristine copy of
+// them while the candidate runs, PyTorch's outputs, the candidate's outputs and
+// one copy of them, and the comparison's temporaries, made a piece at a time);
+// a set is freed before the next is built, and after each job the worker gives
+// PyTorch's cached blocks back to the driver, so that kjitd's next reading of
+// free memory is not shrunk by kjit's own cache. Before allocating anything, a
+// job's peak (memory.h) is checked against kjitd's memory cap: over it, the
+// answer is resource_backoff with retry_later (baseline: backoff); over ~0.9 of
+// the GPU's total memory, it can never fit this GPU and the answer says unfit.
+//
 // Profile: L2 is flushed (a write of twice its size) before every timed run,
 // which also keeps the GPU busy while the next launch is queued so host launch
 // overhead is not measured. Candidate and baseline are timed alternately in

@@ -46,6 +46,12 @@ enum class InputKind {
 };
 std::string_view InputKindName(InputKind kind);  // "normal", "uniform", "large", "small", "special"
 
+// Elements of a tensor's storage whose values are drawn at once (MakeTensor).
+inline constexpr int64_t kValuePieceElements = int64_t{1} << 23;
+// Device bytes the temporaries of drawing values take per element of a piece,
+// at most (kLarge and kSmall build float64 signs, exponents and mantissas).
+inline constexpr int64_t kValueBytesPerElement = 80;
+
 // A tensor laid out exactly as `desc` on `device`: same dtype, sizes, strides,
 // storage offset, and a data pointer whose alignment (TensorDesc::AlignmentOf)
 // equals desc.alignment (an empty tensor's data pointer is null and reads as 16
@@ -56,8 +62,17 @@ std::string_view InputKindName(InputKind kind);  // "normal", "uniform", "large"
 // Other dtypes (complex, float8) are kInvalidArgument. Values are drawn on
 // `device` with its generator seeded by `seed` (a CUDA tensor's values come
 // from PyTorch's CUDA generator, so they differ from a CPU tensor's).
+//
+// Values are drawn kValuePieceElements at a time (`piece_elements` is for
+// tests), so the temporaries of drawing them take a bounded amount of device
+// memory (at most about kValueBytesPerElement x a piece) beside the tensor
+// itself, however large it is. A tensor of at most one piece gets the same
+// values as one drawn whole.
+//
+// On the meta device the tensor has the layout and no values (nor memory),
+// for learning an op's output sizes by running it there.
 Result<at::Tensor> MakeTensor(const TensorDesc& desc, c10::Device device, InputKind kind, uint64_t seed,
-                              const IntDomain* domain = nullptr);
+                              const IntDomain* domain = nullptr, int64_t piece_elements = kValuePieceElements);
 
 // The boxed-call arguments of `call`, in schema order, typed as `schema` wants
 // them (a DType becomes a ScalarType int, an int list an int list, a Double a
