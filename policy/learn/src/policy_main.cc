@@ -412,6 +412,11 @@ int main(int argc, char** argv) {
                    "throughout)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  int eval_train_iterations = train_options.iterations;
+  eval->add_option("--train-iterations", eval_train_iterations,
+                   "Where the cache holds no checkpoint: iterations of the default policy trained first")
+      ->check(CLI::Range(1, 1000000))
+      ->capture_default_str();
   eval->add_flag("--verbose", verbose,
                  "Per key: expert default, oracle and the policy's first proposal (times, spreads, verdict)");
 
@@ -590,6 +595,21 @@ int main(int argc, char** argv) {
       auto cache = OpenCache(common.cache_path, false);
       if (!cache.ok()) return Fail(cache.status());
       auto a = LoadPolicy(**cache);
+      if (!a.ok() && a.status().code() == kjit::StatusCode::kNotFound) {
+        // A fresh cache: the default policy first, as kjitd's tuner trains it at its first start.
+        std::fprintf(stderr,
+                     "no policy checkpoint in %s: training the default one first (%d iterations on the training "
+                     "keys, seed %llu; kjitd's tuner trains the same at its first start)\n",
+                     (*cache)->path().c_str(), eval_train_iterations,
+                     static_cast<unsigned long long>(train_options.agent.seed));
+        TrainOptions first = DefaultTrainOptions();
+        first.iterations = eval_train_iterations;
+        first.resume = false;
+        first.checkpoint_every = 0;
+        first.report_every = std::max(1, eval_train_iterations / 10);
+        first.progress = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
+        a = Train(loaded->train, cache->get(), first);
+      }
       if (!a.ok()) {
         return Fail(a.status().WithContext("no policy to evaluate (run `kjit policy train` first, or --no-policy)"));
       }

@@ -267,7 +267,11 @@ RoundSummary Tuner::TuneTask(Job& job, const cache::Task& task, const std::atomi
     result.not_before_unix_ms = UnixMs() + options_.wait_when_busy.count();
     return finish("queued", "waiting: " + report->stopped);
   }
-  if (stop.load() && report->trials.empty()) return finish("queued", "handed back: the tuner stopped");
+  if (stop.load() && report->stopped == "stopping") {
+    // Cut short by a shutdown: the round is not over; its trials are kept (the measurements) and the next
+    // round of the key starts from them.
+    return finish("queued", detail + "; handed back: the tuner stopped");
+  }
   result.round_done = true;
   if (task.round == 0 && options_.trials > 0) {
     // The search round comes after every key's first round: below any fresh key's priority.
