@@ -52,7 +52,7 @@ const std::vector<std::pair<std::string, std::string>>& ConfigKeys() {
       {"compare", "how candidate outputs are compared: close (torch.testing.assert_close) or bitwise"},
       {"tuner", "the tuner kjitd starts to work its task queue: 'auto' (kjit-policy beside kjitd, run as `kjit-policy "
                 "tune`), a program taking the same arguments, or 'off' (tasks wait for `kjit policy tune` or an agent)"},
-      {"tune_first_trials", "trials of a key's first round (the expert default, then the policy's first proposal)"},
+      {"tune_first_trials", "trials of a key's first round (the expert default first; more: then the policy's proposals)"},
       {"tune_trials", "trials of each later round of a key (0: one round a key)"},
       {"tune_key_seconds", "a round's time budget, seconds"},
       {"tuner_args", "more arguments for the tuner, separated by blanks (see `kjit-policy tune --help`)"},
@@ -126,7 +126,7 @@ Result<DaemonConfig> LoadConfig(const std::string& file, bool file_required,
   set("memory_cap_fraction", "auto", "default");
   set("compare", "close", "default");
   set("tuner", "auto", "default");
-  set("tune_first_trials", "2", "default");
+  set("tune_first_trials", "1", "default");
   set("tune_trials", "8", "default");
   set("tune_key_seconds", "180", "default");
   set("tuner_args", "", "default");

@@ -6,12 +6,12 @@
 // task (highest priority, then expected gain: calls x time a faster kernel
 // could save), run one round of the key's episode through kjitd's agent
 // environment, write the round's result to the task, move on. A key's first
-// round is short (`first_trials`: the family's expert default, so that a key
-// gets a verified kernel from its first trial, then the policy's first
-// proposal), and the task goes back to the queue at a lower priority for a
-// search round (`trials` more, revising from the first round's trials), so
-// that every key gets its first kernel before any key gets its search. A
-// round also ends at `key_seconds`.
+// round is short (`first_trials`, 1 by default: the family's expert default,
+// so that a key gets a verified kernel from its first trial), and the task
+// goes back to the queue at a lower priority for a search round (`trials`
+// more: the policy's proposals, revising from the trials so far), so that
+// every key gets its first kernel before any key gets its search. A round
+// also ends at `key_seconds`.
 //
 // What a round's end writes (KernelCache::CompleteTask):
 //   done    the search round ran (a kernel was stored, or none beat PyTorch's)
@@ -49,7 +49,7 @@ struct TunerOptions {
   std::string cache_path;   // the cache kjitd uses (its queue, measurements, checkpoints)
   std::string claimer;      // this tuner's name in claims; a job's is "<claimer>/<job>"
   int jobs = 1;             // rounds at once: one per GPU worker of kjitd
-  int first_trials = 2;     // a key's first round
+  int first_trials = 1;     // a key's first round: the expert default
   int trials = 8;           // each later round
   double key_seconds = 180; // a round's wall-clock budget
   std::chrono::milliseconds lease{std::chrono::minutes(10)};  // renewed after every trial
