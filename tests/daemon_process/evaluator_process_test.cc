@@ -24,6 +24,7 @@ namespace kjit {
 namespace {
 
 using testing::KjitdHarness;
+using testing::ScopedEnv;
 
 std::string KeyBytes() {
   return OpKey::Single("aten::relu", "", {TensorDesc::Contiguous(DType::kFloat32, {4})}, 90).Encode();
@@ -373,30 +374,6 @@ std::string KeyBytesForArch(int arch, int64_t n = 4) {
       .Encode();
 }
 
-// Sets environment variables for the kjitd a test starts (its workers inherit them)
-// and restores them when the test ends, so that no test leaks its fake machine.
-class ScopedEnv {
- public:
-  ScopedEnv(std::initializer_list<std::pair<const char*, std::string>> vars) {
-    for (const auto& [name, value] : vars) {
-      const char* old = std::getenv(name);
-      saved_.push_back({name, old ? std::optional<std::string>(old) : std::nullopt});
-      setenv(name, value.c_str(), 1);
-    }
-  }
-  ~ScopedEnv() {
-    for (const auto& [name, old] : saved_) {
-      if (old) {
-        setenv(name.c_str(), old->c_str(), 1);
-      } else {
-        unsetenv(name.c_str());
-      }
-    }
-  }
-
- private:
-  std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
-};
 
 using Workers = std::vector<std::map<std::string, std::string>>;
 

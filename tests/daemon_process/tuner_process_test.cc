@@ -24,6 +24,7 @@ namespace kjit {
 namespace {
 
 using testing::KjitdHarness;
+using testing::ScopedEnv;
 using Clock = std::chrono::steady_clock;
 
 // Softmax keys: the family has a design space, an expert default, and a generator.
@@ -40,28 +41,6 @@ std::string ReadFile(const std::string& path) {
   return ss.str();
 }
 
-class ScopedEnv {
- public:
-  ScopedEnv(std::initializer_list<std::pair<const char*, std::string>> vars) {
-    for (const auto& [name, value] : vars) {
-      const char* old = std::getenv(name);
-      saved_.push_back({name, old ? std::optional<std::string>(old) : std::nullopt});
-      setenv(name, value.c_str(), 1);
-    }
-  }
-  ~ScopedEnv() {
-    for (const auto& [name, old] : saved_) {
-      if (old) {
-        setenv(name, old->c_str(), 1);
-      } else {
-        unsetenv(name);
-      }
-    }
-  }
-
- private:
-  std::vector<std::pair<const char*, std::optional<std::string>>> saved_;
-};
 
 // kjitd with the fake evaluator on one GPU and the real tuner: no first policy is trained (it would take
 // minutes of CPU), so the expert default and random points propose, as they do before a policy exists.
