@@ -39,7 +39,7 @@ torch_prefix="$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)' 
 note "# kjitd tunes by itself: programs run twice, nothing run between"
 note ""
 note "host: $(hostname); $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -1)"
-note "torch: $(python3 -c 'import torch; print(torch.__version__)' 2>&1 | tail -1); commit: ${KJIT_COMMIT:-unknown}"
+note "torch: $(python3 -c 'import torch; print(torch.__version__)' 2>&1 | tail -1); commit: ${KJIT_COMMIT:-unknown: pass KJIT_COMMIT}"
 
 build=build-gpu
 if [[ "${KJIT_GPU_RUN_SKIP_BUILD:-0}" != 1 ]]; then
@@ -142,9 +142,12 @@ a, b = (json.load(open(p)) for p in sys.argv[1:3])
 print("\n| op | first run (PyTorch) us | second run (kjit) us | speedup | checksums |\n|---|---:|---:|---:|---|")
 faster = 0
 logs = []
+def last(rows):  # app.py keeps a list of rounds per op, large.py one result
+    return rows[-1] if isinstance(rows, list) else rows
 for op, rows in a["ops"].items():
+    rows = [last(rows)]
     us1 = rows[-1]["us_per_call"]
-    r2 = b["ops"].get(op, [{}])[-1]
+    r2 = last(b["ops"].get(op, [{}]))
     us2 = r2.get("us_per_call", float("nan"))
     c1, c2 = rows[-1]["checksum"], r2.get("checksum", float("nan"))
     same = "equal" if c1 == c2 else ("close" if abs(c1 - c2) <= 1e-3 * max(1.0, abs(c1)) else f"DIFFER {c1:.6g} vs {c2:.6g}")
