@@ -254,10 +254,14 @@ RoundSummary Tuner::TuneTask(Job& job, const cache::Task& task, const std::atomi
       result.policy_version = t.proposer;
     }
   }
-  std::string detail = std::to_string(result.trials) + " trials";
+  // The round's own figures; the task keeps the key's best over every round.
+  std::string detail = "round " + std::to_string(task.round + 1) + ": " + std::to_string(result.trials) + " trials";
   if (result.best_us > 0) {
     detail += ", best " + Fixed(result.best_us, 3) + " us (" + Fixed(result.baseline_us / result.best_us) +
               "x PyTorch)";
+  } else if (!report->trials.empty() && task.best_us > 0) {
+    detail += ", none faster than the key's best so far, " + Fixed(task.best_us, 3) + " us (" +
+              Fixed(task.baseline_us / task.best_us) + "x PyTorch)";
   } else if (!report->trials.empty()) {
     detail += ", no kernel beat PyTorch's";
   }
