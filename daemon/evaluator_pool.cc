@@ -136,6 +136,7 @@ struct EvaluatorPool::Worker {
   uint64_t crashes = 0;  // died or was killed with or without a job
   bool retired = false;  // never restarted (a second worker for a GPU another one has)
   Clock::time_point last_dispatch{};  // when it was last given a job: the longest-waiting goes first
+  Clock::time_point next_busy_check{};  // --when idle: when to look again whether others want the GPU back
   IdleTracker idle;
 
   static const char* Name(State s) {
@@ -494,6 +495,26 @@ bool EvaluatorPool::GpuIdle(Worker& w, uint64_t* memory_cap) {
   return d.run;
 }
 
+void EvaluatorPool::YieldIfWanted(Worker& w, Clock::time_point now) {
+  // Only --when idle promises to stay out of the way; --when always runs whatever the load.
+  if (options_.when != RunWhen::kIdle || !nvml_ || !w.info || w.pid <= 0 || now < w.next_busy_check) return;
+  w.next_busy_check = now + options_.busy_check_interval;
+  SampleOptions so;
+  for (const auto& other : workers_) {
+    if (other->pid > 0) so.exclude_pids.push_back(static_cast<uint32_t>(other->pid));
+  }
+  auto sample = nvml_->Sample(w.info->uuid, so);
+  if (!sample.ok() || sample->others_utilization_percent <= options_.idle.max_utilization_percent) return;
+  // Someone else's kernels run on this GPU: the job in flight stops at its next timed batch or input set and
+  // answers retry_later, and runs again once the GPU is idle. Sent again at each check: a request that
+  // reached the worker just before its job started is cleared by the job.
+  kill(w.pid, SIGUSR1);
+  counters_["trials_preempted_requests"] += 1;
+  log_.Write("info", "evaluator_yields",
+             {{"device", w.device},
+              {"others_utilization_percent", std::to_string(static_cast<int>(sample->others_utilization_percent))}});
+}
+
 void EvaluatorPool::Dispatch() {
   // Each ready GPU is sampled at most once per pass, however many jobs are queued.
   struct Idle {
@@ -565,7 +586,9 @@ void EvaluatorPool::Tick() {
       case Worker::State::kBusy:
         if (now > w.deadline) {
           Lost(w, "the evaluator did not finish " + w.phase + " in time; killed it", w.state == Worker::State::kBusy);
+          break;
         }
+        if (w.state == Worker::State::kBusy) YieldIfWanted(w, now);
         break;
       case Worker::State::kExiting:
         if (w.fd < 0) Reap(w);

@@ -5,6 +5,11 @@
 // whose GPU is idle enough (runtime/idle.h). It never blocks: kjitd's request
 // loop polls the workers' channels (Fds) and calls Tick often.
 //
+// Under --when idle a job also yields: when another process starts using a
+// busy worker's GPU, the worker is asked (SIGUSR1) to stop at its next timed
+// batch or input set; the job answers retry_later and runs again once the GPU
+// is idle, so kjit's trials do not slow the user's work down for long.
+//
 // A worker that dies (a candidate faulted, or it crashed) fails its job with
 // outcome "fault" and the reason (exit code or signal) and is restarted after a
 // short pause. A job phase that outlives the deadline the worker announced is a
@@ -55,6 +60,9 @@ struct PoolOptions {
   std::chrono::milliseconds restart_pause{1000};
   std::chrono::milliseconds unavailable_pause{60000};
   std::chrono::milliseconds startup_deadline{180000};
+  // --when idle: how often a busy worker's GPU is sampled for other processes' load; when they use it, the
+  // worker is asked (SIGUSR1) to stop its job early and run it again once the GPU is idle.
+  std::chrono::milliseconds busy_check_interval{500};
 };
 
 // Options from kjitd's configuration: the `evaluator`, `devices`, `when` and idle keys.
@@ -117,6 +125,8 @@ class EvaluatorPool {
   bool Requeue(std::unique_ptr<Job>& job);
   void Dispatch();
   bool GpuIdle(Worker& w, uint64_t* memory_cap);
+  // Asks a busy worker to give its GPU back when other processes started using it (--when idle).
+  void YieldIfWanted(Worker& w, std::chrono::steady_clock::time_point now);
 
   PoolOptions options_;
   Log& log_;

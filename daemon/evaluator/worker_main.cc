@@ -116,6 +116,12 @@ int main(int argc, char** argv) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() == 1) return 0;
   signal(SIGPIPE, SIG_IGN);
+  // kjitd's request to give the GPU back (another process started using it): the job in flight stops early.
+  struct sigaction yield{};
+  yield.sa_handler = [](int) { eval::RequestYield(); };
+  sigemptyset(&yield.sa_mask);
+  yield.sa_flags = SA_RESTART;
+  sigaction(SIGUSR1, &yield, nullptr);
   if (!ordinal.ok()) {
     (void)daemon::WriteFrame(fd, daemon::EncodeWorkerMessage(daemon::Unavailable{ordinal.status().ToString()}));
     return 3;

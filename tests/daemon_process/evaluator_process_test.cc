@@ -669,5 +669,46 @@ TEST(KjitdSeveralGpus, MalformedDeviceListIsRefusedAtStart) {
       << ReadFile(h.log_path());
 }
 
+// --when idle: a trial in flight gives the GPU back when another process starts using it (kjitd asks the
+// worker with SIGUSR1), and runs again once the GPU is idle, so kjit's trials do not slow the user's program
+// down for the rest of a trial. The fake worker's "yield" trial waits 2 s for the request.
+TEST(KjitdSeveralGpus, ATrialInFlightYieldsWhenAnotherProcessUsesTheGpu) {
+  const std::string nvml_state =
+      std::filesystem::temp_directory_path() / ("kjit-fake-nvml-yield-" + std::to_string(getpid()));
+  WriteNvmlState(nvml_state, "GPU-aaaa 60000000000 80000000000\n");
+  ScopedEnv env({{"FAKE_EVALUATOR_GPUS", "GPU-aaaa:90"},
+                 {"KJIT_NVML_LIBRARY", KJIT_FAKE_NVML},
+                 {"FAKE_NVML_STATE", nvml_state}});
+  KjitdHarness h(KJIT_KJITD,
+                 {"--evaluator", KJIT_FAKE_EVALUATOR, "--devices", "0", "--when", "idle", "--idle-settle-ms", "0"});
+  ASSERT_TRUE(h.Start()) << ReadFile(h.log_path());
+  auto c = MakeClient(h);
+  ASSERT_EQ(WaitReady(c, 1).size(), 1u);
+  auto pending = std::async(std::launch::async, [&h] {
+    auto c2 = MakeClient(h);
+    return Trial(c2, KeyBytes(), "yield");
+  });
+  // Once the trial is in the worker (its baseline answered, the candidate's job running), the user's process
+  // starts; a little later it is gone again.
+  bool running = false;
+  for (int i = 0; i < 300 && !running; ++i) {
+    const Workers w = EvaluatorsOf(c);
+    running = !w.empty() && w[0].at("state") == "busy" && w[0].at("jobs") == "1";
+    if (!running) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_TRUE(running) << ReadFile(h.log_path());
+  WriteNvmlState(nvml_state, "GPU-aaaa 60000000000 80000000000 4242:80\n");
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  WriteNvmlState(nvml_state, "GPU-aaaa 60000000000 80000000000\n");
+  EXPECT_EQ(pending.get(), "verified: verified on GPU-aaaa") << ReadFile(h.log_path());
+  auto stats = c.Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_GE(stats->counters["trials_preempted_requests"], 1);
+  EXPECT_EQ(stats->counters["jobs_backed_off"], 1);  // the preempted run, run again once the GPU was idle
+  EXPECT_EQ(stats->counters["trials"], 1);           // one trial, not two
+  EXPECT_NE(ReadFile(h.log_path()).find("\"event\":\"evaluator_yields\""), std::string::npos);
+  std::filesystem::remove(nvml_state);
+}
+
 }  // namespace
 }  // namespace kjit

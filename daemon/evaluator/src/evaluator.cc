@@ -74,6 +74,15 @@ struct RunFailure {
   std::string reason;
 };
 
+// Set by RequestYield (a signal handler), cleared when a job starts.
+std::atomic<bool> g_yield{false};
+constexpr const char* kPreempted = "preempted: another process started using the GPU; kjitd runs this again once it is idle";
+
+std::optional<RunFailure> Preempted() {
+  if (!g_yield.load(std::memory_order_relaxed)) return std::nullopt;
+  return RunFailure{Outcome::kResourceBackoff, kPreempted};
+}
+
 // How a candidate is compiled: the same request (hence the same compile-cache
 // entry) for Precompile and Evaluate.
 CompileRequest CandidateCompileRequest(const daemon::CandidateSpec& c, int arch) {
@@ -492,6 +501,11 @@ struct Evaluator::Impl {
     constexpr int kBatch = 10;
     uint32_t flush_value = 1;
     while (true) {
+      // Another process wants the GPU: stop here rather than slow it down for the rest of the budget.
+      if (auto f = Preempted()) {
+        out.failure = f;
+        return out;
+      }
       // Events 0..4*kBatch-1: per iteration, candidate start/end and reference start/end.
       for (int b = 0; b < kBatch; ++b) {
         const Event* e = &events[static_cast<size_t>(1 + 4 * b)];
@@ -547,6 +561,8 @@ struct Evaluator::Impl {
     return out;
   }
 };
+
+void RequestYield() { g_yield.store(true, std::memory_order_relaxed); }
 
 Evaluator::Evaluator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Evaluator::~Evaluator() = default;
@@ -628,6 +644,7 @@ Result<std::unique_ptr<Evaluator>> Evaluator::Create(const EvaluatorOptions& opt
 daemon::BaselineResult Evaluator::Baseline(const daemon::BaselineRequest& request, const ProgressFn& progress) {
   Impl& s = *impl_;
   const Impl::ReleaseCachedMemoryAtExit release{s};  // first: runs after the job's tensors are freed
+  g_yield = false;  // a request for an earlier job does not carry over
   BaselineResult result;
   result.id = request.id;
   auto fail = [&](const Status& st) {
@@ -661,6 +678,10 @@ daemon::BaselineResult Evaluator::Baseline(const daemon::BaselineRequest& reques
     result.roofline = s.Floor(*prepared, *set);
     auto timed = s.TimeLoop({}, [&] { (void)s.CallReference(*prepared, set->args); }, s.options.min_run_deadline,
                             s.FullTiming());
+    if (timed.failure && timed.failure->outcome == Outcome::kResourceBackoff) {
+      result.backoff = true;  // preempted: the client tries again later
+      return fail(Status(StatusCode::kUnavailable, timed.failure->reason));
+    }
     if (timed.failure) return fail(Status(StatusCode::kCudaError, timed.failure->reason));
     result.timing = Summarize(timed.reference_us);
     s.FinishRoofline(result.roofline, result.timing.median_us);
@@ -678,6 +699,7 @@ daemon::BaselineResult Evaluator::Baseline(const daemon::BaselineRequest& reques
 daemon::Verdict Evaluator::Evaluate(const daemon::EvaluateRequest& request, const ProgressFn& progress) {
   Impl& s = *impl_;
   const Impl::ReleaseCachedMemoryAtExit release{s};  // first: runs after the job's tensors are freed
+  g_yield = false;  // a request for an earlier job does not carry over
   const auto started = Clock::now();
   Verdict v;
   v.id = request.id;
@@ -807,7 +829,9 @@ daemon::Verdict Evaluator::Evaluate(const daemon::EvaluateRequest& request, cons
       }
       auto pair = s.TimeLoop([&]() -> std::optional<RunFailure> { return s.Launch(*fn, config, values); },
                              [&] { (void)s.CallReference(p, set.args); }, deadline, s.ScreenTiming());
-      if (pair.failure) return finish(pair.failure->outcome, pair.failure->reason + " while timing");
+      if (pair.failure && pair.failure->outcome == Outcome::kResourceBackoff) v.retry_later = true;  // preempted
+      if (pair.failure && pair.failure->outcome == Outcome::kResourceBackoff) v.retry_later = true;  // preempted
+    if (pair.failure) return finish(pair.failure->outcome, pair.failure->reason + " while timing");
       if (auto f = s.CheckWorkspace(workspace, "while timing")) return finish(f->outcome, f->reason);
       v.timing = Summarize(pair.candidate_us);
       v.baseline = Summarize(pair.reference_us);
@@ -848,6 +872,10 @@ daemon::Verdict Evaluator::Evaluate(const daemon::EvaluateRequest& request, cons
     std::optional<std::vector<Digest>> previous_digests;
     bool reference_changes = false;
     for (const auto& [kind, edge_name] : kinds) {
+      if (auto f = Preempted()) {
+        v.retry_later = true;
+        return finish(f->outcome, f->reason);
+      }
       const uint64_t seed = s.seeds();
       auto set = s.MakeSet(p, kind, seed);
       if (!set.ok()) {

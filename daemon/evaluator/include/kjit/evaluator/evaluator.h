@@ -72,6 +72,13 @@ struct EvaluatorOptions {
   bool bitwise = false;
 };
 
+// Asks the job in flight to give the GPU back: kjitd sends the worker SIGUSR1
+// when another process starts using the GPU mid-job (--when idle). The job stops
+// at its next timed batch or input set and answers resource_backoff with
+// retry_later ("preempted: ..."), so kjitd runs it again once the GPU is idle.
+// Async-signal-safe; each job starts with the request cleared.
+void RequestYield();
+
 class Evaluator {
  public:
   // Loads PyTorch's CUDA backend and the driver, retains the device's primary
