@@ -713,7 +713,8 @@ void PrintTasks(const Options& o, const std::vector<ipc::TaskInfo>& tasks) {
              rows, TableWidth());
   // Why tasks ended as they did, where they did not yield a kernel.
   for (const auto& t : tasks) {
-    if ((t.state == "unfit" || t.state == "failed") && !t.detail.empty()) {
+    const bool no_kernel = t.state == "done" && t.record_id.value_or(0) == 0;
+    if ((t.state == "unfit" || t.state == "failed" || no_kernel) && !t.detail.empty()) {
       std::cout << "  task " << t.id << " " << t.state << ": " << t.detail << "\n";
     }
   }
