@@ -14,7 +14,9 @@
 # more arguments ("-L gpu": only the GPU tests, ~2 min instead of ~5; CI runs the rest), KJIT_GPU_RUN_TUNE=1 to
 # verify and search the design spaces (tune.md, tune.tar.gz; see the step at the end),
 # KJIT_GPU_RUN_SHIM=1 to measure the shim and run its example twice (shim.tar.gz), KJIT_GPU_RUN_ONLINE=1 for
-# online policy episodes on the example's keys against random search and the expert default (online.tar.gz).
+# online policy episodes on the example's keys against the expert default then random (KJIT_ONLINE_PROPOSERS
+# "policy expert"; add "random" for uniform random search) (online.tar.gz).
+# KJIT_GPU_RUN_NVML_PROBE=1 records what NVML reports while another process computes (nvml-probe.txt).
 # Pass KJIT_COMMIT=<this machine's `git rev-parse --short HEAD`>: on the device machine `git rev-parse` in the copied
 # tree has reported an older commit than the tree held (2026-12-01), and the summary's commit is what RESULTS.md cites.
 # One device call is at most 10 minutes: split the work over calls, e.g.
@@ -214,6 +216,29 @@ if [[ "${KJIT_GPU_RUN_SHIM:-0}" == 1 ]]; then
   unset KJIT_CACHE KJIT_RUNTIME_DIR XDG_CACHE_HOME
   tar -C /tmp -czf "$OUT/shim.tar.gz" kjit-shim
 fi
+if [[ "${KJIT_GPU_RUN_NVML_PROBE:-0}" == 1 ]]; then
+  # What NVML tells kjitd's idle gate while another process computes: per-process SM utilization (the
+  # figure --when idle reads), the device-wide figure, and the process list with its PIDs (the host's).
+  p="$OUT/nvml-probe.txt"
+  python3 -c "
+import os, time, torch
+print('probe pid', os.getpid(), flush=True)
+a = torch.randn(8192, 8192, device='cuda')
+t = time.time()
+while time.time() - t < 12:
+    a = (a @ a) / 8192.0
+torch.cuda.synchronize()
+print('probe done', flush=True)" > "$p" 2>&1 &
+  sleep 5
+  {
+    nvidia-smi --query-gpu=utilization.gpu --format=csv
+    nvidia-smi --query-compute-apps=pid,used_memory --format=csv
+    nvidia-smi pmon -s u -c 3
+    "$build/daemon/kjit" device --list
+  } >> "$p" 2>&1
+  wait
+  note "nvml probe: $(grep -c . "$p") lines in nvml-probe.txt"
+fi
 if [[ "${KJIT_GPU_RUN_ONLINE:-0}" == 1 ]]; then
   # Issue 8's online run: the example program under the shim queues its keys (misses) with a private kjitd;
   # then `kjit policy online` runs an episode per queued key through kjitd's evaluator, once per proposer
@@ -221,8 +246,9 @@ if [[ "${KJIT_GPU_RUN_ONLINE:-0}" == 1 ]]; then
   # episode is a JSON line in online.jsonl and scripts/online_curve.py draws the learning curves (curve.md).
   # The checkpoint: .gpu-online/cache.db if carried (trained on a CPU: `kjit policy train --cache
   # .gpu-online/cache.db`), else trained here first.
+  # kjitd's own tuner stays off here: the episodes below are the only ones that work the queued keys.
   on=/tmp/kjit-online; rm -rf "$on"; mkdir -p "$on/run"
-  export KJIT_CACHE="$on/cache.db" KJIT_RUNTIME_DIR="$on/run" XDG_CACHE_HOME="$on/xdg"
+  export KJIT_CACHE="$on/cache.db" KJIT_RUNTIME_DIR="$on/run" XDG_CACHE_HOME="$on/xdg" KJITD_TUNER=off
   if [[ -f .gpu-online/cache.db ]]; then
     cp .gpu-online/cache.db "$KJIT_CACHE"; note "online: checkpoint from the carried .gpu-online/cache.db"
   else
@@ -231,7 +257,7 @@ if [[ "${KJIT_GPU_RUN_ONLINE:-0}" == 1 ]]; then
   fi
   timeout 90 "$build/daemon/kjit" run -- python3 examples/shim_app/app.py --iters 10 > "$on/app.txt" 2>&1
   note "online: app run (queues the misses): rc=$?"
-  for mode in ${KJIT_ONLINE_PROPOSERS:-policy random expert}; do
+  for mode in ${KJIT_ONLINE_PROPOSERS:-policy expert}; do
     seeds=1; [[ $mode == policy ]] || seeds="${KJIT_ONLINE_SEEDS:-1 2 3}"  # the baselines are random: average
     for seed in $seeds; do
       timeout "${KJIT_ONLINE_S:-150}" "$build/daemon/kjit" policy online --proposer "$mode" --seed "$seed" \
@@ -243,7 +269,7 @@ if [[ "${KJIT_GPU_RUN_ONLINE:-0}" == 1 ]]; then
   cat "$on/curve.md" >> "$summary"
   "$build/daemon/kjit" cache ls > "$on/cache-ls.txt" 2>&1
   "$build/daemon/kjit" daemon stop > /dev/null 2>&1 || pkill -f "$build/daemon/kjitd" || true
-  unset KJIT_CACHE KJIT_RUNTIME_DIR XDG_CACHE_HOME
+  unset KJIT_CACHE KJIT_RUNTIME_DIR XDG_CACHE_HOME KJITD_TUNER
   tar -C /tmp -czf "$OUT/online.tar.gz" --exclude='kjit-online/run' kjit-online
 fi
 # KJIT_GPU_RUN_PACK=1: everything in $OUT but summary.txt goes into one results.tar.gz, so that several runs

@@ -11,6 +11,10 @@ that every mode in the files finished are compared. Per mode and trial count t, 
             verified: the program keeps PyTorch's kernel), each episode against the PyTorch time it measured
   of best   mean of (fastest time any mode found on the key) / (fastest within t trials); 0 while none
 
+and, per mode, the trials each episode took to reach --reach (0.95) of that best (a time within best / 0.95):
+their mean and median over keys (a mode's runs of a key averaged first), and how many episodes never reached
+it within the budget (counted as budget + 1).
+
 Keys found in the datasets (their key hash in policy/datasets/*.jsonl) are marked: issue 8 asks for keys
 outside them. Prints markdown tables; nothing here is a pass/fail threshold.
 """
@@ -49,6 +53,8 @@ def main():
     parser.add_argument("--datasets", default=os.path.join(os.path.dirname(__file__), "..", "policy", "datasets"),
                         help="directory of the measured datasets (to mark keys seen in training data)")
     parser.add_argument("--json", help="also write the curves here")
+    parser.add_argument("--reach", type=float, default=0.95,
+                        help="the fraction of the best time any mode found that 'trials to reach' counts to")
     args = parser.parse_args()
 
     episodes = {}  # (key, mode) -> every episode (random runs with several seeds: averaged per key)
@@ -96,6 +102,27 @@ def main():
         return out
 
     curves = {m: {"speedup": curve(m, "speedup"), "of_best": curve(m, "of_best")} for m in modes}
+
+    def trials_to_reach(trials, target_us):
+        for t in range(1, len(trials) + 1):
+            b = best_so_far(trials, t)
+            if b is not None and b <= target_us:
+                return t
+        return None
+
+    reach = {}  # mode -> {"per_key": [mean trials per key], "missed": episodes that never reached it}
+    for m in modes:
+        per_key, missed = [], 0
+        for k in keys:
+            runs_t = []
+            for e in episodes[(k, m)]:
+                t = trials_to_reach(e["trials"], best_any[k] / args.reach)
+                if t is None:
+                    missed += 1
+                    t = budget + 1
+                runs_t.append(t)
+            per_key.append(sum(runs_t) / len(runs_t))
+        reach[m] = {"per_key": per_key, "missed": missed, "episodes": sum(len(episodes[(k, m)]) for k in keys)}
     unseen = [k for k in keys if k not in known]
     print(f"{len(keys)} keys finished by every mode ({', '.join(f'{m} x{runs[m]}' for m in modes)} episodes per "
           f"key); {len(unseen)} of them outside the datasets; budget {budget} trials\n")
@@ -107,6 +134,15 @@ def main():
         for t in range(budget):
             print(f"| {t + 1} | " + " | ".join(f"{curves[m][metric][t]:.3f}" for m in modes) + " |")
         print()
+    print(f"**trials to reach {args.reach:.2f} of the best time any mode found** (per key, a mode's runs "
+          f"averaged; an episode that never reached it counts {budget + 1})\n")
+    print("| mode | mean | median | episodes that never reached it |")
+    print("|---|---:|---:|---:|")
+    for m in modes:
+        v = sorted(reach[m]["per_key"])
+        median = v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
+        print(f"| {m} | {sum(v) / len(v):.2f} | {median:.1f} | {reach[m]['missed']} of {reach[m]['episodes']} |")
+    print()
     print("**per key** (PyTorch us; best us within the budget per mode, its first run if several; trials to "
           "reach it)\n")
     print("| key | family | in datasets | PyTorch us | " + " | ".join(modes) + " |")
@@ -126,7 +162,8 @@ def main():
               f"{e0['baseline_us']:.2f} | " + " | ".join(cells) + " |")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"keys": keys, "unseen": unseen, "modes": modes, "curves": curves}, f, indent=1)
+            json.dump({"keys": keys, "unseen": unseen, "modes": modes, "curves": curves, "reach": reach,
+                       "reach_fraction": args.reach}, f, indent=1)
     return 0
 
 
