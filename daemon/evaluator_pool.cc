@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
@@ -64,6 +65,7 @@ Result<PoolOptions> PoolOptionsFromConfig(const DaemonConfig& config) {
   // auto: unset, so that the idle gate applies the `when` mode's default (idle.h).
   if (const std::string& cap = config.Get("memory_cap_fraction"); cap != "auto") o.idle.memory_cap_fraction = std::stod(cap);
   o.idle.settle_ms = static_cast<int>(std::stod(config.Get("idle_settle_ms")));
+  o.idle.client_hold_ms = static_cast<int>(std::stod(config.Get("idle_client_hold_ms")));
   o.worker_args = {"--compare", config.Get("compare")};
   KJIT_ASSIGN_OR_RETURN(o.devices, ParseDevices(config.Get("devices")));
   if (!o.devices.empty()) return o;
@@ -138,6 +140,9 @@ struct EvaluatorPool::Worker {
   Clock::time_point last_dispatch{};  // when it was last given a job: the longest-waiting goes first
   Clock::time_point next_busy_check{};  // --when idle: when to look again whether others want the GPU back
   IdleTracker idle;
+  // The newest report_activity that named this GPU (a program kjit serves ran ops on it): when, and whose.
+  std::optional<Clock::time_point> client_active_at;
+  uint32_t client_pid = 0;
 
   static const char* Name(State s) {
     switch (s) {
@@ -485,7 +490,7 @@ bool EvaluatorPool::GpuIdle(Worker& w, uint64_t* memory_cap) {
     }
     sample = nvml_->Sample(w.info->uuid, so);
   }
-  const IdleDecision d = w.idle.Update(options_.when, options_.idle, sample);
+  const IdleDecision d = w.idle.Update(options_.when, options_.idle, sample, ClientActivityOn(w, Clock::now()));
   *memory_cap = d.memory_cap_bytes;
   w.idle_verdict = d.reason;  // this GPU's own reading, run or not, for stats
   if (!d.run) {
@@ -495,24 +500,56 @@ bool EvaluatorPool::GpuIdle(Worker& w, uint64_t* memory_cap) {
   return d.run;
 }
 
+std::optional<ClientActivity> EvaluatorPool::ClientActivityOn(Worker& w, Clock::time_point now) {
+  if (!w.client_active_at) return std::nullopt;
+  // A program that has exited runs nothing more: its last report stops counting at once, so that kjitd
+  // starts tuning right after the program it served ends.
+  if (w.client_pid > 0 && kill(static_cast<pid_t>(w.client_pid), 0) != 0 && errno == ESRCH) {
+    w.client_active_at.reset();
+    return std::nullopt;
+  }
+  return ClientActivity{w.client_pid,
+                        std::chrono::duration_cast<std::chrono::milliseconds>(now - *w.client_active_at)};
+}
+
+void EvaluatorPool::NoteClientActivity(const std::vector<std::string>& uuids, uint32_t pid) {
+  const auto now = Clock::now();
+  for (auto& w : workers_) {
+    if (!w->info || std::find(uuids.begin(), uuids.end(), w->info->uuid) == uuids.end()) continue;
+    w->client_active_at = now;
+    w->client_pid = pid;
+    // A trial in flight gives the GPU back now rather than at the next busy check.
+    if (w->state == Worker::State::kBusy) {
+      w->next_busy_check = now;
+      YieldIfWanted(*w, now);
+    }
+  }
+}
+
 void EvaluatorPool::YieldIfWanted(Worker& w, Clock::time_point now) {
   // Only --when idle promises to stay out of the way; --when always runs whatever the load.
-  if (options_.when != RunWhen::kIdle || !nvml_ || !w.info || w.pid <= 0 || now < w.next_busy_check) return;
+  if (options_.when != RunWhen::kIdle || !w.info || w.pid <= 0 || now < w.next_busy_check) return;
   w.next_busy_check = now + options_.busy_check_interval;
-  SampleOptions so;
-  for (const auto& other : workers_) {
-    if (other->pid > 0) so.exclude_pids.push_back(static_cast<uint32_t>(other->pid));
+  std::map<std::string, std::string> why{{"device", w.device}};
+  const std::optional<ClientActivity> activity = ClientActivityOn(w, now);
+  if (activity && activity->age.count() < options_.idle.client_hold_ms) {
+    why["client_pid"] = std::to_string(activity->pid);
+  } else {
+    if (!nvml_) return;
+    SampleOptions so;
+    for (const auto& other : workers_) {
+      if (other->pid > 0) so.exclude_pids.push_back(static_cast<uint32_t>(other->pid));
+    }
+    auto sample = nvml_->Sample(w.info->uuid, so);
+    if (!sample.ok() || sample->others_utilization_percent <= options_.idle.max_utilization_percent) return;
+    why["others_utilization_percent"] = std::to_string(static_cast<int>(sample->others_utilization_percent));
   }
-  auto sample = nvml_->Sample(w.info->uuid, so);
-  if (!sample.ok() || sample->others_utilization_percent <= options_.idle.max_utilization_percent) return;
   // Someone else's kernels run on this GPU: the job in flight stops at its next timed batch or input set and
   // answers retry_later, and runs again once the GPU is idle. Sent again at each check: a request that
   // reached the worker just before its job started is cleared by the job.
   kill(w.pid, SIGUSR1);
   counters_["trials_preempted_requests"] += 1;
-  log_.Write("info", "evaluator_yields",
-             {{"device", w.device},
-              {"others_utilization_percent", std::to_string(static_cast<int>(sample->others_utilization_percent))}});
+  log_.Write("info", "evaluator_yields", why);
 }
 
 void EvaluatorPool::Dispatch() {

@@ -8,7 +8,10 @@
 // Under --when idle a job also yields: when another process starts using a
 // busy worker's GPU, the worker is asked (SIGUSR1) to stop at its next timed
 // batch or input set; the job answers retry_later and runs again once the GPU
-// is idle, so kjit's trials do not slow the user's work down for long.
+// is idle, so kjit's trials do not slow the user's work down for long. "Another
+// process" is what NVML's per-process figures show, or a program kjit serves
+// that reported running ops on the GPU (NoteClientActivity), which NVML misses
+// on some virtual machines.
 //
 // A worker that dies (a candidate faulted, or it crashed) fails its job with
 // outcome "fault" and the reason (exit code or signal) and is restarted after a
@@ -100,6 +103,10 @@ class EvaluatorPool {
   // Watchdog, reaping, restarts, dispatch. Call at least every 100 ms.
   void Tick();
 
+  // A program kjit serves ran ops on these GPUs (ipc report_activity; `pid` as it reported it). Under
+  // --when idle each counts busy for idle.client_hold_ms, and a trial in flight on one yields at once.
+  void NoteClientActivity(const std::vector<std::string>& uuids, uint32_t pid);
+
   // Per worker: "gpu0.state" and so on, for stats.
   std::map<std::string, std::string> Describe() const;
   // One map per worker, in configuration order, for stats_reply.evaluators:
@@ -127,6 +134,8 @@ class EvaluatorPool {
   bool GpuIdle(Worker& w, uint64_t* memory_cap);
   // Asks a busy worker to give its GPU back when other processes started using it (--when idle).
   void YieldIfWanted(Worker& w, std::chrono::steady_clock::time_point now);
+  // The newest client report of ops on w's GPU, unless its process has exited.
+  std::optional<ClientActivity> ClientActivityOn(Worker& w, std::chrono::steady_clock::time_point now);
 
   PoolOptions options_;
   Log& log_;

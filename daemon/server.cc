@@ -312,7 +312,7 @@ ipc::Body Server::Handle(const ipc::Body& request, bool* shutdown_requested) {
           s.log.Write("info", "client_hello", {{"client", r.client}, {"pid", std::to_string(r.pid)}});
           ipc::HelloReply h;
           h.server = "kjitd/0.1";
-          h.capabilities = {"lookup", "report_miss", "report_failure", "tasks", "stats", "announce"};
+          h.capabilities = {"lookup", "report_miss", "report_failure", "report_activity", "tasks", "stats", "announce"};
           if (s.pool && s.pool->Available().ok()) h.capabilities.push_back("agent_env");
           h.announce_endpoint = s.config.Get("announce_endpoint");
           return h;
@@ -393,6 +393,10 @@ ipc::Body Server::Handle(const ipc::Body& request, bool* shutdown_requested) {
           ipc::Body reply = s.ReportFailure(r);
           if (std::holds_alternative<ipc::Error>(reply)) s.counters["errors"] += 1;
           return reply;
+        } else if constexpr (std::is_same_v<T, ipc::ReportActivity>) {
+          s.counters["client_activity_reports"] += 1;
+          if (s.pool) s.pool->NoteClientActivity(r.devices, r.pid);
+          return ipc::Ack{};
         } else if constexpr (std::is_same_v<T, ipc::OpenEpisode>) {
           return s.OpenEpisode(r);
         } else if constexpr (std::is_same_v<T, ipc::SubmitCandidate>) {
@@ -733,6 +737,8 @@ Server::Impl::Stored Server::Impl::Record(const Episode& e, const CandidateSpec&
   // RL policy's training needs to tell current measurements from stale ones).
   if (!client_design.empty()) detail["client_design"] = client_design;
   if (c.launch.workspace_bytes != 0) detail["workspace_bytes"] = c.launch.workspace_bytes;
+  // The GPU model that timed it: times of one key compare only within a model (an H100 and an H200 share sm_90).
+  if (!device.name.empty()) detail["gpu_model"] = device.name;
   m.detail = detail.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   if (auto id = cache->AddMeasurement(m); !id.ok()) {
     log.Write("warn", "measurement_not_stored", {{"error", id.status().ToString()}});

@@ -610,11 +610,17 @@ Result<int64_t> KernelCache::FindVerified(const KernelRecord& record) const {
   KernelRecord r = record;
   r.cubin_checksum = r.ComputeCubinChecksum();
   std::lock_guard lock(impl_->mu);
-  KJIT_ASSIGN_OR_RETURN(Statement s, impl_->db.Prepare("SELECT id FROM kernels WHERE key_hash = ? AND status = 1 AND "
-                                                       "serve_checksum = ? ORDER BY id LIMIT 1"));
+  KJIT_ASSIGN_OR_RETURN(Statement s, impl_->db.Prepare("SELECT id, timing FROM kernels WHERE key_hash = ? AND "
+                                                       "status = 1 AND serve_checksum = ? ORDER BY id"));
   s.BindBlob(1, HashBlob(key.Hash())).BindBlob(2, HashBlob(r.ComputeServeChecksum()));
-  KJIT_ASSIGN_OR_RETURN(bool row, s.Step());
-  return row ? s.Int(0) : int64_t{0};
+  const std::string model = TimedModel(record.timing.device);
+  while (true) {
+    KJIT_ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row) return int64_t{0};
+    if (model.empty()) return s.Int(0);
+    auto timing = TimingFromJson(s.Text(1));
+    if (timing.ok() && TimedModel(timing->device) == model) return s.Int(0);
+  }
 }
 
 Result<KernelRecord> KernelCache::Get(int64_t id) const {
@@ -657,6 +663,7 @@ Result<ServedKernel> KernelCache::Lookup(const Hash128& key_hash, const ReaderCo
   // first good one of any model is kept in case none is.
   std::optional<ServedKernel> served;
   std::optional<ServedKernel> other_model;
+  std::string other_model_name;
   while (!served) {
     auto row = s.Step();
     if (!row.ok()) {
@@ -680,11 +687,13 @@ Result<ServedKernel> KernelCache::Lookup(const Hash128& key_hash, const ReaderCo
       continue;
     }
     bool readers_model = true;
+    std::string model;
     if (!reader.device_model.empty()) {
       // Only the record's checksum guards the timing text: one that does not parse
       // counts as another model's, and Verify finds what is wrong with it.
       auto timing = TimingFromJson(s.Text(19));
-      readers_model = timing.ok() && TimedModel(timing->device) == reader.device_model;
+      if (timing.ok()) model = TimedModel(timing->device);
+      readers_model = timing.ok() && model == reader.device_model;
       if (!readers_model && other_model) continue;
     }
     const std::string_view cubin = s.BlobView(15);
@@ -697,7 +706,8 @@ Result<ServedKernel> KernelCache::Lookup(const Hash128& key_hash, const ReaderCo
       bad.emplace_back(s.Int(0), "serve checksum mismatch");
       continue;
     }
-    ServedKernel k{s.Int(0), std::string(cubin), std::move(r.entry_point), r.launch};
+    ServedKernel k{s.Int(0), std::string(cubin), std::move(r.entry_point), r.launch, {}};
+    if (!readers_model) other_model_name = model.empty() ? "?" : model;
     (readers_model ? served : other_model) = std::move(k);
   }
   s.Reset();
@@ -706,7 +716,10 @@ Result<ServedKernel> KernelCache::Lookup(const Hash128& key_hash, const ReaderCo
     why_not = "a record failed its checksum and was quarantined";
   }
   if (served) return *served;
-  if (other_model) return *other_model;
+  if (other_model) {
+    other_model->timed_on_other_model = other_model_name;
+    return *other_model;
+  }
   return NotFound(why_not.empty() ? "no verified kernel for this key" : "no kernel served: " + why_not);
 }
 

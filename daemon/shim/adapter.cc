@@ -42,6 +42,7 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/SmallVector.h>
 #include <dlfcn.h>
+#include <unistd.h>
 #include <torch/library.h>
 
 #include <array>
@@ -59,6 +60,7 @@
 #include <utility>
 #include <vector>
 
+#include "activity.h"
 #include "announcements.h"
 #include "call_path.h"
 #include "kjit/cache/kernel_cache.h"
@@ -120,6 +122,7 @@ struct DeviceSlot {
   std::atomic<int> ready{0};  // 0: not tried, 1: usable, 2: unusable
   int arch = 0;
   std::string model;  // DeviceInfo::name, e.g. "NVIDIA H200"
+  std::string uuid;   // DeviceInfo::uuid, "GPU-...": how kjitd's workers name the GPU
   std::mutex mutex;
   std::optional<PrimaryContext> context;
 };
@@ -136,7 +139,7 @@ struct InterceptedOp {
 // The fields a call reads come first (diagnostics, the table's handle, the ops), so that they
 // share a few lines rather than one each among the adapter's cold state: between two calls
 // of a Python program its interpreter evicts most of them.
-class Adapter final : public KernelSource {
+class Adapter final : public KernelSource, public ActivitySink {
  public:
   // KJIT_PROFILE or passthrough: the wrapper's one branch. Atomic (relaxed: a plain load) for
   // kjit_adapter_set_passthrough, which may flip passthrough while other threads call ops.
@@ -200,6 +203,7 @@ class Adapter final : public KernelSource {
         if (context.ok()) {
           slot.arch = context->info().arch();
           slot.model = context->info().name;
+          slot.uuid = context->info().uuid;
           slot.context.emplace(std::move(*context));
           ready = 1;
         } else {
@@ -276,6 +280,13 @@ class Adapter final : public KernelSource {
     Client().ReportFailure(ipc::ReportFailure{entry.key_bytes(), record_id, std::string(stage), reason});
   }
 
+  void RequestRetime(const Entry& entry, int device, const std::string& timed_on) override {
+    const DeviceSlot* slot = Device(device);
+    if (slot == nullptr || slot->model.empty()) return;
+    Log("record timed on ", timed_on, ", not on this ", slot->model, ": asking kjitd to time the key here");
+    Client().SubmitAsync(ipc::SubmitTask{entry.key_bytes(), 0, RetimeDetail(slot->model, timed_on)});
+  }
+
   ipc::Client& Client() {
     std::call_once(client_once_, [&] {
       ipc::ClientOptions options;
@@ -289,7 +300,20 @@ class Adapter final : public KernelSource {
     std::call_once(announcements_once_, [&] {
       announcements_ = new AnnouncementListener(this);  // never destroyed; stopped at exit
       if (Status s = announcements_->Start(); !s.ok()) Log("no hot-swaps: ", s.ToString());
+      activity_ = new ActivityReporter(table, this, static_cast<uint32_t>(getpid()));  // never destroyed
+      activity_->Start();
     });
+  }
+
+  // ---- ActivitySink (the activity reporter's thread)
+  bool SendActivity(ipc::ReportActivity report) override {
+    if (Client().ReportActivity(std::move(report))) return true;
+    Log("kjitd does not take activity reports (an older kjitd?): its idle gate relies on NVML alone");
+    return false;
+  }
+  std::string DeviceUuid(int device) override {
+    const DeviceSlot* slot = Device(device);
+    return slot != nullptr ? slot->uuid : std::string();
   }
 
  private:
@@ -299,6 +323,7 @@ class Adapter final : public KernelSource {
   ipc::Client* client_ = nullptr;
   std::once_flag announcements_once_;
   AnnouncementListener* announcements_ = nullptr;
+  ActivityReporter* activity_ = nullptr;
 };
 
 Adapter* g_adapter = nullptr;
@@ -554,6 +579,9 @@ void ResolveFirstSight(Adapter& a, const c10::OperatorHandle& op, const Decision
     }
     entry.ResolveLoaded(std::move(outputs), std::move(*loaded));
     a.Log("loaded record ", std::to_string(served->id), " for ", schema.name(), " ", d.hash.ToHex());
+    if (!served->timed_on_other_model.empty() && entry.FirstRetimeRequest()) {
+      a.RequestRetime(entry, d.device, served->timed_on_other_model);
+    }
   } catch (const std::exception& e) {
     entry.Fail(std::string("resolving the entry: ") + e.what());
   } catch (...) {

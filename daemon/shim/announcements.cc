@@ -108,6 +108,10 @@ std::string AnnouncementListener::Handle(int arch, const std::string& key_hash_h
     if (entry->Swap(std::move(*loaded))) {
       swaps_.fetch_add(1);
       what = "swapped in record " + std::to_string(served->id);
+      if (!served->timed_on_other_model.empty()) {
+        what += " (timed on " + served->timed_on_other_model + ")";
+        if (entry->FirstRetimeRequest()) source_->RequestRetime(*entry, device, served->timed_on_other_model);
+      }
     } else {
       what = "ignored: entry " + std::string(EntryStateName(entry->state()));
     }

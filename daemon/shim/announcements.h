@@ -37,6 +37,9 @@ class KernelSource {
   // per entry (by whoever's Entry::Fail made it fail).
   virtual void ReportFailure(const Entry& entry, int64_t record_id, std::string_view stage,
                              const std::string& reason) = 0;
+  // The kernel now served to `entry` on `device` was timed on another GPU model, `timed_on`: ask kjitd,
+  // without blocking, to time the key on this device's model. Called once per entry (FirstRetimeRequest).
+  virtual void RequestRetime(const Entry& entry, int device, const std::string& timed_on) = 0;
 };
 
 class AnnouncementListener {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
 
 #include "kjit/runtime/matmul_limits.h"
 
@@ -259,6 +260,19 @@ uint64_t EntryTable::misses() const {
   uint64_t n = 0;
   for (const Entry* e : impl_->entries) n += e->misses();
   return n;
+}
+
+std::vector<std::pair<int, uint64_t>> EntryTable::CallsByDevice() const {
+  std::map<int, uint64_t> calls;
+  {
+    std::lock_guard lock(impl_->mutex);
+    for (const Entry* e : impl_->entries) calls[e->device()] += e->misses() + e->hits();
+  }
+  return {calls.begin(), calls.end()};
+}
+
+std::string RetimeDetail(const std::string& model, const std::string& timed_on) {
+  return "retime on " + model + ": served a kernel timed on " + (timed_on == "?" ? "an unnamed GPU" : timed_on);
 }
 
 std::string_view StageName(Stage stage) {

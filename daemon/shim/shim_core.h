@@ -32,6 +32,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "kjit/cache/kernel_cache.h"
@@ -223,6 +224,11 @@ class alignas(64) Entry {
   bool Fail(std::string reason);
   std::string failure() const;
 
+  // The kernel served to this entry was timed on another GPU model (cache::ServedKernel::
+  // timed_on_other_model): true only the first time for the entry, when its caller asks kjitd to time
+  // the key on this process's model, so that the ask goes out once per key and process.
+  bool FirstRetimeRequest() { return !retime_requested_.exchange(true, std::memory_order_relaxed); }
+
   // A miss whose PyTorch kernel call took `host_ns` on the host, counted at
   // `now_ns` (steady clock). Returns the report due now; calls == 0 when none is.
   // The first miss is reported at once, later ones at most once per
@@ -267,6 +273,7 @@ class alignas(64) Entry {
   mutable std::mutex mutex_;  // guards kernels_ and failure_ (never taken on the hot path)
   std::vector<std::unique_ptr<LoadedKernel>> kernels_;  // every kernel ever loaded for this key
   std::string failure_;
+  std::atomic<bool> retime_requested_{false};
 };
 
 // (Hash of an OpKey, CUDA device) -> its Entry: the key holds the arch, not the
@@ -290,6 +297,9 @@ class EntryTable {
   // Every entry's misses() summed: the process's misses, without a counter that every thread's
   // every miss would write (one cache line bouncing between the threads that run ops).
   uint64_t misses() const;
+  // Per CUDA device, the calls of its entries so far (hits and misses): the process's work per GPU,
+  // for the activity reporter (activity.h). Ordered by device.
+  std::vector<std::pair<int, uint64_t>> CallsByDevice() const;
 
  private:
   Entry* FindLocked(const Hash128& hash, int device) const;
@@ -348,6 +358,9 @@ class StageProfile {
   };
   std::array<Slot, static_cast<size_t>(Stage::kCount)> slots_;
 };
+
+// A retiming task's detail (ipc submit_task): "retime on NVIDIA H200: served a kernel timed on NVIDIA H100 ...".
+std::string RetimeDetail(const std::string& model, const std::string& timed_on);
 
 // The toolchain a record must have been built with to be served here: the
 // versions kjitd records when it stores a kernel (cache::RunningToolchain);

@@ -109,8 +109,16 @@ class Connection {
   uint64_t next_id_ = 1;
 };
 
-// A queued report: a ReportMiss or a ReportFailure.
-using Report = std::variant<ReportMiss, ReportFailure>;
+// A queued report: a ReportMiss, a ReportFailure, a ReportActivity or a SubmitTask (SubmitAsync).
+using Report = std::variant<ReportMiss, ReportFailure, ReportActivity, SubmitTask>;
+
+// Whether `reply` is kjitd's acknowledgement of `report`.
+bool Acknowledges(const Report& report, const Body& reply) {
+  if (std::holds_alternative<ReportMiss>(report)) return std::holds_alternative<TaskAck>(reply);
+  if (std::holds_alternative<ReportFailure>(report)) return std::holds_alternative<FailureAck>(reply);
+  if (std::holds_alternative<SubmitTask>(report)) return std::holds_alternative<TaskAck>(reply);
+  return std::holds_alternative<Ack>(reply);
+}
 
 }  // namespace
 
@@ -127,7 +135,17 @@ struct Client::Impl {
   std::deque<Report> queue;
   bool stopping = false;
   bool in_flight = false;  // the sender holds a report it has not had acknowledged
+  bool activity_refused = false;  // kjitd does not know report_activity: stop sending it
   ClientCounters counters;
+
+  void Count(const Report& r, bool acked) {
+    switch (r.index()) {
+      case 0: ++(acked ? counters.misses_acked : counters.misses_dropped); break;
+      case 1: ++(acked ? counters.failures_acked : counters.failures_dropped); break;
+      case 2: ++(acked ? counters.activity_acked : counters.activity_dropped); break;
+      default: ++(acked ? counters.submits_acked : counters.submits_dropped); break;
+    }
+  }
   std::thread sender;
 
   void SendLoop();
@@ -140,7 +158,6 @@ void Client::Impl::SendLoop() {
     wake.wait(lock, [&] { return stopping || !queue.empty(); });
     if (stopping) return;
     Report report = queue.front();  // stays queued until acknowledged
-    const bool is_miss = std::holds_alternative<ipc::ReportMiss>(report);
     in_flight = true;
     lock.unlock();
     uint64_t reconnects = 0;
@@ -149,16 +166,18 @@ void Client::Impl::SendLoop() {
     lock.lock();
     in_flight = false;
     counters.reconnects += reconnects;
-    if (reply.ok() && (is_miss ? std::holds_alternative<TaskAck>(*reply) : std::holds_alternative<FailureAck>(*reply))) {
+    if (reply.ok() && Acknowledges(report, *reply)) {
       queue.pop_front();
-      ++(is_miss ? counters.misses_acked : counters.failures_acked);
+      Count(report, true);
       wake.notify_all();
       continue;
     }
     if (reply.ok() || reply.status().code() != StatusCode::kUnavailable) {
-      // kjitd refused this report (e.g. a malformed key): retrying cannot help.
+      // kjitd refused this report (e.g. a malformed key, or a message older kjitds do not know):
+      // retrying cannot help.
+      if (std::holds_alternative<ipc::ReportActivity>(report)) activity_refused = true;
       queue.pop_front();
-      ++(is_miss ? counters.misses_dropped : counters.failures_dropped);
+      Count(report, false);
       wake.notify_all();
       continue;
     }
@@ -179,9 +198,7 @@ Client::~Client() {
   {
     std::lock_guard lock(impl_->mu);
     impl_->stopping = true;
-    for (const Report& r : impl_->queue) {
-      ++(std::holds_alternative<ipc::ReportMiss>(r) ? impl_->counters.misses_dropped : impl_->counters.failures_dropped);
-    }
+    for (const Report& r : impl_->queue) impl_->Count(r, false);
     impl_->queue.clear();
   }
   impl_->wake.notify_all();
@@ -274,6 +291,41 @@ bool Client::ReportFailure(ipc::ReportFailure report) {
     }
     impl_->queue.push_back(std::move(report));
     ++impl_->counters.failures_queued;
+  }
+  impl_->wake.notify_all();
+  return true;
+}
+
+bool Client::SubmitAsync(ipc::SubmitTask task) {
+  {
+    std::lock_guard lock(impl_->mu);
+    if (impl_->queue.size() >= impl_->options.miss_queue_capacity + kFailureReserve) {
+      ++impl_->counters.submits_dropped;
+      return false;
+    }
+    impl_->queue.push_back(std::move(task));
+  }
+  impl_->wake.notify_all();
+  return true;
+}
+
+bool Client::ReportActivity(ipc::ReportActivity report) {
+  {
+    std::lock_guard lock(impl_->mu);
+    if (impl_->activity_refused) return false;
+    // Only the newest report matters: it replaces one still waiting (not the one being sent).
+    for (size_t i = impl_->in_flight ? 1 : 0; i < impl_->queue.size(); ++i) {
+      if (auto* waiting = std::get_if<ipc::ReportActivity>(&impl_->queue[i])) {
+        *waiting = std::move(report);
+        ++impl_->counters.activity_dropped;  // the one replaced
+        return true;
+      }
+    }
+    if (impl_->queue.size() >= impl_->options.miss_queue_capacity + kFailureReserve) {
+      ++impl_->counters.activity_dropped;  // kjitd is away: the next report will do
+      return true;
+    }
+    impl_->queue.push_back(std::move(report));
   }
   impl_->wake.notify_all();
   return true;

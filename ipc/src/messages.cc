@@ -116,6 +116,16 @@ struct Schema<FailureAck> {
   }
 };
 template <>
+struct Schema<ReportActivity> {
+  static constexpr std::string_view kName = "report_activity";
+  template <typename M, typename V>
+  static void Fields(M& m, V&& visit) {
+    visit("pid", m.pid);
+    visit("devices", m.devices);
+    visit("calls", m.calls);
+  }
+};
+template <>
 struct Schema<SubmitTask> {
   static constexpr std::string_view kName = "submit_task";
   template <typename M, typename V>

@@ -54,7 +54,8 @@ double MemoryCapFraction(RunWhen when, const IdleThresholds& t) {
   return when == RunWhen::kIdle ? kIdleMemoryCapFraction : kAlwaysMemoryCapFraction;
 }
 
-IdleDecision DecideIdle(RunWhen when, const IdleThresholds& t, const Result<GpuSample>& sample) {
+IdleDecision DecideIdle(RunWhen when, const IdleThresholds& t, const Result<GpuSample>& sample,
+                        const std::optional<ClientActivity>& activity) {
   IdleDecision d;
   if (when == RunWhen::kNever) {
     d.reason = "evaluation disabled (--when never)";
@@ -78,7 +79,12 @@ IdleDecision DecideIdle(RunWhen when, const IdleThresholds& t, const Result<GpuS
     return d;
   }
 
-  // kIdle.
+  // kIdle. A program kjit serves that says it is running ops outranks any NVML reading.
+  if (activity && activity->age.count() < t.client_hold_ms) {
+    d.reason = "GPU busy: a program kjit serves (pid " + std::to_string(activity->pid) + ") ran ops on it " +
+               Format("%.1f s ago", static_cast<double>(activity->age.count()) / 1000.0);
+    return d;
+  }
   if (!sample.ok()) {
     d.reason = "idle state unknown (" + sample.status().ToString() +
                "); not evaluating. Use --when always to evaluate without NVML";
@@ -120,8 +126,9 @@ IdleDecision DecideIdle(RunWhen when, const IdleThresholds& t, const Result<GpuS
 
 IdleTracker::IdleTracker(Clock clock) : clock_(std::move(clock)) {}
 
-IdleDecision IdleTracker::Update(RunWhen when, const IdleThresholds& t, const Result<GpuSample>& sample) {
-  IdleDecision d = DecideIdle(when, t, sample);
+IdleDecision IdleTracker::Update(RunWhen when, const IdleThresholds& t, const Result<GpuSample>& sample,
+                                 const std::optional<ClientActivity>& activity) {
+  IdleDecision d = DecideIdle(when, t, sample, activity);
   if (when != RunWhen::kIdle || !d.run) {
     idle_since_.reset();
     return d;

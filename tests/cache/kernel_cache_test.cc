@@ -147,6 +147,16 @@ TEST(KernelCache, LookupPrefersRecordsTimedOnTheReadersModel) {
   EXPECT_EQ(served_to("NVIDIA H100 80GB HBM3"), h100);
   EXPECT_EQ(served_to("NVIDIA H100"), unknown) << "a model name is matched whole, not as a prefix";
   EXPECT_EQ(served_to("NVIDIA H800"), unknown) << "none timed on this model: the fastest of all";
+  // Which says so, and which model timed it ("?": the record does not say), so the reader asks for a retiming.
+  auto other = [&](const std::string& model) {
+    ReaderContext reader = kReader;
+    reader.device_model = model;
+    auto served = cache->Lookup(key, reader);
+    return served.ok() ? served->timed_on_other_model : "lookup failed";
+  };
+  EXPECT_EQ(other("NVIDIA H800"), "?");
+  EXPECT_EQ(other("NVIDIA H200"), "");
+  EXPECT_EQ(other(""), "");
   std::map<int64_t, std::string> listed;  // what `kjit cache ls --json` shows as timed_on
   auto summaries = cache->List();
   ASSERT_TRUE(summaries.ok()) << summaries.status().ToString();
@@ -158,6 +168,9 @@ TEST(KernelCache, LookupPrefersRecordsTimedOnTheReadersModel) {
   EXPECT_EQ(served_to("NVIDIA H200"), h200_slower) << "only verified records count";
   ASSERT_TRUE(cache->SetStatus(h200_slower, RecordStatus::kRejected, "test").ok());
   EXPECT_EQ(served_to("NVIDIA H200"), unknown);
+  ASSERT_TRUE(cache->SetStatus(unknown, RecordStatus::kRejected, "test").ok());
+  EXPECT_EQ(served_to("NVIDIA H200"), h100);
+  EXPECT_EQ(other("NVIDIA H200"), "NVIDIA H100 80GB HBM3");
 }
 
 // kjitd asks before storing a kernel it verified again: only a verified record serving exactly the same
@@ -193,6 +206,18 @@ TEST(KernelCache, FindVerifiedMatchesTheServedKernelOnly) {
   KernelRecord bad_key = kernel;
   bad_key.key_bytes = "not a key";
   EXPECT_FALSE(cache->FindVerified(bad_key).ok());
+
+  // Timed on another GPU model: not the same record for readers of that model, so it is stored again.
+  KernelRecord on_h100 = kernel;
+  on_h100.timing.device = "NVIDIA H100 80GB HBM3 GPU-1111";
+  EXPECT_EQ(*cache->FindVerified(on_h100), 0);
+  auto h100_id = cache->Insert(on_h100);
+  ASSERT_TRUE(h100_id.ok());
+  EXPECT_EQ(*cache->FindVerified(on_h100), *h100_id);
+  EXPECT_EQ(*cache->FindVerified(kernel), *id);
+  KernelRecord unknown_model = kernel;  // a record that does not say: any model's will do
+  unknown_model.timing.device.clear();
+  EXPECT_EQ(*cache->FindVerified(unknown_model), *id);
 }
 
 TEST(KernelCache, UseCountsAndHitMissCounters) {

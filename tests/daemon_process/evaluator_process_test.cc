@@ -5,7 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -14,6 +17,7 @@
 #include <tuple>
 #include <future>
 #include <set>
+#include <variant>
 
 #include "kjit/cache/kernel_cache.h"
 #include "kjit/ipc/client.h"
@@ -707,6 +711,111 @@ TEST(KjitdSeveralGpus, ATrialInFlightYieldsWhenAnotherProcessUsesTheGpu) {
   EXPECT_EQ(stats->counters["jobs_backed_off"], 1);  // the preempted run, run again once the GPU was idle
   EXPECT_EQ(stats->counters["trials"], 1);           // one trial, not two
   EXPECT_NE(ReadFile(h.log_path()).find("\"event\":\"evaluator_yields\""), std::string::npos);
+  std::filesystem::remove(nvml_state);
+}
+
+// --when idle and a program kjit serves (ipc report_activity): NVML sees nobody (as on an H100 VM while a
+// program ran, 2026-12-05), but the program's reports keep trials off its GPU for idle_client_hold_ms, and
+// a trial in flight yields to them; reports that stop (or a process that has exited) free the GPU again.
+TEST(KjitdSeveralGpus, AProgramsActivityReportsKeepTrialsOffItsGpu) {
+  const std::string nvml_state =
+      std::filesystem::temp_directory_path() / ("kjit-fake-nvml-activity-" + std::to_string(getpid()));
+  WriteNvmlState(nvml_state, "GPU-aaaa 60000000000 80000000000\nGPU-bbbb 60000000000 80000000000\n");
+  ScopedEnv env({{"FAKE_EVALUATOR_GPUS", "GPU-aaaa:90,GPU-bbbb:90"},
+                 {"KJIT_NVML_LIBRARY", KJIT_FAKE_NVML},
+                 {"FAKE_NVML_STATE", nvml_state}});
+  KjitdHarness h(KJIT_KJITD, {"--evaluator", KJIT_FAKE_EVALUATOR, "--devices", "0,1", "--when", "idle",
+                              "--idle-settle-ms", "0", "--idle-client-hold-ms", "1000"});
+  ASSERT_TRUE(h.Start()) << ReadFile(h.log_path());
+  auto c = MakeClient(h);
+  ASSERT_EQ(WaitReady(c, 2).size(), 2u);
+  auto hello = c.Hello();
+  ASSERT_TRUE(hello.ok());
+  EXPECT_NE(std::find(hello->capabilities.begin(), hello->capabilities.end(), "report_activity"),
+            hello->capabilities.end());
+  const auto me = static_cast<uint32_t>(getpid());
+
+  // This process "runs ops" on GPU-aaaa: trials go to GPU-bbbb.
+  auto report = [&](std::vector<std::string> devices) {
+    auto r = c.Call(ipc::ReportActivity{me, std::move(devices), 10});
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_TRUE(std::holds_alternative<ipc::Ack>(*r));
+  };
+  report({"GPU-aaaa"});
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(Trial(c, KeyBytes()), "verified: verified on GPU-bbbb");
+  Workers w = EvaluatorsOf(c);
+  EXPECT_NE(w[0].at("idle").find("a program kjit serves (pid " + std::to_string(me) + ")"), std::string::npos)
+      << w[0].at("idle");
+
+  // On both: a trial waits while the reports keep coming, and runs once they stop.
+  report({"GPU-aaaa", "GPU-bbbb"});
+  auto pending = std::async(std::launch::async, [&h] {
+    auto c2 = MakeClient(h);
+    return Trial(c2, KeyBytes());
+  });
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_EQ(pending.wait_for(std::chrono::milliseconds(300)), std::future_status::timeout);
+    report({"GPU-aaaa", "GPU-bbbb"});
+  }
+  EXPECT_EQ(pending.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  EXPECT_NE(pending.get().find("verified: verified on GPU-"), std::string::npos);
+
+  // A trial in flight on GPU-aaaa yields to a report naming it, and runs again once the reports stop.
+  WriteNvmlState(nvml_state, "GPU-aaaa 60000000000 80000000000\nGPU-bbbb 60000000000 80000000000 4242:80\n");
+  auto yielding = std::async(std::launch::async, [&h] {
+    auto c2 = MakeClient(h);
+    return Trial(c2, KeyBytes(), "yield");
+  });
+  bool running = false;
+  for (int i = 0; i < 600 && !running; ++i) {
+    w = EvaluatorsOf(c);
+    running = w.size() == 2 && w[0].at("state") == "busy";
+    if (!running) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_TRUE(running) << ReadFile(h.log_path());
+  report({"GPU-aaaa"});
+  EXPECT_EQ(yielding.get(), "verified: verified on GPU-aaaa") << ReadFile(h.log_path());
+  auto stats = c.Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_GE(stats->counters["trials_preempted_requests"], 1);
+  EXPECT_GE(stats->counters["client_activity_reports"], 9);
+  EXPECT_NE(ReadFile(h.log_path()).find("\"client_pid\":\"" + std::to_string(me) + "\""), std::string::npos);
+  std::filesystem::remove(nvml_state);
+}
+
+// A report from a process that has exited stops counting at once: kjitd tunes right after the program ends.
+TEST(KjitdSeveralGpus, AnExitedProgramsActivityNoLongerCounts) {
+  const std::string nvml_state =
+      std::filesystem::temp_directory_path() / ("kjit-fake-nvml-exited-" + std::to_string(getpid()));
+  WriteNvmlState(nvml_state, "GPU-aaaa 60000000000 80000000000\n");
+  ScopedEnv env({{"FAKE_EVALUATOR_GPUS", "GPU-aaaa:90"},
+                 {"KJIT_NVML_LIBRARY", KJIT_FAKE_NVML},
+                 {"FAKE_NVML_STATE", nvml_state}});
+  KjitdHarness h(KJIT_KJITD, {"--evaluator", KJIT_FAKE_EVALUATOR, "--devices", "0", "--when", "idle",
+                              "--idle-settle-ms", "0", "--idle-client-hold-ms", "4000"});
+  ASSERT_TRUE(h.Start()) << ReadFile(h.log_path());
+  auto c = MakeClient(h);
+  ASSERT_EQ(WaitReady(c, 1).size(), 1u);
+  // A child that exits at once: its pid names no process by the time the trial is dispatched.
+  const pid_t child = fork();
+  if (child == 0) _exit(0);
+  ASSERT_GT(child, 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  auto r = c.Call(ipc::ReportActivity{static_cast<uint32_t>(child), {"GPU-aaaa"}, 1});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(Trial(c, KeyBytes()), "verified: verified on GPU-aaaa");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(3000));  // not held for 4 s
+  // A live one (this process) holds it until the hold has passed.
+  r = c.Call(ipc::ReportActivity{static_cast<uint32_t>(getpid()), {"GPU-aaaa"}, 1});
+  ASSERT_TRUE(r.ok());
+  auto pending = std::async(std::launch::async, [&h] {
+    auto c2 = MakeClient(h);
+    return Trial(c2, KeyBytes());
+  });
+  EXPECT_EQ(pending.wait_for(std::chrono::milliseconds(2000)), std::future_status::timeout);
+  EXPECT_EQ(pending.get(), "verified: verified on GPU-aaaa");
   std::filesystem::remove(nvml_state);
 }
 

@@ -69,6 +69,7 @@ std::vector<std::string> SeedMessages() {
   seeds.push_back(Encode(Envelope{kProtocolVersion, 1006,
                                   ReportFailure{std::string("KJK\x01\x5a\x00", 6), 12, "launch", "too many threads"}}));
   seeds.push_back(Encode(Envelope{kProtocolVersion, 1007, FailureAck{true, "started", 0}}));
+  seeds.push_back(Encode(Envelope{kProtocolVersion, 1008, ReportActivity{7, {"GPU-1234"}, 99}}));
   return seeds;
 }
 

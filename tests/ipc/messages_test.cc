@@ -110,6 +110,8 @@ std::vector<Envelope> SampleMessages() {
   add(Error{"not_found", "no task 9"});
   add(ReportFailure{kBinaryBytes, 31337, "launch", "CUDA_ERROR_INVALID_VALUE: block of 2048 threads"});
   add(FailureAck{true, "queued", 44});
+  add(ReportActivity{4242, {"GPU-0a1b2c3d-0000-1111-2222-333344445555", "GPU-ffffffff-0000-1111-2222-333344445555"},
+                     1u << 20});
   add(Announce{90, "c97c4393cb47064a169d4bec25de480d", 31337});
   out.back().id = 0;  // announcements carry id 0
   out.front().id = std::numeric_limits<uint64_t>::max();
@@ -275,6 +277,12 @@ void ExpectSame(const FailureAck& a, const FailureAck& b) {
   EXPECT_EQ(a.task_id, b.task_id);
 }
 
+void ExpectSame(const ReportActivity& a, const ReportActivity& b) {
+  EXPECT_EQ(a.pid, b.pid);
+  EXPECT_EQ(a.devices, b.devices);
+  EXPECT_EQ(a.calls, b.calls);
+}
+
 void ExpectSame(const Envelope& a, const Envelope& b) {
   EXPECT_EQ(a.version, b.version);
   EXPECT_EQ(a.id, b.id);
@@ -392,6 +400,7 @@ TEST(IpcMessages, TypeNamesAreSnakeCaseOfTheStructs) {
   EXPECT_EQ(TypeName(Announce{}), "announce");
   EXPECT_EQ(TypeName(ReportFailure{}), "report_failure");
   EXPECT_EQ(TypeName(FailureAck{}), "failure_ack");
+  EXPECT_EQ(TypeName(ReportActivity{}), "report_activity");
 }
 
 // The failure report's fields as documented in ipc/PROTOCOL.md: the key as bin,

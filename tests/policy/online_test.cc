@@ -46,7 +46,7 @@ class ReplayEvaluator : public LiveEvaluator {
   Result<LiveBaseline> Open(const OpKey& key) override {
     EXPECT_EQ(key.Hash(), task_.key.Hash());
     ++opened;
-    return LiveBaseline{task_.baseline_us, 0.5, task_.floor_us, 132};
+    return LiveBaseline{task_.baseline_us, 0.5, task_.floor_us, 132, gpu_model};
   }
   Result<LiveVerdict> Submit(const Candidate& candidate, const std::map<std::string, std::string>& design) override {
     if (fail_after >= 0 && static_cast<int>(designs.size()) >= fail_after) return Status(StatusCode::kUnavailable, "kjitd went away");
@@ -92,6 +92,7 @@ class ReplayEvaluator : public LiveEvaluator {
 
   int opened = 0, closed = 0;
   int fail_after = -1;
+  std::string gpu_model = "NVIDIA H200";
   bool backoff_first = false, backed_off = false;
   std::vector<std::map<std::string, std::string>> designs;
 
@@ -260,6 +261,45 @@ TEST(Online, BaselineProposersNeedNoPolicyAndWriteJson) {
   EXPECT_FALSE(ParseProposer("oracle").ok());
 }
 
+// An episode starts from the key's earlier trials (OnlineOptions::prior) measured on its baseline's GPU model or
+// an unknown one: those points are not proposed again. Another model's trials are left out (their times do not
+// compare with this model's), so their points may be tried again here: a kernel served on an H200 that an H100
+// timed is timed anew.
+TEST(Online, PriorTrialsOfAnotherGpuModelAreNotThisModels) {
+  const ReplayTask* task = ExhaustiveTask("layer_norm");
+  ASSERT_NE(task, nullptr);
+  ASSERT_GE(task->points.size(), 4u);
+  std::vector<PriorTrial> prior;
+  auto add = [&](int i, const std::string& model) {
+    prior.push_back(PriorTrial{task->points[i].point, Outcome::kVerified, 10.0, model});
+  };
+  add(0, "NVIDIA H200");
+  add(1, "");
+  add(2, "NVIDIA H100 80GB HBM3");
+  add(3, "NVIDIA H100 80GB HBM3");
+  ReplayEvaluator evaluator(*task, nullptr);
+  OnlineOptions options;
+  options.proposer = Proposer::kRandom;
+  options.budget = static_cast<int>(task->points.size());  // every point not yet tried on this model
+  options.prior = prior;
+  auto report = RunOnlineEpisode(nullptr, task->key, evaluator, options);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_EQ(report->prior_trials, 2);
+  std::set<Point> tried;
+  for (const auto& t : report->trials) tried.insert(t.point);
+  EXPECT_EQ(tried.count(task->points[0].point), 0u);
+  EXPECT_EQ(tried.count(task->points[1].point), 0u);
+  EXPECT_EQ(tried.count(task->points[2].point), 1u);
+  EXPECT_EQ(tried.count(task->points[3].point), 1u);
+
+  // A baseline that does not name its GPU: every prior trial counts.
+  ReplayEvaluator unnamed(*task, nullptr);
+  unnamed.gpu_model.clear();
+  options.budget = 1;
+  report = RunOnlineEpisode(nullptr, task->key, unnamed, options);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_EQ(report->prior_trials, 4);
+}
 
 // A split reduction (kernel ABI v2) takes a workspace: the request must say so, or kjitd's launch passes one
 // parameter too few and every such point fails with CUDA_ERROR_INVALID_VALUE (seen on the H200).

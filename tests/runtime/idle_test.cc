@@ -150,6 +150,25 @@ TEST(DecideIdle, CapFractionDefaultsPerMode) {
   EXPECT_EQ(DecideIdle(RunWhen::kAlways, t, Sample(0, 0, 40, 80)).memory_cap_bytes, 30 * kGiB);
 }
 
+TEST(DecideIdle, AClientsRecentOpsMakeTheGpuBusyWhateverNvmlSays) {
+  IdleThresholds t;  // hold 1500 ms
+  const ClientActivity recent{4242, std::chrono::milliseconds(300)};
+  // NVML sees nobody (the H100 VM's reading while a program ran): the client's report decides.
+  IdleDecision d = DecideIdle(RunWhen::kIdle, t, Sample(0, 0, 60, 80), recent);
+  EXPECT_FALSE(d.run);
+  EXPECT_EQ(d.memory_cap_bytes, 0u);
+  EXPECT_TRUE(Has(d.reason, "pid 4242")) << d.reason;
+  EXPECT_TRUE(Has(d.reason, "0.3 s ago")) << d.reason;
+  EXPECT_FALSE(DecideIdle(RunWhen::kIdle, t, NoNvml(), recent).run);
+  // An old report no longer counts; exactly at the hold it has expired.
+  EXPECT_TRUE(DecideIdle(RunWhen::kIdle, t, Sample(0, 0, 60, 80), ClientActivity{4242, std::chrono::milliseconds(1500)}).run);
+  EXPECT_FALSE(DecideIdle(RunWhen::kIdle, t, Sample(0, 0, 60, 80), ClientActivity{4242, std::chrono::milliseconds(1499)}).run);
+  // --when always runs regardless, and a zero hold ignores reports.
+  EXPECT_TRUE(DecideIdle(RunWhen::kAlways, t, Sample(0, 0, 60, 80), recent).run);
+  t.client_hold_ms = 0;
+  EXPECT_TRUE(DecideIdle(RunWhen::kIdle, t, Sample(0, 0, 60, 80), recent).run);
+}
+
 class IdleTrackerTest : public ::testing::Test {
  protected:
   IdleTracker tracker_{[this] { return now_; }};
@@ -191,6 +210,17 @@ TEST_F(IdleTrackerTest, AnyBusySampleRestartsTheSettlePeriod) {
   // A failed sample is not idle either.
   EXPECT_FALSE(tracker_.Update(RunWhen::kIdle, t_, NoNvml()).run);
   EXPECT_FALSE(tracker_.Update(RunWhen::kIdle, t_, Sample(0, 0, 60, 80)).run);
+}
+
+TEST_F(IdleTrackerTest, AClientsReportRestartsTheSettlePeriod) {
+  EXPECT_FALSE(tracker_.Update(RunWhen::kIdle, t_, Sample(0, 0, 60, 80)).run);
+  Advance(1900);
+  EXPECT_FALSE(
+      tracker_.Update(RunWhen::kIdle, t_, Sample(0, 0, 60, 80), ClientActivity{7, std::chrono::milliseconds(50)}).run);
+  Advance(1500);  // the report has expired, but the settle period starts from here
+  EXPECT_FALSE(tracker_.Update(RunWhen::kIdle, t_, Sample(0, 0, 60, 80)).run);
+  Advance(2000);
+  EXPECT_TRUE(tracker_.Update(RunWhen::kIdle, t_, Sample(0, 0, 60, 80)).run);
 }
 
 TEST_F(IdleTrackerTest, ZeroSettleRunsAtOnce) {

@@ -3,11 +3,14 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <map>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "activity.h"
 #include "announcements.h"
 #include "shim_core.h"
 
@@ -449,6 +452,81 @@ TEST(ShimTable, MissesSumEveryEntrysMisses) {
   EXPECT_EQ(table.misses(), static_cast<uint64_t>(kThreads * kKeys * kCalls));
 }
 
+// The activity reporter (activity.h) against a fake sink: the first look reports every device with calls, later
+// looks only the devices whose calls moved, a quiet table nothing, a device without a UUID is left out, and a
+// refusing kjitd ends the reports.
+class FakeActivitySink : public ActivitySink {
+ public:
+  bool SendActivity(ipc::ReportActivity report) override {
+    std::lock_guard lock(mu);
+    sent.push_back(std::move(report));
+    return !refuse;
+  }
+  std::string DeviceUuid(int device) override { return device == 7 ? "" : "GPU-" + std::to_string(device); }
+  std::mutex mu;
+  std::vector<ipc::ReportActivity> sent;
+  bool refuse = false;
+};
+
+TEST(ShimActivity, ReportsTheDevicesWhoseCallsMoved) {
+  EntryTable table;
+  FakeActivitySink sink;
+  ActivityReporter reporter(table, &sink, 4242);
+  EXPECT_FALSE(reporter.Tick().has_value());  // nothing run yet
+  bool created = false;
+  Entry* a0 = table.FindOrCreate(HashBytes("a"), 0, "a", &created);
+  Entry* b0 = table.FindOrCreate(HashBytes("b"), 0, "b", &created);
+  Entry* a1 = table.FindOrCreate(HashBytes("a"), 1, "a", &created);
+  Entry* a7 = table.FindOrCreate(HashBytes("a"), 7, "a", &created);
+  a0->CountUntimedMiss();
+  b0->CountHit();
+  b0->CountHit();
+  a1->CountHit();
+  a7->CountHit();
+  EXPECT_EQ(table.CallsByDevice(), (std::vector<std::pair<int, uint64_t>>{{0, 3}, {1, 1}, {7, 1}}));
+  auto first = reporter.Tick();
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(first->pid, 4242u);
+  EXPECT_EQ(first->devices, (std::vector<std::string>{"GPU-0", "GPU-1"}));
+  EXPECT_EQ(first->calls, 4u);  // device 7's call is not reported: it has no UUID
+  EXPECT_FALSE(reporter.Tick().has_value());  // quiet since
+  a1->CountUntimedMiss();
+  auto second = reporter.Tick();
+  ASSERT_TRUE(second.has_value());
+  EXPECT_EQ(second->devices, (std::vector<std::string>{"GPU-1"}));
+  EXPECT_EQ(second->calls, 1u);
+  EXPECT_EQ(reporter.reports(), 2u);
+
+  sink.refuse = true;
+  a0->CountHit();
+  EXPECT_FALSE(reporter.Tick().has_value());
+  EXPECT_TRUE(reporter.refused());
+  a0->CountHit();
+  EXPECT_FALSE(reporter.Tick().has_value());  // no more reports to a kjitd that refused one
+  EXPECT_EQ(sink.sent.size(), 3u);
+}
+
+TEST(ShimActivity, TheThreadReportsWhileCallsComeAndStopsWhenAsked) {
+  EntryTable table;
+  FakeActivitySink sink;
+  ActivityReporter reporter(table, &sink, 1, std::chrono::milliseconds(5));
+  reporter.Start();
+  bool created = false;
+  Entry* e = table.FindOrCreate(HashBytes("k"), 2, "k", &created);
+  for (int i = 0; i < 200 && reporter.reports() < 3; ++i) {
+    e->CountHit();
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  reporter.Stop();
+  EXPECT_GE(reporter.reports(), 3u);
+  const uint64_t after_stop = reporter.reports();
+  e->CountHit();
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  EXPECT_EQ(reporter.reports(), after_stop);
+  std::lock_guard lock(sink.mu);
+  for (const auto& r : sink.sent) EXPECT_EQ(r.devices, (std::vector<std::string>{"GPU-2"}));
+}
+
 // Find's per-thread cache of found entries: many keys (more than its slots) found again and
 // again, a table made after another is destroyed (perhaps at its address) never returning the
 // old one's entries, and other threads finding the same entries.
@@ -497,9 +575,12 @@ class FakeSource : public KernelSource {
     std::string stage, reason;
   };
   std::vector<Failure> failures;
+  std::string timed_on_other_model;  // what every lookup says of the record it serves
+  std::vector<std::pair<int, std::string>> retimes;  // (device, timed_on) of each RequestRetime
   Result<cache::ServedKernel> LookupRecord(const Hash128& hash, int device, int) override {
     looked_up_on.push_back(device);
     cache::ServedKernel k;
+    k.timed_on_other_model = timed_on_other_model;
     if (auto own = records_for_device.find({device, hash.ToHex()}); own != records_for_device.end()) {
       k.id = own->second;
       return k;
@@ -522,7 +603,43 @@ class FakeSource : public KernelSource {
                      const std::string& reason) override {
     failures.push_back({entry.key_bytes(), record_id, std::string(stage), reason});
   }
+  void RequestRetime(const Entry&, int device, const std::string& timed_on) override {
+    retimes.emplace_back(device, timed_on);
+  }
 };
+
+// A kernel timed on another GPU model is served (the reader's model has none) and swapped in; the
+// process asks kjitd once per key and device's entry to time the key on its own model, and a later
+// record timed on its model is swapped in without another request.
+TEST(ShimAnnouncements, AKernelTimedOnAnotherModelAsksForARetimingOnce) {
+  FakeSource source;
+  source.devices = {{0, 90}, {1, 90}};
+  AnnouncementListener listener(&source, "ipc:///nonexistent/kjit-test.sock");  // never started
+  const Hash128 h = HashBytes("timed elsewhere");
+  std::vector<Entry*> e;
+  for (int device : {0, 1}) {
+    bool created = false;
+    e.push_back(source.table.FindOrCreate(h, device, "timed elsewhere", &created));
+    ASSERT_TRUE(e.back()->ResolveNegative(OneOutput()));
+  }
+  source.records[h.ToHex()] = 5;
+  source.timed_on_other_model = "NVIDIA H100 80GB HBM3";
+  EXPECT_EQ(listener.Handle(90, h.ToHex(), 5),
+            "device 0: swapped in record 5 (timed on NVIDIA H100 80GB HBM3); device 1: swapped in record 5 (timed on "
+            "NVIDIA H100 80GB HBM3)");
+  EXPECT_EQ(source.retimes, (std::vector<std::pair<int, std::string>>{{0, "NVIDIA H100 80GB HBM3"},
+                                                                      {1, "NVIDIA H100 80GB HBM3"}}));
+  source.records[h.ToHex()] = 6;  // a faster one, still another model's
+  EXPECT_NE(listener.Handle(90, h.ToHex(), 6).find("swapped in record 6"), std::string::npos);
+  EXPECT_EQ(source.retimes.size(), 2u) << "asked once per entry";
+  source.records[h.ToHex()] = 7;  // timed on this model
+  source.timed_on_other_model.clear();
+  EXPECT_EQ(listener.Handle(90, h.ToHex(), 7), "device 0: swapped in record 7; device 1: swapped in record 7");
+  EXPECT_EQ(source.retimes.size(), 2u);
+  EXPECT_EQ(RetimeDetail("NVIDIA H200", "NVIDIA H100 80GB HBM3"),
+            "retime on NVIDIA H200: served a kernel timed on NVIDIA H100 80GB HBM3");
+  EXPECT_EQ(RetimeDetail("NVIDIA H200", "?"), "retime on NVIDIA H200: served a kernel timed on an unnamed GPU");
+}
 
 TEST(ShimAnnouncements, SwapsSeenNegativeKeysOnly) {
   FakeSource source;

@@ -36,6 +36,7 @@ Result<LiveBaseline> KjitdEvaluator::Open(const OpKey& key) {
   b.baseline_spread_us = MapNumber(o.device, "baseline_spread_us");
   b.floor_us = MapNumber(o.device, "floor_us");
   b.sm_count = static_cast<int>(MapNumber(o.device, "sm_count"));
+  if (auto it = o.device.find("name"); it != o.device.end()) b.gpu_model = it->second;
   return b;
 }
 
@@ -111,10 +112,14 @@ Result<OnlineReport> RunOnlineEpisode(Agent* agent, const OpKey& key, LiveEvalua
   report.baseline = baseline;
   // Earlier rounds' trials first, as if this episode had made them; points no longer in the space (a knob's
   // domain changed) are left out.
+  auto same_model = [&](const PriorTrial& p) {
+    return p.gpu_model.empty() || baseline.gpu_model.empty() || p.gpu_model == baseline.gpu_model;
+  };
   int prior = 0;
-  for (const PriorTrial& p : options.prior) prior += task->IndexOf(p.point) >= 0;
+  for (const PriorTrial& p : options.prior) prior += same_model(p) && task->IndexOf(p.point) >= 0;
   ReplayEpisode episode(*task, options.budget + prior);
   for (const PriorTrial& p : options.prior) {
+    if (!same_model(p)) continue;
     const int index = task->IndexOf(p.point);
     if (index >= 0 && !episode.tried(index)) {
       if (episode.Observe(index, p.outcome, p.median_us).ok()) ++report.prior_trials;

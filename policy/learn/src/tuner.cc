@@ -58,10 +58,12 @@ Result<std::vector<PriorTrial>> PriorTrials(const cache::KernelCache& cache, con
   std::vector<PriorTrial> out;
   for (const auto& m : ms) {
     if (!(m.key_hash == hash) || m.design.knobs.empty()) continue;
+    std::string gpu_model;
     // Only trials of the kernels generated today: an older codegen's point may be another kernel now.
     try {
       const auto detail = nlohmann::json::parse(m.detail);
       if (detail.value("client_design", nlohmann::json::object()).value("codegen", std::string()) != codegen) continue;
+      gpu_model = detail.value("gpu_model", std::string());
     } catch (const nlohmann::json::exception&) {
       continue;
     }
@@ -80,6 +82,7 @@ Result<std::vector<PriorTrial>> PriorTrials(const cache::KernelCache& cache, con
     if (!numeric) continue;
     p.outcome = *parsed;
     p.median_us = m.median_us;
+    p.gpu_model = std::move(gpu_model);
     out.push_back(std::move(p));
   }
   return out;

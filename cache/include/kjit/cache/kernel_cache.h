@@ -65,6 +65,10 @@ struct ServedKernel {
   std::string cubin;
   std::string entry_point;
   LaunchShape launch;
+  // Non-empty when the reader named its GPU model and no record was timed on it: the model that timed the
+  // record served instead ("NVIDIA H100 80GB HBM3"; "?" if the record does not say). The reader should then
+  // ask for the key to be timed on its own model (the shim submits a task once per key and process).
+  std::string timed_on_other_model;
 };
 
 // One line of `kjit cache ls`.
@@ -262,7 +266,9 @@ class KernelCache {
   Result<KernelRecord> Get(int64_t id) const;
   Status Remove(int64_t id);
   // The id of a verified record that serves exactly this kernel (the same serve checksum: key, entry
-  // point, launch shape, toolchain and CUBIN), or 0 if there is none. `record` need not be stored.
+  // point, launch shape, toolchain and CUBIN) timed on the same GPU model as `record` (any model when
+  // record.timing.device is empty), or 0 if there is none. `record` need not be stored. A kernel timed on
+  // another model is stored again with this model's timing: readers prefer their own model's records.
   Result<int64_t> FindVerified(const KernelRecord& record) const;
 
   // The shim's read path. NotFound (with the reason in the message) when no

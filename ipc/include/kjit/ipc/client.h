@@ -12,6 +12,9 @@
 // - ReportFailure takes the same queue and path: never blocks, never fails.
 //   Failure reports are rare (one per record and process) and matter more than
 //   misses, so a queue full of misses still takes kFailureReserve of them.
+// - ReportActivity takes the same path too, but only the newest report counts:
+//   one still waiting is replaced. Once kjitd refuses the message (a kjitd
+//   older than it), ReportActivity returns false and sends nothing more.
 // - A Client may be used from several threads.
 #pragma once
 
@@ -47,8 +50,12 @@ struct ClientCounters {
   uint64_t failures_queued = 0;
   uint64_t failures_acked = 0;
   uint64_t failures_dropped = 0;  // the queue was full, kjitd refused it, or the client was destroyed first
+  uint64_t submits_acked = 0;
+  uint64_t submits_dropped = 0;  // the queue was full, kjitd refused it, or the client was destroyed first
+  uint64_t activity_acked = 0;
+  uint64_t activity_dropped = 0;  // replaced by a newer report, refused, or not sent
   uint64_t reconnects = 0;
-  uint64_t queue_depth = 0;  // misses and failure reports not yet acknowledged
+  uint64_t queue_depth = 0;  // reports not yet acknowledged
 };
 
 class Client {
@@ -84,6 +91,12 @@ class Client {
   // Never blocks. Returns false if the report was dropped because the queue is full.
   static constexpr size_t kFailureReserve = 256;
   bool ReportFailure(ipc::ReportFailure report);
+  // Submit without waiting: through the reports' queue, retried while kjitd is away. Never blocks;
+  // false if the queue is full (the task is dropped and counted).
+  bool SubmitAsync(ipc::SubmitTask task);
+  // Never blocks. False once kjitd has refused activity reports (it does not know them); a report that
+  // finds the queue full is dropped (counted) and the next one tried.
+  bool ReportActivity(ipc::ReportActivity report);
   // Waits until every queued report is acknowledged, or the timeout passes (kUnavailable).
   Status Flush(std::chrono::milliseconds timeout);
 

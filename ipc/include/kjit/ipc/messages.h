@@ -103,6 +103,15 @@ struct FailureAck {
   std::string reverify;
   int64_t task_id = 0;  // the queued task when reverify is "queued", else 0
 };
+// The client ran ops on these GPUs since its last report (the shim sends one about twice a second while
+// its program runs intercepted ops, none while it is quiet). Under `when = idle` kjitd counts each GPU
+// busy for idle_client_hold_ms after a report, and a trial in flight there yields: NVML's per-process
+// figures miss other processes on some virtual machines and across PID namespaces.
+struct ReportActivity {  // -> Ack
+  uint32_t pid = 0;
+  std::vector<std::string> devices;  // GPU UUIDs, "GPU-..." as cuDeviceGetUuid gives them
+  uint64_t calls = 0;                // ops run since the last report, on all of them
+};
 struct SubmitTask {  // -> TaskAck
   std::string key_bytes;
   int32_t priority = 0;
@@ -227,7 +236,7 @@ struct Announce {
 using Body = std::variant<Hello, HelloReply, Lookup, LookupReply, ReportMiss, SubmitTask, TaskAck, TaskStatus,
                           TaskStatusReply, ListTasks, ListTasksReply, Stats, StatsReply, Shutdown, Ack, OpenEpisode,
                           Observation, SubmitCandidate, CandidateResult, CloseEpisode, Error, Announce, ReportFailure,
-                          FailureAck>;
+                          FailureAck, ReportActivity>;
 
 // The wire name of each body type: "hello", "hello_reply", "lookup", ...
 std::string_view TypeName(const Body& body);

@@ -32,6 +32,13 @@
 // own kernels too: a sample taken while kjit's worker is busy then reads
 // "busy" and the settle period starts again. kjitd still makes progress if it
 // samples between trials (as the evaluator pool does), only more slowly.
+//
+// Programs kjit serves also speak for themselves: the shim reports, about twice a
+// second while it runs ops, which GPUs it ran them on (ipc report_activity). A
+// GPU with such a report younger than client_hold_ms is busy whatever NVML says,
+// because NVML's per-process figures miss other processes on some virtual
+// machines (an H100 VM reported none while a program ran, 2026-12-05) and in PID
+// namespaces, and the device-wide figure cannot tell kjit's own trials apart.
 #pragma once
 
 #include <chrono>
@@ -60,6 +67,13 @@ struct IdleThresholds {
   // Of the free memory, what kjit may take; unset: the default of the `--when` mode (below).
   std::optional<double> memory_cap_fraction;
   int settle_ms = 2000;                    // how long "idle" must hold before running
+  int client_hold_ms = 1500;               // a kjit client's report of its ops keeps the GPU busy this long
+};
+
+// The latest report of ops run on the GPU by a program kjit serves (ipc report_activity).
+struct ClientActivity {
+  uint32_t pid = 0;
+  std::chrono::milliseconds age{0};  // since the report arrived
 };
 
 // memory_cap_fraction's defaults: of the free memory of an idle GPU, and of a GPU that may be busy.
@@ -77,8 +91,10 @@ struct IdleDecision {
   uint64_t memory_cap_bytes = 0;  // when run: the most device memory kjit may allocate
 };
 
-// The instantaneous decision (no settle period; see IdleTracker).
-IdleDecision DecideIdle(RunWhen when, const IdleThresholds& thresholds, const Result<GpuSample>& sample);
+// The instantaneous decision (no settle period; see IdleTracker). In `idle` mode, `activity` younger
+// than thresholds.client_hold_ms makes the GPU busy.
+IdleDecision DecideIdle(RunWhen when, const IdleThresholds& thresholds, const Result<GpuSample>& sample,
+                        const std::optional<ClientActivity>& activity = std::nullopt);
 
 // DecideIdle, plus the settle period: in `idle` mode it answers "run" only
 // once DecideIdle has said "run" for every sample over at least settle_ms; any
@@ -90,7 +106,8 @@ class IdleTracker {
   // `clock` is injectable for tests; it must not go backwards.
   explicit IdleTracker(Clock clock = std::chrono::steady_clock::now);
 
-  IdleDecision Update(RunWhen when, const IdleThresholds& thresholds, const Result<GpuSample>& sample);
+  IdleDecision Update(RunWhen when, const IdleThresholds& thresholds, const Result<GpuSample>& sample,
+                      const std::optional<ClientActivity>& activity = std::nullopt);
 
   // Forgets any idle time seen so far, e.g. after the GPU was given to a new job.
   void Reset() { idle_since_.reset(); }

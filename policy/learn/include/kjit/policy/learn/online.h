@@ -35,6 +35,7 @@ struct LiveBaseline {
   double baseline_spread_us = 0;
   double floor_us = 0;
   int sm_count = 0;  // 0: unknown
+  std::string gpu_model;  // the GPU that timed the baseline ("NVIDIA H200"); empty: unknown
 };
 
 // What the evaluator said of one candidate.
@@ -97,6 +98,10 @@ struct PriorTrial {
   Point point;
   Outcome outcome = Outcome::kVerified;
   double median_us = 0;
+  // The GPU model that measured it (the measurement's detail.gpu_model); empty: unknown. An episode skips
+  // prior trials of another model than its baseline's: their times do not compare, and the point is worth
+  // trying again on this model.
+  std::string gpu_model;
 };
 
 struct OnlineTrial;

@@ -1,0 +1,65 @@
+#include "activity.h"
+
+#include <utility>
+#include <vector>
+
+namespace kjit::shim {
+
+ActivityReporter::ActivityReporter(const EntryTable& table, ActivitySink* sink, uint32_t pid,
+                                   std::chrono::milliseconds interval)
+    : table_(table), sink_(sink), pid_(pid), interval_(interval) {}
+
+ActivityReporter::~ActivityReporter() { Stop(); }
+
+void ActivityReporter::Start() {
+  std::lock_guard lock(mu_);
+  if (thread_.joinable() || stop_) return;
+  thread_ = std::thread([this] { Run(); });
+}
+
+void ActivityReporter::Stop() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
+}
+
+std::optional<ipc::ReportActivity> ActivityReporter::Tick() {
+  if (refused_.load()) return std::nullopt;
+  ipc::ReportActivity report;
+  report.pid = pid_;
+  for (const auto& [device, calls] : table_.CallsByDevice()) {
+    uint64_t& seen = last_[device];
+    if (calls == seen) continue;
+    const uint64_t moved = calls - seen;
+    seen = calls;
+    std::string uuid = sink_->DeviceUuid(device);
+    if (uuid.empty()) continue;
+    report.devices.push_back(std::move(uuid));
+    report.calls += moved;
+  }
+  if (report.devices.empty()) return std::nullopt;
+  if (!sink_->SendActivity(report)) {
+    refused_ = true;
+    return std::nullopt;
+  }
+  reports_.fetch_add(1);
+  return report;
+}
+
+void ActivityReporter::Run() {
+  std::unique_lock lock(mu_);
+  while (!stop_) {
+    wake_.wait_for(lock, interval_, [this] { return stop_; });
+    if (stop_) break;
+    lock.unlock();
+    Tick();
+    const bool done = refused_.load();
+    lock.lock();
+    if (done) break;  // an older kjitd: nothing more to say to it
+  }
+}
+
+}  // namespace kjit::shim

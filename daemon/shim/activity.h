@@ -1,0 +1,73 @@
+// Tells kjitd which GPUs this process is running ops on (ipc report_activity), so that kjitd's trials keep
+// off a GPU while the program kjit serves works on it. NVML's per-process utilization, which kjitd's idle
+// gate reads otherwise, showed no other process on an H100 virtual machine while a program ran there, and
+// cannot match PIDs across PID namespaces.
+//
+// Nothing is added to the hot path: a background thread wakes every `interval`, sums the entry table's
+// per-device call counts (hits and misses, which the hot path counts anyway) and sends one report naming the
+// devices whose counts moved since its last look, through the client's non-blocking queue. A quiet process
+// sends nothing. Only ops kjit intercepts are seen; a program that runs none of them for a while looks quiet
+// to this reporter (NVML still speaks for it where it can).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "kjit/ipc/messages.h"
+#include "shim_core.h"
+
+namespace kjit::shim {
+
+// Where reports go and how devices are named (an interface, so the reporter is tested without a GPU).
+class ActivitySink {
+ public:
+  virtual ~ActivitySink() = default;
+  // Never blocks. False: kjitd does not take activity reports (an older kjitd); the reporter stops.
+  virtual bool SendActivity(ipc::ReportActivity report) = 0;
+  // The GPU's UUID ("GPU-..."), or "" when the device is not usable.
+  virtual std::string DeviceUuid(int device) = 0;
+};
+
+class ActivityReporter {
+ public:
+  static constexpr std::chrono::milliseconds kDefaultInterval{500};
+
+  ActivityReporter(const EntryTable& table, ActivitySink* sink, uint32_t pid,
+                   std::chrono::milliseconds interval = kDefaultInterval);
+  ~ActivityReporter();  // stops and joins the thread
+  ActivityReporter(const ActivityReporter&) = delete;
+  ActivityReporter& operator=(const ActivityReporter&) = delete;
+
+  void Start();
+  void Stop();
+
+  // One look at the table, as the thread takes it: the report it sent, or nullopt when no count moved
+  // (or no device that moved has a UUID). The first look reports every device with calls.
+  std::optional<ipc::ReportActivity> Tick();
+
+  uint64_t reports() const { return reports_.load(); }
+  bool refused() const { return refused_.load(); }
+
+ private:
+  void Run();
+  const EntryTable& table_;
+  ActivitySink* sink_;
+  const uint32_t pid_;
+  const std::chrono::milliseconds interval_;
+  std::map<int, uint64_t> last_;  // device -> calls at the last look (Tick's caller only)
+  std::atomic<uint64_t> reports_{0};
+  std::atomic<bool> refused_{false};
+  std::mutex mu_;
+  std::condition_variable wake_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace kjit::shim
