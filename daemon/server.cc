@@ -664,6 +664,14 @@ ipc::Body Server::Impl::SubmitCandidate(const ipc::SubmitCandidate& r) {
   if (r.design.has_value()) c.design = ipc::DesignFromWire(*r.design);
   if (c.design.family.empty()) c.design.family = "agent";
   if (c.design.policy_version.empty()) c.design.policy_version = "external-agent";
+  // The client's guess at its next candidates: the worker compiles them while it runs this one.
+  if (r.compile_ahead) {
+    for (const auto& entry : *r.compile_ahead) {
+      if (entry.empty() || request.compile_ahead.size() >= ipc::kMaxCompileAhead) continue;
+      request.compile_ahead.push_back({entry[0], std::vector<std::string>(entry.begin() + 1, entry.end())});
+    }
+    counters["compile_ahead_sent"] += static_cast<double>(request.compile_ahead.size());
+  }
   ReplyRoute route = *current_route;
   current_route->socket = nullptr;
   const int64_t episode_id = r.episode_id;
@@ -684,6 +692,8 @@ ipc::Body Server::Impl::SubmitCandidate(const ipc::SubmitCandidate& r) {
                       {"local_bytes", v.resources.local_bytes},
                       {"static_shared_bytes", v.resources.static_shared_bytes},
                       {"compile_ms", v.compile_ms},
+                      {"compile_wait_ms", v.compile_wait_ms},
+                      {"compile_cached", v.compile_cached ? 1.0 : 0.0},
                       {"evaluation_ms", v.total_ms},
                       {"runs", v.timing.runs},
                       {"spread_us", v.timing.spread_us},
@@ -731,6 +741,9 @@ Server::Impl::Stored Server::Impl::Record(const Episode& e, const CandidateSpec&
                            {"baseline_spread_us", v.baseline.spread_us},
                            {"floor_us", v.roofline.floor_us},
                            {"bandwidth_fraction", v.roofline.bandwidth_fraction},
+                           {"compile_ms", v.compile_ms},
+                           {"compile_wait_ms", v.compile_wait_ms},
+                           {"evaluation_ms", v.total_ms},
                            {"launch", {c.launch.grid[0], c.launch.grid[1], c.launch.grid[2], c.launch.block[0],
                                        c.launch.block[1], c.launch.block[2], c.launch.dynamic_shared_bytes}}};
   // What the client said of the kernel's origin, whole (e.g. the generator's codegen version, which the

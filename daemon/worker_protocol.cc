@@ -136,17 +136,23 @@ json Encode(const WorkerMessage& message) {
           return j;
         } else if constexpr (std::is_same_v<T, EvaluateRequest>) {
           const CandidateSpec& c = m.candidate;
-          return {{"type", "evaluate"},
-                  {"id", m.id},
-                  {"key", Hex(m.key_bytes)},
-                  {"memory_cap_bytes", m.memory_cap_bytes},
-                  {"screen_only", m.screen_only},
-                  {"candidate",
-                   {{"source", c.source},
-                    {"entry_point", c.entry_point},
-                    {"options", c.options},
-                    {"launch", ToJson(c.launch)},
-                    {"design", ToJson(c.design)}}}};
+          json j = {{"type", "evaluate"},
+                    {"id", m.id},
+                    {"key", Hex(m.key_bytes)},
+                    {"memory_cap_bytes", m.memory_cap_bytes},
+                    {"screen_only", m.screen_only},
+                    {"candidate",
+                     {{"source", c.source},
+                      {"entry_point", c.entry_point},
+                      {"options", c.options},
+                      {"launch", ToJson(c.launch)},
+                      {"design", ToJson(c.design)}}}};
+          if (!m.compile_ahead.empty()) {
+            json ahead = json::array();
+            for (const CompileAhead& a : m.compile_ahead) ahead.push_back({{"source", a.source}, {"options", a.options}});
+            j["compile_ahead"] = std::move(ahead);  // absent: none, as an older kjitd sends it
+          }
+          return j;
         } else if constexpr (std::is_same_v<T, Verdict>) {
           const KernelResources& r = m.resources;
           json j = {{"type", "verdict"},
@@ -156,6 +162,8 @@ json Encode(const WorkerMessage& message) {
                   {"compiled", m.compiled},
                   {"compile_log", m.compile_log},
                   {"compile_ms", m.compile_ms},
+                  {"compile_wait_ms", m.compile_wait_ms},
+                  {"compile_cached", m.compile_cached},
                   {"resources",
                    {{"registers", r.registers},
                     {"spill_bytes", r.spill_bytes},
@@ -233,6 +241,11 @@ WorkerMessage DecodeJson(const json& j) {
     r.candidate.options = c.at("options").get<std::vector<std::string>>();
     r.candidate.launch = LaunchFrom(c.at("launch"));
     r.candidate.design = DesignFrom(c.at("design"));
+    if (auto it = j.find("compile_ahead"); it != j.end()) {
+      for (const json& a : *it) {
+        r.compile_ahead.push_back({a.at("source").get<std::string>(), a.at("options").get<std::vector<std::string>>()});
+      }
+    }
     return r;
   }
   if (type == "verdict") {
@@ -243,6 +256,8 @@ WorkerMessage DecodeJson(const json& j) {
     v.compiled = j.at("compiled").get<bool>();
     v.compile_log = j.at("compile_log").get<std::string>();
     v.compile_ms = j.at("compile_ms").get<double>();
+    v.compile_wait_ms = j.value("compile_wait_ms", v.compile_ms);  // an older worker always compiled
+    v.compile_cached = j.value("compile_cached", false);
     const json& r = j.at("resources");
     v.resources.registers = r.at("registers").get<int>();
     v.resources.spill_bytes = r.at("spill_bytes").get<int>();

@@ -89,6 +89,13 @@ struct CandidateSpec {
   cache::DesignPoint design;
 };
 
+// What compiling a candidate takes: EvaluateRequest::compile_ahead's entries.
+struct CompileAhead {
+  std::string source;
+  std::vector<std::string> options;
+  friend bool operator==(const CompileAhead&, const CompileAhead&) = default;
+};
+
 struct TimingStats {
   double median_us = 0;
   double spread_us = 0;    // interquartile range
@@ -162,6 +169,11 @@ struct EvaluateRequest {
   // short timing. The verdict is never accepted; its verification lists the
   // input kind "screen". Search screens every point and fully evaluates the best.
   bool screen_only = false;
+  // The candidates likely to come next (the client's guess): the worker compiles them with NVRTC on CPU
+  // threads while it verifies and times this one, so that their own requests find them compiled (the
+  // compiler's in-memory cache). Only source and options are read. A newer list replaces an older one
+  // not yet compiled.
+  std::vector<CompileAhead> compile_ahead;
 };
 
 struct Verdict {
@@ -170,7 +182,9 @@ struct Verdict {
   std::string reason;   // why it failed; "verified" when it did not
   bool compiled = false;
   std::string compile_log;
-  double compile_ms = 0;
+  double compile_ms = 0;       // NVRTC's time for this kernel (whenever it was compiled)
+  double compile_wait_ms = 0;  // what this job waited for it: ~0 when compiled ahead
+  bool compile_cached = false;  // the worker's compile cache held it (compiled ahead, or by an earlier job)
   KernelResources resources;
   std::string cubin;  // set when verified
   cache::Verification verification;

@@ -267,6 +267,7 @@ struct Schema<SubmitCandidate> {
     visit("dynamic_shared_bytes", m.dynamic_shared_bytes);
     visit("design", m.design);
     visit("workspace_bytes", m.workspace_bytes);
+    visit("compile_ahead", m.compile_ahead);
   }
 };
 template <>

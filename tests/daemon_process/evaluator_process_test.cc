@@ -714,6 +714,32 @@ TEST(KjitdSeveralGpus, ATrialInFlightYieldsWhenAnotherProcessUsesTheGpu) {
   std::filesystem::remove(nvml_state);
 }
 
+// Compile-ahead (ipc submit_candidate.compile_ahead): kjitd passes the client's next candidates to the worker
+// that runs this one (at most ipc::kMaxCompileAhead, empty entries dropped) and counts them.
+TEST(KjitdEvaluator, CompileAheadReachesTheWorker) {
+  ScopedEnv env({{"FAKE_EVALUATOR_GPUS", "GPU-aaaa:90"}});
+  KjitdHarness h(KJIT_KJITD, {"--evaluator", KJIT_FAKE_EVALUATOR, "--devices", "0", "--when", "always"});
+  ASSERT_TRUE(h.Start()) << ReadFile(h.log_path());
+  auto c = MakeClient(h);
+  auto obs = c.OpenEpisode(KeyBytes());
+  ASSERT_TRUE(obs.ok()) << obs.status().ToString();
+  ipc::SubmitCandidate candidate = Candidate(obs->episode_id, "ok");
+  auto r = c.SubmitCandidate(candidate);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->profile.at("compile_wait_ms"), 0);
+  candidate.compile_ahead = std::vector<std::vector<std::string>>{{"// next", "-O3"}, {}, {"// after"}};
+  r = c.SubmitCandidate(candidate);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->profile.at("compile_wait_ms"), 2);  // the fake echoes how many arrived
+  candidate.compile_ahead = std::vector<std::vector<std::string>>(20, std::vector<std::string>{"// many"});
+  r = c.SubmitCandidate(candidate);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->profile.at("compile_wait_ms"), static_cast<double>(ipc::kMaxCompileAhead));
+  auto stats = c.Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->counters["compile_ahead_sent"], 2 + static_cast<double>(ipc::kMaxCompileAhead));
+}
+
 // --when idle and a program kjit serves (ipc report_activity): NVML sees nobody (as on an H100 VM while a
 // program ran, 2026-12-05), but the program's reports keep trials off its GPU for idle_client_hold_ms, and
 // a trial in flight yields to them; reports that stop (or a process that has exited) free the GPU again.

@@ -104,6 +104,28 @@ TEST_F(EvaluatorGallery, CorrectKernelIsVerified) {
   EXPECT_GT(r.baseline_us, 0);
 }
 
+// Compile-ahead: a candidate named in an earlier submission's compile_ahead was compiled while that one ran,
+// so its own evaluation finds it in the worker's compile cache, and it is judged as any other. The sources
+// differ from every other test's, so no earlier test compiled them.
+TEST_F(EvaluatorGallery, ACandidateCompiledAheadDoesNotWaitForNvrtc) {
+  const std::string first = Relu("  out[i] = (v > 0.f || v != v) ? v : 0.f; // ahead 1");
+  const std::string next = Relu("  out[i] = (v > 0.f || v != v) ? v : 0.f; // ahead 2");
+  ipc::SubmitCandidate c;
+  c.episode_id = relu_episode_;
+  c.source = first;
+  c.entry_point = "k";
+  c.grid[0] = static_cast<uint32_t>((kN + 255) / 256);
+  c.block[0] = 256;
+  c.compile_ahead = std::vector<std::vector<std::string>>{{next}};
+  auto r = client_->SubmitCandidate(c);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->verified) << r->verdict;
+  auto r2 = SubmitRelu(next);
+  EXPECT_TRUE(r2.verified) << r2.verdict;
+  EXPECT_EQ(r->profile.at("compile_cached"), 0) << "the first was compiled for its own submission";
+  EXPECT_EQ(r2.profile.at("compile_cached"), 1);
+}
+
 TEST_F(EvaluatorGallery, CompileErrorIsReportedWithTheLog) {
   auto r = SubmitRelu(Relu("  out[i] = not_declared;"));
   EXPECT_FALSE(r.compiled);

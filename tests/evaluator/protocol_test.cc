@@ -38,6 +38,12 @@ TEST(WorkerProtocol, EveryMessageRoundTrips) {
   back = DecodeWorkerMessage(EncodeWorkerMessage(e));
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(std::get<EvaluateRequest>(*back).candidate.launch, e.candidate.launch);
+  EXPECT_TRUE(std::get<EvaluateRequest>(*back).compile_ahead.empty());
+  EXPECT_EQ(EncodeWorkerMessage(e).find("compile_ahead"), std::string::npos);  // as an older kjitd sends it
+  e.compile_ahead = {{"extern \"C\" __global__ void a() {}", {"-O3", "-DX=1"}}, {"// b", {}}};
+  back = DecodeWorkerMessage(EncodeWorkerMessage(e));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(std::get<EvaluateRequest>(*back).compile_ahead, e.compile_ahead);
 
   Verdict v;
   v.id = 9;

@@ -104,6 +104,8 @@ std::vector<Envelope> SampleMessages() {
   candidate.design = std::map<std::string, std::string>{
       {"family", "softmax"}, {"policy_version", "rl1-i1500-1a2b3c4d"}, {"knob.threads", "256"}};
   add(candidate);
+  candidate.compile_ahead = std::vector<std::vector<std::string>>{{"// next\n", "-O3", "-DROWS=4"}, {"// after\n"}};
+  add(candidate);
   add(CandidateResult{true, "warning: unused variable", false, "wrong result at element 17", 700.5, 812.25, -1.25,
                       {{"registers", 32}, {"bandwidth_fraction", 0.875}}});
   add(CloseEpisode{77});
@@ -243,6 +245,7 @@ void ExpectSame(const SubmitCandidate& a, const SubmitCandidate& b) {
   EXPECT_EQ(a.dynamic_shared_bytes, b.dynamic_shared_bytes);
   EXPECT_EQ(a.design, b.design);
   EXPECT_EQ(a.workspace_bytes, b.workspace_bytes);
+  EXPECT_EQ(a.compile_ahead, b.compile_ahead);
 }
 void ExpectSame(const CandidateResult& a, const CandidateResult& b) {
   EXPECT_EQ(a.compiled, b.compiled);

@@ -60,6 +60,10 @@ class ReplayEvaluator : public LiveEvaluator {
       return v;
     }
     designs.push_back(design);
+    sources.push_back(candidate.source);
+    std::vector<std::string> ahead;
+    for (const Candidate& c : compile_ahead()) ahead.push_back(c.source);
+    ahead_sources.push_back(std::move(ahead));
     const cache::DesignPoint d = ipc::DesignFromWire(design);
     Point point;
     for (const auto& [name, value] : d.knobs) point[name] = std::stoll(value);
@@ -95,6 +99,8 @@ class ReplayEvaluator : public LiveEvaluator {
   std::string gpu_model = "NVIDIA H200";
   bool backoff_first = false, backed_off = false;
   std::vector<std::map<std::string, std::string>> designs;
+  std::vector<std::string> sources;                     // each submission's source
+  std::vector<std::vector<std::string>> ahead_sources;  // the compile-ahead sources sent with it
 
  private:
   const ReplayTask& task_;
@@ -259,6 +265,39 @@ TEST(Online, BaselineProposersNeedNoPolicyAndWriteJson) {
   EXPECT_EQ(evaluator.opened, 0);
   EXPECT_EQ(ParseProposer("expert").value(), Proposer::kExpertThenRandom);
   EXPECT_FALSE(ParseProposer("oracle").ok());
+}
+
+// Compile-ahead: each submission carries the candidates the episode expects to submit next, for kjitd's
+// evaluator to compile meanwhile. For the expert-then-random proposer the guess is exact: the next submission
+// is the first one guessed, and the guesses are valid, distinct and untried.
+TEST(Online, EachSubmissionCarriesTheNextCandidatesToCompile) {
+  const ReplayTask* task = ExhaustiveTask("layer_norm");
+  ASSERT_NE(task, nullptr);
+  ReplayEvaluator evaluator(*task, nullptr);
+  OnlineOptions options;
+  options.proposer = Proposer::kExpertThenRandom;
+  options.budget = 6;
+  options.seed = 11;
+  options.compile_ahead = 2;
+  auto report = RunOnlineEpisode(nullptr, task->key, evaluator, options);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  ASSERT_EQ(evaluator.sources.size(), 6u);
+  for (size_t i = 0; i + 1 < evaluator.sources.size(); ++i) {
+    SCOPED_TRACE(i);
+    // Two guesses, fewer near the end of the budget (nothing is guessed past it).
+    ASSERT_EQ(evaluator.ahead_sources[i].size(), std::min<size_t>(2, 6 - (i + 1)));
+    EXPECT_EQ(evaluator.ahead_sources[i][0], evaluator.sources[i + 1]);
+    if (evaluator.ahead_sources[i].size() < 2) continue;
+    EXPECT_NE(evaluator.ahead_sources[i][0], evaluator.ahead_sources[i][1]);
+    for (size_t j = 0; j <= i; ++j) EXPECT_NE(evaluator.ahead_sources[i][1], evaluator.sources[j]);
+  }
+  EXPECT_TRUE(evaluator.ahead_sources.back().empty());
+  // The same trials as without compile-ahead: guessing draws from a copy of the random state.
+  ReplayEvaluator plain(*task, nullptr);
+  options.compile_ahead = 0;
+  ASSERT_TRUE(RunOnlineEpisode(nullptr, task->key, plain, options).ok());
+  EXPECT_EQ(plain.sources, evaluator.sources);
+  for (const auto& a : plain.ahead_sources) EXPECT_TRUE(a.empty());
 }
 
 // An episode starts from the key's earlier trials (OnlineOptions::prior) measured on its baseline's GPU model or

@@ -12,6 +12,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
 #include <random>
 #include <regex>
 #include <thread>
@@ -95,6 +98,56 @@ CompileRequest CandidateCompileRequest(const daemon::CandidateSpec& c, int arch)
   return r;
 }
 
+// Compiles candidates likely to come next on background threads into the compiler's cache, while the
+// worker's own thread verifies and times the current one. A newer list replaces the entries of an older
+// one not yet started (the client's guess has moved on). The threads start with the first list.
+class CompileAheadPool {
+ public:
+  CompileAheadPool(Compiler& compiler, int threads) : compiler_(compiler), threads_(threads) {}
+  ~CompileAheadPool() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    for (std::thread& t : pool_) t.join();
+  }
+
+  void Replace(std::vector<CompileRequest> requests) {
+    if (threads_ <= 0) return;
+    {
+      std::lock_guard lock(mu_);
+      pending_.assign(std::make_move_iterator(requests.begin()), std::make_move_iterator(requests.end()));
+      while (static_cast<int>(pool_.size()) < threads_) pool_.emplace_back([this] { Run(); });
+    }
+    wake_.notify_all();
+  }
+  uint64_t compiled() const { return compiled_.load(); }
+
+ private:
+  void Run() {
+    std::unique_lock lock(mu_);
+    while (true) {
+      wake_.wait(lock, [&] { return stop_ || !pending_.empty(); });
+      if (stop_) return;
+      CompileRequest r = std::move(pending_.front());
+      pending_.pop_front();
+      lock.unlock();
+      (void)compiler_.Compile(r);  // errors are cached too: Evaluate reports them when the candidate comes
+      compiled_.fetch_add(1);
+      lock.lock();
+    }
+  }
+  Compiler& compiler_;
+  const int threads_;
+  std::mutex mu_;
+  std::condition_variable wake_;
+  std::deque<CompileRequest> pending_;
+  bool stop_ = false;
+  std::vector<std::thread> pool_;
+  std::atomic<uint64_t> compiled_{0};
+};
+
 }  // namespace
 
 // kjit links only the CPU library so that its binaries build and start on
@@ -162,6 +215,8 @@ struct Evaluator::Impl {
   std::optional<DeviceBuffer> flush;
   std::vector<Event> events;
   Compiler compiler;
+  // After `compiler`, so that its threads are joined before the compiler goes.
+  std::unique_ptr<CompileAheadPool> compile_ahead;
   bool lost = false;
   uint64_t device_total_bytes = 0;  // the GPU's memory (cuDeviceTotalMem), for telling "not now" from "never"
   std::mt19937_64 seeds{std::random_device{}()};
@@ -570,6 +625,23 @@ Evaluator::~Evaluator() = default;
 const daemon::WorkerDevice& Evaluator::device() const { return impl_->device; }
 bool Evaluator::context_lost() const { return impl_->lost; }
 
+void Evaluator::CompileAhead(const std::vector<daemon::CompileAhead>& ahead) {
+  if (ahead.empty()) return;
+  if (!impl_->compile_ahead) {
+    impl_->compile_ahead = std::make_unique<CompileAheadPool>(impl_->compiler, impl_->options.compile_ahead_threads);
+  }
+  std::vector<CompileRequest> requests;
+  for (const daemon::CompileAhead& a : ahead) {
+    daemon::CandidateSpec c;
+    c.source = a.source;
+    c.options = a.options;
+    requests.push_back(CandidateCompileRequest(c, impl_->device.arch));
+  }
+  impl_->compile_ahead->Replace(std::move(requests));
+}
+
+uint64_t Evaluator::compiled_ahead() const { return impl_->compile_ahead ? impl_->compile_ahead->compiled() : 0; }
+
 void Evaluator::Precompile(const std::vector<daemon::CandidateSpec>& candidates, int threads) {
   std::atomic<size_t> next{0};
   auto work = [&] {
@@ -703,6 +775,7 @@ daemon::Verdict Evaluator::Evaluate(const daemon::EvaluateRequest& request, cons
   const auto started = Clock::now();
   Verdict v;
   v.id = request.id;
+  CompileAhead(request.compile_ahead);  // the next candidates compile while this one runs
   auto finish = [&](Outcome outcome, std::string reason) {
     v.outcome = std::string(policy::OutcomeName(outcome));
     v.reason = std::move(reason);
@@ -752,7 +825,11 @@ daemon::Verdict Evaluator::Evaluate(const daemon::EvaluateRequest& request, cons
     // 1. Compile, load, check the launch.
     progress("compile", std::chrono::minutes(2));
     const daemon::CandidateSpec& c = request.candidate;
+    const auto compile_start = std::chrono::steady_clock::now();
     auto compiled = s.compiler.Compile(CandidateCompileRequest(c, s.device.arch));
+    // What this job waited for NVRTC: near 0 when compile-ahead (or an earlier job) already compiled it.
+    v.compile_wait_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - compile_start).count();
     if (!compiled.ok()) {
       v.compile_log = compiled.status().message();
       return finish(Outcome::kCompileError, "compile error: " + compiled.status().message());
@@ -760,6 +837,7 @@ daemon::Verdict Evaluator::Evaluate(const daemon::EvaluateRequest& request, cons
     v.compiled = true;
     v.compile_log = (*compiled)->log;
     v.compile_ms = static_cast<double>((*compiled)->compile_time.count()) / 1000.0;
+    v.compile_cached = (*compiled)->from_cache;
     v.resources.spill_bytes = ParseSpillBytes(v.compile_log);
     auto loaded = Module::Load(*s.context, (*compiled)->cubin);
     if (!loaded.ok()) return finish(Outcome::kLaunchError, "module load: " + loaded.status().ToString());

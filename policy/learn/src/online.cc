@@ -43,7 +43,11 @@ Result<LiveBaseline> KjitdEvaluator::Open(const OpKey& key) {
 Result<LiveVerdict> KjitdEvaluator::Submit(const Candidate& candidate,
                                            const std::map<std::string, std::string>& design) {
   if (episode_ < 0) return InvalidArgument("no open episode");
-  const ipc::SubmitCandidate submit = SubmitFor(episode_, candidate, design);
+  ipc::SubmitCandidate submit = SubmitFor(episode_, candidate, design);
+  if (!compile_ahead().empty()) {
+    submit.compile_ahead.emplace();
+    for (const Candidate& next : compile_ahead()) submit.compile_ahead->push_back(CompileAheadEntry(next));
+  }
   KJIT_ASSIGN_OR_RETURN(ipc::CandidateResult r, client_->SubmitCandidate(submit));
   LiveVerdict v;
   v.verdict = r.verdict;
@@ -126,6 +130,54 @@ Result<OnlineReport> RunOnlineEpisode(Agent* agent, const OpKey& key, LiveEvalua
     }
   }
   std::mt19937_64 rng(options.seed);
+
+  // The next point of `ep` and who proposed it: the policy, or where it has none (the baselines, or a
+  // domain the policy never saw) the expert default (not for the random baseline), then random points.
+  struct Proposal {
+    int index = -1;
+    std::string proposer;
+  };
+  auto propose = [&](const ReplayEpisode& ep, std::mt19937_64& r, int* fallbacks) {
+    Proposal p{-1, report.policy_version};
+    if (options.proposer == Proposer::kPolicy) {
+      if (auto proposed = agent->Propose(ep, options.greedy, r, options.revise_after); proposed.ok()) {
+        p.index = *proposed;
+        return p;
+      }
+      if (fallbacks != nullptr) ++*fallbacks;
+    }
+    if (options.proposer != Proposer::kRandom && task->expert_index >= 0 && !ep.tried(task->expert_index)) {
+      return Proposal{task->expert_index, "expert-default"};
+    }
+    std::uniform_int_distribution<int> pick(0, ep.untried_count() - 1);
+    int nth = pick(r);
+    for (int i = 0; i < static_cast<int>(task->points.size()) && p.index < 0; ++i) {
+      if (!ep.tried(i) && nth-- == 0) p.index = i;
+    }
+    p.proposer = "random";
+    return p;
+  };
+  // Compile-ahead: the candidates this episode would submit after `current` if `current` does not beat the
+  // best so far (the common case), proposed on a copy of the episode and of the random state, so that the
+  // evaluator compiles them while it verifies and times `current`. Exact for the random and expert
+  // proposers; for the policy, a guess that holds while the trials do not improve on the best.
+  auto guess_next = [&](const ReplayEpisode& ep, const std::mt19937_64& r, int current) {
+    std::vector<Candidate> out;
+    ReplayEpisode guess = ep;
+    std::mt19937_64 guess_rng = r;
+    const double slower = std::isfinite(ep.best_time_us()) ? ep.best_time_us() * 1.5 : baseline.baseline_us * 2;
+    for (int k = 0; k < options.compile_ahead; ++k) {
+      if (!guess.Observe(current, Outcome::kVerified, slower > 0 ? slower : 1.0).ok()) break;
+      if (guess.done() || guess.untried_count() == 0) break;
+      const Proposal p = propose(guess, guess_rng, nullptr);
+      if (p.index < 0) break;
+      auto c = task->family->Generate(*task->problem, task->points[p.index].point, device);
+      if (c.ok()) out.push_back(std::move(*c));
+      current = p.index;
+    }
+    return out;
+  };
+
   const auto opened = std::chrono::steady_clock::now();
   while (!episode.done()) {
     if (options.stop != nullptr && options.stop->load()) {
@@ -138,30 +190,12 @@ Result<OnlineReport> RunOnlineEpisode(Agent* agent, const OpKey& key, LiveEvalua
       break;
     }
     if (episode.untried_count() == 0) break;
-    int index = -1;
-    std::string proposer = report.policy_version;
-    Result<int> proposed = InvalidArgument("not the policy's turn");
-    if (options.proposer == Proposer::kPolicy) proposed = agent->Propose(episode, options.greedy, rng, options.revise_after);
-    if (proposed.ok()) {
-      index = *proposed;
-    } else {
-      // The baselines, or no head for this space (a domain the policy never saw): the expert default
-      // (not for the random baseline), then random points.
-      if (options.proposer == Proposer::kPolicy) ++report.fallbacks;
-      if (options.proposer != Proposer::kRandom && task->expert_index >= 0 && !episode.tried(task->expert_index)) {
-        index = task->expert_index;
-        proposer = "expert-default";
-      } else {
-        std::uniform_int_distribution<int> pick(0, episode.untried_count() - 1);
-        int nth = pick(rng);
-        for (int i = 0; i < static_cast<int>(task->points.size()) && index < 0; ++i) {
-          if (!episode.tried(i) && nth-- == 0) index = i;
-        }
-        proposer = "random";
-      }
-    }
+    const Proposal next = propose(episode, rng, &report.fallbacks);
+    const int index = next.index;
+    const std::string& proposer = next.proposer;
     const Point& point = task->points[index].point;
     auto candidate = task->family->Generate(*task->problem, point, device);
+    if (options.compile_ahead > 0) evaluator.set_compile_ahead(guess_next(episode, rng, index));
     LiveVerdict verdict;
     if (!candidate.ok()) {
       // The generator refused a point Check accepted: a design-space bug, recorded as a compile error.

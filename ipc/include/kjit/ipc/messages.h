@@ -197,7 +197,12 @@ struct SubmitCandidate {  // -> CandidateResult
   std::optional<std::map<std::string, std::string>> design;
   // Per-launch workspace (kernel ABI v2, daemon/worker_protocol.h); absent: none.
   std::optional<uint64_t> workspace_bytes;
+  // Optional (added within version 1): the candidates the client expects to submit next, each as its source
+  // followed by its NVRTC options. The evaluator compiles them while it verifies and times this one, so
+  // that their own submissions do not wait for NVRTC. At most kMaxCompileAhead are used.
+  std::optional<std::vector<std::vector<std::string>>> compile_ahead;
 };
+inline constexpr size_t kMaxCompileAhead = 8;
 struct CandidateResult {
   bool compiled = false;
   std::string compile_log;

@@ -31,4 +31,11 @@ inline ipc::SubmitCandidate SubmitFor(int64_t episode, const Candidate& candidat
   return submit;
 }
 
+// submit_candidate's compile_ahead entry for a candidate: its source, then its NVRTC options.
+inline std::vector<std::string> CompileAheadEntry(const Candidate& candidate) {
+  std::vector<std::string> entry{candidate.source};
+  entry.insert(entry.end(), candidate.options.begin(), candidate.options.end());
+  return entry;
+}
+
 }  // namespace kjit::policy

@@ -70,6 +70,8 @@ struct EvaluatorOptions {
   double run_deadline_factor = 1000;
   // Compare every op's outputs bitwise, whatever its traits say.
   bool bitwise = false;
+  // CPU threads that compile EvaluateRequest::compile_ahead's candidates while a job runs (0: none).
+  int compile_ahead_threads = 2;
 };
 
 // Asks the job in flight to give the GPU back: kjitd sends the worker SIGUSR1
@@ -104,6 +106,13 @@ class Evaluator {
   // does not wait for NVRTC each time (searches compile hundreds of points).
   // Compile errors are left for Evaluate to report. Runs no kernel.
   void Precompile(const std::vector<daemon::CandidateSpec>& candidates, int threads);
+
+  // Compiles `ahead` on background threads (EvaluatorOptions::compile_ahead_threads) into the same cache,
+  // replacing the entries of an earlier call not yet started, and returns at once. Evaluate calls it with
+  // its request's compile_ahead before it starts, so the next candidates compile while this one runs.
+  void CompileAhead(const std::vector<daemon::CompileAhead>& ahead);
+  // Candidates CompileAhead compiled so far (compile errors included).
+  uint64_t compiled_ahead() const;
 
   // True once a candidate has faulted: the CUDA context is unusable and the process must exit.
   bool context_lost() const;

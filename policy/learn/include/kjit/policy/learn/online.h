@@ -56,6 +56,14 @@ class LiveEvaluator {
   // `design`: submit_candidate's design map (family, policy_version, codegen, knob.<name>).
   virtual Result<LiveVerdict> Submit(const Candidate& candidate, const std::map<std::string, std::string>& design) = 0;
   virtual void Close() = 0;
+
+  // The candidates the episode expects to submit after the next one: kjitd's evaluator compiles them while
+  // it runs the next Submit (ipc submit_candidate.compile_ahead). Evaluators that cannot use it ignore it.
+  void set_compile_ahead(std::vector<Candidate> next) { compile_ahead_ = std::move(next); }
+  const std::vector<Candidate>& compile_ahead() const { return compile_ahead_; }
+
+ private:
+  std::vector<Candidate> compile_ahead_;
 };
 
 // kjitd's agent environment through the ipc client (open_episode, submit_candidate, close_episode).
@@ -77,6 +85,7 @@ class OwnedKjitdEvaluator : public LiveEvaluator {
   explicit OwnedKjitdEvaluator(const ipc::ClientOptions& options) : client_(options), inner_(client_) {}
   Result<LiveBaseline> Open(const OpKey& key) override { return inner_.Open(key); }
   Result<LiveVerdict> Submit(const Candidate& candidate, const std::map<std::string, std::string>& design) override {
+    inner_.set_compile_ahead(compile_ahead());
     return inner_.Submit(candidate, design);
   }
   void Close() override { inner_.Close(); }
@@ -113,6 +122,9 @@ struct OnlineOptions {
   int revise_after = kReviseAfter;  // greedy: then the best point's neighbours (Agent::Propose; 0: the mode only)
   uint64_t seed = 1;
   int max_backoffs = 2;  // resource_backoff answers (GPU busy, not the candidate's fault) before giving up
+  // Candidates the episode expects to submit next, sent with each submission for the evaluator to compile
+  // meanwhile (LiveEvaluator::set_compile_ahead; 0: none).
+  int compile_ahead = 3;
   // Earlier episodes' trials of the key: never proposed again, and the policy sees them as this episode's
   // history (so a later round revises from where the last one ended).
   std::vector<PriorTrial> prior;
