@@ -465,7 +465,45 @@ int CmdShow(const CacheCommands::Options& o) {
   return 0;
 }
 
+// `kjit cache stats` before anything was cached: an empty cache, not an error (as `ccache -s` does).
+int PrintStatsOfNoCache(const CacheCommands::Options& o) {
+  static constexpr RecordStatus kStatuses[] = {RecordStatus::kVerified, RecordStatus::kCandidate,
+                                               RecordStatus::kRejected, RecordStatus::kQuarantined};
+  const std::string path = CachePath(o);
+  if (o.json) {
+    Json by_status = Json::object();
+    for (RecordStatus status : kStatuses) by_status[StatusName(status)] = 0;
+    std::cout << DumpJson(Json{{"path", path},
+                               {"schema_version", 0},  // no file yet
+                               {"records", 0},
+                               {"by_status", by_status},
+                               {"bytes", 0},
+                               {"size_limit_bytes", 0},
+                               {"file_bytes", 0},
+                               {"keys_seen", 0},
+                               {"hits", 0},
+                               {"misses", 0},
+                               {"hit_rate", 0.0},
+                               {"best", Json::array()}})
+              << "\n";
+    return 0;
+  }
+  std::cout << "cache       " << path << " (not created yet: nothing has been cached)\n"
+            << "records     0\n"
+            << "keys seen   0\n"
+            << "lookups     0 hits, 0 misses\n";
+  return 0;
+}
+
 int CmdStats(const CacheCommands::Options& o) {
+  {
+    kjit::cache::OpenOptions options;
+    options.path = CachePath(o);
+    options.read_only = true;
+    options.create = false;
+    auto probe = KernelCache::Open(options);
+    if (!probe.ok() && probe.status().code() == kjit::StatusCode::kNotFound) return PrintStatsOfNoCache(o);
+  }
   auto cache = OpenOrReport(o, Access::kRead);
   if (!cache) return 1;
   auto stats = cache->Stats(5);

@@ -623,6 +623,23 @@ Result<int64_t> KernelCache::FindVerified(const KernelRecord& record) const {
   }
 }
 
+Result<KernelCache::Best> KernelCache::BestVerified(const Hash128& key_hash, const std::string& model) const {
+  std::lock_guard lock(impl_->mu);
+  KJIT_ASSIGN_OR_RETURN(Statement s, impl_->db.Prepare("SELECT id, median_us, timing FROM kernels WHERE key_hash = ? "
+                                                       "AND status = 1 ORDER BY median_us, id"));
+  s.BindBlob(1, HashBlob(key_hash));
+  while (true) {
+    KJIT_ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row) return Best{};
+    if (!model.empty()) {
+      auto timing = TimingFromJson(s.Text(2));
+      const std::string timed = timing.ok() ? TimedModel(timing->device) : std::string();
+      if (!timed.empty() && timed != model) continue;
+    }
+    return Best{s.Int(0), s.Double(1)};
+  }
+}
+
 Result<KernelRecord> KernelCache::Get(int64_t id) const {
   std::lock_guard lock(impl_->mu);
   KJIT_ASSIGN_OR_RETURN(Statement s,
@@ -1257,14 +1274,12 @@ Result<int64_t> KernelCache::AddMeasurement(Measurement m) {
   return impl_->db.LastInsertId();
 }
 
-Result<std::vector<Measurement>> KernelCache::ListMeasurements(const std::string& family, int limit) const {
-  std::lock_guard lock(impl_->mu);
-  std::string q =
-      "SELECT id, key_hash, key_bytes, design, outcome, median_us, baseline_us, reward, detail, created_ms FROM "
-      "measurements WHERE ? = '' OR family = ? ORDER BY id";
-  if (limit > 0) q += " LIMIT " + std::to_string(limit);
-  KJIT_ASSIGN_OR_RETURN(Statement s, impl_->db.Prepare(q));
-  s.BindText(1, family).BindText(2, family);
+namespace {
+constexpr const char* kMeasurementColumns =
+    "id, key_hash, key_bytes, design, outcome, median_us, baseline_us, reward, detail, created_ms";
+
+// The rows of a query of kMeasurementColumns.
+Result<std::vector<Measurement>> ReadMeasurements(Statement& s) {
   std::vector<Measurement> out;
   while (true) {
     KJIT_ASSIGN_OR_RETURN(bool row, s.Step());
@@ -1283,6 +1298,25 @@ Result<std::vector<Measurement>> KernelCache::ListMeasurements(const std::string
     out.push_back(std::move(m));
   }
   return out;
+}
+}  // namespace
+
+
+Result<std::vector<Measurement>> KernelCache::ListMeasurements(const std::string& family, int limit) const {
+  std::lock_guard lock(impl_->mu);
+  std::string q = std::string("SELECT ") + kMeasurementColumns + " FROM measurements WHERE ? = '' OR family = ? ORDER BY id";
+  if (limit > 0) q += " LIMIT " + std::to_string(limit);
+  KJIT_ASSIGN_OR_RETURN(Statement s, impl_->db.Prepare(q));
+  s.BindText(1, family).BindText(2, family);
+  return ReadMeasurements(s);
+}
+
+Result<std::vector<Measurement>> KernelCache::ListMeasurementsOfKey(const Hash128& key_hash) const {
+  std::lock_guard lock(impl_->mu);
+  KJIT_ASSIGN_OR_RETURN(Statement s, impl_->db.Prepare(std::string("SELECT ") + kMeasurementColumns +
+                                                       " FROM measurements WHERE key_hash = ? ORDER BY id"));
+  s.BindBlob(1, HashBlob(key_hash));
+  return ReadMeasurements(s);
 }
 
 Result<int64_t> KernelCache::PutCheckpoint(PolicyCheckpoint c) {

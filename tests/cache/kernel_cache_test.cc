@@ -171,6 +171,18 @@ TEST(KernelCache, LookupPrefersRecordsTimedOnTheReadersModel) {
   ASSERT_TRUE(cache->SetStatus(unknown, RecordStatus::kRejected, "test").ok());
   EXPECT_EQ(served_to("NVIDIA H200"), h100);
   EXPECT_EQ(other("NVIDIA H200"), "NVIDIA H100 80GB HBM3");
+
+  // The best verified record per model, against which kjitd weighs a new kernel before storing it.
+  auto best = [&](const std::string& model) {
+    auto b = cache->BestVerified(key, model);
+    EXPECT_TRUE(b.ok()) << b.status().ToString();
+    return b.ok() ? std::make_pair(b->id, b->median_us) : std::make_pair(int64_t{-1}, 0.0);
+  };
+  EXPECT_EQ(best("NVIDIA H100 80GB HBM3"), std::make_pair(h100, 4.0));
+  EXPECT_EQ(best("NVIDIA H200"), std::make_pair(int64_t{0}, 0.0)) << "its two were rejected above";
+  EXPECT_EQ(best(""), std::make_pair(h100, 4.0));
+  ASSERT_TRUE(cache->SetStatus(unknown, RecordStatus::kVerified, "test").ok());
+  EXPECT_EQ(best("NVIDIA H200"), std::make_pair(unknown, 3.0)) << "a record without a model counts for every model";
 }
 
 // kjitd asks before storing a kernel it verified again: only a verified record serving exactly the same
@@ -479,6 +491,14 @@ TEST(KernelCache, TaskQueueMeasurementsAndCheckpoints) {
   EXPECT_EQ((*ms)[1].outcome, "verified");
   EXPECT_EQ((*ms)[1].design, m.design);
   EXPECT_TRUE(cache->ListMeasurements("layer_norm")->empty());
+  m.key_bytes = KeyBytes(2);
+  ASSERT_TRUE(cache->AddMeasurement(m).ok());
+  auto of_key = cache->ListMeasurementsOfKey(OpKey::Decode(KeyBytes(1))->Hash());
+  ASSERT_TRUE(of_key.ok()) << of_key.status().ToString();
+  ASSERT_EQ(of_key->size(), 2u);
+  EXPECT_EQ((*of_key)[0].outcome, "wrong");
+  EXPECT_EQ(cache->ListMeasurementsOfKey(OpKey::Decode(KeyBytes(2))->Hash())->size(), 1u);
+  EXPECT_TRUE(cache->ListMeasurementsOfKey(OpKey::Decode(KeyBytes(3))->Hash())->empty());
 
   EXPECT_EQ(cache->LatestGoodCheckpoint().status().code(), StatusCode::kNotFound);
   ASSERT_TRUE(cache->PutCheckpoint({0, "ppo-1", "weights-1", {}, "", 0}).ok());

@@ -146,6 +146,7 @@ session export_import \
 session missing \
   'kjit cache --cache none.db ls' \
   'KJIT_CACHE=none.db kjit cache stats' \
+  'kjit cache --cache none.db stats --json' \
   'kjit cache --cache none.db rm 1'
 
 if [[ $failures -ne 0 ]]; then

@@ -135,7 +135,7 @@ TEST(KjitdEvaluator, AgentEpisodeVerifiesStoresAndRejects) {
 
 // The same kernel submitted again (by the seeder, or an agent retrying) is measured again but not stored
 // again: the record that holds it answers, and nothing new is announced. A different kernel for the key
-// gets its own record.
+// gets its own record only if it is faster than the key's best (kStoreMargin, server.cc).
 TEST(KjitdEvaluator, TheSameKernelAgainIsNotStoredTwice) {
   KjitdHarness h(KJIT_KJITD, FakeFlags());
   ASSERT_TRUE(h.Start()) << ReadFile(h.log_path());
@@ -165,16 +165,30 @@ TEST(KjitdEvaluator, TheSameKernelAgainIsNotStoredTwice) {
   EXPECT_EQ(stats->counters["kernels_verified"], 1);
   EXPECT_EQ(stats->counters["kernels_already_stored"], 1);
 
-  // Another launch shape is another kernel, even with the same CUBIN.
+  // Another launch shape is another kernel, even with the same CUBIN; but one no faster than the key's best
+  // (1.0 us both) is not stored: verified, not accepted, the best record named.
   auto obs = c.OpenEpisode(KeyBytes());
   ASSERT_TRUE(obs.ok());
   auto wider = Candidate(obs->episode_id, "ok");
   wider.block[0] = 256;
+  auto same_speed = c.SubmitCandidate(wider);
+  ASSERT_TRUE(same_speed.ok());
+  EXPECT_TRUE(same_speed->verified);
+  EXPECT_EQ(same_speed->profile.at("accepted"), 0.0);
+  EXPECT_EQ(same_speed->profile.count("record"), 0u);
+  EXPECT_EQ(same_speed->profile.at("best_record"), first->profile.at("record"));
+  // A faster one is (0.5 us).
+  wider.source = "fast";
   auto other = c.SubmitCandidate(wider);
   (void)c.CloseEpisode(obs->episode_id);
   ASSERT_TRUE(other.ok());
+  EXPECT_EQ(other->profile.at("accepted"), 1.0);
   EXPECT_EQ(other->profile.at("already_stored"), 0.0);
   EXPECT_NE(other->profile.at("record"), first->profile.at("record"));
+  stats = c.Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->counters["kernels_verified"], 2);
+  EXPECT_EQ(stats->counters["kernels_not_better"], 1);
 
   auto kc = OpenCacheReadOnly(h);
   ASSERT_TRUE(kc.ok());
@@ -185,7 +199,7 @@ TEST(KjitdEvaluator, TheSameKernelAgainIsNotStoredTwice) {
   EXPECT_EQ(records->size(), 2u);
   auto measurements = (*kc)->ListMeasurements();
   ASSERT_TRUE(measurements.ok());
-  EXPECT_EQ(measurements->size(), 3u);  // every trial is kept for learning
+  EXPECT_EQ(measurements->size(), 4u);  // every trial is kept for learning
 }
 
 // A verified record that a client reports failing is quarantined at once and

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -241,7 +242,17 @@ bool IsHeldOut(const ReplayTask& task) { return SplitOfKeyHash(task.key_hash) ==
 
 bool IsValidation(const ReplayTask& task) { return SplitOfKeyHash(task.key_hash) == KeySplit::kValidation; }
 
-std::string DefaultDatasetDirectory() { return KJIT_SOURCE_DIR "/policy/datasets"; }
+std::string DefaultDatasetDirectory() {
+  if (const char* env = std::getenv("KJIT_DATASETS"); env != nullptr && *env != '\0') return env;
+  // An installed kjit (cmake --install): <prefix>/bin/kjit-policy and <prefix>/share/kjit/datasets.
+  std::error_code error;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", error);
+  if (!error) {
+    const auto installed = self.parent_path().parent_path() / "share" / "kjit" / "datasets";
+    if (std::filesystem::is_directory(installed, error)) return installed.string();
+  }
+  return KJIT_SOURCE_DIR "/policy/datasets";
+}
 
 Result<std::vector<std::string>> DatasetFiles(const std::string& directory) {
   std::error_code ec;

@@ -53,11 +53,11 @@ Result<std::vector<PriorTrial>> PriorTrials(const cache::KernelCache& cache, con
   KJIT_ASSIGN_OR_RETURN(Match match, FindFamily(key));
   const std::string family(match.family->name());
   const std::string codegen = std::to_string(match.family->codegen_version());
-  KJIT_ASSIGN_OR_RETURN(std::vector<cache::Measurement> ms, cache.ListMeasurements(family));
   const Hash128 hash = key.Hash();
+  KJIT_ASSIGN_OR_RETURN(std::vector<cache::Measurement> ms, cache.ListMeasurementsOfKey(hash));
   std::vector<PriorTrial> out;
   for (const auto& m : ms) {
-    if (!(m.key_hash == hash) || m.design.knobs.empty()) continue;
+    if (m.design.family != family || m.design.knobs.empty()) continue;
     std::string gpu_model;
     // Only trials of the kernels generated today: an older codegen's point may be another kernel now.
     try {

@@ -270,6 +270,13 @@ class KernelCache {
   // record.timing.device is empty), or 0 if there is none. `record` need not be stored. A kernel timed on
   // another model is stored again with this model's timing: readers prefer their own model's records.
   Result<int64_t> FindVerified(const KernelRecord& record) const;
+  // The fastest verified record of the key timed on GPU `model` (TimedModel; every model's where `model` is
+  // empty; a record that does not name its GPU counts for every model): its id and median, id 0 if none.
+  struct Best {
+    int64_t id = 0;
+    double median_us = 0;
+  };
+  Result<Best> BestVerified(const Hash128& key_hash, const std::string& model) const;
 
   // The shim's read path. NotFound (with the reason in the message) when no
   // record may be served for this key and reader.
@@ -319,6 +326,8 @@ class KernelCache {
   Result<std::vector<Task>> ListTasks(const std::string& state = "", int limit = 0) const;  // queue order
   Result<int64_t> AddMeasurement(Measurement m);
   Result<std::vector<Measurement>> ListMeasurements(const std::string& family = "", int limit = 0) const;
+  // One key's measurements, oldest first (a tuning round's history).
+  Result<std::vector<Measurement>> ListMeasurementsOfKey(const Hash128& key_hash) const;
   Result<int64_t> PutCheckpoint(PolicyCheckpoint checkpoint);
   // The newest checkpoint whose status is "good" and whose checksum holds;
   // checkpoints that fail their checksum are set aside on the way.

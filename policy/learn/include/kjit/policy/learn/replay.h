@@ -144,6 +144,7 @@ Result<ReplayTask> MakeLiveTask(const OpKey& key, const DeviceFacts& device, dou
 void CountSpace(ReplayTask& task, const DeviceFacts& device);
 // Every *-h200.jsonl file in a directory, sorted.
 Result<std::vector<std::string>> DatasetFiles(const std::string& directory);
+// $KJIT_DATASETS; else <prefix>/share/kjit/datasets beside an installed binary (<prefix>/bin); else
 // policy/datasets in the source tree this binary was built from.
 std::string DefaultDatasetDirectory();
 
