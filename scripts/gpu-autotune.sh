@@ -189,6 +189,42 @@ for op, rows in r["ops"].items():
     print(f"| {op} | " + " | ".join(f"{x['us_per_call']:.1f}" for x in rows) +
           f" | {rows[-1]['us_per_call'] / rows[0]['us_per_call']:.2f} |")
 EOF
+  # Whether kjitd kept out of the program's way: the program's activity reports, the trials that yielded to
+  # it, and, from kjitd's log, how many trials ended while a round ran (the run's round times).
+  "$kjit" daemon status --json > "$work/long/status.json" 2>&1
+  python3 - "$work/long/status.json" "$work/long/run.json" "$work/long/xdg/kjit/kjitd.log" <<'EOF' | tee -a "$md"
+import datetime, json, sys
+try:
+    counters = json.load(open(sys.argv[1])).get("counters", {})
+except (OSError, ValueError):
+    counters = {}
+print()
+for k in ("client_activity_reports", "trials_preempted_requests", "jobs_backed_off", "trials", "kernels_verified",
+          "kernels_not_better", "compile_ahead_sent"):
+    print(f"- kjitd {k}: {counters.get(k, 0):.0f}")
+try:
+    intervals = [(r["start_unix"], r["end_unix"]) for r in json.load(open(sys.argv[2])).get("round_times", [])]
+except (OSError, ValueError, KeyError, TypeError):
+    intervals = []
+inside = total = 0
+try:
+    for line in open(sys.argv[3]):
+        try:
+            e = json.loads(line)
+        except ValueError:
+            continue
+        if e.get("event") != "trial":
+            continue
+        total += 1
+        t = datetime.datetime.fromisoformat(e["ts"].replace("Z", "+00:00")).timestamp()
+        inside += any(a <= t <= b for a, b in intervals)
+except (OSError, KeyError, ValueError):
+    pass
+if intervals:
+    print(f"- trials that ended while a round ran: {inside} of {total}")
+else:
+    print(f"- trials: {total} (the run did not record its rounds' times)")
+EOF
   "$kjit" daemon stop >/dev/null 2>&1
 fi
 

@@ -173,6 +173,7 @@ def main():
     print(f"kjit: {kjit_state()}")
     torch.manual_seed(args.seed)
     results = {}
+    round_times = []
     started = time.perf_counter()
     with torch.inference_mode():
         inputs = {name: make() for name, make, _ in cases}
@@ -185,6 +186,7 @@ def main():
         for round_index in range(args.rounds):
             if round_index > 0 and args.pause_s > 0:
                 time.sleep(args.pause_s)
+            round_start = time.time()
             if args.rounds > 1:
                 print(f"round {round_index + 1} of {args.rounds}")
             print(f"  {'op':<17} {'us/call':>10} {'checksum':>22}")
@@ -204,6 +206,8 @@ def main():
                                                      "shape": list(out.shape)})
                 note = f"  ({nonfinite} non-finite)" if nonfinite else ""
                 print(f"  {name:<17} {us:>10.1f} {checksum:>22.9e}{note}")
+            # When each round ran (wall clock): whether kjitd's trials overlapped the program's work.
+            round_times.append({"start_unix": round_start, "end_unix": time.time()})
     total = time.perf_counter() - started
     print(f"total {total:.2f} s")
     if args.json:
@@ -211,7 +215,7 @@ def main():
             json.dump({"torch": torch.__version__, "device": torch.cuda.get_device_name(),
                        "device_uuid": device_uuid(torch), "kjit": kjit_state(),
                        "iters": args.iters, "rounds": args.rounds, "scale": args.scale, "seed": args.seed,
-                       "total_s": total, "ops": results}, f, indent=1)
+                       "total_s": total, "round_times": round_times, "ops": results}, f, indent=1)
     return 0
 
 
