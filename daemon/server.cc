@@ -317,7 +317,8 @@ ipc::Body Server::Handle(const ipc::Body& request, bool* shutdown_requested) {
           s.log.Write("info", "client_hello", {{"client", r.client}, {"pid", std::to_string(r.pid)}});
           ipc::HelloReply h;
           h.server = "kjitd/0.1";
-          h.capabilities = {"lookup", "report_miss", "report_failure", "report_activity", "tasks", "stats", "announce"};
+          h.capabilities = {"lookup",       "report_miss", "report_failure", "report_activity",
+                            "report_uses",  "tasks",       "stats",          "announce"};
           if (s.pool && s.pool->Available().ok()) h.capabilities.push_back("agent_env");
           h.announce_endpoint = s.config.Get("announce_endpoint");
           return h;
@@ -398,6 +399,17 @@ ipc::Body Server::Handle(const ipc::Body& request, bool* shutdown_requested) {
           ipc::Body reply = s.ReportFailure(r);
           if (std::holds_alternative<ipc::Error>(reply)) s.counters["errors"] += 1;
           return reply;
+        } else if constexpr (std::is_same_v<T, ipc::ReportUses>) {
+          std::vector<cache::UseReport> uses;
+          for (const ipc::KeyUse& u : r.uses) {
+            auto hash = Hash128::FromHex(u.key_hash);
+            if (!hash.ok()) return fail(InvalidArgument("report_uses: key_hash \"" + u.key_hash.substr(0, 40) +
+                                                        "\" is not 32 hex digits"));
+            uses.push_back(cache::UseReport{*hash, u.record_id, u.hits, u.misses, ""});
+          }
+          if (Status st = s.cache->RecordUses(uses); !st.ok()) return fail(st);
+          s.counters["use_reports"] += 1;
+          return ipc::Ack{};
         } else if constexpr (std::is_same_v<T, ipc::ReportActivity>) {
           s.counters["client_activity_reports"] += 1;
           if (s.pool) s.pool->NoteClientActivity(r.devices, r.pid);

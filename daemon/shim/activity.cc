@@ -6,8 +6,8 @@
 namespace kjit::shim {
 
 ActivityReporter::ActivityReporter(const EntryTable& table, ActivitySink* sink, uint32_t pid,
-                                   std::chrono::milliseconds interval)
-    : table_(table), sink_(sink), pid_(pid), interval_(interval) {}
+                                   std::chrono::milliseconds interval, int uses_every)
+    : table_(table), sink_(sink), pid_(pid), interval_(interval), uses_every_(uses_every) {}
 
 ActivityReporter::~ActivityReporter() { Stop(); }
 
@@ -49,13 +49,34 @@ std::optional<ipc::ReportActivity> ActivityReporter::Tick() {
   return report;
 }
 
+std::optional<ipc::ReportUses> ActivityReporter::FlushUses() {
+  std::lock_guard lock(uses_mu_);
+  ipc::ReportUses report;
+  report.pid = pid_;
+  table_.ForEachEntry([&](const Entry& e) {
+    Reported& r = reported_[&e];
+    const uint64_t hits = e.hits(), misses = e.misses();
+    if (hits == r.hits && misses == r.misses) return;
+    if (r.key_hash.empty()) r.key_hash = HashBytes(e.key_bytes()).ToHex();
+    const LoadedKernel* kernel = e.kernel();
+    report.uses.push_back({r.key_hash, kernel != nullptr ? kernel->record_id : 0, hits - r.hits, misses - r.misses});
+    r.hits = hits;
+    r.misses = misses;
+  });
+  if (report.uses.empty()) return std::nullopt;
+  sink_->SendUses(report);
+  return report;
+}
+
 void ActivityReporter::Run() {
   std::unique_lock lock(mu_);
+  int looks = 0;
   while (!stop_) {
     wake_.wait_for(lock, interval_, [this] { return stop_; });
     if (stop_) break;
     lock.unlock();
     Tick();
+    if (uses_every_ > 0 && ++looks % uses_every_ == 0) FlushUses();
     const bool done = refused_.load();
     lock.lock();
     if (done) break;  // an older kjitd: nothing more to say to it

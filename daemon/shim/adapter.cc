@@ -302,8 +302,13 @@ class Adapter final : public KernelSource, public ActivitySink {
       if (Status s = announcements_->Start(); !s.ok()) Log("no hot-swaps: ", s.ToString());
       activity_ = new ActivityReporter(table, this, static_cast<uint32_t>(getpid()));  // never destroyed
       activity_->Start();
+      std::atexit(FlushUsesAtExit);
     });
   }
+
+  // The calls since the reporter's last report_uses, sent before the process ends. The wait is short: a
+  // program's exit must not hang on a kjitd that is away (its calls of the last seconds are then lost).
+  static void FlushUsesAtExit();
 
   // ---- ActivitySink (the activity reporter's thread)
   bool SendActivity(ipc::ReportActivity report) override {
@@ -311,6 +316,7 @@ class Adapter final : public KernelSource, public ActivitySink {
     Log("kjitd does not take activity reports (an older kjitd?): its idle gate relies on NVML alone");
     return false;
   }
+  void SendUses(ipc::ReportUses report) override { Client().ReportUses(std::move(report)); }
   std::string DeviceUuid(int device) override {
     const DeviceSlot* slot = Device(device);
     return slot != nullptr ? slot->uuid : std::string();
@@ -763,6 +769,11 @@ std::array<const char*, sizeof...(I)> MakeUnboxedSymbols(std::index_sequence<I..
 const std::array<const char*, kOpCount>& UnboxedSymbols() {
   static const auto symbols = MakeUnboxedSymbols(std::make_index_sequence<kOpCount>{});
   return symbols;
+}
+
+void Adapter::FlushUsesAtExit() {
+  if (g_adapter == nullptr || g_adapter->activity_ == nullptr) return;
+  if (g_adapter->activity_->FlushUses()) (void)g_adapter->Client().Flush(std::chrono::milliseconds(200));
 }
 
 // Prints the stage profile: on stderr, or appended to KJIT_PROFILE's file.

@@ -271,6 +271,11 @@ std::vector<std::pair<int, uint64_t>> EntryTable::CallsByDevice() const {
   return {calls.begin(), calls.end()};
 }
 
+void EntryTable::ForEachEntry(const std::function<void(const Entry&)>& fn) const {
+  std::lock_guard lock(impl_->mutex);
+  for (const Entry* e : impl_->entries) fn(*e);
+}
+
 std::string RetimeDetail(const std::string& model, const std::string& timed_on) {
   return "retime on " + model + ": served a kernel timed on " + (timed_on == "?" ? "an unnamed GPU" : timed_on);
 }

@@ -300,6 +300,9 @@ class EntryTable {
   // Per CUDA device, the calls of its entries so far (hits and misses): the process's work per GPU,
   // for the activity reporter (activity.h). Ordered by device.
   std::vector<std::pair<int, uint64_t>> CallsByDevice() const;
+  // Calls `fn` with every entry, in creation order, holding the table's list lock (not the map's): `fn`
+  // must not create entries.
+  void ForEachEntry(const std::function<void(const Entry&)>& fn) const;
 
  private:
   Entry* FindLocked(const Hash128& hash, int device) const;

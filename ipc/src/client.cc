@@ -109,8 +109,8 @@ class Connection {
   uint64_t next_id_ = 1;
 };
 
-// A queued report: a ReportMiss, a ReportFailure, a ReportActivity or a SubmitTask (SubmitAsync).
-using Report = std::variant<ReportMiss, ReportFailure, ReportActivity, SubmitTask>;
+// A queued report: a ReportMiss, a ReportFailure, a ReportActivity, a SubmitTask (SubmitAsync) or a ReportUses.
+using Report = std::variant<ReportMiss, ReportFailure, ReportActivity, SubmitTask, ReportUses>;
 
 // Whether `reply` is kjitd's acknowledgement of `report`.
 bool Acknowledges(const Report& report, const Body& reply) {
@@ -143,7 +143,8 @@ struct Client::Impl {
       case 0: ++(acked ? counters.misses_acked : counters.misses_dropped); break;
       case 1: ++(acked ? counters.failures_acked : counters.failures_dropped); break;
       case 2: ++(acked ? counters.activity_acked : counters.activity_dropped); break;
-      default: ++(acked ? counters.submits_acked : counters.submits_dropped); break;
+      case 3: ++(acked ? counters.submits_acked : counters.submits_dropped); break;
+      default: ++(acked ? counters.uses_acked : counters.uses_dropped); break;
     }
   }
   std::thread sender;
@@ -304,6 +305,20 @@ bool Client::SubmitAsync(ipc::SubmitTask task) {
       return false;
     }
     impl_->queue.push_back(std::move(task));
+  }
+  impl_->wake.notify_all();
+  return true;
+}
+
+bool Client::ReportUses(ipc::ReportUses report) {
+  if (report.uses.empty()) return true;
+  {
+    std::lock_guard lock(impl_->mu);
+    if (impl_->queue.size() >= impl_->options.miss_queue_capacity + kFailureReserve) {
+      ++impl_->counters.uses_dropped;
+      return false;
+    }
+    impl_->queue.push_back(std::move(report));
   }
   impl_->wake.notify_all();
   return true;

@@ -125,6 +125,27 @@ struct Schema<ReportActivity> {
     visit("calls", m.calls);
   }
 };
+// Not a message of its own: the element of report_uses.
+template <>
+struct Schema<KeyUse> {
+  static constexpr std::string_view kName = "key_use";
+  template <typename M, typename V>
+  static void Fields(M& m, V&& visit) {
+    visit("key_hash", m.key_hash);
+    visit("record_id", m.record_id);
+    visit("hits", m.hits);
+    visit("misses", m.misses);
+  }
+};
+template <>
+struct Schema<ReportUses> {
+  static constexpr std::string_view kName = "report_uses";
+  template <typename M, typename V>
+  static void Fields(M& m, V&& visit) {
+    visit("pid", m.pid);
+    visit("uses", m.uses);
+  }
+};
 template <>
 struct Schema<SubmitTask> {
   static constexpr std::string_view kName = "submit_task";

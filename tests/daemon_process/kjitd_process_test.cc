@@ -358,6 +358,43 @@ TEST(Kjitd, FailureReportTakesTheRecordOutOfServiceAndQueuesReverification) {
   EXPECT_NE(ReadFile(h.log_path()).find("kernel_failed_in_client"), std::string::npos);
 }
 
+// report_uses: a program's calls per key, queued by the client and acknowledged, land in the cache's per-key
+// counters and the served record's use count; a bad key hash is refused.
+TEST(Kjitd, UseReportsLandInThePerKeyCounters) {
+  KjitdHarness h(KJIT_KJITD);
+  ASSERT_TRUE(h.Start()) << ReadFile(h.log_path());
+  int64_t served = 0;
+  {
+    cache::OpenOptions o;
+    o.path = h.cache_path();
+    auto writer = cache::KernelCache::Open(o);
+    ASSERT_TRUE(writer.ok());
+    served = *(*writer)->Insert(VerifiedRecord(500));
+  }
+  ipc::Client c = MakeClient(h);
+  const std::string hit_key = OpKey::Decode(KeyBytes(500))->Hash().ToHex();
+  const std::string miss_key = OpKey::Decode(KeyBytes(501))->Hash().ToHex();
+  ASSERT_TRUE(c.ReportUses(ipc::ReportUses{1, {{hit_key, served, 40, 0}, {miss_key, 0, 0, 3}}}));
+  ASSERT_TRUE(c.ReportUses(ipc::ReportUses{1, {{hit_key, served, 2, 1}}}));
+  ASSERT_TRUE(c.Flush(std::chrono::seconds(20)).ok()) << ReadFile(h.log_path());
+  EXPECT_EQ(c.counters().uses_acked, 2u);
+  auto bad = c.Call(ipc::ReportUses{1, {{"not hex", 0, 1, 0}}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+
+  cache::OpenOptions o;
+  o.path = h.cache_path();
+  o.read_only = true;
+  auto reader = cache::KernelCache::Open(o);
+  ASSERT_TRUE(reader.ok());
+  auto stats = (*reader)->Stats(5);
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->keys_seen, 2u);
+  EXPECT_EQ(stats->hits, 42u);
+  EXPECT_EQ(stats->misses, 4u);
+  EXPECT_EQ((*reader)->Get(served)->use_count, 42u);
+}
+
 TEST(Kjitd, FailureReportsThatAreNotTheKernelsOrNameTheWrongRecordChangeNothing) {
   KjitdHarness h(KJIT_KJITD);
   ASSERT_TRUE(h.Start()) << ReadFile(h.log_path());

@@ -114,6 +114,7 @@ std::vector<Envelope> SampleMessages() {
   add(FailureAck{true, "queued", 44});
   add(ReportActivity{4242, {"GPU-0a1b2c3d-0000-1111-2222-333344445555", "GPU-ffffffff-0000-1111-2222-333344445555"},
                      1u << 20});
+  add(ReportUses{4242, {{"c97c4393cb47064a169d4bec25de480d", 31337, 1000, 0}, {"721a7d79b31f00000000000000000000", 0, 0, 7}}});
   add(Announce{90, "c97c4393cb47064a169d4bec25de480d", 31337});
   out.back().id = 0;  // announcements carry id 0
   out.front().id = std::numeric_limits<uint64_t>::max();
@@ -284,6 +285,17 @@ void ExpectSame(const ReportActivity& a, const ReportActivity& b) {
   EXPECT_EQ(a.pid, b.pid);
   EXPECT_EQ(a.devices, b.devices);
   EXPECT_EQ(a.calls, b.calls);
+}
+
+void ExpectSame(const ReportUses& a, const ReportUses& b) {
+  EXPECT_EQ(a.pid, b.pid);
+  ASSERT_EQ(a.uses.size(), b.uses.size());
+  for (size_t i = 0; i < a.uses.size(); ++i) {
+    EXPECT_EQ(a.uses[i].key_hash, b.uses[i].key_hash);
+    EXPECT_EQ(a.uses[i].record_id, b.uses[i].record_id);
+    EXPECT_EQ(a.uses[i].hits, b.uses[i].hits);
+    EXPECT_EQ(a.uses[i].misses, b.uses[i].misses);
+  }
 }
 
 void ExpectSame(const Envelope& a, const Envelope& b) {

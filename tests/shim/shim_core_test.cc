@@ -463,8 +463,13 @@ class FakeActivitySink : public ActivitySink {
     return !refuse;
   }
   std::string DeviceUuid(int device) override { return device == 7 ? "" : "GPU-" + std::to_string(device); }
+  void SendUses(ipc::ReportUses report) override {
+    std::lock_guard lock(mu);
+    uses.push_back(std::move(report));
+  }
   std::mutex mu;
   std::vector<ipc::ReportActivity> sent;
+  std::vector<ipc::ReportUses> uses;
   bool refuse = false;
 };
 
@@ -504,6 +509,40 @@ TEST(ShimActivity, ReportsTheDevicesWhoseCallsMoved) {
   a0->CountHit();
   EXPECT_FALSE(reporter.Tick().has_value());  // no more reports to a kjitd that refused one
   EXPECT_EQ(sink.sent.size(), 3u);
+}
+
+// Per-key calls (report_uses): each key that ran since the last report, its hits with the record served
+// and its misses, counted once; nothing when nothing ran.
+TEST(ShimActivity, UsesReportEachKeysCallsOnce) {
+  EntryTable table;
+  FakeActivitySink sink;
+  ActivityReporter reporter(table, &sink, 99);
+  EXPECT_FALSE(reporter.FlushUses().has_value());
+  bool created = false;
+  Entry* hit = table.FindOrCreate(HashBytes("hit"), 0, "hit", &created);
+  Entry* miss = table.FindOrCreate(HashBytes("miss"), 0, "miss", &created);
+  ASSERT_TRUE(hit->ResolveLoaded({}, FakeKernel(17)));
+  ASSERT_TRUE(miss->ResolveNegative({}));
+  for (int i = 0; i < 3; ++i) hit->CountHit();
+  miss->CountUntimedMiss();
+  auto first = reporter.FlushUses();
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(first->pid, 99u);
+  ASSERT_EQ(first->uses.size(), 2u);
+  EXPECT_EQ(first->uses[0].key_hash, HashBytes("hit").ToHex());
+  EXPECT_EQ(first->uses[0].record_id, 17);
+  EXPECT_EQ(first->uses[0].hits, 3u);
+  EXPECT_EQ(first->uses[0].misses, 0u);
+  EXPECT_EQ(first->uses[1].key_hash, HashBytes("miss").ToHex());
+  EXPECT_EQ(first->uses[1].record_id, 0);
+  EXPECT_EQ(first->uses[1].misses, 1u);
+  EXPECT_FALSE(reporter.FlushUses().has_value());  // nothing since
+  hit->CountHit();
+  auto second = reporter.FlushUses();
+  ASSERT_TRUE(second.has_value());
+  ASSERT_EQ(second->uses.size(), 1u);
+  EXPECT_EQ(second->uses[0].hits, 1u);
+  EXPECT_EQ(sink.uses.size(), 2u);
 }
 
 TEST(ShimActivity, TheThreadReportsWhileCallsComeAndStopsWhenAsked) {

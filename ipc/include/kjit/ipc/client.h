@@ -52,6 +52,8 @@ struct ClientCounters {
   uint64_t failures_dropped = 0;  // the queue was full, kjitd refused it, or the client was destroyed first
   uint64_t submits_acked = 0;
   uint64_t submits_dropped = 0;  // the queue was full, kjitd refused it, or the client was destroyed first
+  uint64_t uses_acked = 0;
+  uint64_t uses_dropped = 0;
   uint64_t activity_acked = 0;
   uint64_t activity_dropped = 0;  // replaced by a newer report, refused, or not sent
   uint64_t reconnects = 0;
@@ -91,6 +93,8 @@ class Client {
   // Never blocks. Returns false if the report was dropped because the queue is full.
   static constexpr size_t kFailureReserve = 256;
   bool ReportFailure(ipc::ReportFailure report);
+  // Per-key calls (report_uses), through the same queue. Never blocks; false if the queue is full.
+  bool ReportUses(ipc::ReportUses report);
   // Submit without waiting: through the reports' queue, retried while kjitd is away. Never blocks;
   // false if the queue is full (the task is dropped and counted).
   bool SubmitAsync(ipc::SubmitTask task);

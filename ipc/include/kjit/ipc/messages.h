@@ -112,6 +112,19 @@ struct ReportActivity {  // -> Ack
   std::vector<std::string> devices;  // GPU UUIDs, "GPU-..." as cuDeviceGetUuid gives them
   uint64_t calls = 0;                // ops run since the last report, on all of them
 };
+// The calls of each key a client ran since its last report: hits (kjit's kernel, from `record_id`) and misses
+// (PyTorch's kernel). The shim sends one every few seconds while its program runs intercepted ops, and once at
+// exit; kjitd adds them to the cache's per-key counters, which `kjit report` reads.
+struct KeyUse {
+  std::string key_hash;  // 32 hex digits
+  int64_t record_id = 0;  // the record served on hits; 0: none
+  uint64_t hits = 0;
+  uint64_t misses = 0;
+};
+struct ReportUses {  // -> Ack
+  uint32_t pid = 0;
+  std::vector<KeyUse> uses;
+};
 struct SubmitTask {  // -> TaskAck
   std::string key_bytes;
   int32_t priority = 0;
@@ -241,7 +254,7 @@ struct Announce {
 using Body = std::variant<Hello, HelloReply, Lookup, LookupReply, ReportMiss, SubmitTask, TaskAck, TaskStatus,
                           TaskStatusReply, ListTasks, ListTasksReply, Stats, StatsReply, Shutdown, Ack, OpenEpisode,
                           Observation, SubmitCandidate, CandidateResult, CloseEpisode, Error, Announce, ReportFailure,
-                          FailureAck, ReportActivity>;
+                          FailureAck, ReportActivity, ReportUses>;
 
 // The wire name of each body type: "hello", "hello_reply", "lookup", ...
 std::string_view TypeName(const Body& body);
