@@ -28,6 +28,7 @@
 #include "cache_commands.h"
 #include "cli_format.h"
 #include "daemon_commands.h"
+#include "report_command.h"
 #include "kjit/runtime/compiler.h"
 #include "kjit/runtime/device.h"
 #include "kjit/runtime/driver.h"
@@ -203,6 +204,7 @@ int main(int argc, char** argv) {
 
   kjit::cli::CacheCommands cache_commands(app);
   kjit::cli::DaemonCommands daemon_commands(app);
+  kjit::cli::ReportCommand report_command(app);
 
   try {
     app.parse(argc, argv);
@@ -216,5 +218,6 @@ int main(int argc, char** argv) {
   if (*policy) return CmdPolicy(policy->remaining());
   if (cache_commands.chosen()) return cache_commands.Run();
   if (daemon_commands.chosen()) return daemon_commands.Run();
+  if (report_command.chosen()) return report_command.Run();
   return 2;
 }

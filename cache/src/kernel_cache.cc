@@ -768,6 +768,20 @@ Status KernelCache::RecordUses(std::span<const UseReport> uses) {
   return txn.Commit();
 }
 
+Result<std::vector<KeyStats>> KernelCache::ListKeyStats() const {
+  std::lock_guard lock(impl_->mu);
+  KJIT_ASSIGN_OR_RETURN(Statement s, impl_->db.Prepare("SELECT key_hash, key_text, hits, misses, last_seen_ms FROM "
+                                                       "key_stats ORDER BY hits + misses DESC, key_hash"));
+  std::vector<KeyStats> out;
+  while (true) {
+    KJIT_ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row) break;
+    out.push_back({BlobHash(s.BlobView(0)), s.Text(1), static_cast<uint64_t>(s.Int(2)), static_cast<uint64_t>(s.Int(3)),
+                   s.Int(4)});
+  }
+  return out;
+}
+
 Result<std::vector<int64_t>> KernelCache::Resolve(const std::string& text) const {
   if (text.empty()) return InvalidArgument("empty record key");
   std::lock_guard lock(impl_->mu);

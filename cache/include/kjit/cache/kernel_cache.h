@@ -121,6 +121,15 @@ struct UseReport {
   std::string key_text;   // recorded the first time a key is seen
 };
 
+// One key's counters from the clients' use reports (RecordUses).
+struct KeyStats {
+  Hash128 key_hash;
+  std::string key_text;  // empty when no report named it
+  uint64_t hits = 0;
+  uint64_t misses = 0;
+  int64_t last_seen_unix_ms = 0;
+};
+
 struct VerifyReport {
   uint64_t checked = 0;
   bool integrity_ok = true;        // PRAGMA integrity_check
@@ -282,6 +291,8 @@ class KernelCache {
   // record may be served for this key and reader.
   Result<ServedKernel> Lookup(const Hash128& key_hash, const ReaderContext& reader);
   Status RecordUses(std::span<const UseReport> uses);
+  // Every key's use counters, busiest first.
+  Result<std::vector<KeyStats>> ListKeyStats() const;
 
   // Record ids for a record id ("42") or a key-hash prefix of at least 4 hex digits.
   Result<std::vector<int64_t>> Resolve(const std::string& id_or_hash_prefix) const;
