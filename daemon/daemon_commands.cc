@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -69,6 +70,7 @@ struct DaemonCommands::Options {
   std::string tasks_state;
   uint32_t tasks_limit = 0;
   std::string tasks_cache;
+  double tasks_watch_s = 0;  // > 0: print again every this many seconds
 
   std::string submit_key;
   bool submit_example = false;
@@ -720,7 +722,39 @@ void PrintTasks(const Options& o, const std::vector<ipc::TaskInfo>& tasks) {
   }
 }
 
+int CmdTasksOnce(const Options& o);
+
+// `kjit tasks --watch`: the queue and what each GPU is working on, again and again, until interrupted. On a
+// terminal each view replaces the last; piped, views follow one another, each under a time stamp.
+int CmdTasksWatch(const Options& o) {
+  const bool terminal = isatty(STDOUT_FILENO) != 0;
+  while (true) {
+    if (terminal) std::cout << "\033[H\033[2J";
+    const std::time_t now = std::time(nullptr);
+    char stamp[32];
+    std::strftime(stamp, sizeof stamp, "%H:%M:%S", std::localtime(&now));
+    std::cout << "kjit tasks, " << stamp << " (every " << Format("%g", o.tasks_watch_s) << " s; Ctrl-C stops)\n";
+    auto client = MakeClient(o);
+    if (auto stats = client->Stats(); stats.ok()) {
+      if (stats->counters.count("tuner_running") != 0) {
+        std::cout << "tuner " << (Counter(*stats, "tuner_running") > 0 ? "running" : "not running") << "; "
+                  << NumberText(Counter(*stats, "trials")) << " trials so far\n";
+      }
+      PrintEvaluators(*stats);
+    }
+    client.reset();
+    if (const int rc = CmdTasksOnce(o); rc != 0) return rc;
+    std::cout << (terminal ? "" : "\n") << std::flush;
+    std::this_thread::sleep_for(std::chrono::duration<double>(o.tasks_watch_s));
+  }
+}
+
 int CmdTasks(const Options& o) {
+  if (o.tasks_watch_s > 0 && !o.json) return CmdTasksWatch(o);
+  return CmdTasksOnce(o);
+}
+
+int CmdTasksOnce(const Options& o) {
   auto client = MakeClient(o);
   auto tasks = client->ListTasks(o.tasks_state, o.tasks_limit);
   client.reset();
@@ -992,6 +1026,11 @@ DaemonCommands::DaemonCommands(CLI::App& app) : options_(std::make_unique<Option
                       "$XDG_CACHE_HOME/kjit/cache.db)")
       ->type_name("PATH");
   o.tasks->add_flag("--json", o.json, "Machine-readable output");
+  o.tasks->add_option("--watch", o.tasks_watch_s,
+                      "Print the queue and what each GPU is working on again every this many seconds, until "
+                      "interrupted (live progress while kjitd tunes)")
+      ->type_name("SECONDS")
+      ->check(CLI::PositiveNumber);
 
   o.submit = app.add_subcommand("submit", "Ask kjitd to optimise a kernel for an OpKey");
   AddConnectionOptions(o.submit, o);

@@ -203,6 +203,17 @@ d[0]['key_text'] == '$sample_text' and d[0]['priority'] == 2 and d[0]['detail'] 
     expect "$out" "^ *$task_id +queued +2 "
     run 0 "$kjit" daemon status
     expect "$out" "tasks queued +1$"
+    # --watch prints the queue again and again until stopped (piped: views one after another).
+    "$kjit" tasks --watch 0.5 >"$tmp/watch" 2>&1 &
+    watch_pid=$!
+    sleep 2.5
+    kill "$watch_pid"
+    wait "$watch_pid" 2>/dev/null || true
+    out=$(cat "$tmp/watch")
+    views=$(grep -c "^kjit tasks, .* (every 0.5 s; Ctrl-C stops)$" <<<"$out" || true)
+    (( views >= 2 )) || fail "tasks --watch printed $views views in 2.5 s"
+    # Each view lists the task (the last one may have been cut short by the kill).
+    (( $(grep -cE "^ *$task_id +queued +2 " <<<"$out") >= views - 1 )) || fail "a --watch view lacks the task: $out"
     stop_daemon
     ;;
 
