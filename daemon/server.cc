@@ -21,6 +21,7 @@
 #include "kjit/runtime/driver.h"
 #include "kjit/ipc/task_info.h"
 #include "kjit/runtime/op_key.h"
+#include "kjit/runtime/untrusted_source.h"
 
 namespace kjit::daemon {
 namespace {
@@ -665,6 +666,12 @@ ipc::Body Server::Impl::SubmitCandidate(const ipc::SubmitCandidate& r) {
     return ipc::ToError(NotFound("no open episode " + std::to_string(r.episode_id) + " (open_episode first)"));
   }
   if (!pool) return ipc::ToError(Status(StatusCode::kUnavailable, pool_error));
+  // NVRTC reads files (#include, --pre-include, -I): a submission may name only its built-in headers, and the
+  // reply carries no compile log for a refused one (runtime/untrusted_source.h).
+  if (Status st = CheckUntrustedCandidate(r.source, r.options); !st.ok()) {
+    counters["candidates_refused"] += 1;
+    return ipc::ToError(st.WithContext("submit_candidate refused"));
+  }
   EvaluateRequest request;
   request.key_bytes = it->second.key_bytes;
   CandidateSpec& c = request.candidate;
@@ -685,7 +692,9 @@ ipc::Body Server::Impl::SubmitCandidate(const ipc::SubmitCandidate& r) {
   if (r.compile_ahead) {
     for (const auto& entry : *r.compile_ahead) {
       if (entry.empty() || request.compile_ahead.size() >= ipc::kMaxCompileAhead) continue;
-      request.compile_ahead.push_back({entry[0], std::vector<std::string>(entry.begin() + 1, entry.end())});
+      std::vector<std::string> options(entry.begin() + 1, entry.end());
+      if (!CheckUntrustedCandidate(entry[0], options).ok()) continue;  // never compiled: its log could leak a file
+      request.compile_ahead.push_back({entry[0], std::move(options)});
     }
     counters["compile_ahead_sent"] += static_cast<double>(request.compile_ahead.size());
   }

@@ -728,6 +728,41 @@ TEST(KjitdSeveralGpus, ATrialInFlightYieldsWhenAnotherProcessUsesTheGpu) {
   std::filesystem::remove(nvml_state);
 }
 
+// An agent cannot read the user's files through NVRTC: a submission that includes a file (or passes an option
+// that names one) is refused before anything compiles, and the reply holds none of the file's content.
+TEST(KjitdEvaluator, ASubmissionThatIncludesAFileIsRefusedWithoutItsContent) {
+  KjitdHarness h(KJIT_KJITD, FakeFlags());
+  ASSERT_TRUE(h.Start()) << ReadFile(h.log_path());
+  const std::string secret = h.dir() + "/secret.h";
+  std::ofstream(secret) << "the-user-s-secret-token-8d1f\n";
+  auto c = MakeClient(h);
+  auto obs = c.OpenEpisode(KeyBytes());
+  ASSERT_TRUE(obs.ok()) << obs.status().ToString();
+  for (const auto& [source, options] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {"#include \"" + secret + "\"\nok", {}},
+           {"ok", {"--pre-include=" + secret}},
+           {"ok", {"-I" + h.dir()}}}) {
+    ipc::SubmitCandidate candidate = Candidate(obs->episode_id, "ok");
+    candidate.source = source;
+    candidate.options = options;
+    auto reply = c.Call(candidate);  // an error reply comes back as its Status
+    ASSERT_FALSE(reply.ok()) << "not refused: " << ipc::TypeName(*reply);
+    EXPECT_EQ(reply.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(reply.status().message().find("not allowed"), std::string::npos) << reply.status().message();
+    EXPECT_EQ(reply.status().message().find("secret-token"), std::string::npos) << reply.status().message();
+  }
+  // The same through compile-ahead: dropped, never sent to the worker (the fake echoes how many arrived).
+  ipc::SubmitCandidate candidate = Candidate(obs->episode_id, "ok");
+  candidate.compile_ahead = std::vector<std::vector<std::string>>{{"#include \"" + secret + "\"\n"}, {"// fine"}};
+  auto r = c.SubmitCandidate(candidate);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->profile.at("compile_wait_ms"), 1);
+  auto stats = c.Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->counters["candidates_refused"], 3);
+  EXPECT_EQ(stats->counters["trials"], 1);  // only the accepted submission ran
+}
+
 // Compile-ahead (ipc submit_candidate.compile_ahead): kjitd passes the client's next candidates to the worker
 // that runs this one (at most ipc::kMaxCompileAhead, empty entries dropped) and counts them.
 TEST(KjitdEvaluator, CompileAheadReachesTheWorker) {
@@ -741,7 +776,7 @@ TEST(KjitdEvaluator, CompileAheadReachesTheWorker) {
   auto r = c.SubmitCandidate(candidate);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->profile.at("compile_wait_ms"), 0);
-  candidate.compile_ahead = std::vector<std::vector<std::string>>{{"// next", "-O3"}, {}, {"// after"}};
+  candidate.compile_ahead = std::vector<std::vector<std::string>>{{"// next", "--use_fast_math"}, {}, {"// after"}};
   r = c.SubmitCandidate(candidate);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->profile.at("compile_wait_ms"), 2);  // the fake echoes how many arrived

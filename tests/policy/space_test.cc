@@ -16,6 +16,7 @@
 
 #include "kjit/policy/design_space.h"
 #include "kjit/runtime/compiler.h"
+#include "kjit/runtime/untrusted_source.h"
 
 namespace kjit::policy {
 namespace {
@@ -48,6 +49,9 @@ SweepResult CompileAll(const Family& family, const Problem& problem, const std::
         std::string failure;
         if (!candidate.ok()) {
           failure = candidate.status().ToString();
+        } else if (Status st = CheckUntrustedCandidate(candidate->source, candidate->options); !st.ok()) {
+          // kjit's own kernels pass the checks a submitted kernel must (kjitd checks every submission).
+          failure = st.ToString();
         } else {
           CompileRequest request;
           request.source = candidate->source;

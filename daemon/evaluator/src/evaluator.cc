@@ -28,6 +28,7 @@
 #include "kjit/runtime/compiler.h"
 #include "kjit/runtime/device.h"
 #include "kjit/runtime/gpu.h"
+#include "kjit/runtime/untrusted_source.h"
 #include "kjit/torch/call_key.h"
 
 namespace kjit::eval {
@@ -632,6 +633,7 @@ void Evaluator::CompileAhead(const std::vector<daemon::CompileAhead>& ahead) {
   }
   std::vector<CompileRequest> requests;
   for (const daemon::CompileAhead& a : ahead) {
+    if (!CheckUntrustedCandidate(a.source, a.options).ok()) continue;  // kjitd checked too; never compiled
     daemon::CandidateSpec c;
     c.source = a.source;
     c.options = a.options;
@@ -825,6 +827,10 @@ daemon::Verdict Evaluator::Evaluate(const daemon::EvaluateRequest& request, cons
     // 1. Compile, load, check the launch.
     progress("compile", std::chrono::minutes(2));
     const daemon::CandidateSpec& c = request.candidate;
+    // What kjitd checked, checked again where NVRTC runs: a submitted kernel includes no file.
+    if (Status st = CheckUntrustedCandidate(c.source, c.options); !st.ok()) {
+      return finish(Outcome::kCompileError, "refused before compiling: " + st.message());
+    }
     const auto compile_start = std::chrono::steady_clock::now();
     auto compiled = s.compiler.Compile(CandidateCompileRequest(c, s.device.arch));
     // What this job waited for NVRTC: near 0 when compile-ahead (or an earlier job) already compiled it.
