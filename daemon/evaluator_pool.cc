@@ -14,6 +14,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "child_environment.h"
 #include "config.h"
 #include "kjit/policy/reward.h"
 #include "kjit/runtime/device.h"
@@ -235,7 +236,8 @@ void EvaluatorPool::Spawn(Worker& w) {
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
   pid_t pid = -1;
-  const int rc = posix_spawn(&pid, options_.worker_path.c_str(), &actions, nullptr, argv.data(), environ);
+  ChildEnvironment env;  // without kjit's shim in LD_PRELOAD: the worker must run PyTorch's own kernels
+  const int rc = posix_spawn(&pid, options_.worker_path.c_str(), &actions, nullptr, argv.data(), env.pointers());
   posix_spawn_file_actions_destroy(&actions);
   close(child_end);
   if (rc != 0) {

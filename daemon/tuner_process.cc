@@ -1,5 +1,7 @@
 #include "tuner_process.h"
 
+#include "child_environment.h"
+
 #include <limits.h>
 #include <signal.h>
 #include <spawn.h>
@@ -121,7 +123,8 @@ void TunerProcess::Spawn() {
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
   pid_t pid = -1;
-  const int rc = posix_spawn(&pid, options_.program.c_str(), nullptr, nullptr, argv.data(), environ);
+  ChildEnvironment env;  // without kjit's shim in LD_PRELOAD
+  const int rc = posix_spawn(&pid, options_.program.c_str(), nullptr, nullptr, argv.data(), env.pointers());
   if (rc != 0) {
     last_exit_ = "cannot start " + options_.program + ": " + std::strerror(rc) + " (set `tuner` in kjitd's configuration)";
     pause_ = options_.max_pause;

@@ -763,6 +763,22 @@ TEST(KjitdEvaluator, ASubmissionThatIncludesAFileIsRefusedWithoutItsContent) {
   EXPECT_EQ(stats->counters["trials"], 1);  // only the accepted submission ran
 }
 
+// A kjitd started with kjit's shim in LD_PRELOAD (from a program under `kjit run`) starts its workers without
+// it: a worker with the shim would verify candidates against the cache's kernels instead of PyTorch's.
+TEST(KjitdEvaluator, WorkersDoNotInheritKjitsShim) {
+  // Files that do not exist: the loader says so on stderr and carries on.
+  ScopedEnv env({{"LD_PRELOAD", "/nonexistent/kjit/libkjit_preload.so:/nonexistent/libother.so"}});
+  KjitdHarness h(KJIT_KJITD, FakeFlags());
+  ASSERT_TRUE(h.Start()) << ReadFile(h.log_path());
+  auto c = MakeClient(h);
+  auto obs = c.OpenEpisode(KeyBytes());
+  ASSERT_TRUE(obs.ok()) << obs.status().ToString();
+  auto r = c.SubmitCandidate(Candidate(obs->episode_id, "show-env"));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_NE(r->verdict.find("LD_PRELOAD=/nonexistent/libother.so"), std::string::npos) << r->verdict;
+  EXPECT_EQ(r->verdict.find("libkjit_preload"), std::string::npos) << r->verdict;
+}
+
 // Compile-ahead (ipc submit_candidate.compile_ahead): kjitd passes the client's next candidates to the worker
 // that runs this one (at most ipc::kMaxCompileAhead, empty entries dropped) and counts them.
 TEST(KjitdEvaluator, CompileAheadReachesTheWorker) {

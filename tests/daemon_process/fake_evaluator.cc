@@ -196,6 +196,13 @@ int main(int argc, char** argv) {
       v.timing.median_us = 1.0;
       v.cubin = "FAKE-CUBIN";
       v.accepted = true;
+    } else if (what == "show-env") {
+      // What the worker inherited from kjitd (tests of the child environment).
+      const char* preload = std::getenv("LD_PRELOAD");
+      v.outcome = "verified";
+      v.reason = std::string("LD_PRELOAD=") + (preload != nullptr ? preload : "(unset)");
+      v.timing.median_us = 1.0;
+      v.cubin = "FAKE-CUBIN";
     } else if (what == "unfit") {
       v.outcome = "resource_backoff";
       v.reason = "unfit: one input set needs 200.0 GiB at the peak (...), and this GPU has 80.0 GiB in all";
