@@ -34,7 +34,12 @@ const std::vector<std::pair<std::string, std::string>>& ConfigKeys() {
       {"tcp_endpoint", "optional tcp://host:port; needs curve_secret_key_file"},
       {"curve_secret_key_file", "file holding the server's CURVE secret key (Z85, 40 characters)"},
       {"curve_authorized_keys_file",
-       "client public keys (Z85, one per line) allowed on tcp_endpoint; empty: any client that knows the server key"},
+       "client public keys (Z85, one per line) allowed on tcp_endpoint; required with tcp_endpoint unless "
+       "curve_allow_any_client is true"},
+      {"curve_allow_any_client",
+       "true: without curve_authorized_keys_file, any client that knows the server's public key may connect over "
+       "TCP, read-only (look up kernels, report what it ran, list tasks; not submit, tune, report failures or "
+       "shut kjitd down)"},
       {"cache", "the kernel cache database"},
       {"pid_file", "pid file; also what keeps one kjitd per endpoint"},
       {"log_file", "where logs go (JSON lines); empty: stderr in the foreground, nowhere when detached (`kjit run` then passes its own)"},
@@ -114,6 +119,7 @@ Result<DaemonConfig> LoadConfig(const std::string& file, bool file_required,
   set("tcp_endpoint", "", "default");
   set("curve_secret_key_file", "", "default");
   set("curve_authorized_keys_file", "", "default");
+  set("curve_allow_any_client", "false", "default");
   set("cache", cache::DefaultCachePath(), std::getenv("KJIT_CACHE") ? "env KJIT_CACHE" : "default");
   set("pid_file", "", "default");  // derived from the endpoint below
   set("log_file", "", "default");
@@ -212,6 +218,18 @@ Result<DaemonConfig> LoadConfig(const std::string& file, bool file_required,
     return InvalidArgument("tcp_endpoint " + c.values["tcp_endpoint"].value +
                            " is set without curve_secret_key_file: kjitd refuses to listen on TCP without CURVE "
                            "encryption (make keys with `kjit daemon keygen`)");
+  }
+  const std::string& any = c.values["curve_allow_any_client"].value;
+  if (any != "true" && any != "false") {
+    return InvalidArgument("curve_allow_any_client must be true or false, not '" + any + "'");
+  }
+  if (!c.values["tcp_endpoint"].value.empty() && c.values["curve_authorized_keys_file"].value.empty() &&
+      any != "true") {
+    return InvalidArgument("tcp_endpoint " + c.values["tcp_endpoint"].value +
+                           " is set without curve_authorized_keys_file: any client that knows the server's public "
+                           "key could submit kernels, quarantine records or shut kjitd down. List the clients' public "
+                           "keys there (each client makes its pair with `kjit daemon keygen`), or set "
+                           "curve_allow_any_client = true to admit any such client read-only");
   }
   return c;
 }

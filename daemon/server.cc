@@ -192,6 +192,8 @@ struct Server::Impl {
   int64_t next_episode = 1;
   // Set while Serve handles a request, for the handlers that answer later.
   ReplyRoute* current_route = nullptr;
+  // The request being handled came over TCP from a client no allow-list named (curve_allow_any_client).
+  bool current_read_only = false;
 
   Status Serve(zmq::socket_t& socket, bool* shutdown);
   void AnnounceNewKernels();
@@ -314,6 +316,20 @@ ipc::Body Server::Handle(const ipc::Body& request, bool* shutdown_requested) {
   return std::visit(
       [&](const auto& r) -> ipc::Body {
         using T = std::decay_t<decltype(r)>;
+        // A read-only client (over TCP, admitted by curve_allow_any_client) looks up kernels and reports what
+        // it ran; it cannot queue or prioritise work, run code on the GPU, take records out of service or stop
+        // kjitd.
+        constexpr bool kWrites = std::is_same_v<T, ipc::Shutdown> || std::is_same_v<T, ipc::SubmitTask> ||
+                                 std::is_same_v<T, ipc::ReportFailure> || std::is_same_v<T, ipc::OpenEpisode> ||
+                                 std::is_same_v<T, ipc::SubmitCandidate> || std::is_same_v<T, ipc::CloseEpisode>;
+        if constexpr (kWrites) {
+          if (s.current_read_only) {
+            s.counters["requests_refused_read_only"] += 1;
+            return fail(Status(StatusCode::kPermissionDenied,
+                               std::string(ipc::TypeName(r)) + " is not allowed to a client that no "
+                               "curve_authorized_keys_file names (kjitd admits it read-only)"));
+          }
+        }
         if constexpr (std::is_same_v<T, ipc::Hello>) {
           s.log.Write("info", "client_hello", {{"client", r.client}, {"pid", std::to_string(r.pid)}});
           ipc::HelloReply h;
@@ -457,8 +473,10 @@ Status Server::Impl::Serve(zmq::socket_t& socket, bool* shutdown) {
   } else {
     counters[std::string("requests_") + std::string(ipc::TypeName(envelope->body))] += 1;
     current_route = &route;
+    current_read_only = tcp && &socket == &*tcp && authorized_keys.empty();
     reply = owner->Handle(envelope->body, shutdown);
     current_route = nullptr;
+    current_read_only = false;
     // A handler that answers later takes the route and clears route.socket.
     if (std::holds_alternative<ipc::Ack>(reply) && route.socket == nullptr) return Status::Ok();
   }

@@ -827,7 +827,7 @@ Error ToError(const Status& status) {
 
 Status FromError(const Error& error) {
   // An Error reply always means failure: a code of "ok" must not turn it into success.
-  for (int c = static_cast<int>(StatusCode::kOk) + 1; c <= static_cast<int>(StatusCode::kInternal); ++c) {
+  for (int c = static_cast<int>(StatusCode::kOk) + 1; c <= static_cast<int>(kLastStatusCode); ++c) {
     const auto code = static_cast<StatusCode>(c);
     if (StatusCodeName(code) == error.code) return Status(code, error.message);
   }

@@ -18,6 +18,7 @@ std::string_view StatusCodeName(StatusCode code) {
     case StatusCode::kCorruption: return "corruption";
     case StatusCode::kUnavailable: return "unavailable";
     case StatusCode::kInternal: return "internal";
+    case StatusCode::kPermissionDenied: return "permission_denied";
   }
   return "unknown";
 }

@@ -274,8 +274,11 @@ PY
       fail "with umask 000 server.key has mode $(stat -c %a "$tmp/keys/server.key")"
     run 2 "$kjit" daemon keygen
 
-    # kjitd takes the secret key for a TCP endpoint (port 0: any free port).
-    start_daemon -- --tcp-endpoint tcp://127.0.0.1:0 --curve-secret-key-file "$tmp/keys/server.key"
+    # kjitd takes the secret key for a TCP endpoint (port 0: any free port), with the clients' keys it admits.
+    run 0 "$kjit" daemon keygen --out "$tmp/keys/client"
+    cp "$tmp/keys/client.pub" "$tmp/keys/authorized"
+    start_daemon -- --tcp-endpoint tcp://127.0.0.1:0 --curve-secret-key-file "$tmp/keys/server.key" \
+      --curve-authorized-keys-file "$tmp/keys/authorized"
     stop_daemon
     ;;
 
@@ -287,8 +290,14 @@ PY
     run 3 "$kjit" daemon status
     [[ ! -e $pid_file ]] || fail "a refused kjitd left a pid file"
     printf 'not a key\n' >"$tmp/bad.key"
-    run 1 "$kjit" daemon start -- --tcp-endpoint tcp://127.0.0.1:0 --curve-secret-key-file "$tmp/bad.key"
+    run 1 "$kjit" daemon start -- --tcp-endpoint tcp://127.0.0.1:0 --curve-secret-key-file "$tmp/bad.key" \
+      --curve-allow-any-client true
     expect "$err" "40-character Z85 CURVE secret key"
+    run 3 "$kjit" daemon status
+    # A key but no list of the clients admitted: refused, saying what to do.
+    run 0 "$kjit" daemon keygen --out "$tmp/server"
+    run 1 "$kjit" daemon start -- --tcp-endpoint tcp://127.0.0.1:0 --curve-secret-key-file "$tmp/server.key"
+    expect "$err" "without curve_authorized_keys_file.*curve_allow_any_client = true"
     run 3 "$kjit" daemon status
     ;;
 

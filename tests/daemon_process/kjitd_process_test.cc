@@ -289,6 +289,46 @@ TEST(Kjitd, TcpAdmitsOnlyAuthorizedCurveClients) {
   std::filesystem::remove_all(keys);
 }
 
+// TCP without an allow-list: kjitd refuses to start unless curve_allow_any_client says so, and then admits any
+// client with the server's public key read-only (lookups and reports, not submissions or shutdown).
+TEST(Kjitd, TcpWithoutAnAllowListIsRefusedOrReadOnly) {
+  const KeyPair server = MakeKeys(), someone = MakeKeys();
+  char tmpl[] = "/tmp/kjitd-keys-XXXXXX";
+  const std::string keys = mkdtemp(tmpl);
+  std::ofstream(keys + "/server.key") << server.secret_key << "\n";
+  const std::string tcp = "tcp://127.0.0.1:" + std::to_string(20000 + (getpid() + 7) % 20000);
+  {
+    KjitdHarness refused(KJIT_KJITD, {"--tcp-endpoint", tcp, "--curve-secret-key-file", keys + "/server.key"});
+    EXPECT_FALSE(refused.Start());
+    EXPECT_NE(ReadFile(refused.log_path()).find("without curve_authorized_keys_file"), std::string::npos)
+        << ReadFile(refused.log_path());
+  }
+  KjitdHarness h(KJIT_KJITD, {"--tcp-endpoint", tcp, "--curve-secret-key-file", keys + "/server.key",
+                              "--curve-allow-any-client", "true"});
+  ASSERT_TRUE(h.Start()) << ReadFile(h.log_path());
+  ipc::ClientOptions o;
+  o.endpoint = tcp;
+  o.request_timeout = std::chrono::milliseconds(3000);
+  o.server_public_key = server.public_key;
+  o.public_key = someone.public_key;
+  o.secret_key = someone.secret_key;
+  ipc::Client remote(o);
+  EXPECT_TRUE(remote.Hello().ok());
+  ipc::Lookup lookup{KeyBytes(1), 90, 13000, 13, 0, 1, std::nullopt};
+  EXPECT_TRUE(remote.Lookup(lookup).ok());
+  EXPECT_TRUE(remote.ListTasks().ok());
+  auto submit = remote.Submit(KeyBytes(1), 5);
+  EXPECT_EQ(submit.status().code(), StatusCode::kPermissionDenied) << submit.status().ToString();
+  EXPECT_EQ(remote.Shutdown().code(), StatusCode::kPermissionDenied);
+  auto episode = remote.OpenEpisode(KeyBytes(1));
+  EXPECT_EQ(episode.status().code(), StatusCode::kPermissionDenied);
+  // The local socket is not read-only, and kjitd is still up.
+  ipc::Client local = MakeClient(h);
+  EXPECT_TRUE(local.Submit(KeyBytes(1), 5).ok());
+  EXPECT_TRUE(local.Hello().ok());
+  std::filesystem::remove_all(keys);
+}
+
 cache::KernelRecord ReadRecord(const KjitdHarness& h, int64_t id) {
   cache::OpenOptions o;
   o.path = h.cache_path();

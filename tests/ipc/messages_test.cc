@@ -867,7 +867,7 @@ TEST(IpcDecode, RandomMutationsFailCleanly) {
 // ---- Errors and announcements
 
 TEST(IpcErrors, EveryStatusCodeRoundTrips) {
-  for (int c = static_cast<int>(StatusCode::kOk) + 1; c <= static_cast<int>(StatusCode::kInternal); ++c) {
+  for (int c = static_cast<int>(StatusCode::kOk) + 1; c <= static_cast<int>(kLastStatusCode); ++c) {
     const Status status(static_cast<StatusCode>(c), "details for code " + std::to_string(c));
     const Error error = ToError(status);
     EXPECT_EQ(error.code, StatusCodeName(status.code()));

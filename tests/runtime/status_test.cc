@@ -26,7 +26,7 @@ TEST(Status, OkAndErrorText) {
 }
 
 TEST(Status, EveryCodeHasAName) {
-  for (int c = 0; c <= static_cast<int>(StatusCode::kInternal); ++c) {
+  for (int c = 0; c <= static_cast<int>(kLastStatusCode); ++c) {
     EXPECT_NE(StatusCodeName(static_cast<StatusCode>(c)), "unknown") << c;
   }
 }

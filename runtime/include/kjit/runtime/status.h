@@ -31,7 +31,10 @@ enum class StatusCode : int {
   kCorruption,       // bytes did not decode or failed a check
   kUnavailable,      // a resource is temporarily missing (e.g. daemon down)
   kInternal,         // a broken invariant inside kjit: please report it
+  kPermissionDenied,  // the caller may not do this (e.g. a read-only client of kjitd)
 };
+// The last code, for loops over every code (codes are only ever appended).
+inline constexpr StatusCode kLastStatusCode = StatusCode::kPermissionDenied;
 
 // Stable, lower-case name of a code ("no_driver"), for logs and wire formats.
 std::string_view StatusCodeName(StatusCode code);
