@@ -63,6 +63,7 @@ struct CacheCommands::Options {
 
   std::string export_file, export_status = "verified", export_op;
   std::string import_file;
+  bool import_trust = false;
   std::string measurements_family;
   int measurements_limit = 0;
 };
@@ -692,18 +693,25 @@ int CmdExport(const CacheCommands::Options& o) {
 int CmdImport(const CacheCommands::Options& o) {
   auto cache = OpenOrReport(o, Access::kWriteOrCreate);
   if (!cache) return 1;
-  auto report = cache->Import(o.import_file);
+  kjit::cache::ImportOptions options;
+  options.trust = o.import_trust;
+  auto report = cache->Import(o.import_file, options);
   if (!report.ok()) return Report(report.status());
   const auto& r = *report;
   if (o.json) {
     std::cout << DumpJson(Json{{"file", o.import_file},
                                {"imported", r.imported},
+                               {"awaiting_verification", r.awaiting_verification},
                                {"duplicates", r.duplicates},
                                {"rejected", r.rejected}})
               << "\n";
   } else {
     std::cout << "imported " << r.imported << ", duplicates " << r.duplicates << ", rejected " << r.rejected.size()
               << "\n";
+    if (r.awaiting_verification > 0) {
+      std::cout << r.awaiting_verification << " verified kernel(s) wait, quarantined, until kjitd verifies and times "
+                << "them on this machine's GPU (nothing is served them before)\n";
+    }
     for (const auto& reason : r.rejected) std::cout << "  rejected: " << reason << "\n";
   }
   return r.rejected.empty() ? 0 : 1;
@@ -866,6 +874,10 @@ CacheCommands::CacheCommands(CLI::App& app) : options_(std::make_unique<Options>
   o.import->add_option("file", o.import_file, "File written by `kjit cache export`")
       ->required()
       ->check(CLI::ExistingFile);
+  o.import->add_flag("--trust", o.import_trust,
+                     "Serve the file's verified kernels at once, with the file's timings. DANGEROUS: a record's "
+                     "checksums do not prove where it came from, so a forged file can make every process run its "
+                     "kernels. Without --trust, kjitd verifies and times each on this GPU first");
 
   o.measurements = add("measurements",
                        "List every evaluated kernel (the RL policy's experience); --json: one line each, the "

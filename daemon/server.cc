@@ -201,6 +201,11 @@ struct Server::Impl {
   ipc::Body OpenEpisode(const ipc::OpenEpisode& r);
   ipc::Body ReportFailure(const ipc::ReportFailure& r);
   void ReverifyDone(int64_t record_id, const std::string& key_bytes, const std::string& why, const Verdict& v);
+  // Imported records wait quarantined (cache::kImportedReason) until the evaluator has verified and timed
+  // them here; a verified one is stored again with this machine's timing (Record), the import set aside.
+  void VerifyImports();
+  void ImportVerified(int64_t record_id, const Verdict& v, const WorkerDevice& device);
+  std::set<int64_t> imports_in_flight;
   void QueueRetune(const std::string& key_bytes, const std::string& detail);
   ipc::Body SubmitCandidate(const ipc::SubmitCandidate& r);
   // Stores the measurement, and an accepted kernel's record: returns the record that holds the kernel
@@ -604,6 +609,72 @@ void Server::Impl::ReverifyDone(int64_t record_id, const std::string& key_bytes,
   QueueRetune(key_bytes, "record " + std::to_string(record_id) + " failed re-verification: find a new kernel");
 }
 
+void Server::Impl::VerifyImports() {
+  if (!pool) return;
+  cache::ListFilter quarantined;
+  quarantined.status = cache::RecordStatus::kQuarantined;
+  auto records = cache->List(quarantined);
+  if (!records.ok()) return;
+  for (const cache::RecordSummary& summary : *records) {
+    if (imports_in_flight.count(summary.id) != 0 || !pool->Available(summary.arch).ok()) continue;
+    auto record = cache->Get(summary.id);
+    if (!record.ok() || record->status_reason.rfind(cache::kImportedReason, 0) != 0) continue;
+    EvaluateRequest request;
+    request.key_bytes = record->key_bytes;
+    CandidateSpec& c = request.candidate;
+    c.source = record->source;
+    c.entry_point = record->entry_point;
+    c.options = record->compile_options;
+    c.launch = record->launch;
+    c.design = record->design;
+    const int64_t id = summary.id;
+    imports_in_flight.insert(id);
+    counters["imports_verifying"] += 1;
+    log.Write("info", "import_verifying", {{"record", std::to_string(id)}, {"key", record->key_text}});
+    pool->SubmitEvaluate(std::move(request), summary.arch,
+                         [this, id](const Verdict& v, const WorkerDevice& device) { ImportVerified(id, v, device); });
+  }
+}
+
+void Server::Impl::ImportVerified(int64_t record_id, const Verdict& v, const WorkerDevice& device) {
+  imports_in_flight.erase(record_id);
+  auto record = cache->Get(record_id);
+  if (!record.ok() || record->status != cache::RecordStatus::kQuarantined ||
+      record->status_reason.rfind(cache::kImportedReason, 0) != 0) {
+    return;  // removed or decided by hand meanwhile
+  }
+  if (v.outcome == policy::OutcomeName(policy::Outcome::kResourceBackoff)) return;  // the next pass tries again
+  auto key = OpKey::Decode(record->key_bytes);
+  if (!key.ok()) return;
+  std::string reason;
+  if (v.outcome != policy::OutcomeName(policy::Outcome::kVerified)) {
+    reason = "failed verification here (" + v.outcome + ": " + v.reason.substr(0, 300) + ")";
+    counters["imports_rejected"] += 1;
+  } else if (!v.accepted) {
+    reason = "verified here but not faster than PyTorch's kernel on this GPU";
+    counters["imports_rejected"] += 1;
+  } else {
+    // Stored anew with this machine's timing and device, through the path every trial takes.
+    Episode e;
+    e.key_bytes = record->key_bytes;
+    e.key = *key;
+    CandidateSpec c;
+    c.source = record->source;
+    c.entry_point = record->entry_point;
+    c.options = record->compile_options;
+    c.launch = record->launch;
+    c.design = record->design;
+    const Stored stored = Record(e, c, v, device, {});
+    reason = stored.record == 0      ? std::string("verified here, but it could not be stored (kjitd's log says why)")
+             : stored.not_better ? "verified here, but record " + std::to_string(stored.record) + " is faster"
+                                 : "verified and timed here as record " + std::to_string(stored.record);
+    counters["imports_verified"] += 1;
+  }
+  // The imported copy, with the file's claims, is never served.
+  (void)cache->SetStatus(record_id, cache::RecordStatus::kRejected, "import: " + reason);
+  log.Write("info", "import_verified", {{"record", std::to_string(record_id)}, {"result", reason}});
+}
+
 void Server::Impl::QueueRetune(const std::string& key_bytes, const std::string& detail) {
   if (auto task = cache->SubmitTask(key_bytes, kRetunePriority, detail); !task.ok()) {
     log.Write("warn", "retune_not_queued", {{"error", task.status().ToString()}});
@@ -905,6 +976,7 @@ Status Server::Run(std::atomic<bool>& stop, std::atomic<bool>& reload, const std
     if (s.tuner) s.tuner->Tick();
     if (Clock::now() >= next_watch) {
       s.AnnounceNewKernels();
+      s.VerifyImports();
       next_watch = Clock::now() + watch;
     }
   }

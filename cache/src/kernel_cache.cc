@@ -965,7 +965,7 @@ Result<uint64_t> KernelCache::Export(const std::string& file, const ListFilter& 
   return n;
 }
 
-Result<ImportReport> KernelCache::Import(const std::string& file) {
+Result<ImportReport> KernelCache::Import(const std::string& file, const ImportOptions& options) {
   if (impl_->read_only) return InvalidArgument("the kernel cache was opened read-only");
   OpenOptions o;
   o.path = file;
@@ -1007,6 +1007,12 @@ Result<ImportReport> KernelCache::Import(const std::string& file) {
       continue;
     }
     r.use_count = 0;
+    if (!options.trust && r.status == RecordStatus::kVerified) {
+      r.status = RecordStatus::kQuarantined;
+      r.status_reason = std::string(kImportedReason) + file + ": not verified on this machine yet (kjitd verifies and "
+                        "times it on this GPU before anything is served it)";
+      ++rep.awaiting_verification;
+    }
     KJIT_RETURN_IF_ERROR(impl_->InsertLocked(std::move(r), /*keep_checksums=*/true).status());
     ++rep.imported;
   }

@@ -413,19 +413,41 @@ TEST(KernelCache, ExportImportRoundTrip) {
   EXPECT_EQ(*n, 3u);
   EXPECT_FALSE(src->Export(dir.file("out.kjit"), verified).ok());  // never overwrites
 
+  // By default the file is not trusted: its verified records wait, quarantined, for kjitd's verification here.
   auto dst = OpenOrDie(dir.file("dst.db"));
   auto rep = dst->Import(dir.file("out.kjit"));
   ASSERT_TRUE(rep.ok()) << rep.status().ToString();
   EXPECT_EQ(rep->imported, 3u);
+  EXPECT_EQ(rep->awaiting_verification, 3u);
   EXPECT_TRUE(rep->rejected.empty());
-  auto served = dst->Lookup(OpKey::Decode(KeyBytes(20))->Hash(), kReader);
-  ASSERT_TRUE(served.ok()) << served.status().ToString();
-  EXPECT_EQ(served->cubin, Pattern(20, 4096));
+  EXPECT_EQ(dst->Lookup(OpKey::Decode(KeyBytes(20))->Hash(), kReader).status().code(), StatusCode::kNotFound);
+  ListFilter quarantined;
+  quarantined.status = RecordStatus::kQuarantined;
+  auto waiting = dst->List(quarantined);
+  ASSERT_TRUE(waiting.ok());
+  ASSERT_EQ(waiting->size(), 3u);
+  const KernelRecord imported = *dst->Get(waiting->front().id);
+  EXPECT_EQ(imported.status_reason.rfind(std::string(kImportedReason) + dir.file("out.kjit"), 0), 0u)
+      << imported.status_reason;
+  auto verify = dst->Verify();  // statuses are not under the record checksum: the records stay whole
+  ASSERT_TRUE(verify.ok());
+  EXPECT_TRUE(verify->quarantined.empty());
 
   auto again = dst->Import(dir.file("out.kjit"));
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(again->imported, 0u);
   EXPECT_EQ(again->duplicates, 3u);
+
+  // --trust serves them at once, as the file says.
+  auto trusting = OpenOrDie(dir.file("trusting.db"));
+  ImportOptions trust;
+  trust.trust = true;
+  auto trusted = trusting->Import(dir.file("out.kjit"), trust);
+  ASSERT_TRUE(trusted.ok());
+  EXPECT_EQ(trusted->awaiting_verification, 0u);
+  auto served = trusting->Lookup(OpKey::Decode(KeyBytes(20))->Hash(), kReader);
+  ASSERT_TRUE(served.ok()) << served.status().ToString();
+  EXPECT_EQ(served->cubin, Pattern(20, 4096));
 
   // A read-only source can be exported too.
   auto ro = OpenOrDie(dir.file("src.db"), /*read_only=*/true);

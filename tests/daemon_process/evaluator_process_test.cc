@@ -763,6 +763,81 @@ TEST(KjitdEvaluator, ASubmissionThatIncludesAFileIsRefusedWithoutItsContent) {
   EXPECT_EQ(stats->counters["trials"], 1);  // only the accepted submission ran
 }
 
+// A cache file from elsewhere is not trusted: its "verified" records (here claiming 0.001 us) are served to
+// nobody until kjitd has verified them and timed them on this GPU. One that verifies is stored again with this
+// machine's timing (1.0 us, the fake's); one that does not is rejected; the imported copies are set aside.
+TEST(KjitdEvaluator, ImportedKernelsServeOnlyOnceVerifiedAndTimedHere) {
+  KjitdHarness h(KJIT_KJITD, FakeFlags());
+  ASSERT_TRUE(h.Start()) << ReadFile(h.log_path());
+  const std::string good_key = KeyBytes();
+  const std::string bad_key = OpKey::Single("aten::relu", "", {TensorDesc::Contiguous(DType::kFloat32, {8})}, 90).Encode();
+  const std::string forged = h.dir() + "/forged.db";
+  {
+    cache::OpenOptions o;
+    o.path = forged;
+    auto file = cache::KernelCache::Open(o);
+    ASSERT_TRUE(file.ok());
+    for (const auto& [key, behaviour] : {std::pair{good_key, "ok"}, std::pair{bad_key, "wrong"}}) {
+      cache::KernelRecord r;
+      r.key_bytes = key;
+      r.source = behaviour;  // the fake worker's verdict follows the source
+      r.entry_point = "k";
+      r.cubin = "FORGED-CUBIN";
+      r.launch.grid[0] = 1;
+      r.launch.block[0] = 128;
+      r.timing = {0.001, 0, 10, "NVIDIA H200", 0, 0};
+      r.baseline = {2.0, 0, 10, "NVIDIA H200", 0, 0};
+      r.toolchain = cache::RunningToolchain();
+      r.status = cache::RecordStatus::kVerified;
+      ASSERT_TRUE((*file)->Insert(r).ok());
+    }
+  }
+  std::vector<int64_t> imported;
+  {
+    cache::OpenOptions o;
+    o.path = h.cache_path();
+    auto kc = cache::KernelCache::Open(o);
+    ASSERT_TRUE(kc.ok());
+    auto rep = (*kc)->Import(forged);
+    ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+    EXPECT_EQ(rep->awaiting_verification, 2u);
+    cache::ListFilter quarantined;
+    quarantined.status = cache::RecordStatus::kQuarantined;
+    auto waiting = (*kc)->List(quarantined);
+    ASSERT_TRUE(waiting.ok());
+    for (const auto& r : *waiting) imported.push_back(r.id);
+    ASSERT_EQ(imported.size(), 2u);
+    // Nothing of the file is served meanwhile.
+    EXPECT_EQ((*kc)->BestVerified(OpKey::Decode(good_key)->Hash(), "").value().id, 0);
+  }
+  auto kc = OpenCacheReadOnly(h);
+  ASSERT_TRUE(kc.ok());
+  bool settled = false;
+  for (int i = 0; i < 200 && !settled; ++i) {
+    settled = true;
+    for (int64_t id : imported) settled = settled && (*kc)->Get(id)->status == cache::RecordStatus::kRejected;
+    if (!settled) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_TRUE(settled) << ReadFile(h.log_path());
+  const auto best = (*kc)->BestVerified(OpKey::Decode(good_key)->Hash(), "");
+  ASSERT_TRUE(best.ok());
+  EXPECT_GT(best->id, 0);
+  EXPECT_EQ(std::count(imported.begin(), imported.end(), best->id), 0) << "the imported copy itself is served";
+  EXPECT_DOUBLE_EQ(best->median_us, 1.0) << "served with the file's timing, not this machine's";
+  EXPECT_EQ((*kc)->BestVerified(OpKey::Decode(bad_key)->Hash(), "").value().id, 0);
+  for (int64_t id : imported) {
+    const cache::KernelRecord r = *(*kc)->Get(id);
+    const bool bad = r.key_hash == OpKey::Decode(bad_key)->Hash();
+    EXPECT_NE(r.status_reason.find(bad ? "failed verification here" : "verified and timed here as record"),
+              std::string::npos)
+        << r.status_reason;
+  }
+  auto stats = MakeClient(h).Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->counters["imports_verified"], 1);
+  EXPECT_EQ(stats->counters["imports_rejected"], 1);
+}
+
 // A kjitd started with kjit's shim in LD_PRELOAD (from a program under `kjit run`) starts its workers without
 // it: a worker with the shim would verify candidates against the cache's kernels instead of PyTorch's.
 TEST(KjitdEvaluator, WorkersDoNotInheritKjitsShim) {

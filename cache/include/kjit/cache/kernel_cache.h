@@ -149,8 +149,18 @@ struct EvictReport {
   uint64_t remaining_bytes = 0;
 };
 
+// Imported records come from elsewhere: their checksums are plain hashes anyone can recompute, so a file can
+// claim any kernel verified and any timing. By default a verified record enters quarantined, with the reason
+// kImportedReason + the file (never served), until kjitd has verified it and timed it on this machine's GPU
+// (it then stores the kernel again with its own timing). `trust` keeps the file's statuses and timings.
+struct ImportOptions {
+  bool trust = false;
+};
+inline constexpr std::string_view kImportedReason = "imported from ";
+
 struct ImportReport {
   uint64_t imported = 0;
+  uint64_t awaiting_verification = 0;  // of those, verified in the file: quarantined until kjitd re-verifies them
   uint64_t duplicates = 0;  // same key and CUBIN checksum already present
   std::vector<std::string> rejected;  // one reason per record that failed its checks
 };
@@ -311,7 +321,7 @@ class KernelCache {
   // pass `filter` (by default: verified ones). Import checks every record's
   // checksums and key before it takes it.
   Result<uint64_t> Export(const std::string& file, const ListFilter& filter) const;
-  Result<ImportReport> Import(const std::string& file);
+  Result<ImportReport> Import(const std::string& file, const ImportOptions& options = {});
 
   // ---- for the daemon and the policy
   // A client ran PyTorch's kernel `calls` times for this key, `observed_us` each:
