@@ -38,6 +38,8 @@ AnnouncementListener::~AnnouncementListener() {
 }
 
 Status AnnouncementListener::Start() {
+  // Another user's directory: listen to nobody (a missing one is fine: ZeroMQ connects once kjitd starts).
+  if (Status st = ipc::CheckEndpointDirectory(endpoint_); st.code() == StatusCode::kPermissionDenied) return st;
   try {
     socket_ = std::make_unique<Socket>();
     socket_->socket.set(zmq::sockopt::linger, 0);

@@ -35,7 +35,11 @@ class Connection {
 
   Result<Body> Exchange(const Body& request, std::chrono::milliseconds timeout, uint64_t* reconnects) {
     try {
-      if (!socket_) Open();
+      if (!socket_) {
+        // Only a directory of this user's own: another user may not stand in for kjitd.
+        if (Status st = CheckEndpointDirectory(endpoint_); !st.ok()) return st;
+        Open();
+      }
       if (fresh_) {
         // connect() completes in the background; give a local kjitd a moment to
         // accept before calling it absent (a dead one refuses at once and

@@ -38,6 +38,32 @@ Status EnsurePrivateRuntimeDir(const std::string& dir) {
   return Status::Ok();
 }
 
+Status CheckEndpointDirectory(const std::string& endpoint) {
+  if (endpoint.rfind("ipc://", 0) != 0) return Status::Ok();
+  const std::string path = endpoint.substr(6);
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos || slash == 0) return Status::Ok();  // a relative or root-level socket: the caller's choice
+  const std::string dir = path.substr(0, slash);
+  // The runtime directory is where another user could get first (/tmp/kjit-<uid>); an endpoint elsewhere was
+  // named by the user (KJIT_ENDPOINT, --endpoint), who chose its directory.
+  if (dir != RuntimeDir()) return Status::Ok();
+  struct stat st{};
+  if (stat(dir.c_str(), &st) != 0) {
+    return Status(StatusCode::kUnavailable, "kjitd at " + endpoint + " is not running (" + dir + " does not exist)");
+  }
+  if (st.st_uid != getuid()) {
+    return Status(StatusCode::kPermissionDenied,
+                  dir + " belongs to another user (uid " + std::to_string(st.st_uid) +
+                      "): kjit will not talk to a kjitd there. Remove it, or set KJIT_RUNTIME_DIR to a directory of "
+                      "your own");
+  }
+  if ((st.st_mode & 0022) != 0) {
+    return Status(StatusCode::kPermissionDenied,
+                  dir + " is writable by other users: kjit will not talk to a kjitd there (`chmod 700 " + dir + "`)");
+  }
+  return Status::Ok();
+}
+
 std::string DefaultEndpoint() {
   if (const char* e = std::getenv("KJIT_ENDPOINT"); e != nullptr && *e != '\0') return e;
   return "ipc://" + RuntimeDir() + "/kjitd.sock";

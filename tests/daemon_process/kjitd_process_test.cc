@@ -1,6 +1,9 @@
 // A real kjitd in a child process, driven through the client library.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <fstream>
 #include <sstream>
 #include <zmq.hpp>
@@ -491,6 +494,38 @@ TEST(KjitdClient, FailureReportsHaveAReserveInAFullQueue) {
   EXPECT_EQ(counters.failures_dropped, 5u);
   EXPECT_EQ(counters.misses_dropped, 6u);
   EXPECT_EQ(counters.queue_depth, 4 + ipc::Client::kFailureReserve);
+}
+
+// A client talks to a kjitd only in a directory of the user's own that nobody else can write: another user who
+// made /tmp/kjit-<uid> first could otherwise listen there and learn what the user's programs run.
+TEST(KjitdClient, RefusesARuntimeDirectoryOthersCouldControl) {
+  char tmpl[] = "/tmp/kjit-dir-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  testing::ScopedEnv env({{"KJIT_RUNTIME_DIR", dir}});  // the check is for the runtime directory
+  ipc::ClientOptions o;
+  o.endpoint = "ipc://" + dir + "/kjitd.sock";
+  o.request_timeout = std::chrono::milliseconds(500);
+  // Ours and private, but nobody listens: unavailable, as for any kjitd that is not running.
+  EXPECT_EQ(ipc::Client(o).Hello().status().code(), StatusCode::kUnavailable);
+  ASSERT_EQ(chmod(dir.c_str(), 0777), 0);
+  auto open = ipc::Client(o).Hello();
+  EXPECT_EQ(open.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(open.status().message().find("writable by other users"), std::string::npos) << open.status().message();
+  ASSERT_EQ(chmod(dir.c_str(), 0700), 0);
+  if (getuid() == 0) {
+    ASSERT_EQ(chown(dir.c_str(), 65534, 65534), 0);  // nobody's
+    auto theirs = ipc::Client(o).Hello();
+    EXPECT_EQ(theirs.status().code(), StatusCode::kPermissionDenied);
+    EXPECT_NE(theirs.status().message().find("belongs to another user"), std::string::npos)
+        << theirs.status().message();
+  } else {
+    std::printf("not root: a directory of another user's cannot be made here; only the mode was checked\n");
+  }
+  // An endpoint the user named elsewhere is the user's choice.
+  ASSERT_EQ(chmod(dir.c_str(), 0777), 0);
+  testing::ScopedEnv elsewhere({{"KJIT_RUNTIME_DIR", dir + "/other"}});
+  EXPECT_EQ(ipc::Client(o).Hello().status().code(), StatusCode::kUnavailable);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Kjitd, OneInstancePerEndpoint) {

@@ -18,6 +18,12 @@ std::string RuntimeDir();
 // user owns or that others can enter.
 Status EnsurePrivateRuntimeDir(const std::string& dir);
 
+// For an ipc:// endpoint in RuntimeDir(), whether that directory is one this user may trust: owned by this user
+// and writable by nobody else (an endpoint the user named elsewhere is the user's choice: OK). Another user could otherwise create /tmp/kjit-<uid> first and listen there, and learn what
+// the user's programs run. kPermissionDenied saying what to do when not; kUnavailable when the directory does
+// not exist (no kjitd has started); OK for other transports.
+Status CheckEndpointDirectory(const std::string& endpoint);
+
 std::string DefaultEndpoint();          // ipc://<RuntimeDir()>/kjitd.sock, or $KJIT_ENDPOINT
 std::string DefaultAnnounceEndpoint();  // ipc://<RuntimeDir()>/kjitd-announce.sock
 std::string DefaultPidFile();           // <RuntimeDir()>/kjitd.pid
