@@ -154,6 +154,22 @@ struct Client::Impl {
   std::thread sender;
 
   void SendLoop();
+
+  // Queues `r` for the sender unless the queue already holds `capacity` reports (then `r` is counted dropped).
+  bool Enqueue(Report r, size_t capacity) {
+    {
+      std::lock_guard lock(mu);
+      if (queue.size() >= capacity) {
+        Count(r, false);
+        return false;
+      }
+      if (r.index() == 0) ++counters.misses_queued;
+      if (r.index() == 1) ++counters.failures_queued;
+      queue.push_back(std::move(r));
+    }
+    wake.notify_all();
+    return true;
+  }
 };
 
 void Client::Impl::SendLoop() {
@@ -274,58 +290,20 @@ Status Client::CloseEpisode(int64_t episode_id) {
 }
 
 bool Client::ReportMiss(std::string key_bytes, uint64_t calls, double observed_us) {
-  {
-    std::lock_guard lock(impl_->mu);
-    if (impl_->queue.size() >= impl_->options.miss_queue_capacity) {
-      ++impl_->counters.misses_dropped;
-      return false;
-    }
-    impl_->queue.push_back(ipc::ReportMiss{std::move(key_bytes), calls, observed_us});
-    ++impl_->counters.misses_queued;
-  }
-  impl_->wake.notify_all();
-  return true;
+  return impl_->Enqueue(ipc::ReportMiss{std::move(key_bytes), calls, observed_us}, impl_->options.miss_queue_capacity);
 }
 
 bool Client::ReportFailure(ipc::ReportFailure report) {
-  {
-    std::lock_guard lock(impl_->mu);
-    if (impl_->queue.size() >= impl_->options.miss_queue_capacity + kFailureReserve) {
-      ++impl_->counters.failures_dropped;
-      return false;
-    }
-    impl_->queue.push_back(std::move(report));
-    ++impl_->counters.failures_queued;
-  }
-  impl_->wake.notify_all();
-  return true;
+  return impl_->Enqueue(std::move(report), impl_->options.miss_queue_capacity + kFailureReserve);
 }
 
 bool Client::SubmitAsync(ipc::SubmitTask task) {
-  {
-    std::lock_guard lock(impl_->mu);
-    if (impl_->queue.size() >= impl_->options.miss_queue_capacity + kFailureReserve) {
-      ++impl_->counters.submits_dropped;
-      return false;
-    }
-    impl_->queue.push_back(std::move(task));
-  }
-  impl_->wake.notify_all();
-  return true;
+  return impl_->Enqueue(std::move(task), impl_->options.miss_queue_capacity + kFailureReserve);
 }
 
 bool Client::ReportUses(ipc::ReportUses report) {
   if (report.uses.empty()) return true;
-  {
-    std::lock_guard lock(impl_->mu);
-    if (impl_->queue.size() >= impl_->options.miss_queue_capacity + kFailureReserve) {
-      ++impl_->counters.uses_dropped;
-      return false;
-    }
-    impl_->queue.push_back(std::move(report));
-  }
-  impl_->wake.notify_all();
-  return true;
+  return impl_->Enqueue(std::move(report), impl_->options.miss_queue_capacity + kFailureReserve);
 }
 
 bool Client::ReportActivity(ipc::ReportActivity report) {
