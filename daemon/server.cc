@@ -32,6 +32,17 @@ using Clock = std::chrono::steady_clock;
 // the same GPU model: less would be within the timings' run-to-run spread (about 1% on an H100).
 constexpr double kStoreMargin = 0.02;
 
+// A stored kernel as the evaluator takes it, to verify it again (a failure report, an import).
+CandidateSpec CandidateOfRecord(const cache::KernelRecord& record) {
+  CandidateSpec c;
+  c.source = record.source;
+  c.entry_point = record.entry_point;
+  c.options = record.compile_options;
+  c.launch = record.launch;
+  c.design = record.design;
+  return c;
+}
+
 std::string IsoNow() {
   const auto now = std::chrono::system_clock::now();
   const std::time_t t = std::chrono::system_clock::to_time_t(now);
@@ -206,6 +217,7 @@ struct Server::Impl {
   void VerifyImports();
   void ImportVerified(int64_t record_id, const Verdict& v, const WorkerDevice& device);
   std::set<int64_t> imports_in_flight;
+  std::set<int64_t> quarantined_not_imports;  // looked at once: an import is always a new record id
   void QueueRetune(const std::string& key_bytes, const std::string& detail);
   ipc::Body SubmitCandidate(const ipc::SubmitCandidate& r);
   // Stores the measurement, and an accepted kernel's record: returns the record that holds the kernel
@@ -550,12 +562,7 @@ ipc::Body Server::Impl::ReportFailure(const ipc::ReportFailure& r) {
   if (pool && pool->Available(key->arch).ok()) {
     EvaluateRequest request;
     request.key_bytes = r.key_bytes;
-    CandidateSpec& c = request.candidate;
-    c.source = record->source;
-    c.entry_point = record->entry_point;
-    c.options = record->compile_options;
-    c.launch = record->launch;
-    c.design = record->design;
+    request.candidate = CandidateOfRecord(*record);
     const int64_t id = r.record_id;
     pool->SubmitEvaluate(std::move(request), key->arch,
                          [this, id, key_bytes = r.key_bytes, why](const Verdict& v, const WorkerDevice&) { ReverifyDone(id, key_bytes, why, v); });
@@ -616,17 +623,19 @@ void Server::Impl::VerifyImports() {
   auto records = cache->List(quarantined);
   if (!records.ok()) return;
   for (const cache::RecordSummary& summary : *records) {
-    if (imports_in_flight.count(summary.id) != 0 || !pool->Available(summary.arch).ok()) continue;
+    if (imports_in_flight.count(summary.id) != 0 || quarantined_not_imports.count(summary.id) != 0 ||
+        !pool->Available(summary.arch).ok()) {
+      continue;
+    }
     auto record = cache->Get(summary.id);
-    if (!record.ok() || record->status_reason.rfind(cache::kImportedReason, 0) != 0) continue;
+    if (!record.ok()) continue;
+    if (record->status_reason.rfind(cache::kImportedReason, 0) != 0) {
+      quarantined_not_imports.insert(summary.id);  // not read again every watch interval
+      continue;
+    }
     EvaluateRequest request;
     request.key_bytes = record->key_bytes;
-    CandidateSpec& c = request.candidate;
-    c.source = record->source;
-    c.entry_point = record->entry_point;
-    c.options = record->compile_options;
-    c.launch = record->launch;
-    c.design = record->design;
+    request.candidate = CandidateOfRecord(*record);
     const int64_t id = summary.id;
     imports_in_flight.insert(id);
     counters["imports_verifying"] += 1;
@@ -658,13 +667,7 @@ void Server::Impl::ImportVerified(int64_t record_id, const Verdict& v, const Wor
     Episode e;
     e.key_bytes = record->key_bytes;
     e.key = *key;
-    CandidateSpec c;
-    c.source = record->source;
-    c.entry_point = record->entry_point;
-    c.options = record->compile_options;
-    c.launch = record->launch;
-    c.design = record->design;
-    const Stored stored = Record(e, c, v, device, {});
+    const Stored stored = Record(e, CandidateOfRecord(*record), v, device, {});
     reason = stored.record == 0      ? std::string("verified here, but it could not be stored (kjitd's log says why)")
              : stored.not_better ? "verified here, but record " + std::to_string(stored.record) + " is faster"
                                  : "verified and timed here as record " + std::to_string(stored.record);
