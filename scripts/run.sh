@@ -20,8 +20,28 @@ case "${1:-}" in -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;
 
 t0=$(date +%s)
 bash scripts/setup-deps.sh
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build build -j "${KJIT_JOBS:-$(nproc)}"
+# The build's own output (compiler warnings included) goes to build/build.log; the terminal gets a progress
+# line every tenth of the build and, on failure, the log's last lines.
+mkdir -p build
+log=build/build.log
+echo "building kjit (output in $log)..."
+if ! cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo > "$log" 2>&1; then
+  tail -40 "$log"; echo "run.sh: configuring failed; the whole output is in $log" >&2; exit 1
+fi
+set +e
+cmake --build build -j "${KJIT_JOBS:-$(nproc)}" 2>&1 | tee -a "$log" | awk '
+  match($0, /^\[[0-9]+\/[0-9]+\]/) {
+    split(substr($0, 2, RLENGTH - 2), nm, "/"); step = int(10 * nm[1] / nm[2])
+    if (step > shown) { shown = step; printf "  built %d of %d steps\n", nm[1], nm[2]; fflush() }
+  }'
+build_rc=${PIPESTATUS[0]}
+set -e
+if [[ $build_rc -ne 0 ]]; then
+  grep -m 20 -B2 -A6 'error' "$log" || tail -40 "$log"
+  echo "run.sh: the build failed; the whole output is in $log" >&2; exit 1
+fi
+warnings=$(grep -c 'warning:' "$log" || true)
+[[ $warnings -eq 0 ]] || echo "  ($warnings compiler warnings, in $log)"
 kjit=build/daemon/kjit
 echo "(set up and built in $(( $(date +%s) - t0 )) s)"
 
