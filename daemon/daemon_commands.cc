@@ -948,6 +948,17 @@ int CmdRun(const Options& o) {
     list = present ? rest : *preload + ":" + rest;
   }
   setenv("LD_PRELOAD", list.c_str(), 1);
+  // The run's name, which the program's processes report their calls under (`kjit report --run`). A nested
+  // `kjit run` stays in its parent's run.
+  if (const char* run = std::getenv("KJIT_RUN_ID"); run == nullptr || *run == '\0') {
+    const time_t now = time(nullptr);
+    struct tm local {};
+    localtime_r(&now, &local);
+    char stamp[32];
+    strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &local);
+    const std::string id = std::string(stamp) + "-" + std::to_string(getpid());
+    setenv("KJIT_RUN_ID", id.c_str(), 1);
+  }
   // The shim in the program talks to the kjitd this command talked to.
   if (!o.endpoint.empty()) setenv("KJIT_ENDPOINT", o.endpoint.c_str(), 1);
   std::vector<std::string> args = o.run_command;
@@ -1056,7 +1067,8 @@ DaemonCommands::DaemonCommands(CLI::App& app) : options_(std::make_unique<Option
       "answer, starts it in the background, its log in $XDG_CACHE_HOME/kjit/kjitd.log unless kjitd.conf sets\n"
       "log_file. Then runs the program in place of kjit: its exit status is the program's.\n"
       "KJIT_DISABLE=1 turns kjit off in the program (and kjitd is not started); KJIT_OPS and KJIT_LOG are\n"
-      "passed through to the shim.");
+      "passed through to the shim. The run is named KJIT_RUN_ID (date-time-pid; kept if already set), which\n"
+      "its processes report their calls under: `kjit report --run last` shows what kjit did for it.");
 }
 
 DaemonCommands::~DaemonCommands() = default;

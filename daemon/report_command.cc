@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <ctime>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -22,6 +23,8 @@ struct ReportCommand::Options {
   bool markdown = false;
   std::string html;
   int limit = 0;
+  std::string run;
+  bool runs = false;
 };
 
 namespace {
@@ -66,9 +69,20 @@ std::string SpeedupCell(double speedup) { return speedup > 0 ? Format("%.2fx", s
 
 }  // namespace
 
-Result<KeyReport> BuildReport(const cache::KernelCache& cache) {
+Result<KeyReport> BuildReport(const cache::KernelCache& cache, const std::string& run_id) {
   KeyReport report;
   report.cache_path = cache.path();
+  if (!run_id.empty()) {
+    KJIT_ASSIGN_OR_RETURN(std::vector<cache::RunSummary> runs, cache.ListRuns());
+    for (const cache::RunSummary& r : runs) {
+      if (r.id == run_id || (run_id == "last" && !report.run)) report.run = r;
+    }
+    if (!report.run) {
+      return NotFound(runs.empty() ? "no program run has reported its calls to kjitd yet (run one under `kjit run`)"
+                                   : "no run \"" + run_id + "\" in " + cache.path() +
+                                         " (`kjit report --runs` lists the kept runs)");
+    }
+  }
   std::map<std::string, ReportRow> rows;  // by key hash
   auto row_of = [&](const Hash128& hash) -> ReportRow& {
     ReportRow& r = rows[hash.ToHex()];
@@ -88,13 +102,22 @@ Result<KeyReport> BuildReport(const cache::KernelCache& cache) {
     r.floor_us = t.floor_us;
     r.trials = t.trials;
   }
-  KJIT_ASSIGN_OR_RETURN(std::vector<cache::KeyStats> stats, cache.ListKeyStats());
+  std::vector<cache::KeyStats> stats;
+  if (report.run) {
+    KJIT_ASSIGN_OR_RETURN(stats, cache.ListRunKeyStats(report.run->id));
+    // A run's counts are its own: the queue's all-time miss counts do not belong to it.
+    for (auto& [hash, r] : rows) r.misses = 0;
+  } else {
+    KJIT_ASSIGN_OR_RETURN(stats, cache.ListKeyStats());
+  }
+  std::map<std::string, bool> in_run;
   for (const cache::KeyStats& k : stats) {
     ReportRow& r = row_of(k.key_hash);
     if (r.key_text.empty()) r.key_text = k.key_text;
     r.hits = k.hits;
-    r.misses = std::max<uint64_t>(k.misses, r.misses);
+    r.misses = report.run ? k.misses : std::max<uint64_t>(k.misses, r.misses);
     if (r.state.empty()) r.state = "not tuned";
+    in_run[r.key_hash] = true;
   }
   cache::ListFilter verified;
   verified.status = cache::RecordStatus::kVerified;
@@ -111,6 +134,7 @@ Result<KeyReport> BuildReport(const cache::KernelCache& cache) {
   }
 
   for (auto& [hash, r] : rows) {
+    if (report.run && !in_run.count(hash)) continue;
     if (r.op.empty()) r.op = OpOfText(r.key_text);
     if (r.key_text.empty()) r.key_text = "(key " + hash.substr(0, 12) + ", not named by any report)";
     if (r.kjit_us > 0) r.state = "served";
@@ -168,13 +192,37 @@ std::string ReportJson(const KeyReport& report) {
                         {"saved_us", r.saved_us},
                         {"best_so_far_us", r.best_so_far_us}});
   }
+  Json run = nullptr;
+  if (report.run) {
+    run = Json{{"id", report.run->id},
+               {"program", report.run->program},
+               {"pid", report.run->pid},
+               {"started_unix_ms", report.run->started_unix_ms},
+               {"last_seen_unix_ms", report.run->last_seen_unix_ms}};
+  }
   return DumpJson(Json{{"cache", report.cache_path},
+                       {"run", run},
                        {"keys", report.rows.size()},
                        {"served", report.served},
                        {"calls", report.calls},
                        {"hits", report.hits},
                        {"saved_us", report.saved_us},
                        {"rows", rows}});
+}
+
+std::string RunsJson(const std::vector<cache::RunSummary>& runs) {
+  Json out = Json::array();
+  for (const cache::RunSummary& r : runs) {
+    out.push_back(Json{{"id", r.id},
+                       {"program", r.program},
+                       {"pid", r.pid},
+                       {"started_unix_ms", r.started_unix_ms},
+                       {"last_seen_unix_ms", r.last_seen_unix_ms},
+                       {"keys", r.keys},
+                       {"calls", r.hits + r.misses},
+                       {"hits", r.hits}});
+  }
+  return DumpJson(out);
 }
 
 namespace {
@@ -193,7 +241,29 @@ const std::vector<Column>& Columns() {
   return columns;
 }
 
+std::string TimeText(int64_t unix_ms) {
+  const time_t t = static_cast<time_t>(unix_ms / 1000);
+  struct tm local {};
+  localtime_r(&t, &local);
+  char text[32];
+  strftime(text, sizeof text, "%Y-%m-%d %H:%M:%S", &local);
+  return text;
+}
+
+std::string RunLine(const cache::RunSummary& run) {
+  return "run " + run.id + " (" + (run.program.empty() ? std::string("program not named") : run.program) +
+         "), started " + TimeText(run.started_unix_ms) + ", last report " + TimeText(run.last_seen_unix_ms);
+}
+
 std::string Summary(const KeyReport& report) {
+  if (report.run) {
+    return RunLine(*report.run) + "\n" +
+           Format("%zu keys, %zu served by kjit; %llu calls, %llu of them kjit's kernels; GPU time saved in this run: "
+                  "%s",
+                  report.rows.size(), report.served, static_cast<unsigned long long>(report.calls),
+                  static_cast<unsigned long long>(report.hits),
+                  report.saved_us > 0 ? SavedText(report.saved_us).c_str() : "none");
+  }
   return Format("%zu keys, %zu served by kjit; %llu calls, %llu of them kjit's kernels; GPU time saved so far: %s",
                 report.rows.size(), report.served, static_cast<unsigned long long>(report.calls),
                 static_cast<unsigned long long>(report.hits),
@@ -358,6 +428,12 @@ ReportCommand::ReportCommand(CLI::App& app) : options_(std::make_unique<Options>
   json->excludes(markdown);
   html->type_name("FILE");
   o.report->add_option("--limit", o.limit, "At most this many keys in the table (0: all)")->check(CLI::NonNegativeNumber);
+  auto* run = o.report->add_option("--run", o.run,
+                                   "Only this program run's keys and calls: a run id from --runs, or `last` (the run "
+                                   "seen most recently); `kjit run` names each run (KJIT_RUN_ID)");
+  run->type_name("ID|last");
+  auto* runs = o.report->add_flag("--runs", o.runs, "List the kept program runs (the newest 200), newest first");
+  runs->excludes(run)->excludes(markdown)->excludes(html);
 }
 
 ReportCommand::~ReportCommand() = default;
@@ -378,8 +454,36 @@ int ReportCommand::Run() {
     }
     return Report(cache.status());
   }
-  auto report = BuildReport(**cache);
-  if (!report.ok()) return Report(report.status());
+  if (o.runs) {
+    auto runs = (*cache)->ListRuns();
+    if (!runs.ok()) return Report(runs.status());
+    if (o.json) {
+      std::cout << RunsJson(*runs) << "\n";
+      return 0;
+    }
+    if (runs->empty()) {
+      std::cout << "(no program run has reported its calls yet: run one under `kjit run`)\n";
+      return 0;
+    }
+    static const std::vector<Column> columns = {{"RUN", false},  {"STARTED", false}, {"LAST REPORT", false},
+                                                {"KEYS", true},  {"CALLS", true},    {"HITS", true},
+                                                {"PROGRAM", false}};
+    std::vector<std::vector<std::string>> rows;
+    for (const cache::RunSummary& r : *runs) {
+      rows.push_back({r.id, TimeText(r.started_unix_ms), TimeText(r.last_seen_unix_ms), std::to_string(r.keys),
+                      std::to_string(r.hits + r.misses), std::to_string(r.hits), r.program});
+    }
+    PrintTable(std::cout, columns, rows, TableWidth());
+    return 0;
+  }
+  auto report = BuildReport(**cache, o.run);
+  if (!report.ok()) {
+    if (report.status().code() == StatusCode::kNotFound) {
+      std::cerr << "kjit: " << report.status().message() << "\n";
+      return 1;
+    }
+    return Report(report.status());
+  }
   if (o.limit > 0 && report->rows.size() > static_cast<size_t>(o.limit)) report->rows.resize(o.limit);
   if (!o.html.empty()) {
     std::ofstream out(o.html);

@@ -1,6 +1,7 @@
 // `kjit report`: what kjit did for the programs it served, per key, from the kernel cache alone.
 //
-//   kjit report [--cache PATH] [--json | --markdown | --html FILE] [--limit N]
+//   kjit report [--cache PATH] [--run ID|last] [--json | --markdown | --html FILE] [--limit N]
+//   kjit report --runs [--json]
 //
 // One row per key any program ran or kjitd tuned: the op and its shapes, the calls the programs reported
 // (hits: kjit's kernel; misses: PyTorch's), PyTorch's time and the kernel's as the evaluator timed them,
@@ -8,11 +9,14 @@
 // and the GPU time saved so far (hits x the time each hit saved). The calls come from the shims' use reports
 // (ipc report_uses, every few seconds and at exit); keys with no report count their misses from the task
 // queue. `--html FILE` writes one self-contained page (no scripts, no network) with the table and SVG plots:
-// speedup per key, best-so-far against trials for every tuned key, and time saved.
+// speedup per key, best-so-far against trials for every tuned key, and time saved. `--run` narrows the report to
+// one program run (the calls its processes reported: `kjit run` names a run and its child processes share it);
+// `--runs` lists the kept runs.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,14 +50,18 @@ struct ReportRow {
 
 struct KeyReport {
   std::string cache_path;
+  std::optional<cache::RunSummary> run;  // set for one run's report
   std::vector<ReportRow> rows;  // most time saved first, then most calls
   uint64_t calls = 0, hits = 0;
   size_t served = 0;            // keys with a kernel
   double saved_us = 0;
 };
 
-// The report of a cache, as `kjit report` prints it.
-Result<KeyReport> BuildReport(const cache::KernelCache& cache);
+// The report of a cache, as `kjit report` prints it; with `run_id`, of that run's keys and calls only
+// ("last": the run seen most recently). NotFound for an unknown run.
+Result<KeyReport> BuildReport(const cache::KernelCache& cache, const std::string& run_id = "");
+
+std::string RunsJson(const std::vector<cache::RunSummary>& runs);
 
 std::string ReportJson(const KeyReport& report);
 std::string ReportMarkdown(const KeyReport& report);

@@ -441,7 +441,15 @@ ipc::Body Server::Handle(const ipc::Body& request, bool* shutdown_requested) {
                                                         "\" is not 32 hex digits"));
             uses.push_back(cache::UseReport{*hash, u.record_id, u.hits, u.misses, ""});
           }
-          if (Status st = s.cache->RecordUses(uses); !st.ok()) return fail(st);
+          std::optional<cache::RunInfo> run;
+          if (r.run_id && !r.run_id->empty()) {
+            if (r.run_id->size() > ipc::kMaxRunIdText)
+              return fail(InvalidArgument("report_uses: run_id is longer than " +
+                                          std::to_string(ipc::kMaxRunIdText) + " bytes"));
+            run = cache::RunInfo{*r.run_id, r.pid, r.program.value_or("").substr(0, ipc::kMaxProgramText),
+                                 r.started_unix_ms.value_or(0)};
+          }
+          if (Status st = s.cache->RecordUses(uses, run ? &*run : nullptr); !st.ok()) return fail(st);
           s.counters["use_reports"] += 1;
           return ipc::Ack{};
         } else if constexpr (std::is_same_v<T, ipc::ReportActivity>) {

@@ -132,7 +132,7 @@ EOF
 rm -rf "$work"
 
 echo
-echo "== kjit report (every key kjit has seen; --html FILE for plots)"
-$kjit report
+echo "== kjit report --run last (the second run's calls; \`kjit report\` covers every key kjit has seen, --html FILE adds plots)"
+$kjit report --run last
 echo
 echo "kjitd keeps running (and tuning); stop it with: $kjit daemon stop"

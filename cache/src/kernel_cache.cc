@@ -151,9 +151,28 @@ ALTER TABLE tasks ADD COLUMN record_id INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE tasks ADD COLUMN policy_version TEXT NOT NULL DEFAULT '';
 )sql";
 
+// Version 5: per-run use counters for `kjit report --run` (RecordUses with a RunInfo).
+constexpr const char* kSchemaV5 = R"sql(
+CREATE TABLE runs (
+  id TEXT PRIMARY KEY,
+  pid INTEGER NOT NULL,
+  program TEXT NOT NULL,
+  started_ms INTEGER NOT NULL,
+  last_seen_ms INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX runs_by_last_seen ON runs (last_seen_ms);
+CREATE TABLE run_uses (
+  run_id TEXT NOT NULL,
+  key_hash BLOB NOT NULL,
+  hits INTEGER NOT NULL,
+  misses INTEGER NOT NULL,
+  PRIMARY KEY (run_id, key_hash)
+) WITHOUT ROWID;
+)sql";
+
 // kMigrations[v] brings a file from schema version v to v + 1. Version 0 is
 // an empty file.
-constexpr const char* kMigrations[] = {kSchemaV1, kSchemaV2, kSchemaV3, kSchemaV4};
+constexpr const char* kMigrations[] = {kSchemaV1, kSchemaV2, kSchemaV3, kSchemaV4, kSchemaV5};
 static_assert(std::size(kMigrations) == kSchemaVersion, "one migration per schema version");
 
 // Every column of `kernels`, in a fixed order that ReadRecord expects: the
@@ -740,9 +759,10 @@ Result<ServedKernel> KernelCache::Lookup(const Hash128& key_hash, const ReaderCo
   return NotFound(why_not.empty() ? "no verified kernel for this key" : "no kernel served: " + why_not);
 }
 
-Status KernelCache::RecordUses(std::span<const UseReport> uses) {
+Status KernelCache::RecordUses(std::span<const UseReport> uses, const RunInfo* run) {
   if (impl_->read_only) return InvalidArgument("the kernel cache was opened read-only");
   if (uses.empty()) return Status::Ok();
+  if (run != nullptr && run->id.empty()) return InvalidArgument("a use report's run has no id");
   std::lock_guard lock(impl_->mu);
   KJIT_ASSIGN_OR_RETURN(Transaction txn, Transaction::Begin(impl_->db));
   KJIT_ASSIGN_OR_RETURN(Statement stats,
@@ -765,7 +785,77 @@ Status KernelCache::RecordUses(std::span<const UseReport> uses) {
       used.Reset();
     }
   }
+  if (run != nullptr) {
+    KJIT_ASSIGN_OR_RETURN(Statement known, impl_->db.Prepare("SELECT 1 FROM runs WHERE id = ?"));
+    known.BindText(1, run->id);
+    KJIT_ASSIGN_OR_RETURN(bool existed, known.Step());
+    KJIT_ASSIGN_OR_RETURN(Statement upsert,
+                          impl_->db.Prepare("INSERT INTO runs (id, pid, program, started_ms, last_seen_ms) VALUES "
+                                            "(?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET last_seen_ms = "
+                                            "excluded.last_seen_ms, started_ms = MIN(started_ms, excluded.started_ms)"));
+    upsert.BindText(1, run->id).Bind(2, static_cast<int64_t>(run->pid)).BindText(3, run->program);
+    upsert.Bind(4, run->started_unix_ms > 0 ? run->started_unix_ms : now).Bind(5, now);
+    KJIT_RETURN_IF_ERROR(upsert.Run());
+    KJIT_ASSIGN_OR_RETURN(Statement counts,
+                          impl_->db.Prepare("INSERT INTO run_uses (run_id, key_hash, hits, misses) VALUES (?, ?, ?, ?) "
+                                            "ON CONFLICT (run_id, key_hash) DO UPDATE SET hits = hits + "
+                                            "excluded.hits, misses = misses + excluded.misses"));
+    for (const auto& u : uses) {
+      counts.BindText(1, run->id).BindBlob(2, HashBlob(u.key_hash));
+      counts.Bind(3, static_cast<int64_t>(u.hits)).Bind(4, static_cast<int64_t>(u.misses));
+      KJIT_RETURN_IF_ERROR(counts.Run());
+      counts.Reset();
+    }
+    // A new run pushes the oldest out, so the table stays bounded however many programs run.
+    if (!existed) {
+      KJIT_RETURN_IF_ERROR(impl_->db.Exec(
+          "DELETE FROM run_uses WHERE run_id IN (SELECT id FROM runs ORDER BY last_seen_ms DESC, id LIMIT -1 OFFSET " +
+          std::to_string(kMaxRunsKept) + ");"
+          "DELETE FROM runs WHERE id IN (SELECT id FROM runs ORDER BY last_seen_ms DESC, id LIMIT -1 OFFSET " +
+          std::to_string(kMaxRunsKept) + ");"));
+    }
+  }
   return txn.Commit();
+}
+
+Result<std::vector<RunSummary>> KernelCache::ListRuns(int limit) const {
+  std::lock_guard lock(impl_->mu);
+  KJIT_ASSIGN_OR_RETURN(Statement s,
+                        impl_->db.Prepare("SELECT r.id, r.pid, r.program, r.started_ms, r.last_seen_ms, "
+                                          "COUNT(u.key_hash), COALESCE(SUM(u.hits), 0), COALESCE(SUM(u.misses), 0) "
+                                          "FROM runs r LEFT JOIN run_uses u ON u.run_id = r.id GROUP BY r.id "
+                                          "ORDER BY r.last_seen_ms DESC, r.id LIMIT ?"));
+  s.Bind(1, limit > 0 ? static_cast<int64_t>(limit) : int64_t{-1});
+  std::vector<RunSummary> out;
+  while (true) {
+    KJIT_ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row) break;
+    out.push_back({s.Text(0), static_cast<uint32_t>(s.Int(1)), s.Text(2), s.Int(3), s.Int(4),
+                   static_cast<uint64_t>(s.Int(5)), static_cast<uint64_t>(s.Int(6)), static_cast<uint64_t>(s.Int(7))});
+  }
+  return out;
+}
+
+Result<std::vector<KeyStats>> KernelCache::ListRunKeyStats(const std::string& run_id) const {
+  std::lock_guard lock(impl_->mu);
+  KJIT_ASSIGN_OR_RETURN(Statement known, impl_->db.Prepare("SELECT 1 FROM runs WHERE id = ?"));
+  known.BindText(1, run_id);
+  KJIT_ASSIGN_OR_RETURN(bool found, known.Step());
+  if (!found) return NotFound("no run \"" + run_id + "\" in the cache (`kjit report --runs` lists the kept runs)");
+  KJIT_ASSIGN_OR_RETURN(Statement s,
+                        impl_->db.Prepare("SELECT u.key_hash, COALESCE(k.key_text, ''), u.hits, u.misses, r.last_seen_ms "
+                                          "FROM run_uses u JOIN runs r ON r.id = u.run_id LEFT JOIN key_stats k ON "
+                                          "k.key_hash = u.key_hash WHERE u.run_id = ? ORDER BY u.hits + u.misses DESC, "
+                                          "u.key_hash"));
+  s.BindText(1, run_id);
+  std::vector<KeyStats> out;
+  while (true) {
+    KJIT_ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row) break;
+    out.push_back({BlobHash(s.BlobView(0)), s.Text(1), static_cast<uint64_t>(s.Int(2)), static_cast<uint64_t>(s.Int(3)),
+                   s.Int(4)});
+  }
+  return out;
 }
 
 Result<std::vector<KeyStats>> KernelCache::ListKeyStats() const {

@@ -1,13 +1,39 @@
 #include "activity.h"
 
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
 #include <utility>
 #include <vector>
 
 namespace kjit::shim {
 
+ProgramRun CurrentProgramRun(uint32_t pid) {
+  ProgramRun run;
+  run.started_unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                            std::chrono::system_clock::now().time_since_epoch())
+                            .count();
+  const char* id = std::getenv("KJIT_RUN_ID");
+  if (id != nullptr && *id != '\0') {
+    run.id.assign(id, strnlen(id, ipc::kMaxRunIdText));
+  } else {
+    run.id = std::to_string(pid) + "-" + std::to_string(run.started_unix_ms);
+  }
+  std::ifstream cmdline("/proc/self/cmdline", std::ios::binary);
+  std::string args((std::istreambuf_iterator<char>(cmdline)), std::istreambuf_iterator<char>());
+  while (!args.empty() && args.back() == '\0') args.pop_back();
+  for (char& c : args) {
+    if (c == '\0') c = ' ';
+  }
+  if (args.size() > ipc::kMaxProgramText) args.resize(ipc::kMaxProgramText);
+  run.program = std::move(args);
+  return run;
+}
+
 ActivityReporter::ActivityReporter(const EntryTable& table, ActivitySink* sink, uint32_t pid,
-                                   std::chrono::milliseconds interval, int uses_every)
-    : table_(table), sink_(sink), pid_(pid), interval_(interval), uses_every_(uses_every) {}
+                                   std::chrono::milliseconds interval, int uses_every, ProgramRun run)
+    : table_(table), sink_(sink), pid_(pid), interval_(interval), uses_every_(uses_every), run_(std::move(run)) {}
 
 ActivityReporter::~ActivityReporter() { Stop(); }
 
@@ -64,6 +90,11 @@ std::optional<ipc::ReportUses> ActivityReporter::FlushUses() {
     r.misses = misses;
   });
   if (report.uses.empty()) return std::nullopt;
+  if (!run_.id.empty()) {
+    report.run_id = run_.id;
+    report.program = run_.program;
+    report.started_unix_ms = run_.started_unix_ms;
+  }
   sink_->SendUses(report);
   return report;
 }

@@ -38,6 +38,16 @@ class ActivitySink {
   virtual void SendUses(ipc::ReportUses report) = 0;
 };
 
+// The program run this process's use reports belong to (ipc report_uses' run fields).
+struct ProgramRun {
+  std::string id;               // empty: reports carry no run
+  std::string program;          // the command line, cut to ipc::kMaxProgramText bytes
+  int64_t started_unix_ms = 0;  // when the shim began reporting (the first intercepted call)
+};
+// This process's run: KJIT_RUN_ID if set (`kjit run` sets it, and child processes inherit it, so a program's
+// workers count as one run), else "<pid>-<start ms>"; the command line from /proc/self/cmdline.
+ProgramRun CurrentProgramRun(uint32_t pid);
+
 class ActivityReporter {
  public:
   static constexpr std::chrono::milliseconds kDefaultInterval{500};
@@ -45,7 +55,8 @@ class ActivityReporter {
   static constexpr int kDefaultUsesEvery = 5;
 
   ActivityReporter(const EntryTable& table, ActivitySink* sink, uint32_t pid,
-                   std::chrono::milliseconds interval = kDefaultInterval, int uses_every = kDefaultUsesEvery);
+                   std::chrono::milliseconds interval = kDefaultInterval, int uses_every = kDefaultUsesEvery,
+                   ProgramRun run = {});
   ~ActivityReporter();  // stops and joins the thread
   ActivityReporter(const ActivityReporter&) = delete;
   ActivityReporter& operator=(const ActivityReporter&) = delete;
@@ -70,6 +81,7 @@ class ActivityReporter {
   const uint32_t pid_;
   const std::chrono::milliseconds interval_;
   const int uses_every_;
+  const ProgramRun run_;
   std::map<int, uint64_t> last_;  // device -> calls at the last look (Tick's caller only)
   struct Reported {
     std::string key_hash;  // hex, computed once per entry

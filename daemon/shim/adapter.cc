@@ -300,7 +300,9 @@ class Adapter final : public KernelSource, public ActivitySink {
     std::call_once(announcements_once_, [&] {
       announcements_ = new AnnouncementListener(this);  // never destroyed; stopped at exit
       if (Status s = announcements_->Start(); !s.ok()) Log("no hot-swaps: ", s.ToString());
-      activity_ = new ActivityReporter(table, this, static_cast<uint32_t>(getpid()));  // never destroyed
+      const auto pid = static_cast<uint32_t>(getpid());
+      activity_ = new ActivityReporter(table, this, pid, ActivityReporter::kDefaultInterval,  // never destroyed
+                                       ActivityReporter::kDefaultUsesEvery, CurrentProgramRun(pid));
       activity_->Start();
       std::atexit(FlushUsesAtExit);
     });

@@ -144,6 +144,9 @@ struct Schema<ReportUses> {
   static void Fields(M& m, V&& visit) {
     visit("pid", m.pid);
     visit("uses", m.uses);
+    visit("run_id", m.run_id);
+    visit("program", m.program);
+    visit("started_unix_ms", m.started_unix_ms);
   }
 };
 template <>

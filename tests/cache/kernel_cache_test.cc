@@ -253,6 +253,41 @@ TEST(KernelCache, UseCountsAndHitMissCounters) {
   EXPECT_NEAR(stats->hit_rate(), 20.0 / 26.0, 1e-12);
 }
 
+// Each run keeps its own per-key counters beside the all-time ones; only the newest kMaxRunsKept runs stay.
+TEST(KernelCache, RunsKeepTheirOwnCountersAndOnlyTheNewestAreKept) {
+  TempDir dir;
+  auto cache = OpenOrDie(dir.file("c.db"));
+  const Hash128 a = OpKey::Decode(KeyBytes(64))->Hash(), b = OpKey::Decode(KeyBytes(65))->Hash();
+  const RunInfo kEmptyRun{};
+  const RunInfo first{"first", 10, "python3 app.py", 1000};
+  ASSERT_TRUE(cache->RecordUses(std::vector<UseReport>{{a, 0, 4, 1, "ka"}, {b, 0, 0, 2, "kb"}}, &first).ok());
+  ASSERT_TRUE(cache->RecordUses(std::vector<UseReport>{{a, 0, 1, 0, ""}}, &first).ok());
+  ASSERT_TRUE(cache->RecordUses(std::vector<UseReport>{{a, 0, 100, 0, ""}}).ok());  // no run: all-time only
+  auto keys = cache->ListRunKeyStats("first");
+  ASSERT_TRUE(keys.ok()) << keys.status().ToString();
+  ASSERT_EQ(keys->size(), 2u);
+  EXPECT_EQ((*keys)[0].key_text, "ka");
+  EXPECT_EQ((*keys)[0].hits, 5u);
+  EXPECT_EQ((*keys)[0].misses, 1u);
+  EXPECT_EQ((*keys)[1].misses, 2u);
+  EXPECT_EQ(cache->ListRunKeyStats("nope").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(cache->RecordUses(std::vector<UseReport>{{a, 0, 1, 0, ""}}, &kEmptyRun).code(),
+            StatusCode::kInvalidArgument);
+
+  for (int i = 0; i < kMaxRunsKept + 5; ++i) {
+    const RunInfo run{"run-" + std::to_string(i), 20, "p", 0};
+    ASSERT_TRUE(cache->RecordUses(std::vector<UseReport>{{b, 0, 1, 0, ""}}, &run).ok());
+  }
+  auto runs = cache->ListRuns();
+  ASSERT_TRUE(runs.ok());
+  EXPECT_EQ(runs->size(), static_cast<size_t>(kMaxRunsKept));
+  EXPECT_EQ(cache->ListRunKeyStats("first").status().code(), StatusCode::kNotFound) << "the oldest run was dropped";
+  EXPECT_EQ(cache->ListRuns(3)->size(), 3u);
+  auto stats = cache->Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->hits, 5u + 100u + kMaxRunsKept + 5u) << "dropping a run keeps the all-time counters";
+}
+
 TEST(KernelCache, ListFiltersAndSorts) {
   TempDir dir;
   auto cache = OpenOrDie(dir.file("c.db"));

@@ -347,6 +347,13 @@ PY
     # A nested `kjit run` does not preload twice.
     run 0 "$kjit" run --no-daemon -- "$kjit" run --no-daemon -- sh -c 'echo "$LD_PRELOAD"'
     [[ $out == "$preload" ]] || fail "nested kjit run: LD_PRELOAD is '$out'"
+    # Each run is named (date-time-pid) for `kjit report --run`; a run already named (by the user, or an outer
+    # `kjit run`) keeps its name.
+    unset KJIT_RUN_ID
+    run 0 "$kjit" run --no-daemon -- sh -c 'echo "$KJIT_RUN_ID"'
+    expect "$out" "^[0-9]{8}-[0-9]{6}-[0-9]+$"
+    KJIT_RUN_ID=mine run 0 "$kjit" run --no-daemon -- "$kjit" run --no-daemon -- sh -c 'echo "$KJIT_RUN_ID"'
+    [[ $out == mine ]] || fail "KJIT_RUN_ID set before kjit run became '$out'"
     # The program's arguments, exit status and stdin/stdout are its own.
     run 7 "$kjit" run --no-daemon -- sh -c 'echo "$1 $2"; exit 7' sh -x "two words"
     [[ $out == "-x two words" ]] || fail "arguments arrived as '$out'"

@@ -417,13 +417,20 @@ TEST(Kjitd, UseReportsLandInThePerKeyCounters) {
   ipc::Client c = MakeClient(h);
   const std::string hit_key = OpKey::Decode(KeyBytes(500))->Hash().ToHex();
   const std::string miss_key = OpKey::Decode(KeyBytes(501))->Hash().ToHex();
-  ASSERT_TRUE(c.ReportUses(ipc::ReportUses{1, {{hit_key, served, 40, 0}, {miss_key, 0, 0, 3}}}));
-  ASSERT_TRUE(c.ReportUses(ipc::ReportUses{1, {{hit_key, served, 2, 1}}}));
+  // Two processes of one run (a program and its worker), then a report that names no run.
+  ASSERT_TRUE(c.ReportUses(ipc::ReportUses{1, {{hit_key, served, 40, 0}, {miss_key, 0, 0, 3}}, "run-a",
+                                           "python3 app.py", 1000}));
+  ASSERT_TRUE(c.ReportUses(ipc::ReportUses{2, {{hit_key, served, 2, 1}}, "run-a", "python3 worker.py", 900}));
+  ASSERT_TRUE(c.ReportUses(ipc::ReportUses{3, {{hit_key, served, 5, 0}}, std::nullopt, std::nullopt, std::nullopt}));
   ASSERT_TRUE(c.Flush(std::chrono::seconds(20)).ok()) << ReadFile(h.log_path());
-  EXPECT_EQ(c.counters().uses_acked, 2u);
-  auto bad = c.Call(ipc::ReportUses{1, {{"not hex", 0, 1, 0}}});
+  EXPECT_EQ(c.counters().uses_acked, 3u);
+  auto bad = c.Call(ipc::ReportUses{1, {{"not hex", 0, 1, 0}}, std::nullopt, std::nullopt, std::nullopt});
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  auto long_run = c.Call(ipc::ReportUses{1, {{hit_key, served, 1, 0}}, std::string(ipc::kMaxRunIdText + 1, 'r'),
+                                         std::nullopt, std::nullopt});
+  ASSERT_FALSE(long_run.ok());
+  EXPECT_EQ(long_run.status().code(), StatusCode::kInvalidArgument);
 
   cache::OpenOptions o;
   o.path = h.cache_path();
@@ -433,9 +440,18 @@ TEST(Kjitd, UseReportsLandInThePerKeyCounters) {
   auto stats = (*reader)->Stats(5);
   ASSERT_TRUE(stats.ok());
   EXPECT_EQ(stats->keys_seen, 2u);
-  EXPECT_EQ(stats->hits, 42u);
+  EXPECT_EQ(stats->hits, 47u);
   EXPECT_EQ(stats->misses, 4u);
-  EXPECT_EQ((*reader)->Get(served)->use_count, 42u);
+  EXPECT_EQ((*reader)->Get(served)->use_count, 47u);
+  auto runs = (*reader)->ListRuns();
+  ASSERT_TRUE(runs.ok()) << runs.status().ToString();
+  ASSERT_EQ(runs->size(), 1u);
+  EXPECT_EQ((*runs)[0].id, "run-a");
+  EXPECT_EQ((*runs)[0].program, "python3 app.py");  // the first process to report names the run
+  EXPECT_EQ((*runs)[0].started_unix_ms, 900);        // the earliest start of its processes
+  EXPECT_EQ((*runs)[0].keys, 2u);
+  EXPECT_EQ((*runs)[0].hits, 42u);
+  EXPECT_EQ((*runs)[0].misses, 4u);
 }
 
 TEST(Kjitd, FailureReportsThatAreNotTheKernelsOrNameTheWrongRecordChangeNothing) {

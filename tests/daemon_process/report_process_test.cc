@@ -83,7 +83,8 @@ TEST(KjitReport, FiguresMatchTheCacheInEveryFormat) {
     record = best->id;
     ASSERT_GT(record, 0);
   }
-  ASSERT_TRUE(c.ReportUses(ipc::ReportUses{1, {{hex(served), record, 100, 5}, {hex(slow), 0, 0, 50}}}));
+  ASSERT_TRUE(c.ReportUses(
+      ipc::ReportUses{1, {{hex(served), record, 100, 5}, {hex(slow), 0, 0, 50}}, "run-1", "python3 app.py", 1000}));
   ASSERT_TRUE(c.Flush(std::chrono::seconds(20)).ok());
 
   const std::string kjit = std::string(KJIT_KJIT) + " report --cache " + h.cache_path();
@@ -142,6 +143,47 @@ TEST(KjitReport, FiguresMatchTheCacheInEveryFormat) {
   auto [check, check_rc] = Shell("python3 " KJIT_SOURCE_DIR "/scripts/check_report_html.py " + html + " 2>&1");
   EXPECT_EQ(check_rc, 0) << check;
   EXPECT_NE(check.find("4 svg plots"), std::string::npos) << check;
+
+  // A second run of the program: `--run` reports each run's own calls, `last` the newest, `--runs` lists both.
+  ASSERT_TRUE(c.ReportUses(ipc::ReportUses{2, {{hex(served), record, 10, 0}}, "run-2", "python3 app.py --again", 2000}));
+  ASSERT_TRUE(c.Flush(std::chrono::seconds(20)).ok());
+  auto [run1_text, run1_rc] = Shell(kjit + " --run run-1 --json");
+  ASSERT_EQ(run1_rc, 0) << run1_text;
+  const auto r1 = nlohmann::json::parse(run1_text);
+  EXPECT_EQ(r1["run"]["id"], "run-1");
+  EXPECT_EQ(r1["run"]["program"], "python3 app.py");
+  EXPECT_EQ(r1["keys"], 2);  // the queued key was not called in this run
+  EXPECT_EQ(r1["calls"], 155);
+  EXPECT_EQ(r1["hits"], 100);
+  EXPECT_DOUBLE_EQ(r1["saved_us"].template get<double>(), 100.0);
+  auto [last_text, last_rc] = Shell(kjit + " --run last --json");
+  ASSERT_EQ(last_rc, 0) << last_text;
+  const auto r2 = nlohmann::json::parse(last_text);
+  EXPECT_EQ(r2["run"]["id"], "run-2");
+  EXPECT_EQ(r2["keys"], 1);
+  EXPECT_EQ(r2["calls"], 10);
+  EXPECT_DOUBLE_EQ(r2["saved_us"].template get<double>(), 10.0);
+  EXPECT_EQ(r2["rows"][0]["state"], "served");
+  auto [last_table, last_table_rc] = Shell(kjit + " --run last");
+  ASSERT_EQ(last_table_rc, 0);
+  EXPECT_NE(last_table.find("run run-2 (python3 app.py --again)"), std::string::npos) << last_table;
+  EXPECT_NE(last_table.find("1 keys, 1 served by kjit; 10 calls, 10 of them kjit's kernels; GPU time saved in this "
+                            "run: 10.0 us"),
+            std::string::npos)
+      << last_table;
+  auto [runs_text, runs_rc] = Shell(kjit + " --runs --json");
+  ASSERT_EQ(runs_rc, 0) << runs_text;
+  const auto runs = nlohmann::json::parse(runs_text);
+  ASSERT_EQ(runs.size(), 2u);
+  EXPECT_EQ(runs[0]["id"], "run-2");  // newest first
+  EXPECT_EQ(runs[1]["id"], "run-1");
+  EXPECT_EQ(runs[1]["calls"], 155);
+  auto [runs_table, runs_table_rc] = Shell(kjit + " --runs");
+  ASSERT_EQ(runs_table_rc, 0);
+  EXPECT_NE(runs_table.find("python3 app.py --again"), std::string::npos) << runs_table;
+  auto [unknown, unknown_rc] = Shell(kjit + " --run no-such-run 2>&1");
+  EXPECT_EQ(unknown_rc, 1) << unknown;
+  EXPECT_NE(unknown.find("no run \"no-such-run\""), std::string::npos) << unknown;
 }
 
 }  // namespace

@@ -114,7 +114,12 @@ std::vector<Envelope> SampleMessages() {
   add(FailureAck{true, "queued", 44});
   add(ReportActivity{4242, {"GPU-0a1b2c3d-0000-1111-2222-333344445555", "GPU-ffffffff-0000-1111-2222-333344445555"},
                      1u << 20});
-  add(ReportUses{4242, {{"c97c4393cb47064a169d4bec25de480d", 31337, 1000, 0}, {"721a7d79b31f00000000000000000000", 0, 0, 7}}});
+  add(ReportUses{4242,
+                 {{"c97c4393cb47064a169d4bec25de480d", 31337, 1000, 0}, {"721a7d79b31f00000000000000000000", 0, 0, 7}},
+                 "20261206-113700-4242",
+                 "python3 app.py --iters 30",
+                 1796556000123});
+  add(ReportUses{4243, {{"c97c4393cb47064a169d4bec25de480d", 0, 0, 1}}, std::nullopt, std::nullopt, std::nullopt});
   add(Announce{90, "c97c4393cb47064a169d4bec25de480d", 31337});
   out.back().id = 0;  // announcements carry id 0
   out.front().id = std::numeric_limits<uint64_t>::max();

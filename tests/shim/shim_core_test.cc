@@ -543,6 +543,31 @@ TEST(ShimActivity, UsesReportEachKeysCallsOnce) {
   ASSERT_EQ(second->uses.size(), 1u);
   EXPECT_EQ(second->uses[0].hits, 1u);
   EXPECT_EQ(sink.uses.size(), 2u);
+  EXPECT_FALSE(second->run_id.has_value()) << "a reporter without a run sends none";
+}
+
+// The run a process's calls are reported under: `kjit run`'s KJIT_RUN_ID when set, else the process's own.
+TEST(ShimActivity, UsesCarryTheProgramsRun) {
+  setenv("KJIT_RUN_ID", "20261206-120000-77", 1);
+  const ProgramRun run = CurrentProgramRun(77);
+  setenv("KJIT_RUN_ID", "", 1);
+  const ProgramRun own = CurrentProgramRun(78);
+  unsetenv("KJIT_RUN_ID");
+  EXPECT_EQ(run.id, "20261206-120000-77");
+  EXPECT_NE(run.program.find("kjit_shim"), std::string::npos) << run.program;  // this test binary's command line
+  EXPECT_GT(run.started_unix_ms, 0);
+  EXPECT_EQ(own.id.rfind("78-", 0), 0u) << own.id;
+  EntryTable table;
+  FakeActivitySink sink;
+  ActivityReporter reporter(table, &sink, 5, ActivityReporter::kDefaultInterval, ActivityReporter::kDefaultUsesEvery,
+                            ProgramRun{"run-x", "python3 app.py", 1234});
+  bool created = false;
+  table.FindOrCreate(HashBytes("k"), 0, "k", &created)->CountUntimedMiss();
+  auto sent = reporter.FlushUses();
+  ASSERT_TRUE(sent.has_value());
+  EXPECT_EQ(sent->run_id, "run-x");
+  EXPECT_EQ(sent->program, "python3 app.py");
+  EXPECT_EQ(sent->started_unix_ms, 1234);
 }
 
 TEST(ShimActivity, TheThreadReportsWhileCallsComeAndStopsWhenAsked) {

@@ -37,7 +37,7 @@
 
 namespace kjit::cache {
 
-inline constexpr int kSchemaVersion = 4;
+inline constexpr int kSchemaVersion = 5;
 
 // $KJIT_CACHE if set, else <kjit::CacheDir()>/cache.db ($XDG_CACHE_HOME/kjit/cache.db).
 std::string DefaultCachePath();
@@ -120,6 +120,28 @@ struct UseReport {
   uint64_t misses = 0;
   std::string key_text;   // recorded the first time a key is seen
 };
+
+// The program run a batch of use reports belongs to (ipc report_uses' run fields). The processes of one
+// `kjit run` share an id; each run keeps its own per-key counters beside the all-time ones.
+struct RunInfo {
+  std::string id;
+  uint32_t pid = 0;
+  std::string program;          // the command line
+  int64_t started_unix_ms = 0;  // 0: unknown (the first report's time stands in)
+};
+
+// A run's totals (ListRuns). Only the newest kMaxRunsKept runs are kept; older ones are dropped as new ones come.
+struct RunSummary {
+  std::string id;
+  uint32_t pid = 0;  // the first reporting process
+  std::string program;
+  int64_t started_unix_ms = 0;
+  int64_t last_seen_unix_ms = 0;
+  uint64_t keys = 0;
+  uint64_t hits = 0;
+  uint64_t misses = 0;
+};
+inline constexpr int kMaxRunsKept = 200;
 
 // One key's counters from the clients' use reports (RecordUses).
 struct KeyStats {
@@ -300,9 +322,14 @@ class KernelCache {
   // The shim's read path. NotFound (with the reason in the message) when no
   // record may be served for this key and reader.
   Result<ServedKernel> Lookup(const Hash128& key_hash, const ReaderContext& reader);
-  Status RecordUses(std::span<const UseReport> uses);
+  // Adds the counts to each key's all-time counters and, with `run`, to that run's own.
+  Status RecordUses(std::span<const UseReport> uses, const RunInfo* run = nullptr);
   // Every key's use counters, busiest first.
   Result<std::vector<KeyStats>> ListKeyStats() const;
+  // The kept runs, the most recently seen first (at most `limit`; 0: all).
+  Result<std::vector<RunSummary>> ListRuns(int limit = 0) const;
+  // One run's per-key counters, busiest first (key_text from the all-time counters); NotFound for an unknown run.
+  Result<std::vector<KeyStats>> ListRunKeyStats(const std::string& run_id) const;
 
   // Record ids for a record id ("42") or a key-hash prefix of at least 4 hex digits.
   Result<std::vector<int64_t>> Resolve(const std::string& id_or_hash_prefix) const;

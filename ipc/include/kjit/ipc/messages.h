@@ -124,7 +124,14 @@ struct KeyUse {
 struct ReportUses {  // -> Ack
   uint32_t pid = 0;
   std::vector<KeyUse> uses;
+  // The program run the calls belong to, for `kjit report --run`: `kjit run` names it (KJIT_RUN_ID, inherited by
+  // the program's child processes, so they count as one run); a process started without it is its own run.
+  std::optional<std::string> run_id;
+  std::optional<std::string> program;          // the command line, cut to kMaxProgramText bytes
+  std::optional<int64_t> started_unix_ms;      // when the reporting process started
 };
+inline constexpr size_t kMaxRunIdText = 128;
+inline constexpr size_t kMaxProgramText = 512;
 struct SubmitTask {  // -> TaskAck
   std::string key_bytes;
   int32_t priority = 0;
