@@ -15,6 +15,7 @@
 
 #include "evaluator_pool.h"
 #include "tuner_process.h"
+#include "kjit/cache/launch_journal.h"
 #include "kjit/ipc/endpoint.h"
 #include "kjit/policy/reward.h"
 #include "kjit/runtime/compiler.h"
@@ -218,6 +219,12 @@ struct Server::Impl {
   void ImportVerified(int64_t record_id, const Verdict& v, const WorkerDevice& device);
   std::set<int64_t> imports_in_flight;
   std::set<int64_t> quarantined_not_imports;  // looked at once: an import is always a new record id
+  // A process that died during a record's first launch (cache/launch_journal.h): the record goes out of
+  // service and is re-verified, as on a client's failure report; a record that kills a second process after
+  // passing re-verification is rejected for good, its key queued for a new kernel.
+  void HandleLaunchCrashes();
+  std::unique_ptr<cache::LaunchJournal> launch_journal;
+  bool launch_journal_warned = false;
   void QueueRetune(const std::string& key_bytes, const std::string& detail);
   ipc::Body SubmitCandidate(const ipc::SubmitCandidate& r);
   // Stores the measurement, and an accepted kernel's record: returns the record that holds the kernel
@@ -532,6 +539,9 @@ void Server::Impl::Reply(const ReplyRoute& route, const ipc::Body& reply) {
 // (it had a kernel that a program used) and its kernel is now out of service.
 constexpr int kRetunePriority = 1;
 
+// In a record's status reason: a process died during its first launch (HandleLaunchCrashes).
+constexpr const char* kProcessDiedMarker = "a process died during the kernel's first launch";
+
 ipc::Body Server::Impl::ReportFailure(const ipc::ReportFailure& r) {
   auto key = OpKey::Decode(r.key_bytes);
   if (!key.ok()) return ipc::ToError(key.status());
@@ -622,6 +632,47 @@ void Server::Impl::ReverifyDone(int64_t record_id, const std::string& key_bytes,
   counters["records_rejected"] += 1;
   log.Write("warn", "record_rejected", {{"record", std::to_string(record_id)}, {"verdict", verdict}});
   QueueRetune(key_bytes, "record " + std::to_string(record_id) + " failed re-verification: find a new kernel");
+}
+
+void Server::Impl::HandleLaunchCrashes() {
+  if (!launch_journal) launch_journal = std::make_unique<cache::LaunchJournal>(cache::LaunchJournalDir(cache->path()));
+  auto abandoned = launch_journal->Abandoned();
+  if (!abandoned.ok()) {
+    if (!launch_journal_warned) log.Write("warn", "launch_journal_unreadable", {{"error", abandoned.status().ToString()}});
+    launch_journal_warned = true;
+    return;
+  }
+  for (const cache::LaunchJournalEntry& e : *abandoned) {
+    auto record = cache->Get(e.record_id);
+    if (!record.ok()) {
+      (void)launch_journal->Remove(e);  // removed from the cache meanwhile: nothing to take out of service
+      continue;
+    }
+    counters["launch_crashes"] += 1;
+    const std::string reason = std::string(kProcessDiedMarker) + " (pid " + std::to_string(e.pid) + ")";
+    log.Write("warn", "kernel_killed_a_process", {{"record", std::to_string(e.record_id)}, {"key", record->key_text},
+                                                  {"pid", std::to_string(e.pid)}});
+    if (record->status == cache::RecordStatus::kVerified &&
+        record->status_reason.find(kProcessDiedMarker) != std::string::npos) {
+      // It passed re-verification after killing a process, and killed another: the evaluator cannot see
+      // what goes wrong, so the record is never served again.
+      if (Status st = cache->SetStatus(e.record_id, cache::RecordStatus::kRejected, reason + ", a second time");
+          !st.ok()) {
+        log.Write("warn", "launch_crash_not_stored", {{"record", std::to_string(e.record_id)}, {"error", st.ToString()}});
+        continue;  // the entry stays: the shim keeps refusing the record, and the next pass tries again
+      }
+      counters["records_rejected"] += 1;
+      QueueRetune(record->key_bytes, "record " + std::to_string(e.record_id) + " killed two processes: find a new kernel");
+    } else {
+      const ipc::Body reply = ReportFailure(ipc::ReportFailure{record->key_bytes, e.record_id, "launch", reason});
+      if (std::holds_alternative<ipc::Error>(reply)) {
+        log.Write("warn", "launch_crash_not_stored",
+                  {{"record", std::to_string(e.record_id)}, {"error", std::get<ipc::Error>(reply).message}});
+        continue;
+      }
+    }
+    if (Status st = launch_journal->Remove(e); !st.ok()) log.Write("warn", "launch_journal_entry_kept", {{"error", st.ToString()}});
+  }
 }
 
 void Server::Impl::VerifyImports() {
@@ -987,6 +1038,7 @@ Status Server::Run(std::atomic<bool>& stop, std::atomic<bool>& reload, const std
     if (s.tuner) s.tuner->Tick();
     if (Clock::now() >= next_watch) {
       s.AnnounceNewKernels();
+      s.HandleLaunchCrashes();
       s.VerifyImports();
       next_watch = Clock::now() + watch;
     }

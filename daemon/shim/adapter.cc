@@ -64,6 +64,7 @@
 #include "announcements.h"
 #include "call_path.h"
 #include "kjit/cache/kernel_cache.h"
+#include "kjit/cache/launch_journal.h"
 #include "kjit/ipc/client.h"
 #include "kjit/runtime/gpu.h"
 #include "kjit/torch/call_key.h"
@@ -225,7 +226,20 @@ class Adapter final : public KernelSource, public ActivitySink {
       options.create = false;  // no cache file yet: every key is a miss until kjitd makes one
       KJIT_ASSIGN_OR_RETURN(cache_, cache::KernelCache::Open(options));
     }
-    return cache_->Lookup(hash, ReaderFor(arch, slot != nullptr ? slot->model : ""));
+    if (journal_ == nullptr) journal_ = std::make_unique<cache::LaunchJournal>(cache::LaunchJournalDir(cache_->path()));
+    KJIT_ASSIGN_OR_RETURN(cache::ServedKernel served, cache_->Lookup(hash, ReaderFor(arch, slot != nullptr ? slot->model : "")));
+    if (journal_->KilledAProcess(served.id)) {
+      Log("record ", std::to_string(served.id), " is not served: a process died during its first launch (",
+          journal_->dir(), "); kjitd re-verifies it");
+      return NotFound("record " + std::to_string(served.id) + " was launching when a process died");
+    }
+    return served;
+  }
+
+  // The launch journal beside the cache file; null until the cache is opened (which any served record was).
+  const cache::LaunchJournal* Journal() {
+    std::lock_guard lock(cache_mutex_);
+    return journal_.get();
   }
 
   Result<std::unique_ptr<LoadedKernel>> Load(int device, const cache::ServedKernel& served) override {
@@ -327,6 +341,7 @@ class Adapter final : public KernelSource, public ActivitySink {
  private:
   std::mutex cache_mutex_;
   std::unique_ptr<cache::KernelCache> cache_;
+  std::unique_ptr<cache::LaunchJournal> journal_;  // never replaced once made: Launch keeps its pointer
   std::once_flag client_once_;
   ipc::Client* client_ = nullptr;
   std::once_flag announcements_once_;
@@ -344,6 +359,31 @@ struct Decision {
   int device = -1;
   int arch = 0;
   Hash128 hash;
+};
+
+// A record's first launch in this process: its journal entry is written on construction and removed on
+// destruction, unless KeepEntry() (the launch faulted). Without a journal (it cannot be written) the launch is
+// still synchronized, so a fault is still reported, but nothing outlives the process.
+class FirstLaunch {
+ public:
+  FirstLaunch(Adapter& a, int64_t record_id) : record_id_(record_id), journal_(a.Journal()) {
+    if (journal_ == nullptr) return;
+    if (Status s = journal_->Begin(record_id); !s.ok()) {
+      a.Log("first launch of record ", std::to_string(record_id), " without a journal entry: ", s.ToString());
+      journal_ = nullptr;
+    }
+  }
+  ~FirstLaunch() {
+    if (journal_ != nullptr && !keep_) journal_->End(record_id_);
+  }
+  FirstLaunch(const FirstLaunch&) = delete;
+  FirstLaunch& operator=(const FirstLaunch&) = delete;
+  void KeepEntry() { keep_ = true; }
+
+ private:
+  const int64_t record_id_;
+  const cache::LaunchJournal* journal_;
+  bool keep_ = false;
 };
 
 // Runs a loaded kernel for the call: allocates outputs like the first call's,
@@ -413,6 +453,23 @@ Status Launch(Adapter& a, const Entry& entry, const LoadedKernel& kernel, Device
   }
   c10::SmallVector<void*, 17> params(values.size() + 1);  // + the workspace, if any
   for (size_t i = 0; i < values.size(); ++i) params[i] = &values[i];
+  // The record's first launch in this process is guarded (cache/launch_journal.h): a journal entry, the
+  // launch, a wait for the stream, the entry removed. Not while the stream is captured into a CUDA graph
+  // (nothing runs then, and waiting would end the capture): a later launch outside a capture guards it.
+  std::optional<FirstLaunch> first;
+  if (!kernel.first_launch_taken.load(std::memory_order_acquire)) {
+    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (api.cuStreamIsCapturing(stream, &capture) == CUDA_SUCCESS && capture == CU_STREAM_CAPTURE_STATUS_NONE &&
+        !kernel.first_launch_taken.exchange(true, std::memory_order_acq_rel)) {
+      // An error already on the stream (PyTorch's earlier kernels) is not this kernel's: not blamed on it.
+      if (CUresult r = api.cuStreamSynchronize(stream); r != CUDA_SUCCESS) {
+        kernel.first_launch_taken.store(false, std::memory_order_release);
+        return InvalidArgument("the stream had failed before the kernel's first launch: " +
+                               DescribeCuResult(&slot.context->driver(), r));
+      }
+      first.emplace(a, kernel.record_id);
+    }
+  }
   if (kernel.workspace_bytes == 0) {
     KJIT_RETURN_IF_ERROR(kernel.function->Launch(kernel.launch, stream, params.data()));
   } else {
@@ -435,6 +492,16 @@ Status Launch(Adapter& a, const Entry& entry, const LoadedKernel& kernel, Device
       // the graph replays before the kernel each time (worker_protocol.h).
       KJIT_ASSIGN_OR_RETURN(WorkspacePool::Buffer b, a.AllocateWorkspace(entry.device(), stream, kernel.workspace_bytes));
       KJIT_RETURN_IF_ERROR(launch(b.ptr));
+    }
+  }
+  if (first) {
+    if (CUresult r = api.cuStreamSynchronize(stream); r != CUDA_SUCCESS) {
+      // A fault: the context is likely lost, and the process with it. The entry stays, so that whoever
+      // looks next (kjitd, this program's next run) knows which record did it.
+      first->KeepEntry();
+      return Status(StatusCode::kCudaError, "record " + std::to_string(kernel.record_id) +
+                                                "'s first launch in this process failed: " +
+                                                DescribeCuResult(&slot.context->driver(), r));
     }
   }
   ::torch::jit::drop(*stack, n_args);

@@ -186,6 +186,9 @@ struct LoadedKernel {
   std::optional<Function> function;
   LaunchConfig launch;
   uint64_t workspace_bytes = 0;  // kernel ABI v2: > 0, one more parameter (daemon/shim/workspace.h)
+  // Set by the launch that guards this kernel's first run in the process (cache/launch_journal.h): later
+  // launches read it and nothing more.
+  mutable std::atomic<bool> first_launch_taken{false};
 };
 
 enum class EntryState : uint8_t { kUnknown, kNegative, kLoaded, kFailed };

@@ -20,6 +20,7 @@
 #include <variant>
 
 #include "kjit/cache/kernel_cache.h"
+#include "kjit/cache/launch_journal.h"
 #include "kjit/ipc/client.h"
 #include "kjit/runtime/op_key.h"
 #include "kjitd_harness.h"
@@ -983,6 +984,75 @@ TEST(KjitdSeveralGpus, AnExitedProgramsActivityNoLongerCounts) {
   EXPECT_EQ(pending.wait_for(std::chrono::milliseconds(2000)), std::future_status::timeout);
   EXPECT_EQ(pending.get(), "verified: verified on GPU-aaaa");
   std::filesystem::remove(nvml_state);
+}
+
+// A process that died during a record's first launch leaves its launch journal entry (the shim writes it
+// before and removes it after that launch): kjitd takes the record out of service and re-verifies it (the
+// fake evaluator passes it), and removes the entry; when the record kills a second process, it is rejected
+// for good and its key queued for a new kernel.
+TEST(KjitdEvaluator, ARecordThatKilledAProcessIsReverifiedThenRejectedTheSecondTime) {
+  KjitdHarness h(KJIT_KJITD, FakeFlags());
+  int64_t id = 0;
+  {
+    cache::OpenOptions o;
+    o.path = h.cache_path();
+    auto kc = cache::KernelCache::Open(o);
+    ASSERT_TRUE(kc.ok());
+    cache::KernelRecord r;
+    r.key_bytes = KeyBytes();
+    r.source = "ok";
+    r.entry_point = "k";
+    r.cubin = "CUBIN";
+    r.launch.grid[0] = 1;
+    r.launch.block[0] = 128;
+    r.timing = {1.0, 0, 10, "NVIDIA H200", 0, 0};
+    r.baseline = {2.0, 0, 10, "NVIDIA H200", 0, 0};
+    r.toolchain = cache::RunningToolchain();
+    r.status = cache::RecordStatus::kVerified;
+    id = *(*kc)->Insert(r);
+  }
+  auto dead_pid = [] {
+    const pid_t child = fork();
+    if (child == 0) _exit(0);
+    int status = 0;
+    waitpid(child, &status, 0);
+    return static_cast<uint32_t>(child);
+  };
+  const std::string dir = cache::LaunchJournalDir(h.cache_path());
+  const cache::LaunchJournal first(dir, dead_pid(), 777);
+  ASSERT_TRUE(first.Begin(id).ok());
+  ASSERT_TRUE(first.KilledAProcess(id));
+  ASSERT_TRUE(h.Start()) << ReadFile(h.log_path());
+  auto kc = OpenCacheReadOnly(h);
+  ASSERT_TRUE(kc.ok());
+  auto wait_for = [&](auto done) {
+    for (int i = 0; i < 200 && !done(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    return done();
+  };
+  ASSERT_TRUE(wait_for([&] { return ReadFile(h.log_path()).find("record_reverified") != std::string::npos; }))
+      << ReadFile(h.log_path());
+  EXPECT_FALSE(first.KilledAProcess(id)) << "the entry is removed once the record is out of service";
+  cache::KernelRecord after = *(*kc)->Get(id);
+  EXPECT_EQ(after.status, cache::RecordStatus::kVerified) << after.status_reason;
+  EXPECT_NE(after.status_reason.find("died during the kernel's first launch"), std::string::npos) << after.status_reason;
+  EXPECT_NE(ReadFile(h.log_path()).find("kernel_killed_a_process"), std::string::npos);
+
+  const cache::LaunchJournal second(dir, dead_pid(), 778);
+  ASSERT_TRUE(second.Begin(id).ok());
+  ASSERT_TRUE(wait_for([&] { return (*kc)->Get(id)->status == cache::RecordStatus::kRejected; }))
+      << ReadFile(h.log_path());
+  EXPECT_NE((*kc)->Get(id)->status_reason.find("a second time"), std::string::npos);
+  EXPECT_TRUE(wait_for([&] { return !second.KilledAProcess(id); }));
+  bool queued = false;
+  auto tasks = (*kc)->ListTasks();
+  ASSERT_TRUE(tasks.ok());
+  for (const auto& t : *tasks) queued = queued || t.detail.find("killed two processes") != std::string::npos;
+  EXPECT_TRUE(queued) << "the key is queued for a new kernel";
+  auto stats = MakeClient(h).Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->counters["launch_crashes"], 2);
+  EXPECT_EQ(stats->counters["records_suspended"], 1);
+  EXPECT_EQ(stats->counters["records_rejected"], 1);
 }
 
 }  // namespace

@@ -23,6 +23,9 @@ libkjit_preload.so in LD_PRELOAD. One CASE per ctest test (label gpu):
                 (quarantined), and the program's outputs are eager's
   load_failure  records that pass their checksums but cannot be loaded: the
                 shim falls back, reports them, and kjitd takes them out of service
+  fault         a cached kernel that writes to an illegal address kills the program
+                once: the launch journal names the record, the next run refuses it and
+                completes on PyTorch's kernel, and kjitd quarantines it
   hotswap       kernels stored while the program runs are swapped in; no
                 iteration's result moves beyond tolerance
   kill_kjitd    kjitd killed (SIGKILL) while the program runs: nothing changes
@@ -634,6 +637,44 @@ def case_load_failure(e):
     e.stop_kjitd()
 
 
+def case_fault(e):
+    """A cached kernel that faults kills the program once: the next run completes on PyTorch's kernel."""
+    import torch
+    reference = first_run_and_seed(e)
+    r = subprocess.run([e.args.break_records, "--fault", e.cache], capture_output=True, text=True)
+    if r.returncode != 0:
+        fail(f"break_records --fault: {r.stdout}{r.stderr}")
+    record = int(r.stdout.split(" -> ")[1].split(" ")[0])
+    print(r.stdout.strip())
+    # kjitd absent: nothing but the journal links the death to the record.
+    out = os.path.join(e.work, "fault.pt")
+    p = e.program("outputs", out, background=True, calls=3)
+    status = p.wait(timeout=600)
+    log = open(out + ".log").read()
+    if status == 0:
+        fail(f"the program survived a kernel that writes to address 0x10:\n{log[-3000:]}")
+    journal = e.cache + ".launches"
+    entries = [n for n in (os.listdir(journal) if os.path.isdir(journal) else []) if n.startswith(f"{record}-")]
+    if not entries:
+        fail(f"the program died (status {status}) but left no launch journal entry for record {record}:\n{log[-3000:]}")
+    print(f"the program died (status {status}); journal entry {entries[0]}")
+    run, log = e.program("outputs", os.path.join(e.work, "after.pt"), calls=3)
+    if f"record {record} is not served" not in log:
+        fail(f"the next run did not refuse record {record}:\n{log[-3000:]}")
+    compare_all(torch, run["outputs"], reference, "the run after a kernel killed the previous one")
+    # kjitd, once it runs, takes the record out of service and clears the entry.
+    e.start_kjitd()
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        status_of = {rid: st for rid, st, _, _ in e.records()}
+        if status_of.get(record) == 3 and not any(n.startswith(f"{record}-") for n in os.listdir(journal)):
+            break
+        time.sleep(0.2)
+    else:
+        fail(f"kjitd did not quarantine record {record} and clear its journal entry: {e.records()}")
+    e.stop_kjitd()
+
+
 def loop_with(e, action, seconds=60):
     """The program loops for `seconds` under the shim; `action` runs 3 s in."""
     out = os.path.join(e.work, "loop.pt")
@@ -727,7 +768,7 @@ def case_two_devices(e):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("case", nargs="?", choices=["equivalence", "equivalence_part2", "equivalence_matmul",
-                                                    "corrupt", "load_failure", "hotswap", "kill_kjitd",
+                                                    "corrupt", "load_failure", "fault", "hotswap", "kill_kjitd",
                                                     "switches", "two_devices"])
     parser.add_argument("--kjit")
     parser.add_argument("--preload")
