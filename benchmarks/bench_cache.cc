@@ -98,7 +98,7 @@ void LookupLoop(benchmark::State& state, bool hit) {
     state.SkipWithError(f.error.c_str());
     return;
   }
-  const ReaderContext reader{90, kToolchain, "NVIDIA H200"};
+  const ReaderContext reader{90, kToolchain, "NVIDIA H200", ""};
   std::mt19937 rng(1);
   std::vector<double> us;
   us.reserve(1 << 20);

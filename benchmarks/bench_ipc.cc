@@ -56,7 +56,7 @@ int RunClient(const std::string& endpoint, int requests, int index, int start_fd
   for (int i = 0; i < requests; ++i) {
     const int key = static_cast<int>(rng() % kKeys);
     const auto t0 = Clock::now();
-    auto r = c.Lookup(ipc::Lookup{KeyBytes(key), 90, 13000, 13, 0, 1, std::nullopt});
+    auto r = c.Lookup(ipc::Lookup{KeyBytes(key), 90, 13000, 13, 0, 1, std::nullopt, std::nullopt});
     lookup_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
     if (!r.ok() || r->found != (key % 2 == 0)) ++failures;
   }

@@ -218,6 +218,7 @@ Json RecordJson(const KernelRecord& r) {
         {"nvrtc_major", tc.nvrtc_major},
         {"nvrtc_minor", tc.nvrtc_minor},
         {"codegen_version", tc.codegen_version}}},
+      {"torch_version", r.torch_version},
       {"launch",
        {{"grid", {r.launch.grid[0], r.launch.grid[1], r.launch.grid[2]}},
         {"block", {r.launch.block[0], r.launch.block[1], r.launch.block[2]}},
@@ -416,6 +417,9 @@ void PrintRecord(const KernelRecord& r) {
             << "  max error     " << Format("abs %.3g, rel %.3g", v.max_abs_error, v.max_rel_error) << "\n"
             << "  tolerance     " << Format("atol %.3g, rtol %.3g", v.atol, v.rtol) << "\n"
             << "toolchain       " << r.toolchain.ToString() << "\n"
+            << "pytorch         " << (r.torch_version.empty() ? std::string("(not recorded: served to no PyTorch program)")
+                                                              : r.torch_version)
+            << "\n"
             << "launch          "
             << Format("grid (%u, %u, %u), block (%u, %u, %u), ", l.grid[0], l.grid[1], l.grid[2], l.block[0],
                       l.block[1], l.block[2])

@@ -367,7 +367,7 @@ ipc::Body Server::Handle(const ipc::Body& request, bool* shutdown_requested) {
           auto key = OpKey::Decode(r.key_bytes);
           if (!key.ok()) return fail(key.status());
           cache::ReaderContext reader{r.arch, {r.driver_version, r.nvrtc_major, r.nvrtc_minor, r.codegen_version},
-                                      r.device_model.value_or("")};
+                                      r.device_model.value_or(""), r.torch_version.value_or("")};
           auto served = s.cache->Lookup(key->Hash(), reader);
           ipc::LookupReply reply;
           if (!served.ok()) {
@@ -954,6 +954,7 @@ Server::Impl::Stored Server::Impl::Record(const Episode& e, const CandidateSpec&
                   device.memory_clock_khz};
   rec.verification = v.verification;
   rec.toolchain = cache::RunningToolchain();
+  rec.torch_version = device.torch_version;  // the worker's PyTorch, whose kernels it was verified against
   rec.status = cache::RecordStatus::kVerified;
   // Which GPU verified it: any GPU of the arch may serve it, and on a host of several that is worth knowing.
   rec.status_reason = "verified against PyTorch" + (device.uuid.empty() ? std::string() : " on " + device.uuid) + ", " +
@@ -972,7 +973,7 @@ Server::Impl::Stored Server::Impl::Record(const Episode& e, const CandidateSpec&
   // kernel is announced and swapped into every running process that uses the key, and a search finds many
   // kernels faster than PyTorch's, most no faster than the one already served (72 records for 15 keys
   // before this rule, 2026-12-05).
-  auto best = cache->BestVerified(e.key.Hash(), cache::TimedModel(timed_on));
+  auto best = cache->BestVerified(e.key.Hash(), cache::TimedModel(timed_on), device.torch_version);
   if (!best.ok()) log.Write("warn", "best_kernel_check_failed", {{"error", best.status().ToString()}});
   if (best.ok() && best->id > 0 && v.timing.median_us > best->median_us * (1.0 - kStoreMargin)) {
     counters["kernels_not_better"] += 1;

@@ -170,9 +170,15 @@ CREATE TABLE run_uses (
 ) WITHOUT ROWID;
 )sql";
 
+// Version 6: the PyTorch version that verified a kernel (KernelRecord::torch_version); rows before it read as
+// '' (not recorded), their checksums unchanged.
+constexpr const char* kSchemaV6 = R"sql(
+ALTER TABLE kernels ADD COLUMN torch_version TEXT NOT NULL DEFAULT '';
+)sql";
+
 // kMigrations[v] brings a file from schema version v to v + 1. Version 0 is
 // an empty file.
-constexpr const char* kMigrations[] = {kSchemaV1, kSchemaV2, kSchemaV3, kSchemaV4, kSchemaV5};
+constexpr const char* kMigrations[] = {kSchemaV1, kSchemaV2, kSchemaV3, kSchemaV4, kSchemaV5, kSchemaV6};
 static_assert(std::size(kMigrations) == kSchemaVersion, "one migration per schema version");
 
 // Every column of `kernels`, in a fixed order that ReadRecord expects: the
@@ -182,7 +188,7 @@ constexpr const char* kKernelColumns =
     "grid_x, grid_y, grid_z, block_x, block_y, block_z, dynamic_shared_bytes, family, policy_version, design, "
     "timing, baseline, median_us, baseline_us, verification, driver_version, nvrtc_major, nvrtc_minor, "
     "codegen_version, cubin, cubin_checksum, serve_checksum, record_checksum, size_bytes, created_ms, "
-    "last_used_ms, use_count, workspace_bytes";
+    "last_used_ms, use_count, workspace_bytes, torch_version";
 
 constexpr const char* kSummaryColumns =
     "id, key_hash, key_text, op, arch, status, median_us, baseline_us, "
@@ -265,6 +271,7 @@ Result<KernelRecord> ReadRecord(const Statement& s) {
   r.last_used_unix_ms = s.Int(c++);
   r.use_count = static_cast<uint64_t>(s.Int(c++));
   r.launch.workspace_bytes = static_cast<uint64_t>(s.Int(c++));
+  r.torch_version = s.Text(c++);
   return r;
 }
 
@@ -279,12 +286,18 @@ Status CheckRecord(const KernelRecord& r, std::string_view stored_serve_checksum
   return Status::Ok();
 }
 
-std::string MismatchReason(int arch, const Toolchain& have, const ReaderContext& reader) {
+std::string MismatchReason(int arch, const Toolchain& have, const std::string& torch_version,
+                           const ReaderContext& reader) {
   if (arch != reader.arch) {
     return "built for sm_" + std::to_string(arch) + ", reader is sm_" + std::to_string(reader.arch);
   }
   if (!(have == reader.toolchain)) {
     return "built with " + have.ToString() + ", reader has " + reader.toolchain.ToString();
+  }
+  if (!reader.torch_version.empty() && torch_version != reader.torch_version) {
+    return "verified under " + (torch_version.empty() ? std::string("an unrecorded PyTorch version")
+                                                      : "PyTorch " + torch_version) +
+           ", reader has PyTorch " + reader.torch_version;
   }
   return "";
 }
@@ -554,8 +567,11 @@ Result<int64_t> KernelCache::Impl::InsertLocked(KernelRecord r, bool keep_checks
   }
   const Hash128 serve = r.ComputeServeChecksum();
 
+  // NULL for the id, a parameter for every other column of kKernelColumns.
   std::string placeholders = "NULL";
-  for (int i = 0; i < 38; ++i) placeholders += ", ?";
+  for (const char* c = kKernelColumns; *c != '\0'; ++c) {
+    if (*c == ',') placeholders += ", ?";
+  }
   KJIT_ASSIGN_OR_RETURN(Statement ins,
                         db.Prepare(std::string("INSERT INTO kernels (") + kKernelColumns + ") VALUES (" + placeholders + ")"));
   int c = 1;
@@ -593,6 +609,7 @@ Result<int64_t> KernelCache::Impl::InsertLocked(KernelRecord r, bool keep_checks
   ins.Bind(c++, r.last_used_unix_ms);
   ins.Bind(c++, static_cast<int64_t>(r.use_count));
   ins.Bind(c++, static_cast<int64_t>(r.launch.workspace_bytes));
+  ins.BindText(c++, r.torch_version);
   KJIT_RETURN_IF_ERROR(ins.Run());
   return db.LastInsertId();
 }
@@ -642,14 +659,16 @@ Result<int64_t> KernelCache::FindVerified(const KernelRecord& record) const {
   }
 }
 
-Result<KernelCache::Best> KernelCache::BestVerified(const Hash128& key_hash, const std::string& model) const {
+Result<KernelCache::Best> KernelCache::BestVerified(const Hash128& key_hash, const std::string& model,
+                                                   const std::string& torch_version) const {
   std::lock_guard lock(impl_->mu);
-  KJIT_ASSIGN_OR_RETURN(Statement s, impl_->db.Prepare("SELECT id, median_us, timing FROM kernels WHERE key_hash = ? "
-                                                       "AND status = 1 ORDER BY median_us, id"));
+  KJIT_ASSIGN_OR_RETURN(Statement s, impl_->db.Prepare("SELECT id, median_us, timing, torch_version FROM kernels "
+                                                       "WHERE key_hash = ? AND status = 1 ORDER BY median_us, id"));
   s.BindBlob(1, HashBlob(key_hash));
   while (true) {
     KJIT_ASSIGN_OR_RETURN(bool row, s.Step());
     if (!row) return Best{};
+    if (!torch_version.empty() && s.Text(3) != torch_version) continue;
     if (!model.empty()) {
       auto timing = TimingFromJson(s.Text(2));
       const std::string timed = timing.ok() ? TimedModel(timing->device) : std::string();
@@ -686,7 +705,7 @@ Result<ServedKernel> KernelCache::Lookup(const Hash128& key_hash, const ReaderCo
         impl_->lookup,
         impl_->db.Prepare("SELECT id, key_bytes, entry_point, grid_x, grid_y, grid_z, block_x, block_y, block_z, "
                           "dynamic_shared_bytes, arch, driver_version, nvrtc_major, nvrtc_minor, codegen_version, "
-                          "cubin, cubin_checksum, serve_checksum, workspace_bytes, timing FROM kernels WHERE "
+                          "cubin, cubin_checksum, serve_checksum, workspace_bytes, timing, torch_version FROM kernels WHERE "
                           "key_hash = ? AND status = 1 "
                           "ORDER BY median_us, id"));
   }
@@ -717,7 +736,8 @@ Result<ServedKernel> KernelCache::Lookup(const Hash128& key_hash, const ReaderCo
     r.arch = static_cast<int>(s.Int(10));
     r.toolchain = {static_cast<int>(s.Int(11)), static_cast<int>(s.Int(12)), static_cast<int>(s.Int(13)),
                    static_cast<int>(s.Int(14))};
-    const std::string mismatch = MismatchReason(r.arch, r.toolchain, reader);
+    r.torch_version = s.Text(20);
+    const std::string mismatch = MismatchReason(r.arch, r.toolchain, r.torch_version, reader);
     if (!mismatch.empty()) {
       why_not = mismatch;
       continue;
@@ -994,7 +1014,7 @@ Result<VerifyReport> KernelCache::Verify(const ReaderContext* reader) {
       continue;
     }
     if (reader != nullptr) {
-      const std::string mismatch = MismatchReason(record->arch, record->toolchain, *reader);
+      const std::string mismatch = MismatchReason(record->arch, record->toolchain, record->torch_version, *reader);
       if (!mismatch.empty()) rep.mismatched.push_back({id, key_text, mismatch});
     }
   }

@@ -85,6 +85,8 @@ Hash128 KernelRecord::ComputeServeChecksum() const {
   // as before the field existed (its stored checksums stay valid); one with a
   // workspace hashes one more field at the end, which no record without one has.
   if (launch.workspace_bytes != 0) h.Add("workspace_bytes").Add(launch.workspace_bytes);
+  // The same rule for the PyTorch version (schema 6).
+  if (!torch_version.empty()) h.Add("torch_version").Add(torch_version);
   return h.Finish();
 }
 

@@ -44,6 +44,7 @@
 #include <dlfcn.h>
 #include <unistd.h>
 #include <torch/library.h>
+#include <torch/version.h>
 
 #include <array>
 #include <atomic>
@@ -227,7 +228,7 @@ class Adapter final : public KernelSource, public ActivitySink {
       KJIT_ASSIGN_OR_RETURN(cache_, cache::KernelCache::Open(options));
     }
     if (journal_ == nullptr) journal_ = std::make_unique<cache::LaunchJournal>(cache::LaunchJournalDir(cache_->path()));
-    KJIT_ASSIGN_OR_RETURN(cache::ServedKernel served, cache_->Lookup(hash, ReaderFor(arch, slot != nullptr ? slot->model : "")));
+    KJIT_ASSIGN_OR_RETURN(cache::ServedKernel served, cache_->Lookup(hash, ReaderFor(arch, slot != nullptr ? slot->model : "", TORCH_VERSION)));
     if (journal_->KilledAProcess(served.id)) {
       Log("record ", std::to_string(served.id), " is not served: a process died during its first launch (",
           journal_->dir(), "); kjitd re-verifies it");
@@ -899,6 +900,18 @@ void Attach() noexcept {
   try {
     Settings settings = ReadSettings([](const char* name) { return std::getenv(name); });
     if (settings.disabled) return;
+    // Built against another PyTorch, the adapter's keys, output layouts and records would be another
+    // version's: it stays off, and says so whether or not KJIT_LOG is set.
+    Dl_info where{};
+    if (dladdr(reinterpret_cast<const void*>(&c10::Dispatcher::singleton), &where) != 0 && where.dli_fname != nullptr) {
+      const std::string library = where.dli_fname;
+      const std::string dir = library.substr(0, library.rfind('/') == std::string::npos ? 0 : library.rfind('/'));
+      const std::string mismatch = TorchVersionMismatch(TORCH_VERSION, LoadedTorchVersion(dir.empty() ? "." : dir));
+      if (!mismatch.empty()) {
+        std::fprintf(stderr, "%s\n", mismatch.c_str());
+        return;
+      }
+    }
     auto* a = new Adapter();  // never destroyed: see the file comment
     a->settings = std::move(settings);
     for (const std::string& op : a->settings.unknown_ops) a->Log("KJIT_OPS: ", op, " is not an op kjit intercepts");

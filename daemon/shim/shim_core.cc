@@ -3,6 +3,7 @@
 #include <tbb/concurrent_hash_map.h>
 
 #include <algorithm>
+#include <fstream>
 #include <cstdio>
 #include <map>
 
@@ -338,8 +339,35 @@ std::string StageProfile::Json() const {
   return out + "]}";
 }
 
-cache::ReaderContext ReaderFor(int arch, std::string device_model) {
-  return cache::ReaderContext{arch, cache::RunningToolchain(), std::move(device_model)};
+std::string LoadedTorchVersion(const std::string& torch_lib_dir) {
+  auto first_line_of = [](const std::string& path) {
+    std::ifstream in(path);
+    std::string line;
+    std::getline(in, line);
+    return line;
+  };
+  std::string version;
+  std::ifstream py(torch_lib_dir + "/../version.py");
+  for (std::string line; std::getline(py, line);) {
+    if (line.rfind("__version__", 0) != 0) continue;
+    const size_t open = line.find_first_of("'\"");
+    const size_t close = open == std::string::npos ? open : line.find(line[open], open + 1);
+    if (close != std::string::npos) version = line.substr(open + 1, close - open - 1);
+    break;
+  }
+  if (version.empty()) version = first_line_of(torch_lib_dir + "/../build-version");
+  while (!version.empty() && (version.back() == ' ' || version.back() == '\r')) version.pop_back();
+  return version.substr(0, version.find('+'));
+}
+
+std::string TorchVersionMismatch(const std::string& built, const std::string& loaded) {
+  if (loaded.empty() || loaded == built) return "";
+  return "kjit: the PyTorch adapter was built against PyTorch " + built + " and this process runs PyTorch " + loaded +
+         ": kjit stays off in it (rebuild kjit against this PyTorch to use it)";
+}
+
+cache::ReaderContext ReaderFor(int arch, std::string device_model, std::string torch_version) {
+  return cache::ReaderContext{arch, cache::RunningToolchain(), std::move(device_model), std::move(torch_version)};
 }
 
 }  // namespace kjit::shim

@@ -365,12 +365,22 @@ class StageProfile {
   std::array<Slot, static_cast<size_t>(Stage::kCount)> slots_;
 };
 
+// The version of the PyTorch loaded in this process, read beside its library (`torch_lib_dir`, the folder of
+// libtorch_cpu.so): ../version.py (`__version__ = '2.11.0+cu130'`, a pip or conda install) or ../build-version
+// (a LibTorch archive). The local part after '+' is dropped ("2.11.0"), as TORCH_VERSION has none. Empty when
+// neither file says.
+std::string LoadedTorchVersion(const std::string& torch_lib_dir);
+// The adapter's check at attach: empty when the PyTorch it was built against (`built`, TORCH_VERSION) is the
+// one loaded (or the loaded one is unknown), else the line that says why kjit stays off in the process.
+std::string TorchVersionMismatch(const std::string& built, const std::string& loaded);
+
 // A retiming task's detail (ipc submit_task): "retime on NVIDIA H200: served a kernel timed on NVIDIA H100 ...".
 std::string RetimeDetail(const std::string& model, const std::string& timed_on);
 
 // The toolchain a record must have been built with to be served here: the
 // versions kjitd records when it stores a kernel (cache::RunningToolchain);
-// `device_model` (DeviceInfo::name) picks among the key's records.
-cache::ReaderContext ReaderFor(int arch, std::string device_model);
+// `device_model` (DeviceInfo::name) picks among the key's records; `torch_version` (the adapter's
+// TORCH_VERSION) admits only records verified under that PyTorch (empty: any).
+cache::ReaderContext ReaderFor(int arch, std::string device_model, std::string torch_version = "");
 
 }  // namespace kjit::shim

@@ -78,6 +78,9 @@ std::string Direct(cache::KernelCache& cache, const OpKey& key) {
   record.launch = candidate->launch;
   record.design = candidate->design;
   record.toolchain = cache::RunningToolchain();
+#ifdef KJIT_SEED_TORCH_VERSION
+  record.torch_version = KJIT_SEED_TORCH_VERSION;  // served to programs on the PyTorch kjit was built against
+#endif
   record.status = cache::RecordStatus::kVerified;
   record.status_reason = "stored by kjit_seed_defaults --direct without verification (tests only)";
   auto id = cache.Insert(std::move(record));

@@ -66,6 +66,7 @@ struct Schema<Lookup> {
     visit("nvrtc_minor", m.nvrtc_minor);
     visit("codegen_version", m.codegen_version);
     visit("device_model", m.device_model);
+    visit("torch_version", m.torch_version);
   }
 };
 template <>

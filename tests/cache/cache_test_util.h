@@ -13,7 +13,7 @@
 namespace kjit::cache::testing {
 
 inline const Toolchain kToolchain{13000, 13, 0, 1};
-inline const ReaderContext kReader{90, kToolchain, ""};  // no model preference
+inline const ReaderContext kReader{90, kToolchain, "", ""};  // no model preference
 
 // A fresh directory, removed with the object.
 class TempDir {

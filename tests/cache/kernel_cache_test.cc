@@ -108,6 +108,53 @@ TEST(KernelCache, LookupServesOnlyVerifiedMatchingRecords) {
   EXPECT_EQ(cache->Lookup(key, other_driver).status().code(), StatusCode::kNotFound);
 }
 
+// A kernel is verified against one PyTorch's kernels and output layouts: a reader with another PyTorch is not
+// served it, nor a record that does not say; a reader that names none (tools) is served any; a changed
+// torch_version column fails the record's checksums.
+TEST(KernelCache, OnlyTheReadersPyTorchVersionIsServed) {
+  TempDir dir;
+  auto cache = OpenOrDie(dir.file("c.db"));
+  KernelRecord r = MakeRecord(512);
+  r.torch_version = "2.11.0";
+  auto id = cache->Insert(r);
+  ASSERT_TRUE(id.ok());
+  const Hash128 key = OpKey::Decode(KeyBytes(512))->Hash();
+  ReaderContext same = kReader;
+  same.torch_version = "2.11.0";
+  EXPECT_EQ(cache->Lookup(key, same)->id, *id);
+  EXPECT_EQ(cache->Lookup(key, kReader)->id, *id) << "a reader that names no PyTorch";
+  ReaderContext other = kReader;
+  other.torch_version = "2.10.0";
+  auto refused = cache->Lookup(key, other);
+  ASSERT_EQ(refused.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(refused.status().message().find("verified under PyTorch 2.11.0, reader has PyTorch 2.10.0"),
+            std::string::npos)
+      << refused.status().message();
+  EXPECT_EQ(cache->BestVerified(key, "", "2.11.0")->id, *id);
+  EXPECT_EQ(cache->BestVerified(key, "", "2.10.0")->id, 0);
+  EXPECT_EQ(cache->Get(*id)->torch_version, "2.11.0");
+  auto verify = cache->Verify(&other);
+  ASSERT_TRUE(verify.ok());
+  EXPECT_EQ(verify->mismatched.size(), 1u);
+
+  auto unrecorded = cache->Insert(MakeRecord(513));  // before schema 6: no version
+  ASSERT_TRUE(unrecorded.ok());
+  const Hash128 key2 = OpKey::Decode(KeyBytes(513))->Hash();
+  auto unknown = cache->Lookup(key2, same);
+  ASSERT_EQ(unknown.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(unknown.status().message().find("an unrecorded PyTorch version"), std::string::npos);
+
+  // The column is covered by the serve checksum: changed on disk, the record is quarantined at lookup.
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(dir.file("c.db").c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "UPDATE kernels SET torch_version = '2.10.0' WHERE torch_version = '2.11.0'", nullptr,
+                         nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  EXPECT_EQ(cache->Lookup(key, other).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(cache->Get(*id)->status, RecordStatus::kQuarantined);
+}
+
 TEST(KernelCache, TimedModelIsTheDeviceNameWithoutItsUuid) {
   EXPECT_EQ(TimedModel("NVIDIA H200 GPU-6d75a55a-1c2e-4f3b-9a0d-0123456789ab"), "NVIDIA H200");
   EXPECT_EQ(TimedModel("NVIDIA H100 80GB HBM3 GPU-1111"), "NVIDIA H100 80GB HBM3");

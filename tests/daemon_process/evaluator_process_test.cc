@@ -825,6 +825,7 @@ TEST(KjitdEvaluator, ImportedKernelsServeOnlyOnceVerifiedAndTimedHere) {
   EXPECT_GT(best->id, 0);
   EXPECT_EQ(std::count(imported.begin(), imported.end(), best->id), 0) << "the imported copy itself is served";
   EXPECT_DOUBLE_EQ(best->median_us, 1.0) << "served with the file's timing, not this machine's";
+  EXPECT_EQ((*kc)->Get(best->id)->torch_version, "9.9.0") << "stored with the verifying worker's PyTorch";
   EXPECT_EQ((*kc)->BestVerified(OpKey::Decode(bad_key)->Hash(), "").value().id, 0);
   for (int64_t id : imported) {
     const cache::KernelRecord r = *(*kc)->Get(id);

@@ -125,6 +125,7 @@ int main(int argc, char** argv) {
   WorkerDevice d;
   d.ordinal = ordinal;
   d.name = "Fake GPU";
+  d.torch_version = "9.9.0";  // kjitd stores it with each kernel (KernelRecord::torch_version)
   d.sm_clock_khz = 1980000;
   d.memory_clock_khz = 2619000;
   d.uuid = mine.substr(0, mine.find(':'));

@@ -81,7 +81,7 @@ TEST(Kjitd, AnswersEveryRequest) {
   EXPECT_EQ(c.GetTask(999).status().code(), StatusCode::kNotFound);
   EXPECT_EQ(c.Submit("not a key", 0).status().code(), StatusCode::kCorruption);
 
-  ipc::Lookup lookup{KeyBytes(200), 90, 13000, 13, 0, 1, std::nullopt};
+  ipc::Lookup lookup{KeyBytes(200), 90, 13000, 13, 0, 1, std::nullopt, std::nullopt};
   auto miss = c.Lookup(lookup);
   ASSERT_TRUE(miss.ok());
   EXPECT_FALSE(miss->found);
@@ -317,7 +317,7 @@ TEST(Kjitd, TcpWithoutAnAllowListIsRefusedOrReadOnly) {
   o.secret_key = someone.secret_key;
   ipc::Client remote(o);
   EXPECT_TRUE(remote.Hello().ok());
-  ipc::Lookup lookup{KeyBytes(1), 90, 13000, 13, 0, 1, std::nullopt};
+  ipc::Lookup lookup{KeyBytes(1), 90, 13000, 13, 0, 1, std::nullopt, std::nullopt};
   EXPECT_TRUE(remote.Lookup(lookup).ok());
   EXPECT_TRUE(remote.ListTasks().ok());
   auto submit = remote.Submit(KeyBytes(1), 5);
@@ -360,7 +360,7 @@ TEST(Kjitd, FailureReportTakesTheRecordOutOfServiceAndQueuesReverification) {
     other = *(*writer)->Insert(VerifiedRecord(401));
   }
   ipc::Client c = MakeClient(h);
-  ipc::Lookup lookup{KeyBytes(400), 90, 13000, 13, 0, 1, std::nullopt};
+  ipc::Lookup lookup{KeyBytes(400), 90, 13000, 13, 0, 1, std::nullopt, std::nullopt};
   ASSERT_TRUE(c.Lookup(lookup)->found);
 
   ASSERT_TRUE(c.ReportFailure({KeyBytes(400), failing, "launch", "CUDA_ERROR_INVALID_VALUE: too many threads"}));

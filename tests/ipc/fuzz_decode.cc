@@ -45,7 +45,7 @@ std::vector<std::string> SeedMessages() {
     (seeds.push_back(Encode(Envelope{kProtocolVersion, I, Body(std::in_place_index<I>)})), ...);
   }(std::make_index_sequence<std::variant_size_v<Body>>());
 
-  Lookup lookup{std::string("KJK\x01\x5a\x00\x00\x00", 8), 90, 13000, 13, 1, 2, "NVIDIA H200"};
+  Lookup lookup{std::string("KJK\x01\x5a\x00\x00\x00", 8), 90, 13000, 13, 1, 2, "NVIDIA H200", "2.11.0"};
   seeds.push_back(Encode(Envelope{kProtocolVersion, 1000, lookup}));
   LookupReply reply;
   reply.found = true;

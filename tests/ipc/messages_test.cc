@@ -58,7 +58,7 @@ std::vector<Envelope> SampleMessages() {
   auto add = [&](Body body) { out.push_back(Envelope{kProtocolVersion, id++, std::move(body)}); };
   add(Hello{"kjit-shim/0.1", 4242, {"lookup", "report_miss"}});
   add(HelloReply{"kjitd/0.1", 7, {"lookup", "agent_env"}, "ipc:///run/user/1000/kjit/kjitd-announce.sock"});
-  add(Lookup{kBinaryBytes, 90, 13000, 13, 1, 5, "NVIDIA H200"});
+  add(Lookup{kBinaryBytes, 90, 13000, 13, 1, 5, "NVIDIA H200", "2.11.0"});
   LookupReply lookup_reply;
   lookup_reply.found = true;
   lookup_reply.record_id = 31337;
@@ -762,9 +762,9 @@ TEST(IpcDecode, RejectsDuplicateAndNonStringKeys) {
                          /*append=*/true);
   EXPECT_EQ(DecodeError(duplicate_envelope.Bytes()), "envelope.type: field appears twice");
 
-  Edit int_key("lookup");  // its sample has 7 fields (entries 0-6): the int key comes after them
+  Edit int_key("lookup");  // its sample has 8 fields (entries 0-7): the int key comes after them
   int_key.SetRawKey(int_key.body(), int_key.Value(7), int_key.Value(7));
-  EXPECT_EQ(DecodeError(int_key.Bytes()), "lookup: field names must be str, got int (entry 7)");
+  EXPECT_EQ(DecodeError(int_key.Bytes()), "lookup: field names must be str, got int (entry 8)");
 
   Edit counter_key("stats_reply");
   counter_key.SetRawKey(*Edit::Find(counter_key.body(), "counters"), counter_key.Value(7), counter_key.Value(1.0));

@@ -2,6 +2,8 @@
 // and announcement handling against a fake kernel source.
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 #include <atomic>
 #include <chrono>
 #include <map>
@@ -544,6 +546,27 @@ TEST(ShimActivity, UsesReportEachKeysCallsOnce) {
   EXPECT_EQ(second->uses[0].hits, 1u);
   EXPECT_EQ(sink.uses.size(), 2u);
   EXPECT_FALSE(second->run_id.has_value()) << "a reporter without a run sends none";
+}
+
+// The PyTorch a process loaded, read beside libtorch_cpu.so: pip's version.py, else a LibTorch archive's
+// build-version; the adapter stays off when it was built against another.
+TEST(ShimTorchVersion, ReadBesideTheLibraryAndComparedWithTheBuiltOne) {
+  char tmpl[] = "/tmp/kjit-torch-version-XXXXXX";
+  const std::string root = mkdtemp(tmpl);
+  const std::string lib = root + "/torch/lib";
+  ASSERT_EQ(system(("mkdir -p " + lib).c_str()), 0);
+  EXPECT_EQ(LoadedTorchVersion(lib), "") << "neither file";
+  { std::ofstream(root + "/torch/build-version") << "2.10.1+cpu\n"; }
+  EXPECT_EQ(LoadedTorchVersion(lib), "2.10.1");
+  { std::ofstream(root + "/torch/version.py") << "from typing import Optional\n__version__ = '2.11.0+cu130'\ndebug = False\n"; }
+  EXPECT_EQ(LoadedTorchVersion(lib), "2.11.0") << "version.py first";
+  EXPECT_EQ(TorchVersionMismatch("2.11.0", "2.11.0"), "");
+  EXPECT_EQ(TorchVersionMismatch("2.11.0", ""), "") << "unknown: the adapter trusts its build";
+  const std::string line = TorchVersionMismatch("2.11.0", "2.10.1");
+  EXPECT_NE(line.find("built against PyTorch 2.11.0 and this process runs PyTorch 2.10.1"), std::string::npos) << line;
+  EXPECT_NE(line.find("kjit stays off"), std::string::npos) << line;
+  EXPECT_EQ(ReaderFor(90, "NVIDIA H200", "2.11.0").torch_version, "2.11.0");
+  ASSERT_EQ(system(("rm -rf " + root).c_str()), 0);
 }
 
 // The run a process's calls are reported under: `kjit run`'s KJIT_RUN_ID when set, else the process's own.

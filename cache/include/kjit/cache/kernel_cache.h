@@ -37,7 +37,7 @@
 
 namespace kjit::cache {
 
-inline constexpr int kSchemaVersion = 5;
+inline constexpr int kSchemaVersion = 6;
 
 // $KJIT_CACHE if set, else <kjit::CacheDir()>/cache.db ($XDG_CACHE_HOME/kjit/cache.db).
 std::string DefaultCachePath();
@@ -57,6 +57,9 @@ struct ReaderContext {
   // The reader's GPU model as the driver names it ("NVIDIA H200"; TimedModel of a
   // record's Timing::device). Empty: no preference among the key's records.
   std::string device_model;
+  // The reader's PyTorch (TORCH_VERSION, "2.11.0"): only records verified under it are served, since a
+  // kernel is verified against that PyTorch's kernels and output layouts. Empty: no check (tools, tests).
+  std::string torch_version;
 };
 
 // What the shim needs to launch a cached kernel.
@@ -317,7 +320,9 @@ class KernelCache {
     int64_t id = 0;
     double median_us = 0;
   };
-  Result<Best> BestVerified(const Hash128& key_hash, const std::string& model) const;
+  // With `torch_version`, only records verified under that PyTorch count.
+  Result<Best> BestVerified(const Hash128& key_hash, const std::string& model,
+                            const std::string& torch_version = "") const;
 
   // The shim's read path. NotFound (with the reason in the message) when no
   // record may be served for this key and reader.

@@ -119,6 +119,9 @@ struct KernelRecord {
   Timing baseline;  // PyTorch's own kernel, same run
   Verification verification;
   Toolchain toolchain;
+  // The PyTorch whose kernels verified it (TORCH_VERSION of the evaluator, "2.11.0"); a reader with another
+  // version is not served it (ReaderContext::torch_version). Empty: not recorded (records before schema 6).
+  std::string torch_version;
 
   RecordStatus status = RecordStatus::kCandidate;
   std::string status_reason;  // why it was rejected or quarantined

@@ -58,6 +58,9 @@ struct Lookup {  // -> LookupReply
   // Optional (added within version 1): the reader's GPU model ("NVIDIA H200"). Of the key's
   // records, one timed on this model is served first (kernel_cache.h). Absent: any model.
   std::optional<std::string> device_model;
+  // Optional (added within version 1): the reader's PyTorch ("2.11.0"). Only records verified under it are
+  // served. Absent: any.
+  std::optional<std::string> torch_version;
 };
 struct LookupReply {
   bool found = false;
