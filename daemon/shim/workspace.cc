@@ -8,6 +8,8 @@ Result<const WorkspacePool::Buffer*> WorkspacePool::AcquireLocked(int device, CU
   if (bytes == 0) return InvalidArgument("a workspace of 0 bytes");
   auto it = std::find_if(slots_.begin(), slots_.end(),
                          [&](const Slot& s) { return s.device == device && s.stream == stream; });
+  const uint64_t now = ++use_clock_;
+  if (it != slots_.end()) it->last_use = now;
   if (it != slots_.end() && it->buffer.bytes >= bytes) return &it->buffer;
   const uint64_t want = (bytes + kGranule - 1) / kGranule * kGranule;
   KJIT_ASSIGN_OR_RETURN(Buffer buffer, allocate_(device, stream, want));
@@ -17,7 +19,14 @@ Result<const WorkspacePool::Buffer*> WorkspacePool::AcquireLocked(int device, CU
     it->buffer = std::move(buffer);  // the old one is released after the work queued on this stream
     return &it->buffer;
   }
-  slots_.push_back(Slot{device, stream, std::move(buffer)});
+  if (slots_.size() >= kMaxStreams) {
+    // The least recently used stream's buffer goes (released behind the work queued on its stream).
+    auto oldest = std::min_element(slots_.begin(), slots_.end(),
+                                   [](const Slot& a, const Slot& b) { return a.last_use < b.last_use; });
+    slots_.erase(oldest);
+    ++evictions_;
+  }
+  slots_.push_back(Slot{device, stream, std::move(buffer), now});
   return &slots_.back().buffer;
 }
 
@@ -34,6 +43,11 @@ size_t WorkspacePool::buffers() const {
 uint64_t WorkspacePool::allocations() const {
   std::lock_guard lock(mutex_);
   return allocations_;
+}
+
+uint64_t WorkspacePool::evictions() const {
+  std::lock_guard lock(mutex_);
+  return evictions_;
 }
 
 }  // namespace kjit::shim

@@ -19,6 +19,10 @@
 // thread that replaces or drops the buffer meanwhile does not free it before
 // the launch is queued. Freed after that, it goes back to PyTorch's caching
 // allocator behind the launch on its stream, as any tensor freed after use.
+//
+// Bounded: at most kMaxStreams buffers are held. A program that makes streams as it goes (one per request,
+// say) would otherwise keep a buffer for every stream it ever launched a workspace kernel on; the buffer of
+// the stream that launched one least recently goes when a new stream needs one, released as above.
 #pragma once
 
 #include <cstdint>
@@ -65,18 +69,23 @@ class WorkspacePool {
     return s;
   }
 
-  // Buffers held now, and allocations made so far (for tests and logs).
+  // Buffers held now, allocations made so far, and buffers released to stay within kMaxStreams (for tests
+  // and logs).
   size_t buffers() const;
   uint64_t allocations() const;
+  uint64_t evictions() const;
 
   // Sizes are rounded up to this, so that slightly different workspaces share one buffer.
   static constexpr uint64_t kGranule = 4096;
+  // Buffers held at most: one per (device, stream) of the streams used most recently.
+  static constexpr size_t kMaxStreams = 32;
 
  private:
   struct Slot {
     int device;
     CUstream stream;
     Buffer buffer;
+    uint64_t last_use = 0;  // use_clock_ at the slot's latest launch
   };
   Result<const Buffer*> AcquireLocked(int device, CUstream stream, uint64_t bytes);
   // Drops the stream's buffer if it is still the one at `ptr` (another thread may have replaced it).
@@ -86,6 +95,8 @@ class WorkspacePool {
   mutable std::mutex mutex_;
   std::vector<Slot> slots_;
   uint64_t allocations_ = 0;
+  uint64_t evictions_ = 0;
+  uint64_t use_clock_ = 0;
 };
 
 }  // namespace kjit::shim

@@ -130,6 +130,30 @@ TEST(WorkspacePool, ABufferOutlivesItsReplacementDuringALaunch) {
   EXPECT_EQ(again, inner);
 }
 
+// A program that makes a stream per request: the pool keeps kMaxStreams buffers, the least recently used
+// stream's going first; a stream in steady use keeps its buffer.
+TEST(WorkspacePool, HoldsAtMostMaxStreamsBuffersDroppingTheLeastRecentlyUsed) {
+  FakeAllocator a;
+  WorkspacePool pool(a.fn());
+  CUdeviceptr hot = 0;
+  auto run = [&](uintptr_t stream, CUdeviceptr* seen = nullptr) {
+    ASSERT_TRUE(pool.Run(0, S(stream), 64, [&](CUdeviceptr p) {
+                      if (seen != nullptr) *seen = p;
+                      return Status::Ok();
+                    }).ok());
+  };
+  run(1, &hot);
+  for (uintptr_t s = 100; s < 100 + 3 * WorkspacePool::kMaxStreams; ++s) {
+    run(s);
+    CUdeviceptr again = 0;
+    run(1, &again);  // stream 1 launches between every new stream's
+    EXPECT_EQ(again, hot) << "the stream in steady use lost its buffer at stream " << s;
+  }
+  EXPECT_EQ(pool.buffers(), WorkspacePool::kMaxStreams);
+  EXPECT_EQ(a.live, static_cast<int>(WorkspacePool::kMaxStreams)) << "evicted buffers are released";
+  EXPECT_EQ(pool.evictions(), 3 * WorkspacePool::kMaxStreams + 1 - WorkspacePool::kMaxStreams);
+}
+
 TEST(WorkspacePool, AllocationFailureIsReturnedAndNothingLaunches) {
   FakeAllocator a;
   a.fail = true;
