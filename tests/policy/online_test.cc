@@ -153,6 +153,22 @@ TEST(Online, EpisodeProposesValidUntriedPointsAndRecordsThePolicyVersion) {
   ASSERT_TRUE(second.ok());
   ASSERT_EQ(second->trials.size(), report->trials.size());
   for (size_t i = 0; i < report->trials.size(); ++i) EXPECT_EQ(second->trials[i].point, report->trials[i].point);
+
+  // As kjitd's tuner runs it: the expert default first, then the policy, nothing proposed twice.
+  ReplayEvaluator tuner(*task, nullptr);
+  options.expert_first = true;
+  auto first = RunOnlineEpisode(*agent, task->key, tuner, options);
+  ASSERT_TRUE(first.ok());
+  ASSERT_EQ(first->trials.size(), 6u);
+  EXPECT_EQ(first->trials[0].point, task->points[task->expert_index].point);
+  EXPECT_EQ(first->trials[0].proposer, "expert-default");
+  std::set<Point> distinct;
+  for (size_t i = 0; i < first->trials.size(); ++i) {
+    EXPECT_TRUE(distinct.insert(first->trials[i].point).second);
+    if (i > 0) {
+      EXPECT_EQ(first->trials[i].proposer, agent->version());
+    }
+  }
 }
 
 TEST(Online, BackoffRetriesAndTransportErrorsEndTheEpisode) {

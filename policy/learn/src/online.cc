@@ -139,6 +139,10 @@ Result<OnlineReport> RunOnlineEpisode(Agent* agent, const OpKey& key, LiveEvalua
   };
   auto propose = [&](const ReplayEpisode& ep, std::mt19937_64& r, int* fallbacks) {
     Proposal p{-1, report.policy_version};
+    if (options.proposer == Proposer::kPolicy && options.expert_first && task->expert_index >= 0 &&
+        !ep.tried(task->expert_index)) {
+      return Proposal{task->expert_index, "expert-default"};
+    }
     if (options.proposer == Proposer::kPolicy) {
       if (auto proposed = agent->Propose(ep, options.greedy, r, options.revise_after); proposed.ok()) {
         p.index = *proposed;

@@ -442,6 +442,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   online->add_option("--seed", online_options.seed, "Seed for --sampled and the random proposers")
       ->capture_default_str();
+  online->add_flag("--expert-first", online_options.expert_first,
+                   "With --proposer policy: the expert default as each key's first trial, then the policy (as "
+                   "kjitd's tuner runs it)");
   std::string proposer_name = "policy";
   online->add_option("--proposer", proposer_name,
                      "Who proposes: the policy, or a baseline for its learning curve: random (uniform over the "

@@ -40,6 +40,7 @@ OnlineOptions RoundOptions(const TunerOptions& options, const cache::Task& task)
   // Without a policy the baselines' expert-then-random serves; the policy itself falls back to the expert
   // default where it has no head for the space.
   o.proposer = options.proposer;
+  o.expert_first = true;  // a key's first trial is its family's expert default, whoever proposes the rest
   o.budget = task.round == 0 ? options.first_trials : options.trials;
   o.greedy = options.greedy;
   o.revise_after = options.revise_after;

@@ -117,6 +117,11 @@ struct OnlineTrial;
 
 struct OnlineOptions {
   Proposer proposer = Proposer::kPolicy;
+  // With the policy: the family's expert default is the episode's first trial when the key has not tried it
+  // yet, the policy proposing from the second on. Measured on an H100 (RESULTS.md, e889bb4), the expert default
+  // is the better first trial and the policy the better search. kjitd's tuner sets it; off, the policy proposes
+  // every trial (`kjit policy online` measures the policy alone so).
+  bool expert_first = false;
   int budget = 8;        // new trials this episode (prior ones not counted)
   bool greedy = true;    // the policy's mode at every step (false: sampled, seeded)
   int revise_after = kReviseAfter;  // greedy: then the best point's neighbours (Agent::Propose; 0: the mode only)
