@@ -15,7 +15,8 @@
 # verify and search the design spaces (tune.md, tune.tar.gz; see the step at the end),
 # KJIT_GPU_RUN_SHIM=1 to measure the shim and run its example twice (shim.tar.gz), KJIT_GPU_RUN_ONLINE=1 for
 # online policy episodes on the example's keys against the expert default then random (KJIT_ONLINE_PROPOSERS
-# "policy expert"; add "random" for uniform random search) (online.tar.gz).
+# "tuner policy expert": tuner is the expert default first, then the policy, as kjitd runs it; add "random" for
+# uniform random search) (online.tar.gz).
 # KJIT_GPU_RUN_NVML_PROBE=1 records what NVML reports while another process computes (nvml-probe.txt).
 # Pass KJIT_COMMIT=<this machine's `git rev-parse --short HEAD`>: on the device machine `git rev-parse` in the copied
 # tree has reported an older commit than the tree held (2026-12-01), and the summary's commit is what RESULTS.md cites.
@@ -257,10 +258,13 @@ if [[ "${KJIT_GPU_RUN_ONLINE:-0}" == 1 ]]; then
   fi
   timeout 90 "$build/daemon/kjit" run -- python3 examples/shim_app/app.py --iters 10 > "$on/app.txt" 2>&1
   note "online: app run (queues the misses): rc=$?"
-  for mode in ${KJIT_ONLINE_PROPOSERS:-policy expert}; do
-    seeds=1; [[ $mode == policy ]] || seeds="${KJIT_ONLINE_SEEDS:-1 2 3}"  # the baselines are random: average
+  # Modes: policy (alone), tuner (the expert default first, then the policy: kjitd's tuner), expert (the expert
+  # default, then random), random.
+  for mode in ${KJIT_ONLINE_PROPOSERS:-tuner policy expert}; do
+    seeds=1; [[ $mode == policy || $mode == tuner ]] || seeds="${KJIT_ONLINE_SEEDS:-1 2 3}"  # random: average
+    flags=(--proposer "$mode"); [[ $mode == tuner ]] && flags=(--proposer policy --expert-first)
     for seed in $seeds; do
-      timeout "${KJIT_ONLINE_S:-150}" "$build/daemon/kjit" policy online --proposer "$mode" --seed "$seed" \
+      timeout "${KJIT_ONLINE_S:-150}" "$build/daemon/kjit" policy online "${flags[@]}" --seed "$seed" \
         --budget "${KJIT_ONLINE_BUDGET:-8}" --json "$on/online.jsonl" > "$on/online-$mode-$seed.txt" 2>&1
       note "online --proposer $mode --seed $seed: rc=$? $(grep -c '^  best' "$on/online-$mode-$seed.txt") episodes with a verified kernel"
     done

@@ -72,7 +72,7 @@ def main():
     if not episodes:
         print("online_curve.py: no episodes in the input", file=sys.stderr)
         return 1
-    modes = sorted({m for _, m in episodes}, key=lambda m: {"policy": 0, "expert": 1, "random": 2}.get(m, 3))
+    modes = sorted({m for _, m in episodes}, key=lambda m: {"tuner": 0, "policy": 1, "expert": 2, "random": 3}.get(m, 3))
     keys = sorted({k for k, _ in episodes if all((k, m) in episodes for m in modes)})
     if not keys:
         print("online_curve.py: no key was finished by every mode", file=sys.stderr)

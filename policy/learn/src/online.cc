@@ -244,7 +244,7 @@ Result<OnlineReport> RunOnlineEpisode(Agent* agent, const OpKey& key, LiveEvalua
   return report;
 }
 
-std::string OnlineReportJson(const OnlineReport& report, Proposer proposer) {
+std::string OnlineReportJson(const OnlineReport& report, Proposer proposer, bool expert_first) {
   nlohmann::json trials = nlohmann::json::array();
   for (const auto& t : report.trials) {
     trials.push_back({{"point", PointToString(t.point)},
@@ -257,7 +257,8 @@ std::string OnlineReportJson(const OnlineReport& report, Proposer proposer) {
   nlohmann::json j = {{"key", report.key_hash},
                       {"key_text", report.key_text},
                       {"family", report.family},
-                      {"mode", ProposerName(proposer)},
+                      {"mode", proposer == Proposer::kPolicy && expert_first ? std::string("tuner")
+                                                                              : std::string(ProposerName(proposer))},
                       {"policy_version", report.policy_version},
                       {"baseline_us", report.baseline.baseline_us},
                       {"baseline_spread_us", report.baseline.baseline_spread_us},

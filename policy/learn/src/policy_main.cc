@@ -204,7 +204,7 @@ int RunOnline(const std::string& cache_path, const std::string& endpoint, int li
     if (!report->stopped.empty()) std::printf("  stopped: %s\n", report->stopped.c_str());
     std::fflush(stdout);
     if (json != nullptr) {
-      std::fprintf(json, "%s\n", OnlineReportJson(*report, options.proposer).c_str());
+      std::fprintf(json, "%s\n", OnlineReportJson(*report, options.proposer, options.expert_first).c_str());
       std::fflush(json);
     }
     if (agent && learn_iterations > 0) {

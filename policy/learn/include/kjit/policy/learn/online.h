@@ -180,8 +180,9 @@ inline Result<OnlineReport> RunOnlineEpisode(Agent& agent, const OpKey& key, Liv
 }
 
 // An episode as one line of JSON (kjit policy online --json): the key, its hash, the baseline and floor, every trial
-// (point, proposer, outcome, median, whether stored) and the best; what learning curves are drawn from.
-std::string OnlineReportJson(const OnlineReport& report, Proposer proposer);
+// (point, proposer, outcome, median, whether stored) and the best; what learning curves are drawn from. Its
+// mode is the proposer's name, or "tuner" for the policy with `expert_first` (as kjitd's tuner runs it).
+std::string OnlineReportJson(const OnlineReport& report, Proposer proposer, bool expert_first = false);
 
 // The design map a trial is submitted with.
 std::map<std::string, std::string> TrialDesign(const Family& family, const Point& point,
