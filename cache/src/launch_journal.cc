@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -62,7 +63,14 @@ bool ParseEntryName(const std::string& name, LaunchJournalEntry* e) {
 
 bool Gone(const LaunchJournalEntry& e) {
   const uint64_t now = ProcessStartTicks(e.pid);
-  return now == 0 || now != e.start_ticks;
+  if (now != 0 && now == e.start_ticks) return false;
+  struct stat st {};
+  if (stat(e.path.c_str(), &st) != 0) return false;  // removed meanwhile: its launch completed
+  const int64_t modified_ms = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000 + st.st_mtim.tv_nsec / 1000000;
+  const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count();
+  return now_ms - modified_ms >= LaunchJournal::kMinAbandonedAgeMs;
 }
 
 }  // namespace
@@ -114,6 +122,7 @@ bool LaunchJournal::KilledAProcess(int64_t record_id) const {
   while (const dirent* ent = readdir(d)) {
     if (std::strncmp(ent->d_name, prefix.c_str(), prefix.size()) != 0) continue;
     LaunchJournalEntry e;
+    e.path = dir_ + "/" + ent->d_name;
     if (ParseEntryName(ent->d_name, &e) && e.record_id == record_id && Gone(e)) {
       killed = true;
       break;

@@ -2,7 +2,9 @@
 // ones and of a reused pid are, and names that are not entries are ignored.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -20,6 +22,15 @@ using testing::TempDir;
 bool Exists(const std::string& path) {
   struct stat st {};
   return stat(path.c_str(), &st) == 0;
+}
+
+// Backdates a file by `seconds`: entries younger than kMinAbandonedAgeMs are never abandoned.
+void Age(const std::string& path, int seconds = 10) {
+  struct timespec times[2];
+  clock_gettime(CLOCK_REALTIME, &times[0]);
+  times[0].tv_sec -= seconds;
+  times[1] = times[0];
+  ASSERT_EQ(utimensat(AT_FDCWD, path.c_str(), times, 0), 0) << path;
 }
 
 // The pid of a child that has exited and been reaped: a process that is gone.
@@ -68,6 +79,16 @@ TEST(LaunchJournal, ADeadProcessesEntryAndAReusedPidsAreAbandoned) {
   ASSERT_TRUE(of_reused.Begin(42).ok());
   const LaunchJournal mine(path);
   ASSERT_TRUE(mine.Begin(43).ok());
+  // Fresh, a dead process's entry is not yet abandoned: a reader in another pid namespace sees every writer
+  // as dead, and a first launch lasts moments.
+  EXPECT_TRUE(mine.Abandoned()->empty());
+  EXPECT_FALSE(mine.KilledAProcess(41));
+  for (const std::string& name : {std::string("41-") + std::to_string(dead) + "-12345",
+                                  "42-" + std::to_string(getpid()) + "-1",
+                                  "43-" + std::to_string(getpid()) + "-" +
+                                      std::to_string(ProcessStartTicks(static_cast<uint32_t>(getpid())))}) {
+    Age(path + "/" + name);
+  }
   for (const char* junk : {"notes.txt", "41-x-1", "0-1-1", "41-1", "41-1-1-1", "-1-1"}) {
     std::ofstream(path + "/" + junk) << "";
   }

@@ -4,7 +4,10 @@
 // the GPU machine (tests/gpu/evaluator_gpu_test.cc).
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -1020,8 +1023,19 @@ TEST(KjitdEvaluator, ARecordThatKilledAProcessIsReverifiedThenRejectedTheSecondT
     return static_cast<uint32_t>(child);
   };
   const std::string dir = cache::LaunchJournalDir(h.cache_path());
-  const cache::LaunchJournal first(dir, dead_pid(), 777);
+  // An entry becomes abandoned kMinAbandonedAgeMs after it was written: backdated here.
+  auto backdate = [&](uint32_t pid, uint64_t start) {
+    const std::string path = dir + "/" + std::to_string(id) + "-" + std::to_string(pid) + "-" + std::to_string(start);
+    struct timespec times[2];
+    clock_gettime(CLOCK_REALTIME, &times[0]);
+    times[0].tv_sec -= 10;
+    times[1] = times[0];
+    return utimensat(AT_FDCWD, path.c_str(), times, 0) == 0;
+  };
+  const uint32_t first_pid = dead_pid();
+  const cache::LaunchJournal first(dir, first_pid, 777);
   ASSERT_TRUE(first.Begin(id).ok());
+  ASSERT_TRUE(backdate(first_pid, 777));
   ASSERT_TRUE(first.KilledAProcess(id));
   ASSERT_TRUE(h.Start()) << ReadFile(h.log_path());
   auto kc = OpenCacheReadOnly(h);
@@ -1038,8 +1052,10 @@ TEST(KjitdEvaluator, ARecordThatKilledAProcessIsReverifiedThenRejectedTheSecondT
   EXPECT_NE(after.status_reason.find("died during the kernel's first launch"), std::string::npos) << after.status_reason;
   EXPECT_NE(ReadFile(h.log_path()).find("kernel_killed_a_process"), std::string::npos);
 
-  const cache::LaunchJournal second(dir, dead_pid(), 778);
+  const uint32_t second_pid = dead_pid();
+  const cache::LaunchJournal second(dir, second_pid, 778);
   ASSERT_TRUE(second.Begin(id).ok());
+  ASSERT_TRUE(backdate(second_pid, 778));
   ASSERT_TRUE(wait_for([&] { return (*kc)->Get(id)->status == cache::RecordStatus::kRejected; }))
       << ReadFile(h.log_path());
   EXPECT_NE((*kc)->Get(id)->status_reason.find("a second time"), std::string::npos);

@@ -658,6 +658,9 @@ def case_fault(e):
     if not entries:
         fail(f"the program died (status {status}) but left no launch journal entry for record {record}:\n{log[-3000:]}")
     print(f"the program died (status {status}); journal entry {entries[0]}")
+    # An entry counts once it is LaunchJournal::kMinAbandonedAgeMs (2 s) old; a rerun's Python and PyTorch
+    # start-up usually take longer than that anyway.
+    time.sleep(2.5)
     run, log = e.program("outputs", os.path.join(e.work, "after.pt"), calls=3)
     if f"record {record} is not served" not in log:
         fail(f"the next run did not refuse record {record}:\n{log[-3000:]}")

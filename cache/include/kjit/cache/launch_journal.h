@@ -50,11 +50,15 @@ class LaunchJournal {
   // After that launch completed: removes the entry (no error if it is already gone).
   void End(int64_t record_id) const;
 
-  // Every entry whose process is gone: dead, or its pid now another process's. Entries of live processes
-  // (launching now) are not listed; files whose names are not entries are ignored.
+  // Every entry whose process is gone (dead, or its pid now another process's) and that is at least
+  // kMinAbandonedAge old. Entries of live processes (launching now) are not listed; files whose names are not
+  // entries are ignored. The age rule covers a reader in another pid namespace (a container) than the writer,
+  // which sees the writer as gone: a first launch in progress is seconds old at most, a dead process's entry
+  // stays.
+  static constexpr int64_t kMinAbandonedAgeMs = 2000;
   Result<std::vector<LaunchJournalEntry>> Abandoned() const;
-  // Whether `record_id` has an abandoned entry: the shim's check before it serves a record. False when the
-  // journal does not exist.
+  // Whether `record_id` has an abandoned entry (the same rules): the shim's check before it serves a record.
+  // False when the journal does not exist.
   bool KilledAProcess(int64_t record_id) const;
   // Removes an abandoned entry once its record is out of service.
   Status Remove(const LaunchJournalEntry& entry) const;
