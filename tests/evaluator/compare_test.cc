@@ -4,6 +4,8 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include <cmath>
 #include <limits>
 #include <string>
@@ -313,8 +315,44 @@ TEST(Poison, FiniteIsFinite) {
     at::Tensor t = at::full({4, 4}, kNaN, type);
     PoisonStorage(t, Poison::kFinite);
     EXPECT_TRUE(t.isfinite().all().item<bool>()) << type;
-    EXPECT_TRUE(BytesOf(t).eq(0x5A).all().item<bool>()) << type;
+    EXPECT_TRUE(BytesOf(t).eq(FinitePoisonByte()).all().item<bool>()) << type;
   }
+}
+
+// Each evaluation draws its finite poison and guard bytes: many different ones over evaluations, every
+// finite byte finite and nonzero in every float type, every guard byte neither 0x00 nor 0xFF.
+TEST(Poison, PatternsAreDrawnPerEvaluationAndStayFinite) {
+  std::set<int> finite_bytes, guard_bytes;
+  for (uint64_t seed = 0; seed < 2000; ++seed) {
+    ChoosePatterns(seed);
+    finite_bytes.insert(FinitePoisonByte());
+    guard_bytes.insert(GuardByte());
+    EXPECT_NE(GuardByte(), 0x00);
+    EXPECT_NE(GuardByte(), 0xFF);
+  }
+  EXPECT_GT(finite_bytes.size(), 100u);
+  EXPECT_GT(guard_bytes.size(), 100u);
+  for (int b : finite_bytes) {
+    for (at::ScalarType type : {at::kHalf, at::kBFloat16, at::kFloat, at::kDouble}) {
+      at::Tensor t = at::empty({8}, type);
+      BytesOf(t).fill_(b);
+      EXPECT_TRUE(t.isfinite().all().item<bool>()) << "byte " << b << " in " << type;
+      EXPECT_TRUE(t.ne(0).all().item<bool>()) << "byte " << b << " in " << type;
+    }
+  }
+  // The guards and the unwritten-element check follow the drawn patterns.
+  ChoosePatterns(12345);
+  auto g = MakeGuarded(at::randn({3, 5}), 64);
+  ASSERT_TRUE(g.ok());
+  EXPECT_TRUE(g->storage.narrow(0, 0, g->tensor_offset_bytes).eq(GuardByte()).all().item<bool>());
+  EXPECT_TRUE(GuardsIntact(*g));
+  g->storage[0] = static_cast<uint8_t>(GuardByte() ^ 1);
+  EXPECT_FALSE(GuardsIntact(*g));
+  at::Tensor a = at::arange(6, at::kFloat), b = a.clone();
+  PoisonStorage(a, Poison::kNaN);
+  PoisonStorage(b, Poison::kFinite);
+  EXPECT_EQ(FindUnwritten(a, b).count, 6);
+  ChoosePatterns(0);
 }
 
 TEST(Guarded, LayoutAndGuards) {
@@ -368,7 +406,7 @@ TEST(Poison, UnwrittenElementsAreThoseThatKeepEitherRunsPoison) {
   b.copy_(a);
   EXPECT_EQ(FindUnwritten(a, b).count, 0);  // both wrote everything
   // Element [1, 1] skipped in the second run only (a stale-output read).
-  b.view(at::kInt)[1][1] = 0x5A5A5A5A;
+  b.view(at::kInt)[1][1] = static_cast<int32_t>(0x01010101u * FinitePoisonByte());
   const Unwritten u = FindUnwritten(a, b);
   EXPECT_EQ(u.count, 1);
   EXPECT_EQ(u.first, 4);

@@ -6,16 +6,20 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <atomic>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <random>
 #include <string>
 #include <utility>
 
 namespace kjit::eval {
 namespace {
 
-constexpr uint8_t kGuardByte = 0xA5;
+// Relaxed atomics: one evaluation at a time sets them (ChoosePatterns) before its buffers are poisoned.
+std::atomic<uint8_t> g_finite_byte{0x5A};
+std::atomic<uint8_t> g_guard_byte{0xA5};
 
 Status FromTorchError(const c10::Error& e, std::string_view what) {
   std::string message = std::string(what) + ": " + e.what_without_backtrace();
@@ -208,9 +212,24 @@ Comparison CompareImpl(const at::Tensor& actual, const at::Tensor& expected_in, 
   return c;
 }
 
-uint8_t PoisonByte(Poison poison) { return poison == Poison::kNaN ? 0xFF : 0x5A; }
+uint8_t PoisonByte(Poison poison) { return poison == Poison::kNaN ? 0xFF : FinitePoisonByte(); }
 
 }  // namespace
+
+void ChoosePatterns(uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  // Finite and nonzero in every float type when repeated (see compare.h).
+  auto finite = [](unsigned b) { return b != 0x00 && (b & 0x7C) != 0x7C; };
+  unsigned b = 0;
+  do {
+    b = static_cast<unsigned>(rng() & 0xFF);
+  } while (!finite(b));
+  g_finite_byte.store(static_cast<uint8_t>(b), std::memory_order_relaxed);
+  g_guard_byte.store(static_cast<uint8_t>(1 + rng() % 254), std::memory_order_relaxed);  // 0x01-0xFE
+}
+
+uint8_t FinitePoisonByte() { return g_finite_byte.load(std::memory_order_relaxed); }
+uint8_t GuardByte() { return g_guard_byte.load(std::memory_order_relaxed); }
 
 Tolerance DefaultTolerance(DType dtype) {
   switch (dtype) {
@@ -411,7 +430,7 @@ Result<GuardedTensor> MakeGuarded(const at::Tensor& like, int64_t guard_bytes) {
 void ResetGuarded(const GuardedTensor& guarded, Poison poison) {
   if (!guarded.storage.defined()) return;
   try {
-    guarded.storage.fill_(kGuardByte);
+    guarded.storage.fill_(GuardByte());
   } catch (const c10::Error&) {
     return;  // as in PoisonStorage
   }
@@ -425,7 +444,7 @@ bool GuardsIntact(const GuardedTensor& guarded) {
     const int64_t tensor_end = guarded.tensor_offset_bytes + static_cast<int64_t>(guarded.tensor.storage().nbytes());
     const at::Tensor front = guarded.storage.narrow(0, 0, guarded.tensor_offset_bytes);
     const at::Tensor back = guarded.storage.narrow(0, tensor_end, total - tensor_end);
-    return at::cat({front, back}).eq(kGuardByte).all().item<bool>();
+    return at::cat({front, back}).eq(GuardByte()).all().item<bool>();
   } catch (const c10::Error&) {
     return false;
   }

@@ -775,6 +775,7 @@ daemon::Verdict Evaluator::Evaluate(const daemon::EvaluateRequest& request, cons
   const Impl::ReleaseCachedMemoryAtExit release{s};  // first: runs after the job's tensors are freed
   g_yield = false;  // a request for an earlier job does not carry over
   const auto started = Clock::now();
+  ChoosePatterns(s.seeds());  // this evaluation's poison and guard bytes: no fixed pattern to recognise
   Verdict v;
   v.id = request.id;
   CompileAhead(request.compile_ahead);  // the next candidates compile while this one runs

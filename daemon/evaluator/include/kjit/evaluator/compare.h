@@ -118,10 +118,18 @@ bool ForEachPiece(const std::vector<at::Tensor>& tensors, int64_t piece_elements
 // candidate runs, so elements it does not write show up.
 enum class Poison {
   kNaN,     // all bytes 0xFF: a NaN in every float type, -1 in signed integers
-  kFinite,  // all bytes 0x5A: a finite value in float32/float64 (a NaN-free pattern
-            // for the places where the reference itself is NaN); 0x5A5A in
-            // float16/bfloat16 is finite too
+  kFinite,  // all bytes FinitePoisonByte(): a finite value in every float type (a
+            // NaN-free pattern for the places where the reference itself is NaN)
 };
+
+// The finite poison's byte and the guard bytes' (MakeGuarded) are drawn anew for
+// each evaluation (ChoosePatterns), so that a kernel cannot recognise the
+// evaluator's buffers by a fixed pattern. The finite byte is one whose repetition
+// is finite and not zero in float16, bfloat16, float32 and float64: not 0x00,
+// 0x7C-0x7F or 0xFC-0xFF. Before any ChoosePatterns: 0x5A and 0xA5.
+void ChoosePatterns(uint64_t seed);
+uint8_t FinitePoisonByte();
+uint8_t GuardByte();
 // Fills every byte of `tensor`'s storage (not just the view) with the pattern.
 // Asynchronous on a GPU (stream-ordered like any ATen op). If the device is
 // broken (a sticky CUDA error) it does nothing: the launch that follows fails too.
@@ -152,7 +160,7 @@ struct GuardedTensor {
   int64_t tensor_offset_bytes = 0;  // guard_bytes rounded up to a multiple of 16
 };
 Result<GuardedTensor> MakeGuarded(const at::Tensor& like, int64_t guard_bytes = 4096);
-// Re-fills the guards (pattern 0xA5) and poisons the tensor's own bytes.
+// Re-fills the guards (GuardByte()) and poisons the tensor's own bytes.
 void ResetGuarded(const GuardedTensor& guarded, Poison poison);
 bool GuardsIntact(const GuardedTensor& guarded);
 
