@@ -171,6 +171,21 @@ TEST_F(EvaluatorGallery, StateKeptBetweenCallsIsRejected) {
   EXPECT_VERDICT(r, "stateful");
 }
 
+TEST_F(EvaluatorGallery, RememberingOutputsByPointerIsRejected) {
+  // Computes once per output buffer and skips the work when it meets the same buffer again: fast when
+  // timed on one buffer, and right while the buffer keeps its first outputs. Verification's second run on
+  // the same buffers (after the other poison) and the re-poisoned timed runs see what it did not write.
+  auto r = SubmitRelu(Relu(
+      "  if (seen == (unsigned long long)out) return;\n"
+      "  out[i] = (v > 0.f || v != v) ? v : 0.f;\n"
+      "  if (i == n - 1) seen = (unsigned long long)out;",
+      "__device__ unsigned long long seen = 0;\n"));
+  // Unwritten in the second run on a buffer, or already in the first where the allocator handed out an
+  // address it had seen: either way, never verified.
+  EXPECT_TRUE(r.verdict.rfind("unwritten_output:", 0) == 0 || r.verdict.rfind("wrong_result:", 0) == 0)
+      << "verdict: " << r.verdict;
+}
+
 // relu with a workspace of 16 counters (kernel ABI v2): each block counts itself on ws[0] and the
 // last one resets it; ws[1..15] must be zero on entry (else the output is wrong). `tail` runs after.
 std::string ReluWithWorkspace(const std::string& tail) {
