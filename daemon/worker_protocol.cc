@@ -4,6 +4,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <stdexcept>
 #include <nlohmann/json.hpp>
 
 #include "kjit/runtime/hash.h"
@@ -77,21 +78,11 @@ cache::DesignPoint DesignFrom(const json& j) {
   return d;
 }
 
-json ToJson(const cache::Verification& v) {
-  return {{"seeds", v.seeds},           {"input_kinds", v.input_kinds},     {"edge_cases_passed", v.edge_cases_passed},
-          {"max_abs_error", v.max_abs_error}, {"max_rel_error", v.max_rel_error}, {"atol", v.atol},
-          {"rtol", v.rtol}};
-}
+json ToJson(const cache::Verification& v) { return json::parse(cache::VerificationJson(v)); }
 cache::Verification VerificationFrom(const json& j) {
-  cache::Verification v;
-  v.seeds = j.at("seeds").get<std::vector<uint64_t>>();
-  v.input_kinds = j.at("input_kinds").get<std::vector<std::string>>();
-  v.edge_cases_passed = j.at("edge_cases_passed").get<std::vector<std::string>>();
-  v.max_abs_error = j.at("max_abs_error").get<double>();
-  v.max_rel_error = j.at("max_rel_error").get<double>();
-  v.atol = j.at("atol").get<double>();
-  v.rtol = j.at("rtol").get<double>();
-  return v;
+  auto v = cache::ParseVerificationJson(j.dump());
+  if (!v.ok()) throw std::invalid_argument(v.status().message());
+  return *v;
 }
 
 // Binary fields (keys, CUBINs) travel as hex: JSON strings must be UTF-8.

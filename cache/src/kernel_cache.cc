@@ -705,7 +705,7 @@ Result<ServedKernel> KernelCache::Lookup(const Hash128& key_hash, const ReaderCo
         impl_->lookup,
         impl_->db.Prepare("SELECT id, key_bytes, entry_point, grid_x, grid_y, grid_z, block_x, block_y, block_z, "
                           "dynamic_shared_bytes, arch, driver_version, nvrtc_major, nvrtc_minor, codegen_version, "
-                          "cubin, cubin_checksum, serve_checksum, workspace_bytes, timing, torch_version FROM kernels WHERE "
+                          "cubin, cubin_checksum, serve_checksum, workspace_bytes, timing, torch_version, verification FROM kernels WHERE "
                           "key_hash = ? AND status = 1 "
                           "ORDER BY median_us, id"));
   }
@@ -762,7 +762,12 @@ Result<ServedKernel> KernelCache::Lookup(const Hash128& key_hash, const ReaderCo
       bad.emplace_back(s.Int(0), "serve checksum mismatch");
       continue;
     }
-    ServedKernel k{s.Int(0), std::string(cubin), std::move(r.entry_point), r.launch, {}};
+    auto verification = VerificationFromJson(s.Text(21));
+    if (!verification.ok()) {
+      bad.emplace_back(s.Int(0), "its verification record does not parse");
+      continue;
+    }
+    ServedKernel k{s.Int(0), std::string(cubin), std::move(r.entry_point), r.launch, {}, std::move(verification->outputs)};
     if (!readers_model) other_model_name = model.empty() ? "?" : model;
     (readers_model ? served : other_model) = std::move(k);
   }

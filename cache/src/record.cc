@@ -111,6 +111,15 @@ Hash128 KernelRecord::ComputeRecordChecksum() const {
   AddDouble(h, verification.max_rel_error);
   AddDouble(h, verification.atol);
   AddDouble(h, verification.rtol);
+  if (!verification.outputs.empty()) {  // appended only when recorded: older records hash as before
+    h.Add("outputs").Add(static_cast<uint64_t>(verification.outputs.size()));
+    for (const VerifiedOutput& o : verification.outputs) {
+      h.Add(uint64_t{o.defined}).Add(static_cast<uint64_t>(static_cast<int64_t>(o.scalar_type)));
+      h.Add(static_cast<uint64_t>(o.sizes.size()));
+      for (int64_t v : o.sizes) h.Add(static_cast<uint64_t>(v));
+      for (int64_t v : o.strides) h.Add(static_cast<uint64_t>(v));
+    }
+  }
   AddInt(h, created_unix_ms);
   return h.Finish();
 }
@@ -127,14 +136,26 @@ nlohmann::json ToJson(const Timing& t) {
 }
 
 nlohmann::json ToJson(const Verification& v) {
-  return {{"seeds", v.seeds},
-          {"input_kinds", v.input_kinds},
-          {"edge_cases_passed", v.edge_cases_passed},
-          {"max_abs_error", v.max_abs_error},
-          {"max_rel_error", v.max_rel_error},
-          {"atol", v.atol},
-          {"rtol", v.rtol}};
+  nlohmann::json j = {{"seeds", v.seeds},
+                      {"input_kinds", v.input_kinds},
+                      {"edge_cases_passed", v.edge_cases_passed},
+                      {"max_abs_error", v.max_abs_error},
+                      {"max_rel_error", v.max_rel_error},
+                      {"atol", v.atol},
+                      {"rtol", v.rtol}};
+  // Only when recorded, so that records from before the field read and hash as they did.
+  if (!v.outputs.empty()) {
+    nlohmann::json outputs = nlohmann::json::array();
+    for (const VerifiedOutput& o : v.outputs) {
+      outputs.push_back({{"defined", o.defined}, {"scalar_type", o.scalar_type}, {"sizes", o.sizes}, {"strides", o.strides}});
+    }
+    j["outputs"] = std::move(outputs);
+  }
+  return j;
 }
+
+std::string VerificationJson(const Verification& v) { return ToJson(v).dump(); }
+Result<Verification> ParseVerificationJson(const std::string& text) { return VerificationFromJson(text); }
 
 nlohmann::json OptionsToJson(const std::vector<std::string>& options) { return options; }
 
@@ -171,6 +192,12 @@ Result<Verification> VerificationFromJson(const std::string& text) {
     v.max_rel_error = j.at("max_rel_error").get<double>();
     v.atol = j.at("atol").get<double>();
     v.rtol = j.at("rtol").get<double>();
+    if (j.contains("outputs")) {
+      for (const auto& o : j.at("outputs")) {
+        v.outputs.push_back({o.at("defined").get<bool>(), o.at("scalar_type").get<int>(),
+                             o.at("sizes").get<std::vector<int64_t>>(), o.at("strides").get<std::vector<int64_t>>()});
+      }
+    }
     return v;
   });
 }

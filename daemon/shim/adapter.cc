@@ -645,6 +645,13 @@ void ResolveFirstSight(Adapter& a, const c10::OperatorHandle& op, const Decision
       CountMiss(a, entry, start, end);
       return;
     }
+    if (const std::string differs = OutputsMismatch(outputs, served->outputs); !differs.empty()) {
+      // Served as verified or not at all: PyTorch's kernel runs, and the key is reported as a miss.
+      a.Log("record ", std::to_string(served->id), " not served for ", schema.name(), ": ", differs);
+      entry.ResolveNegative(std::move(outputs));
+      CountMiss(a, entry, start, end);
+      return;
+    }
     auto loaded = a.Load(d.device, *served);
     if (!loaded.ok()) {
       if (entry.Fail("record " + std::to_string(served->id) + ": " + loaded.status().ToString())) {

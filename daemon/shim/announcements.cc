@@ -99,6 +99,10 @@ std::string AnnouncementListener::Handle(int arch, const std::string& key_hash_h
       what = "ignored: the cache still serves the loaded record";
       continue;
     }
+    if (const std::string differs = OutputsMismatch(entry->outputs(), served->outputs); !differs.empty()) {
+      what = "not served: " + differs;
+      continue;
+    }
     auto loaded = source_->Load(device, *served);
     if (!loaded.ok()) {
       if (entry->Fail("record " + std::to_string(served->id) + ": " + loaded.status().ToString())) {

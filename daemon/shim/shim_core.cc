@@ -339,6 +339,22 @@ std::string StageProfile::Json() const {
   return out + "]}";
 }
 
+std::string OutputsMismatch(const std::vector<OutputLayout>& first_call,
+                            const std::vector<cache::VerifiedOutput>& verified) {
+  if (verified.empty()) return "";
+  if (first_call.size() != verified.size()) {
+    return std::to_string(first_call.size()) + " outputs, verified with " + std::to_string(verified.size());
+  }
+  for (size_t i = 0; i < verified.size(); ++i) {
+    const OutputLayout& a = first_call[i];
+    const cache::VerifiedOutput& b = verified[i];
+    const bool same = a.defined == b.defined &&
+                      (!a.defined || (a.scalar_type == b.scalar_type && a.sizes == b.sizes && a.strides == b.strides));
+    if (!same) return "output " + std::to_string(i) + " is laid out otherwise than the verified one";
+  }
+  return "";
+}
+
 std::string LoadedTorchVersion(const std::string& torch_lib_dir) {
   auto first_line_of = [](const std::string& path) {
     std::ifstream in(path);

@@ -365,6 +365,10 @@ class StageProfile {
   std::array<Slot, static_cast<size_t>(Stage::kCount)> slots_;
 };
 
+// Whether a process's first call laid its outputs out as the evaluator verified them (`verified` empty: the
+// record does not say, and nothing is compared). Empty when they match, else what differs.
+std::string OutputsMismatch(const std::vector<OutputLayout>& first_call, const std::vector<cache::VerifiedOutput>& verified);
+
 // The version of the PyTorch loaded in this process, read beside its library (`torch_lib_dir`, the folder of
 // libtorch_cpu.so): ../version.py (`__version__ = '2.11.0+cu130'`, a pip or conda install) or ../build-version
 // (a LibTorch archive). The local part after '+' is dropped ("2.11.0"), as TORCH_VERSION has none. Empty when

@@ -155,6 +155,28 @@ TEST(KernelCache, OnlyTheReadersPyTorchVersionIsServed) {
   EXPECT_EQ(cache->Get(*id)->status, RecordStatus::kQuarantined);
 }
 
+// The output layouts the evaluator verified travel with the record to the reader, covered by its checksum.
+TEST(KernelCache, VerifiedOutputLayoutsReachTheReader) {
+  TempDir dir;
+  auto cache = OpenOrDie(dir.file("c.db"));
+  KernelRecord plain = MakeRecord(600);
+  KernelRecord r = MakeRecord(601);
+  r.verification.outputs = {{true, 6, {64, 601}, {601, 1}}, {false, 0, {}, {}}};
+  EXPECT_NE(r.ComputeRecordChecksum(), MakeRecord(601).ComputeRecordChecksum());
+  auto plain_id = cache->Insert(plain);
+  auto id = cache->Insert(r);
+  ASSERT_TRUE(plain_id.ok() && id.ok());
+  EXPECT_TRUE(cache->Get(*plain_id)->verification.outputs.empty());
+  EXPECT_EQ(cache->Get(*id)->verification.outputs, r.verification.outputs);
+  auto served = cache->Lookup(OpKey::Decode(KeyBytes(601))->Hash(), kReader);
+  ASSERT_TRUE(served.ok()) << served.status().ToString();
+  EXPECT_EQ(served->outputs, r.verification.outputs);
+  EXPECT_TRUE(cache->Lookup(OpKey::Decode(KeyBytes(600))->Hash(), kReader)->outputs.empty());
+  auto verify = cache->Verify();
+  ASSERT_TRUE(verify.ok());
+  EXPECT_TRUE(verify->quarantined.empty());
+}
+
 TEST(KernelCache, TimedModelIsTheDeviceNameWithoutItsUuid) {
   EXPECT_EQ(TimedModel("NVIDIA H200 GPU-6d75a55a-1c2e-4f3b-9a0d-0123456789ab"), "NVIDIA H200");
   EXPECT_EQ(TimedModel("NVIDIA H100 80GB HBM3 GPU-1111"), "NVIDIA H100 80GB HBM3");

@@ -53,6 +53,7 @@ TEST(WorkerProtocol, EveryMessageRoundTrips) {
   v.compile_log = "bad byte \xff here";  // not UTF-8: replaced, never a throw
   v.timing.median_us = 12.5;
   v.verification.seeds = {1, 2, 3};
+  v.verification.outputs = {{true, 6, {4, 5}, {5, 1}}, {false, 0, {}, {}}};
   v.retry_later = true;
   back = DecodeWorkerMessage(EncodeWorkerMessage(v));
   ASSERT_TRUE(back.ok()) << back.status().ToString();
@@ -61,6 +62,7 @@ TEST(WorkerProtocol, EveryMessageRoundTrips) {
   EXPECT_EQ(v2.outcome, v.outcome);
   EXPECT_DOUBLE_EQ(v2.timing.median_us, 12.5);
   EXPECT_EQ(v2.verification.seeds, v.verification.seeds);
+  EXPECT_EQ(v2.verification.outputs, v.verification.outputs);
   EXPECT_TRUE(v2.retry_later);
 
   for (const WorkerMessage& m : std::vector<WorkerMessage>{Hello{}, Unavailable{"no GPU"}, BaselineRequest{1, "k", 0},

@@ -569,6 +569,17 @@ TEST(ShimTorchVersion, ReadBesideTheLibraryAndComparedWithTheBuiltOne) {
   ASSERT_EQ(system(("rm -rf " + root).c_str()), 0);
 }
 
+// A record is served only where the process's first call laid its outputs out as the evaluator verified them.
+TEST(ShimOutputs, TheFirstCallsLayoutsMustBeTheVerifiedOnes) {
+  const std::vector<OutputLayout> first = {{true, 6, {4, 5}, {5, 1}}, {false, 0, {}, {}}};
+  EXPECT_EQ(OutputsMismatch(first, {}), "") << "a record that does not say";
+  EXPECT_EQ(OutputsMismatch(first, {{true, 6, {4, 5}, {5, 1}}, {false, 0, {}, {}}}), "");
+  EXPECT_NE(OutputsMismatch(first, {{true, 6, {4, 5}, {1, 4}}, {false, 0, {}, {}}}), "") << "other strides";
+  EXPECT_NE(OutputsMismatch(first, {{true, 5, {4, 5}, {5, 1}}, {false, 0, {}, {}}}), "") << "another dtype";
+  EXPECT_NE(OutputsMismatch(first, {{true, 6, {4, 5}, {5, 1}}}), "") << "fewer outputs";
+  EXPECT_NE(OutputsMismatch(first, {{true, 6, {4, 5}, {5, 1}}, {true, 6, {1}, {1}}}), "") << "defined vs not";
+}
+
 // The run a process's calls are reported under: `kjit run`'s KJIT_RUN_ID when set, else the process's own.
 TEST(ShimActivity, UsesCarryTheProgramsRun) {
   setenv("KJIT_RUN_ID", "20261206-120000-77", 1);

@@ -1061,6 +1061,20 @@ daemon::Verdict Evaluator::Evaluate(const daemon::EvaluateRequest& request, cons
           v.verification.rtol = tol.rtol;
         }
       }
+      if (v.verification.outputs.empty()) {
+        // PyTorch's output layouts for the key: the shim serves the kernel only where its process's first call
+        // returned the same (it allocates a hit's outputs like that call's).
+        for (const at::Tensor& t : set->reference) {
+          cache::VerifiedOutput o;
+          o.defined = t.defined();
+          if (t.defined()) {
+            o.scalar_type = static_cast<int>(t.scalar_type());
+            o.sizes.assign(t.sizes().begin(), t.sizes().end());
+            o.strides.assign(t.strides().begin(), t.strides().end());
+          }
+          v.verification.outputs.push_back(std::move(o));
+        }
+      }
       v.verification.seeds.push_back(seed);
       v.verification.input_kinds.push_back(std::string(InputKindName(kind)));
       if (!edge_name.empty()) v.verification.edge_cases_passed.push_back(edge_name);

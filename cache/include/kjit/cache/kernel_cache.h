@@ -72,6 +72,8 @@ struct ServedKernel {
   // record served instead ("NVIDIA H100 80GB HBM3"; "?" if the record does not say). The reader should then
   // ask for the key to be timed on its own model (the shim submits a task once per key and process).
   std::string timed_on_other_model;
+  // The outputs as the evaluator verified them (Verification::outputs); empty when the record does not say.
+  std::vector<VerifiedOutput> outputs;
 };
 
 // One line of `kjit cache ls`.

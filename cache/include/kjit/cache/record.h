@@ -70,6 +70,17 @@ struct Timing {
 // Timings are comparable only between GPUs of one model: an H100 and an H200 share sm_90.
 std::string TimedModel(std::string_view device);
 
+// An output as the evaluator verified it: as PyTorch's kernel returned it for the key. The shim serves a
+// record only to a process whose first call laid its outputs out the same way (it allocates a hit's outputs
+// like that first call's).
+struct VerifiedOutput {
+  bool defined = true;   // false: PyTorch returned an undefined tensor here
+  int scalar_type = 0;   // c10::ScalarType as its integer (records are per PyTorch version)
+  std::vector<int64_t> sizes;
+  std::vector<int64_t> strides;
+  friend bool operator==(const VerifiedOutput&, const VerifiedOutput&) = default;
+};
+
 struct Verification {
   std::vector<uint64_t> seeds;
   std::vector<std::string> input_kinds;  // "normal", "uniform", "large", "small", ...
@@ -78,8 +89,12 @@ struct Verification {
   double max_rel_error = 0;
   double atol = 0;
   double rtol = 0;
+  std::vector<VerifiedOutput> outputs;  // empty: not recorded (records before it; kjit_seed_defaults --direct)
   friend bool operator==(const Verification&, const Verification&) = default;
 };
+// A Verification as the JSON text the cache stores (and the worker protocol carries), and back.
+std::string VerificationJson(const Verification& v);
+Result<Verification> ParseVerificationJson(const std::string& text);
 
 // The versions that produced the CUBIN. A record is served only to readers with the same ones.
 struct Toolchain {
