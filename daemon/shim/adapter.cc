@@ -910,7 +910,9 @@ void Attach() noexcept {
     // Built against another PyTorch, the adapter's keys, output layouts and records would be another
     // version's: it stays off, and says so whether or not KJIT_LOG is set.
     Dl_info where{};
-    if (dladdr(reinterpret_cast<const void*>(&c10::Dispatcher::singleton), &where) != 0 && where.dli_fname != nullptr) {
+    // at::globalContext is defined in libtorch_cpu.so (not inline, unlike Dispatcher::singleton): its address
+    // names the library this process loaded.
+    if (dladdr(reinterpret_cast<const void*>(&at::globalContext), &where) != 0 && where.dli_fname != nullptr) {
       const std::string library = where.dli_fname;
       const std::string dir = library.substr(0, library.rfind('/') == std::string::npos ? 0 : library.rfind('/'));
       const std::string mismatch = TorchVersionMismatch(TORCH_VERSION, LoadedTorchVersion(dir.empty() ? "." : dir));
