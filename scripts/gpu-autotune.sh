@@ -157,6 +157,15 @@ for op, rows in a["ops"].items():
     print(f"| {op} | {us1:.1f} | {us2:.1f} | {s:.2f}x | {same} |")
 print(f"\n{faster} of {len(logs)} ops faster than in the first run (by more than 2%); geometric mean "
       f"{math.exp(sum(logs) / len(logs)):.2f}x")
+# What guarding a record's first launch costs (the launch journal): app.py times its first three calls of
+# each op one at a time; in the second run the second call is kjit's first launch in the process.
+first = b.get("first_calls_ms")
+if first:
+    print("\n| op | call 1 ms (first sight) | call 2 ms (first launch, guarded) | call 3 ms | guard cost ms (2 - 3) |"
+          "\n|---|---:|---:|---:|---:|")
+    for op, ms in first.items():
+        if len(ms) >= 3:
+            print(f"| {op} | {ms[0]:.3f} | {ms[1]:.3f} | {ms[2]:.3f} | {ms[1] - ms[2]:.3f} |")
 EOF
 "$kjit" daemon status > "$work/$name/status.txt" 2>&1
 "$kjit" cache ls --json > "$work/$name/cache-ls.json" 2>&1

@@ -11,15 +11,17 @@
 # the program's keys by itself (a progress line every 5 s, at most
 # KJIT_RUN_TUNE_S seconds, 180); the program runs again, served kjit's kernels,
 # and a table compares each op before and after, with the time saved, followed
-# by `kjit report`. What takes the time: the build (minutes on a fresh machine),
-# kjitd training its first policy in the background (about two minutes, while
-# the expert defaults already serve) and the tuning itself.
+# by `kjit report --run last`. What takes the time: the build (minutes on a fresh
+# machine; its output goes to build/build.log), kjitd training its first policy
+# in the background (about two minutes, while the expert defaults already serve)
+# and the tuning itself. KJIT_SKIP_SETUP=1 skips installing the dependencies.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 case "${1:-}" in -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
 
 t0=$(date +%s)
-bash scripts/setup-deps.sh
+# KJIT_SKIP_SETUP=1: the dependencies are already installed (or unpacked and on CMAKE_PREFIX_PATH).
+[[ "${KJIT_SKIP_SETUP:-0}" == 1 ]] || bash scripts/setup-deps.sh
 # The build's own output (compiler warnings included) goes to build/build.log; the terminal gets a progress
 # line every tenth of the build and, on failure, the log's last lines.
 mkdir -p build

@@ -24,7 +24,7 @@ bash scripts/setup-deps.sh
 jobs="${KJIT_JOBS:-$(nproc)}"
 
 echo "[test] configure and build build/"
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKJIT_WERROR=ON >/dev/null
 cmake --build build -j "$jobs"
 echo "[test] run all tests (GPU tests skip without a GPU)"
 (cd build && ctest --output-on-failure -j "$jobs" --timeout 600)
@@ -40,7 +40,7 @@ bash scripts/fuzz-ipc.sh 30
 
 if ((sanitize)); then
   echo "[test] configure and build build-asan/ (ASan + UBSan)"
-  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DKJIT_SANITIZE=ON -DKJIT_BUILD_BENCHMARKS=OFF >/dev/null
+  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DKJIT_SANITIZE=ON -DKJIT_BUILD_BENCHMARKS=OFF -DKJIT_WERROR=ON >/dev/null
   cmake --build build-asan -j "$jobs"
   echo "[test] run CPU tests under sanitizers"
   # -L is a regular expression: anchored, so that tests labelled cpu_release stay out.
