@@ -12,6 +12,7 @@
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
+#include <torch/version.h>
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -83,6 +84,7 @@ void StoreExpertDefault(const char* op, const char* overload, const std::vector<
   record.launch = candidate->launch;
   record.design = candidate->design;
   record.toolchain = cache::RunningToolchain();
+  record.torch_version = TORCH_VERSION;  // the adapter is served only its own PyTorch's records
   record.status = cache::RecordStatus::kVerified;
   auto id = (*cache)->Insert(std::move(record));
   ASSERT_TRUE(id.ok()) << id.status().ToString();
@@ -217,6 +219,7 @@ ws_softmax(const float* __restrict__ x, float* __restrict__ y, unsigned int* ws)
     ws_record.launch.workspace_bytes = 256;
     ws_record.design.family = "test";
     ws_record.toolchain = cache::RunningToolchain();
+    ws_record.torch_version = TORCH_VERSION;
     ws_record.status = cache::RecordStatus::kVerified;
     auto cache = cache::KernelCache::Open();
     ASSERT_TRUE(cache.ok()) << cache.status().ToString();
