@@ -187,6 +187,42 @@ Json TimingJson(const kjit::cache::Timing& t) {
               {"device", t.device},             {"sm_clock_khz", t.sm_clock_khz}, {"memory_clock_khz", t.memory_clock_khz}};
 }
 
+// c10::ScalarType's numbering (stable across PyTorch releases) for the dtypes kjit's ops return.
+std::string ScalarTypeName(int scalar_type) {
+  static const char* const kNames[] = {"u8", "i8", "i16", "i32", "i64", "f16", "f32", "f64",
+                                       "c32", "c64", "c128", "bool", "qi8", "qu8", "qi32", "bf16"};
+  if (scalar_type >= 0 && scalar_type < static_cast<int>(std::size(kNames))) return kNames[scalar_type];
+  return "scalar type " + std::to_string(scalar_type);
+}
+
+// "f32[4, 5]{5, 1}" per output; "(undefined)" for an undefined one.
+std::string OutputsText(const std::vector<kjit::cache::VerifiedOutput>& outputs) {
+  if (outputs.empty()) return "(not recorded: any layout is served)";
+  std::string text;
+  for (const auto& o : outputs) {
+    if (!text.empty()) text += ", ";
+    if (!o.defined) {
+      text += "(undefined)";
+      continue;
+    }
+    auto list = [](const std::vector<int64_t>& v) {
+      std::string s;
+      for (int64_t x : v) s += (s.empty() ? "" : ", ") + std::to_string(x);
+      return s;
+    };
+    text += ScalarTypeName(o.scalar_type) + "[" + list(o.sizes) + "]{" + list(o.strides) + "}";
+  }
+  return text;
+}
+
+Json OutputsJson(const std::vector<kjit::cache::VerifiedOutput>& outputs) {
+  Json out = Json::array();
+  for (const auto& o : outputs) {
+    out.push_back(Json{{"defined", o.defined}, {"scalar_type", o.scalar_type}, {"sizes", o.sizes}, {"strides", o.strides}});
+  }
+  return out;
+}
+
 Json RecordJson(const KernelRecord& r) {
   Json knobs = Json::object();
   for (const auto& [name, value] : r.design.knobs) knobs[name] = value;
@@ -212,7 +248,8 @@ Json RecordJson(const KernelRecord& r) {
         {"max_abs_error", v.max_abs_error},
         {"max_rel_error", v.max_rel_error},
         {"atol", v.atol},
-        {"rtol", v.rtol}}},
+        {"rtol", v.rtol},
+        {"outputs", OutputsJson(v.outputs)}}},
       {"toolchain",
        {{"driver_version", tc.driver_version},
         {"nvrtc_major", tc.nvrtc_major},
@@ -416,6 +453,7 @@ void PrintRecord(const KernelRecord& r) {
             << "  edge cases    " << OrNone(Join(v.edge_cases_passed, ", ")) << "\n"
             << "  max error     " << Format("abs %.3g, rel %.3g", v.max_abs_error, v.max_rel_error) << "\n"
             << "  tolerance     " << Format("atol %.3g, rtol %.3g", v.atol, v.rtol) << "\n"
+            << "  outputs       " << OutputsText(v.outputs) << "\n"
             << "toolchain       " << r.toolchain.ToString() << "\n"
             << "pytorch         " << (r.torch_version.empty() ? std::string("(not recorded: served to no PyTorch program)")
                                                               : r.torch_version)
