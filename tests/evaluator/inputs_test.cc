@@ -108,7 +108,7 @@ TEST(MakeTensor, DeterministicPerSeed) {
   // Holes and an offset: the bytes outside the view must be reproducible too.
   const TensorDesc desc = Desc(DType::kFloat32, {8, 5}, {1, 9}, 2, 8);
   for (InputKind kind : {InputKind::kNormal, InputKind::kUniform, InputKind::kLarge, InputKind::kSmall,
-                         InputKind::kSpecial}) {
+                         InputKind::kSpecial, InputKind::kStructured}) {
     SCOPED_TRACE(std::string(InputKindName(kind)));
     EXPECT_EQ(StorageBytes(Make(desc, kind, 42)), StorageBytes(Make(desc, kind, 42)));
     EXPECT_NE(StorageBytes(Make(desc, kind, 42)), StorageBytes(Make(desc, kind, 43)));
@@ -128,6 +128,7 @@ TEST(MakeTensor, KindNames) {
   EXPECT_EQ(InputKindName(InputKind::kLarge), "large");
   EXPECT_EQ(InputKindName(InputKind::kSmall), "small");
   EXPECT_EQ(InputKindName(InputKind::kSpecial), "special");
+  EXPECT_EQ(InputKindName(InputKind::kStructured), "structured");
 }
 
 TEST(MakeTensor, NormalAndUniform) {
@@ -192,6 +193,27 @@ void ExpectSpecials(const at::Tensor& t) {
   EXPECT_TRUE(t.isposinf().any().item<bool>());
   EXPECT_TRUE(t.isneginf().any().item<bool>());
   EXPECT_TRUE(HasNegativeZero(t));
+}
+
+// Ties and outliers: every value a multiple of 1/4, at most 2 in magnitude except the first of each run of the
+// innermost dim (64 times a nonzero one); rows hold repeated maxima; exactly representable in every float type.
+TEST(MakeTensor, StructuredHasTiesAndOutliers) {
+  for (DType dtype : {DType::kFloat16, DType::kBFloat16, DType::kFloat32, DType::kFloat64}) {
+    SCOPED_TRACE(std::string(DTypeName(dtype)));
+    at::Tensor t = Make(TensorDesc::Contiguous(dtype, {16, 100}), InputKind::kStructured).to(at::kDouble);
+    EXPECT_TRUE(t.mul(4).eq(t.mul(4).round()).all().item<bool>()) << "multiples of 1/4";
+    at::Tensor first = t.select(1, 0), rest = t.narrow(1, 1, 99);
+    EXPECT_TRUE(rest.abs().le(2).all().item<bool>());
+    EXPECT_TRUE(first.abs().ge(16).all().item<bool>()) << "an outlier heads every row";
+    EXPECT_TRUE(first.abs().le(128).all().item<bool>());
+    // Ties: each row's largest ordinary value appears more than once in most rows.
+    const at::Tensor row_max = std::get<0>(rest.max(1, true));
+    EXPECT_GT(rest.eq(row_max).sum(1).gt(1).sum().item<int64_t>(), 8);
+  }
+  // The run follows the dim of stride 1: a transposed view's rows are its storage columns.
+  at::Tensor tr = Make(Desc(DType::kFloat32, {100, 16}, {1, 100}), InputKind::kStructured).to(at::kDouble);
+  EXPECT_TRUE(tr.select(0, 0).abs().ge(16).all().item<bool>());
+  EXPECT_TRUE(tr.narrow(0, 1, 99).abs().le(2).all().item<bool>());
 }
 
 TEST(MakeTensor, SpecialValues) {

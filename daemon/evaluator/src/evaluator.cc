@@ -948,6 +948,8 @@ daemon::Verdict Evaluator::Evaluate(const daemon::EvaluateRequest& request, cons
                                       large_order_dependent ? InputKind::kNormal : InputKind::kLarge};
     for (int i = 0; i < s.options.random_sets; ++i) kinds.push_back({random_kinds[i % 3], ""});
     kinds.push_back({InputKind::kSmall, "subnormal"});
+    // Ties and outliers (inputs.h): the first-index rule of argmax and pooling, a softmax's max subtraction.
+    if (any_float_input) kinds.push_back({InputKind::kStructured, "ties_outliers"});
     if (p.traits.special_values && !special_order_dependent && any_float_input) {
       kinds.push_back({InputKind::kSpecial, "nan_inf_neg_zero"});
     }

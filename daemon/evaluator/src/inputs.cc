@@ -246,6 +246,18 @@ Result<at::Tensor> FloatValues(const TensorDesc& desc, int64_t first, int64_t co
     case InputKind::kUniform: return at::empty({count}, opts).uniform_(-1, 1, gen);
     case InputKind::kLarge: return RandomMagnitudes(count, r.large_min, r.large_max, gen, device);
     case InputKind::kSmall: return RandomMagnitudes(count, r.small_min, r.small_max, gen, device);
+    case InputKind::kStructured: {
+      at::Tensor v = at::randn({count}, gen, opts).mul_(4).round_().clamp_(-8, 8).div_(4);
+      // The innermost dim: the one of stride 1 if any, else the last; its length is the run.
+      int64_t run = desc.sizes.empty() ? 1 : desc.sizes.back();
+      for (size_t d = 0; d < desc.sizes.size(); ++d) {
+        if (desc.strides[d] == 1 && desc.sizes[d] > 1) run = desc.sizes[d];
+      }
+      run = std::max<int64_t>(run, 1);
+      const at::Tensor position = at::arange(first, first + count, at::TensorOptions().dtype(at::kLong).device(device));
+      v.masked_fill_(position.remainder(run).eq(0).logical_and_(v.eq(0)), 1.0);  // an outlier is never 0
+      return at::where(position.remainder(run).eq(0), v * 64, v);
+    }
     case InputKind::kSpecial: {
       at::Tensor v = at::randn({count}, gen, opts);
       at::Tensor u = at::rand({count}, gen, at::TensorOptions().dtype(at::kFloat).device(device));
@@ -452,6 +464,7 @@ std::string_view InputKindName(InputKind kind) {
     case InputKind::kLarge: return "large";
     case InputKind::kSmall: return "small";
     case InputKind::kSpecial: return "special";
+    case InputKind::kStructured: return "structured";
   }
   return "unknown";
 }

@@ -43,8 +43,14 @@ enum class InputKind {
              // to 2^-8 (float16), 2^-110 (bfloat16, float32), 2^-1000 (float64)
   kSpecial,  // normal values with NaN, +Inf, -Inf and -0.0 scattered in (1/32 of the elements
              // each), each present if the view covers at least 4 distinct elements
+  kStructured,  // ties and outliers: multiples of 1/4 in [-2, 2] (17 values, clamped at 2 sigma, so most
+                // rows hold their maximum more than once: argmax's and pooling's first-index rule), and
+                // the first element of every run of the innermost dim's length in storage 64 times a
+                // nonzero one (16 to 128: a softmax that skips its max subtraction overflows). Every value a multiple of 1/4 below 2^8: sums of
+                // up to 2^16 of them are exact in float32 whatever their order, so a kernel that adds in
+                // another order than PyTorch still matches it.
 };
-std::string_view InputKindName(InputKind kind);  // "normal", "uniform", "large", "small", "special"
+std::string_view InputKindName(InputKind kind);  // "normal", "uniform", "large", "small", "special", "structured"
 
 // Elements of a tensor's storage whose values are drawn at once (MakeTensor).
 inline constexpr int64_t kValuePieceElements = int64_t{1} << 23;
