@@ -19,7 +19,7 @@ std::string StatsLine(const IterationStats& s) {
 
 TrainOptions DefaultTrainOptions() {
   TrainOptions o;
-  // The configuration chosen on the validation keys (policy/README.md): the anytime reward, zero-shot credit
+  // The configuration chosen on the validation keys (benchmarks/RESULTS.md, "Moved from policy/README.md"): the anytime reward, zero-shot credit
   // for the first trial against the expert default, and the first-proposal bandit.
   o.agent.anytime_weight = 1.0;
   o.agent.first_trial_coef = 3.0;

@@ -93,7 +93,9 @@ class Family {
  public:
   virtual ~Family() = default;
   virtual std::string_view name() const = 0;
-  // Bumped whenever generated code changes for some point: part of the cache's toolchain match.
+  // Bumped whenever generated code changes for some point. Measurements and dataset rows carry it (a point's
+  // time at another codegen is not this code's); stored kernels do not depend on it (cache::RunningToolchain
+  // records codegen 0: a record holds its own CUBIN, which stays what was verified).
   virtual int codegen_version() const = 0;
   // The aten ops (schema names) this family can serve.
   virtual std::vector<std::string> ops() const = 0;

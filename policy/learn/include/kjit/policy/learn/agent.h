@@ -52,7 +52,8 @@
 namespace kjit::policy::learn {
 
 // The greedy searches' revision rule (Agent::Propose): after this many trials by the policy's mode, the
-// most probable of the best point's one-knob neighbours. Chosen on the validation keys (policy/README.md).
+// most probable of the best point's one-knob neighbours. Chosen on the validation keys (benchmarks/RESULTS.md,
+// "Moved from policy/README.md").
 constexpr int kReviseAfter = 4;
 
 struct AgentOptions {
@@ -117,7 +118,7 @@ class Agent {
   // probable untried point that differs from the episode's best in one knob (the mode where the best has no
   // untried neighbour): the policy ranks the revisions of its best point. (Why: the policy's distribution is
   // peaked, and its next modes after the first lie beside it, in knobs that matter little; searches by the
-  // mode alone stopped improving after ~4 trials on a third of the held-out keys; policy/README.md.) Always
+  // mode alone stopped improving after ~4 trials on a third of the held-out keys; benchmarks/RESULTS.md.) Always
   // an untried point of the action set; NotFound if the policy has no head for the task's space.
   Result<int> Propose(const ReplayEpisode& episode, bool greedy, std::mt19937_64& rng, int revise_after = 0);
   // The greedy point of an ensemble (e.g. policies trained with different seeds): knob by knob, the value
