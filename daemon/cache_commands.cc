@@ -70,18 +70,6 @@ struct CacheCommands::Options {
 
 namespace {
 
-
-std::string UtcTime(int64_t unix_ms) {
-  if (unix_ms <= 0) return "never";
-  const std::time_t seconds = static_cast<std::time_t>(unix_ms / 1000);
-  std::tm utc{};
-  if (gmtime_r(&seconds, &utc) == nullptr) return "?";
-  char buffer[32];
-  const size_t n = std::strftime(buffer, sizeof buffer, "%Y-%m-%dT%H:%M:%SZ", &utc);
-  return std::string(buffer, n);
-}
-
-std::string SpeedupText(double speedup) { return speedup > 0 ? Format("%.2fx", speedup) : "-"; }
 std::string ShortHash(const Hash128& h) { return h.ToHex().substr(0, 12); }
 std::string StatusName(RecordStatus s) { return std::string(kjit::cache::RecordStatusName(s)); }
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdarg>
 #include <cstdio>
+#include <ctime>
 #include <iostream>
 
 namespace kjit::cli {
@@ -30,6 +31,18 @@ int Report(const Status& s) {
 std::string DumpJson(const Json& j) { return j.dump(2, ' ', false, Json::error_handler_t::replace); }
 
 std::string MicrosText(double us) { return us > 0 ? Format("%.2f", us) : "-"; }
+
+std::string SpeedupText(double speedup) { return speedup > 0 ? Format("%.2fx", speedup) : "-"; }
+
+std::string UtcTime(int64_t unix_ms) {
+  if (unix_ms <= 0) return "never";
+  const std::time_t seconds = static_cast<std::time_t>(unix_ms / 1000);
+  std::tm utc{};
+  if (gmtime_r(&seconds, &utc) == nullptr) return "?";
+  char buffer[32];
+  const size_t n = std::strftime(buffer, sizeof buffer, "%Y-%m-%dT%H:%M:%SZ", &utc);
+  return std::string(buffer, n);
+}
 
 std::string HumanBytes(uint64_t bytes) {
   if (bytes < 1024) return std::to_string(bytes) + " B";

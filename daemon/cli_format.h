@@ -27,6 +27,8 @@ int Report(const Status& s);
 std::string DumpJson(const Json& j);
 
 std::string MicrosText(double us);  // "12.50", or "-" for none
+std::string SpeedupText(double speedup);  // "2.00x", or "-" for none
+std::string UtcTime(int64_t unix_ms);  // "2026-12-06T11:21:55Z"; "never" for 0 or less
 std::string HumanBytes(uint64_t bytes);  // "3.8 KiB"
 
 // Cuts to `width` characters with "...", dropping whole UTF-8 sequences only.

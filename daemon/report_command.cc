@@ -4,10 +4,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <ctime>
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "cli_format.h"
@@ -65,7 +65,15 @@ std::string SavedText(double us) {
   return Format("%.1f us", us);
 }
 
-std::string SpeedupCell(double speedup) { return speedup > 0 ? Format("%.2fx", speedup) : "-"; }
+
+// A run as `--json` names it (the report's "run", and each of `--runs`).
+Json RunJson(const cache::RunSummary& run) {
+  return Json{{"id", run.id},
+              {"program", run.program},
+              {"pid", run.pid},
+              {"started_unix_ms", run.started_unix_ms},
+              {"last_seen_unix_ms", run.last_seen_unix_ms}};
+}
 
 }  // namespace
 
@@ -110,14 +118,14 @@ Result<KeyReport> BuildReport(const cache::KernelCache& cache, const std::string
   } else {
     KJIT_ASSIGN_OR_RETURN(stats, cache.ListKeyStats());
   }
-  std::map<std::string, bool> in_run;
+  std::set<std::string> in_run;  // key hashes the run called
   for (const cache::KeyStats& k : stats) {
     ReportRow& r = row_of(k.key_hash);
     if (r.key_text.empty()) r.key_text = k.key_text;
     r.hits = k.hits;
     r.misses = report.run ? k.misses : std::max<uint64_t>(k.misses, r.misses);
     if (r.state.empty()) r.state = "not tuned";
-    in_run[r.key_hash] = true;
+    in_run.insert(r.key_hash);
   }
   cache::ListFilter verified;
   verified.status = cache::RecordStatus::kVerified;
@@ -192,16 +200,8 @@ std::string ReportJson(const KeyReport& report) {
                         {"saved_us", r.saved_us},
                         {"best_so_far_us", r.best_so_far_us}});
   }
-  Json run = nullptr;
-  if (report.run) {
-    run = Json{{"id", report.run->id},
-               {"program", report.run->program},
-               {"pid", report.run->pid},
-               {"started_unix_ms", report.run->started_unix_ms},
-               {"last_seen_unix_ms", report.run->last_seen_unix_ms}};
-  }
   return DumpJson(Json{{"cache", report.cache_path},
-                       {"run", run},
+                       {"run", report.run ? RunJson(*report.run) : Json(nullptr)},
                        {"keys", report.rows.size()},
                        {"served", report.served},
                        {"calls", report.calls},
@@ -213,14 +213,11 @@ std::string ReportJson(const KeyReport& report) {
 std::string RunsJson(const std::vector<cache::RunSummary>& runs) {
   Json out = Json::array();
   for (const cache::RunSummary& r : runs) {
-    out.push_back(Json{{"id", r.id},
-                       {"program", r.program},
-                       {"pid", r.pid},
-                       {"started_unix_ms", r.started_unix_ms},
-                       {"last_seen_unix_ms", r.last_seen_unix_ms},
-                       {"keys", r.keys},
-                       {"calls", r.hits + r.misses},
-                       {"hits", r.hits}});
+    Json j = RunJson(r);
+    j["keys"] = r.keys;
+    j["calls"] = r.hits + r.misses;
+    j["hits"] = r.hits;
+    out.push_back(std::move(j));
   }
   return DumpJson(out);
 }
@@ -229,7 +226,7 @@ namespace {
 
 std::vector<std::string> Cells(const ReportRow& r) {
   return {r.key_hash.substr(0, 12), r.state, std::to_string(r.calls), std::to_string(r.hits),
-          MicrosText(r.pytorch_us), MicrosText(r.kjit_us), SpeedupCell(r.speedup), SavedText(r.saved_us),
+          MicrosText(r.pytorch_us), MicrosText(r.kjit_us), SpeedupText(r.speedup), SavedText(r.saved_us),
           std::to_string(r.trials), r.key_text};
 }
 
@@ -241,33 +238,17 @@ const std::vector<Column>& Columns() {
   return columns;
 }
 
-std::string TimeText(int64_t unix_ms) {
-  const time_t t = static_cast<time_t>(unix_ms / 1000);
-  struct tm local {};
-  localtime_r(&t, &local);
-  char text[32];
-  strftime(text, sizeof text, "%Y-%m-%d %H:%M:%S", &local);
-  return text;
-}
-
-std::string RunLine(const cache::RunSummary& run) {
-  return "run " + run.id + " (" + (run.program.empty() ? std::string("program not named") : run.program) +
-         "), started " + TimeText(run.started_unix_ms) + ", last report " + TimeText(run.last_seen_unix_ms);
-}
-
 std::string Summary(const KeyReport& report) {
+  std::string run_line;
   if (report.run) {
-    return RunLine(*report.run) + "\n" +
-           Format("%zu keys, %zu served by kjit; %llu calls, %llu of them kjit's kernels; GPU time saved in this run: "
-                  "%s",
-                  report.rows.size(), report.served, static_cast<unsigned long long>(report.calls),
-                  static_cast<unsigned long long>(report.hits),
-                  report.saved_us > 0 ? SavedText(report.saved_us).c_str() : "none");
+    const cache::RunSummary& run = *report.run;
+    run_line = "run " + run.id + " (" + (run.program.empty() ? std::string("program not named") : run.program) +
+               "), started " + UtcTime(run.started_unix_ms) + ", last report " + UtcTime(run.last_seen_unix_ms) + "\n";
   }
-  return Format("%zu keys, %zu served by kjit; %llu calls, %llu of them kjit's kernels; GPU time saved so far: %s",
-                report.rows.size(), report.served, static_cast<unsigned long long>(report.calls),
-                static_cast<unsigned long long>(report.hits),
-                report.saved_us > 0 ? SavedText(report.saved_us).c_str() : "none");
+  return run_line + Format("%zu keys, %zu served by kjit; %llu calls, %llu of them kjit's kernels; GPU time saved %s: %s",
+                           report.rows.size(), report.served, static_cast<unsigned long long>(report.calls),
+                           static_cast<unsigned long long>(report.hits), report.run ? "in this run" : "so far",
+                           report.saved_us > 0 ? SavedText(report.saved_us).c_str() : "none");
 }
 
 }  // namespace
@@ -470,7 +451,7 @@ int ReportCommand::Run() {
                                                 {"PROGRAM", false}};
     std::vector<std::vector<std::string>> rows;
     for (const cache::RunSummary& r : *runs) {
-      rows.push_back({r.id, TimeText(r.started_unix_ms), TimeText(r.last_seen_unix_ms), std::to_string(r.keys),
+      rows.push_back({r.id, UtcTime(r.started_unix_ms), UtcTime(r.last_seen_unix_ms), std::to_string(r.keys),
                       std::to_string(r.hits + r.misses), std::to_string(r.hits), r.program});
     }
     PrintTable(std::cout, columns, rows, TableWidth());

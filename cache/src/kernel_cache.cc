@@ -834,14 +834,29 @@ Status KernelCache::RecordUses(std::span<const UseReport> uses, const RunInfo* r
     // A new run pushes the oldest out, so the table stays bounded however many programs run.
     if (!existed) {
       KJIT_RETURN_IF_ERROR(impl_->db.Exec(
-          "DELETE FROM run_uses WHERE run_id IN (SELECT id FROM runs ORDER BY last_seen_ms DESC, id LIMIT -1 OFFSET " +
-          std::to_string(kMaxRunsKept) + ");"
           "DELETE FROM runs WHERE id IN (SELECT id FROM runs ORDER BY last_seen_ms DESC, id LIMIT -1 OFFSET " +
-          std::to_string(kMaxRunsKept) + ");"));
+          std::to_string(kMaxRunsKept) + ");"
+          "DELETE FROM run_uses WHERE run_id NOT IN (SELECT id FROM runs);"));
     }
   }
   return txn.Commit();
 }
+
+namespace {
+
+// Rows of (key_hash, key_text, hits, misses, last_seen_ms), as ListKeyStats and ListRunKeyStats select them.
+Result<std::vector<KeyStats>> ReadKeyStats(Statement& s) {
+  std::vector<KeyStats> out;
+  while (true) {
+    KJIT_ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row) break;
+    out.push_back({BlobHash(s.BlobView(0)), s.Text(1), static_cast<uint64_t>(s.Int(2)), static_cast<uint64_t>(s.Int(3)),
+                   s.Int(4)});
+  }
+  return out;
+}
+
+}  // namespace
 
 Result<std::vector<RunSummary>> KernelCache::ListRuns(int limit) const {
   std::lock_guard lock(impl_->mu);
@@ -873,28 +888,14 @@ Result<std::vector<KeyStats>> KernelCache::ListRunKeyStats(const std::string& ru
                                           "k.key_hash = u.key_hash WHERE u.run_id = ? ORDER BY u.hits + u.misses DESC, "
                                           "u.key_hash"));
   s.BindText(1, run_id);
-  std::vector<KeyStats> out;
-  while (true) {
-    KJIT_ASSIGN_OR_RETURN(bool row, s.Step());
-    if (!row) break;
-    out.push_back({BlobHash(s.BlobView(0)), s.Text(1), static_cast<uint64_t>(s.Int(2)), static_cast<uint64_t>(s.Int(3)),
-                   s.Int(4)});
-  }
-  return out;
+  return ReadKeyStats(s);
 }
 
 Result<std::vector<KeyStats>> KernelCache::ListKeyStats() const {
   std::lock_guard lock(impl_->mu);
   KJIT_ASSIGN_OR_RETURN(Statement s, impl_->db.Prepare("SELECT key_hash, key_text, hits, misses, last_seen_ms FROM "
                                                        "key_stats ORDER BY hits + misses DESC, key_hash"));
-  std::vector<KeyStats> out;
-  while (true) {
-    KJIT_ASSIGN_OR_RETURN(bool row, s.Step());
-    if (!row) break;
-    out.push_back({BlobHash(s.BlobView(0)), s.Text(1), static_cast<uint64_t>(s.Int(2)), static_cast<uint64_t>(s.Int(3)),
-                   s.Int(4)});
-  }
-  return out;
+  return ReadKeyStats(s);
 }
 
 Result<std::vector<int64_t>> KernelCache::Resolve(const std::string& text) const {

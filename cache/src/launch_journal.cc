@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -115,21 +116,9 @@ Result<std::vector<LaunchJournalEntry>> LaunchJournal::Abandoned() const {
 }
 
 bool LaunchJournal::KilledAProcess(int64_t record_id) const {
-  DIR* d = opendir(dir_.c_str());
-  if (d == nullptr) return false;
-  const std::string prefix = std::to_string(record_id) + "-";
-  bool killed = false;
-  while (const dirent* ent = readdir(d)) {
-    if (std::strncmp(ent->d_name, prefix.c_str(), prefix.size()) != 0) continue;
-    LaunchJournalEntry e;
-    e.path = dir_ + "/" + ent->d_name;
-    if (ParseEntryName(ent->d_name, &e) && e.record_id == record_id && Gone(e)) {
-      killed = true;
-      break;
-    }
-  }
-  closedir(d);
-  return killed;
+  auto abandoned = Abandoned();
+  return abandoned.ok() && std::any_of(abandoned->begin(), abandoned->end(),
+                                       [&](const LaunchJournalEntry& e) { return e.record_id == record_id; });
 }
 
 Status LaunchJournal::Remove(const LaunchJournalEntry& entry) const {

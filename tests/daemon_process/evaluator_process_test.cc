@@ -54,6 +54,24 @@ Result<std::unique_ptr<cache::KernelCache>> OpenCacheReadOnly(const KjitdHarness
   return cache::KernelCache::Open(o);
 }
 
+// A record stored as verified, claiming `median_us` against PyTorch's 2.0 us on an H200; the fake worker's
+// verdict on it, when kjitd verifies it again, follows `behaviour` (its source).
+cache::KernelRecord VerifiedRecord(const std::string& key_bytes, const std::string& behaviour, double median_us,
+                                   const std::string& cubin) {
+  cache::KernelRecord r;
+  r.key_bytes = key_bytes;
+  r.source = behaviour;
+  r.entry_point = "k";
+  r.cubin = cubin;
+  r.launch.grid[0] = 1;
+  r.launch.block[0] = 128;
+  r.timing = {median_us, 0, 10, "NVIDIA H200", 0, 0};
+  r.baseline = {2.0, 0, 10, "NVIDIA H200", 0, 0};
+  r.toolchain = cache::RunningToolchain();
+  r.status = cache::RecordStatus::kVerified;
+  return r;
+}
+
 std::vector<std::string> FakeFlags() {
   return {"--evaluator", KJIT_FAKE_EVALUATOR, "--devices", "0", "--when", "always"};
 }
@@ -782,18 +800,7 @@ TEST(KjitdEvaluator, ImportedKernelsServeOnlyOnceVerifiedAndTimedHere) {
     auto file = cache::KernelCache::Open(o);
     ASSERT_TRUE(file.ok());
     for (const auto& [key, behaviour] : {std::pair{good_key, "ok"}, std::pair{bad_key, "wrong"}}) {
-      cache::KernelRecord r;
-      r.key_bytes = key;
-      r.source = behaviour;  // the fake worker's verdict follows the source
-      r.entry_point = "k";
-      r.cubin = "FORGED-CUBIN";
-      r.launch.grid[0] = 1;
-      r.launch.block[0] = 128;
-      r.timing = {0.001, 0, 10, "NVIDIA H200", 0, 0};
-      r.baseline = {2.0, 0, 10, "NVIDIA H200", 0, 0};
-      r.toolchain = cache::RunningToolchain();
-      r.status = cache::RecordStatus::kVerified;
-      ASSERT_TRUE((*file)->Insert(r).ok());
+      ASSERT_TRUE((*file)->Insert(VerifiedRecord(key, behaviour, 0.001, "FORGED-CUBIN")).ok());
     }
   }
   std::vector<int64_t> imported;
@@ -1002,18 +1009,7 @@ TEST(KjitdEvaluator, ARecordThatKilledAProcessIsReverifiedThenRejectedTheSecondT
     o.path = h.cache_path();
     auto kc = cache::KernelCache::Open(o);
     ASSERT_TRUE(kc.ok());
-    cache::KernelRecord r;
-    r.key_bytes = KeyBytes();
-    r.source = "ok";
-    r.entry_point = "k";
-    r.cubin = "CUBIN";
-    r.launch.grid[0] = 1;
-    r.launch.block[0] = 128;
-    r.timing = {1.0, 0, 10, "NVIDIA H200", 0, 0};
-    r.baseline = {2.0, 0, 10, "NVIDIA H200", 0, 0};
-    r.toolchain = cache::RunningToolchain();
-    r.status = cache::RecordStatus::kVerified;
-    id = *(*kc)->Insert(r);
+    id = *(*kc)->Insert(VerifiedRecord(KeyBytes(), "ok", 1.0, "CUBIN"));
   }
   auto dead_pid = [] {
     const pid_t child = fork();
