@@ -20,6 +20,10 @@ using sql::Transaction;
 
 constexpr const char* kMagic = "kjit-cache";
 
+// Runs last seen in the same millisecond are told apart by when they started, so "the newest run" and the
+// pruning of the oldest agree however fast reports come.
+const std::string kRunsNewestFirst = "runs.last_seen_ms DESC, runs.started_ms DESC, runs.id DESC";
+
 // Version 1 of the schema. A later version appends a migration to kMigrations
 // (never edits this text), so that every earlier file can be brought forward.
 constexpr const char* kSchemaV1 = R"sql(
@@ -834,7 +838,7 @@ Status KernelCache::RecordUses(std::span<const UseReport> uses, const RunInfo* r
     // A new run pushes the oldest out, so the table stays bounded however many programs run.
     if (!existed) {
       KJIT_RETURN_IF_ERROR(impl_->db.Exec(
-          "DELETE FROM runs WHERE id IN (SELECT id FROM runs ORDER BY last_seen_ms DESC, id LIMIT -1 OFFSET " +
+          "DELETE FROM runs WHERE id IN (SELECT id FROM runs ORDER BY " + kRunsNewestFirst + " LIMIT -1 OFFSET " +
           std::to_string(kMaxRunsKept) + ");"
           "DELETE FROM run_uses WHERE run_id NOT IN (SELECT id FROM runs);"));
     }
@@ -861,10 +865,10 @@ Result<std::vector<KeyStats>> ReadKeyStats(Statement& s) {
 Result<std::vector<RunSummary>> KernelCache::ListRuns(int limit) const {
   std::lock_guard lock(impl_->mu);
   KJIT_ASSIGN_OR_RETURN(Statement s,
-                        impl_->db.Prepare("SELECT r.id, r.pid, r.program, r.started_ms, r.last_seen_ms, "
+                        impl_->db.Prepare("SELECT runs.id, runs.pid, runs.program, runs.started_ms, runs.last_seen_ms, "
                                           "COUNT(u.key_hash), COALESCE(SUM(u.hits), 0), COALESCE(SUM(u.misses), 0) "
-                                          "FROM runs r LEFT JOIN run_uses u ON u.run_id = r.id GROUP BY r.id "
-                                          "ORDER BY r.last_seen_ms DESC, r.id LIMIT ?"));
+                                          "FROM runs LEFT JOIN run_uses u ON u.run_id = runs.id GROUP BY runs.id "
+                                          "ORDER BY " + kRunsNewestFirst + " LIMIT ?"));
   s.Bind(1, limit > 0 ? static_cast<int64_t>(limit) : int64_t{-1});
   std::vector<RunSummary> out;
   while (true) {
