@@ -332,7 +332,7 @@ class DepthwiseConv final : public Family {
     // _conv_depthwise2d: PyTorch's sums in PyTorch's order, padding taps skipped as its kernel skips
     // them: NaN and Inf inputs mean the same to both. cuDNN's treatment of a padding tap against a
     // NaN/Inf weight, and its order, are its algorithm's (unspecified): not fed special values.
-    if (op == kCudnn) t.special_values = false;
+    if (op == kCudnn) t.special_values = t.nan_values = false;
     return t;
   }
 

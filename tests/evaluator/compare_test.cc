@@ -330,6 +330,9 @@ TEST(Poison, PatternsAreDrawnPerEvaluationAndStayFinite) {
     EXPECT_NE(GuardByte(), 0x00);
     EXPECT_NE(GuardByte(), 0xFF);
   }
+  // The patterns before any ChoosePatterns are public (compare.h): a kernel that looks for them finds none.
+  EXPECT_EQ(finite_bytes.count(0x5A) + finite_bytes.count(0xA5) + guard_bytes.count(0x5A) + guard_bytes.count(0xA5),
+            0u);
   EXPECT_GT(finite_bytes.size(), 100u);
   EXPECT_GT(guard_bytes.size(), 100u);
   for (int b : finite_bytes) {

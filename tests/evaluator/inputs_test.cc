@@ -7,8 +7,10 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -108,7 +110,7 @@ TEST(MakeTensor, DeterministicPerSeed) {
   // Holes and an offset: the bytes outside the view must be reproducible too.
   const TensorDesc desc = Desc(DType::kFloat32, {8, 5}, {1, 9}, 2, 8);
   for (InputKind kind : {InputKind::kNormal, InputKind::kUniform, InputKind::kLarge, InputKind::kSmall,
-                         InputKind::kSpecial, InputKind::kStructured}) {
+                         InputKind::kSpecial, InputKind::kStructured, InputKind::kConstant, InputKind::kNaN}) {
     SCOPED_TRACE(std::string(InputKindName(kind)));
     EXPECT_EQ(StorageBytes(Make(desc, kind, 42)), StorageBytes(Make(desc, kind, 42)));
     EXPECT_NE(StorageBytes(Make(desc, kind, 42)), StorageBytes(Make(desc, kind, 43)));
@@ -129,6 +131,8 @@ TEST(MakeTensor, KindNames) {
   EXPECT_EQ(InputKindName(InputKind::kSmall), "small");
   EXPECT_EQ(InputKindName(InputKind::kSpecial), "special");
   EXPECT_EQ(InputKindName(InputKind::kStructured), "structured");
+  EXPECT_EQ(InputKindName(InputKind::kConstant), "constant");
+  EXPECT_EQ(InputKindName(InputKind::kNaN), "nan");
 }
 
 TEST(MakeTensor, NormalAndUniform) {
@@ -232,6 +236,67 @@ TEST(MakeTensor, SpecialValues) {
   }
 }
 
+// One row of the special set is -Inf throughout (a softmax row with nothing but -Inf), wherever the storage
+// has six rows or more; the scattered specials stay, even in the smallest views.
+TEST(MakeTensor, SpecialValuesHoldARowOfNegativeInfinity) {
+  for (DType dtype : {DType::kFloat16, DType::kBFloat16, DType::kFloat32, DType::kFloat64}) {
+    SCOPED_TRACE(std::string(DTypeName(dtype)));
+    for (uint64_t seed = 0; seed < 10; ++seed) {
+      at::Tensor t = Make(TensorDesc::Contiguous(dtype, {8, 33}), InputKind::kSpecial, seed).to(at::kDouble);
+      ExpectSpecials(t);
+      EXPECT_EQ(t.isneginf().all(1).sum().item<int64_t>(), 1) << "seed " << seed;
+    }
+  }
+  // Rows follow the dim of stride 1, and a piece boundary inside the row leaves it whole.
+  const TensorDesc transposed = Desc(DType::kFloat32, {40, 8}, {1, 40});
+  auto whole = MakeTensor(transposed, kCpu, InputKind::kSpecial, 3);
+  auto pieces = MakeTensor(transposed, kCpu, InputKind::kSpecial, 3, nullptr, 7);
+  ASSERT_TRUE(whole.ok() && pieces.ok());
+  EXPECT_EQ(whole->isneginf().all(0).sum().item<int64_t>(), 1);
+  EXPECT_EQ(pieces->isneginf().all(0).sum().item<int64_t>(), 1);
+  // Fewer than six rows: none.
+  at::Tensor small = Make(TensorDesc::Contiguous(DType::kFloat32, {5, 64}), InputKind::kSpecial).to(at::kDouble);
+  EXPECT_EQ(small.isneginf().all(1).sum().item<int64_t>(), 0);
+}
+
+// The constant set: one value per tensor, in every element (outside the view too), of the documented form.
+TEST(MakeTensor, ConstantHoldsOneValuePerTensor) {
+  std::set<double> seen;
+  for (DType dtype : {DType::kFloat16, DType::kBFloat16, DType::kFloat32, DType::kFloat64}) {
+    SCOPED_TRACE(std::string(DTypeName(dtype)));
+    for (uint64_t seed = 0; seed < 20; ++seed) {
+      auto t = MakeTensor(Desc(dtype, {6, 7}, {1, 9}, 3, 4), kCpu, InputKind::kConstant, seed, nullptr, 5);
+      ASSERT_TRUE(t.ok());
+      const at::Tensor v = t->to(at::kDouble);
+      const double c = v.flatten()[0].item<double>();
+      EXPECT_TRUE(v.eq(c).all().item<bool>());
+      EXPECT_GE(std::abs(c), 1.0);
+      EXPECT_LE(std::abs(c), 4.75);
+      EXPECT_EQ(c * 4, std::round(c * 4)) << "a multiple of 1/4";
+      seen.insert(c);
+    }
+  }
+  EXPECT_GT(seen.size(), 8u) << "drawn per tensor, both signs";
+  EXPECT_TRUE(std::any_of(seen.begin(), seen.end(), [](double c) { return c < 0; }));
+}
+
+// The NaN set: NaN and -0.0 even in two-element views, and never an Inf.
+TEST(MakeTensor, NaNSetHasNaNAndNegativeZeroButNoInf) {
+  for (DType dtype : {DType::kFloat16, DType::kBFloat16, DType::kFloat32, DType::kFloat64}) {
+    SCOPED_TRACE(std::string(DTypeName(dtype)));
+    at::Tensor t = Make(TensorDesc::Contiguous(dtype, {64, 64}), InputKind::kNaN).to(at::kDouble);
+    EXPECT_TRUE(t.isnan().any().item<bool>());
+    EXPECT_TRUE(HasNegativeZero(t));
+    EXPECT_FALSE(t.isinf().any().item<bool>());
+    EXPECT_GT(t.isfinite().logical_and(t.ne(0)).sum().item<int64_t>(), 64 * 64 * 7 / 8);
+  }
+  for (uint64_t seed = 0; seed < 20; ++seed) {
+    at::Tensor t = Make(Desc(DType::kFloat32, {2}, {50}, 7, 4), InputKind::kNaN, seed);
+    EXPECT_TRUE(t.isnan().any().item<bool>()) << "seed " << seed;
+    EXPECT_TRUE(HasNegativeZero(t)) << "seed " << seed;
+  }
+}
+
 // Values are drawn a piece at a time, so that drawing a tensor of billions of
 // elements takes bounded temporary memory: a tensor of one piece gets exactly
 // the values of one drawn whole; one of several is as reproducible, and of the
@@ -239,7 +304,7 @@ TEST(MakeTensor, SpecialValues) {
 TEST(MakeTensor, DrawnInPieces) {
   const TensorDesc desc = Desc(DType::kFloat32, {8, 5}, {1, 9}, 2, 8);  // 2 + 7 + 36 + 1 = 46 storage elements
   for (InputKind kind : {InputKind::kNormal, InputKind::kUniform, InputKind::kLarge, InputKind::kSmall,
-                         InputKind::kSpecial}) {
+                         InputKind::kSpecial, InputKind::kConstant, InputKind::kNaN}) {
     SCOPED_TRACE(std::string(InputKindName(kind)));
     auto whole = MakeTensor(desc, kCpu, kind, 42, nullptr, 46);
     auto default_pieces = MakeTensor(desc, kCpu, kind, 42);

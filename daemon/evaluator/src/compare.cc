@@ -219,13 +219,18 @@ uint8_t PoisonByte(Poison poison) { return poison == Poison::kNaN ? 0xFF : Finit
 void ChoosePatterns(uint64_t seed) {
   std::mt19937_64 rng(seed);
   // Finite and nonzero in every float type when repeated (see compare.h).
-  auto finite = [](unsigned b) { return b != 0x00 && (b & 0x7C) != 0x7C; };
+  // Never the defaults either: they are written in this file for anyone to read.
+  auto finite = [](unsigned b) { return b != 0x00 && (b & 0x7C) != 0x7C && b != 0x5A && b != 0xA5; };
   unsigned b = 0;
   do {
     b = static_cast<unsigned>(rng() & 0xFF);
   } while (!finite(b));
   g_finite_byte.store(static_cast<uint8_t>(b), std::memory_order_relaxed);
-  g_guard_byte.store(static_cast<uint8_t>(1 + rng() % 254), std::memory_order_relaxed);  // 0x01-0xFE
+  unsigned guard = 0;
+  do {
+    guard = static_cast<unsigned>(1 + rng() % 254);  // 0x01-0xFE
+  } while (guard == 0x5A || guard == 0xA5);
+  g_guard_byte.store(static_cast<uint8_t>(guard), std::memory_order_relaxed);
 }
 
 uint8_t FinitePoisonByte() { return g_finite_byte.load(std::memory_order_relaxed); }

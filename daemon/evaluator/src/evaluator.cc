@@ -918,8 +918,7 @@ daemon::Verdict Evaluator::Evaluate(const daemon::EvaluateRequest& request, cons
       auto pair = s.TimeLoop([&]() -> std::optional<RunFailure> { return s.Launch(*fn, config, values); },
                              [&] { (void)s.CallReference(p, set.args); }, deadline, s.ScreenTiming());
       if (pair.failure && pair.failure->outcome == Outcome::kResourceBackoff) v.retry_later = true;  // preempted
-      if (pair.failure && pair.failure->outcome == Outcome::kResourceBackoff) v.retry_later = true;  // preempted
-    if (pair.failure) return finish(pair.failure->outcome, pair.failure->reason + " while timing");
+      if (pair.failure) return finish(pair.failure->outcome, pair.failure->reason + " while timing");
       if (auto f = s.CheckWorkspace(workspace, "while timing")) return finish(f->outcome, f->reason);
       v.timing = Summarize(pair.candidate_us);
       v.baseline = Summarize(pair.reference_us);
@@ -948,10 +947,17 @@ daemon::Verdict Evaluator::Evaluate(const daemon::EvaluateRequest& request, cons
                                       large_order_dependent ? InputKind::kNormal : InputKind::kLarge};
     for (int i = 0; i < s.options.random_sets; ++i) kinds.push_back({random_kinds[i % 3], ""});
     kinds.push_back({InputKind::kSmall, "subnormal"});
-    // Ties and outliers (inputs.h): the first-index rule of argmax and pooling, a softmax's max subtraction.
-    if (any_float_input) kinds.push_back({InputKind::kStructured, "ties_outliers"});
+    // Ties and outliers (inputs.h): the first-index rule of argmax and pooling, a softmax's max subtraction;
+    // constant tensors: a variance of exactly 0, every element a tie.
+    if (any_float_input) {
+      kinds.push_back({InputKind::kStructured, "ties_outliers"});
+      kinds.push_back({InputKind::kConstant, "constant"});
+    }
     if (p.traits.special_values && !special_order_dependent && any_float_input) {
       kinds.push_back({InputKind::kSpecial, "nan_inf_neg_zero"});
+    } else if (p.traits.nan_values && any_float_input) {
+      // Where an Inf's result is PyTorch's order's own, a NaN's still is not (op_traits.h).
+      kinds.push_back({InputKind::kNaN, "nan_neg_zero"});
     }
 
     std::chrono::milliseconds deadline = s.options.min_run_deadline;

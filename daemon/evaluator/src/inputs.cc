@@ -229,18 +229,64 @@ std::vector<int64_t> DistinctPositions(const TensorDesc& desc, at::Generator& ge
   return out;
 }
 
-// Values `first` .. `first + count - 1` of the storage, on `device` (drawn
-// from `gen`, a generator of that device), in the generation dtype (float64 for
-// float64 tensors, else float32; float64 for every kSmall/kLarge). For kSpecial,
-// `sure` (storage positions that must hold NaN, +Inf, -Inf, -0.0 in that order)
-// is filled in on the first call from `position_gen`, a CPU generator: the
-// positions are read on the host.
-Result<at::Tensor> FloatValues(const TensorDesc& desc, int64_t first, int64_t count, InputKind kind, at::Generator& gen,
-                               at::Generator& position_gen, std::optional<std::vector<int64_t>>& sure,
-                               c10::Device device) {
+// The length of a tensor's rows in storage: its innermost dim (the one of stride 1 if any, else the last).
+int64_t InnermostRun(const TensorDesc& desc) {
+  int64_t run = desc.sizes.empty() ? 1 : desc.sizes.back();
+  for (size_t d = 0; d < desc.sizes.size(); ++d) {
+    if (desc.strides[d] == 1 && desc.sizes[d] > 1) run = desc.sizes[d];
+  }
+  return std::max<int64_t>(run, 1);
+}
+
+// What a tensor's pieces share, drawn on its first piece from a CPU generator (read on the host).
+struct PerTensorDraws {
+  // kSpecial and kNaN: storage positions that must hold each special value of the kind, in its order.
+  std::optional<std::vector<int64_t>> sure;
+  // kSpecial: the storage run (of InnermostRun elements) that is -Inf throughout, -1 if none.
+  int64_t neg_inf_run = -1;
+  // kConstant: the value of every element.
+  double constant = 0;
+};
+
+// The first of runs 1 to 5 that holds none of `sure`, if the storage has at least 6 runs: one run of the
+// special set is a whole row of -Inf (a softmax whose every input is -Inf), and the sure positions keep theirs.
+int64_t NegInfRun(int64_t extent, int64_t run, const std::vector<int64_t>& sure) {
+  if (extent / run < 6) return -1;
+  for (int64_t r = 1; r < 6; ++r) {
+    if (std::none_of(sure.begin(), sure.end(), [&](int64_t p) { return p / run == r; })) return r;
+  }
+  return -1;
+}
+
+// Normal values with `specials` scattered in (1/32 of the elements each) and at `sure` positions.
+at::Tensor ScatterSpecials(int64_t first, int64_t count, const std::vector<double>& specials,
+                           const std::vector<int64_t>& sure, at::Generator& gen, const at::TensorOptions& opts) {
+  at::Tensor v = at::randn({count}, gen, opts);
+  at::Tensor u = at::rand({count}, gen, opts.dtype(at::kFloat));
+  constexpr double kEach = 1.0 / 32;
+  for (size_t i = 0; i < specials.size(); ++i) {
+    v.masked_fill_((u >= static_cast<double>(i) * kEach).logical_and_(u < static_cast<double>(i + 1) * kEach),
+                   specials[i]);
+  }
+  for (size_t i = 0; i < sure.size() && i < specials.size(); ++i) {
+    const int64_t at_piece = sure[i] - first;
+    if (at_piece >= 0 && at_piece < count) v.narrow(0, at_piece, 1).fill_(specials[i]);
+  }
+  return v;
+}
+
+// Values `first` .. `first + count - 1` of the storage (of `extent` elements), on `device` (drawn from `gen`,
+// a generator of that device), in the generation dtype (float64 for float64 tensors, else float32; float64
+// for every kSmall/kLarge). `draws` is filled in on the first call from `position_gen`, a CPU generator.
+Result<at::Tensor> FloatValues(const TensorDesc& desc, int64_t extent, int64_t first, int64_t count, InputKind kind,
+                               at::Generator& gen, at::Generator& position_gen,
+                               std::optional<PerTensorDraws>& draws, c10::Device device) {
   const auto gen_type = desc.dtype == DType::kFloat64 ? at::kDouble : at::kFloat;
   const auto opts = at::TensorOptions().dtype(gen_type).device(device);
   const FloatRanges r = RangesFor(desc.dtype);
+  const int64_t run = InnermostRun(desc);
+  constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+  constexpr double kInf = std::numeric_limits<double>::infinity();
   switch (kind) {
     case InputKind::kNormal: return at::randn({count}, gen, opts);
     case InputKind::kUniform: return at::empty({count}, opts).uniform_(-1, 1, gen);
@@ -248,29 +294,40 @@ Result<at::Tensor> FloatValues(const TensorDesc& desc, int64_t first, int64_t co
     case InputKind::kSmall: return RandomMagnitudes(count, r.small_min, r.small_max, gen, device);
     case InputKind::kStructured: {
       at::Tensor v = at::randn({count}, gen, opts).mul_(4).round_().clamp_(-8, 8).div_(4);
-      // The innermost dim: the one of stride 1 if any, else the last; its length is the run.
-      int64_t run = desc.sizes.empty() ? 1 : desc.sizes.back();
-      for (size_t d = 0; d < desc.sizes.size(); ++d) {
-        if (desc.strides[d] == 1 && desc.sizes[d] > 1) run = desc.sizes[d];
-      }
-      run = std::max<int64_t>(run, 1);
       const at::Tensor position = at::arange(first, first + count, at::TensorOptions().dtype(at::kLong).device(device));
       v.masked_fill_(position.remainder(run).eq(0).logical_and_(v.eq(0)), 1.0);  // an outlier is never 0
       return at::where(position.remainder(run).eq(0), v * 64, v);
     }
+    case InputKind::kConstant: {
+      if (!draws) {
+        draws.emplace();
+        const at::Tensor pick = at::randint(0, 32, {1}, position_gen, at::kLong);
+        const int64_t k = pick.item<int64_t>();
+        draws->constant = (k % 2 == 0 ? 1.0 : -1.0) * (1.0 + static_cast<double>(k / 2) / 4);
+      }
+      return at::full({count}, draws->constant, opts);
+    }
     case InputKind::kSpecial: {
-      at::Tensor v = at::randn({count}, gen, opts);
-      at::Tensor u = at::rand({count}, gen, at::TensorOptions().dtype(at::kFloat).device(device));
-      constexpr double kEach = 1.0 / 32;
-      const double specials[] = {std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity(),
-                                 -std::numeric_limits<double>::infinity(), -0.0};
-      for (int i = 0; i < 4; ++i) v.masked_fill_((u >= i * kEach).logical_and_(u < (i + 1) * kEach), specials[i]);
-      if (!sure) sure = DistinctPositions(desc, position_gen);
-      for (size_t i = 0; i < sure->size(); ++i) {
-        const int64_t at_piece = (*sure)[i] - first;
-        if (at_piece >= 0 && at_piece < count) v.narrow(0, at_piece, 1).fill_(specials[i]);
+      const std::vector<double> specials = {kNaN, kInf, -kInf, -0.0};
+      if (!draws) {
+        draws.emplace();
+        draws->sure = DistinctPositions(desc, position_gen);
+        draws->neg_inf_run = NegInfRun(extent, run, *draws->sure);
+      }
+      at::Tensor v = ScatterSpecials(first, count, specials, *draws->sure, gen, opts);
+      if (draws->neg_inf_run >= 0) {
+        const int64_t lo = std::max(draws->neg_inf_run * run, first);
+        const int64_t hi = std::min((draws->neg_inf_run + 1) * run, first + count);
+        if (lo < hi) v.narrow(0, lo - first, hi - lo).fill_(-kInf);
       }
       return v;
+    }
+    case InputKind::kNaN: {
+      if (!draws) {
+        draws.emplace();
+        draws->sure = DistinctPositions(desc, position_gen);
+      }
+      return ScatterSpecials(first, count, {kNaN, -0.0}, *draws->sure, gen, opts);
     }
   }
   return InvalidArgument("unknown input kind " + std::to_string(static_cast<int>(kind)));
@@ -317,7 +374,7 @@ Result<at::Tensor> MakeTensorImpl(const TensorDesc& desc, c10::Device device, In
   at::Tensor storage =
       AlignedStorage(type, layout.itemsize, layout.extent, desc.storage_offset, desc.alignment, device);
   const at::Tensor storage_bytes = StorageBytes(storage);
-  std::optional<std::vector<int64_t>> sure;  // kSpecial's sure positions, drawn once per tensor
+  std::optional<PerTensorDraws> draws;
   // A piece at a time: the float64 temporaries of kLarge and kSmall take about
   // kValueBytesPerElement per element, ~100 GB at once for a tensor of 2^31 elements.
   const int64_t piece = std::max<int64_t>(piece_elements, 1);
@@ -325,7 +382,7 @@ Result<at::Tensor> MakeTensorImpl(const TensorDesc& desc, c10::Device device, In
     const int64_t count = std::min(piece, layout.extent - first);
     at::Tensor values;
     if (IsFloatingPoint(desc.dtype)) {
-      KJIT_ASSIGN_OR_RETURN(values, FloatValues(desc, first, count, kind, gen, position_gen, sure, device));
+      KJIT_ASSIGN_OR_RETURN(values, FloatValues(desc, layout.extent, first, count, kind, gen, position_gen, draws, device));
     } else {
       values = at::randint(int_domain.low, int_domain.high, {count}, gen,
                            at::TensorOptions().dtype(at::kLong).device(device));
@@ -465,6 +522,8 @@ std::string_view InputKindName(InputKind kind) {
     case InputKind::kSmall: return "small";
     case InputKind::kSpecial: return "special";
     case InputKind::kStructured: return "structured";
+    case InputKind::kConstant: return "constant";
+    case InputKind::kNaN: return "nan";
   }
   return "unknown";
 }

@@ -41,6 +41,11 @@ struct OpTraits {
   // NaN, +-Inf and -0.0 are meaningful inputs (false for ops whose PyTorch
   // kernel's result on them is unspecified).
   bool special_values = true;
+  // NaN and -0.0 alone (no Inf) are meaningful inputs: fed where special_values is false or the dtype is in
+  // no_special_inputs. True for ops whose result on an Inf depends on PyTorch's own order (a Welford merge,
+  // a product that underflowed) while a NaN propagates the same in any order; false where PyTorch's result
+  // on a NaN is unspecified too.
+  bool nan_values = true;
   ComparePolicy compare = ComparePolicy::kClose;
   // Overrides of the assert_close tolerances, for ops whose reference itself
   // is only that accurate (long fp32 reductions in a different order).

@@ -126,7 +126,7 @@ enum class Poison {
 // each evaluation (ChoosePatterns), so that a kernel cannot recognise the
 // evaluator's buffers by a fixed pattern. The finite byte is one whose repetition
 // is finite and not zero in float16, bfloat16, float32 and float64: not 0x00,
-// 0x7C-0x7F or 0xFC-0xFF. Before any ChoosePatterns: 0x5A and 0xA5.
+// 0x7C-0x7F or 0xFC-0xFF. Before any ChoosePatterns: 0x5A and 0xA5, which ChoosePatterns never picks.
 void ChoosePatterns(uint64_t seed);
 uint8_t FinitePoisonByte();
 uint8_t GuardByte();

@@ -42,15 +42,24 @@ enum class InputKind {
   kSmall,    // tiny magnitudes, subnormals of the dtype included: from the least subnormal up
              // to 2^-8 (float16), 2^-110 (bfloat16, float32), 2^-1000 (float64)
   kSpecial,  // normal values with NaN, +Inf, -Inf and -0.0 scattered in (1/32 of the elements
-             // each), each present if the view covers at least 4 distinct elements
+             // each), each present if the view covers at least 4 distinct elements; and where the
+             // storage holds at least 6 runs of the innermost dim's length, one of runs 1-5 is -Inf
+             // throughout (a softmax row whose every input is -Inf)
   kStructured,  // ties and outliers: multiples of 1/4 in [-2, 2] (17 values, clamped at 2 sigma, so most
                 // rows hold their maximum more than once: argmax's and pooling's first-index rule), and
                 // the first element of every run of the innermost dim's length in storage 64 times a
                 // nonzero one (16 to 128: a softmax that skips its max subtraction overflows). Every value a multiple of 1/4 below 2^8: sums of
                 // up to 2^16 of them are exact in float32 whatever their order, so a kernel that adds in
                 // another order than PyTorch still matches it.
+  kConstant,  // every element of a tensor one value, drawn per tensor from +-(1 + k/4), k in [0, 16):
+              // every slice along any dim is constant (variance exactly 0, every element a tie), and
+              // sums of up to 2^16 of them are exact in any order
+  kNaN,       // normal values with NaN and -0.0 scattered in (as kSpecial, each present if the view
+              // covers 2 distinct elements) but no Inf: for ops whose result on an Inf depends on
+              // PyTorch's own order while a NaN propagates the same in any (OpTraits::nan_values)
 };
-std::string_view InputKindName(InputKind kind);  // "normal", "uniform", "large", "small", "special", "structured"
+// "normal", "uniform", "large", "small", "special", "structured", "constant", "nan"
+std::string_view InputKindName(InputKind kind);
 
 // Elements of a tensor's storage whose values are drawn at once (MakeTensor).
 inline constexpr int64_t kValuePieceElements = int64_t{1} << 23;
