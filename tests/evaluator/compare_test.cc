@@ -358,6 +358,21 @@ TEST(Poison, PatternsAreDrawnPerEvaluationAndStayFinite) {
   ChoosePatterns(0);
 }
 
+// The evaluator keeps only the layouts of PyTorch's outputs between sets (meta tensors) and makes the
+// candidate's outputs from them on its device.
+TEST(Guarded, FromALayoutOnTheMetaDevice) {
+  const at::Tensor layout = at::empty_strided({5, 7}, {1, 5}, at::TensorOptions().dtype(at::kHalf).device(c10::kMeta));
+  auto g = MakeGuarded(layout, 64, c10::Device(c10::kCPU));
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  EXPECT_TRUE(g->tensor.device().is_cpu());
+  EXPECT_TRUE(g->storage.device().is_cpu());
+  EXPECT_EQ(g->tensor.sizes(), layout.sizes());
+  EXPECT_EQ(g->tensor.strides(), layout.strides());
+  EXPECT_EQ(g->tensor.scalar_type(), at::kHalf);
+  EXPECT_TRUE(g->tensor.isnan().all().item<bool>());
+  EXPECT_TRUE(GuardsIntact(*g));
+}
+
 TEST(Guarded, LayoutAndGuards) {
   const at::Tensor like = at::randn({5, 7}).t();  // strides {1, 7}
   auto g = MakeGuarded(like, 100);

@@ -399,9 +399,10 @@ void PoisonStorage(const at::Tensor& tensor, Poison poison) {
   }
 }
 
-Result<GuardedTensor> MakeGuarded(const at::Tensor& like, int64_t guard_bytes) {
+Result<GuardedTensor> MakeGuarded(const at::Tensor& like, int64_t guard_bytes, std::optional<c10::Device> on) {
   if (!like.defined()) return InvalidArgument("MakeGuarded needs a defined tensor");
   if (guard_bytes < 0) return InvalidArgument("negative guard size");
+  const c10::Device device = on.value_or(like.device());
   try {
     const int64_t itemsize = static_cast<int64_t>(like.element_size());
     int64_t extent = 0;
@@ -415,13 +416,13 @@ Result<GuardedTensor> MakeGuarded(const at::Tensor& like, int64_t guard_bytes) {
     g.tensor_offset_bytes = (guard_bytes + 15) / 16 * 16;
     const int64_t nbytes = extent * itemsize;
     g.storage = at::empty({g.tensor_offset_bytes + nbytes + guard_bytes},
-                          at::TensorOptions().dtype(at::kByte).device(like.device()));
+                          at::TensorOptions().dtype(at::kByte).device(device));
     at::Tensor keep = g.storage;
     // A storage of its own (not a view of g.storage), so that PoisonStorage on
     // it stays inside it.
     at::Tensor base = at::for_blob(static_cast<uint8_t*>(g.storage.data_ptr()) + g.tensor_offset_bytes, {extent})
-                          .options(at::TensorOptions().dtype(like.scalar_type()).device(like.device()))
-                          .target_device(like.device())
+                          .options(at::TensorOptions().dtype(like.scalar_type()).device(device))
+                          .target_device(device)
                           .deleter([keep](void*) {})
                           .make_tensor();
     g.tensor = base.as_strided(like.sizes(), like.strides(), 0);

@@ -279,11 +279,12 @@ struct Evaluator::Impl {
 
   // Guard-railed outputs shaped like the reference's, for a candidate to write;
   // poisoned with `poison` if given.
-  static Result<std::vector<GuardedTensor>> GuardedOutputs(const std::vector<at::Tensor>& reference,
-                                                           std::optional<Poison> poison) {
+  // Guarded outputs laid out like `likes` (PyTorch's outputs, or their LayoutsOf), on this worker's GPU.
+  Result<std::vector<GuardedTensor>> GuardedOutputs(const std::vector<at::Tensor>& likes,
+                                                    std::optional<Poison> poison) const {
     std::vector<GuardedTensor> outs;
-    for (const at::Tensor& r : reference) {
-      KJIT_ASSIGN_OR_RETURN(GuardedTensor g, MakeGuarded(r));
+    for (const at::Tensor& r : likes) {
+      KJIT_ASSIGN_OR_RETURN(GuardedTensor g, MakeGuarded(r, kDefaultGuardBytes, torch_device));
       if (poison) ResetGuarded(g, *poison);
       outs.push_back(std::move(g));
     }
@@ -334,13 +335,32 @@ struct Evaluator::Impl {
     return cmp;
   }
 
-  Result<InputSet> MakeSet(const Prepared& p, InputKind kind, uint64_t seed) {
+  // `with_reference` false: PyTorch's outputs are left for the caller to make once the candidate has run
+  // (ReferenceAfterCandidate).
+  Result<InputSet> MakeSet(const Prepared& p, InputKind kind, uint64_t seed, bool with_reference = true) {
     InputSet set;
     set.kind = kind;
     set.seed = seed;
     KJIT_ASSIGN_OR_RETURN(set.args, MakeArguments(p.schema, p.key.calls[0], p.traits, torch_device, kind, seed));
-    set.reference = CallReference(p, set.args);
+    if (with_reference) set.reference = CallReference(p, set.args);
     return set;
+  }
+
+  // PyTorch's answers are kept out of a candidate's reach: a kernel runs in this process and could read any
+  // device memory it finds, so a verified set's reference is made only after the candidate's runs on it, and
+  // every other reference call's outputs are overwritten (Scrub) before their memory goes back to the
+  // allocator, where a later candidate could find them.
+  static void Scrub(const std::vector<at::Tensor>& outputs) {
+    for (const at::Tensor& t : outputs) PoisonStorage(t, Poison::kFinite);
+  }
+  // Shapes, strides and dtypes of `outputs`, on the meta device (no memory, no values).
+  static std::vector<at::Tensor> LayoutsOf(const std::vector<at::Tensor>& outputs) {
+    std::vector<at::Tensor> likes;
+    for (const at::Tensor& t : outputs) {
+      likes.push_back(t.defined() ? at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::kMeta))
+                                  : at::Tensor());
+    }
+    return likes;
   }
 
   // The kernel's parameter values (ABI v2, worker_protocol.h): input tensor
@@ -538,8 +558,9 @@ struct Evaluator::Impl {
     std::vector<double> reference_us;
     std::optional<RunFailure> failure;
   };
-  // `before_candidate`, if given, runs before each timed candidate run, outside its events and before the L2
-  // flush (the evaluator re-poisons the outputs there, so that a kernel that skips work it did before shows).
+  // `before_candidate`, if given, runs before each candidate run (warm-up ones too), outside its events and
+  // before the L2 flush (the evaluator re-poisons the outputs there, so that a kernel that skips work it did
+  // before shows, and scrubs the reference's outputs).
   TimedPair TimeLoop(const std::function<std::optional<RunFailure>()>& run_candidate,
                      const std::function<void()>& run_reference, std::chrono::milliseconds deadline,
                      const TimingLimits& limits, const std::function<void()>& before_candidate = {}) {
@@ -548,6 +569,7 @@ struct Evaluator::Impl {
     const auto& api = driver().api();
     for (int i = 0; i < options.warmup_runs; ++i) {
       if (with_candidate) {
+        if (before_candidate) before_candidate();
         if (auto f = run_candidate()) {
           out.failure = f;
           return out;
@@ -904,7 +926,7 @@ daemon::Verdict Evaluator::Evaluate(const daemon::EvaluateRequest& request, cons
         ~DropFloat64Reference() { set.exact.reset(); }
       } drop_float64_reference{set};
       const std::chrono::milliseconds deadline = s.options.min_run_deadline * 5;
-      auto guarded = Impl::GuardedOutputs(set.reference, Poison::kNaN);
+      auto guarded = s.GuardedOutputs(set.reference, Poison::kNaN);
       if (!guarded.ok()) return finish(Outcome::kResourceBackoff, guarded.status().ToString());
       const std::vector<GuardedTensor>& outs = *guarded;
       std::vector<CUdeviceptr> values = s.Params(p, set.args, outs, workspace);
@@ -967,28 +989,29 @@ daemon::Verdict Evaluator::Evaluate(const daemon::EvaluateRequest& request, cons
     // PyTorch's outputs, to tell whether they depend on the inputs at all.
     std::optional<std::vector<Digest>> previous_digests;
     bool reference_changes = false;
+    std::vector<at::Tensor> output_layouts;  // LayoutsOf PyTorch's outputs, from the first set
     for (const auto& [kind, edge_name] : kinds) {
       if (auto f = Preempted()) {
         v.retry_later = true;
         return finish(f->outcome, f->reason);
       }
       const uint64_t seed = s.seeds();
-      auto set = s.MakeSet(p, kind, seed);
+      auto set = s.MakeSet(p, kind, seed, /*with_reference=*/false);
       if (!set.ok()) {
         v.retry_later = set.status().code() == StatusCode::kUnavailable;  // out of memory: may pass
         return finish(Outcome::kResourceBackoff, "cannot build inputs: " + set.status().ToString());
       }
-      if (auto j = s.Rejudge(*working, set->reference, request.memory_cap_bytes)) return refuse(*j);
       const std::string where = std::string(InputKindName(kind)) + " inputs (seed " + std::to_string(seed) + ")";
-      std::vector<Digest> digests;
-      for (const at::Tensor& r : set->reference) digests.push_back(DigestOf(r));
-      if (previous_digests && *previous_digests != digests) reference_changes = true;
-      previous_digests = std::move(digests);
       if (!deadline_known) {
         deadline_known = true;
-        // The reference's time bounds how long a candidate run may take.
+        // PyTorch's outputs' layouts (the same for every set of the key), then, from a second (warm) call, the
+        // reference's time, which bounds how long a candidate run may take. Both calls' outputs are scrubbed.
+        const std::vector<at::Tensor> first_outputs = s.CallReference(p, set->args);
+        if (auto j = s.Rejudge(*working, first_outputs, request.memory_cap_bytes)) return refuse(*j);
+        output_layouts = Impl::LayoutsOf(first_outputs);
+        Impl::Scrub(first_outputs);
         const auto t0 = Clock::now();
-        (void)s.CallReference(p, set->args);
+        Impl::Scrub(s.CallReference(p, set->args));
         (void)s.events[0].Record(s.stream);
         if (auto f = s.Wait(s.events[0], std::chrono::minutes(1), "the reference")) {
           return finish(Outcome::kResourceBackoff, f->reason);
@@ -998,7 +1021,7 @@ daemon::Verdict Evaluator::Evaluate(const daemon::EvaluateRequest& request, cons
         // remaining run at its deadline, plus time to build and compare inputs.
         progress("verify", deadline * static_cast<int>(2 * kinds.size()) + std::chrono::seconds(60));
       }
-      auto guarded = Impl::GuardedOutputs(set->reference, std::nullopt);
+      auto guarded = s.GuardedOutputs(output_layouts, std::nullopt);
       if (!guarded.ok()) return finish(Outcome::kResourceBackoff, guarded.status().ToString());
       const std::vector<GuardedTensor>& outs = *guarded;
       // The first run's outputs (poisoned with NaN first), copied; the second's stay in `outs`.
@@ -1029,6 +1052,17 @@ daemon::Verdict Evaluator::Evaluate(const daemon::EvaluateRequest& request, cons
           }
         }
       }
+      // PyTorch's answer, now that the candidate has run on the set (and left its inputs as they were).
+      set->reference = s.CallReference(p, set->args);
+      if (set->reference.size() != outs.size()) {
+        return finish(Outcome::kResourceBackoff, "PyTorch returned " + std::to_string(set->reference.size()) +
+                                                     " outputs on " + where + ", " + std::to_string(outs.size()) +
+                                                     " on the first set");
+      }
+      std::vector<Digest> digests;
+      for (const at::Tensor& r : set->reference) digests.push_back(DigestOf(r));
+      if (previous_digests && *previous_digests != digests) reference_changes = true;
+      previous_digests = std::move(digests);
       for (size_t i = 0; i < outs.size(); ++i) {
         const Unwritten unwritten = FindUnwritten(first_run[i], outs[i].tensor);
         if (unwritten.count > 0) {
@@ -1098,12 +1132,12 @@ daemon::Verdict Evaluator::Evaluate(const daemon::EvaluateRequest& request, cons
 
     // 3. Time on unseen inputs, interleaved with the reference.
     const uint64_t seed = s.seeds();
-    auto set = s.MakeSet(p, InputKind::kNormal, seed);
+    auto set = s.MakeSet(p, InputKind::kNormal, seed, /*with_reference=*/false);
     if (!set.ok()) {
       v.retry_later = set.status().code() == StatusCode::kUnavailable;  // out of memory: may pass
       return finish(Outcome::kResourceBackoff, set.status().ToString());
     }
-    auto guarded = Impl::GuardedOutputs(set->reference, Poison::kNaN);
+    auto guarded = s.GuardedOutputs(output_layouts, Poison::kNaN);
     if (!guarded.ok()) return finish(Outcome::kResourceBackoff, guarded.status().ToString());
     const std::vector<GuardedTensor>& outs = *guarded;
     std::vector<CUdeviceptr> values = s.Params(p, set->args, outs, workspace);
@@ -1112,15 +1146,24 @@ daemon::Verdict Evaluator::Evaluate(const daemon::EvaluateRequest& request, cons
     // Every timed run starts from poisoned outputs (the two poisons in turn; the guards stay as set): a kernel
     // that remembers its outputs (by pointer, say) and skips the work the next time is judged on what its
     // last timed run wrote, below, not on a first run's outputs.
+    // The reference calls' outputs are held until the next candidate run is due and scrubbed then, outside
+    // the timed events (two at most: the loop may run the reference twice in a row).
     int poison_turn = 0;
+    std::vector<std::vector<at::Tensor>> held_references;
     auto repoison = [&] {
+      for (const auto& r : held_references) Impl::Scrub(r);
+      held_references.clear();
       for (const GuardedTensor& g : outs) PoisonStorage(g.tensor, poison_turn % 2 == 0 ? Poison::kFinite : Poison::kNaN);
       ++poison_turn;
     };
-    auto pair = s.TimeLoop(timed, [&] { (void)s.CallReference(p, set->args); }, deadline, s.FullTiming(), repoison);
+    auto pair = s.TimeLoop(timed, [&] { held_references.push_back(s.CallReference(p, set->args)); }, deadline,
+                           s.FullTiming(), repoison);
+    for (const auto& r : held_references) Impl::Scrub(r);
+    held_references.clear();
     if (pair.failure) return finish(pair.failure->outcome, pair.failure->reason + " while timing");
     if (auto f = s.Wait(s.events[0], deadline, "the candidate")) return finish(f->outcome, f->reason);
     if (auto f = s.CheckWorkspace(workspace, "after the timed runs")) return finish(f->outcome, f->reason);
+    set->reference = s.CallReference(p, set->args);
     v.timing = Summarize(pair.candidate_us);
     v.baseline = Summarize(pair.reference_us);
     v.roofline = s.Floor(p, *set);

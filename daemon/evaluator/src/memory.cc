@@ -44,7 +44,8 @@ std::optional<std::vector<at::Tensor>> MetaOutputs(const c10::OperatorHandle& op
 uint64_t WorkingSet::Peak() const {
   const uint64_t judged_outputs = nondeterministic ? 3 : 2;
   const uint64_t float64 = float64_reference ? float64_inputs + float64_outputs : 0;
-  return std::max({inputs + value_temporaries, inputs + 2 * outputs, 2 * inputs + 3 * outputs + workspace,
+  return std::max({inputs + value_temporaries, inputs + 2 * outputs, 2 * inputs + 2 * outputs + workspace,
+                   inputs + 3 * outputs + workspace,
                    inputs + judged_outputs * outputs + comparison_temporaries + float64 + workspace});
 }
 

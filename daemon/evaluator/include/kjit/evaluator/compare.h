@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -159,7 +160,10 @@ struct GuardedTensor {
   int64_t guard_bytes = 0;          // after the tensor; before it, tensor_offset_bytes
   int64_t tensor_offset_bytes = 0;  // guard_bytes rounded up to a multiple of 16
 };
-Result<GuardedTensor> MakeGuarded(const at::Tensor& like, int64_t guard_bytes = 4096);
+// `on`: the device to allocate on, where `like` is elsewhere (a meta tensor that only describes the layout).
+inline constexpr int64_t kDefaultGuardBytes = 4096;
+Result<GuardedTensor> MakeGuarded(const at::Tensor& like, int64_t guard_bytes = kDefaultGuardBytes,
+                                  std::optional<c10::Device> on = std::nullopt);
 // Re-fills the guards (GuardByte()) and poisons the tensor's own bytes.
 void ResetGuarded(const GuardedTensor& guarded, Poison poison);
 bool GuardsIntact(const GuardedTensor& guarded);

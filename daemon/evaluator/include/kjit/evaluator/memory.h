@@ -7,10 +7,12 @@
 // before any device memory is touched:
 //
 //   building the inputs   I + V
-//   the reference         I + 2 O          (PyTorch's outputs, and one more call's while timing)
-//   the candidate's runs  2 I + 3 O + W    (a pristine copy of the inputs to catch writes into
-//                                           them; PyTorch's outputs; the candidate's guarded
-//                                           outputs; a copy of its first run's)
+//   the reference         I + 2 O          (the first set's two calls: the outputs' layouts, the time)
+//   the candidate's runs  2 I + 2 O + W    (a pristine copy of the inputs to catch writes into
+//                                           them; the candidate's guarded outputs; a copy of its
+//                                           first run's; PyTorch's outputs are made after these runs)
+//   timing                I + 3 O + W      (the guarded outputs; two reference calls' outputs, held
+//                                           until they are scrubbed outside the timed events)
 //   judging the outputs   I + k O + C + F + W
 //
 // where I is the inputs' storage, O the outputs', V the temporaries of drawing
