@@ -95,7 +95,7 @@ void Record(std::ofstream* out, cache::KernelCache* db, const policy::Family& f,
                   v.timing.spread_us, v.roofline.floor_us, v.resources.registers, v.resources.spill_bytes,
                   screened ? "true" : "false");
     m.detail = detail;
-    if (auto id = db->AddMeasurement(m); !id.ok()) {
+    if (auto id = db->measurements().AddMeasurement(m); !id.ok()) {
       std::fprintf(stderr, "tune_spaces: measurement not stored: %s\n", id.status().ToString().c_str());
     }
   }

@@ -754,7 +754,7 @@ int CmdImport(const CacheCommands::Options& o) {
 int CmdMeasurements(const CacheCommands::Options& o) {
   auto cache = OpenOrReport(o, Access::kRead);
   if (!cache) return 1;
-  auto list = cache->ListMeasurements(o.measurements_family, o.measurements_limit);
+  auto list = cache->measurements().ListMeasurements(o.measurements_family, o.measurements_limit);
   if (!list.ok()) return Report(list.status());
   auto key_text = [](const cache::Measurement& m) {
     auto key = kjit::OpKey::Decode(m.key_bytes);

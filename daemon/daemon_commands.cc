@@ -781,7 +781,7 @@ int CmdTasksOnce(const Options& o) {
   }
   auto opened = cache::KernelCache::Open(options);
   if (!opened.ok()) return Report(opened.status());
-  auto stored = (*opened)->ListTasks(o.tasks_state, static_cast<int>(std::min<uint32_t>(o.tasks_limit, INT32_MAX)));
+  auto stored = (*opened)->tasks().ListTasks(o.tasks_state, static_cast<int>(std::min<uint32_t>(o.tasks_limit, INT32_MAX)));
   if (!stored.ok()) return Report(stored.status());
   std::cerr << "(kjitd is not running; read from the cache file " << options.path << ")\n";
   std::vector<ipc::TaskInfo> infos;

@@ -98,7 +98,7 @@ Result<KeyReport> BuildReport(const cache::KernelCache& cache, const std::string
     return r;
   };
 
-  KJIT_ASSIGN_OR_RETURN(std::vector<cache::Task> tasks, cache.ListTasks());
+  KJIT_ASSIGN_OR_RETURN(std::vector<cache::Task> tasks, cache.tasks().ListTasks());
   for (const cache::Task& t : tasks) {
     ReportRow& r = row_of(t.key_hash);
     auto key = OpKey::Decode(t.key_bytes);
@@ -155,7 +155,7 @@ Result<KeyReport> BuildReport(const cache::KernelCache& cache, const std::string
     // Best-so-far against trials: the key's measurements in the order they were made.
     auto hash128 = Hash128::FromHex(hash);
     if (hash128.ok()) {
-      auto ms = cache.ListMeasurementsOfKey(*hash128);
+      auto ms = cache.measurements().ListMeasurementsOfKey(*hash128);
       if (ms.ok()) {
         double best = 0;
         for (const cache::Measurement& m : *ms) {

@@ -389,25 +389,25 @@ ipc::Body Server::Handle(const ipc::Body& request, bool* shutdown_requested) {
           if (served->launch.workspace_bytes != 0) reply.workspace_bytes = served->launch.workspace_bytes;
           return reply;
         } else if constexpr (std::is_same_v<T, ipc::ReportMiss>) {
-          auto merged = s.cache->AddMiss(r.key_bytes, r.calls, r.observed_us);
+          auto merged = s.cache->tasks().AddMiss(r.key_bytes, r.calls, r.observed_us);
           if (!merged.ok()) return fail(merged.status());
           s.counters["misses_reported"] += 1;
           s.counters[merged->merged ? "tasks_merged" : "tasks_created"] += 1;
           return ipc::TaskAck{merged->task_id, merged->merged};
         } else if constexpr (std::is_same_v<T, ipc::SubmitTask>) {
-          auto merged = s.cache->SubmitTask(r.key_bytes, r.priority, r.detail);
+          auto merged = s.cache->tasks().SubmitTask(r.key_bytes, r.priority, r.detail);
           if (!merged.ok()) return fail(merged.status());
           s.counters["tasks_submitted"] += 1;
           s.log.Write("info", "task_submitted", {{"task", std::to_string(merged->task_id)}});
           return ipc::TaskAck{merged->task_id, merged->merged};
         } else if constexpr (std::is_same_v<T, ipc::TaskStatus>) {
-          auto t = s.cache->GetTask(r.task_id);
+          auto t = s.cache->tasks().GetTask(r.task_id);
           if (!t.ok()) return fail(t.status());
           return ipc::TaskStatusReply{ipc::ToTaskInfo(*t)};
         } else if constexpr (std::is_same_v<T, ipc::ListTasks>) {
           // A reply holds at most kMaxCollectionSize tasks, or no client could decode it.
           const uint32_t cap = static_cast<uint32_t>(ipc::kMaxCollectionSize);
-          auto ts = s.cache->ListTasks(r.state, static_cast<int>(r.limit == 0 ? cap : std::min(r.limit, cap)));
+          auto ts = s.cache->tasks().ListTasks(r.state, static_cast<int>(r.limit == 0 ? cap : std::min(r.limit, cap)));
           if (!ts.ok()) return fail(ts.status());
           ipc::ListTasksReply reply;
           for (const auto& t : *ts) reply.tasks.push_back(ipc::ToTaskInfo(t));
@@ -425,7 +425,7 @@ ipc::Body Server::Handle(const ipc::Body& request, bool* shutdown_requested) {
             }
             reply.evaluators = s.pool->Workers();
           }
-          if (auto tasks = s.cache->ListTasks(); tasks.ok()) {
+          if (auto tasks = s.cache->tasks().ListTasks(); tasks.ok()) {
             reply.counters["tasks_queued"] = 0;
             for (const auto& t : *tasks) reply.counters["tasks_" + t.state] += 1;
           }
@@ -589,7 +589,7 @@ ipc::Body Server::Impl::ReportFailure(const ipc::ReportFailure& r) {
   }
   // No evaluator here (no GPU, --when never): the key waits in the queue for one. The record
   // stays out of service until then; a re-run tuning of the key finds it a kernel again.
-  auto task = cache->SubmitTask(r.key_bytes, kRetunePriority, "re-verify record " + std::to_string(r.record_id) + ": " + why);
+  auto task = cache->tasks().SubmitTask(r.key_bytes, kRetunePriority, "re-verify record " + std::to_string(r.record_id) + ": " + why);
   if (!task.ok()) {
     log.Write("warn", "reverify_not_queued", {{"record", std::to_string(r.record_id)}, {"error", task.status().ToString()}});
   } else {
@@ -738,7 +738,7 @@ void Server::Impl::ImportVerified(int64_t record_id, const Verdict& v, const Wor
 }
 
 void Server::Impl::QueueRetune(const std::string& key_bytes, const std::string& detail) {
-  if (auto task = cache->SubmitTask(key_bytes, kRetunePriority, detail); !task.ok()) {
+  if (auto task = cache->tasks().SubmitTask(key_bytes, kRetunePriority, detail); !task.ok()) {
     log.Write("warn", "retune_not_queued", {{"error", task.status().ToString()}});
   }
 }
@@ -933,7 +933,7 @@ Server::Impl::Stored Server::Impl::Record(const Episode& e, const CandidateSpec&
   // The GPU model that timed it: times of one key compare only within a model (an H100 and an H200 share sm_90).
   if (!device.name.empty()) detail["gpu_model"] = device.name;
   m.detail = detail.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  if (auto id = cache->AddMeasurement(m); !id.ok()) {
+  if (auto id = cache->measurements().AddMeasurement(m); !id.ok()) {
     log.Write("warn", "measurement_not_stored", {{"error", id.status().ToString()}});
   }
   if (!v.accepted) return {};

@@ -111,7 +111,7 @@ void TunerProcess::ReleaseClaimsOf(const std::string& prefix) {
   o.path = options_.cache_path;
   auto cache = cache::KernelCache::Open(o);
   if (!cache.ok()) return;
-  if (auto released = (*cache)->ReleaseClaims(prefix); released.ok() && *released > 0) {
+  if (auto released = (*cache)->tasks().ReleaseClaims(prefix); released.ok() && *released > 0) {
     log_.Write("info", "tuner_claims_released", {{"tasks", std::to_string(*released)}, {"claimer", prefix}});
   }
 }

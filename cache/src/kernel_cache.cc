@@ -8,8 +8,10 @@
 
 #include "kjit/runtime/op_key.h"
 #include "kjit/runtime/paths.h"
+#include "connection.h"
 #include "record_json.h"
 #include "sqlite.h"
+#include "sqlite_stores.h"
 
 namespace kjit::cache {
 namespace {
@@ -199,30 +201,6 @@ constexpr const char* kSummaryColumns =
     "CASE WHEN median_us > 0 THEN baseline_us / median_us ELSE 0 END AS speedup, size_bytes, created_ms, "
     "last_used_ms, use_count, timing";
 
-int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-std::string HashBlob(const Hash128& h) {
-  std::string b(16, '\0');
-  for (int i = 0; i < 8; ++i) {
-    b[static_cast<size_t>(i)] = static_cast<char>(h.high >> (56 - 8 * i));
-    b[static_cast<size_t>(8 + i)] = static_cast<char>(h.low >> (56 - 8 * i));
-  }
-  return b;
-}
-
-Hash128 BlobHash(std::string_view b) {
-  Hash128 h;
-  if (b.size() != 16) return h;
-  for (int i = 0; i < 8; ++i) {
-    h.high = (h.high << 8) | static_cast<unsigned char>(b[static_cast<size_t>(i)]);
-    h.low = (h.low << 8) | static_cast<unsigned char>(b[static_cast<size_t>(8 + i)]);
-  }
-  return h;
-}
-
 bool FileExists(const std::string& path) {
   struct stat st{};
   return stat(path.c_str(), &st) == 0;
@@ -376,14 +354,15 @@ std::string DefaultCachePath() {
   return CacheDir() + "/cache.db";
 }
 
-struct KernelCache::Impl {
-  std::string path;
-  bool read_only = false;
+// The kernel store's state beside the connection it shares with the file's other stores.
+struct KernelCache::Impl : Connection {
   int version = 0;
   uint64_t size_limit = 0;
-  mutable std::mutex mu;  // one connection; statements are not shared across threads
-  Database db;
   std::optional<Statement> lookup;  // prepared once: the read path runs it per key
+  // The other stores, over this connection (made once it is open).
+  std::unique_ptr<TaskQueue> tasks;
+  std::unique_ptr<MeasurementLog> measurements;
+  std::unique_ptr<CheckpointStore> checkpoints;
 
   Status Migrate(int from, uint64_t default_limit, int to = kSchemaVersion);
   Result<uint64_t> TotalBytes();
@@ -396,6 +375,11 @@ KernelCache::KernelCache(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 KernelCache::~KernelCache() = default;
 
 const std::string& KernelCache::path() const { return impl_->path; }
+TaskQueue& KernelCache::tasks() { return *impl_->tasks; }
+const TaskQueue& KernelCache::tasks() const { return *impl_->tasks; }
+MeasurementLog& KernelCache::measurements() { return *impl_->measurements; }
+const MeasurementLog& KernelCache::measurements() const { return *impl_->measurements; }
+CheckpointStore& KernelCache::checkpoints() { return *impl_->checkpoints; }
 int KernelCache::schema_version() const { return impl_->version; }
 uint64_t KernelCache::size_limit() const { return impl_->size_limit; }
 
@@ -518,6 +502,9 @@ Result<std::unique_ptr<KernelCache>> KernelCache::Open(const OpenOptions& option
   }
   if (!options.read_only) KJIT_RETURN_IF_ERROR(db.Exec("PRAGMA synchronous = NORMAL"));
   impl->version = kSchemaVersion;
+  impl->tasks = NewSqliteTaskQueue(*impl);
+  impl->measurements = NewSqliteMeasurementLog(*impl);
+  impl->checkpoints = NewSqliteCheckpointStore(*impl);
   return std::unique_ptr<KernelCache>(new KernelCache(std::move(impl)));
 }
 
@@ -1139,379 +1126,6 @@ Result<ImportReport> KernelCache::Import(const std::string& file, const ImportOp
   if (impl_->size_limit > 0) KJIT_RETURN_IF_ERROR(impl_->EvictLocked(impl_->size_limit).status());
   KJIT_RETURN_IF_ERROR(txn.Commit());
   return rep;
-}
-
-// ---------------------------------------------------------------- tasks, measurements, checkpoints
-
-namespace {
-
-constexpr const char* kTaskColumns =
-    "id, key_bytes, key_hash, priority, state, attempts, detail, calls, observed_us, expected_gain_us, created_ms, "
-    "updated_ms, claimed_by, lease_until_ms, not_before_ms, round, calls_at_tune, trials, best_us, baseline_us, "
-    "floor_us, record_id, policy_version";
-constexpr const char* kTaskOrder = " ORDER BY priority DESC, expected_gain_us DESC, id";
-
-Task ReadTask(const Statement& s) {
-  Task t;
-  t.id = s.Int(0);
-  t.key_bytes = s.Blob(1);
-  t.key_hash = BlobHash(s.BlobView(2));
-  t.priority = static_cast<int>(s.Int(3));
-  t.state = s.Text(4);
-  t.attempts = static_cast<int>(s.Int(5));
-  t.detail = s.Text(6);
-  t.calls = static_cast<uint64_t>(s.Int(7));
-  t.observed_us = s.Double(8);
-  t.expected_gain_us = s.Double(9);
-  t.created_unix_ms = s.Int(10);
-  t.updated_unix_ms = s.Int(11);
-  t.claimed_by = s.Text(12);
-  t.lease_until_unix_ms = s.Int(13);
-  t.not_before_unix_ms = s.Int(14);
-  t.round = static_cast<int>(s.Int(15));
-  t.calls_at_tune = static_cast<uint64_t>(s.Int(16));
-  t.trials = static_cast<int>(s.Int(17));
-  t.best_us = s.Double(18);
-  t.baseline_us = s.Double(19);
-  t.floor_us = s.Double(20);
-  t.record_id = s.Int(21);
-  t.policy_version = s.Text(22);
-  return t;
-}
-
-// Whether a closed task comes back for another round now that it has `calls` calls.
-bool ReopenOnGrowth(const std::string& state, uint64_t calls, uint64_t calls_at_tune, double best_us,
-                    double floor_us) {
-  if (state != "done" && state != "failed") return false;  // unfit keys stay unfit
-  if (static_cast<double>(calls) < kRetuneCallsFactor * static_cast<double>(std::max<uint64_t>(calls_at_tune, 1))) {
-    return false;
-  }
-  // A kernel already near the floor has nothing left worth a round.
-  return !(best_us > 0 && floor_us > 0 && best_us <= kNearFloor * floor_us);
-}
-
-// Merges misses or a submission into the key's task (the newest row of the key), or opens one, in one
-// transaction so that two processes reporting the same key at once still make one task.
-Result<TaskMerge> MergeTask(Database& db, const std::string& key_bytes, uint64_t calls, double observed_us,
-                            int priority, const std::string& detail, bool submitted) {
-  KJIT_ASSIGN_OR_RETURN(OpKey key, OpKey::Decode(key_bytes));
-  const std::string hash = HashBlob(key.Hash());
-  const int64_t now = NowMs();
-  KJIT_ASSIGN_OR_RETURN(Transaction txn, Transaction::Begin(db));
-  KJIT_ASSIGN_OR_RETURN(Statement find,
-                        db.Prepare("SELECT id, calls, observed_us, priority, state, calls_at_tune, best_us, floor_us "
-                                   "FROM tasks WHERE key_hash = ? ORDER BY (state IN ('queued', 'running')) DESC, id "
-                                   "DESC LIMIT 1"));
-  find.BindBlob(1, hash);
-  KJIT_ASSIGN_OR_RETURN(bool found, find.Step());
-  TaskMerge out;
-  if (found) {
-    out.task_id = find.Int(0);
-    out.merged = true;
-    const auto old_calls = static_cast<uint64_t>(find.Int(1));
-    const uint64_t total = old_calls + calls;
-    // The mean time per call over every call reported so far.
-    const double mean = total > 0 ? (find.Double(2) * static_cast<double>(old_calls) +
-                                     observed_us * static_cast<double>(calls)) /
-                                        static_cast<double>(total)
-                                  : find.Double(2);
-    const int new_priority = std::max(priority, static_cast<int>(find.Int(3)));
-    std::string state = find.Text(4);
-    const bool open = state == "queued" || state == "running";
-    if (!open && (submitted || ReopenOnGrowth(state, total, static_cast<uint64_t>(find.Int(5)), find.Double(6),
-                                              find.Double(7)))) {
-      state = "queued";
-      out.reopened = true;
-    }
-    find.Reset();
-    KJIT_ASSIGN_OR_RETURN(Statement up, db.Prepare("UPDATE tasks SET calls = ?, observed_us = ?, expected_gain_us = "
-                                                   "?, priority = ?, detail = CASE WHEN ? != '' THEN ? ELSE detail "
-                                                   "END, updated_ms = ?, state = ?, not_before_ms = CASE WHEN ? THEN "
-                                                   "0 ELSE not_before_ms END WHERE id = ?"));
-    up.Bind(1, static_cast<int64_t>(total)).Bind(2, mean).Bind(3, mean * static_cast<double>(total));
-    up.Bind(4, int64_t{new_priority}).BindText(5, detail).BindText(6, detail).Bind(7, now).BindText(8, state);
-    up.Bind(9, int64_t{out.reopened}).Bind(10, out.task_id);
-    KJIT_RETURN_IF_ERROR(up.Run());
-  } else {
-    find.Reset();
-    KJIT_ASSIGN_OR_RETURN(Statement ins, db.Prepare("INSERT INTO tasks (key_hash, key_bytes, priority, state, detail, "
-                                                    "calls, observed_us, expected_gain_us, created_ms, updated_ms) "
-                                                    "VALUES (?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?)"));
-    ins.BindBlob(1, hash).BindBlob(2, key_bytes).Bind(3, int64_t{priority}).BindText(4, detail);
-    ins.Bind(5, static_cast<int64_t>(calls)).Bind(6, observed_us).Bind(7, observed_us * static_cast<double>(calls));
-    ins.Bind(8, now).Bind(9, now);
-    KJIT_RETURN_IF_ERROR(ins.Run());
-    out.task_id = db.LastInsertId();
-  }
-  KJIT_RETURN_IF_ERROR(txn.Commit());
-  return out;
-}
-
-Status ClaimLost(int64_t id, const std::string& claimer) {
-  return Status(StatusCode::kUnavailable, "claim lost: task " + std::to_string(id) + " is no longer running under " +
-                                              (claimer.empty() ? std::string("this claimer") : claimer));
-}
-
-}  // namespace
-
-Result<TaskMerge> KernelCache::AddMiss(const std::string& key_bytes, uint64_t calls, double observed_us) {
-  if (impl_->read_only) return InvalidArgument("the kernel cache was opened read-only");
-  if (!(observed_us >= 0)) return InvalidArgument("observed time must be a non-negative number");
-  std::lock_guard lock(impl_->mu);
-  return MergeTask(impl_->db, key_bytes, calls, observed_us, 0, "", /*submitted=*/false);
-}
-
-Result<TaskMerge> KernelCache::SubmitTask(const std::string& key_bytes, int priority, const std::string& detail) {
-  if (impl_->read_only) return InvalidArgument("the kernel cache was opened read-only");
-  std::lock_guard lock(impl_->mu);
-  return MergeTask(impl_->db, key_bytes, 0, 0.0, priority, detail, /*submitted=*/true);
-}
-
-Result<int64_t> KernelCache::EnqueueTask(const std::string& key_bytes, int priority, const std::string& detail) {
-  KJIT_ASSIGN_OR_RETURN(TaskMerge m, SubmitTask(key_bytes, priority, detail));
-  return m.task_id;
-}
-
-Result<Task> KernelCache::GetTask(int64_t id) const {
-  std::lock_guard lock(impl_->mu);
-  KJIT_ASSIGN_OR_RETURN(Statement s,
-                        impl_->db.Prepare(std::string("SELECT ") + kTaskColumns + " FROM tasks WHERE id = ?"));
-  s.Bind(1, id);
-  KJIT_ASSIGN_OR_RETURN(bool row, s.Step());
-  if (!row) return NotFound("no task " + std::to_string(id));
-  return ReadTask(s);
-}
-
-Result<std::optional<Task>> KernelCache::ClaimTask(const ClaimOptions& claim) {
-  if (impl_->read_only) return InvalidArgument("the kernel cache was opened read-only");
-  const int64_t now = claim.now_unix_ms != 0 ? claim.now_unix_ms : NowMs();
-  std::lock_guard lock(impl_->mu);
-  // BEGIN IMMEDIATE: the select and the update are one step for every process sharing the file.
-  KJIT_ASSIGN_OR_RETURN(Transaction txn, Transaction::Begin(impl_->db));
-  KJIT_ASSIGN_OR_RETURN(Statement s, impl_->db.Prepare(std::string("SELECT ") + kTaskColumns +
-                                                       " FROM tasks WHERE (state = 'queued' AND not_before_ms <= ?) "
-                                                       "OR (state = 'running' AND lease_until_ms > 0 AND "
-                                                       "lease_until_ms < ?)" +
-                                                       kTaskOrder + " LIMIT 1"));
-  s.Bind(1, now).Bind(2, now);
-  KJIT_ASSIGN_OR_RETURN(bool row, s.Step());
-  if (!row) return std::optional<Task>();
-  Task t = ReadTask(s);
-  s.Reset();
-  const int64_t lease_until = now + std::max<int64_t>(1, claim.lease.count());
-  KJIT_ASSIGN_OR_RETURN(Statement u, impl_->db.Prepare("UPDATE tasks SET state = 'running', attempts = attempts + 1, "
-                                                       "claimed_by = ?, lease_until_ms = ?, not_before_ms = 0, "
-                                                       "calls_at_tune = calls, updated_ms = ? WHERE id = ?"));
-  u.BindText(1, claim.claimer).Bind(2, lease_until).Bind(3, now).Bind(4, t.id);
-  KJIT_RETURN_IF_ERROR(u.Run());
-  KJIT_RETURN_IF_ERROR(txn.Commit());
-  t.state = "running";
-  ++t.attempts;
-  t.claimed_by = claim.claimer;
-  t.lease_until_unix_ms = lease_until;
-  t.not_before_unix_ms = 0;
-  t.calls_at_tune = t.calls;
-  return std::optional<Task>(std::move(t));
-}
-
-Result<std::optional<Task>> KernelCache::ClaimNextTask() { return ClaimTask(ClaimOptions{}); }
-
-Status KernelCache::RenewClaim(int64_t id, const ClaimOptions& claim) {
-  if (impl_->read_only) return InvalidArgument("the kernel cache was opened read-only");
-  const int64_t now = claim.now_unix_ms != 0 ? claim.now_unix_ms : NowMs();
-  std::lock_guard lock(impl_->mu);
-  KJIT_ASSIGN_OR_RETURN(Statement s, impl_->db.Prepare("UPDATE tasks SET lease_until_ms = ?, updated_ms = ? WHERE "
-                                                       "id = ? AND state = 'running' AND claimed_by = ?"));
-  s.Bind(1, now + std::max<int64_t>(1, claim.lease.count())).Bind(2, now).Bind(3, id).BindText(4, claim.claimer);
-  KJIT_RETURN_IF_ERROR(s.Run());
-  if (impl_->db.Changes() == 0) return ClaimLost(id, claim.claimer);
-  return Status::Ok();
-}
-
-Status KernelCache::CompleteTask(int64_t id, const std::string& claimer, const TaskResult& r) {
-  if (impl_->read_only) return InvalidArgument("the kernel cache was opened read-only");
-  if (r.state != "done" && r.state != "unfit" && r.state != "failed" && r.state != "queued") {
-    return InvalidArgument("a task ends done, unfit, failed or queued, not '" + r.state + "'");
-  }
-  std::lock_guard lock(impl_->mu);
-  KJIT_ASSIGN_OR_RETURN(
-      Statement s,
-      impl_->db.Prepare(
-          "UPDATE tasks SET state = ?, detail = ?, updated_ms = ?, claimed_by = '', lease_until_ms = 0, "
-          "not_before_ms = ?, priority = CASE WHEN ? THEN ? ELSE priority END, round = round + ?, "
-          "trials = trials + ?, "
-          "best_us = CASE WHEN ? > 0 AND (best_us = 0 OR ? < best_us) THEN ? ELSE best_us END, "
-          "record_id = CASE WHEN ? > 0 AND (best_us = 0 OR ? < best_us) THEN ? ELSE record_id END, "
-          "policy_version = CASE WHEN ? > 0 AND (best_us = 0 OR ? < best_us) THEN ? ELSE policy_version END, "
-          "baseline_us = CASE WHEN ? > 0 THEN ? ELSE baseline_us END, "
-          "floor_us = CASE WHEN ? > 0 THEN ? ELSE floor_us END "
-          "WHERE id = ? AND state = 'running' AND claimed_by = ?"));
-  // Every CASE reads the row as it was before the update, so record_id and policy_version follow the same
-  // comparison as best_us.
-  s.BindText(1, r.state).BindText(2, r.detail).Bind(3, NowMs()).Bind(4, r.not_before_unix_ms);
-  s.Bind(5, int64_t{r.priority.has_value()}).Bind(6, int64_t{r.priority.value_or(0)});
-  s.Bind(7, int64_t{r.round_done}).Bind(8, int64_t{r.trials});
-  s.Bind(9, r.best_us).Bind(10, r.best_us).Bind(11, r.best_us);
-  s.Bind(12, r.best_us).Bind(13, r.best_us).Bind(14, r.record_id);
-  s.Bind(15, r.best_us).Bind(16, r.best_us).BindText(17, r.policy_version);
-  s.Bind(18, r.baseline_us).Bind(19, r.baseline_us).Bind(20, r.floor_us).Bind(21, r.floor_us);
-  s.Bind(22, id).BindText(23, claimer);
-  KJIT_RETURN_IF_ERROR(s.Run());
-  if (impl_->db.Changes() == 0) return ClaimLost(id, claimer);
-  return Status::Ok();
-}
-
-Result<int> KernelCache::ReleaseClaims(const std::string& claimer_prefix) {
-  if (impl_->read_only) return InvalidArgument("the kernel cache was opened read-only");
-  if (claimer_prefix.empty()) return InvalidArgument("ReleaseClaims needs a claimer prefix");
-  std::lock_guard lock(impl_->mu);
-  KJIT_ASSIGN_OR_RETURN(Statement s, impl_->db.Prepare("UPDATE tasks SET state = 'queued', claimed_by = '', "
-                                                       "lease_until_ms = 0, updated_ms = ? WHERE state = 'running' "
-                                                       "AND substr(claimed_by, 1, ?) = ?"));
-  s.Bind(1, NowMs()).Bind(2, static_cast<int64_t>(claimer_prefix.size())).BindText(3, claimer_prefix);
-  KJIT_RETURN_IF_ERROR(s.Run());
-  return static_cast<int>(impl_->db.Changes());
-}
-
-Status KernelCache::FinishTask(int64_t id, bool ok, const std::string& detail) {
-  std::lock_guard lock(impl_->mu);
-  KJIT_ASSIGN_OR_RETURN(Statement s, impl_->db.Prepare("UPDATE tasks SET state = ?, detail = ?, updated_ms = ?, "
-                                                       "claimed_by = '', lease_until_ms = 0, round = round + 1 "
-                                                       "WHERE id = ?"));
-  s.BindText(1, ok ? "done" : "failed").BindText(2, detail).Bind(3, NowMs()).Bind(4, id);
-  KJIT_RETURN_IF_ERROR(s.Run());
-  if (impl_->db.Changes() == 0) return NotFound("no task " + std::to_string(id));
-  return Status::Ok();
-}
-
-Result<std::vector<Task>> KernelCache::ListTasks(const std::string& state, int limit) const {
-  std::lock_guard lock(impl_->mu);
-  std::string q = std::string("SELECT ") + kTaskColumns + " FROM tasks WHERE ? = '' OR state = ?" + kTaskOrder;
-  if (limit > 0) q += " LIMIT " + std::to_string(limit);
-  KJIT_ASSIGN_OR_RETURN(Statement s, impl_->db.Prepare(q));
-  s.BindText(1, state).BindText(2, state);
-  std::vector<Task> out;
-  while (true) {
-    KJIT_ASSIGN_OR_RETURN(bool row, s.Step());
-    if (!row) break;
-    out.push_back(ReadTask(s));
-  }
-  return out;
-}
-
-Result<int64_t> KernelCache::AddMeasurement(Measurement m) {
-  KJIT_ASSIGN_OR_RETURN(OpKey key, OpKey::Decode(m.key_bytes));
-  std::lock_guard lock(impl_->mu);
-  KJIT_ASSIGN_OR_RETURN(Statement s, impl_->db.Prepare(
-                                         "INSERT INTO measurements (key_hash, key_bytes, family, policy_version, "
-                                         "design, outcome, median_us, baseline_us, reward, detail, created_ms) "
-                                         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"));
-  s.BindBlob(1, HashBlob(key.Hash())).BindBlob(2, m.key_bytes).BindText(3, m.design.family);
-  s.BindText(4, m.design.policy_version).BindText(5, ToJson(m.design).dump()).BindText(6, m.outcome);
-  s.Bind(7, m.median_us).Bind(8, m.baseline_us).Bind(9, m.reward).BindText(10, m.detail);
-  s.Bind(11, m.created_unix_ms != 0 ? m.created_unix_ms : NowMs());
-  KJIT_RETURN_IF_ERROR(s.Run());
-  return impl_->db.LastInsertId();
-}
-
-namespace {
-constexpr const char* kMeasurementColumns =
-    "id, key_hash, key_bytes, design, outcome, median_us, baseline_us, reward, detail, created_ms";
-
-// The rows of a query of kMeasurementColumns.
-Result<std::vector<Measurement>> ReadMeasurements(Statement& s) {
-  std::vector<Measurement> out;
-  while (true) {
-    KJIT_ASSIGN_OR_RETURN(bool row, s.Step());
-    if (!row) break;
-    Measurement m;
-    m.id = s.Int(0);
-    m.key_hash = BlobHash(s.BlobView(1));
-    m.key_bytes = s.Blob(2);
-    KJIT_ASSIGN_OR_RETURN(m.design, DesignFromJson(s.Text(3)));
-    m.outcome = s.Text(4);
-    m.median_us = s.Double(5);
-    m.baseline_us = s.Double(6);
-    m.reward = s.Double(7);
-    m.detail = s.Text(8);
-    m.created_unix_ms = s.Int(9);
-    out.push_back(std::move(m));
-  }
-  return out;
-}
-}  // namespace
-
-
-Result<std::vector<Measurement>> KernelCache::ListMeasurements(const std::string& family, int limit) const {
-  std::lock_guard lock(impl_->mu);
-  std::string q = std::string("SELECT ") + kMeasurementColumns + " FROM measurements WHERE ? = '' OR family = ? ORDER BY id";
-  if (limit > 0) q += " LIMIT " + std::to_string(limit);
-  KJIT_ASSIGN_OR_RETURN(Statement s, impl_->db.Prepare(q));
-  s.BindText(1, family).BindText(2, family);
-  return ReadMeasurements(s);
-}
-
-Result<std::vector<Measurement>> KernelCache::ListMeasurementsOfKey(const Hash128& key_hash) const {
-  std::lock_guard lock(impl_->mu);
-  KJIT_ASSIGN_OR_RETURN(Statement s, impl_->db.Prepare(std::string("SELECT ") + kMeasurementColumns +
-                                                       " FROM measurements WHERE key_hash = ? ORDER BY id"));
-  s.BindBlob(1, HashBlob(key_hash));
-  return ReadMeasurements(s);
-}
-
-Result<int64_t> KernelCache::PutCheckpoint(PolicyCheckpoint c) {
-  std::lock_guard lock(impl_->mu);
-  KJIT_ASSIGN_OR_RETURN(Statement s, impl_->db.Prepare("INSERT INTO policy_checkpoints (version, blob, checksum, "
-                                                       "status, created_ms) VALUES (?, ?, ?, ?, ?)"));
-  s.BindText(1, c.version).BindBlob(2, c.blob).BindBlob(3, HashBlob(HashBytes(c.blob)));
-  s.BindText(4, c.status.empty() ? "good" : c.status).Bind(5, c.created_unix_ms != 0 ? c.created_unix_ms : NowMs());
-  KJIT_RETURN_IF_ERROR(s.Run());
-  return impl_->db.LastInsertId();
-}
-
-Result<PolicyCheckpoint> KernelCache::LatestGoodCheckpoint() {
-  std::lock_guard lock(impl_->mu);
-  KJIT_ASSIGN_OR_RETURN(Statement s, impl_->db.Prepare("SELECT id, version, blob, checksum, status, created_ms FROM "
-                                                       "policy_checkpoints WHERE status = 'good' ORDER BY id DESC"));
-  std::vector<int64_t> bad;
-  std::optional<PolicyCheckpoint> found;
-  while (!found) {
-    KJIT_ASSIGN_OR_RETURN(bool row, s.Step());
-    if (!row) break;
-    PolicyCheckpoint c;
-    c.id = s.Int(0);
-    c.version = s.Text(1);
-    c.blob = s.Blob(2);
-    c.checksum = BlobHash(s.BlobView(3));
-    c.status = s.Text(4);
-    c.created_unix_ms = s.Int(5);
-    if (HashBytes(c.blob) != c.checksum) {
-      bad.push_back(c.id);
-      continue;
-    }
-    found = std::move(c);
-  }
-  s.Reset();
-  if (!impl_->read_only && !bad.empty()) {
-    KJIT_ASSIGN_OR_RETURN(Statement u, impl_->db.Prepare("UPDATE policy_checkpoints SET status = 'set_aside' WHERE id = ?"));
-    for (int64_t id : bad) {
-      u.Bind(1, id);
-      KJIT_RETURN_IF_ERROR(u.Run());
-      u.Reset();
-    }
-  }
-  if (!found) return NotFound("no good policy checkpoint");
-  return *found;
-}
-
-Status KernelCache::SetCheckpointAside(int64_t id) {
-  std::lock_guard lock(impl_->mu);
-  KJIT_ASSIGN_OR_RETURN(Statement u,
-                        impl_->db.Prepare("UPDATE policy_checkpoints SET status = 'set_aside' WHERE id = ?"));
-  u.Bind(1, id);
-  KJIT_RETURN_IF_ERROR(u.Run());
-  if (impl_->db.Changes() == 0) return NotFound("no policy checkpoint " + std::to_string(id));
-  return Status::Ok();
 }
 
 }  // namespace kjit::cache

@@ -187,7 +187,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::unique_ptr<cache::KernelCache> cache = std::move(*opened);
-  auto queued = cache->ListTasks("queued", limit);
+  auto queued = cache->tasks().ListTasks("queued", limit);
   if (!queued.ok()) {
     std::fprintf(stderr, "kjit_seed_defaults: %s\n", queued.status().ToString().c_str());
     return 1;

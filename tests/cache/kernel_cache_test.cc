@@ -588,104 +588,104 @@ TEST(KernelCache, ImportRejectsTamperedRecordsAndNonCaches) {
 TEST(KernelCache, TaskQueueMeasurementsAndCheckpoints) {
   TempDir dir;
   auto cache = OpenOrDie(dir.file("c.db"));
-  ASSERT_TRUE(cache->EnqueueTask(KeyBytes(1), 1).ok());
-  auto urgent = cache->EnqueueTask(KeyBytes(2), 9, "hot key");
+  ASSERT_TRUE(cache->tasks().EnqueueTask(KeyBytes(1), 1).ok());
+  auto urgent = cache->tasks().EnqueueTask(KeyBytes(2), 9, "hot key");
   ASSERT_TRUE(urgent.ok());
-  EXPECT_FALSE(cache->EnqueueTask("junk", 1).ok());
-  auto first = cache->ClaimNextTask();
+  EXPECT_FALSE(cache->tasks().EnqueueTask("junk", 1).ok());
+  auto first = cache->tasks().ClaimNextTask();
   ASSERT_TRUE(first.ok() && first->has_value());
   EXPECT_EQ((*first)->id, *urgent);
   EXPECT_EQ((*first)->state, "running");
-  ASSERT_TRUE(cache->FinishTask(*urgent, true, "verified 2.1x").ok());
-  EXPECT_EQ(cache->ListTasks("done")->size(), 1u);
-  EXPECT_EQ(cache->ListTasks("queued")->size(), 1u);
-  ASSERT_TRUE(cache->ClaimNextTask()->has_value());
-  EXPECT_FALSE(cache->ClaimNextTask()->has_value());
+  ASSERT_TRUE(cache->tasks().FinishTask(*urgent, true, "verified 2.1x").ok());
+  EXPECT_EQ(cache->tasks().ListTasks("done")->size(), 1u);
+  EXPECT_EQ(cache->tasks().ListTasks("queued")->size(), 1u);
+  ASSERT_TRUE(cache->tasks().ClaimNextTask()->has_value());
+  EXPECT_FALSE(cache->tasks().ClaimNextTask()->has_value());
 
   Measurement m;
   m.key_bytes = KeyBytes(1);
   m.design = MakeRecord(1).design;
   m.outcome = "wrong";
   m.detail = "max abs error 3.0 at element 17";
-  ASSERT_TRUE(cache->AddMeasurement(m).ok());
+  ASSERT_TRUE(cache->measurements().AddMeasurement(m).ok());
   m.outcome = "verified";
   m.reward = 0.7;
-  ASSERT_TRUE(cache->AddMeasurement(m).ok());
-  auto ms = cache->ListMeasurements("softmax");
+  ASSERT_TRUE(cache->measurements().AddMeasurement(m).ok());
+  auto ms = cache->measurements().ListMeasurements("softmax");
   ASSERT_TRUE(ms.ok());
   ASSERT_EQ(ms->size(), 2u);
   EXPECT_EQ((*ms)[1].outcome, "verified");
   EXPECT_EQ((*ms)[1].design, m.design);
-  EXPECT_TRUE(cache->ListMeasurements("layer_norm")->empty());
+  EXPECT_TRUE(cache->measurements().ListMeasurements("layer_norm")->empty());
   m.key_bytes = KeyBytes(2);
-  ASSERT_TRUE(cache->AddMeasurement(m).ok());
-  auto of_key = cache->ListMeasurementsOfKey(OpKey::Decode(KeyBytes(1))->Hash());
+  ASSERT_TRUE(cache->measurements().AddMeasurement(m).ok());
+  auto of_key = cache->measurements().ListMeasurementsOfKey(OpKey::Decode(KeyBytes(1))->Hash());
   ASSERT_TRUE(of_key.ok()) << of_key.status().ToString();
   ASSERT_EQ(of_key->size(), 2u);
   EXPECT_EQ((*of_key)[0].outcome, "wrong");
-  EXPECT_EQ(cache->ListMeasurementsOfKey(OpKey::Decode(KeyBytes(2))->Hash())->size(), 1u);
-  EXPECT_TRUE(cache->ListMeasurementsOfKey(OpKey::Decode(KeyBytes(3))->Hash())->empty());
+  EXPECT_EQ(cache->measurements().ListMeasurementsOfKey(OpKey::Decode(KeyBytes(2))->Hash())->size(), 1u);
+  EXPECT_TRUE(cache->measurements().ListMeasurementsOfKey(OpKey::Decode(KeyBytes(3))->Hash())->empty());
 
-  EXPECT_EQ(cache->LatestGoodCheckpoint().status().code(), StatusCode::kNotFound);
-  ASSERT_TRUE(cache->PutCheckpoint({0, "ppo-1", "weights-1", {}, "", 0}).ok());
-  auto second = cache->PutCheckpoint({0, "ppo-2", "weights-2", {}, "", 0});
+  EXPECT_EQ(cache->checkpoints().LatestGoodCheckpoint().status().code(), StatusCode::kNotFound);
+  ASSERT_TRUE(cache->checkpoints().PutCheckpoint({0, "ppo-1", "weights-1", {}, "", 0}).ok());
+  auto second = cache->checkpoints().PutCheckpoint({0, "ppo-2", "weights-2", {}, "", 0});
   ASSERT_TRUE(second.ok());
-  EXPECT_EQ(cache->LatestGoodCheckpoint()->version, "ppo-2");
+  EXPECT_EQ(cache->checkpoints().LatestGoodCheckpoint()->version, "ppo-2");
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(dir.file("c.db").c_str(), &db), SQLITE_OK);
   ASSERT_EQ(sqlite3_exec(db, "UPDATE policy_checkpoints SET blob = 'tampered' WHERE version = 'ppo-2'", nullptr,
                          nullptr, nullptr),
             SQLITE_OK);
   sqlite3_close(db);
-  auto good = cache->LatestGoodCheckpoint();
+  auto good = cache->checkpoints().LatestGoodCheckpoint();
   ASSERT_TRUE(good.ok());
   EXPECT_EQ(good->version, "ppo-1");  // ppo-2 failed its checksum and was set aside
 
   // A checkpoint its reader cannot use (checksum intact) is set aside by the reader.
-  auto third = cache->PutCheckpoint({0, "ppo-3", "unreadable", {}, "", 0});
+  auto third = cache->checkpoints().PutCheckpoint({0, "ppo-3", "unreadable", {}, "", 0});
   ASSERT_TRUE(third.ok());
-  EXPECT_EQ(cache->LatestGoodCheckpoint()->version, "ppo-3");
-  ASSERT_TRUE(cache->SetCheckpointAside(*third).ok());
-  EXPECT_EQ(cache->LatestGoodCheckpoint()->version, "ppo-1");
-  EXPECT_EQ(cache->SetCheckpointAside(*third + 100).code(), StatusCode::kNotFound);
+  EXPECT_EQ(cache->checkpoints().LatestGoodCheckpoint()->version, "ppo-3");
+  ASSERT_TRUE(cache->checkpoints().SetCheckpointAside(*third).ok());
+  EXPECT_EQ(cache->checkpoints().LatestGoodCheckpoint()->version, "ppo-1");
+  EXPECT_EQ(cache->checkpoints().SetCheckpointAside(*third + 100).code(), StatusCode::kNotFound);
 }
 
 TEST(KernelCache, MissesMergeIntoOneTaskOrderedByExpectedGain) {
   TempDir dir;
   auto cache = OpenOrDie(dir.file("c.db"));
-  auto a = cache->AddMiss(KeyBytes(1), 100, 10.0);  // 1000 us to gain
-  auto b = cache->AddMiss(KeyBytes(2), 10, 500.0);  // 5000 us
+  auto a = cache->tasks().AddMiss(KeyBytes(1), 100, 10.0);  // 1000 us to gain
+  auto b = cache->tasks().AddMiss(KeyBytes(2), 10, 500.0);  // 5000 us
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_FALSE(a->merged);
-  auto a2 = cache->AddMiss(KeyBytes(1), 300, 30.0);  // now 400 calls at a mean of 25 us: 10000 us
+  auto a2 = cache->tasks().AddMiss(KeyBytes(1), 300, 30.0);  // now 400 calls at a mean of 25 us: 10000 us
   ASSERT_TRUE(a2.ok());
   EXPECT_TRUE(a2->merged);
   EXPECT_EQ(a2->task_id, a->task_id);
-  auto task = cache->GetTask(a->task_id);
+  auto task = cache->tasks().GetTask(a->task_id);
   ASSERT_TRUE(task.ok());
   EXPECT_EQ(task->calls, 400u);
   EXPECT_DOUBLE_EQ(task->observed_us, 25.0);
   EXPECT_DOUBLE_EQ(task->expected_gain_us, 10000.0);
-  auto queue = cache->ListTasks("queued");
+  auto queue = cache->tasks().ListTasks("queued");
   ASSERT_TRUE(queue.ok());
   ASSERT_EQ(queue->size(), 2u);
   EXPECT_EQ((*queue)[0].id, a->task_id);  // the larger expected gain first
   // A submission for a queued key merges too, and its priority wins.
-  auto sub = cache->SubmitTask(KeyBytes(2), 5, "user asked");
+  auto sub = cache->tasks().SubmitTask(KeyBytes(2), 5, "user asked");
   ASSERT_TRUE(sub.ok());
   EXPECT_TRUE(sub->merged);
   EXPECT_EQ(sub->task_id, b->task_id);
-  EXPECT_EQ((*cache->ClaimNextTask())->id, b->task_id);
+  EXPECT_EQ((*cache->tasks().ClaimNextTask())->id, b->task_id);
   // A running task still absorbs misses; once done, the key's row keeps counting them without reopening.
-  EXPECT_TRUE(cache->AddMiss(KeyBytes(2), 1, 1.0)->merged);
-  ASSERT_TRUE(cache->FinishTask(b->task_id, true, "ok").ok());
-  auto later = cache->AddMiss(KeyBytes(2), 1, 1.0);
+  EXPECT_TRUE(cache->tasks().AddMiss(KeyBytes(2), 1, 1.0)->merged);
+  ASSERT_TRUE(cache->tasks().FinishTask(b->task_id, true, "ok").ok());
+  auto later = cache->tasks().AddMiss(KeyBytes(2), 1, 1.0);
   ASSERT_TRUE(later.ok());
   EXPECT_TRUE(later->merged);
   EXPECT_FALSE(later->reopened);
   EXPECT_EQ(later->task_id, b->task_id);
-  EXPECT_EQ(cache->GetTask(b->task_id)->state, "done");
-  EXPECT_FALSE(cache->AddMiss(KeyBytes(3), 1, -1.0).ok());
+  EXPECT_EQ(cache->tasks().GetTask(b->task_id)->state, "done");
+  EXPECT_FALSE(cache->tasks().AddMiss(KeyBytes(3), 1, -1.0).ok());
 }
 
 // A round's end, as a tuner writes it.
@@ -722,10 +722,10 @@ TEST(KernelCache, ClosedTasksReopenWhenTheirCallsGrow) {
   TempDir dir;
   auto cache = OpenOrDie(dir.file("c.db"));
   const std::string slow = KeyBytes(1), near_floor = KeyBytes(2), unfit = KeyBytes(3);
-  for (const auto& key : {slow, near_floor, unfit}) ASSERT_TRUE(cache->AddMiss(key, 100, 10.0).ok());
+  for (const auto& key : {slow, near_floor, unfit}) ASSERT_TRUE(cache->tasks().AddMiss(key, 100, 10.0).ok());
   std::map<std::string, int64_t> ids;
   for (int i = 0; i < 3; ++i) {
-    auto t = cache->ClaimTask(By("tuner-a"));
+    auto t = cache->tasks().ClaimTask(By("tuner-a"));
     ASSERT_TRUE(t.ok() && t->has_value());
     EXPECT_EQ((*t)->calls_at_tune, 100u);
     ids[(*t)->key_bytes] = (*t)->id;
@@ -734,46 +734,46 @@ TEST(KernelCache, ClosedTasksReopenWhenTheirCallsGrow) {
   done.round_done = true;
   done.baseline_us = 10;
   done.floor_us = 4;
-  ASSERT_TRUE(cache->CompleteTask(ids[slow], "tuner-a", done).ok());
+  ASSERT_TRUE(cache->tasks().CompleteTask(ids[slow], "tuner-a", done).ok());
   TaskResult good = done;
   good.detail = "kernel";
   good.best_us = 4.5;  // within kNearFloor of the 4 us floor
   good.record_id = 7;
   good.policy_version = "p-1";
-  ASSERT_TRUE(cache->CompleteTask(ids[near_floor], "tuner-a", good).ok());
-  ASSERT_TRUE(cache->CompleteTask(ids[unfit], "tuner-a", Ended("unfit", "needs 200 GB")).ok());
+  ASSERT_TRUE(cache->tasks().CompleteTask(ids[near_floor], "tuner-a", good).ok());
+  ASSERT_TRUE(cache->tasks().CompleteTask(ids[unfit], "tuner-a", Ended("unfit", "needs 200 GB")).ok());
 
   // 299 more calls leave each key under 4 x 100; the 400th reopens the slow key only.
   for (const auto& key : {slow, near_floor, unfit}) {
-    auto m = cache->AddMiss(key, 299, 10.0);
+    auto m = cache->tasks().AddMiss(key, 299, 10.0);
     ASSERT_TRUE(m.ok());
     EXPECT_FALSE(m->reopened);
   }
-  auto grown = cache->AddMiss(slow, 1, 10.0);
+  auto grown = cache->tasks().AddMiss(slow, 1, 10.0);
   ASSERT_TRUE(grown.ok());
   EXPECT_TRUE(grown->reopened);
   EXPECT_EQ(grown->task_id, ids[slow]);
-  EXPECT_FALSE(cache->AddMiss(near_floor, 1000, 10.0)->reopened);
-  EXPECT_FALSE(cache->AddMiss(unfit, 1000, 10.0)->reopened);
-  auto slow_task = cache->GetTask(ids[slow]);
+  EXPECT_FALSE(cache->tasks().AddMiss(near_floor, 1000, 10.0)->reopened);
+  EXPECT_FALSE(cache->tasks().AddMiss(unfit, 1000, 10.0)->reopened);
+  auto slow_task = cache->tasks().GetTask(ids[slow]);
   ASSERT_TRUE(slow_task.ok());
   EXPECT_EQ(slow_task->state, "queued");
   EXPECT_EQ(slow_task->round, 1);
   EXPECT_EQ(slow_task->trials, 3);
-  auto kept = cache->GetTask(ids[near_floor]);
+  auto kept = cache->tasks().GetTask(ids[near_floor]);
   ASSERT_TRUE(kept.ok());
   EXPECT_EQ(kept->state, "done");
   EXPECT_DOUBLE_EQ(kept->best_us, 4.5);
   EXPECT_EQ(kept->record_id, 7);
   EXPECT_EQ(kept->policy_version, "p-1");
-  EXPECT_EQ(cache->GetTask(ids[unfit])->state, "unfit");
-  EXPECT_EQ(cache->ListTasks()->size(), 3u);  // one row a key
+  EXPECT_EQ(cache->tasks().GetTask(ids[unfit])->state, "unfit");
+  EXPECT_EQ(cache->tasks().ListTasks()->size(), 3u);  // one row a key
 
   // A user's submission reopens even an unfit key.
-  auto asked = cache->SubmitTask(unfit, 5, "user asked");
+  auto asked = cache->tasks().SubmitTask(unfit, 5, "user asked");
   ASSERT_TRUE(asked.ok());
   EXPECT_TRUE(asked->reopened);
-  EXPECT_EQ(cache->GetTask(ids[unfit])->state, "queued");
+  EXPECT_EQ(cache->tasks().GetTask(ids[unfit])->state, "queued");
 }
 
 // Several tuners on one queue: a key is claimed once; a lease that runs out frees the claim; only the claimer
@@ -786,40 +786,40 @@ TEST(KernelCache, ClaimsHoldLeasesAndOneKeyHasOneTuner) {
   auto opened = KernelCache::Open(other_options);  // a second tuner's connection
   ASSERT_TRUE(opened.ok());
   KernelCache& other = **opened;
-  ASSERT_TRUE(cache->AddMiss(KeyBytes(1), 10, 5.0).ok());
-  ASSERT_TRUE(cache->AddMiss(KeyBytes(2), 1, 5.0).ok());
+  ASSERT_TRUE(cache->tasks().AddMiss(KeyBytes(1), 10, 5.0).ok());
+  ASSERT_TRUE(cache->tasks().AddMiss(KeyBytes(2), 1, 5.0).ok());
   const int64_t t0 = 1'000'000;
   ClaimOptions a = By("tuner-a", 1000, t0);
   ClaimOptions b = By("tuner-b", 1000, t0);
-  auto first = cache->ClaimTask(a);
+  auto first = cache->tasks().ClaimTask(a);
   ASSERT_TRUE(first.ok() && first->has_value());
   EXPECT_EQ((*first)->key_bytes, KeyBytes(1));  // the larger expected gain
-  auto second = other.ClaimTask(b);
+  auto second = other.tasks().ClaimTask(b);
   ASSERT_TRUE(second.ok() && second->has_value());
   EXPECT_EQ((*second)->key_bytes, KeyBytes(2));
-  EXPECT_FALSE(other.ClaimTask(b)->has_value());  // nothing left: a running key is not claimed again
+  EXPECT_FALSE(other.tasks().ClaimTask(b)->has_value());  // nothing left: a running key is not claimed again
 
   // b renews; a does not, and its lease runs out: b may take a's key, and a's claim is lost.
   b.now_unix_ms = t0 + 900;
-  ASSERT_TRUE(other.RenewClaim((*second)->id, b).ok());
+  ASSERT_TRUE(other.tasks().RenewClaim((*second)->id, b).ok());
   b.now_unix_ms = t0 + 1500;
-  auto taken = other.ClaimTask(b);
+  auto taken = other.tasks().ClaimTask(b);
   ASSERT_TRUE(taken.ok() && taken->has_value());
   EXPECT_EQ((*taken)->id, (*first)->id);
   EXPECT_EQ((*taken)->attempts, 2);
-  EXPECT_EQ(cache->RenewClaim((*first)->id, a).code(), StatusCode::kUnavailable);
-  EXPECT_EQ(cache->CompleteTask((*first)->id, "tuner-a", Ended("done", "late")).code(), StatusCode::kUnavailable);
-  EXPECT_EQ(other.GetTask((*second)->id)->claimed_by, "tuner-b");  // renewed: not expired at t0 + 1500
+  EXPECT_EQ(cache->tasks().RenewClaim((*first)->id, a).code(), StatusCode::kUnavailable);
+  EXPECT_EQ(cache->tasks().CompleteTask((*first)->id, "tuner-a", Ended("done", "late")).code(), StatusCode::kUnavailable);
+  EXPECT_EQ(other.tasks().GetTask((*second)->id)->claimed_by, "tuner-b");  // renewed: not expired at t0 + 1500
 
   // b hands key 1 back to wait 10 s (GPU memory short now): it is not claimable before then.
   TaskResult wait = Ended("queued", "the GPU lacks the memory now");
   wait.not_before_unix_ms = t0 + 11'500;
-  ASSERT_TRUE(other.CompleteTask((*taken)->id, "tuner-b", wait).ok());
-  ASSERT_TRUE(other.CompleteTask((*second)->id, "tuner-b", Ended("done", "key 2 tuned", 1)).ok());
+  ASSERT_TRUE(other.tasks().CompleteTask((*taken)->id, "tuner-b", wait).ok());
+  ASSERT_TRUE(other.tasks().CompleteTask((*second)->id, "tuner-b", Ended("done", "key 2 tuned", 1)).ok());
   ClaimOptions c = By("tuner-c", 1000, t0 + 2000);
-  EXPECT_FALSE(cache->ClaimTask(c)->has_value());
+  EXPECT_FALSE(cache->tasks().ClaimTask(c)->has_value());
   c.now_unix_ms = t0 + 12'000;
-  auto back = cache->ClaimTask(c);
+  auto back = cache->tasks().ClaimTask(c);
   ASSERT_TRUE(back.ok() && back->has_value());
   EXPECT_EQ((*back)->id, (*first)->id);
   EXPECT_EQ((*back)->round, 0);  // handed back untried: no round counted
@@ -828,15 +828,15 @@ TEST(KernelCache, ClaimsHoldLeasesAndOneKeyHasOneTuner) {
   TaskResult r1 = Found("queued", "first round", 2, 3.0, 5.0, 1.0, 11, "expert-default");
   r1.round_done = true;
   r1.priority = -1;
-  ASSERT_TRUE(cache->CompleteTask((*back)->id, "tuner-c", r1).ok());
+  ASSERT_TRUE(cache->tasks().CompleteTask((*back)->id, "tuner-c", r1).ok());
   c.now_unix_ms = t0 + 13'000;
-  auto again = cache->ClaimTask(c);
+  auto again = cache->tasks().ClaimTask(c);
   ASSERT_TRUE(again.ok() && again->has_value());
   EXPECT_EQ((*again)->priority, -1);
   TaskResult r2 = Found("done", "second round", 6, 3.5, 5.2, 1.0, 12, "p-2");
   r2.round_done = true;
-  ASSERT_TRUE(cache->CompleteTask((*again)->id, "tuner-c", r2).ok());
-  auto t = cache->GetTask((*first)->id);
+  ASSERT_TRUE(cache->tasks().CompleteTask((*again)->id, "tuner-c", r2).ok());
+  auto t = cache->tasks().GetTask((*first)->id);
   ASSERT_TRUE(t.ok());
   EXPECT_EQ(t->state, "done");
   EXPECT_EQ(t->round, 2);
@@ -846,7 +846,7 @@ TEST(KernelCache, ClaimsHoldLeasesAndOneKeyHasOneTuner) {
   EXPECT_EQ(t->policy_version, "expert-default");
   EXPECT_DOUBLE_EQ(t->baseline_us, 5.2);
   EXPECT_TRUE(t->claimed_by.empty());
-  EXPECT_FALSE(cache->CompleteTask((*first)->id, "tuner-c", Ended("bogus")).ok());
+  EXPECT_FALSE(cache->tasks().CompleteTask((*first)->id, "tuner-c", Ended("bogus")).ok());
 }
 
 TEST(KernelCache, WorkspaceBytesRoundTripAndAreChecksummed) {
@@ -969,15 +969,15 @@ TEST(KernelCache, MigratesVersion1KeepingItsData) {
 
   auto cache = OpenOrDie(path);
   EXPECT_EQ(cache->schema_version(), kSchemaVersion);
-  auto tasks = cache->ListTasks();
+  auto tasks = cache->tasks().ListTasks();
   ASSERT_TRUE(tasks.ok());
   ASSERT_EQ(tasks->size(), 1u);
   EXPECT_EQ((*tasks)[0].priority, 3);
   EXPECT_EQ((*tasks)[0].calls, 0u);
-  auto merged = cache->AddMiss(KeyBytes(9), 7, 2.0);  // the version-2 columns work on old rows
+  auto merged = cache->tasks().AddMiss(KeyBytes(9), 7, 2.0);  // the version-2 columns work on old rows
   ASSERT_TRUE(merged.ok());
   EXPECT_TRUE(merged->merged);
-  EXPECT_EQ(cache->GetTask((*tasks)[0].id)->calls, 7u);
+  EXPECT_EQ(cache->tasks().GetTask((*tasks)[0].id)->calls, 7u);
   ASSERT_TRUE(cache->Insert(MakeRecord(9)).ok());
   EXPECT_TRUE(cache->Verify()->quarantined.empty());
 }

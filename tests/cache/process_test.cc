@@ -114,7 +114,7 @@ int ClaimAll(const std::string& path, int tuner, const std::string& out) {
   ClaimOptions claim;
   claim.claimer = "tuner-" + std::to_string(tuner);
   while (true) {
-    auto t = (*cache)->ClaimTask(claim);
+    auto t = (*cache)->tasks().ClaimTask(claim);
     if (!t.ok()) {
       std::fclose(f);
       return 4;
@@ -124,7 +124,7 @@ int ClaimAll(const std::string& path, int tuner, const std::string& out) {
     TaskResult done;
     done.state = "done";
     done.detail = "claimed by " + claim.claimer;
-    if (!(*cache)->CompleteTask((*t)->id, claim.claimer, done).ok()) {
+    if (!(*cache)->tasks().CompleteTask((*t)->id, claim.claimer, done).ok()) {
       std::fclose(f);
       return 5;
     }
@@ -140,7 +140,7 @@ TEST(Processes, ConcurrentTunersClaimEachTaskOnce) {
   constexpr int kTasks = 60, kTuners = 4;
   {
     auto cache = OpenOrDie(path);
-    for (int k = 1; k <= kTasks; ++k) ASSERT_TRUE(cache->AddMiss(KeyBytes(k), 1, 1.0).ok());
+    for (int k = 1; k <= kTasks; ++k) ASSERT_TRUE(cache->tasks().AddMiss(KeyBytes(k), 1, 1.0).ok());
   }
   std::vector<pid_t> children;
   for (int t = 0; t < kTuners; ++t) {
@@ -165,7 +165,7 @@ TEST(Processes, ConcurrentTunersClaimEachTaskOnce) {
   }
   EXPECT_EQ(claims.size(), static_cast<size_t>(kTasks));
   for (const auto& [id, n] : claims) EXPECT_EQ(n, 1) << "task " << id;
-  EXPECT_EQ(OpenOrDie(path)->ListTasks("done")->size(), static_cast<size_t>(kTasks));
+  EXPECT_EQ(OpenOrDie(path)->tasks().ListTasks("done")->size(), static_cast<size_t>(kTasks));
 }
 
 [[noreturn]] void WriteForever(const std::string& path, int round) {

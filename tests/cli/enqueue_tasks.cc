@@ -38,7 +38,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "unknown task '%s'\n", name.c_str());
       return 2;
     }
-    auto id = (*opened)->EnqueueTask(bytes, /*priority=*/0, "queued by kjit_test_enqueue");
+    auto id = (*opened)->tasks().EnqueueTask(bytes, /*priority=*/0, "queued by kjit_test_enqueue");
     if (!id.ok()) {
       std::fprintf(stderr, "%s\n", id.status().ToString().c_str());
       return 1;

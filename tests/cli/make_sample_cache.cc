@@ -266,7 +266,7 @@ int main(int argc, char** argv) {
     m.reward = trials[i].reward;
     m.detail = trials[i].detail;
     m.created_unix_ms = kFirstCreatedMs + 3600000 + static_cast<int64_t>(i) * 1000;
-    if (auto id = (*cache)->AddMeasurement(m); !id.ok()) return Fail(id.status());
+    if (auto id = (*cache)->measurements().AddMeasurement(m); !id.ok()) return Fail(id.status());
   }
 
   std::printf("wrote %zu records to %s\n", ids.size(), path.c_str());

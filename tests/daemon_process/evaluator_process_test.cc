@@ -144,7 +144,7 @@ TEST(KjitdEvaluator, AgentEpisodeVerifiesStoresAndRejects) {
   EXPECT_EQ(record->baseline.device, "Fake GPU GPU-fake");
   EXPECT_EQ(record->timing.sm_clock_khz, 1980000);
   EXPECT_EQ(record->timing.memory_clock_khz, 2619000);
-  auto measurements = (*kc)->ListMeasurements();
+  auto measurements = (*kc)->measurements().ListMeasurements();
   ASSERT_TRUE(measurements.ok());
   ASSERT_EQ(measurements->size(), 3u);
   std::multiset<std::string> outcomes;
@@ -219,7 +219,7 @@ TEST(KjitdEvaluator, TheSameKernelAgainIsNotStoredTwice) {
   auto records = (*kc)->List(verified);
   ASSERT_TRUE(records.ok());
   EXPECT_EQ(records->size(), 2u);
-  auto measurements = (*kc)->ListMeasurements();
+  auto measurements = (*kc)->measurements().ListMeasurements();
   ASSERT_TRUE(measurements.ok());
   EXPECT_EQ(measurements->size(), 4u);  // every trial is kept for learning
 }
@@ -1057,7 +1057,7 @@ TEST(KjitdEvaluator, ARecordThatKilledAProcessIsReverifiedThenRejectedTheSecondT
   EXPECT_NE((*kc)->Get(id)->status_reason.find("a second time"), std::string::npos);
   EXPECT_TRUE(wait_for([&] { return !second.KilledAProcess(id); }));
   bool queued = false;
-  auto tasks = (*kc)->ListTasks();
+  auto tasks = (*kc)->tasks().ListTasks();
   ASSERT_TRUE(tasks.ok());
   for (const auto& t : *tasks) queued = queued || t.detail.find("killed two processes") != std::string::npos;
   EXPECT_TRUE(queued) << "the key is queued for a new kernel";

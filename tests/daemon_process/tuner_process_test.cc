@@ -76,7 +76,7 @@ Result<cache::Task> WaitForTask(const KjitdHarness& h, const std::string& key,
   while (Clock::now() < deadline) {
     auto cache = OpenCache(h);
     if (cache.ok()) {
-      auto tasks = (*cache)->ListTasks();
+      auto tasks = (*cache)->tasks().ListTasks();
       if (tasks.ok()) {
         for (const auto& t : *tasks) {
           if (!(t.key_hash == hash)) continue;
@@ -123,7 +123,7 @@ TEST(KjitdTuner, AMissBecomesAStoredAnnouncedKernelWithNoOtherCommand) {
 
   auto cache = OpenCache(h);
   ASSERT_TRUE(cache.ok());
-  auto measurements = (*cache)->ListMeasurements("softmax");
+  auto measurements = (*cache)->measurements().ListMeasurements("softmax");
   ASSERT_TRUE(measurements.ok());
   ASSERT_EQ(measurements->size(), 4u);
   // The key's first trial is the family's expert default, so its first kernel comes from its first trial.
@@ -161,7 +161,7 @@ TEST(KjitdTuner, UnfitIsMarkedOnceAndAWaitingKeyDoesNotStallTheQueue) {
   auto cache = OpenCache(h);
   ASSERT_TRUE(cache.ok());
   // By then the unfit key is marked, after one claim, with the evaluator's reason.
-  auto tasks = (*cache)->ListTasks();
+  auto tasks = (*cache)->tasks().ListTasks();
   ASSERT_TRUE(tasks.ok());
   for (const auto& t : *tasks) {
     if (t.key_bytes != unfit) continue;
@@ -181,7 +181,7 @@ TEST(KjitdTuner, UnfitIsMarkedOnceAndAWaitingKeyDoesNotStallTheQueue) {
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   auto later = OpenCache(h);
   ASSERT_TRUE(later.ok());
-  auto unfit_tasks = (*later)->ListTasks("unfit");
+  auto unfit_tasks = (*later)->tasks().ListTasks("unfit");
   ASSERT_TRUE(unfit_tasks.ok());
   ASSERT_EQ(unfit_tasks->size(), 1u);
   for (const auto& t : *unfit_tasks) {
@@ -207,7 +207,7 @@ TEST(KjitdTuner, ARestartedKjitdResumesTheQueue) {
   {
     auto cache = OpenCache(h);
     ASSERT_TRUE(cache.ok());
-    auto tasks = (*cache)->ListTasks();
+    auto tasks = (*cache)->tasks().ListTasks();
     ASSERT_TRUE(tasks.ok());
     for (const auto& t : *tasks) left += t.state != "done";
   }
@@ -228,7 +228,7 @@ TEST(KjitdTuner, TunerOffLeavesTheQueueAlone) {
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   auto cache = OpenCache(h);
   ASSERT_TRUE(cache.ok());
-  auto queued = (*cache)->ListTasks("queued");
+  auto queued = (*cache)->tasks().ListTasks("queued");
   ASSERT_TRUE(queued.ok());
   EXPECT_EQ(queued->size(), 1u);
   EXPECT_NE(ReadFile(h.log_path()).find("tuner = off"), std::string::npos);

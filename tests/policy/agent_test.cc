@@ -240,7 +240,7 @@ TEST(Agent, CheckpointRoundTripsThroughTheCache) {
   EXPECT_TRUE(notes.empty());
   EXPECT_EQ((*loaded)->version(), agent->version());
   // The version kernels are recorded with is the stored checkpoint's, whatever serialising again would give.
-  auto stored = (*cache)->LatestGoodCheckpoint();
+  auto stored = (*cache)->checkpoints().LatestGoodCheckpoint();
   ASSERT_TRUE(stored.ok());
   EXPECT_EQ((*loaded)->version(), stored->version);
   EXPECT_EQ((*loaded)->iteration(), 3);
@@ -286,7 +286,7 @@ TEST(Agent, CorruptOrIncompatibleCheckpointsAreSetAsideAndTrainingResumesFromThe
   ASSERT_GT(digits, at + format.size()) << "no format number";
   incompatible.replace(at, digits - at, "\"format\":9");
   for (const std::string& blob : {good.substr(0, good.size() / 2), std::string("not a policy"), incompatible}) {
-    ASSERT_TRUE((*cache)->PutCheckpoint(BadCheckpoint(blob)).ok());
+    ASSERT_TRUE((*cache)->checkpoints().PutCheckpoint(BadCheckpoint(blob)).ok());
   }
 
   std::vector<std::string> notes;
@@ -302,7 +302,7 @@ TEST(Agent, CorruptOrIncompatibleCheckpointsAreSetAsideAndTrainingResumesFromThe
   EXPECT_TRUE(notes.empty());
 
   // Training resumes from the last good checkpoint.
-  ASSERT_TRUE((*cache)->PutCheckpoint(BadCheckpoint("garbage")).ok());
+  ASSERT_TRUE((*cache)->checkpoints().PutCheckpoint(BadCheckpoint("garbage")).ok());
   TrainReport second;
   options.iterations = 2;
   auto resumed = Train(env, cache->get(), options, &second);

@@ -88,7 +88,7 @@ class ReplayEvaluator : public LiveEvaluator {
       m.detail = nlohmann::json{{"reason", "fake"}, {"spread_us", p.spread_us}, {"floor_us", task_.floor_us},
                                 {"client_design", design}}
                      .dump();
-      EXPECT_TRUE(cache_->AddMeasurement(m).ok());
+      EXPECT_TRUE(cache_->measurements().AddMeasurement(m).ok());
     }
     return v;
   }
@@ -208,7 +208,7 @@ TEST(Online, TrialsStoredInTheCacheLoadAsTrainingRows) {
   anonymous.median_us = 1;
   anonymous.baseline_us = 2;
   anonymous.detail = "{}";
-  ASSERT_TRUE((*cache)->AddMeasurement(anonymous).ok());
+  ASSERT_TRUE((*cache)->measurements().AddMeasurement(anonymous).ok());
 
   auto agent = Agent::Create({task}, SmallOptions());
   ReplayEvaluator evaluator(*task, cache->get());

@@ -7,12 +7,12 @@ Result<int64_t> SaveCheckpoint(cache::KernelCache& cache, const Agent& agent) {
   c.version = agent.version();
   c.blob = agent.Serialize();
   c.status = "good";
-  return cache.PutCheckpoint(std::move(c));
+  return cache.checkpoints().PutCheckpoint(std::move(c));
 }
 
 Result<std::unique_ptr<Agent>> LoadLatestCheckpoint(cache::KernelCache& cache, std::vector<std::string>* notes) {
   while (true) {
-    auto c = cache.LatestGoodCheckpoint();
+    auto c = cache.checkpoints().LatestGoodCheckpoint();
     if (!c.ok()) return c.status();
     auto agent = Agent::Deserialize(c->blob);
     if (agent.ok()) return agent;
@@ -21,7 +21,7 @@ Result<std::unique_ptr<Agent>> LoadLatestCheckpoint(cache::KernelCache& cache, s
                        ") set aside: " + agent.status().ToString());
     }
     // Without this the same checkpoint would come back forever.
-    KJIT_RETURN_IF_ERROR(cache.SetCheckpointAside(c->id));
+    KJIT_RETURN_IF_ERROR(cache.checkpoints().SetCheckpointAside(c->id));
   }
 }
 

@@ -273,7 +273,7 @@ std::string OnlineReportJson(const OnlineReport& report, Proposer proposer, bool
 // --------------------------------------------------- measurements as rows
 
 Result<std::vector<std::string>> MeasurementRows(const cache::KernelCache& cache, int* skipped) {
-  KJIT_ASSIGN_OR_RETURN(std::vector<cache::Measurement> measurements, cache.ListMeasurements());
+  KJIT_ASSIGN_OR_RETURN(std::vector<cache::Measurement> measurements, cache.measurements().ListMeasurements());
   std::vector<std::string> rows;
   int skip = 0;
   for (const auto& m : measurements) {

@@ -178,7 +178,7 @@ int RunOnline(const std::string& cache_path, const std::string& endpoint, int li
   int episodes = 0;
   for (const auto& info : *queued) {
     // ListTasks carries the key's text and hash, not its bytes: the cache has them.
-    auto task = (*cache)->GetTask(info.id);
+    auto task = (*cache)->tasks().GetTask(info.id);
     if (!task.ok()) continue;
     auto key = kjit::OpKey::Decode(task->key_bytes);
     if (!key.ok()) continue;

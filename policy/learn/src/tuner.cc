@@ -55,7 +55,7 @@ Result<std::vector<PriorTrial>> PriorTrials(const cache::KernelCache& cache, con
   const std::string family(match.family->name());
   const std::string codegen = std::to_string(match.family->codegen_version());
   const Hash128 hash = key.Hash();
-  KJIT_ASSIGN_OR_RETURN(std::vector<cache::Measurement> ms, cache.ListMeasurementsOfKey(hash));
+  KJIT_ASSIGN_OR_RETURN(std::vector<cache::Measurement> ms, cache.measurements().ListMeasurementsOfKey(hash));
   std::vector<PriorTrial> out;
   for (const auto& m : ms) {
     if (m.design.family != family || m.design.knobs.empty()) continue;
@@ -147,7 +147,7 @@ void Tuner::RunJob(int index, const std::atomic<bool>& stop, std::atomic<bool>& 
   claim.lease = options_.lease;
   while (!stop.load()) {
     if (options_.max_rounds > 0 && rounds_.load() >= options_.max_rounds) break;
-    auto task = job.cache->ClaimTask(claim);
+    auto task = job.cache->tasks().ClaimTask(claim);
     if (!task.ok()) {
       // The file is busy (another writer) or broken: say so, and try again after a pause.
       log_("warn", "tuner_claim_failed", {{"job", job.claimer}, {"error", task.status().ToString()}});
@@ -184,7 +184,7 @@ RoundSummary Tuner::TuneTask(Job& job, const cache::Task& task, const std::atomi
   auto finish = [&](std::string state, std::string detail) {
     result.state = std::move(state);
     result.detail = std::move(detail);
-    if (Status st = job.cache->CompleteTask(task.id, job.claimer, result); !st.ok()) {
+    if (Status st = job.cache->tasks().CompleteTask(task.id, job.claimer, result); !st.ok()) {
       log_("warn", "tuner_claim_lost", {{"job", job.claimer}, {"task", std::to_string(task.id)}, {"error", st.ToString()}});
     }
     summary.state = result.state;
@@ -206,7 +206,7 @@ RoundSummary Tuner::TuneTask(Job& job, const cache::Task& task, const std::atomi
   // The newest policy, if there is one newer than the job's.
   OnlineOptions options = RoundOptions(options_, task);
   if (options_.proposer == Proposer::kPolicy) {
-    auto latest = job.cache->LatestGoodCheckpoint();
+    auto latest = job.cache->checkpoints().LatestGoodCheckpoint();
     if (latest.ok() && latest->id != job.checkpoint_id) {
       std::vector<std::string> notes;
       auto agent = LoadLatestCheckpoint(*job.cache, &notes);
@@ -230,7 +230,7 @@ RoundSummary Tuner::TuneTask(Job& job, const cache::Task& task, const std::atomi
          {{"job", job.claimer}, {"task", std::to_string(task.id)}, {"point", PointToString(t.point)},
           {"proposer", t.proposer}, {"verdict", t.verdict.verdict.substr(0, 200)},
           {"median_us", Fixed(t.verdict.median_us, 3)}, {"stored", t.verdict.accepted ? "yes" : "no"}});
-    if (Status st = job.cache->RenewClaim(task.id, renew); !st.ok()) {
+    if (Status st = job.cache->tasks().RenewClaim(task.id, renew); !st.ok()) {
       log_("warn", "tuner_claim_lost", {{"job", job.claimer}, {"task", std::to_string(task.id)}, {"error", st.ToString()}});
     }
   };
@@ -296,7 +296,7 @@ void Tuner::RunLearner(const std::atomic<bool>& stop, const std::atomic<bool>& j
   // Training shares the CPUs with the evaluator workers' compiles (NVRTC): a quarter of them is enough.
   at::set_num_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency() / 4)));
   auto should_stop = [&] { return stop.load() || jobs_done.load(); };
-  if (!cache.LatestGoodCheckpoint().ok() && options_.train_if_missing && !should_stop()) {
+  if (!cache.checkpoints().LatestGoodCheckpoint().ok() && options_.train_if_missing && !should_stop()) {
     // A first policy, from the datasets alone, while the expert default serves.
     auto files = DatasetFiles(options_.datasets);
     auto tasks = files.ok() ? LoadDatasets(*files, DeviceFacts::H200(), nullptr) : Result<std::vector<ReplayTask>>(files.status());
@@ -332,7 +332,7 @@ void Tuner::RunLearner(const std::atomic<bool>& stop, const std::atomic<bool>& j
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     if (options_.learn_every <= 0 || rounds_.load() - learned_at < options_.learn_every) continue;
     learned_at = rounds_.load();
-    if (!cache.LatestGoodCheckpoint().ok()) continue;
+    if (!cache.checkpoints().LatestGoodCheckpoint().ok()) continue;
     TrainReport report;
     auto learned = LearnFromTrials(options_.datasets, cache, options_.learn_iterations, &report);
     if (learned.ok()) {

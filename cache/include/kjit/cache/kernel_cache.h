@@ -20,8 +20,11 @@
 // - Opening a file that is not a kjit cache, or one written by a newer kjit
 //   (schema version above kSchemaVersion), fails with a clear error and leaves
 //   the file untouched. Older schema versions are migrated on open.
-// - The file also holds, for the daemon and the RL policy, the task queue, the
-//   measurement history of every evaluated candidate, and policy checkpoints.
+// - The file also holds, for the daemon and the RL policy, the task queue
+//   (task_queue.h), the measurement log of every evaluated candidate
+//   (measurement_log.h) and policy checkpoints (checkpoint_store.h): each a
+//   store of its own over this cache's connection, reached by tasks(),
+//   measurements() and checkpoints().
 #pragma once
 
 #include <chrono>
@@ -32,7 +35,10 @@
 #include <string>
 #include <vector>
 
+#include "kjit/cache/checkpoint_store.h"
+#include "kjit/cache/measurement_log.h"
 #include "kjit/cache/record.h"
+#include "kjit/cache/task_queue.h"
 #include "kjit/runtime/status.h"
 
 namespace kjit::cache {
@@ -192,103 +198,6 @@ struct ImportReport {
   std::vector<std::string> rejected;  // one reason per record that failed its checks
 };
 
-// The daemon's task queue: one row per key, the key's tuning history.
-// States: "queued" (waiting for a tuner), "running" (claimed by a tuner, which
-// holds a lease), "done" (tuned: a kernel was stored, or none beat PyTorch),
-// "unfit" (the key can never be evaluated on this machine, e.g. its working set
-// exceeds the GPU's memory) and "failed" (an error that trials cannot fix).
-// Queued tasks are ordered by priority, then expected gain (calls x time per
-// call: what a faster kernel could save), then age. Misses and submissions for
-// a key merge into its row: an open (queued or running) one absorbs them; a
-// done or failed one is queued again (a later round) when its calls have grown
-// kRetuneCallsFactor-fold since it was tuned and its best kernel is not already
-// within kNearFloor of the memory floor, or when a client submits it; an unfit
-// one only counts the calls.
-//
-// Claims are safe when several tuners share the file (and, later, a database):
-// a claim names its claimer and holds a lease; one key is claimed by one tuner
-// at a time; a claim whose lease ran out (its tuner crashed) may be taken by
-// another; only the claimer may renew or complete it.
-struct Task {
-  int64_t id = 0;
-  std::string key_bytes;
-  Hash128 key_hash;
-  int priority = 0;
-  std::string state;
-  int attempts = 0;           // claims so far
-  std::string detail;
-  uint64_t calls = 0;         // misses reported for the key
-  double observed_us = 0;     // mean time per call of PyTorch's kernel, as the clients saw it
-  double expected_gain_us = 0;
-  int64_t created_unix_ms = 0;
-  int64_t updated_unix_ms = 0;
-  // Claims and rounds.
-  std::string claimed_by;       // the running claim's owner; empty otherwise
-  int64_t lease_until_unix_ms = 0;
-  int64_t not_before_unix_ms = 0;  // a queued task handed back to wait (GPU memory short now)
-  int round = 0;                // tuning rounds completed
-  uint64_t calls_at_tune = 0;   // calls when the last round was claimed
-  // Results over every round.
-  int trials = 0;
-  double best_us = 0;           // the fastest verified kernel's median (0: none)
-  double baseline_us = 0;       // PyTorch's, as the evaluator timed it
-  double floor_us = 0;          // the memory/compute floor
-  int64_t record_id = 0;        // the record holding the best kernel (0: none stored)
-  std::string policy_version;   // who proposed the best kernel
-};
-
-inline constexpr double kRetuneCallsFactor = 4.0;
-inline constexpr double kNearFloor = 1.25;
-
-// Who claims, for how long; `now_unix_ms` 0 reads the clock (tests pass a time).
-struct ClaimOptions {
-  std::string claimer;
-  std::chrono::milliseconds lease{std::chrono::minutes(5)};
-  int64_t now_unix_ms = 0;
-};
-
-// What became of a claimed task's round.
-struct TaskResult {
-  std::string state;  // "done", "unfit", "failed", or "queued" (handed back: another round, or wait)
-  std::string detail;
-  int trials = 0;     // this round's; added to the task's
-  double best_us = 0, baseline_us = 0, floor_us = 0;  // 0: unchanged
-  int64_t record_id = 0;
-  std::string policy_version;
-  bool round_done = false;          // counts as a tuning round (false: handed back untried)
-  int64_t not_before_unix_ms = 0;   // "queued": not claimed again before this
-  std::optional<int> priority;      // "queued": the task's priority from now on
-};
-
-struct TaskMerge {
-  int64_t task_id = 0;
-  bool merged = false;    // joined the key's existing task
-  bool reopened = false;  // ... which was closed and is queued again (another round)
-};
-
-// One evaluated candidate, whatever its outcome (issue 8 learns from these).
-struct Measurement {
-  int64_t id = 0;
-  Hash128 key_hash;
-  std::string key_bytes;
-  DesignPoint design;
-  std::string outcome;  // "verified", "slower", "wrong", "compile_error", "fault", "timeout", ...
-  double median_us = 0;
-  double baseline_us = 0;
-  double reward = 0;
-  std::string detail;
-  int64_t created_unix_ms = 0;
-};
-
-struct PolicyCheckpoint {
-  int64_t id = 0;
-  std::string version;
-  std::string blob;
-  Hash128 checksum;  // filled in by PutCheckpoint
-  std::string status;  // "good" or "set_aside"
-  int64_t created_unix_ms = 0;
-};
-
 class KernelCache {
  public:
   static Result<std::unique_ptr<KernelCache>> Open(const OpenOptions& options = {});
@@ -357,40 +266,12 @@ class KernelCache {
   Result<uint64_t> Export(const std::string& file, const ListFilter& filter) const;
   Result<ImportReport> Import(const std::string& file, const ImportOptions& options = {});
 
-  // ---- for the daemon and the policy
-  // A client ran PyTorch's kernel `calls` times for this key, `observed_us` each:
-  // adds to the key's open task, or opens one.
-  Result<TaskMerge> AddMiss(const std::string& key_bytes, uint64_t calls, double observed_us);
-  // Asks for a key to be tuned; merges into an open task, raising its priority.
-  Result<TaskMerge> SubmitTask(const std::string& key_bytes, int priority, const std::string& detail = "");
-  Result<int64_t> EnqueueTask(const std::string& key_bytes, int priority, const std::string& detail = "");
-  // The queue's first claimable task (queued and not waiting, or running with an expired lease),
-  // marked running under `claim` in one transaction; none: an empty optional.
-  Result<std::optional<Task>> ClaimTask(const ClaimOptions& claim);
-  Result<std::optional<Task>> ClaimNextTask();  // ClaimTask by an anonymous claimer, 5-minute lease
-  // Extends a claim's lease. kUnavailable ("claim lost") when the task is no longer running under
-  // this claimer (its lease expired and another tuner took it, or it was completed).
-  Status RenewClaim(int64_t id, const ClaimOptions& claim);
-  // Ends a claim with its round's result; kUnavailable ("claim lost") as for RenewClaim.
-  Status CompleteTask(int64_t id, const std::string& claimer, const TaskResult& result);
-  Status FinishTask(int64_t id, bool ok, const std::string& detail);  // done/failed, whoever holds it
-  // Hands back (queued, no round counted) every running task whose claimer starts with `claimer_prefix`
-  // (not empty): a tuner that is known to be gone. Returns how many.
-  Result<int> ReleaseClaims(const std::string& claimer_prefix);
-  Result<Task> GetTask(int64_t id) const;
-  Result<std::vector<Task>> ListTasks(const std::string& state = "", int limit = 0) const;  // queue order
-  Result<int64_t> AddMeasurement(Measurement m);
-  Result<std::vector<Measurement>> ListMeasurements(const std::string& family = "", int limit = 0) const;
-  // One key's measurements, oldest first (a tuning round's history).
-  Result<std::vector<Measurement>> ListMeasurementsOfKey(const Hash128& key_hash) const;
-  Result<int64_t> PutCheckpoint(PolicyCheckpoint checkpoint);
-  // The newest checkpoint whose status is "good" and whose checksum holds;
-  // checkpoints that fail their checksum are set aside on the way.
-  Result<PolicyCheckpoint> LatestGoodCheckpoint();
-  // Marks a checkpoint "set_aside" (its checksum held but its reader could not
-  // use it: damaged before it was stored, or written by an incompatible
-  // policy), so LatestGoodCheckpoint passes over it from then on.
-  Status SetCheckpointAside(int64_t id);
+  // ---- the file's other stores, over the same connection (valid as long as the cache)
+  TaskQueue& tasks();
+  const TaskQueue& tasks() const;
+  MeasurementLog& measurements();
+  const MeasurementLog& measurements() const;
+  CheckpointStore& checkpoints();
 
  private:
   struct Impl;
