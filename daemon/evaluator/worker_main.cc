@@ -8,8 +8,12 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
 
 #include "kjit/evaluator/evaluator.h"
+#include "kjit/evaluator/sanitizer.h"
 #include "kjit/runtime/device.h"
 #include "kjit/runtime/driver.h"
 #include "worker_protocol.h"
@@ -60,6 +64,27 @@ int Serve(int fd, const eval::EvaluatorOptions& options) {
   }
 }
 
+// The sanitizer's target (sanitizer.h): evaluates the request in `path` once and prints the verdict.
+int SanitizeRequest(const std::string& path, const eval::EvaluatorOptions& options) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  auto message = daemon::DecodeWorkerMessage(text.str());
+  const auto* request = message.ok() ? std::get_if<daemon::EvaluateRequest>(&*message) : nullptr;
+  if (request == nullptr) {
+    std::fprintf(stderr, "kjit-evaluator: %s holds no evaluation request\n", path.c_str());
+    return 2;
+  }
+  auto evaluator = eval::Evaluator::Create(options);
+  if (!evaluator.ok()) {
+    std::fprintf(stderr, "kjit-evaluator: %s\n", evaluator.status().ToString().c_str());
+    return 3;
+  }
+  const daemon::Verdict v = (*evaluator)->Evaluate(*request, [](const std::string&, std::chrono::milliseconds) {});
+  std::printf("%s: %s\n", v.outcome.c_str(), v.reason.c_str());
+  return 0;
+}
+
 // A CUDA ordinal from "0" or from a UUID ("GPU-8f6c..."): UUIDs name the same
 // GPU whatever CUDA_VISIBLE_DEVICES does to the numbering.
 Result<int> ResolveDevice(const std::string& name) {
@@ -94,11 +119,41 @@ int main(int argc, char** argv) {
   app.add_option("--max-runs", options.max_runs, "most timed runs per kernel")->capture_default_str();
   app.add_option("--target-ci", options.target_ci_rel, "stop timing when the median's 95% CI is this tight")
       ->capture_default_str();
+  std::string sanitizer = "auto";
+  app.add_option("--sanitizer", sanitizer,
+                 "compute-sanitizer run over each kernel that passes faster than PyTorch: its path, auto (look in "
+                 "PATH, then /usr/local/cuda/bin) or off")
+      ->capture_default_str();
+  const char* when_env = std::getenv("KJIT_SANITIZE_WHEN");
+  std::string sanitize_when = when_env != nullptr && *when_env != '\0' ? when_env : "faster";
+  app.add_option("--sanitize-when", sanitize_when,
+                 "which kernels the sanitizer checks: faster (those that beat PyTorch, which may be served) or "
+                 "verified (every verified one: slow, for tests); default from KJIT_SANITIZE_WHEN")
+      ->check(CLI::IsMember({"faster", "verified"}))
+      ->capture_default_str();
+  std::string sanitize_request;
+  app.add_option("--sanitize-request", sanitize_request,
+                 "run as compute-sanitizer's target: evaluate the request in this file on one input set, print "
+                 "the verdict and exit (the worker starts this itself)");
   CLI11_PARSE(app, argc, argv);
+  if (!sanitize_request.empty()) {
+    options.sanitizer_target = true;
+    options.compile_ahead_threads = 0;
+  } else {
+    options.sanitizer = eval::FindSanitizer(sanitizer);
+    options.sanitize_every_verified = sanitize_when == "verified";
+  }
   options.bitwise = compare == "bitwise";
   auto ordinal = ResolveDevice(device);
   if (ordinal.ok()) options.device = *ordinal;
 
+  if (!sanitize_request.empty()) {
+    if (!ordinal.ok()) {
+      std::fprintf(stderr, "kjit-evaluator: %s\n", ordinal.status().ToString().c_str());
+      return 3;
+    }
+    return SanitizeRequest(sanitize_request, options);
+  }
   if (probe) {
     if (!ordinal.ok()) {
       std::printf("%s\n", daemon::EncodeWorkerMessage(daemon::Unavailable{ordinal.status().ToString()}).c_str());

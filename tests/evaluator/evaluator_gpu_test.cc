@@ -4,6 +4,8 @@
 // the evaluator cannot run (no GPU, or a CPU-only PyTorch).
 #include <gtest/gtest.h>
 
+#include "kjit/evaluator/sanitizer.h"
+
 #include <fstream>
 #include <sstream>
 
@@ -38,6 +40,9 @@ std::string Relu(const std::string& body, const std::string& prelude = "") {
 class EvaluatorGallery : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
+    // Every verified candidate goes through compute-sanitizer where the machine has it, so that the gallery's
+    // kernels need not beat PyTorch to be checked (kjitd's workers inherit the variable).
+    setenv("KJIT_SANITIZE_WHEN", "verified", 1);
     harness_ = new KjitdHarness(KJIT_KJITD, {"--evaluator", KJIT_EVALUATOR, "--devices", "0", "--when", "always"});
     ASSERT_TRUE(harness_->Start()) << ReadFile(harness_->log_path());
     ipc::ClientOptions o;
@@ -187,6 +192,25 @@ TEST_F(EvaluatorGallery, ReadingAStaleOutputIsRejected) {
 TEST_F(EvaluatorGallery, OutOfBoundsWriteIsRejected) {
   auto r = SubmitRelu(Relu("  out[i] = (v > 0.f || v != v) ? v : 0.f;\n  if (i == n - 1) out[n + 3] = 0.f;"));
   EXPECT_VERDICT(r, "out_of_bounds");
+}
+
+TEST_F(EvaluatorGallery, OutOfBoundsReadIsRejectedByTheSanitizer) {
+  if (eval::FindSanitizer("auto").empty()) GTEST_SKIP() << "no compute-sanitizer on this machine";
+  // Reads 64 KiB past its input: inside the block PyTorch's caching allocator rounded the input up to, so
+  // harmless in the evaluator's runs, and right in every output; compute-sanitizer's memcheck, whose target
+  // allocates each tensor on its own, sees the read.
+  auto r = SubmitRelu(Relu("  const float far = x[n + 16384];\n"
+                           "  out[i] = (v > 0.f || v != v) ? v : 0.f;\n"
+                           "  if (far == 1.2345e-30f && i == 0) out[i] = 1.f;"));
+  EXPECT_VERDICT(r, "out_of_bounds");
+  EXPECT_NE(r.verdict.find("compute-sanitizer memcheck"), std::string::npos) << r.verdict;
+}
+
+TEST_F(EvaluatorGallery, CorrectKernelPassesTheSanitizer) {
+  if (eval::FindSanitizer("auto").empty()) GTEST_SKIP() << "no compute-sanitizer on this machine";
+  auto r = SubmitRelu(Relu("  out[i] = (v > 0.f || v != v) ? v : 0.f; // sanitized"));
+  EXPECT_TRUE(r.verified) << r.verdict;
+  EXPECT_NE(r.verdict.find("compute-sanitizer clean"), std::string::npos) << r.verdict;
 }
 
 TEST_F(EvaluatorGallery, WritingAnInputIsRejected) {

@@ -20,6 +20,9 @@
 //   3. Timing (profile below) runs on a set the candidate has not seen, and the
 //      outputs of its last timed run must match the reference again: a kernel
 //      that changes behaviour across calls (state kept in device globals) fails.
+//   4. A kernel faster than PyTorch runs once more under compute-sanitizer
+//      (memcheck, and racecheck where it uses shared memory) where the machine
+//      has it (sanitizer.h): any error it reports is a rejection.
 //
 // Memory: one input set is resident at a time (its inputs, a pristine copy of
 // them while the candidate runs, PyTorch's outputs, the candidate's outputs and
@@ -72,6 +75,17 @@ struct EvaluatorOptions {
   bool bitwise = false;
   // CPU threads that compile EvaluateRequest::compile_ahead's candidates while a job runs (0: none).
   int compile_ahead_threads = 2;
+  // compute-sanitizer (sanitizer.h): its path (empty: none), run over each kernel that passes verification
+  // faster than PyTorch, once per CUBIN and key, within `sanitizer_timeout` per tool. Keys whose inputs and
+  // outputs exceed `sanitizer_max_bytes` are not sanitized (every access is slower under it).
+  std::string sanitizer;
+  std::chrono::milliseconds sanitizer_timeout{std::chrono::minutes(5)};
+  uint64_t sanitizer_max_bytes = uint64_t{1} << 30;
+  // Every verified kernel, not only those faster than PyTorch (tests; a slow check for every trial).
+  bool sanitize_every_verified = false;
+  // This worker is the sanitizer's target (kjit-evaluator --sanitize-request): one normal input set, no
+  // edge sets, no timing, no sanitizer of its own.
+  bool sanitizer_target = false;
 };
 
 // Asks the job in flight to give the GPU back: kjitd sends the worker SIGUSR1
