@@ -144,7 +144,7 @@ bool KeyAsKnownMiss(benchmark::State& state, kjit::shim::EntryTable& table, kjit
   return true;
 }
 
-// A known miss as the adapter's wrapper (daemon/shim/adapter.cc, ServeOrForward) handles it, all
+// A known miss as the adapter's wrapper (shim/adapter.cc, ServeOrForward) handles it, all
 // but PyTorch's kernel (not called): the call's checks, key, hash, lookup and miss accounting,
 // through the same functions (call_path.h), on CPU tensors (the adapter's are CUDA ones). One key,
 // found again each call. Caches and branch predictors stay warm here, where in a program the

@@ -35,7 +35,7 @@ may narrow the spread further on a machine whose cores differ (SMT siblings,
 NUMA nodes); the CPUs are reported per process.
 
 Then one more process per intercepted setting (b, c, g) runs with KJIT_PROFILE=1:
-the adapter's per-call stage profile (daemon/shim/shim_core.h, Stage): host
+the adapter's per-call stage profile (shim/shim_core.h, Stage): host
 time in the pre-filter, keying, hashing, table lookup, output allocation and
 launch (hit) or PyTorch's kernel (miss, and g), miss accounting, and the
 wrapper as a whole. Each figure includes one clock read (its cost is printed

@@ -55,7 +55,7 @@ if [[ "${KJIT_GPU_RUN_SKIP_BUILD:-0}" != 1 ]]; then
   if [[ $rc -ne 0 ]]; then tail -40 "$OUT/build.log"; exit 1; fi
 fi
 
-kjit="$PWD/$build/daemon/kjit"
+kjit="$PWD/$build/bin/kjit"
 work=/tmp/kjit-autotune
 ops="${KJIT_AUTOTUNE_OPS:-}"
 iters="${KJIT_AUTOTUNE_ITERS:-30}"

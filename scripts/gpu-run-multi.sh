@@ -72,7 +72,7 @@ if [[ "${KJIT_MULTI_SKIP_BUILD:-0}" != 1 ]]; then
   note "build: rc=$rc in $(( $(date +%s) - t0 )) s"
   if [[ $rc -ne 0 ]]; then tail -40 "$OUT/build.log"; exit 1; fi
 fi
-kjit="$build/daemon/kjit"
+kjit="$build/bin/kjit"
 seed="$build/examples/shim_app/kjit_seed_defaults"
 
 # Device selection on the real GPU(s): by ordinal, by UUID, under CUDA_VISIBLE_DEVICES; and one

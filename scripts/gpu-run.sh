@@ -58,7 +58,7 @@ note "build: rc=$rc in $(( $(date +%s) - t0 )) s; warnings: $(grep -c 'warning:'
 grep 'warning:' "$OUT/build.log" | cut -c1-160 | sort -u | head -20 | tee -a "$summary"
 if [[ $rc -ne 0 ]]; then tail -40 "$OUT/build.log"; exit 1; fi
 
-"$build/daemon/kjit" device --remeasure > /tmp/kjit-device.txt 2>&1
+"$build/bin/kjit" device --remeasure > /tmp/kjit-device.txt 2>&1
 note "kjit device: rc=$?"; tee -a "$summary" < /tmp/kjit-device.txt
 
 rc_tests=0; skipped_gpu=0
@@ -100,7 +100,7 @@ if [[ "${KJIT_GPU_RUN_SKIP_BENCH:-0}" != 1 ]]; then
     > "$OUT/bench.md"
   echo -e "\nkjitd load test (kjit_bench_ipc):\n" >> "$OUT/bench.md"
   for clients in 1 8; do
-    "$build/benchmarks/kjit_bench_ipc" --kjitd "$build/daemon/kjitd" --clients $clients --requests 2000 \
+    "$build/benchmarks/kjit_bench_ipc" --kjitd "$build/bin/kjitd" --clients $clients --requests 2000 \
       2>>"$OUT/run.log" | tail -n $([[ $clients == 1 ]] && echo 3 || echo 1) >> "$OUT/bench.md"
   done
   note "ipc load test: rc=$?"
@@ -205,15 +205,15 @@ if [[ "${KJIT_GPU_RUN_SHIM:-0}" == 1 ]]; then
   note "kjit_bench_torch (shim hot path, CPU): rc=$?"
   if [[ "${KJIT_SHIM_APP:-1}" == 1 ]]; then  # KJIT_SHIM_APP=0: the overhead only (~2.5 of ~7 minutes)
     app=(python3 examples/shim_app/app.py --iters "${KJIT_SHIM_ITERS:-30}")
-    timeout 75 "$build/daemon/kjit" run -- "${app[@]}" --json "$shim/run1.json" > "$shim/run1.txt" 2>&1
+    timeout 75 "$build/bin/kjit" run -- "${app[@]}" --json "$shim/run1.json" > "$shim/run1.txt" 2>&1
     note "app run 1 (misses): rc=$?"
     timeout 120 "$build/examples/shim_app/kjit_seed_defaults" > "$shim/seed.txt" 2>&1
     note "kjit_seed_defaults: rc=$? $(grep -ci stored "$shim/seed.txt") lines saying stored"
-    timeout 75 "$build/daemon/kjit" run -- "${app[@]}" --json "$shim/run2.json" > "$shim/run2.txt" 2>&1
+    timeout 75 "$build/bin/kjit" run -- "${app[@]}" --json "$shim/run2.json" > "$shim/run2.txt" 2>&1
     note "app run 2 (hits): rc=$?"
   fi
-  "$build/daemon/kjit" cache ls > "$shim/cache-ls.txt" 2>&1
-  "$build/daemon/kjit" daemon stop > /dev/null 2>&1 || pkill -f "$build/daemon/kjitd" || true
+  "$build/bin/kjit" cache ls > "$shim/cache-ls.txt" 2>&1
+  "$build/bin/kjit" daemon stop > /dev/null 2>&1 || pkill -f "$build/bin/kjitd" || true
   unset KJIT_CACHE KJIT_RUNTIME_DIR XDG_CACHE_HOME
   tar -C /tmp -czf "$OUT/shim.tar.gz" kjit-shim
 fi
@@ -235,7 +235,7 @@ print('probe done', flush=True)" > "$p" 2>&1 &
     nvidia-smi --query-gpu=utilization.gpu --format=csv
     nvidia-smi --query-compute-apps=pid,used_memory --format=csv
     nvidia-smi pmon -s u -c 3
-    "$build/daemon/kjit" device --list
+    "$build/bin/kjit" device --list
   } >> "$p" 2>&1
   wait
   note "nvml probe: $(grep -c . "$p") lines in nvml-probe.txt"
@@ -253,10 +253,10 @@ if [[ "${KJIT_GPU_RUN_ONLINE:-0}" == 1 ]]; then
   if [[ -f .gpu-online/cache.db ]]; then
     cp .gpu-online/cache.db "$KJIT_CACHE"; note "online: checkpoint from the carried .gpu-online/cache.db"
   else
-    timeout 400 "$build/daemon/kjit" policy train --fresh > "$on/train.txt" 2>&1
+    timeout 400 "$build/bin/kjit" policy train --fresh > "$on/train.txt" 2>&1
     note "online: policy train rc=$?"
   fi
-  timeout 90 "$build/daemon/kjit" run -- python3 examples/shim_app/app.py --iters 10 > "$on/app.txt" 2>&1
+  timeout 90 "$build/bin/kjit" run -- python3 examples/shim_app/app.py --iters 10 > "$on/app.txt" 2>&1
   note "online: app run (queues the misses): rc=$?"
   # Modes: policy (alone), tuner (the expert default first, then the policy: kjitd's tuner), expert (the expert
   # default, then random), random.
@@ -264,15 +264,15 @@ if [[ "${KJIT_GPU_RUN_ONLINE:-0}" == 1 ]]; then
     seeds=1; [[ $mode == policy || $mode == tuner ]] || seeds="${KJIT_ONLINE_SEEDS:-1 2 3}"  # random: average
     flags=(--proposer "$mode"); [[ $mode == tuner ]] && flags=(--proposer policy --expert-first)
     for seed in $seeds; do
-      timeout "${KJIT_ONLINE_S:-150}" "$build/daemon/kjit" policy online "${flags[@]}" --seed "$seed" \
+      timeout "${KJIT_ONLINE_S:-150}" "$build/bin/kjit" policy online "${flags[@]}" --seed "$seed" \
         --budget "${KJIT_ONLINE_BUDGET:-8}" --json "$on/online.jsonl" > "$on/online-$mode-$seed.txt" 2>&1
       note "online --proposer $mode --seed $seed: rc=$? $(grep -c '^  best' "$on/online-$mode-$seed.txt") episodes with a verified kernel"
     done
   done
   python3 scripts/online_curve.py "$on/online.jsonl" --json "$on/curve.json" > "$on/curve.md" 2>&1
   cat "$on/curve.md" >> "$summary"
-  "$build/daemon/kjit" cache ls > "$on/cache-ls.txt" 2>&1
-  "$build/daemon/kjit" daemon stop > /dev/null 2>&1 || pkill -f "$build/daemon/kjitd" || true
+  "$build/bin/kjit" cache ls > "$on/cache-ls.txt" 2>&1
+  "$build/bin/kjit" daemon stop > /dev/null 2>&1 || pkill -f "$build/bin/kjitd" || true
   unset KJIT_CACHE KJIT_RUNTIME_DIR XDG_CACHE_HOME KJITD_TUNER
   tar -C /tmp -czf "$OUT/online.tar.gz" --exclude='kjit-online/run' kjit-online
 fi

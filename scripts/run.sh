@@ -4,7 +4,7 @@
 #   scripts/run.sh
 #
 # Installs the dependencies, builds, starts kjitd (left running: stop it with
-# `build/daemon/kjit daemon stop`) and shows the GPU. Without a GPU it compiles
+# `build/bin/kjit daemon stop`) and shows the GPU. Without a GPU it compiles
 # the example kernel with NVRTC and stops there. With one (and a PyTorch that
 # sees it), it runs an unmodified PyTorch program (examples/shim_app/app.py)
 # under `kjit run`: every op misses and runs PyTorch's kernel; kjitd then tunes
@@ -44,7 +44,7 @@ if [[ $build_rc -ne 0 ]]; then
 fi
 warnings=$(grep -c 'warning:' "$log" || true)
 [[ $warnings -eq 0 ]] || echo "  ($warnings compiler warnings, in $log)"
-kjit=build/daemon/kjit
+kjit=build/bin/kjit
 echo "(set up and built in $(( $(date +%s) - t0 )) s)"
 
 echo

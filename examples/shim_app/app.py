@@ -6,7 +6,7 @@ scans, reductions, pooling, depthwise convolutions and small-K matrix products, 
 and a checksum of each one's output. Run it as it is, then under kjit:
 
     python3 examples/shim_app/app.py
-    build/daemon/kjit run -- python3 examples/shim_app/app.py
+    build/bin/kjit run -- python3 examples/shim_app/app.py
 
 and compare: the checksums agree within the verified tolerance (they are sums
 of floating-point outputs, so kernels that add in another order differ in the

@@ -9,7 +9,7 @@ namespace {
 TEST(ChildEnvironment, KjitsShimLeavesLdPreloadAndTheRestStays) {
   EXPECT_EQ(WithoutKjitShim({"PATH=/bin", "LD_PRELOAD=/opt/kjit/lib/kjit/libkjit_preload.so", "HOME=/h"}),
             (std::vector<std::string>{"PATH=/bin", "HOME=/h"}));
-  EXPECT_EQ(WithoutKjitShim({"LD_PRELOAD=/build/daemon/shim/libkjit_preload.so:/usr/lib/libjemalloc.so.2"}),
+  EXPECT_EQ(WithoutKjitShim({"LD_PRELOAD=/build/lib/kjit/libkjit_preload.so:/usr/lib/libjemalloc.so.2"}),
             (std::vector<std::string>{"LD_PRELOAD=/usr/lib/libjemalloc.so.2"}));
   EXPECT_EQ(WithoutKjitShim({"LD_PRELOAD=libjemalloc.so.2 libkjit_preload.so  /x/liby.so"}),
             (std::vector<std::string>{"LD_PRELOAD=libjemalloc.so.2:/x/liby.so"}));

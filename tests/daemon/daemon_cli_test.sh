@@ -368,7 +368,7 @@ PY
     # A copy of kjit with no preload library near it says how to build one.
     mkdir -p "$tmp/alone" && cp "$kjit" "$tmp/alone/kjit"
     run 1 "$tmp/alone/kjit" run --no-daemon -- true
-    expect "$err" "cannot find libkjit_preload.so \(looked at $(literal "$tmp/alone/shim/libkjit_preload.so")"
+    expect "$err" "cannot find libkjit_preload.so \(looked at $(literal "$tmp/lib/kjit/libkjit_preload.so")"
     expect "$err" "cmake --build build --target kjit_preload kjit_torch_adapter"
 
     # Without --no-daemon: kjitd is started in the background, its log in kjit's state directory...

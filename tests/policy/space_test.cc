@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <mutex>
+#include <map>
 #include <set>
 #include <thread>
 
@@ -187,6 +188,31 @@ TEST_P(SpaceTest, EveryPointCompilesForSm90) {
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   std::printf("[ sweep ] %s: %zu valid points over %zu keys, %zu compiled in %.1f s\n", std::string(f.name()).c_str(),
               total_valid, f.SampleKeys().size(), total_compiled, seconds);
+}
+
+// The op registry (policy/<family>/intercept.inc, gathered into kjit/intercepted_ops.inc) lists what each
+// family serves under the family's own name, and nothing of a family that does not exist: the shim intercepts
+// exactly the ops the families declare (several overloads of one op, such as prod and prod.dim_int, are one op
+// to a family).
+TEST(OpRegistry, EachFamilyContributesExactlyItsOps) {
+  std::map<std::string, std::set<std::string>> registry;
+  std::set<std::string> names;
+  auto add = [&](const std::string& family, std::string_view name) {
+    EXPECT_TRUE(names.insert(std::string(name)).second) << name << " is registered twice";
+    registry[family].insert("aten::" + std::string(name.substr(0, name.find('.'))));
+  };
+#define KJIT_INTERCEPT(FAMILY, OP, NAME, FILTER, ALL_NUMERICS, FN, SYMBOL, SIGNATURE) add(#FAMILY, NAME);
+#include "kjit/intercepted_ops.inc"
+#undef KJIT_INTERCEPT
+  std::set<std::string> families;
+  for (const Family* f : Families()) {
+    const std::string name(f->name());
+    families.insert(name);
+    const std::vector<std::string> ops = f->ops();
+    EXPECT_EQ(registry[name], std::set<std::string>(ops.begin(), ops.end())) << "family " << name;
+    std::printf("[ registry ] %s: %zu ops\n", name.c_str(), registry[name].size());
+  }
+  for (const auto& [family, ops] : registry) EXPECT_TRUE(families.count(family)) << "no family " << family;
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, SpaceTest, ::testing::ValuesIn(Families()),

@@ -1,4 +1,4 @@
-// The adapter's unboxed path (daemon/shim/unboxed_kernels.h, call_path.h): for every intercepted
+// The adapter's unboxed path (shim/unboxed_kernels.h, call_path.h): for every intercepted
 // op, a call given by its C++ arguments is keyed to the same bytes as the same call boxed as the
 // dispatcher boxes it, and passes or fails the same checks; and PyTorch's unboxed CUDA kernels
 // that the adapter finds by mangled name are the ones this PyTorch's libtorch_cuda exports.

@@ -1,4 +1,4 @@
-// The shim's per-stream workspaces (daemon/shim/workspace.h), with a fake allocator.
+// The shim's per-stream workspaces (shim/workspace.h), with a fake allocator.
 #include "workspace.h"
 
 #include <gtest/gtest.h>

@@ -1,6 +1,6 @@
 // The inner dimensions the small-matrix-product family (policy/matmul) serves, in one place for
 // the two that must agree on them: the family's Match, which declines a larger K, and the shim's
-// pre-filter (daemon/shim: PreFilter::kSmallMatmul), which must decline, before keying, every
+// pre-filter (shim/: PreFilter::kSmallMatmul), which must decline, before keying, every
 // mm/bmm the family would decline, and which cannot depend on policy/. Runtime is what both use.
 #pragma once
 

@@ -830,9 +830,9 @@ int CmdSubmit(const Options& o) {
 constexpr const char* kPreloadName = "libkjit_preload.so";
 constexpr const char* kAdapterName = "libkjit_torch_adapter.so";
 
-// libkjit_preload.so: $KJIT_PRELOAD_LIB, else beside this kjit as the build
-// tree lays it out (daemon/kjit, daemon/shim/) or as an installation would
-// (bin/kjit, lib/ or lib/kjit/). Always an absolute path: the program may chdir.
+// libkjit_preload.so: $KJIT_PRELOAD_LIB, else where the build tree and an
+// installation both put it beside this kjit (bin/kjit, lib/kjit/), or in lib/
+// or bin/ itself. Always an absolute path: the program may chdir.
 Result<std::string> FindPreloadLibrary() {
   if (const char* env = std::getenv("KJIT_PRELOAD_LIB"); env != nullptr && *env != '\0') {
     std::error_code error;
@@ -846,8 +846,8 @@ Result<std::string> FindPreloadLibrary() {
   const auto self = std::filesystem::read_symlink("/proc/self/exe", error);
   if (!error) {
     const auto dir = self.parent_path();
-    for (const auto& candidate : {dir / "shim" / kPreloadName, dir / kPreloadName, dir.parent_path() / "lib" / kPreloadName,
-                                  dir.parent_path() / "lib" / "kjit" / kPreloadName}) {
+    for (const auto& candidate : {dir.parent_path() / "lib" / "kjit" / kPreloadName, dir / kPreloadName,
+                                  dir.parent_path() / "lib" / kPreloadName}) {
       const std::string path = candidate.lexically_normal().string();
       if (access(path.c_str(), R_OK) == 0) return path;
       looked += (looked.empty() ? "" : ", ") + path;

@@ -44,33 +44,18 @@
 namespace kjit::shim {
 
 // The ops kjit has design spaces for: the adapter overrides the CUDA kernels of exactly these
-// overloads. Written "name" (the default overload) or "name.overload", "aten::" omitted, as the
-// op's schema names them and as OpKeys do (OpCall::op "aten::name", OpCall::overload "overload"):
-// tests/shim/shim_key_test.cc keys calls of each through the shim's key writer and checks that
-// its family matches them. Only the functional overloads the families serve are listed: out=
-// and in-place variants are other overloads and keep PyTorch's kernels, untouched.
+// overloads. Each family lists its own in policy/<family>/intercept.inc (the op registry,
+// kjit/intercepted_ops.inc), in the registry's order. Written "name" (the default overload) or
+// "name.overload", "aten::" omitted, as the op's schema names them and as OpKeys do (OpCall::op
+// "aten::name", OpCall::overload "overload"): tests/shim/shim_key_test.cc keys calls of each through
+// the shim's key writer and checks that its family matches them. Only the functional overloads the
+// families serve are listed: out= and in-place variants are other overloads and keep PyTorch's
+// kernels, untouched. A call of an op with a pre-filter (PreFilter below) is keyed only if it passes:
+// mm and bmm run most products of a model, cudnn_convolution every cuDNN convolution.
 inline constexpr std::string_view kInterceptedOps[] = {
-    // softmax, layer_norm, group_norm, batch_norm
-    "_softmax", "_log_softmax", "native_layer_norm", "_fused_rms_norm", "native_group_norm", "native_batch_norm",
-    "cudnn_batch_norm",
-    // scan
-    "cumsum", "cumprod",
-    // pool: the ops with CUDA kernels (max_pool1d/2d/3d and avg_pool1d decompose into these).
-    // max_poolNd_with_indices returns (values, indices): both are recorded on a key's first call
-    // and both are allocated for a hit (int64 indices); the family's kernels write both, in
-    // PyTorch's return order (kernel ABI v1, daemon/worker_protocol.h).
-    "max_pool2d_with_indices", "max_pool3d_with_indices", "avg_pool2d", "avg_pool3d",
-    // reduce. argmax/argmin return int64 tensors: a hit's outputs take the dtype, sizes and
-    // strides of the outputs PyTorch's kernel returned on the key's first call, as every op's do.
-    "sum.dim_IntList", "mean.dim", "amax", "amin", "prod", "prod.dim_int", "argmax", "argmin",
-    // depthwise_conv. cudnn_convolution runs every cuDNN convolution: only depthwise calls pass
-    // its pre-filter (PreFilter::kDepthwiseConv) and are keyed.
-    "_conv_depthwise2d", "cudnn_convolution",
-    // matmul. Most products of a model run through these (torch.matmul and x @ y fold into them;
-    // F.linear with a bias is addmm, not intercepted): only small-K products pass their
-    // pre-filters (kSmallMatmul, kSmallBatchedMatmul) and are keyed, the others cost a few
-    // metadata reads.
-    "mm", "bmm",
+#define KJIT_INTERCEPT(FAMILY, OP, NAME, FILTER, ALL_NUMERICS, FN, SYMBOL, SIGNATURE) NAME,
+#include "kjit/intercepted_ops.inc"
+#undef KJIT_INTERCEPT
 };
 
 // An entry of kInterceptedOps split at its first '.': {"sum", "dim_IntList"}, {"amax", ""}.
@@ -82,15 +67,6 @@ constexpr OpName SplitOpName(std::string_view op) {
   const size_t dot = op.find('.');
   if (dot == std::string_view::npos) return {op, {}};
   return {op.substr(0, dot), op.substr(dot + 1)};
-}
-
-// Whether the keys of op's calls carry every numerics setting in force (CurrentNumerics,
-// kjit/torch/call_key.h): the products and convolutions, whose results TF32 and reduced-precision
-// settings change (matmul's kernels refuse TF32-off keys they cannot honour). The other ops'
-// keys carry CurrentDeterminismNumerics: PyTorch's defaults and the determinism bit, the same
-// bytes under default settings, without reading the float32 precision table per call.
-constexpr bool KeysAllNumerics(std::string_view op) {
-  return op == "mm" || op == "bmm" || op == "cudnn_convolution" || op == "_conv_depthwise2d";
 }
 
 // What the adapter checks of a call before keying it. A call that fails its op's pre-filter
@@ -107,16 +83,36 @@ enum class PreFilter : uint8_t {
   kSmallBatchedMatmul,  // aten::bmm of a small inner dimension (SmallMatmulMayBeServed, 3-D)
 };
 
+// Each intercepted op's pre-filter and numerics, from the registry; an op not in it: kNone, false.
+struct InterceptedOpFacts {
+  std::string_view name;
+  PreFilter filter;
+  bool keys_all_numerics;
+};
+inline constexpr InterceptedOpFacts kInterceptedOpFacts[] = {
+#define KJIT_INTERCEPT(FAMILY, OP, NAME, FILTER, ALL_NUMERICS, FN, SYMBOL, SIGNATURE) \
+  {NAME, PreFilter::FILTER, ALL_NUMERICS},
+#include "kjit/intercepted_ops.inc"
+#undef KJIT_INTERCEPT
+};
+
 constexpr PreFilter PreFilterFor(std::string_view op) {
-  if (op == "cudnn_convolution") return PreFilter::kDepthwiseConv;
-  if (op == "mm") return PreFilter::kSmallMatmul;
-  if (op == "bmm") return PreFilter::kSmallBatchedMatmul;
-  for (std::string_view served : {"cumsum", "cumprod", "max_pool2d_with_indices", "max_pool3d_with_indices",
-                                  "avg_pool2d", "avg_pool3d", "sum.dim_IntList", "mean.dim", "amax", "amin", "prod",
-                                  "prod.dim_int", "argmax", "argmin", "_conv_depthwise2d"}) {
-    if (op == served) return PreFilter::kServedFloat;
+  for (const InterceptedOpFacts& facts : kInterceptedOpFacts) {
+    if (facts.name == op) return facts.filter;
   }
   return PreFilter::kNone;
+}
+
+// Whether the keys of op's calls carry every numerics setting in force (CurrentNumerics,
+// kjit/torch/call_key.h): the products and convolutions, whose results TF32 and reduced-precision
+// settings change (matmul's kernels refuse TF32-off keys they cannot honour). The other ops'
+// keys carry CurrentDeterminismNumerics: PyTorch's defaults and the determinism bit, the same
+// bytes under default settings, without reading the float32 precision table per call.
+constexpr bool KeysAllNumerics(std::string_view op) {
+  for (const InterceptedOpFacts& facts : kInterceptedOpFacts) {
+    if (facts.name == op) return facts.keys_all_numerics;
+  }
+  return false;
 }
 
 // aten::cudnn_convolution(self, weight, padding, stride, dilation, groups, ...): whether the call
@@ -185,7 +181,7 @@ struct LoadedKernel {
   std::optional<Module> module;  // empty only in tests, which never launch
   std::optional<Function> function;
   LaunchConfig launch;
-  uint64_t workspace_bytes = 0;  // kernel ABI v2: > 0, one more parameter (daemon/shim/workspace.h)
+  uint64_t workspace_bytes = 0;  // kernel ABI v2: > 0, one more parameter (shim/workspace.h)
   // Set by the launch that guards this kernel's first run in the process (cache/launch_journal.h): later
   // launches read it and nothing more.
   mutable std::atomic<bool> first_launch_taken{false};
