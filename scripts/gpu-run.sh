@@ -44,6 +44,8 @@ torch_prefix="$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)' 
 note "host: $(hostname); $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -1)"
 note "toolchain: $(g++ --version | head -1); $(cmake --version | head -1); $(nvcc --version | grep -o 'release [0-9.]*')"
 note "torch: $(python3 -c 'import torch; print(torch.__version__)' 2>&1 | tail -1); commit: ${KJIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
+# The evaluator runs each kernel faster than PyTorch under compute-sanitizer where it finds one (evaluator/).
+note "compute-sanitizer: $( (command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer) 2>/dev/null | head -1) $( (compute-sanitizer --version || /usr/local/cuda/bin/compute-sanitizer --version) 2>/dev/null | grep -i version | head -1)"
 
 build=build-gpu
 t0=$(date +%s)
