@@ -480,17 +480,24 @@ void EvaluatorPool::Lost(Worker& w, const std::string& why, bool hang) {
   Reap(w);
 }
 
+SampleOptions EvaluatorPool::KjitsOwnProcesses() const {
+  SampleOptions so;
+  std::vector<uint32_t> workers;
+  for (const auto& other : workers_) {
+    if (other->pid > 0) workers.push_back(static_cast<uint32_t>(other->pid));
+  }
+  so.exclude_pids = WithDescendants(workers);
+  return so;
+}
+
 bool EvaluatorPool::GpuIdle(Worker& w, uint64_t* memory_cap) {
   Result<GpuSample> sample = Status(StatusCode::kUnavailable, nvml_error_.empty() ? "NVML not loaded" : nvml_error_);
   if (nvml_ && w.info) {
     // By UUID: NVML's indices follow PCI order whatever CUDA_VISIBLE_DEVICES says. Every
     // worker of kjit's is excluded, not only this GPU's: a worker that touched another GPU
-    // (PyTorch's lazy init can make a context there) is kjit's own load, not the user's.
-    SampleOptions so;
-    for (const auto& other : workers_) {
-      if (other->pid > 0) so.exclude_pids.push_back(static_cast<uint32_t>(other->pid));
-    }
-    sample = nvml_->Sample(w.info->uuid, so);
+    // (PyTorch's lazy init can make a context there) is kjit's own load, not the user's; so are the
+    // processes a worker starts (compute-sanitizer runs a copy of the worker).
+    sample = nvml_->Sample(w.info->uuid, KjitsOwnProcesses());
   }
   const IdleDecision d = w.idle.Update(options_.when, options_.idle, sample, ClientActivityOn(w, Clock::now()));
   *memory_cap = d.memory_cap_bytes;
@@ -538,11 +545,7 @@ void EvaluatorPool::YieldIfWanted(Worker& w, Clock::time_point now) {
     why["client_pid"] = std::to_string(activity->pid);
   } else {
     if (!nvml_) return;
-    SampleOptions so;
-    for (const auto& other : workers_) {
-      if (other->pid > 0) so.exclude_pids.push_back(static_cast<uint32_t>(other->pid));
-    }
-    auto sample = nvml_->Sample(w.info->uuid, so);
+    auto sample = nvml_->Sample(w.info->uuid, KjitsOwnProcesses());
     if (!sample.ok() || sample->others_utilization_percent <= options_.idle.max_utilization_percent) return;
     why["others_utilization_percent"] = std::to_string(static_cast<int>(sample->others_utilization_percent));
   }

@@ -43,12 +43,9 @@
 #include <vector>
 
 #include "kjit/runtime/idle.h"
+#include "kjit/runtime/nvml.h"
 #include "kjit/runtime/status.h"
 #include "worker_protocol.h"
-
-namespace kjit {
-class Nvml;
-}
 
 namespace kjit::daemon {
 
@@ -132,6 +129,8 @@ class EvaluatorPool {
   bool Requeue(std::unique_ptr<Job>& job);
   void Dispatch();
   bool GpuIdle(Worker& w, uint64_t* memory_cap);
+  // NVML sampling options that leave out kjit's workers and the processes they start.
+  SampleOptions KjitsOwnProcesses() const;
   // Asks a busy worker to give its GPU back when other processes started using it (--when idle).
   void YieldIfWanted(Worker& w, std::chrono::steady_clock::time_point now);
   // The newest client report of ops on w's GPU, unless its process has exited.
