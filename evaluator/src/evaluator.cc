@@ -223,21 +223,24 @@ struct Evaluator::Impl {
   bool lost = false;
   uint64_t device_total_bytes = 0;  // the GPU's memory (cuDeviceTotalMem), for telling "not now" from "never"
   std::mt19937_64 seeds{std::random_device{}()};
-  // compute-sanitizer's findings per key and CUBIN ("" when clean), so that a kernel is sanitized once.
-  std::map<std::pair<Hash128, Hash128>, std::string> sanitized;
+  // What compute-sanitizer said of a kernel: clean, an error found (`text` says which), or no verdict
+  // (`text` says why: the tool missing or unable to run, too large a key).
+  struct SanitizerVerdict {
+    enum class State { kClean, kFound, kNotRun } state = State::kNotRun;
+    std::string text;
+  };
+  // The verdicts per key and CUBIN (clean or found), so that a kernel is sanitized once.
+  std::map<std::pair<Hash128, Hash128>, SanitizerVerdict> sanitized;
 
   const Driver& driver() const { return context->driver(); }
 
-  // Runs `request`'s candidate under compute-sanitizer (sanitizer.h): the first error found by memcheck,
-  // or by racecheck where the kernel uses shared memory; nullopt when clean. `note` says what ran, or why
-  // nothing did (then the answer is nullopt too).
-  std::optional<std::string> Sanitize(const daemon::EvaluateRequest& request, bool uses_shared, std::string& note) {
+  // Runs `request`'s candidate under compute-sanitizer (sanitizer.h): memcheck, and racecheck where the
+  // kernel uses shared memory; the first tool to find an error decides.
+  SanitizerVerdict Sanitize(const daemon::EvaluateRequest& request, bool uses_shared) {
+    using State = SanitizerVerdict::State;
     char path[] = "/tmp/kjit-sanitize-request-XXXXXX";
     const int fd = mkstemp(path);
-    if (fd < 0) {
-      note = "compute-sanitizer not run: no temporary file";
-      return std::nullopt;
-    }
+    if (fd < 0) return {State::kNotRun, "compute-sanitizer not run: no temporary file"};
     struct RemoveFile {
       const char* path;
       ~RemoveFile() { unlink(path); }
@@ -250,36 +253,28 @@ struct Evaluator::Impl {
     close(fd);
     char self[4096] = {};
     const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-    if (!written || n <= 0) {
-      note = "compute-sanitizer not run: cannot hand the request to a child";
-      return std::nullopt;
-    }
+    if (!written || n <= 0) return {State::kNotRun, "compute-sanitizer not run: cannot hand the request to a child"};
     std::vector<std::string> tools = {"memcheck"};
     if (uses_shared) tools.push_back("racecheck");
-    std::vector<std::string> ran;
     for (const std::string& tool : tools) {
       const auto argv = SanitizerCommand(options.sanitizer, tool, request.candidate.entry_point, self,
                                          {"--sanitize-request", path, "--device", std::to_string(options.device)});
       auto run = RunForSanitizer(argv, options.sanitizer_timeout);
-      if (!run.ok()) {
-        note = "compute-sanitizer not run: " + run.status().ToString();
-        return std::nullopt;
-      }
+      if (!run.ok()) return {State::kNotRun, "compute-sanitizer not run: " + run.status().ToString()};
       const SanitizerReport report = ParseSanitizerOutput(run->output, run->exit_code);
       if (report.errors > 0) {
-        return "compute-sanitizer " + tool + " found " + std::to_string(report.errors) + " error" +
-               (report.errors == 1 ? "" : "s") + (report.first_error.empty() ? "" : ": " + report.first_error);
+        return {State::kFound, "compute-sanitizer " + tool + " found " + std::to_string(report.errors) + " error" +
+                                   (report.errors == 1 ? "" : "s") +
+                                   (report.first_error.empty() ? "" : ": " + report.first_error)};
       }
       if (run->timed_out || !report.summary_seen) {
         // The tool did not get to judge the kernel (unsupported here, or too slow): evidence missing, not found.
         std::string tail = run->output.size() > 300 ? run->output.substr(run->output.size() - 300) : run->output;
-        note = "compute-sanitizer " + tool + " did not finish" + (run->timed_out ? " (timed out)" : "") + ": " + tail;
-        return std::nullopt;
+        return {State::kNotRun, "compute-sanitizer " + tool + " did not finish" +
+                                    (run->timed_out ? " (timed out)" : "") + ": " + tail};
       }
-      ran.push_back(tool);
     }
-    note = "compute-sanitizer clean (" + ran[0] + (ran.size() > 1 ? ", " + ran[1] : "") + ")";
-    return std::nullopt;
+    return {State::kClean, "compute-sanitizer clean (" + tools[0] + (tools.size() > 1 ? ", " + tools[1] : "") + ")"};
   }
 
   // Everything a verification or timing run needs for one input set.
@@ -335,9 +330,8 @@ struct Evaluator::Impl {
     return outs;
   }
 
-  // Guard-railed outputs shaped like the reference's, for a candidate to write;
-  // poisoned with `poison` if given.
-  // Guarded outputs laid out like `likes` (PyTorch's outputs, or their LayoutsOf), on this worker's GPU.
+  // Guarded outputs laid out like `likes` (PyTorch's outputs, or their LayoutsOf), on this worker's GPU, for a
+  // candidate to write; poisoned with `poison` if given.
   Result<std::vector<GuardedTensor>> GuardedOutputs(const std::vector<at::Tensor>& likes,
                                                     std::optional<Poison> poison) const {
     std::vector<GuardedTensor> outs;
@@ -393,8 +387,8 @@ struct Evaluator::Impl {
     return cmp;
   }
 
-  // `with_reference` false: PyTorch's outputs are left for the caller to make once the candidate has run
-  // (ReferenceAfterCandidate).
+  // `with_reference` false: PyTorch's outputs are left for the caller to make once the candidate has run on
+  // the set (see Scrub).
   Result<InputSet> MakeSet(const Prepared& p, InputKind kind, uint64_t seed, bool with_reference = true) {
     InputSet set;
     set.kind = kind;
@@ -1025,9 +1019,9 @@ daemon::Verdict Evaluator::Evaluate(const daemon::EvaluateRequest& request, cons
     // Where PyTorch's result on large values depends on its own order (op_traits.h), normal values instead.
     const InputKind random_kinds[] = {InputKind::kNormal, InputKind::kUniform,
                                       large_order_dependent ? InputKind::kNormal : InputKind::kLarge};
-    for (int i = 0; i < s.options.random_sets; ++i) kinds.push_back({random_kinds[i % 3], ""});
     // The sanitizer's target needs the kernel to run, not to be judged again: one set does.
-    if (s.options.sanitizer_target) kinds.resize(1);
+    const int random_sets = s.options.sanitizer_target ? 1 : s.options.random_sets;
+    for (int i = 0; i < random_sets; ++i) kinds.push_back({random_kinds[i % 3], ""});
     if (!s.options.sanitizer_target) kinds.push_back({InputKind::kSmall, "subnormal"});
     // Ties and outliers (inputs.h): the first-index rule of argmax and pooling, a softmax's max subtraction;
     // constant tensors: a variance of exactly 0, every element a tie.
@@ -1213,16 +1207,18 @@ daemon::Verdict Evaluator::Evaluate(const daemon::EvaluateRequest& request, cons
     // the timed events (two at most: the loop may run the reference twice in a row).
     int poison_turn = 0;
     std::vector<std::vector<at::Tensor>> held_references;
-    auto repoison = [&] {
+    auto scrub_held = [&] {
       for (const auto& r : held_references) Impl::Scrub(r);
       held_references.clear();
+    };
+    auto repoison = [&] {
+      scrub_held();
       for (const GuardedTensor& g : outs) PoisonStorage(g.tensor, poison_turn % 2 == 0 ? Poison::kFinite : Poison::kNaN);
       ++poison_turn;
     };
     auto pair = s.TimeLoop(timed, [&] { held_references.push_back(s.CallReference(p, set->args)); }, deadline,
                            s.FullTiming(), repoison);
-    for (const auto& r : held_references) Impl::Scrub(r);
-    held_references.clear();
+    scrub_held();
     if (pair.failure) return finish(pair.failure->outcome, pair.failure->reason + " while timing");
     if (auto f = s.Wait(s.events[0], deadline, "the candidate")) return finish(f->outcome, f->reason);
     if (auto f = s.CheckWorkspace(workspace, "after the timed runs")) return finish(f->outcome, f->reason);
@@ -1245,26 +1241,24 @@ daemon::Verdict Evaluator::Evaluate(const daemon::EvaluateRequest& request, cons
                                             v.baseline.spread_us);
     if (!s.options.sanitizer.empty() && !s.options.sanitizer_target &&
         (would_serve || s.options.sanitize_every_verified)) {
+      using State = Impl::SanitizerVerdict::State;
       const auto memo = std::make_pair(HashBytes(request.key_bytes), HashBytes((*compiled)->cubin));
-      std::string finding;
-      std::string note;
+      Impl::SanitizerVerdict verdict;
       if (auto known = s.sanitized.find(memo); known != s.sanitized.end()) {
-        finding = known->second;
-        note = "compute-sanitizer clean (earlier run)";
+        verdict = known->second;
+        if (verdict.state == State::kClean) verdict.text = "compute-sanitizer clean (earlier run)";
       } else if (working->inputs + working->outputs > s.options.sanitizer_max_bytes) {
-        note = "compute-sanitizer not run: inputs and outputs over " + FormatBytes(s.options.sanitizer_max_bytes);
+        verdict.text = "compute-sanitizer not run: inputs and outputs over " + FormatBytes(s.options.sanitizer_max_bytes);
       } else {
         progress("sanitize", s.options.sanitizer_timeout * 2 + std::chrono::seconds(30));
         const bool uses_shared = limits.static_shared_bytes > 0 || config.dynamic_shared_bytes > 0;
-        finding = s.Sanitize(request, uses_shared, note).value_or("");
+        verdict = s.Sanitize(request, uses_shared);
         if (s.sanitized.size() >= 4096) s.sanitized.clear();
-        if (note.starts_with("compute-sanitizer clean") || !finding.empty()) s.sanitized[memo] = finding;
+        if (verdict.state != State::kNotRun) s.sanitized[memo] = verdict;
       }
-      if (!finding.empty()) return finish(Outcome::kOutOfBounds, finding);
-      if (note.starts_with("compute-sanitizer clean")) {
-        v.verification.edge_cases_passed.push_back("compute_sanitizer");
-      }
-      return finish(Outcome::kVerified, "verified; " + note);
+      if (verdict.state == State::kFound) return finish(Outcome::kOutOfBounds, verdict.text);
+      if (verdict.state == State::kClean) v.verification.edge_cases_passed.push_back("compute_sanitizer");
+      return finish(Outcome::kVerified, "verified; " + verdict.text);
     }
     return finish(Outcome::kVerified, "verified");
   } catch (const c10::OutOfMemoryError& e) {
