@@ -18,6 +18,7 @@
 #include "kjit/policy/design_space.h"
 #include "kjit/runtime/compiler.h"
 #include "kjit/runtime/untrusted_source.h"
+#include "space_test_util.h"
 
 namespace kjit::policy {
 namespace {
@@ -188,6 +189,62 @@ TEST_P(SpaceTest, EveryPointCompilesForSm90) {
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   std::printf("[ sweep ] %s: %zu valid points over %zu keys, %zu compiled in %.1f s\n", std::string(f.name()).c_str(),
               total_valid, f.SampleKeys().size(), total_compiled, seconds);
+}
+
+// The expert default and 4,000 points of each sample key's cross product, drawn by a fixed generator, in one FNV-1a digest per family: a
+// valid point's source and launch, an invalid point's reason. A change to the shared code generation or checks
+// (policy/src) or a family's move of its CUDA into files shows here as a changed digest, to be explained where
+// the golden is updated. (The family tests' OldPointsKeepTheirSources pin what dataset rows depend on; this
+// pins a sample of everything, new points and refusals included, without enumerating matmul's large spaces.)
+TEST_P(SpaceTest, SampledSourcesArePinned) {
+  struct Golden { size_t valid; uint64_t digest; };
+  static const std::map<std::string, Golden> kGolden = {
+      {"softmax", {842, 0xb955af906aad962aull}},
+      {"layer_norm", {9773, 0x7030d53244c0c873ull}},
+      {"batch_norm", {12811, 0xbe9fbc46f08733e2ull}},
+      {"group_norm", {774, 0xb62b0f2d195fa507ull}},
+      {"scan", {2470, 0x304fde1d215ce4ddull}},
+      {"pool", {6022, 0x84914bd26a1346aeull}},
+      {"reduce", {1680, 0x1556f57f907b41fdull}},
+      {"depthwise_conv", {6758, 0xf80f9dfd1a55c08full}},
+      {"matmul", {154, 0xaecaf9cc5ad29b46ull}},
+  };
+  const Family& f = *GetParam();
+  const DeviceFacts device = DeviceFacts::H200();
+  uint64_t h = kFnvOffset, state = 0x9E3779B97F4A7C15ull;
+  size_t valid = 0;
+  auto next = [&state] {  // splitmix64: the same draw on every platform
+    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  };
+  for (const OpKey& key : f.SampleKeys()) {
+    auto problem = f.Match(key);
+    ASSERT_TRUE(problem.ok());
+    const Space space = f.MakeSpace(**problem, device);
+    auto expert = f.Generate(**problem, f.ExpertDefault(**problem, device), device);
+    ASSERT_TRUE(expert.ok()) << expert.status().ToString();
+    h = HashCandidate(h, *expert);
+    for (int draw = 0; draw < 4000; ++draw) {
+      Point point;
+      for (const Knob& knob : space.knobs) point[knob.name] = knob.values[next() % knob.values.size()];
+      if (Status st = f.Check(**problem, point, device); !st.ok()) {
+        h = HashCandidate(h, Candidate{st.ToString(), "", {}, {}, {}});
+        continue;
+      }
+      auto c = f.Generate(**problem, point, device);
+      ASSERT_TRUE(c.ok()) << c.status().ToString();
+      h = HashCandidate(h, *c);
+      ++valid;
+    }
+  }
+  std::printf("[ pinned ] {\"%s\", {%zu, 0x%016llxull}},\n", std::string(f.name()).c_str(), valid,
+              static_cast<unsigned long long>(h));
+  auto it = kGolden.find(std::string(f.name()));
+  ASSERT_NE(it, kGolden.end()) << "no golden for " << f.name();
+  EXPECT_EQ(valid, it->second.valid);
+  EXPECT_EQ(h, it->second.digest) << f.name() << ": a sampled point's source or reason changed";
 }
 
 // The op registry (policy/<family>/intercept.inc, gathered into kjit/intercepted_ops.inc) lists what each
