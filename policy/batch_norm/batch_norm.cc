@@ -272,7 +272,7 @@ class BatchNorm final : public Family {
       return InvalidArgument("dtype " + std::string(DTypeName(x->dtype)) + " is not served");
     }
     if (x->sizes.size() < 2) return InvalidArgument("batch norm needs an input of 2 or more dims");
-    if (x->numel() == 0) return InvalidArgument("empty inputs are left to PyTorch");
+    if (x->numel() == 0) return codegen::DeclineEmpty();
     if (x->numel() > (int64_t{1} << 40)) return InvalidArgument("too large");
     p->batch = x->sizes[0];
     p->channels = x->sizes[1];
@@ -383,9 +383,8 @@ class BatchNorm final : public Family {
     if (pt.size() != space.knobs.size()) return InvalidArgument("knobs of the other mode's space");
     const int64_t strategy = pt.at("strategy"), threads = pt.at("threads"), vec = pt.at("vec");
     const int64_t size = static_cast<int64_t>(DTypeSize(p.dtype));
-    if (threads > dev.max_threads_per_block) return InvalidArgument("too many threads");
-    if (vec * size > 16) return InvalidArgument("vector wider than 16 bytes");
-    if (vec * size > p.alignment) return InvalidArgument("input not aligned for the vector");
+    KJIT_RETURN_IF_ERROR(codegen::CheckThreadsAndVector(threads, vec, size, dev));
+    KJIT_RETURN_IF_ERROR(codegen::CheckVectorAligned(vec, size, p.alignment));
     const int64_t max_grid = 2147483647;
     if (!p.training) {
       const int64_t items = pt.at("items");
@@ -462,13 +461,7 @@ class BatchNorm final : public Family {
   Point ExpertDefault(const Problem& problem, const DeviceFacts& dev) const override {
     const auto& p = static_cast<const BatchNormProblem&>(problem);
     // The widest valid vector: 16-byte accesses where the layout and alignment allow.
-    auto widest = [&](Point pt) {
-      for (int64_t v : {8, 4, 2, 1}) {
-        pt["vec"] = v;
-        if (Check(problem, pt, dev).ok()) return pt;
-      }
-      return pt;
-    };
+    auto widest = [&](Point pt) { return codegen::WidestValid(*this, problem, dev, std::move(pt)); };
     if (!p.training) {
       // Memory-bound and elementwise: 16-byte accesses, several per thread in flight; a block
       // per plane where planes are long enough to keep a block busy (no channel arithmetic).
@@ -495,17 +488,10 @@ class BatchNorm final : public Family {
     // The widest valid vector first, then the first valid thread count: 16-byte accesses matter
     // more than the block size.
     auto best = [&](Point pt, std::initializer_list<int64_t> thread_counts, Point* out) {
-      for (int64_t v : {8, 4, 2, 1}) {
-        for (int64_t t : thread_counts) {
-          pt["vec"] = v;
-          pt["threads"] = t;
-          if (Check(problem, pt, dev).ok()) {
-            *out = pt;
-            return true;
-          }
-        }
-      }
-      return false;
+      pt = codegen::WidestValid(*this, problem, dev, std::move(pt), thread_counts);
+      if (!Check(problem, pt, dev).ok()) return false;
+      *out = pt;
+      return true;
     };
     const int64_t len = p.channel_len(), size = static_cast<int64_t>(DTypeSize(p.dtype));
     // Streaming (evict-first) stores for the staged kernels where input and output outgrow L2
@@ -594,8 +580,7 @@ class BatchNorm final : public Family {
     uint32_t eps_bits = 0;
     std::memcpy(&eps_bits, &p.eps, sizeof(eps_bits));
     std::ostringstream src;
-    src << "// kjit batch_norm family, codegen " << codegen_version() << ": " << p.description << "\n// point "
-        << PointToString(pt) << "\n" << codegen::kIncludes;
+    src << codegen::SourceHead(*this, p, pt);
     src << "typedef " << CudaType(p.dtype) << " in_t;\ntypedef in_t out_t;\ntypedef " << CudaType(p.param_dtype)
         << " p_t;\n";
     src << "#define VEC " << vec << "\n#define HINT " << hint << "\n";
@@ -829,8 +814,7 @@ struct InGlobal {
       }
     }
     c.source = src.str();
-    c.options = {"--std=c++17", "--diag-suppress=177"};  // 177: a constant this strategy does not use
-    c.design = ToDesignPoint("batch_norm", pt, "");
+    codegen::FinishCandidate(*this, pt, c);
     return c;
   }
 };

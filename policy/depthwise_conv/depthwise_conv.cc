@@ -395,7 +395,7 @@ class DepthwiseConv final : public Family {
     if (!Float(x->dtype)) return InvalidArgument("dtype " + std::string(DTypeName(x->dtype)) + " is not served");
     if (w->dtype != x->dtype) return InvalidArgument("weight dtype differs from the input's: PyTorch rejects it");
     if (x->sizes.size() != 4 || w->sizes.size() != 4) return InvalidArgument("only 4-D input and weight (2-D convolution)");
-    if (x->numel() == 0) return InvalidArgument("empty inputs are left to PyTorch");
+    if (x->numel() == 0) return codegen::DeclineEmpty();
     p->n = x->sizes[0];
     p->c = x->sizes[1];
     p->ih = x->sizes[2];
@@ -527,18 +527,17 @@ class DepthwiseConv final : public Family {
     if (strategy != kDirect && strategy != kBlocked && strategy != kStaged && strategy != kSlide) {
       return InvalidArgument("unknown strategy");
     }
-    if (threads > dev.max_threads_per_block) return InvalidArgument("too many threads");
-    if (vec * p.elem() > 16) return InvalidArgument("vector wider than 16 bytes");
+    KJIT_RETURN_IF_ERROR(codegen::CheckThreadsAndVector(threads, vec, p.elem(), dev));
     if (outs > p.ow) return InvalidArgument("more outputs per thread than the output row has");
     if (rows > p.oh) return InvalidArgument("more rows than the output has");
     const int64_t cv = p.channels_last ? vec : 1;  // channels per thread
     if (p.channels_last) {
       if (strategy == kStaged || strategy == kSlide) return InvalidArgument("staging and sliding are for the NCHW layout");
       if (p.c % vec != 0) return InvalidArgument("vector does not divide the channels");
-      if (vec * p.elem() > p.alignment) return InvalidArgument("input not aligned for the vector");
+      KJIT_RETURN_IF_ERROR(codegen::CheckVectorAligned(vec, p.elem(), p.alignment));
     } else if (strategy == kStaged) {
       if (p.iw % vec != 0) return InvalidArgument("vector does not divide the input rows");
-      if (vec * p.elem() > p.alignment) return InvalidArgument("input not aligned for the vector");
+      KJIT_RETURN_IF_ERROR(codegen::CheckVectorAligned(vec, p.elem(), p.alignment));
       if (StagedBytes(p, rows) > std::min<int64_t>(kMaxStagedBytes, dev.max_shared_bytes_per_block)) {
         return InvalidArgument("staged rows exceed the shared memory budget");
       }
@@ -547,7 +546,7 @@ class DepthwiseConv final : public Family {
       // neighbours hold the columns around it), in loads of vec elements that never straddle the row end.
       if ((outs * p.sw) % vec != 0) return InvalidArgument("vector does not divide the thread's outs x stride columns");
       if (p.iw % vec != 0) return InvalidArgument("vector does not divide the input rows");
-      if (vec * p.elem() > p.alignment) return InvalidArgument("input not aligned for the vector");
+      KJIT_RETURN_IF_ERROR(codegen::CheckVectorAligned(vec, p.elem(), p.alignment));
       if (threads % 32 != 0) return InvalidArgument("sliding needs whole warps (shuffles)");
     } else if (vec != 1) {
       return InvalidArgument("NCHW direct and blocked reads are one element (vectors: staged, slide, channels_last)");
@@ -667,8 +666,7 @@ class DepthwiseConv final : public Family {
     const int64_t cv = p.channels_last ? vec : 1;
     const int64_t thread_rows = strategy == kBlocked || strategy == kSlide ? rows : 1;
     std::ostringstream src;
-    src << "// kjit depthwise_conv family, codegen " << codegen_version() << ": " << p.description << "\n// point "
-        << PointToString(pt) << "\n" << codegen::kIncludes;
+    src << codegen::SourceHead(*this, p, pt);
     src << "typedef " << CudaType(p.dtype) << " in_t;\ntypedef in_t out_t;\n";
     // Sizes fit int unless the tensors are near 2^31 elements: 32-bit index arithmetic is cheaper.
     src << "typedef " << (wide ? "long long" : "int") << " idx_t;\n";
@@ -845,8 +843,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) kjit_depthwise_conv()" << 
       c.launch.dynamic_shared_bytes = static_cast<uint32_t>(StagedBytes(p, rows));
     }
     c.source = src.str();
-    c.options = {"--std=c++17", "--diag-suppress=177"};  // 177: a constant this strategy does not use
-    c.design = ToDesignPoint("depthwise_conv", pt, "");
+    codegen::FinishCandidate(*this, pt, c);
     return c;
   }
 };

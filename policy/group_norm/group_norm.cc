@@ -212,7 +212,7 @@ class GroupNorm final : public Family {
       return InvalidArgument("dtype " + std::string(DTypeName(x->dtype)) + " is not served");
     }
     if (!x->is_contiguous()) return InvalidArgument("non-contiguous inputs are declined");
-    if (x->numel() == 0) return InvalidArgument("empty inputs are left to PyTorch");
+    if (x->numel() == 0) return codegen::DeclineEmpty();
     // F.group_norm passes N = size(0), C = size(1), HxW = the product of the rest; anything else
     // is a call this family has not been checked against.
     if (x->sizes.size() < 2) return InvalidArgument("input needs at least 2 dims");
@@ -284,9 +284,8 @@ class GroupNorm final : public Family {
     const bool clustered = strategy == kCluster || strategy == kClusterSmem;
     const bool held = strategy == kWarp || strategy == kRegs;
     if (strategy < kWarp || strategy > kClusterSmem) return InvalidArgument("unknown strategy");
-    if (threads > dev.max_threads_per_block) return InvalidArgument("too many threads");
-    if (vec * size > 16) return InvalidArgument("vector wider than 16 bytes");
-    if (vec * size > p.alignment) return InvalidArgument("input not aligned for the vector");
+    KJIT_RETURN_IF_ERROR(codegen::CheckThreadsAndVector(threads, vec, size, dev));
+    KJIT_RETURN_IF_ERROR(codegen::CheckVectorAligned(vec, size, p.alignment));
     if (p.hxw % vec != 0) return InvalidArgument("vector does not divide HxW (a vector must stay in one channel)");
     if (clustered != (cluster > 1)) return InvalidArgument("cluster > 1 exactly for the cluster strategies");
     if (clustered && (dev.arch < 90 || cluster > dev.max_cluster_size)) return InvalidArgument("no such cluster here");
@@ -339,14 +338,7 @@ class GroupNorm final : public Family {
     // The first valid of `base` with the widest vector (16-byte accesses where the layout
     // allows), then the most threads of `threads`; an invalid point if none is.
     auto first_valid = [&](Point base, std::initializer_list<int64_t> threads) {
-      for (int64_t v : {8, 4, 2, 1}) {
-        for (int64_t t : threads) {
-          base["vec"] = v;
-          base["threads"] = t;
-          if (Check(problem, base, dev).ok()) return base;
-        }
-      }
-      return base;
+      return codegen::WidestValid(*this, problem, dev, std::move(base), threads);
     };
     auto point = [](int64_t strategy, int64_t cluster, int64_t stats, int64_t unroll, int64_t hint) {
       return Point{{"strategy", strategy}, {"threads", 256}, {"vec", 1},          {"cluster", cluster},
@@ -421,8 +413,7 @@ class GroupNorm final : public Family {
     uint32_t eps_bits = 0;
     std::memcpy(&eps_bits, &eps, sizeof(eps_bits));
     std::ostringstream src;
-    src << "// kjit group_norm family, codegen " << codegen_version() << ": " << p.description << "\n// point "
-        << PointToString(pt) << "\n" << codegen::kIncludes;
+    src << codegen::SourceHead(*this, p, pt);
     src << "typedef " << CudaType(p.dtype) << " in_t;\ntypedef in_t out_t;\n";
     src << "#define VEC " << vec << "\n#define HINT " << hint << "\n";
     src << "constexpr bool WELFORD = " << (stats == kWelford ? "true" : "false") << ";\n";
@@ -675,8 +666,7 @@ extern "C" __global__ void KJIT_CLUSTER_DIMS __launch_bounds__(THREADS) kjit_gro
         return InvalidArgument("unknown strategy");
     }
     c.source = src.str();
-    c.options = {"--std=c++17", "--diag-suppress=177"};  // 177: a constant or function this strategy does not use
-    c.design = ToDesignPoint("group_norm", pt, "");
+    codegen::FinishCandidate(*this, pt, c);
     return c;
   }
 };

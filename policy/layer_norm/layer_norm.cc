@@ -199,7 +199,7 @@ class LayerNorm final : public Family {
       return InvalidArgument("dtype " + std::string(DTypeName(x->dtype)) + " is not served");
     }
     if (!x->is_contiguous()) return InvalidArgument("non-contiguous inputs are declined");
-    if (x->numel() == 0) return InvalidArgument("empty inputs are left to PyTorch");
+    if (x->numel() == 0) return codegen::DeclineEmpty();
     const size_t nd = x->sizes.size(), nn = shape->size();
     if (nn == 0 || nn > nd) return InvalidArgument("normalized_shape must be 1..ndim dims");
     for (size_t i = 0; i < nn; ++i) {
@@ -260,9 +260,8 @@ class LayerNorm final : public Family {
     const int64_t strategy = pt.at("strategy"), threads = pt.at("threads"), vec = pt.at("vec"),
                   stats = pt.at("stats");
     const int64_t size = static_cast<int64_t>(DTypeSize(p.dtype));
-    if (threads > dev.max_threads_per_block) return InvalidArgument("too many threads");
-    if (vec * size > 16) return InvalidArgument("vector wider than 16 bytes");
-    if (vec * size > p.alignment) return InvalidArgument("input, weight or bias not aligned for the vector");
+    KJIT_RETURN_IF_ERROR(codegen::CheckThreadsAndVector(threads, vec, size, dev));
+    KJIT_RETURN_IF_ERROR(codegen::CheckVectorAligned(vec, size, p.alignment, "input, weight or bias"));
     if (p.len % vec != 0) return InvalidArgument("vector does not divide the row");
     if (p.rms && stats != kTwoPass) return InvalidArgument("rms_norm has no mean: its statistic is one sum of squares");
     const int64_t smem_cap = dev.max_shared_bytes_per_block - kReductionScratch;
@@ -296,13 +295,7 @@ class LayerNorm final : public Family {
   }
 
   Point ExpertDefault(const Problem& problem, const DeviceFacts& dev) const override {
-    auto widest = [&](Point pt) {
-      for (int64_t v : {8, 4, 2, 1}) {
-        pt["vec"] = v;
-        if (Check(problem, pt, dev).ok()) return pt;
-      }
-      return pt;
-    };
+    auto widest = [&](Point pt) { return codegen::WidestValid(*this, problem, dev, std::move(pt)); };
     auto point = [](int64_t strategy, int64_t threads, int64_t stats, int64_t hint) {
       return Point{{"strategy", strategy}, {"threads", threads}, {"vec", 1}, {"stats", stats}, {"hint", hint}};
     };
@@ -339,8 +332,7 @@ class LayerNorm final : public Family {
     uint32_t eps_bits = 0;
     std::memcpy(&eps_bits, &p.eps, sizeof(eps_bits));
     std::ostringstream src;
-    src << "// kjit layer_norm family, codegen " << codegen_version() << ": " << p.description << "\n// point "
-        << PointToString(pt) << "\n" << codegen::kIncludes;
+    src << codegen::SourceHead(*this, p, pt);
     src << "typedef " << CudaType(p.dtype) << " in_t;\ntypedef in_t out_t;\n";
     src << "#define VEC " << vec << "\n#define HINT " << hint << "\n";
     src << "constexpr bool RMS = " << (p.rms ? "true" : "false") << ", WELFORD = " << (stats == kWelford ? "true" : "false")
@@ -479,8 +471,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) kjit_layer_norm(KJIT_PARAM
         return InvalidArgument("unknown strategy");
     }
     c.source = src.str();
-    c.options = {"--std=c++17", "--diag-suppress=177"};  // 177: a constant this strategy does not use
-    c.design = ToDesignPoint("layer_norm", pt, "");
+    codegen::FinishCandidate(*this, pt, c);
     return c;
   }
 };

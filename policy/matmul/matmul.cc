@@ -1979,9 +1979,7 @@ class Matmul final : public Family {
     // its launch bounds ask for as many as its grid assumes.
     const int64_t minb = stage == kPipelined && SpanOf(pt) == 4 ? BlocksPerSm(p, pt, dev, threads) : pt.at("minb");
     std::ostringstream src;
-    src << "// kjit matmul family, codegen " << codegen_version() << ": " << p.description << "\n// point "
-        << PointToString(pt) << "\n// FP32 fused multiply-adds only (no TF32), ascending k from +0, rounded once.\n"
-        << codegen::kIncludes;
+    src << codegen::SourceHead(*this, p, pt, "FP32 fused multiply-adds only (no TF32), ascending k from +0, rounded once.");
     src << "typedef " << CudaType(p.dtype) << " in_t;\ntypedef in_t out_t;\n";
     src << "#define VEC " << vec << "\n#define HINT " << hint << "\n#define STAGE " << stage << "\n";
     // Pipelined: the block's work items are blockIdx.x + j * GRID.
@@ -2126,8 +2124,7 @@ class Matmul final : public Family {
     c.launch.block[0] = static_cast<uint32_t>(stage == kRing ? RingThreads(pt) : threads);
     c.launch.grid[0] = static_cast<uint32_t>(grid);
     c.launch.dynamic_shared_bytes = static_cast<uint32_t>(BlockShared(p, pt));
-    c.options = {"--std=c++17", "--diag-suppress=177"};  // 177: a helper this stage does not use
-    c.design = ToDesignPoint("matmul", pt, "");
+    codegen::FinishCandidate(*this, pt, c);
     return c;
   }
 };

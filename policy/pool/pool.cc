@@ -276,7 +276,7 @@ class Pool final : public Family {
     for (size_t i = batched ? 1 : 0; i < nd; ++i) {
       if (x->sizes[i] <= 0) return InvalidArgument("empty non-batch dims: PyTorch rejects them");
     }
-    if (x->numel() == 0) return InvalidArgument("empty inputs are left to PyTorch");
+    if (x->numel() == 0) return codegen::DeclineEmpty();
     KJIT_ASSIGN_OR_RETURN(std::vector<int64_t> k, codegen::ExpandIntList(call.args[1], dims, "kernel_size", nullptr));
     KJIT_ASSIGN_OR_RETURN(std::vector<int64_t> s, codegen::ExpandIntList(call.args[2], dims, "stride", &k));
     KJIT_ASSIGN_OR_RETURN(std::vector<int64_t> pad, codegen::ExpandIntList(call.args[3], dims, "padding", nullptr));
@@ -409,8 +409,7 @@ class Pool final : public Family {
     if (strategy != kDirect && strategy != kStaged && !sliding) return InvalidArgument("unknown strategy");
     if (MinBlocks(pt) != 0 && MinBlocks(pt) != 1) return InvalidArgument("minb is 0 or 1");
     if (!sliding && frames != 1) return InvalidArgument("frames apply to the sliding strategy");
-    if (threads > dev.max_threads_per_block) return InvalidArgument("too many threads");
-    if (vec * size > 16) return InvalidArgument("vector wider than 16 bytes");
+    KJIT_RETURN_IF_ERROR(codegen::CheckThreadsAndVector(threads, vec, size, dev));
     if (outs > p.out[2]) return InvalidArgument("more outputs per thread than the output row has");
     const int64_t groups = CeilDiv(p.out[2], outs);  // thread positions along an output row
     const int64_t max_grid = std::numeric_limits<int32_t>::max();
@@ -418,7 +417,7 @@ class Pool final : public Family {
       if (rows != 1) return InvalidArgument("rows apply to the staged strategy");
       if (p.channels_last) {
         if (p.c % vec != 0) return InvalidArgument("vector does not divide the channels");
-        if (vec * size > p.alignment) return InvalidArgument("input not aligned for the vector");
+        KJIT_RETURN_IF_ERROR(codegen::CheckVectorAligned(vec, size, p.alignment));
       } else if (vec != 1) {
         return InvalidArgument("contiguous direct reads are one element (vectors: staged)");
       }
@@ -461,7 +460,7 @@ class Pool final : public Family {
     }
     if (p.channels_last) return InvalidArgument("staging is for the contiguous layout");
     if (p.in[2] % vec != 0) return InvalidArgument("vector does not divide the input rows");
-    if (vec * size > p.alignment) return InvalidArgument("input not aligned for the vector");
+    KJIT_RETURN_IF_ERROR(codegen::CheckVectorAligned(vec, size, p.alignment));
     if (rows > p.out[1]) return InvalidArgument("more rows per block than the output has");
     if (StagedBytes(p, rows) > std::min<int64_t>(kMaxStagedBytes, dev.max_shared_bytes_per_block)) {
       return InvalidArgument("staged rows exceed the shared memory budget");
@@ -556,8 +555,7 @@ class Pool final : public Family {
     const bool wide = std::max(p.in_numel(), p.out_numel()) >= (int64_t{1} << 31) - 4096;
     const int64_t cv = strategy == kDirect && p.channels_last ? vec : 1;  // channels per thread
     std::ostringstream src;
-    src << "// kjit pool family, codegen " << codegen_version() << ": " << p.description << "\n// point "
-        << PointToString(pt) << "\n" << codegen::kIncludes;
+    src << codegen::SourceHead(*this, p, pt);
     src << "typedef " << CudaType(p.dtype) << " in_t;\ntypedef in_t out_t;\n";
     // Sizes fit int unless the tensors are near 2^31 elements: 32-bit index arithmetic is cheaper.
     src << "typedef " << (wide ? "long long" : "int") << " idx_t;\n";
@@ -1107,8 +1105,7 @@ constexpr int SEGS = (int)(IW / VEC);
       c.launch.dynamic_shared_bytes = static_cast<uint32_t>(StagedBytes(p, rows));
     }
     c.source = src.str();
-    c.options = {"--std=c++17", "--diag-suppress=177"};  // 177: a constant this strategy does not use
-    c.design = ToDesignPoint("pool", pt, "");
+    codegen::FinishCandidate(*this, pt, c);
     return c;
   }
 };

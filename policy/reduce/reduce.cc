@@ -342,7 +342,7 @@ class Reduce final : public Family {
     }
     const int64_t nd = static_cast<int64_t>(x->sizes.size());
     if (nd == 0) return InvalidArgument("0-d inputs are left to PyTorch");
-    if (x->numel() == 0) return InvalidArgument("empty inputs are left to PyTorch");
+    if (x->numel() == 0) return codegen::DeclineEmpty();
     if (form != kAll && !std::holds_alternative<bool>(c.args[2])) return InvalidArgument("keepdim is not a bool");
 
     // The reduced dims; none listed means all of them.
@@ -491,9 +491,8 @@ class Reduce final : public Family {
       return InvalidArgument("clusters are for the block and tile strategies");
     }
     if (cluster > 1 && (dev.arch < 90 || cluster > dev.max_cluster_size)) return InvalidArgument("no such cluster here");
-    if (threads > dev.max_threads_per_block) return InvalidArgument("too many threads");
-    if (vec * size > 16) return InvalidArgument("vector wider than 16 bytes");
-    if (vec * size > p.alignment) return InvalidArgument("input not aligned for the vector");
+    KJIT_RETURN_IF_ERROR(codegen::CheckThreadsAndVector(threads, vec, size, dev));
+    KJIT_RETURN_IF_ERROR(codegen::CheckVectorAligned(vec, size, p.alignment));
     switch (strategy) {
       case kWarp:
       case kBlock:
@@ -640,8 +639,7 @@ class Reduce final : public Family {
     const int64_t chunks = Chunks(pt);
     const bool wide_index = WideIndex(p);
     std::ostringstream src;
-    src << "// kjit reduce family, codegen " << codegen_version() << ": " << p.description << "\n// point "
-        << PointToString(pt) << "\n" << codegen::kIncludes;
+    src << codegen::SourceHead(*this, p, pt);
     src << "typedef " << CudaType(p.in_dtype) << " in_t;\ntypedef in_t out_t;  // (kElementAccess's store_vec, unused)\n";
     src << "typedef " << (p.arg() ? "long long" : CudaType(p.out_dtype)) << " y_t;\n";
     src << "typedef " << (wide_index ? "long long" : "int") << " idx_t;\n";
@@ -882,8 +880,7 @@ kjit_reduce(const in_t* __restrict__ x, y_t* __restrict__ y) {
         return InvalidArgument("unknown strategy");
     }
     c.source = src.str();
-    c.options = {"--std=c++17", "--diag-suppress=177"};  // 177: a constant this strategy does not use
-    c.design = ToDesignPoint("reduce", pt, "");
+    codegen::FinishCandidate(*this, pt, c);
     return c;
   }
 };

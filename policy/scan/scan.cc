@@ -288,7 +288,7 @@ class Scan final : public Family {
     const int64_t nd = static_cast<int64_t>(x->sizes.size());
     if (nd == 0) return InvalidArgument("0-d inputs are left to PyTorch");
     if (!x->is_contiguous()) return InvalidArgument("non-contiguous inputs are declined");
-    if (x->numel() == 0) return InvalidArgument("empty inputs are left to PyTorch");
+    if (x->numel() == 0) return codegen::DeclineEmpty();
     const int64_t d = *dim < 0 ? *dim + nd : *dim;
     if (d < 0 || d >= nd) return InvalidArgument("dim out of range");
     for (int64_t i = 0; i < nd; ++i) {
@@ -338,9 +338,8 @@ class Scan final : public Family {
     if (strategy == kCluster && (dev.arch < 90 || cluster > dev.max_cluster_size)) {
       return InvalidArgument("no such cluster here");
     }
-    if (threads > dev.max_threads_per_block) return InvalidArgument("too many threads");
-    if (vec * size > 16) return InvalidArgument("vector wider than 16 bytes");
-    if (vec * size > p.alignment) return InvalidArgument("input not aligned for the vector");
+    KJIT_RETURN_IF_ERROR(codegen::CheckThreadsAndVector(threads, vec, size, dev));
+    KJIT_RETURN_IF_ERROR(codegen::CheckVectorAligned(vec, size, p.alignment));
     // Rows take a length VEC does not divide (kRaggedRowTiles); columns need whole vectors across them.
     if (columns && p.inner % vec != 0) return InvalidArgument("vector does not divide the contiguous extent");
     if (prefetch && columns) return InvalidArgument("prefetch applies to the row strategies (items reads ahead)");
@@ -438,8 +437,7 @@ class Scan final : public Family {
                   items = pt.at("items"), cluster = pt.at("cluster"), prefetch = pt.at("prefetch"),
                   hint = pt.at("hint");
     std::ostringstream src;
-    src << "// kjit scan family, codegen " << codegen_version() << ": " << p.description << "\n// point "
-        << PointToString(pt) << "\n" << codegen::kIncludes;
+    src << codegen::SourceHead(*this, p, pt);
     src << "typedef " << CudaType(p.dtype) << " in_t;\ntypedef in_t out_t;\n";
     src << "#define VEC " << vec << "\n#define HINT " << hint << "\n#define PROD " << (p.prod ? 1 : 0) << "\n";
     src << "constexpr long long OUTER = " << p.outer << "LL, LEN = " << p.len << "LL, INNER = " << p.inner
@@ -700,8 +698,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) kjit_scan(const in_t* __re
         return InvalidArgument("unknown strategy");
     }
     c.source = src.str();
-    c.options = {"--std=c++17", "--diag-suppress=177"};  // 177: a constant this strategy does not use
-    c.design = ToDesignPoint("scan", pt, "");
+    codegen::FinishCandidate(*this, pt, c);
     return c;
   }
 };

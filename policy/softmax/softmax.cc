@@ -576,7 +576,7 @@ class Softmax final : public Family {
     }
     if (*half_to_float && x->dtype == DType::kFloat32) return InvalidArgument("half_to_float needs a half input");
     if (!x->is_contiguous()) return InvalidArgument("non-contiguous inputs are declined");
-    if (x->numel() == 0) return InvalidArgument("empty inputs are left to PyTorch");
+    if (x->numel() == 0) return codegen::DeclineEmpty();
     const int64_t nd = static_cast<int64_t>(x->sizes.size());
     int64_t d = *dim < 0 ? *dim + std::max<int64_t>(nd, 1) : *dim;
     if (d < 0 || d >= std::max<int64_t>(nd, 1)) return InvalidArgument("dim out of range");
@@ -651,9 +651,8 @@ class Softmax final : public Family {
     if (per_sm != 0 && PerSmReservation(per_sm, dev) + kReductionScratch > dev.max_shared_bytes_per_block) {
       return InvalidArgument("per_sm: the reservation does not fit a block");
     }
-    if (threads > dev.max_threads_per_block) return InvalidArgument("too many threads");
-    if (vec * in_size > 16 || vec * out_size > 16) return InvalidArgument("vector wider than 16 bytes");
-    if (vec * in_size > p.alignment) return InvalidArgument("input not aligned for the vector");
+    KJIT_RETURN_IF_ERROR(codegen::CheckThreadsAndVector(threads, vec, std::max(in_size, out_size), dev));
+    KJIT_RETURN_IF_ERROR(codegen::CheckVectorAligned(vec, in_size, p.alignment));
     const int64_t vec_extent = columns ? p.inner : p.len;  // vectors run along the contiguous dim
     // A block or a cluster per row takes a ragged row (RowSplit in the generated code); the others need
     // whole vectors.
@@ -721,13 +720,7 @@ class Softmax final : public Family {
   Point ExpertDefaultOfOlderKnobs(const Problem& problem, const DeviceFacts& dev) const {
     const auto& p = static_cast<const SoftmaxProblem&>(problem);
     // Widest vector that is valid: 16-byte accesses where the layout allows.
-    auto widest = [&](Point pt) {
-      for (int64_t v : {8, 4, 2, 1}) {
-        pt["vec"] = v;
-        if (Check(problem, pt, dev).ok()) return pt;
-      }
-      return pt;
-    };
+    auto widest = [&](Point pt) { return codegen::WidestValid(*this, problem, dev, std::move(pt)); };
     Point pt{{"strategy", kOnline}, {"threads", 256}, {"vec", 1}, {"cluster", 1}, {"unroll", 1}, {"hint", 0}};
     if (p.inner > 1) {
       pt["strategy"] = p.len <= 16 ? kColumnsRegs : kColumnsBlock;
@@ -840,8 +833,7 @@ class Softmax final : public Family {
       if (KnobOr(shown, knob, 0) == 0) shown.erase(knob);
     }
     std::ostringstream src;
-    src << "// kjit softmax family, codegen " << codegen_version() << ": " << p.description << "\n// point "
-        << PointToString(shown) << "\n" << codegen::kIncludes;
+    src << codegen::SourceHead(*this, p, shown);
     src << "typedef " << CudaType(p.in) << " in_t;\ntypedef " << CudaType(p.out) << " out_t;\n";
     src << "#define VEC " << vec << "\n#define HINT " << hint << "\n#define LOG " << (p.log ? 1 : 0) << "\n";
     src << "constexpr long long OUTER = " << p.outer << "LL, LEN = " << p.len << "LL, INNER = " << p.inner << "LL;\n";
@@ -1159,8 +1151,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) kjit_softmax(const in_t* _
         return InvalidArgument("unknown strategy");
     }
     c.source = src.str();
-    c.options = {"--std=c++17", "--diag-suppress=177"};  // 177: a constant this strategy does not use
-    c.design = ToDesignPoint("softmax", pt, "");
+    codegen::FinishCandidate(*this, pt, c);
     return c;
   }
 };

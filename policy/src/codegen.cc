@@ -15,6 +15,48 @@ const char* CudaType(DType t) {
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+Status DeclineEmpty() { return InvalidArgument("empty inputs are left to PyTorch"); }
+
+Status CheckThreadsAndVector(int64_t threads, int64_t vec, int64_t element_bytes, const DeviceFacts& device) {
+  if (threads > device.max_threads_per_block) return InvalidArgument("too many threads");
+  if (vec * element_bytes > 16) return InvalidArgument("vector wider than 16 bytes");
+  return Status::Ok();
+}
+
+Status CheckVectorAligned(int64_t vec, int64_t element_bytes, int64_t alignment, const char* aligned_what) {
+  if (vec * element_bytes > alignment) return InvalidArgument(std::string(aligned_what) + " not aligned for the vector");
+  return Status::Ok();
+}
+
+Point WidestValid(const Family& family, const Problem& problem, const DeviceFacts& device, Point point,
+                  std::initializer_list<int64_t> threads) {
+  for (int64_t vec : {8, 4, 2, 1}) {
+    point["vec"] = vec;
+    if (threads.size() == 0) {
+      if (family.Check(problem, point, device).ok()) return point;
+      continue;
+    }
+    for (int64_t t : threads) {
+      point["threads"] = t;
+      if (family.Check(problem, point, device).ok()) return point;
+    }
+  }
+  return point;
+}
+
+std::string SourceHead(const Family& family, const Problem& problem, const Point& shown, const char* comment) {
+  std::string head = "// kjit " + std::string(family.name()) + " family, codegen " +
+                     std::to_string(family.codegen_version()) + ": " + problem.description + "\n// point " +
+                     PointToString(shown) + "\n";
+  if (comment) head += std::string("// ") + comment + "\n";
+  return head + kIncludes;
+}
+
+void FinishCandidate(const Family& family, const Point& point, Candidate& candidate) {
+  candidate.options = {"--std=c++17", "--diag-suppress=177"};
+  candidate.design = ToDesignPoint(std::string(family.name()), point, "");
+}
+
 bool IsChannelsLast(const TensorDesc& t) {
   const size_t nd = t.sizes.size();
   if ((nd != 4 && nd != 5) || t.strides.size() != nd) return false;

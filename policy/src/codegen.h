@@ -5,10 +5,37 @@
 #include <cstdint>
 #include <vector>
 
+#include <initializer_list>
+#include <string>
+
+#include "kjit/policy/design_space.h"
 #include "kjit/runtime/op_key.h"
 #include "kjit/runtime/status.h"
 
 namespace kjit::policy::codegen {
+
+// The steps every family's Match, Check, ExpertDefault and Generate share.
+
+// Match: an empty input is PyTorch's (no launch, no output to write); the family declines it with this.
+Status DeclineEmpty();
+
+// Check: a block of `threads` within the device's limit and a vector of `vec` elements of `element_bytes`
+// within 16 bytes ...
+Status CheckThreadsAndVector(int64_t threads, int64_t vec, int64_t element_bytes, const DeviceFacts& device);
+// ... and within the least alignment of what it loads (`aligned_what` names those tensors in the reason).
+Status CheckVectorAligned(int64_t vec, int64_t element_bytes, int64_t alignment, const char* aligned_what = "input");
+
+// ExpertDefault: `point` with the widest valid vector (8, 4, 2, 1 elements), for each the thread counts in
+// `threads` in order (none: the point's own), the first valid; the last tried when none is valid.
+Point WidestValid(const Family& family, const Problem& problem, const DeviceFacts& device, Point point,
+                  std::initializer_list<int64_t> threads = {});
+
+// Generate: the head of every translation unit (which family, codegen version and problem; the point as
+// `shown`; kIncludes) and the tail of every candidate (NVRTC options, the design point). The
+// options are C++17 and diagnostic 177 off (a constant or helper a strategy does not use).
+// `comment`, when given, is one more comment line after the point's.
+std::string SourceHead(const Family& family, const Problem& problem, const Point& shown, const char* comment = nullptr);
+void FinishCandidate(const Family& family, const Point& point, Candidate& candidate);
 
 // The CUDA type of a float dtype: "float", "__half" or "__nv_bfloat16".
 const char* CudaType(DType t);
