@@ -3,7 +3,8 @@
 #
 #   scripts/test.sh [--no-sanitize]
 #
-# Three builds: build/ (RelWithDebInfo) runs all tests; build-fuzz/ (clang)
+# Three builds: build/ (RelWithDebInfo; nvcc compiles every family's expert-default kernels for sm_80, sm_90 and
+# sm_100 as part of it, build/kernel-check/report.md) runs all tests; build-fuzz/ (clang)
 # fuzzes the kjitd protocol decoder with libFuzzer for 30 s; build-asan/ runs
 # the CPU tests again under AddressSanitizer and UndefinedBehaviorSanitizer. Tests that
 # need a GPU are labelled `gpu` and are reported as skipped, with their reason,
@@ -24,7 +25,7 @@ bash scripts/setup-deps.sh
 jobs="${KJIT_JOBS:-$(nproc)}"
 
 echo "[test] configure and build build/"
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKJIT_WERROR=ON >/dev/null
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKJIT_WERROR=ON -DKJIT_NVCC_KERNELS=ON >/dev/null
 cmake --build build -j "$jobs"
 echo "[test] run all tests (GPU tests skip without a GPU)"
 (cd build && ctest --output-on-failure -j "$jobs" --timeout 600)

@@ -497,7 +497,7 @@ class BatchNorm final : public Family {
     uint32_t eps_bits = 0;
     std::memcpy(&eps_bits, &p.eps, sizeof(eps_bits));
     std::ostringstream src;
-    src << codegen::SourceHead(*this, p, pt);
+    src << codegen::SourceHead(*this, p, pt, dev);
     src << "typedef " << CudaType(p.dtype) << " in_t;\ntypedef in_t out_t;\ntypedef " << CudaType(p.param_dtype)
         << " p_t;\n";
     src << "#define VEC " << vec << "\n#define HINT " << hint << "\n";

@@ -120,12 +120,13 @@ __device__ __forceinline__ void apply(float (&v)[VEC], float mean, float scale, 
 }
 //@section kEvalPlaneBody
 
+  constexpr int kUnroll = UNROLL;  // nvcc takes no macro in #pragma unroll (NVRTC does)
   const long long plane = blockIdx.x;  // n * CHANNELS + c
   const long long ch = plane % CHANNELS;
   const Affine a = channel_affine(w, b, rm, rv, ch);
   const in_t* xp = x + plane * HW;
   out_t* yp = y + plane * HW;
-#pragma unroll UNROLL
+#pragma unroll kUnroll
   for (long long s = (long long)threadIdx.x * VEC; s < HW; s += (long long)THREADS * VEC) {
     float v[VEC];
     load_vec<HINT>(xp + s, v);

@@ -417,7 +417,7 @@ class DepthwiseConv final : public Family {
     const int64_t cv = p.channels_last ? vec : 1;
     const int64_t thread_rows = strategy == kBlocked || strategy == kSlide ? rows : 1;
     std::ostringstream src;
-    src << codegen::SourceHead(*this, p, pt);
+    src << codegen::SourceHead(*this, p, pt, dev);
     src << "typedef " << CudaType(p.dtype) << " in_t;\ntypedef in_t out_t;\n";
     // Sizes fit int unless the tensors are near 2^31 elements: 32-bit index arithmetic is cheaper.
     src << "typedef " << (wide ? "long long" : "int") << " idx_t;\n";

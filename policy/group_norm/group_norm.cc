@@ -353,7 +353,7 @@ class GroupNorm final : public Family {
     uint32_t eps_bits = 0;
     std::memcpy(&eps_bits, &eps, sizeof(eps_bits));
     std::ostringstream src;
-    src << codegen::SourceHead(*this, p, pt);
+    src << codegen::SourceHead(*this, p, pt, dev);
     src << "typedef " << CudaType(p.dtype) << " in_t;\ntypedef in_t out_t;\n";
     src << "#define VEC " << vec << "\n#define HINT " << hint << "\n";
     src << "constexpr bool WELFORD = " << (stats == kWelford ? "true" : "false") << ";\n";

@@ -771,7 +771,7 @@ class Matmul final : public Family {
     // its launch bounds ask for as many as its grid assumes.
     const int64_t minb = stage == kPipelined && SpanOf(pt) == 4 ? BlocksPerSm(p, pt, dev, threads) : pt.at("minb");
     std::ostringstream src;
-    src << codegen::SourceHead(*this, p, pt, "FP32 fused multiply-adds only (no TF32), ascending k from +0, rounded once.");
+    src << codegen::SourceHead(*this, p, pt, dev, "FP32 fused multiply-adds only (no TF32), ascending k from +0, rounded once.");
     src << "typedef " << CudaType(p.dtype) << " in_t;\ntypedef in_t out_t;\n";
     src << "#define VEC " << vec << "\n#define HINT " << hint << "\n#define STAGE " << stage << "\n";
     // Pipelined: the block's work items are blockIdx.x + j * GRID.

@@ -455,7 +455,7 @@ class Pool final : public Family {
     const bool wide = std::max(p.in_numel(), p.out_numel()) >= (int64_t{1} << 31) - 4096;
     const int64_t cv = strategy == kDirect && p.channels_last ? vec : 1;  // channels per thread
     std::ostringstream src;
-    src << codegen::SourceHead(*this, p, pt);
+    src << codegen::SourceHead(*this, p, pt, dev);
     src << "typedef " << CudaType(p.dtype) << " in_t;\ntypedef in_t out_t;\n";
     // Sizes fit int unless the tensors are near 2^31 elements: 32-bit index arithmetic is cheaper.
     src << "typedef " << (wide ? "long long" : "int") << " idx_t;\n";

@@ -473,7 +473,7 @@ class Reduce final : public Family {
     const int64_t chunks = Chunks(pt);
     const bool wide_index = WideIndex(p);
     std::ostringstream src;
-    src << codegen::SourceHead(*this, p, pt);
+    src << codegen::SourceHead(*this, p, pt, dev);
     src << "typedef " << CudaType(p.in_dtype) << " in_t;\ntypedef in_t out_t;  // (kElementAccess's store_vec, unused)\n";
     src << "typedef " << (p.arg() ? "long long" : CudaType(p.out_dtype)) << " y_t;\n";
     src << "typedef " << (wide_index ? "long long" : "int") << " idx_t;\n";

@@ -287,7 +287,7 @@ class Scan final : public Family {
                   items = pt.at("items"), cluster = pt.at("cluster"), prefetch = pt.at("prefetch"),
                   hint = pt.at("hint");
     std::ostringstream src;
-    src << codegen::SourceHead(*this, p, pt);
+    src << codegen::SourceHead(*this, p, pt, dev);
     src << "typedef " << CudaType(p.dtype) << " in_t;\ntypedef in_t out_t;\n";
     src << "#define VEC " << vec << "\n#define HINT " << hint << "\n#define PROD " << (p.prod ? 1 : 0) << "\n";
     src << "constexpr long long OUTER = " << p.outer << "LL, LEN = " << p.len << "LL, INNER = " << p.inner

@@ -402,7 +402,7 @@ class Softmax final : public Family {
       if (KnobOr(shown, knob, 0) == 0) shown.erase(knob);
     }
     std::ostringstream src;
-    src << codegen::SourceHead(*this, p, shown);
+    src << codegen::SourceHead(*this, p, shown, dev);
     src << "typedef " << CudaType(p.in) << " in_t;\ntypedef " << CudaType(p.out) << " out_t;\n";
     src << "#define VEC " << vec << "\n#define HINT " << hint << "\n#define LOG " << (p.log ? 1 : 0) << "\n";
     src << "constexpr long long OUTER = " << p.outer << "LL, LEN = " << p.len << "LL, INNER = " << p.inner << "LL;\n";

@@ -513,6 +513,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) kjit_softmax(const in_t* _
 //@section kSmemKernel
 
 extern "C" __global__ void __launch_bounds__(THREADS) kjit_softmax(const in_t* __restrict__ x, out_t* __restrict__ y) {
+  constexpr int kUnroll = UNROLL;  // nvcc takes no macro in #pragma unroll (NVRTC does)
   __shared__ float red[64];
   extern __shared__ float row_buf[];
   const long long row = blockIdx.x;
@@ -522,7 +523,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) kjit_softmax(const in_t* _
   const bool edge = RAGGED && (int)threadIdx.x < rs.edges;
   const long long ecol = edge ? edge_col(rs, threadIdx.x) : 0;
   float m = -KJIT_INF;
-#pragma unroll UNROLL
+#pragma unroll kUnroll
   for (long long col = rs.head + (long long)threadIdx.x * VEC; col < rs.body_end; col += (long long)THREADS * VEC) {
     float v[VEC];
     load_vec<false>(xr + col, v);
@@ -540,14 +541,14 @@ extern "C" __global__ void __launch_bounds__(THREADS) kjit_softmax(const in_t* _
   m = block_reduce<true>(m, red);
   // Each thread reads back only what it staged: no barrier needed for row_buf.
   float sum = 0.f;
-#pragma unroll UNROLL
+#pragma unroll kUnroll
   for (long long col = rs.head + (long long)threadIdx.x * VEC; col < rs.body_end; col += (long long)THREADS * VEC) {
 #pragma unroll
     for (int k = 0; k < VEC; ++k) sum += expf(row_buf[col + k] - m);
   }
   if (edge) sum += expf(row_buf[ecol] - m);
   const RowScale c = row_scale(m, block_reduce<false>(sum, red));
-#pragma unroll UNROLL
+#pragma unroll kUnroll
   for (long long col = rs.head + (long long)threadIdx.x * VEC; col < rs.body_end; col += (long long)THREADS * VEC) {
     float v[VEC];
 #pragma unroll
@@ -587,6 +588,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) kjit_softmax(const in_t* _
 
 // A thread owns VEC adjacent columns (o, i..i+VEC) of the [OUTER, LEN, INNER] view.
 extern "C" __global__ void __launch_bounds__(THREADS) kjit_softmax(const in_t* __restrict__ x, out_t* __restrict__ y) {
+  constexpr int kUnroll = UNROLL;  // nvcc takes no macro in #pragma unroll (NVRTC does)
   const long long t = (long long)blockIdx.x * THREADS + threadIdx.x;
   const long long groups = INNER / VEC;
   if (t >= OUTER * groups) return;
@@ -597,7 +599,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) kjit_softmax(const in_t* _
   float cache[CLEN][VEC];
 #pragma unroll
   for (int k = 0; k < VEC; ++k) ms[k] = MS{-KJIT_INF, 0.f};
-#pragma unroll UNROLL
+#pragma unroll kUnroll
   for (long long j = 0; j < LEN; ++j) {
     float v[VEC];
     load_vec<false>(xc + j * INNER, v);
@@ -609,7 +611,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) kjit_softmax(const in_t* _
   }
 #pragma unroll
   for (int k = 0; k < VEC; ++k) ms[k] = ms_final(ms[k]);
-#pragma unroll UNROLL
+#pragma unroll kUnroll
   for (long long j = 0; j < LEN; ++j) {
     float v[VEC];
     if (CACHED) {
@@ -629,6 +631,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) kjit_softmax(const in_t* _
 // the VEC columns at l * VEC; warp w the rows w, w + WARPS, ... of the softmax
 // dim. Every warp merges the partials in the same order: one result.
 extern "C" __global__ void __launch_bounds__(THREADS) kjit_softmax(const in_t* __restrict__ x, out_t* __restrict__ y) {
+  constexpr int kUnroll = UNROLL;  // nvcc takes no macro in #pragma unroll (NVRTC does)
   __shared__ float part_m[WARPS][32 * VEC];
   __shared__ float part_s[WARPS][32 * VEC];
   const long long tiles = (INNER + 32 * VEC - 1) / (32 * VEC);
@@ -642,7 +645,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) kjit_softmax(const in_t* _
 #pragma unroll
   for (int k = 0; k < VEC; ++k) ms[k] = MS{-KJIT_INF, 0.f};
   if (active) {
-#pragma unroll UNROLL
+#pragma unroll kUnroll
     for (long long j = warp; j < LEN; j += WARPS) {
       float v[VEC];
       load_vec<false>(xc + j * INNER, v);
@@ -663,7 +666,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) kjit_softmax(const in_t* _
     for (int w = 0; w < WARPS; ++w) all = ms_merge(all, MS{part_m[w][lane * VEC + k], part_s[w][lane * VEC + k]});
     ms[k] = ms_final(all);
   }
-#pragma unroll UNROLL
+#pragma unroll kUnroll
   for (long long j = warp; j < LEN; j += WARPS) {
     float v[VEC];
     load_vec<HINT>(xc + j * INNER, v);

@@ -5,7 +5,8 @@
 
 namespace kjit::policy::codegen {
 
-// kIncludes, kElementAccess, kRawAccess, kReductions, kBulkCopy, kHeldValues (codegen.h says what each is).
+// kIncludes, kNoClusters, kElementAccess, kRawAccess, kReductions, kBulkCopy, kHeldValues (codegen.h says
+// what each is).
 #include "kjit/cuda/common.cuh.inc"
 
 const char* CudaType(DType t) {
@@ -47,12 +48,13 @@ Point WidestValid(const Family& family, const Problem& problem, const DeviceFact
   return point;
 }
 
-std::string SourceHead(const Family& family, const Problem& problem, const Point& shown, const char* comment) {
+std::string SourceHead(const Family& family, const Problem& problem, const Point& shown, const DeviceFacts& device,
+                       const char* comment) {
   std::string head = "// kjit " + std::string(family.name()) + " family, codegen " +
                      std::to_string(family.codegen_version()) + ": " + problem.description + "\n// point " +
                      PointToString(shown) + "\n";
   if (comment) head += std::string("// ") + comment + "\n";
-  return head + kIncludes;
+  return head + kIncludes + (device.arch < 90 ? kNoClusters : "");
 }
 
 void FinishCandidate(const Family& family, const Point& point, Candidate& candidate) {

@@ -31,10 +31,11 @@ Point WidestValid(const Family& family, const Problem& problem, const DeviceFact
                   std::initializer_list<int64_t> threads = {});
 
 // Generate: the head of every translation unit (which family, codegen version and problem; the point as
-// `shown`; kIncludes) and the tail of every candidate (NVRTC options, the design point). The
-// options are C++17 and diagnostic 177 off (a constant or helper a strategy does not use).
+// `shown`; kIncludes; before sm_90, kNoClusters) and the tail of every candidate (NVRTC options, the design
+// point). The options are C++17 and diagnostic 177 off (a constant or helper a strategy does not use).
 // `comment`, when given, is one more comment line after the point's.
-std::string SourceHead(const Family& family, const Problem& problem, const Point& shown, const char* comment = nullptr);
+std::string SourceHead(const Family& family, const Problem& problem, const Point& shown, const DeviceFacts& device,
+                       const char* comment = nullptr);
 void FinishCandidate(const Family& family, const Point& point, Candidate& candidate);
 
 // The CUDA type of a float dtype: "float", "__half" or "__nv_bfloat16".
@@ -64,6 +65,10 @@ extern const char* const kIncludes;
 // elements aligned to their total size, streaming cache hints when HINT.
 // Needs in_t, out_t, VEC and HINT defined before it.
 extern const char* const kElementAccess;
+
+// Before sm_90 there are no thread block clusters and no cluster intrinsics, but kernels name them in code a
+// cluster of one never runs (families admit only clusters of one there): a block as its own cluster of one.
+extern const char* const kNoClusters;
 
 // Elements as their raw bits, for kernels that move values without converting them or convert them
 // where they choose: raw_t (Bits<in_t>::U), load_raw<CV, STREAM>(const in_t*, raw_t (&)[CV]) (__ldg,

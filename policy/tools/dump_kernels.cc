@@ -37,10 +37,11 @@ bool FactsFor(int arch, kjit::policy::DeviceFacts* facts) {
 
 int Usage(const char* argv0, int rc) {
   std::fprintf(rc == 0 ? stdout : stderr,
-               "usage: %s --arch 80|90|100 --out DIR [--family NAME]\n"
+               "usage: %s --arch 80|90|100 --out DIR [--family NAME] [--points default|cover]\n"
                "Writes DIR/<family>-<key>.cu, the expert default's source for each sample key of each family\n"
                "(or of NAME only), as generated for that architecture, and DIR/manifest.tsv (file, entry point,\n"
-               "NVRTC options, the key's description and the point).\n",
+               "NVRTC options, the key's description and the point). --points cover: a pairwise cover of each\n"
+               "key's valid points instead (files <family>-<key>-<n>.cu).\n",
                argv0);
   return rc;
 }
@@ -49,7 +50,7 @@ int Usage(const char* argv0, int rc) {
 
 int main(int argc, char** argv) {
   int arch = 0;
-  std::string out, only;
+  std::string out, only, which = "default";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "-h" || a == "--help") return Usage(argv[0], 0);
@@ -57,10 +58,11 @@ int main(int argc, char** argv) {
     if (a == "--arch") arch = std::atoi(argv[++i]);
     else if (a == "--out") out = argv[++i];
     else if (a == "--family") only = argv[++i];
+    else if (a == "--points") which = argv[++i];
     else return Usage(argv[0], 2);
   }
   kjit::policy::DeviceFacts facts;
-  if (out.empty() || !FactsFor(arch, &facts)) return Usage(argv[0], 2);
+  if (out.empty() || !FactsFor(arch, &facts) || (which != "default" && which != "cover")) return Usage(argv[0], 2);
   std::filesystem::create_directories(out);
   std::ofstream manifest(out + "/manifest.tsv", std::ios::trunc);
   int written = 0, failed = 0;
@@ -75,20 +77,24 @@ int main(int argc, char** argv) {
         ++failed;
         continue;
       }
-      const kjit::policy::Point point = family->ExpertDefault(**problem, facts);
-      auto candidate = family->Generate(**problem, point, facts);
-      if (!candidate.ok()) {
-        // A key whose kernels this architecture cannot run (the default needs a cluster, say) is not an error.
-        std::printf("%s key %zu: none for sm_%d: %s\n", name.c_str(), k, arch, candidate.status().ToString().c_str());
-        continue;
+      std::vector<kjit::policy::Point> points = {family->ExpertDefault(**problem, facts)};
+      if (which == "cover") points = kjit::policy::PairwiseCover(*family, **problem, facts);
+      for (size_t n = 0; n < points.size(); ++n) {
+        auto candidate = family->Generate(**problem, points[n], facts);
+        if (!candidate.ok()) {
+          // A key whose default this architecture cannot run (it needs a cluster, say) is not an error.
+          std::printf("%s key %zu: none for sm_%d: %s\n", name.c_str(), k, arch, candidate.status().ToString().c_str());
+          continue;
+        }
+        const std::string file =
+            name + "-" + std::to_string(k) + (which == "cover" ? "-" + std::to_string(n) : std::string()) + ".cu";
+        std::ofstream(out + "/" + file, std::ios::trunc) << candidate->source;
+        std::string options;
+        for (const std::string& o : candidate->options) options += (options.empty() ? "" : " ") + o;
+        manifest << file << '\t' << candidate->entry_point << '\t' << options << '\t' << (*problem)->description
+                 << '\t' << kjit::policy::PointToString(points[n]) << '\n';
+        ++written;
       }
-      const std::string file = name + "-" + std::to_string(k) + ".cu";
-      std::ofstream(out + "/" + file, std::ios::trunc) << candidate->source;
-      std::string options;
-      for (const std::string& o : candidate->options) options += (options.empty() ? "" : " ") + o;
-      manifest << file << '\t' << candidate->entry_point << '\t' << options << '\t' << (*problem)->description << '\t'
-               << kjit::policy::PointToString(point) << '\n';
-      ++written;
     }
   }
   std::printf("kjit_dump_kernels: %d kernels for sm_%d in %s\n", written, arch, out.c_str());

@@ -11,6 +11,13 @@
 // NVRTC has no <cmath>: the special values by their bits.
 #define KJIT_INF __int_as_float(0x7f800000)
 #define KJIT_NAN __int_as_float(0x7fc00000)
+//@section kNoClusters
+// No clusters before sm_90: each block is a cluster of one (rank 0, its own shared memory, a cluster barrier
+// is the block's barrier).
+__device__ __forceinline__ unsigned __clusterRelativeBlockRank() { return 0; }
+__device__ __forceinline__ void __cluster_barrier_arrive() {}
+__device__ __forceinline__ void __cluster_barrier_wait() { __syncthreads(); }
+template <typename T> __device__ __forceinline__ T* __cluster_map_shared_rank(T* p, unsigned) { return p; }
 //@section kElementAccess
 
 template <int BYTES> struct RawOf;
