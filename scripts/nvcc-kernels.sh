@@ -53,5 +53,6 @@ for arch in "$@"; do
     echo "| sm_$arch | ${file%.cu} | ${regs:-?} | ${stores:-0} | ${loads:-0} | $description | $point |" >> "$report"
   done < "$dir/manifest.tsv"
 done
-echo "nvcc-kernels: $total kernels over sm_${*// /, sm_}: $failed failed to compile, $spilled spill registers; $report"
+archs=""; for arch in "$@"; do archs+="${archs:+, }sm_$arch"; done
+echo "nvcc-kernels: $total kernels for $archs: $failed failed to compile, $spilled spill registers to local memory; $report"
 exit $((failed > 0))
