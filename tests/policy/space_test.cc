@@ -272,6 +272,17 @@ TEST(OpRegistry, EachFamilyContributesExactlyItsOps) {
   for (const auto& [family, ops] : registry) EXPECT_TRUE(families.count(family)) << "no family " << family;
 }
 
+// Families() in the positions the families' kjit_family() calls give: the policy's family features, which
+// stored checkpoints were trained with. A new family appends; moving one sets every checkpoint aside.
+TEST(FamilyRegistry, FamiliesKeepTheirPositions) {
+  const std::vector<std::string> expected = {"softmax", "layer_norm", "batch_norm", "group_norm", "scan",
+                                             "pool",    "reduce",     "depthwise_conv", "matmul"};
+  std::vector<std::string> names;
+  for (const Family* f : Families()) names.emplace_back(f->name());
+  ASSERT_GE(names.size(), expected.size()) << "a family is missing from the registry";
+  EXPECT_EQ(std::vector<std::string>(names.begin(), names.begin() + expected.size()), expected);
+}
+
 INSTANTIATE_TEST_SUITE_P(Families, SpaceTest, ::testing::ValuesIn(Families()),
                          [](const ::testing::TestParamInfo<const Family*>& param_info) {
                            return std::string(param_info.param->name());

@@ -13,7 +13,8 @@
 //     ABI in daemon/worker_protocol.h.
 // A key the family cannot serve is declined (Match fails with the reason);
 // it is never served wrongly. The registry maps keys to families, so adding a
-// family means adding a folder and registering it, not touching the daemon.
+// family means adding a folder that registers itself (kjit_family in its
+// CMakeLists.txt; see policy/README.md), not touching the daemon or the shim.
 // The shape of this follows TVM MetaSchedule's SpaceGenerator.
 #pragma once
 
