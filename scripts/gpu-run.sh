@@ -47,10 +47,12 @@ note "torch: $(python3 -c 'import torch; print(torch.__version__)' 2>&1 | tail -
 # The evaluator runs each kernel faster than PyTorch under compute-sanitizer where it finds one (evaluator/).
 note "compute-sanitizer: $( (command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer) 2>/dev/null | head -1) $( (compute-sanitizer --version || /usr/local/cuda/bin/compute-sanitizer --version) 2>/dev/null | grep -i version | head -1)"
 
-build=build-gpu
+# KJIT_GPU_RUN_BUILD_DIR=build KJIT_GPU_RUN_BUILD_TYPE=RelWithDebInfo: the build scripts/run.sh makes, so that a
+# later `KJIT_SKIP_SETUP=1 bash scripts/run.sh` on the same warm machine finds it built.
+build="${KJIT_GPU_RUN_BUILD_DIR:-build-gpu}"
 t0=$(date +%s)
 {
-  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKJIT_WERROR=OFF \
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE="${KJIT_GPU_RUN_BUILD_TYPE:-Release}" -DKJIT_WERROR=OFF \
     -DCMAKE_PREFIX_PATH="$prefix/usr;$prefix/usr/lib/x86_64-linux-gnu/cmake;$prefix/usr/share/cmake;$torch_prefix" \
     -DCMAKE_INCLUDE_PATH="$prefix/usr/include" && cmake --build "$build" -j "$(nproc)"
 } > "$OUT/build.log" 2>&1
