@@ -55,7 +55,7 @@ struct Stopwatch<true> {
 // defined strided tensor.
 inline bool SmallMatmulArgsPass(bool batched, const at::Tensor& self, const at::Tensor& mat2) {
   if (!mat2.defined() || mat2.layout() != c10::kStrided || mat2.scalar_type() != self.scalar_type()) return false;
-  // A dtype the family does not serve has MatmulMaxK 0 (kjit/runtime/matmul_limits.h): declined there.
+  // A dtype the family does not serve has MatmulMaxK 0 (policy/matmul/limits.h): declined there.
   DType dtype;
   if (!kjit::torch::ToDType(self.scalar_type(), &dtype)) return false;
   const auto a_sizes = self.sizes(), a_strides = self.strides(), b_sizes = mat2.sizes(), b_strides = mat2.strides();

@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <map>
 
-#include "kjit/runtime/matmul_limits.h"
+#include "kjit/op_limits.h"
 
 namespace kjit::shim {
 namespace {

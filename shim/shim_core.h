@@ -127,7 +127,7 @@ bool CudnnConvMayBeDepthwise(std::span<const int64_t> input_sizes, std::span<con
 // (the adapter has checked that both are strided and of the same dtype): whether the call can be
 // a product policy/matmul serves: 2-D (mm) or 3-D (bmm) operands, no empty dim, no negative
 // stride, agreeing batch and inner dimensions, a dtype the family serves and the inner dimension K
-// (self's last) within MatmulMaxK (kjit/runtime/matmul_limits.h, the limits the family's Match
+// (self's last) within MatmulMaxK (policy/matmul/limits.h, the limits the family's Match
 // uses). K is checked first: large products, the common case in real models, fail there.
 // Necessary, not sufficient: the family also checks on the key that the operands are aligned to
 // their element (as PyTorch allocates them) and that the output has at most 2^40 elements (more

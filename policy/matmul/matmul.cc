@@ -6,7 +6,7 @@
 #include <limits>
 #include <sstream>
 
-#include "kjit/runtime/matmul_limits.h"
+#include "kjit/op_limits.h"
 
 namespace kjit::policy {
 namespace {

@@ -49,7 +49,7 @@
 //              points generate what they did, and the codegen version stays 5
 // Declined: other ops and dtypes, mixed dtypes, empty products, negative strides, K over 256 (f32) or
 // over 64 (f16/bf16): there cuBLAS's large tiles and tensor cores are the right answer. The limits are
-// kjit/runtime/matmul_limits.h's, shared with the shim's pre-filter (PreFilter::kSmallMatmul).
+// policy/matmul/limits.h's, shared with the shim's pre-filter (PreFilter::kSmallMatmul).
 #pragma once
 
 #include "kjit/policy/design_space.h"

@@ -222,7 +222,7 @@ TEST(ShimOps, MatmulPreFilterPassesSmallInnerDimensionsOnly) {
   EXPECT_TRUE(bmm(DType::kFloat32, {4096, 64, 64}, {4096, 64, 64}));
   EXPECT_TRUE(bmm(DType::kBFloat16, {256, 64, 64}, {256, 64, 64}));
   EXPECT_TRUE(mm(DType::kFloat16, {1, 64}, {64, 4096}));
-  // K at the family's limits and one past them (kjit/runtime/matmul_limits.h).
+  // K at the family's limits and one past them (policy/matmul/limits.h).
   EXPECT_TRUE(mm(DType::kFloat32, {8, 256}, {256, 8}));
   EXPECT_FALSE(mm(DType::kFloat32, {8, 257}, {257, 8}));
   EXPECT_TRUE(bmm(DType::kFloat16, {2, 8, 64}, {2, 64, 8}));

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "kjit/policy/design_space.h"
-#include "kjit/runtime/matmul_limits.h"
+#include "kjit/op_limits.h"
 #include "kjit/torch/call_key.h"
 #include "shim_core.h"
 
