@@ -122,6 +122,147 @@ __device__ __forceinline__ void store_plane(out_t* yp, idx_t oh0, idx_t ow0, con
     }
   }
 }
+//@section kRowsKernel
+//@ Strategies 0 (direct) and 1 (blocked), contiguous layout, after KJIT_PARAMS and KJIT_COMPUTE.
+
+// A thread per ROWS x OUTS outputs of one plane; consecutive threads take consecutive groups along a
+// row, so their windows are neighbours and L1 serves the overlap.
+constexpr idx_t G = (OW + OUTS - 1) / OUTS;
+constexpr idx_t RT = (OH + ROWS - 1) / ROWS;
+template <bool EDGE>
+__device__ __forceinline__ void run(const in_t* xp, const raw_t* wc, idx_t oh0, idx_t ow0, float (&acc)[ROWS][OUTS][1]) {
+  auto load = [&](idx_t h, idx_t w, raw_t (&v)[1]) { load_raw<1, false>(xp + (long long)h * IW + w, v); };
+  auto weight = [&](int i, int l, int) { return Bits<in_t>::to_f(__ldg(wc + i * KW + l)); };
+  KJIT_COMPUTE;
+}
+extern "C" __global__ void __launch_bounds__(THREADS) kjit_depthwise_conv(KJIT_PARAMS) {
+  const long long item = (long long)blockIdx.x * THREADS + threadIdx.x;
+  if (item >= (long long)N_ * C_ * RT * G) return;
+  const idx_t g = (idx_t)(item % G);
+  long long r = item / G;
+  const idx_t rt = (idx_t)(r % RT);
+  const long long plane = r / RT;
+  const idx_t ch = (idx_t)(plane % C_);
+  const idx_t oh0 = rt * ROWS, ow0 = g * OUTS;
+  const in_t* xp = x + plane * ((long long)IH * IW);
+  const raw_t* wc = reinterpret_cast<const raw_t*>(wt) + (long long)ch * (KH * KW);
+  float acc[ROWS][OUTS][1];
+  const float b0 = BIAS_OF(ch);
+#pragma unroll
+  for (int o = 0; o < ROWS; ++o)
+#pragma unroll
+    for (int j = 0; j < OUTS; ++j) acc[o][j][0] = b0;
+  if (columns_inside(ow0)) run<false>(xp, wc, oh0, ow0, acc);
+  else run<true>(xp, wc, oh0, ow0, acc);
+  store_plane<ROWS>(y + plane * ((long long)OH * OW), oh0, ow0, acc);
+}
+//@section kChannelsLastKernel
+//@ Strategies 0 and 1, channels_last, after KJIT_PARAMS and KJIT_COMPUTE.
+
+// channels_last: a thread per CV channels x ROWS x OUTS outputs; consecutive threads take consecutive
+// channel vectors, so every input position is one coalesced read per warp.
+constexpr idx_t G = (OW + OUTS - 1) / OUTS;
+constexpr idx_t RT = (OH + ROWS - 1) / ROWS;
+constexpr idx_t CVS = C_ / CV;
+template <bool EDGE>
+__device__ __forceinline__ void run(const in_t* xn, const raw_t* wc, idx_t oh0, idx_t ow0, float (&acc)[ROWS][OUTS][CV]) {
+  auto load = [&](idx_t h, idx_t w, raw_t (&v)[CV]) { load_raw<CV, false>(xn + ((long long)h * IW + w) * C_, v); };
+  // Weights [C][KH][KW]: lane k's channel is KH * KW elements further on.
+  auto weight = [&](int i, int l, int k) { return Bits<in_t>::to_f(__ldg(wc + k * (KH * KW) + i * KW + l)); };
+  KJIT_COMPUTE;
+}
+extern "C" __global__ void __launch_bounds__(THREADS) kjit_depthwise_conv(KJIT_PARAMS) {
+  const long long item = (long long)blockIdx.x * THREADS + threadIdx.x;
+  if (item >= (long long)N_ * RT * G * CVS) return;
+  const idx_t cvi = (idx_t)(item % CVS);
+  long long r = item / CVS;
+  const idx_t g = (idx_t)(r % G);
+  r /= G;
+  const idx_t rt = (idx_t)(r % RT);
+  const long long n = r / RT;
+  const idx_t oh0 = rt * ROWS, ow0 = g * OUTS;
+  const in_t* xn = x + n * ((long long)IH * IW * C_) + (long long)cvi * CV;
+  const raw_t* wc = reinterpret_cast<const raw_t*>(wt) + (long long)cvi * CV * (KH * KW);
+  float acc[ROWS][OUTS][CV];
+#pragma unroll
+  for (int k = 0; k < CV; ++k) {
+    const float b0 = BIAS_OF(cvi * CV + k);
+#pragma unroll
+    for (int o = 0; o < ROWS; ++o)
+#pragma unroll
+      for (int j = 0; j < OUTS; ++j) acc[o][j][k] = b0;
+  }
+  if (columns_inside(ow0)) run<false>(xn, wc, oh0, ow0, acc);
+  else run<true>(xn, wc, oh0, ow0, acc);
+#pragma unroll
+  for (int o = 0; o < ROWS; ++o) {
+    const idx_t oh = oh0 + o;
+    if (oh >= OH) break;
+#pragma unroll
+    for (int j = 0; j < OUTS; ++j) {
+      const idx_t ow = ow0 + j;
+      if (ow >= OW) break;
+      raw_t v[CV];
+#pragma unroll
+      for (int k = 0; k < CV; ++k) v[k] = Bits<out_t>::from_f(acc[o][j][k]);
+      store_raw<CV>(y + ((n * OH + oh) * (long long)OW + ow) * C_ + (long long)cvi * CV, v);
+    }
+  }
+}
+//@section kStagedKernel
+//@ Strategy 2 (staged), after TILE_ROWS and KJIT_PARAMS.
+
+// A block per TILE_ROWS output rows of one plane: the input rows under them, whole, staged in shared
+// memory with VEC-element loads along W (rows outside the input are not loaded and never read); then
+// each thread computes OUTS consecutive outputs of a row from there, holding the columns under them
+// per kernel row in registers.
+constexpr idx_t G = (OW + OUTS - 1) / OUTS;
+constexpr idx_t RT = (OH + TILE_ROWS - 1) / TILE_ROWS;
+constexpr int IR = Under<TILE_ROWS>::R;
+constexpr int SEGS = (int)(IW / VEC);
+template <bool EDGE>
+__device__ __forceinline__ void run(const raw_t* tile, idx_t hbase, const raw_t* wc, idx_t oh, idx_t ow0,
+                                    float (&acc)[1][OUTS][1]) {
+  auto load = [&](idx_t h, idx_t w, raw_t (&v)[1]) { v[0] = tile[(long long)(h - hbase) * IW + w]; };
+  auto weight = [&](int i, int l, int) { return Bits<in_t>::to_f(__ldg(wc + i * KW + l)); };
+  conv_block<1, EDGE>(oh, ow0, load, weight, acc);
+}
+extern "C" __global__ void __launch_bounds__(THREADS) kjit_depthwise_conv(KJIT_PARAMS) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  raw_t* tile = reinterpret_cast<raw_t*>(smem);  // [IR][IW]
+  const long long b = blockIdx.x;
+  const idx_t rt = (idx_t)(b % RT);
+  const long long plane = b / RT;
+  const idx_t ch = (idx_t)(plane % C_);
+  const in_t* xp = x + plane * ((long long)IH * IW);
+  const idx_t oh_first = rt * TILE_ROWS, hbase = oh_first * SH - PH;
+  for (int e = threadIdx.x; e < IR * SEGS; e += THREADS) {
+    const int seg = e % SEGS, ir = e / SEGS;
+    const idx_t h = hbase + ir;
+    if (h < 0 || h >= IH) continue;
+    raw_t v[VEC];
+    load_raw<VEC, HINT>(xp + (long long)h * IW + (idx_t)seg * VEC, v);
+    typedef typename RawOf<sizeof(raw_t) * VEC>::T R;
+    union { R rr; raw_t u[VEC]; } w;
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) w.u[k] = v[k];
+    *reinterpret_cast<R*>(tile + (long long)ir * IW + seg * VEC) = w.rr;
+  }
+  __syncthreads();
+  const raw_t* wc = reinterpret_cast<const raw_t*>(wt) + (long long)ch * (KH * KW);
+  const float b0 = BIAS_OF(ch);
+  out_t* yp = y + plane * ((long long)OH * OW);
+  for (int it = threadIdx.x; it < TILE_ROWS * G; it += THREADS) {
+    const idx_t oh = oh_first + it / G, ow0 = (idx_t)(it % G) * OUTS;
+    if (oh >= OH) break;
+    float acc[1][OUTS][1];
+#pragma unroll
+    for (int j = 0; j < OUTS; ++j) acc[0][j][0] = b0;
+    if (columns_inside(ow0)) run<false>(tile, hbase, wc, oh, ow0, acc);
+    else run<true>(tile, hbase, wc, oh, ow0, acc);
+    store_plane<1>(yp, oh, ow0, acc);
+  }
+}
 //@section kSlideKernel
 //@ Strategy 3, slide (NCHW): a thread per ROWS x OUTS outputs of one plane, consecutive lanes taking
 //@ consecutive OUTS-wide groups along a row. It walks down the input rows under its outputs once, in
@@ -250,4 +391,10 @@ __device__ __forceinline__ void slide(const in_t* __restrict__ x, const in_t* __
       }
     }
   }
+}
+//@section kSlideEntry
+//@ Strategy 3's kernel, after kSlideKernel, KJIT_PARAMS and KJIT_BIAS (the bias pointer, or nullptr where the
+//@ op has none: cudnn_convolution).
+extern "C" __global__ void __launch_bounds__(THREADS) kjit_depthwise_conv(KJIT_PARAMS) {
+  slide(x, wt, KJIT_BIAS, y);
 }
