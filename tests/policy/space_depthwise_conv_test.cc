@@ -174,9 +174,11 @@ TEST(DepthwiseConvSpace, ExpertDefaultsFitTheShapeAndTheAbi) {
   EXPECT_EQ(p.at("threads"), 128) << PointToString(p);
   EXPECT_EQ(p.at("hint"), 1) << PointToString(p);
   // (x, weight, bias, out): the bias pointer is passed (null when absent) whether or not the key has one.
-  EXPECT_NE(c.source.find("(const in_t* __restrict__ x, const in_t* __restrict__ wt, const in_t* __restrict__ bias, "
-                          "out_t* __restrict__ y)"),
+  // (The parameter list is the macro KJIT_PARAMS, which every strategy's kernel takes.)
+  EXPECT_NE(c.source.find("#define KJIT_PARAMS const in_t* __restrict__ x, const in_t* __restrict__ wt, "
+                          "const in_t* __restrict__ bias, out_t* __restrict__ y\n"),
             std::string::npos);
+  EXPECT_NE(c.source.find("kjit_depthwise_conv(KJIT_PARAMS)"), std::string::npos);
   // A thread per 16 x 4 outputs: 32 x 128 planes x 8 row tiles x 32 column groups, 128 a block.
   EXPECT_EQ(c.launch.grid[0], 32u * 128u * 8u * 32u / 128u);
   EXPECT_EQ(c.launch.dynamic_shared_bytes, 0u);
@@ -191,7 +193,8 @@ TEST(DepthwiseConvSpace, ExpertDefaultsFitTheShapeAndTheAbi) {
                  &c);
   EXPECT_EQ(p.at("strategy"), 1) << PointToString(p);
   EXPECT_EQ(p.at("vec"), 4) << PointToString(p);
-  EXPECT_NE(c.source.find("(const in_t* __restrict__ x, const in_t* __restrict__ wt, out_t* __restrict__ y)"),
+  EXPECT_NE(c.source.find("#define KJIT_PARAMS const in_t* __restrict__ x, const in_t* __restrict__ wt, "
+                          "out_t* __restrict__ y\n"),
             std::string::npos);
   // 4 channels a thread in 2-byte types too (measured: 8-byte vectors beat 16-byte ones for bf16).
   p = default_of(CudnnConvKey(ChannelsLast(bf16, {8, 64, 56, 56}), DepthwiseWeight(bf16, 64, 3, 3), {1, 1}, {1, 1}, {1, 1},
