@@ -31,7 +31,6 @@ using Clock = std::chrono::steady_clock;
 
 // A verified kernel enters the cache only if it is at least this much faster than the key's best record on
 // the same GPU model: less would be within the timings' run-to-run spread (about 1% on an H100).
-constexpr double kStoreMargin = 0.02;
 
 // A stored kernel as the evaluator takes it, to verify it again (a failure report, an import).
 CandidateSpec CandidateOfRecord(const cache::KernelRecord& record) {
@@ -969,13 +968,11 @@ Server::Impl::Stored Server::Impl::Record(const Episode& e, const CandidateSpec&
               {{"record", std::to_string(*same)}, {"key", e.key.ToString()}, {"gpu", device.uuid}});
     return {*same, true};
   }
-  // Only a kernel faster than the key's best on this GPU model by kStoreMargin enters the cache: each stored
-  // kernel is announced and swapped into every running process that uses the key, and a search finds many
-  // kernels faster than PyTorch's, most no faster than the one already served (72 records for 15 keys
-  // before this rule, 2026-12-05).
+  // Only a kernel faster than the key's best on this GPU model by policy::kStoreMargin enters the cache
+  // (72 records for 15 keys before this rule, 2026-12-05).
   auto best = cache->BestVerified(e.key.Hash(), cache::TimedModel(timed_on), device.torch_version);
   if (!best.ok()) log.Write("warn", "best_kernel_check_failed", {{"error", best.status().ToString()}});
-  if (best.ok() && best->id > 0 && v.timing.median_us > best->median_us * (1.0 - kStoreMargin)) {
+  if (best.ok() && best->id > 0 && !policy::ReplacesStored(v.timing.median_us, best->median_us)) {
     counters["kernels_not_better"] += 1;
     log.Write("info", "kernel_not_better",
               {{"best_record", std::to_string(best->id)}, {"best_us", std::to_string(best->median_us)},

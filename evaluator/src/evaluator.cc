@@ -225,12 +225,18 @@ struct Evaluator::Impl {
   std::mt19937_64 seeds{std::random_device{}()};
   // What compute-sanitizer said of a kernel: clean, an error found (`text` says which), or no verdict
   // (`text` says why: the tool missing or unable to run, too large a key).
+  // kYielded: stopped because another process wanted the GPU (the job answers retry_later).
   struct SanitizerVerdict {
-    enum class State { kClean, kFound, kNotRun } state = State::kNotRun;
+    enum class State { kClean, kFound, kNotRun, kYielded } state = State::kNotRun;
     std::string text;
   };
   // The verdicts per key and CUBIN (clean or found), so that a kernel is sanitized once.
   std::map<std::pair<Hash128, Hash128>, SanitizerVerdict> sanitized;
+  // Per key, the fastest median of a kernel compute-sanitizer passed: a later kernel is checked only if it
+  // could replace that one in the cache (policy::ReplacesStored), since kjitd stores no other. A check
+  // costs seconds of GPU time (about 1 to 25 s measured, against 0.1 s for a trial's verification and
+  // timing), and a search finds many kernels faster than PyTorch's and no faster than its best.
+  std::map<Hash128, double> best_clean_us;
 
   const Driver& driver() const { return context->driver(); }
 
@@ -259,8 +265,10 @@ struct Evaluator::Impl {
     for (const std::string& tool : tools) {
       const auto argv = SanitizerCommand(options.sanitizer, tool, request.candidate.entry_point, self,
                                          {"--sanitize-request", path, "--device", std::to_string(options.device)});
-      auto run = RunForSanitizer(argv, options.sanitizer_timeout);
+      auto run = RunForSanitizer(argv, options.sanitizer_timeout,
+                                 [] { return g_yield.load(std::memory_order_relaxed); });
       if (!run.ok()) return {State::kNotRun, "compute-sanitizer not run: " + run.status().ToString()};
+      if (run->stopped) return {State::kYielded, kPreempted};
       const SanitizerReport report = ParseSanitizerOutput(run->output, run->exit_code);
       if (report.errors > 0) {
         return {State::kFound, "compute-sanitizer " + tool + " found " + std::to_string(report.errors) + " error" +
@@ -1239,10 +1247,18 @@ daemon::Verdict Evaluator::Evaluate(const daemon::EvaluateRequest& request, cons
     // 4. compute-sanitizer, for a kernel that would be served (faster than PyTorch), once per key and CUBIN.
     const bool would_serve = policy::Accept(v.timing.median_us, v.timing.spread_us, v.baseline.median_us,
                                             v.baseline.spread_us);
+    const Hash128 key_hash = HashBytes(request.key_bytes);
+    const auto best_clean = s.best_clean_us.find(key_hash);
+    const double best_clean_us = best_clean == s.best_clean_us.end() ? 0.0 : best_clean->second;
+    if (!s.options.sanitizer.empty() && !s.options.sanitizer_target && would_serve &&
+        !s.options.sanitize_every_verified && !policy::ReplacesStored(v.timing.median_us, best_clean_us)) {
+      return finish(Outcome::kVerified, "verified; compute-sanitizer not run: no faster than a kernel it passed for "
+                                        "this key (" + std::to_string(best_clean_us) + " us), which kjitd keeps");
+    }
     if (!s.options.sanitizer.empty() && !s.options.sanitizer_target &&
         (would_serve || s.options.sanitize_every_verified)) {
       using State = Impl::SanitizerVerdict::State;
-      const auto memo = std::make_pair(HashBytes(request.key_bytes), HashBytes((*compiled)->cubin));
+      const auto memo = std::make_pair(key_hash, HashBytes((*compiled)->cubin));
       Impl::SanitizerVerdict verdict;
       if (auto known = s.sanitized.find(memo); known != s.sanitized.end()) {
         verdict = known->second;
@@ -1254,10 +1270,22 @@ daemon::Verdict Evaluator::Evaluate(const daemon::EvaluateRequest& request, cons
         const bool uses_shared = limits.static_shared_bytes > 0 || config.dynamic_shared_bytes > 0;
         verdict = s.Sanitize(request, uses_shared);
         if (s.sanitized.size() >= 4096) s.sanitized.clear();
-        if (verdict.state != State::kNotRun) s.sanitized[memo] = verdict;
+        if (verdict.state == State::kClean || verdict.state == State::kFound) s.sanitized[memo] = verdict;
+      }
+      if (verdict.state == State::kYielded) {
+        // The user's program wants the GPU: stop here and run the whole job again once it is idle (nothing of
+        // a kernel is served before its check has run).
+        v.retry_later = true;
+        return finish(Outcome::kResourceBackoff, verdict.text);
       }
       if (verdict.state == State::kFound) return finish(Outcome::kOutOfBounds, verdict.text);
-      if (verdict.state == State::kClean) v.verification.edge_cases_passed.push_back("compute_sanitizer");
+      if (verdict.state == State::kClean) {
+        v.verification.edge_cases_passed.push_back("compute_sanitizer");
+        if (best_clean_us <= 0 || v.timing.median_us < best_clean_us) {
+          if (s.best_clean_us.size() >= 4096) s.best_clean_us.clear();
+          s.best_clean_us[key_hash] = v.timing.median_us;
+        }
+      }
       return finish(Outcome::kVerified, "verified; " + verdict.text);
     }
     return finish(Outcome::kVerified, "verified");

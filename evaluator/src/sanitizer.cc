@@ -122,7 +122,8 @@ std::vector<std::string> SanitizerCommand(const std::string& sanitizer, const st
   return argv;
 }
 
-Result<ProcessResult> RunForSanitizer(const std::vector<std::string>& argv, std::chrono::milliseconds timeout) {
+Result<ProcessResult> RunForSanitizer(const std::vector<std::string>& argv, std::chrono::milliseconds timeout,
+                                      const std::function<bool()>& stop) {
   if (argv.empty()) return InvalidArgument("no command");
   char out_template[] = "/tmp/kjit-sanitizer-XXXXXX";
   const int out_fd = mkstemp(out_template);
@@ -172,17 +173,18 @@ Result<ProcessResult> RunForSanitizer(const std::vector<std::string>& argv, std:
     const pid_t done = waitpid(pid, &status, WNOHANG);
     if (done == pid) break;
     if (done < 0 && errno != EINTR) return Status(StatusCode::kInternal, std::string("waitpid: ") + std::strerror(errno));
-    if (std::chrono::steady_clock::now() > deadline) {
+    const bool stopping = stop && stop();
+    if (stopping || std::chrono::steady_clock::now() > deadline) {
       kill(-pid, SIGKILL);
       while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
       }
-      result.timed_out = true;
+      (stopping ? result.stopped : result.timed_out) = true;
       break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   kill(-pid, SIGKILL);  // anything the target left behind in the group
-  if (result.timed_out) {
+  if (result.timed_out || result.stopped) {
     result.exit_code = -1;
   } else if (WIFEXITED(status)) {
     result.exit_code = WEXITSTATUS(status);

@@ -157,7 +157,7 @@ TEST(KjitdEvaluator, AgentEpisodeVerifiesStoresAndRejects) {
 
 // The same kernel submitted again (by the seeder, or an agent retrying) is measured again but not stored
 // again: the record that holds it answers, and nothing new is announced. A different kernel for the key
-// gets its own record only if it is faster than the key's best (kStoreMargin, server.cc).
+// gets its own record only if it is faster than the key's best (policy::kStoreMargin, reward.h).
 TEST(KjitdEvaluator, TheSameKernelAgainIsNotStoredTwice) {
   KjitdHarness h(KJIT_KJITD, FakeFlags());
   ASSERT_TRUE(h.Start()) << ReadFile(h.log_path());

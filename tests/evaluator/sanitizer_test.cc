@@ -135,5 +135,25 @@ TEST(Sanitizer, ATargetPastItsDeadlineIsKilledWithItsChildren) {
                RunForSanitizer({"/nonexistent/tool"}, std::chrono::seconds(1))->exit_code == 0);
 }
 
+// The user's program wants the GPU (the worker got SIGUSR1): the run stops at the next poll, not at its
+// deadline, and says it was stopped rather than timed out.
+TEST(Sanitizer, ARunStopsWhenAskedAndSaysSo) {
+  int polls = 0;
+  auto r = RunForSanitizer({"/bin/sh", "-c", "echo started; sleep 30 & sleep 30; echo never"}, std::chrono::minutes(5),
+                           [&polls] { return ++polls >= 5; });
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->stopped);
+  EXPECT_FALSE(r->timed_out);
+  EXPECT_EQ(r->exit_code, -1);
+  EXPECT_EQ(polls, 5) << "stopped at the poll that asked, not later";
+  EXPECT_EQ(r->output.find("never"), std::string::npos);
+  // A stop that never asks changes nothing.
+  auto quiet = RunForSanitizer({"/bin/sh", "-c", "echo done"}, std::chrono::seconds(30), [] { return false; });
+  ASSERT_TRUE(quiet.ok());
+  EXPECT_FALSE(quiet->stopped);
+  EXPECT_EQ(quiet->exit_code, 0);
+  EXPECT_NE(quiet->output.find("done"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace kjit::eval

@@ -20,9 +20,12 @@
 //   3. Timing (profile below) runs on a set the candidate has not seen, and the
 //      outputs of its last timed run must match the reference again: a kernel
 //      that changes behaviour across calls (state kept in device globals) fails.
-//   4. A kernel faster than PyTorch runs once more under compute-sanitizer
-//      (memcheck, and racecheck where it uses shared memory) where the machine
-//      has it (sanitizer.h): any error it reports is a rejection.
+//   4. A kernel faster than PyTorch, and faster than any kernel this worker has
+//      already seen pass this check for the key (by policy::kStoreMargin: kjitd
+//      stores no other), runs once more under compute-sanitizer (memcheck, and
+//      racecheck where it uses shared memory) where the machine has it
+//      (sanitizer.h): any error it reports is a rejection. The run stops when
+//      another process wants the GPU (the job answers retry_later).
 //
 // Memory: one input set is resident at a time (its inputs, a pristine copy of
 // them while the candidate runs, PyTorch's outputs, the candidate's outputs and

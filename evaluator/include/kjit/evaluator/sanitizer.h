@@ -16,6 +16,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -49,13 +50,17 @@ std::vector<std::string> SanitizerCommand(const std::string& sanitizer, const st
                                           const std::vector<std::string>& worker_args);
 
 // Runs `argv` with PYTORCH_NO_CUDA_MEMORY_CACHING=1 added to this process's environment, in a process
-// group of its own, stdout and stderr together into a file; kills the group after `timeout`. Returns the
-// exit code (128 + signal for a signal, -1 for the timeout) and the output.
+// group of its own, stdout and stderr together into a file; kills the group after `timeout`, or as soon as
+// `stop` (polled every 20 ms, when given) says so: a sanitized run holds the GPU for seconds, and the
+// user's program comes first. Returns the exit code (128 + signal for a signal, -1 for the timeout or a
+// stop) and the output.
 struct ProcessResult {
   int exit_code = 0;
   bool timed_out = false;
+  bool stopped = false;
   std::string output;
 };
-Result<ProcessResult> RunForSanitizer(const std::vector<std::string>& argv, std::chrono::milliseconds timeout);
+Result<ProcessResult> RunForSanitizer(const std::vector<std::string>& argv, std::chrono::milliseconds timeout,
+                                      const std::function<bool()>& stop = {});
 
 }  // namespace kjit::eval
