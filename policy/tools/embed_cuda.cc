@@ -15,10 +15,11 @@
 #include <vector>
 
 int main(int argc, char** argv) {
-  if (argc != 3 || std::string(argv[1]) == "--help") {
+  const bool help = argc == 2 && (std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h");
+  if (argc != 3 || help) {
     std::cerr << "usage: kjit_embed_cuda IN.cuh OUT.inc\n"
                  "Embeds each \"//@section NAME\" of IN.cuh as a C++ string constant NAME in OUT.inc.\n";
-    return argc == 2 ? 0 : 2;
+    return help ? 0 : 2;
   }
   std::ifstream in(argv[1], std::ios::binary);
   if (!in) {
