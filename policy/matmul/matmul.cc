@@ -788,14 +788,12 @@ class Matmul final : public Family {
     src << "constexpr bool A_KCONT = " << (p.a_kcont() ? "true" : "false")
         << ", B_NCONT = " << (p.b_ncont() ? "true" : "false") << ";\n";
     src << codegen::kElementAccess << codegen::kRawAccess;
+    // The k loops' unrolling: a k slice (kUnrollBk), the resident stage's two k values an iteration
+    // (kUnrollHalf), the pipelined, bulk and ring stages' four (kUnrollQuarter). Enumerators, not macros
+    // (nvcc expands no macro in #pragma unroll) nor variables (which PTX would hold as globals).
+    src << "enum : int { kUnrollBk = " << bk << ", kUnrollHalf = " << std::max<int64_t>(1, bk / 2)
+        << ", kUnrollQuarter = " << std::max<int64_t>(1, bk / 4) << " };\n";
     std::string body = kBody;
-    const std::string unroll = "#pragma unroll " + std::to_string(bk);
-    body.replace(body.find("KUNROLL"), 7, unroll);
-    // Resident: the k loop takes two k values an iteration.
-    body.replace(body.find("K3UNROLL"), 8, "#pragma unroll " + std::to_string(std::max<int64_t>(1, bk / 2)));
-    // Pipelined: four k values an iteration.
-    const std::string k4unroll = "#pragma unroll " + std::to_string(std::max<int64_t>(1, bk / 4));
-    body.replace(body.find("K4UNROLL"), 8, k4unroll);
     if (SpanOf(pt) != 0 && stage == kPipelined) {
       // Span copies: Span4 for Tile4, the issue taking the view's start, the tiles read at their offsets.
       auto swap = [&body](const std::string& from, const std::string& to) {
@@ -850,7 +848,6 @@ class Matmul final : public Family {
                       std::string::npos;
         if (swapped) body.replace(store_at, store_end + 3 - store_at, kSpanStore);
         swapped = swapped && swap(end4 + "#endif\n", end4 + spans + "#endif\n") &&
-                  swap("K4UNROLL", k4unroll) &&
                   swap("  pipelined4(a, b, c, reinterpret_cast<raw_t*>(smem));",
                        SpanOf(pt) >= 3 ? "  pipelined4b(a, b, c, reinterpret_cast<raw_t*>(smem));"
                                        : "  pipelined4s(a, b, c, reinterpret_cast<raw_t*>(smem));");
@@ -870,7 +867,6 @@ class Matmul final : public Family {
           bulk.replace(at, guard5.size(), "#if STAGE >= 5\n");
         }
         bulk += kRingTail;
-        bulk.replace(bulk.find("K6UNROLL"), 8, k4unroll);
         if (SpanOf(pt) == 1) {
           // Span copies: Span6 for Tile5, its issue5, the tiles read at their offsets.
           auto swap = [&bulk](const std::string& from, const std::string& to) {
@@ -897,7 +893,6 @@ class Matmul final : public Family {
           if (!swapped) return Internal("matmul: the ring's span anchors are missing from its sources");
         }
       }
-      bulk.replace(bulk.find("K5UNROLL"), 8, k4unroll);
       const std::string entry = "extern \"C\" __global__ void __launch_bounds__(THREADS, MINB) kjit_matmul(";
       const std::string call4 = "  pipelined4(a, b, c, reinterpret_cast<raw_t*>(smem));\n";
       const size_t at_entry = body.find(entry), at_call = body.find(call4);

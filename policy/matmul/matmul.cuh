@@ -477,7 +477,7 @@ __device__ __forceinline__ void pipelined4(const in_t* a, const in_t* b, out_t* 
       for (int q = 0; q < TN; ++q) acc[i][q] = 0.f;
     const raw_t* As = cur;
     const raw_t* Bs = cur + TA4::ELEMS;
-    K4UNROLL
+    #pragma unroll kUnrollQuarter
     for (int k = 0; k + 4 <= (int)K_; k += 4) chunk4<4>(As, Bs, k, ty, tx, acc);
     if (K_ % 4 != 0) chunk4<(int)(K_ % 4 == 0 ? 4 : K_ % 4)>(As, Bs, (int)(K_ / 4 * 4), ty, tx, acc);
     const long long bt = item / TILES4, tile = item % TILES4;
@@ -540,7 +540,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, MINB) kjit_matmul(const in
     for (int i = 0; i < TM; ++i) arow[i] = min(m0 + ty * TM + i, M_ - 1) * SAM;
 #pragma unroll
     for (int j = 0; j < TN; ++j) bcol[j] = min(n0 + tx * TN + j, N_ - 1) * SBN;
-    KUNROLL
+    #pragma unroll kUnrollBk
     for (long long k = 0; k < K_; ++k) {
       float av[TM], bv[TN];
 #pragma unroll
@@ -580,7 +580,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, MINB) kjit_matmul(const in
       // Fragments double-buffered in registers: k + 1's are read while k's are multiplied.
       float a0[TM], b0[TN], a1[TM], b1[TN];
       frag(As3, Bs3, 0, ty, tx, a0, b0);
-      K3UNROLL
+      #pragma unroll kUnrollHalf
       for (int k = 0; k + 2 <= (int)K_; k += 2) {
         frag(As3, Bs3, k + 1, ty, tx, a1, b1);
         outer(a0, b0, acc);
@@ -767,7 +767,7 @@ __device__ __forceinline__ void item4s(const in_t* a, const in_t* b, out_t* c, l
     for (int q = 0; q < TN; ++q) acc[i][q] = 0.f;
   const raw_t* As = tiles;
   const raw_t* Bs = tiles + TA4::ELEMS;
-  K4UNROLL
+  #pragma unroll kUnrollQuarter
   for (int k = 0; k + 4 <= (int)K_; k += 4) chunk4<4>(As, Bs, k, ty, tx, acc);
   if (K_ % 4 != 0) chunk4<(int)(K_ % 4 == 0 ? 4 : K_ % 4)>(As, Bs, (int)(K_ / 4 * 4), ty, tx, acc);
   if (WSTORE4) store_warp3(c + bt * (M_ * N_), m0, n0, scratch, ty, tx, acc);
@@ -964,7 +964,7 @@ __device__ __forceinline__ void bulk5(const in_t* a, const in_t* b, out_t* c, un
       for (int q = 0; q < TN; ++q) acc[i][q] = 0.f;
     const raw_t* As = cur;
     const raw_t* Bs = cur + TA5::ELEMS;
-    K5UNROLL
+    #pragma unroll kUnrollQuarter
     for (int k = 0; k + 4 <= (int)K_; k += 4) chunk5<4>(As, Bs, k, ty, tx, acc);
     if (K_ % 4 != 0) chunk5<(int)(K_ % 4 == 0 ? 4 : K_ % 4)>(As, Bs, (int)(K_ / 4 * 4), ty, tx, acc);
     const long long bt = item / TILES5, tile = item % TILES5;
@@ -1040,7 +1040,7 @@ __device__ __forceinline__ void ring6(const in_t* a, const in_t* b, out_t* c, un
     for (int i = 0; i < TM; ++i)
 #pragma unroll
       for (int q = 0; q < TN; ++q) acc[i][q] = 0.f;
-    K6UNROLL
+    #pragma unroll kUnrollQuarter
     for (int k = 0; k + 4 <= (int)K_; k += 4) chunk5<4>(As, Bs, k, ty, tx, acc);
     if (K_ % 4 != 0) chunk5<(int)(K_ % 4 == 0 ? 4 : K_ % 4)>(As, Bs, (int)(K_ / 4 * 4), ty, tx, acc);
     __syncwarp();  // the warp's reads of the buffer are done
