@@ -1,12 +1,11 @@
-// Pieces of CUDA source that every op family's code generator shares, and the
-// helpers to write them. Internal to kjit_policy.
+// The steps every op family's code generator shares, and the CUDA pieces it writes (their text is in
+// src/cuda/common.cuh, embedded at build time by kjit_embed_cuda). Internal to kjit_policy.
 #pragma once
 
 #include <cstdint>
-#include <vector>
-
 #include <initializer_list>
 #include <string>
+#include <vector>
 
 #include "kjit/policy/design_space.h"
 #include "kjit/runtime/op_key.h"
