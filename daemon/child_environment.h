@@ -6,7 +6,6 @@
 // the shim is taken out of LD_PRELOAD (any other entry stays; an empty LD_PRELOAD goes).
 #pragma once
 
-#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -25,9 +24,5 @@ class ChildEnvironment {
   std::vector<std::string> entries_;
   std::vector<char*> pointers_;
 };
-
-// `pids` and every living process descended from one of them (read from /proc): kjit's workers and what they
-// start (compute-sanitizer and its target run a worker's kernels), whose GPU use is kjit's own, not the user's.
-std::vector<uint32_t> WithDescendants(const std::vector<uint32_t>& pids);
 
 }  // namespace kjit::daemon

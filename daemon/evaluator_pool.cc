@@ -486,7 +486,8 @@ SampleOptions EvaluatorPool::KjitsOwnProcesses() const {
   for (const auto& other : workers_) {
     if (other->pid > 0) workers.push_back(static_cast<uint32_t>(other->pid));
   }
-  so.exclude_pids = WithDescendants(workers);
+  so.exclude_pids = std::move(workers);
+  so.exclude_descendants = true;  // compute-sanitizer and its target, which a worker starts
   return so;
 }
 

@@ -29,9 +29,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// A verified kernel enters the cache only if it is at least this much faster than the key's best record on
-// the same GPU model: less would be within the timings' run-to-run spread (about 1% on an H100).
-
 // A stored kernel as the evaluator takes it, to verify it again (a failure report, an import).
 CandidateSpec CandidateOfRecord(const cache::KernelRecord& record) {
   CandidateSpec c;

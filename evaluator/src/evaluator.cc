@@ -1250,13 +1250,13 @@ daemon::Verdict Evaluator::Evaluate(const daemon::EvaluateRequest& request, cons
     const Hash128 key_hash = HashBytes(request.key_bytes);
     const auto best_clean = s.best_clean_us.find(key_hash);
     const double best_clean_us = best_clean == s.best_clean_us.end() ? 0.0 : best_clean->second;
-    if (!s.options.sanitizer.empty() && !s.options.sanitizer_target && would_serve &&
-        !s.options.sanitize_every_verified && !policy::ReplacesStored(v.timing.median_us, best_clean_us)) {
+    const bool sanitizing = !s.options.sanitizer.empty() && !s.options.sanitizer_target;
+    if (sanitizing && would_serve && !s.options.sanitize_every_verified &&
+        !policy::ReplacesStored(v.timing.median_us, best_clean_us)) {
       return finish(Outcome::kVerified, "verified; compute-sanitizer not run: no faster than a kernel it passed for "
                                         "this key (" + std::to_string(best_clean_us) + " us), which kjitd keeps");
     }
-    if (!s.options.sanitizer.empty() && !s.options.sanitizer_target &&
-        (would_serve || s.options.sanitize_every_verified)) {
+    if (sanitizing && (would_serve || s.options.sanitize_every_verified)) {
       using State = Impl::SanitizerVerdict::State;
       const auto memo = std::make_pair(key_hash, HashBytes((*compiled)->cubin));
       Impl::SanitizerVerdict verdict;

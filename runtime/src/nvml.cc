@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <map>
+#include <string>
 
 #include "kjit/runtime/nvml_abi.h"
 
@@ -259,12 +261,16 @@ Result<GpuSample> Nvml::Sample(const std::string& device, const SampleOptions& o
     // NVML documents one sample per process; should it give several, the
     // busiest stands for the process, which errs towards "busy".
     std::map<unsigned int, unsigned int> busiest;
+    std::map<unsigned int, bool> excluded;  // per process, looked up once
     for (const auto& sample : samples) {
       if (sample.timeStamp < since) continue;
-      if (std::find(options.exclude_pids.begin(), options.exclude_pids.end(), sample.pid) !=
-          options.exclude_pids.end()) {
-        continue;
+      auto [known, fresh] = excluded.try_emplace(sample.pid, false);
+      if (fresh) {
+        known->second = std::find(options.exclude_pids.begin(), options.exclude_pids.end(), sample.pid) !=
+                            options.exclude_pids.end() ||
+                        (options.exclude_descendants && DescendsFrom(sample.pid, options.exclude_pids));
       }
+      if (known->second) continue;
       unsigned int& b = busiest[sample.pid];
       b = std::max(b, sample.smUtil);
     }
@@ -273,6 +279,28 @@ Result<GpuSample> Nvml::Sample(const std::string& device, const SampleOptions& o
     s.others_utilization_percent = std::min(total, 100.0);
   }
   return s;
+}
+
+bool DescendsFrom(uint32_t pid, const std::vector<uint32_t>& ancestors, int max_depth) {
+  if (ancestors.empty()) return false;
+  uint32_t at = pid;
+  for (int depth = 0; depth < max_depth && at > 1; ++depth) {
+    // "pid (comm) state ppid ...": comm may hold spaces and parentheses, so the fields after its last ')'.
+    const std::string path = "/proc/" + std::to_string(at) + "/stat";
+    FILE* f = std::fopen(path.c_str(), "r");
+    if (f == nullptr) return false;  // gone meanwhile
+    char buffer[1024];
+    const size_t n = std::fread(buffer, 1, sizeof(buffer) - 1, f);
+    std::fclose(f);
+    buffer[n] = '\0';
+    const char* close = std::strrchr(buffer, ')');
+    char state = 0;
+    unsigned long ppid = 0;
+    if (close == nullptr || std::sscanf(close + 1, " %c %lu", &state, &ppid) != 2) return false;
+    at = static_cast<uint32_t>(ppid);
+    if (std::find(ancestors.begin(), ancestors.end(), at) != ancestors.end()) return true;
+  }
+  return false;
 }
 
 std::string GpuUuidString(const CUuuid& uuid) {

@@ -1,9 +1,13 @@
 #include "kjit/runtime/nvml.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -335,6 +339,25 @@ TEST_F(FakeNvmlTest, OthersUtilizationIsCappedAt100) {
   EXPECT_EQ(s->others_utilization_percent, 100);
 }
 
+// exclude_descendants: a process NVML reports counts as kjit's when its parent is an excluded one (here this
+// test stands for a worker's child, its parent for the worker); without the flag, only the listed pids.
+TEST_F(FakeNvmlTest, DescendantsOfExcludedProcessesAreExcludedWhenAsked) {
+  const unsigned long long now = NowMicros();
+  const auto self = static_cast<unsigned int>(getpid());
+  fake_.gpus[0].samples = {{self, now, 40, 0, 0, 0}, {2, now, 7, 0, 0, 0}};
+  auto nvml = Load();
+  ASSERT_TRUE(nvml);
+  SampleOptions options;
+  options.exclude_pids = {static_cast<uint32_t>(getppid())};
+  auto listed_only = nvml->Sample("0", options);
+  ASSERT_TRUE(listed_only.ok());
+  EXPECT_EQ(listed_only->others_utilization_percent, 40 + 7);
+  options.exclude_descendants = true;
+  auto with_descendants = nvml->Sample("0", options);
+  ASSERT_TRUE(with_descendants.ok());
+  EXPECT_EQ(with_descendants->others_utilization_percent, 7);
+}
+
 TEST_F(FakeNvmlTest, UnsupportedFiguresAreUnknownNotErrors) {
   fake_.gpus[0].utilization_rc = abi::kErrorNotSupported;  // e.g. a MIG instance
   fake_.gpus[0].samples_rc = abi::kErrorNotSupported;
@@ -478,6 +501,43 @@ TEST(Nvml, RealNvmlSamplesEveryGpu) {
   }
   EXPECT_EQ(nvml->Sample(std::to_string(nvml->device_count())).status().code(), StatusCode::kNoDevice);
   EXPECT_EQ(nvml->Sample("GPU-00000000-0000-0000-0000-000000000000").status().code(), StatusCode::kNoDevice);
+}
+
+// A worker's descendants are kjit's too (compute-sanitizer and its target): a shell and the sleep it starts,
+// below a process of ours, are found (runtime/nvml.h, for SampleOptions::exclude_descendants); this test and its
+// parent are not.
+TEST(DescendsFrom, DescendantsOfKjitsProcessesAreFound) {
+  char path[] = "/tmp/kjit-descendants-XXXXXX";
+  const int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    setpgid(0, 0);
+    const std::string script = std::string("sleep 30 & echo $! > ") + path + "; wait";
+    execl("/bin/sh", "sh", "-c", script.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  uint32_t grandchild = 0;
+  for (int i = 0; i < 200 && grandchild == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    std::ifstream in(path);
+    in >> grandchild;
+  }
+  const std::vector<uint32_t> ours = {static_cast<uint32_t>(child)};
+  const bool grandchild_found = grandchild != 0 && DescendsFrom(grandchild, ours);
+  const bool self_found = DescendsFrom(static_cast<uint32_t>(getpid()), ours);
+  const bool parent_found = DescendsFrom(static_cast<uint32_t>(getppid()), ours);
+  const bool without_ancestors = grandchild != 0 && DescendsFrom(grandchild, {});
+  kill(-child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  unlink(path);
+  ASSERT_NE(grandchild, 0u) << "the shell did not start its child";
+  EXPECT_TRUE(grandchild_found) << "the shell's child";
+  EXPECT_FALSE(self_found);
+  EXPECT_FALSE(parent_found);
+  EXPECT_FALSE(without_ancestors);
 }
 
 TEST(GpuUuidString, FormatsLikeNvml) {

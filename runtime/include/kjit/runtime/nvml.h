@@ -66,11 +66,18 @@ struct GpuSample {
 struct SampleOptions {
   // Processes whose utilization does not make the GPU busy: kjit's own workers.
   std::vector<uint32_t> exclude_pids;
+  // And every process descended from one of them (what a worker starts: compute-sanitizer and its target),
+  // by DescendsFrom: only the processes NVML reports are looked up.
+  bool exclude_descendants = false;
   // How far back others_utilization_percent looks. NVML samples every 1/6 s
   // to 1 s, so much less than 1 s may see no sample at all; <= 0 means every
   // sample the driver still holds.
   std::chrono::milliseconds window{1000};
 };
+
+// Whether `pid` is a descendant of one of `ancestors` (its parent, or its parent's, up to `max_depth`
+// generations), from /proc/<pid>/stat; false for a process that is gone or unreadable.
+bool DescendsFrom(uint32_t pid, const std::vector<uint32_t>& ancestors, int max_depth = 8);
 
 class Nvml {
  public:
