@@ -10,9 +10,11 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <random>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace kjit::eval {
 namespace {
@@ -274,8 +276,13 @@ Comparison Compare(const at::Tensor& actual, const at::Tensor& expected, const T
   }
 }
 
+double Float32SummationGamma(int64_t terms) {
+  const double ku = static_cast<double>(std::max<int64_t>(terms, 0)) * 0x1p-24;
+  return ku < 1 ? ku / (1 - ku) : std::numeric_limits<double>::infinity();
+}
+
 Comparison CompareAccuracy(const at::Tensor& actual, const at::Tensor& pytorch, const at::Tensor& exact,
-                           const Tolerance& tol, int64_t piece_elements) {
+                           const Tolerance& tol, const SummationBound& summation, int64_t piece_elements) {
   Comparison c;
   try {
     if (tol.bitwise || !actual.defined() || !at::isFloatingType(actual.scalar_type()) ||
@@ -283,11 +290,20 @@ Comparison CompareAccuracy(const at::Tensor& actual, const at::Tensor& pytorch, 
       c.reason = "no float64 accuracy comparison for this output";
       return c;
     }
+    const bool bounded = summation.magnitude.defined() && summation.terms > 0;
+    if (bounded && summation.magnitude.sizes() != exact.sizes()) {
+      c.reason = "the summation bound's magnitudes do not have the output's sizes";
+      return c;
+    }
+    // The error a float32 order may make, carried through the output's own rounding (rtol).
+    const double gamma = bounded ? Float32SummationGamma(summation.terms) * (1 + tol.rtol) : 0;
+    std::vector<at::Tensor> judged{actual, pytorch, exact};
+    if (bounded) judged.push_back(summation.magnitude);
     // Sums and maxima over every piece: [special_bad, counted, sum of squares of the candidate's error, of
     // PyTorch's error and of the tolerance's scale, worst candidate and PyTorch error in tolerance units,
     // worst |candidate - PyTorch|].
     double totals[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    ForEachPiece({actual, pytorch, exact}, piece_elements, [&](const std::vector<at::Tensor>& pieces, int64_t) {
+    ForEachPiece(judged, piece_elements, [&](const std::vector<at::Tensor>& pieces, int64_t) {
       const at::Tensor a = Float64Values(pieces[0]);
       const at::Tensor t = Float64Values(pieces[1].to(pieces[0].device()));
       const at::Tensor x = Float64Values(pieces[2].to(pieces[0].device()));
@@ -296,7 +312,8 @@ Comparison CompareAccuracy(const at::Tensor& actual, const at::Tensor& pytorch, 
       const at::Tensor special_ok =
           at::where(t_finite, a.isfinite(), a.eq(t).logical_or_(a.isnan().logical_and_(t.isnan())));
       const at::Tensor measured = t_finite.logical_and(x.isfinite());
-      const at::Tensor scale = x.abs().mul(tol.rtol).add(tol.atol);
+      at::Tensor scale = x.abs().mul(tol.rtol).add(tol.atol);
+      if (bounded) scale = scale.add(Float64Values(pieces[3].to(pieces[0].device())).abs().mul(gamma));
       const at::Tensor abs_actual = at::where(measured, (a - x).abs(), 0.0);
       const at::Tensor abs_pytorch = at::where(measured, (t - x).abs(), 0.0);
       const at::Tensor stats =
@@ -325,7 +342,9 @@ Comparison CompareAccuracy(const at::Tensor& actual, const at::Tensor& pytorch, 
     c.max_abs_error = totals[7];
     c.reason = "against a float64 computation: RMS error " + FormatDouble(rms_actual) + " (PyTorch's " +
                FormatDouble(rms_pytorch) + ", limit " + FormatDouble(rms_limit) + "), worst " + FormatDouble(totals[5]) +
-               " tolerance units (PyTorch's " + FormatDouble(totals[6]) + ", limit " + FormatDouble(worst_limit) + ")";
+               " tolerance units (PyTorch's " + FormatDouble(totals[6]) + ", limit " + FormatDouble(worst_limit) + ")" +
+               (bounded ? ", each allowing float32 summation's error over " + std::to_string(summation.terms) + " terms"
+                        : std::string());
   } catch (const c10::Error& e) {
     c.ok = false;
     c.reason = FromTorchError(e, "float64 accuracy comparison failed").message();

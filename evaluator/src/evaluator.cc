@@ -292,6 +292,8 @@ struct Evaluator::Impl {
     std::vector<c10::IValue> args;
     std::vector<at::Tensor> reference;  // PyTorch's outputs
     std::optional<std::vector<at::Tensor>> exact;  // the op in float64, made on the first mismatch
+    // With `exact`, for sum_of_products ops: the op in float64 on the inputs' absolute values (compare.h).
+    std::vector<at::Tensor> magnitude;
   };
 
   struct Prepared {
@@ -359,18 +361,31 @@ struct Evaluator::Impl {
 
   // The op on the same arguments with floating-point tensors in float64, for
   // CompareAccuracy. Empty when the op refuses float64 (half_to_float softmax).
-  std::vector<at::Tensor> CallReference64(const Prepared& p, const std::vector<c10::IValue>& args) {
+  // `magnitude` (sum_of_products ops): then the op again on those tensors'
+  // absolute values, made in place on the float64 copies.
+  std::vector<at::Tensor> CallReference64(const Prepared& p, const std::vector<c10::IValue>& args,
+                                          std::vector<at::Tensor>* magnitude = nullptr) {
     std::vector<c10::IValue> wide;
+    std::vector<at::Tensor> widened;
     for (const c10::IValue& v : args) {
       if (v.isTensor() && at::isFloatingType(v.toTensor().scalar_type())) {
-        wide.emplace_back(v.toTensor().to(at::kDouble));
+        // A dense copy, so that abs_ below writes no element twice through an expanded view.
+        widened.push_back(v.toTensor().to(at::kDouble, /*non_blocking=*/false, /*copy=*/true));
+        wide.emplace_back(widened.back());
       } else {
         wide.push_back(v);
       }
     }
     try {
-      return CallReference(p, wide);
+      std::vector<at::Tensor> exact = CallReference(p, wide);
+      if (magnitude) {
+        for (at::Tensor& t : widened) t.abs_();
+        *magnitude = CallReference(p, wide);
+        if (magnitude->size() != exact.size()) magnitude->clear();
+      }
+      return exact;
     } catch (const std::exception&) {
+      if (magnitude) magnitude->clear();
       return {};
     }
   }
@@ -384,9 +399,14 @@ struct Evaluator::Impl {
     Comparison cmp = Compare(actual, set.reference[i], tol);
     if (judged_by_float64) *judged_by_float64 = false;
     if (cmp.ok || tol.bitwise || !at::isFloatingType(set.reference[i].scalar_type())) return cmp;
-    if (!set.exact) set.exact = CallReference64(p, set.args);
+    if (!set.exact) set.exact = CallReference64(p, set.args, p.traits.sum_of_products ? &set.magnitude : nullptr);
     if (set.exact->size() != set.reference.size()) return cmp;
-    const Comparison accuracy = CompareAccuracy(actual, set.reference[i], (*set.exact)[i], tol);
+    SummationBound summation;
+    if (p.traits.sum_of_products && i < set.magnitude.size()) {
+      summation.magnitude = set.magnitude[i];
+      summation.terms = policy::SummedTermsOf(p.key);
+    }
+    const Comparison accuracy = CompareAccuracy(actual, set.reference[i], (*set.exact)[i], tol, summation);
     if (accuracy.ok) {
       if (judged_by_float64) *judged_by_float64 = true;
       return accuracy;
@@ -983,7 +1003,10 @@ daemon::Verdict Evaluator::Evaluate(const daemon::EvaluateRequest& request, cons
       // not kept between requests with the set.
       struct DropFloat64Reference {
         Impl::InputSet& set;
-        ~DropFloat64Reference() { set.exact.reset(); }
+        ~DropFloat64Reference() {
+          set.exact.reset();
+          set.magnitude.clear();
+        }
       } drop_float64_reference{set};
       const std::chrono::milliseconds deadline = s.options.min_run_deadline * 5;
       auto guarded = s.GuardedOutputs(set.reference, Poison::kNaN);

@@ -43,7 +43,7 @@ std::optional<std::vector<at::Tensor>> MetaOutputs(const c10::OperatorHandle& op
 
 uint64_t WorkingSet::Peak() const {
   const uint64_t judged_outputs = nondeterministic ? 3 : 2;
-  const uint64_t float64 = float64_reference ? float64_inputs + float64_outputs : 0;
+  const uint64_t float64 = float64_reference ? float64_inputs + float64_output_copies * float64_outputs : 0;
   return std::max({inputs + value_temporaries, inputs + 2 * outputs, 2 * inputs + 2 * outputs + workspace,
                    inputs + 3 * outputs + workspace,
                    inputs + judged_outputs * outputs + comparison_temporaries + float64 + workspace});
@@ -51,7 +51,7 @@ uint64_t WorkingSet::Peak() const {
 
 std::string WorkingSet::ToString() const {
   std::string s = FormatBytes(Peak()) + " at the peak (inputs " + FormatBytes(inputs) + ", outputs " +
-                  FormatBytes(outputs) + (outputs_known ? "" : " guessed") + ", float64 reference " + FormatBytes(float64_reference ? float64_inputs + float64_outputs : 0) +
+                  FormatBytes(outputs) + (outputs_known ? "" : " guessed") + ", float64 reference " + FormatBytes(float64_reference ? float64_inputs + float64_output_copies * float64_outputs : 0) +
                   ", drawing values " + FormatBytes(value_temporaries) + ", comparing " +
                   FormatBytes(comparison_temporaries);
   if (workspace > 0) s += ", workspace " + FormatBytes(workspace);
@@ -65,6 +65,7 @@ Result<WorkingSet> EstimateWorkingSet(const c10::OperatorHandle& op, const c10::
                         MakeArguments(schema, call, traits, meta, InputKind::kNormal, /*seed=*/0));
   WorkingSet w;
   w.nondeterministic = traits.nondeterministic;
+  w.float64_output_copies = traits.sum_of_products ? 2 : 1;
   int64_t largest_input = 0;
   uint64_t float_inputs_as_float64 = 0;
   bool any_float_input = false;

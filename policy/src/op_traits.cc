@@ -44,6 +44,15 @@ double FlopsOf(const OpKey& key) {
   return 0;
 }
 
+int64_t SummedTermsOf(const OpKey& key) {
+  if (key.calls.size() != 1) return 0;
+  const OpCall& call = key.calls[0];
+  if ((call.op == "aten::mm" || call.op == "aten::bmm") && !call.args.empty()) {
+    if (const auto* a = std::get_if<TensorDesc>(&call.args[0]); a && !a->sizes.empty()) return a->sizes.back();
+  }
+  return 0;
+}
+
 void DeclareOpTraits(std::string op, OpTraits traits) {
   Registry& r = GetRegistry();
   std::lock_guard<std::mutex> lock(r.mu);

@@ -123,6 +123,42 @@ TEST(CompareAccuracy, WithinASmallFactorOfPyTorchsError) {
   EXPECT_NE(no.reason.find("float64"), std::string::npos) << no.reason;
 }
 
+// Near cancellation a float32 sum of products in another order than PyTorch's may be off by thousands of
+// tolerance units while PyTorch's happens to be close: with the op's magnitudes (sum |a||b|) the rule allows
+// the error any float32 order may make, and still rejects a dropped term.
+TEST(CompareAccuracy, SumsOfProductsMayErrAsAnyFloat32Order) {
+  const Tolerance tol = DefaultTolerance(DType::kBFloat16);  // atol 1e-5, rtol 1.6e-2
+  // Four outputs of 64 products each of magnitude up to 2^40 (bf16 inputs of 2^13..2^20), sums cancelling
+  // to near zero in the first two.
+  const at::Tensor exact = Values({3.0, -1024.0, 5.0e11, -2.0e12}, at::kDouble);
+  const at::Tensor magnitude = Values({3.0e13, 4.0e13, 6.0e12, 9.0e12}, at::kDouble);
+  const at::Tensor pytorch = Values({3.0, -1024.0, 5.0e11, -2.0e12});
+  // 2^16 off where the sums cancel: within gamma_64 x magnitude (64 * 2^-24 * 3e13, about 1.1e8), but
+  // thousands of tolerance units without it.
+  const at::Tensor reordered = Values({65539.0, -1024.0 - 65536.0, 5.0e11, -2.0e12});
+  EXPECT_FALSE(CompareAccuracy(reordered, pytorch, exact, tol).ok);
+  SummationBound bound{magnitude, 64};
+  const Comparison ok = CompareAccuracy(reordered, pytorch, exact, tol, bound);
+  EXPECT_TRUE(ok.ok) << ok.reason;
+  EXPECT_NE(ok.reason.find("over 64 terms"), std::string::npos) << ok.reason;
+  // A term of 2^40 dropped from the first output: far outside any order's error.
+  const at::Tensor dropped = Values({3.0 - 1099511627776.0, -1024.0, 5.0e11, -2.0e12});
+  EXPECT_FALSE(CompareAccuracy(dropped, pytorch, exact, tol, bound).ok);
+  // The bound grows with the terms: one term allows about 64 times less.
+  const at::Tensor off = Values({3.0 + 4.0e7, -1024.0, 5.0e11, -2.0e12});
+  EXPECT_TRUE(CompareAccuracy(off, pytorch, exact, tol, bound).ok);
+  EXPECT_FALSE(CompareAccuracy(off, pytorch, exact, tol, SummationBound{magnitude, 1}).ok);
+  // Magnitudes of the wrong sizes are refused, not broadcast.
+  EXPECT_FALSE(CompareAccuracy(reordered, pytorch, exact, tol, SummationBound{Values({1.0}, at::kDouble), 64}).ok);
+}
+
+TEST(CompareAccuracy, Float32SummationGamma) {
+  EXPECT_EQ(Float32SummationGamma(0), 0);
+  EXPECT_NEAR(Float32SummationGamma(64), 64 * 0x1p-24, 1e-10);
+  EXPECT_GT(Float32SummationGamma(64), 64 * 0x1p-24);
+  EXPECT_TRUE(std::isinf(Float32SummationGamma(int64_t{1} << 24)));
+}
+
 TEST(CompareAccuracy, NonFiniteValuesMustMatchPyTorchs) {
   const Tolerance tol = DefaultTolerance(DType::kFloat32);
   const at::Tensor exact = Values({1.0, kNaN, kInf}, at::kDouble);
@@ -506,12 +542,16 @@ TEST(Pieces, ComparisonsMatchWholeOnes) {
 
   const Tolerance tol = DefaultTolerance(DType::kFloat32);
   const at::Tensor near = expected + expected.abs().mul(2e-6);
-  const Comparison accuracy_whole = CompareAccuracy(near, expected, exact, tol, 1 << 20);
-  const Comparison accuracy_pieces = CompareAccuracy(near, expected, exact, tol, 4);
+  const Comparison accuracy_whole = CompareAccuracy(near, expected, exact, tol, {}, 1 << 20);
+  const Comparison accuracy_pieces = CompareAccuracy(near, expected, exact, tol, {}, 4);
   EXPECT_EQ(accuracy_pieces.ok, accuracy_whole.ok);
   EXPECT_NEAR(accuracy_pieces.max_abs_error, accuracy_whole.max_abs_error, 1e-12);
-  EXPECT_EQ(CompareAccuracy(actual, expected, exact, tol, 4).reason,
-            CompareAccuracy(actual, expected, exact, tol, 1 << 20).reason);
+  EXPECT_EQ(CompareAccuracy(actual, expected, exact, tol, {}, 4).reason,
+            CompareAccuracy(actual, expected, exact, tol, {}, 1 << 20).reason);
+  // The summation bound's magnitudes are cut into the same pieces.
+  const SummationBound bound{exact.abs().mul(1e3), 16};
+  EXPECT_EQ(CompareAccuracy(actual, expected, exact, tol, bound, 4).reason,
+            CompareAccuracy(actual, expected, exact, tol, bound, 1 << 20).reason);
 
   EXPECT_TRUE(BitwiseEqual(expected, expected.clone(), 5));
   EXPECT_FALSE(BitwiseEqual(actual, expected, 5));

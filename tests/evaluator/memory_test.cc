@@ -74,6 +74,23 @@ TEST(WorkingSet, MeanOverAMiddleDim) {
   EXPECT_LT(w.Peak(), 25 * kGiB);
 }
 
+// A matrix product's float64 second chance keeps the magnitudes (the product of the absolute values,
+// compare.h) beside the float64 outputs: counted twice.
+TEST(WorkingSet, SumsOfProductsKeepTheirMagnitudes) {
+  const TensorDesc a = TensorDesc::Contiguous(DType::kBFloat16, {1 << 14, 64});
+  const TensorDesc b = TensorDesc::Contiguous(DType::kBFloat16, {64, 1 << 14});
+  OpTraits traits = DefaultOpTraits();
+  const WorkingSet plain = Estimate({"aten::mm", "", {a, b}}, false, traits);
+  traits.sum_of_products = true;
+  const WorkingSet w = Estimate({"aten::mm", "", {a, b}}, false, traits);
+  EXPECT_EQ(w.outputs, 512 * kMiB);
+  EXPECT_EQ(w.float64_outputs, 2 * kGiB);
+  EXPECT_EQ(w.float64_output_copies, 2);
+  EXPECT_EQ(plain.float64_output_copies, 1);
+  EXPECT_EQ(w.Peak(), plain.Peak() + w.float64_outputs);
+  EXPECT_TRUE(Has(w.ToString(), "float64 reference 4.0 GiB")) << w.ToString();
+}
+
 // argmax's outputs are integers: no float64 reference is ever made for them.
 TEST(WorkingSet, ArgmaxHasNoFloat64Reference) {
   const TensorDesc x = TensorDesc::Contiguous(DType::kFloat32, {1 << 10, 1 << 11, 1 << 10});

@@ -769,7 +769,18 @@ TEST(MatmulSpace, TraitsAllowReorderedSumsAndKeepHalfOverflowAway) {
     EXPECT_DOUBLE_EQ(t.tolerance_by_dtype.at(DType::kFloat32).rtol, 1e-5);
     EXPECT_EQ(t.no_large_inputs.count(DType::kFloat16), 1u);
     EXPECT_EQ(t.no_large_inputs.count(DType::kFloat32), 0u);
+    EXPECT_TRUE(t.sum_of_products);
   }
+  // The terms each output sums: K, for mm and bmm and any layout.
+  EXPECT_EQ(SummedTermsOf(MmKey(TensorDesc::Contiguous(DType::kBFloat16, {4096, 64}),
+                                TensorDesc::Contiguous(DType::kBFloat16, {64, 4096}))),
+            64);
+  const OpKey bmm = BmmKey(TensorDesc::Contiguous(DType::kFloat32, {8, 5, 7}), TensorDesc::Contiguous(DType::kFloat32, {8, 7, 3}));
+  EXPECT_EQ(SummedTermsOf(bmm), 7);
+  OpKey other = bmm;
+  other.calls[0].op = "aten::_softmax";
+  EXPECT_EQ(SummedTermsOf(other), 0);
+  EXPECT_FALSE(TraitsFor("aten::_softmax").sum_of_products);
 }
 
 }  // namespace matmul_test

@@ -90,8 +90,23 @@ Comparison Compare(const at::Tensor& actual, const at::Tensor& expected, const T
 //     |exact|)) is at most 16x PyTorch's worst (or 1): single-element bugs.
 // On the H200, norm kernels reducing in other orders than PyTorch's were seen
 // 2-9x PyTorch's worst elementwise error on inputs of magnitude 1e4..1e6.
+//
+// `summation`, for ops whose outputs are sums of K products (OpTraits::
+// sum_of_products): `magnitude` is the op in float64 on the inputs' absolute
+// values (sum |a||b| per output) and `terms` is K. Each element's tolerance
+// then also holds gamma_K * magnitude (gamma_K = K u / (1 - K u), u = 2^-24:
+// Higham's bound on a float32 dot product's error in any order). Near
+// cancellation PyTorch's order may land far closer to the truth than another
+// correct float32 order; an order that drops or doubles a term still errs by
+// that term, far more than the bound wherever the terms do not cancel.
+struct SummationBound {
+  at::Tensor magnitude;  // undefined: no bound (the other ops)
+  int64_t terms = 0;
+};
+double Float32SummationGamma(int64_t terms);
 Comparison CompareAccuracy(const at::Tensor& actual, const at::Tensor& pytorch, const at::Tensor& exact,
-                           const Tolerance& tolerance, int64_t piece_elements = kComparePieceElements);
+                           const Tolerance& tolerance, const SummationBound& summation = {},
+                           int64_t piece_elements = kComparePieceElements);
 
 // True if every element's bytes are equal (same dtype and sizes required).
 bool BitwiseEqual(const at::Tensor& a, const at::Tensor& b, int64_t piece_elements = kComparePieceElements);

@@ -20,7 +20,7 @@
 // whatever the tensors' size), W the candidate's workspace, and F the float64
 // second chance of a float output that fails assert_close (CompareAccuracy:
 // the op run again on float64 copies of the float inputs, whose float64 outputs
-// are kept) where the op has float outputs and is not compared bitwise. k is 3
+// are kept, twice for sums of products: compare.h's magnitudes) where the op has float outputs and is not compared bitwise. k is 3
 // for ops declared nondeterministic (both runs' outputs are judged), else 2
 // (the runs were found bitwise equal, so one is judged).
 //
@@ -54,6 +54,9 @@ struct WorkingSet {
   bool float64_reference = false;
   uint64_t float64_inputs = 0;     // float64 copies of the float input tensors
   uint64_t float64_outputs = 0;    // the op's outputs on them
+  // 2 for sum_of_products ops, whose magnitudes (the op on the inputs' absolute values, compare.h) are kept
+  // beside the float64 outputs: F = float64_inputs + 2 x float64_outputs.
+  int float64_output_copies = 1;
   uint64_t workspace = 0;          // W: a candidate's workspace and its guard bytes
   bool nondeterministic = false;   // k = 3
   // Peak() of the above.

@@ -68,6 +68,11 @@ struct OpTraits {
   std::set<DType> no_special_inputs;
   // Results may differ bitwise between two runs on the same inputs (atomics).
   bool nondeterministic = false;
+  // Each float output element is a sum of SummedTermsOf(key) products of the float inputs' elements (matrix
+  // products). Any float32 order of those additions is as right as PyTorch's, and near cancellation none is
+  // close to the output: the float64 second chance (the evaluator's compare.h) also allows the error any
+  // float32 order may make, Higham's bound gamma_K * sum |a||b| (the op on the inputs' absolute values).
+  bool sum_of_products = false;
   // FLOPs of one call, for the compute floor; 0 if the op is memory-bound.
   double flops = 0;
 };
@@ -80,6 +85,8 @@ OpTraits TraitsFor(std::string_view op);
 // FLOPs of one keyed call, for the compute floor: for matrix products (aten::mm, aten::bmm), whose work
 // depends on the shapes, 2 x batch x M x N x K; otherwise the op's traits' `flops`.
 double FlopsOf(const OpKey& key);
+// Terms summed into each output of a keyed call of a sum_of_products op: K of a matrix product; 0 for other ops.
+int64_t SummedTermsOf(const OpKey& key);
 // Declares (or replaces) the traits of an op. Thread-safe.
 void DeclareOpTraits(std::string op, OpTraits traits);
 
