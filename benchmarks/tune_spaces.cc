@@ -787,19 +787,52 @@ int main(int argc, char** argv) {
                   std::string(f->name()).c_str(), keys_from.c_str(), finalists);
       auto search_keys = SearchKeys(*f, keys_from, key_contains);
       for (auto& [key, problem] : search_keys) {
-        // Exhaustive: every valid point (or --max-points of them, evenly spread).
-        // Otherwise a pairwise cover of the space (every value of every knob and
-        // every pair of values at least once), then hill-climbing: every valid
-        // one-knob change of the best screened points, until none is faster.
+        // Exhaustive: every valid point (or --max-points of them, evenly spread). Otherwise the datasets'
+        // search, CoverThenClimbSearcher (policy/learn/replay.h, which online episodes and kjitd's tuner also
+        // run as the "cover" proposer): the expert default and a pairwise cover of the space (every value of
+        // every knob and every pair of values at least once), then hill-climbing rounds on one-knob changes of
+        // the best screened points, until a round finds none.
         const std::vector<policy::Point> all = policy::ValidPoints(*f, *problem, device);
-        std::vector<policy::Point> points = exhaustive ? all : policy::PairwiseCover(*f, *problem, device);
-        std::erase_if(points, [&](const policy::Point& p) { return !PointHas(p, want); });
-        if (max_points > 0 && points.size() > static_cast<size_t>(max_points)) {
-          std::vector<policy::Point> spread;
-          for (int i = 0; i < max_points; ++i) spread.push_back(points[i * points.size() / max_points]);
-          points = spread;
-        }
         const policy::Point def = f->ExpertDefault(*problem, device);
+        auto spread = [&](std::vector<policy::Point> points) {
+          if (max_points > 0 && points.size() > static_cast<size_t>(max_points)) {
+            std::vector<policy::Point> kept;
+            for (int i = 0; i < max_points; ++i) kept.push_back(points[i * points.size() / max_points]);
+            points = kept;
+          }
+          return points;
+        };
+        // The search's action set: the valid points with --points' knob values (and the expert default).
+        auto live = policy::learn::MakeLiveTask(key, device, 0, 0);
+        if (!live.ok()) {
+          std::printf("<!-- %s: %s -->\n", problem->description.c_str(), live.status().ToString().c_str());
+          continue;
+        }
+        policy::learn::ReplayTask& task = *live;
+        std::erase_if(task.points, [&](const policy::learn::MeasuredPoint& mp) {
+          return !PointHas(mp.point, want) && mp.point != def;
+        });
+        task.expert_index = task.IndexOf(def);
+        policy::learn::CoverThenClimbSearcher searcher(climb_rounds);
+        searcher.BeginEpisode(task, seed);
+        policy::learn::ReplayEpisode episode(task, static_cast<int>(task.points.size()));
+        // The searcher's next batch, taken (proposed) whole: the caller screens what it keeps of it.
+        auto next_batch = [&] {
+          std::vector<policy::Point> batch;
+          for (size_t n = searcher.ProposeBatch(episode).size(); n > 0; --n) {
+            batch.push_back(task.points[searcher.Propose(episode)].point);
+          }
+          return batch;
+        };
+        std::vector<policy::Point> points;
+        if (exhaustive) {
+          for (const policy::Point& p : all) {
+            if (PointHas(p, want)) points.push_back(p);
+          }
+          points = spread(points);
+        } else {
+          points = spread(next_batch());
+        }
         if (std::find(points.begin(), points.end(), def) == points.end()) points.insert(points.begin(), def);
         std::fprintf(stderr, "[search] %s: %zu valid points, screening %zu\n", problem->description.c_str(), all.size(),
                      points.size());
@@ -813,12 +846,27 @@ int main(int argc, char** argv) {
           Precompile(e, *f, *problem, fresh, device);
           for (const policy::Point& p : batch) {
             if (!seen.insert(p).second) continue;
-            if (++id <= static_cast<uint64_t>(skip)) continue;
+            // What the searcher learns of the point: its outcome and screened time.
+            auto observe = [&](policy::Outcome outcome, double us) {
+              const int index = task.IndexOf(p);
+              if (index >= 0 && !episode.tried(index)) (void)episode.Observe(index, outcome, us);
+            };
+            if (++id <= static_cast<uint64_t>(skip)) {
+              observe(policy::Outcome::kLaunchError, 0);
+              continue;
+            }
             auto c = f->Generate(*problem, p, device);
-            if (!c.ok()) continue;
+            if (!c.ok()) {
+              observe(policy::Outcome::kCompileError, 0);
+              continue;
+            }
             const daemon::Verdict v = Evaluate(e, key, *c, id, /*screen_only=*/true);
             Record(out, db.get(), *f, key, p, v, /*screened=*/true);
             if (lost()) return false;
+            const auto outcome = policy::ParseOutcome(v.outcome);
+            observe(outcome.ok() && *outcome != policy::Outcome::kResourceBackoff ? *outcome
+                                                                                : policy::Outcome::kLaunchError,
+                    v.timing.median_us);
             if (v.outcome != "verified") {
               ++failures;
               std::printf("<!-- FAIL %s %s: %s: %s -->\n", problem->description.c_str(),
@@ -830,22 +878,10 @@ int main(int argc, char** argv) {
           return true;
         };
         if (!screen(points)) return 1;
-        const std::set<policy::Point> valid(all.begin(), all.end());
-        const policy::Space space = f->MakeSpace(*problem, device);
-        for (int round = 0; !exhaustive && round < climb_rounds; ++round) {
-          std::sort(screened.begin(), screened.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-          std::vector<policy::Point> next;
-          for (size_t top = 0; top < std::min<size_t>(2, screened.size()); ++top) {
-            for (const policy::Knob& k : space.knobs) {
-              for (int64_t value : k.values) {
-                policy::Point q = screened[top].second;
-                q[k.name] = value;
-                if (valid.count(q) && !seen.count(q) && PointHas(q, want)) next.push_back(q);
-              }
-            }
-          }
+        while (!exhaustive) {
+          const std::vector<policy::Point> next = next_batch();
           if (next.empty()) break;
-          std::fprintf(stderr, "[search]   round %d: %zu neighbours of the best\n", round + 1, next.size());
+          std::fprintf(stderr, "[search]   round %d: %zu neighbours of the best\n", searcher.rounds(), next.size());
           if (!screen(next)) return 1;
         }
         std::sort(screened.begin(), screened.end(),

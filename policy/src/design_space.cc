@@ -68,8 +68,7 @@ std::vector<Point> ValidPoints(const Family& family, const Problem& problem, con
   return out;
 }
 
-std::vector<Point> PairwiseCover(const Family& family, const Problem& problem, const DeviceFacts& device) {
-  const std::vector<Point> valid = ValidPoints(family, problem, device);
+std::vector<size_t> PairwiseCoverOf(const std::vector<Point>& valid) {
   // A "pair" is (knob a = value, knob b = value) with a before b in the point's (sorted) knob order; single
   // values are pairs of a knob with itself. Pairs are numbered once, so that the greedy rounds below
   // count integers: with string-keyed pairs, matmul's ~20000 valid points took a minute per key.
@@ -91,7 +90,7 @@ std::vector<Point> PairwiseCover(const Family& family, const Problem& problem, c
   }
   std::vector<bool> covered(pair_ids.size(), false);
   size_t uncovered = pair_ids.size();
-  std::vector<Point> chosen;
+  std::vector<size_t> chosen;
   std::vector<bool> used(valid.size(), false);
   while (uncovered > 0) {
     size_t best = valid.size();
@@ -113,8 +112,15 @@ std::vector<Point> PairwiseCover(const Family& family, const Problem& problem, c
         --uncovered;
       }
     }
-    chosen.push_back(valid[best]);
+    chosen.push_back(best);
   }
+  return chosen;
+}
+
+std::vector<Point> PairwiseCover(const Family& family, const Problem& problem, const DeviceFacts& device) {
+  const std::vector<Point> valid = ValidPoints(family, problem, device);
+  std::vector<Point> chosen;
+  for (size_t i : PairwiseCoverOf(valid)) chosen.push_back(valid[i]);
   return chosen;
 }
 

@@ -275,6 +275,23 @@ TEST(Online, BaselineProposersNeedNoPolicyAndWriteJson) {
     EXPECT_EQ(j["trials"][0]["point"], PointToString(report->trials[0].point));
     EXPECT_EQ(j["best"], report->best);
   }
+  // The datasets' search (CoverThenClimbSearcher) online: the expert default, then the cover, with the compile-ahead
+  // guesses exact (the cover does not depend on the times).
+  {
+    ReplayEvaluator evaluator(*task, nullptr);
+    OnlineOptions options;
+    options.proposer = Proposer::kCover;
+    options.budget = 6;
+    options.compile_ahead = 2;
+    auto report = RunOnlineEpisode(nullptr, task->key, evaluator, options);
+    ASSERT_TRUE(report.ok()) << report.status().ToString();
+    ASSERT_EQ(report->trials.size(), 6u);
+    EXPECT_EQ(report->trials[0].point, task->points[task->expert_index].point);
+    EXPECT_EQ(report->trials[0].proposer, "expert-default");
+    EXPECT_EQ(report->trials[1].proposer, "cover");
+    for (size_t i = 0; i + 1 < evaluator.sources.size(); ++i) EXPECT_EQ(evaluator.ahead_sources[i][0], evaluator.sources[i + 1]);
+    EXPECT_EQ(ParseProposer("cover").value(), Proposer::kCover);
+  }
   // The policy proposer without a policy is refused, not a crash.
   ReplayEvaluator evaluator(*task, nullptr);
   EXPECT_FALSE(RunOnlineEpisode(nullptr, task->key, evaluator, OnlineOptions{}).ok());

@@ -2,9 +2,12 @@
 // back to their hashes, the codegen and merge rules, episodes, the baselines.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "kjit/policy/design_space.h"
 #include "kjit/policy/learn/replay.h"
@@ -165,6 +168,105 @@ TEST(Replay, RandomSearchIsSeededAndReachesTheOracleWhenExhaustive) {
   const auto mean = a.Mean();
   EXPECT_LE(mean[0], mean[1]);
   EXPECT_DOUBLE_EQ(mean[2], 1.0);  // 64 trials try every point of these tasks
+}
+
+// kjit_tune_spaces' search as a Searcher: the expert default, a pairwise cover of the task's points, then
+// rounds of one-knob changes of the fastest verified points, every proposal untried; deterministic.
+TEST(Replay, CoverThenClimbCoversEveryPairThenClimbsFromTheBest) {
+  const ReplayTask* task = nullptr;
+  for (const auto& t : Tasks()) {
+    if (t.expert_index >= 0 && t.points.size() >= 40 && t.space.knobs.size() >= 3) {
+      task = &t;
+      break;
+    }
+  }
+  ASSERT_NE(task, nullptr);
+  CoverThenClimbSearcher search(/*climb_rounds=*/2);
+  search.BeginEpisode(*task, 1);
+  ReplayEpisode episode(*task, static_cast<int>(task->points.size()));
+  // The first batch: the expert default first, then the cover.
+  const std::vector<int> cover = search.ProposeBatch(episode);
+  ASSERT_FALSE(cover.empty());
+  EXPECT_EQ(cover.front(), task->expert_index);
+  std::vector<Point> points;
+  for (const MeasuredPoint& p : task->points) points.push_back(p.point);
+  const std::vector<size_t> pairwise = PairwiseCoverOf(points);
+  EXPECT_EQ(cover.size(), pairwise.size() + (std::find(pairwise.begin(), pairwise.end(),
+                                                       static_cast<size_t>(task->expert_index)) == pairwise.end()));
+  // Every (knob value, knob value) pair of the task's points occurs in the cover.
+  std::set<std::tuple<size_t, int, size_t, int>> pairs_all, pairs_cover;
+  auto add_pairs = [&](const MeasuredPoint& p, auto& into) {
+    for (size_t a = 0; a < p.value_index.size(); ++a) {
+      for (size_t b = a; b < p.value_index.size(); ++b) into.insert({a, p.value_index[a], b, p.value_index[b]});
+    }
+  };
+  for (const MeasuredPoint& p : task->points) add_pairs(p, pairs_all);
+  for (int i : cover) add_pairs(task->points[i], pairs_cover);
+  EXPECT_EQ(pairs_cover, pairs_all);
+  std::set<int> proposed;
+  for (int i : cover) {
+    const int index = search.Propose(episode);
+    EXPECT_EQ(index, i);
+    EXPECT_STREQ(search.phase(), i == task->expert_index ? "expert-default" : "cover");
+    ASSERT_TRUE(episode.Trial(index).ok());
+    proposed.insert(index);
+  }
+  // Then the climb: one-knob changes of one of the two fastest verified points.
+  std::vector<int> best;
+  for (const TrialResult& t : episode.history()) {
+    if (t.outcome == Outcome::kVerified) best.push_back(t.index);
+  }
+  std::stable_sort(best.begin(), best.end(),
+                   [&](int a, int b) { return task->points[a].time_us < task->points[b].time_us; });
+  ASSERT_GE(best.size(), 2u);
+  const std::vector<int> round = search.ProposeBatch(episode);
+  ASSERT_FALSE(round.empty());
+  EXPECT_EQ(search.rounds(), 1);
+  for (int i : round) {
+    EXPECT_EQ(proposed.count(i), 0u);
+    int differs0 = 0, differs1 = 0;
+    for (size_t k = 0; k < task->points[i].value_index.size(); ++k) {
+      differs0 += task->points[i].value_index[k] != task->points[best[0]].value_index[k];
+      differs1 += task->points[i].value_index[k] != task->points[best[1]].value_index[k];
+    }
+    EXPECT_TRUE(differs0 == 1 || differs1 == 1) << PointToString(task->points[i].point);
+  }
+  // Deterministic: another seed proposes the same cover.
+  CoverThenClimbSearcher again(2);
+  again.BeginEpisode(*task, 99);
+  ReplayEpisode second(*task, static_cast<int>(task->points.size()));
+  EXPECT_EQ(again.ProposeBatch(second), cover);
+}
+
+// Run to the end, the cover-then-climb search tries every point once and stops climbing after its rounds.
+TEST(Replay, CoverThenClimbEndsInRandomPointsAfterItsRounds) {
+  const ReplayTask* largest = &Tasks().front();
+  for (const auto& t : Tasks()) {
+    if (t.points.size() > largest->points.size() && t.points.size() <= 400) largest = &t;
+  }
+  const ReplayTask& task = *largest;
+  ASSERT_GE(task.points.size(), 40u);
+  CoverThenClimbSearcher search(/*climb_rounds=*/1);
+  search.BeginEpisode(task, 5);
+  ReplayEpisode episode(task, static_cast<int>(task.points.size()));
+  std::set<int> seen;
+  int climbs = 0, randoms = 0;
+  while (!episode.done() && episode.untried_count() > 0) {
+    const int index = search.Propose(episode);
+    ASSERT_GE(index, 0);
+    ASSERT_TRUE(seen.insert(index).second) << index;
+    const std::string phase = search.phase();
+    climbs += phase == "climb";
+    randoms += phase == "random";
+    if (phase == "random") {
+      EXPECT_TRUE(search.ProposeBatch(episode).empty());
+    }
+    ASSERT_TRUE(episode.Trial(index).ok());
+  }
+  EXPECT_EQ(seen.size(), task.points.size());
+  EXPECT_EQ(search.rounds(), climbs > 0 ? 1 : 0);
+  // What the cover and one round left is proposed at random.
+  EXPECT_GT(randoms, 0);
 }
 
 // The k=1 comparison with the expert default is the cache's acceptance rule (reward.h, Accept) on the

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <random>
 
 #include <nlohmann/json.hpp>
@@ -77,15 +78,16 @@ const char* ProposerName(Proposer p) {
     case Proposer::kPolicy: return "policy";
     case Proposer::kRandom: return "random";
     case Proposer::kExpertThenRandom: return "expert";
+    case Proposer::kCover: return "cover";
   }
   return "?";
 }
 
 Result<Proposer> ParseProposer(const std::string& name) {
-  for (Proposer p : {Proposer::kPolicy, Proposer::kRandom, Proposer::kExpertThenRandom}) {
+  for (Proposer p : {Proposer::kPolicy, Proposer::kRandom, Proposer::kExpertThenRandom, Proposer::kCover}) {
     if (name == ProposerName(p)) return p;
   }
-  return InvalidArgument("unknown proposer '" + name + "' (policy, random or expert)");
+  return InvalidArgument("unknown proposer '" + name + "' (policy, random, expert or cover)");
 }
 
 std::map<std::string, std::string> TrialDesign(const Family& family, const Point& point,
@@ -130,6 +132,12 @@ Result<OnlineReport> RunOnlineEpisode(Agent* agent, const OpKey& key, LiveEvalua
     }
   }
   std::mt19937_64 rng(options.seed);
+  // Proposer::kCover's search, which keeps its own state (its batches); copied for compile-ahead guesses.
+  std::optional<CoverThenClimbSearcher> cover;
+  if (options.proposer == Proposer::kCover) {
+    cover.emplace();
+    cover->BeginEpisode(*task, options.seed);
+  }
 
   // The next point of `ep` and who proposed it: the policy, or where it has none (the baselines, or a
   // domain the policy never saw) the expert default (not for the random baseline), then random points.
@@ -137,8 +145,12 @@ Result<OnlineReport> RunOnlineEpisode(Agent* agent, const OpKey& key, LiveEvalua
     int index = -1;
     std::string proposer;
   };
-  auto propose = [&](const ReplayEpisode& ep, std::mt19937_64& r, int* fallbacks) {
+  auto propose = [&](const ReplayEpisode& ep, std::mt19937_64& r, int* fallbacks, CoverThenClimbSearcher* search) {
     Proposal p{-1, report.policy_version};
+    if (search != nullptr) {
+      const int index = search->Propose(ep);
+      return Proposal{index, search->phase()};  // "expert-default", "cover", "climb" or "random"
+    }
     if (options.proposer == Proposer::kPolicy && options.expert_first && task->expert_index >= 0 &&
         !ep.tried(task->expert_index)) {
       return Proposal{task->expert_index, "expert-default"};
@@ -169,11 +181,12 @@ Result<OnlineReport> RunOnlineEpisode(Agent* agent, const OpKey& key, LiveEvalua
     std::vector<Candidate> out;
     ReplayEpisode guess = ep;
     std::mt19937_64 guess_rng = r;
+    std::optional<CoverThenClimbSearcher> guess_cover = cover;
     const double slower = std::isfinite(ep.best_time_us()) ? ep.best_time_us() * 1.5 : baseline.baseline_us * 2;
     for (int k = 0; k < options.compile_ahead; ++k) {
       if (!guess.Observe(current, Outcome::kVerified, slower > 0 ? slower : 1.0).ok()) break;
       if (guess.done() || guess.untried_count() == 0) break;
-      const Proposal p = propose(guess, guess_rng, nullptr);
+      const Proposal p = propose(guess, guess_rng, nullptr, guess_cover ? &*guess_cover : nullptr);
       if (p.index < 0) break;
       auto c = task->family->Generate(*task->problem, task->points[p.index].point, device);
       if (c.ok()) out.push_back(std::move(*c));
@@ -194,7 +207,7 @@ Result<OnlineReport> RunOnlineEpisode(Agent* agent, const OpKey& key, LiveEvalua
       break;
     }
     if (episode.untried_count() == 0) break;
-    const Proposal next = propose(episode, rng, &report.fallbacks);
+    const Proposal next = propose(episode, rng, &report.fallbacks, cover ? &*cover : nullptr);
     const int index = next.index;
     const std::string& proposer = next.proposer;
     const Point& point = task->points[index].point;

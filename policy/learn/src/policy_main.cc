@@ -448,8 +448,10 @@ int main(int argc, char** argv) {
   std::string proposer_name = "policy";
   online->add_option("--proposer", proposer_name,
                      "Who proposes: the policy, or a baseline for its learning curve: random (uniform over the "
-                     "valid untried points), expert (the expert default, then random); no checkpoint needed for those")
-      ->check(CLI::IsMember({"policy", "random", "expert"}))
+                     "valid untried points), expert (the expert default, then random), cover (the expert default, a "
+                     "pairwise cover of the space, then hill-climbing: kjit_tune_spaces' search); no checkpoint "
+                     "needed for those")
+      ->check(CLI::IsMember({"policy", "random", "expert", "cover"}))
       ->capture_default_str();
   std::string online_json;
   online->add_option("--json", online_json, "Append one JSON line per episode here (trials, times, baseline)");
@@ -487,8 +489,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   tune->add_option("--proposer", tune_proposer,
                    "policy (the newest checkpoint; the expert default and random points until one exists), expert "
-                   "(the expert default, then random points), random")
-      ->check(CLI::IsMember({"policy", "random", "expert"}))
+                   "(the expert default, then random points), random, cover (the expert default, a pairwise cover "
+                   "of the space, then hill-climbing: many trials a key)")
+      ->check(CLI::IsMember({"policy", "random", "expert", "cover"}))
       ->capture_default_str();
   tune_options.datasets = DefaultDatasetDirectory();
   tune->add_option("--datasets", tune_options.datasets, "Where the first policy is trained from")->capture_default_str();

@@ -605,6 +605,83 @@ int ExpertThenRandomSearcher::Propose(const ReplayEpisode& episode) {
   return random_.Propose(episode);
 }
 
+void CoverThenClimbSearcher::BeginEpisode(const ReplayTask& task, uint64_t seed) {
+  task_ = &task;
+  random_.BeginEpisode(task, seed);
+  by_values_.clear();
+  std::vector<Point> points;
+  points.reserve(task.points.size());
+  for (size_t i = 0; i < task.points.size(); ++i) {
+    by_values_.emplace(task.points[i].value_index, static_cast<int>(i));
+    points.push_back(task.points[i].point);
+  }
+  batch_.clear();
+  if (task.expert_index >= 0) batch_.push_back(task.expert_index);
+  for (size_t i : PairwiseCoverOf(points)) {
+    if (static_cast<int>(i) != task.expert_index) batch_.push_back(static_cast<int>(i));
+  }
+  next_ = 0;
+  round_ = 0;
+  climbing_done_ = false;
+  phase_ = "cover";
+}
+
+void CoverThenClimbSearcher::Refill(const ReplayEpisode& episode) {
+  while (next_ < batch_.size() && episode.tried(batch_[next_])) ++next_;
+  if (next_ < batch_.size() || climbing_done_) return;
+  // A climb round: the one-knob changes of the fastest verified points, in knob then value order.
+  std::vector<const TrialResult*> verified;
+  for (const TrialResult& t : episode.history()) {
+    if (t.outcome == Outcome::kVerified) verified.push_back(&t);
+  }
+  std::stable_sort(verified.begin(), verified.end(),
+                   [](const TrialResult* a, const TrialResult* b) { return a->time_us < b->time_us; });
+  batch_.clear();
+  next_ = 0;
+  if (round_ < climb_rounds_) {
+    std::set<int> queued;
+    for (size_t top = 0; top < std::min<size_t>(static_cast<size_t>(std::max(climb_from_, 0)), verified.size()); ++top) {
+      const std::vector<int>& from = task_->points[verified[top]->index].value_index;
+      for (size_t k = 0; k < task_->space.knobs.size() && k < from.size(); ++k) {
+        for (size_t v = 0; v < task_->space.knobs[k].values.size(); ++v) {
+          std::vector<int> q = from;
+          q[k] = static_cast<int>(v);
+          const auto it = by_values_.find(q);
+          if (it != by_values_.end() && !episode.tried(it->second) && queued.insert(it->second).second) {
+            batch_.push_back(it->second);
+          }
+        }
+      }
+    }
+  }
+  if (batch_.empty()) {
+    climbing_done_ = true;
+    return;
+  }
+  ++round_;
+  phase_ = "climb";
+}
+
+std::vector<int> CoverThenClimbSearcher::ProposeBatch(const ReplayEpisode& episode) {
+  Refill(episode);
+  std::vector<int> out;
+  for (size_t i = next_; i < batch_.size(); ++i) {
+    if (!episode.tried(batch_[i])) out.push_back(batch_[i]);
+  }
+  return out;
+}
+
+int CoverThenClimbSearcher::Propose(const ReplayEpisode& episode) {
+  Refill(episode);
+  if (next_ < batch_.size()) {
+    const int index = batch_[next_++];
+    if (round_ == 0) phase_ = index == task_->expert_index ? "expert-default" : "cover";
+    return index;
+  }
+  phase_ = "random";
+  return random_.Propose(episode);
+}
+
 std::vector<double> SearchCurve::Mean() const {
   std::vector<double> m(ks.size(), 0.0);
   for (const auto& row : fraction) {

@@ -126,6 +126,9 @@ std::vector<Point> ValidPoints(const Family& family, const Problem& problem, con
 // together at least once (greedy pairwise cover): the CI sweep when the full
 // space takes too long to compile.
 std::vector<Point> PairwiseCover(const Family& family, const Problem& problem, const DeviceFacts& device);
+// The same cover of any list of points (indices into `points`, in the order chosen): of a replay task's
+// measured points, or of the points a filter leaves.
+std::vector<size_t> PairwiseCoverOf(const std::vector<Point>& points);
 
 // The families kjit knows, in registration order.
 const std::vector<const Family*>& Families();

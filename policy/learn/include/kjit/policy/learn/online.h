@@ -95,12 +95,13 @@ class OwnedKjitdEvaluator : public LiveEvaluator {
   KjitdEvaluator inner_;
 };
 
-// Who proposes the points of an episode. The policy is what kjit runs; the other two are the baselines
-// its learning curve is compared with on the same live keys (issue 8): uniform random search over the valid
-// untried points, and the family's expert default followed by random points.
-enum class Proposer { kPolicy, kRandom, kExpertThenRandom };
+// Who proposes the points of an episode. The policy is what kjit runs; the others are the baselines its
+// learning curve is compared with on the same live keys (issue 8): uniform random search over the valid
+// untried points, the family's expert default followed by random points, and the search the datasets were
+// measured with (CoverThenClimbSearcher, replay.h: the expert default, a pairwise cover, hill-climbing).
+enum class Proposer { kPolicy, kRandom, kExpertThenRandom, kCover };
 const char* ProposerName(Proposer p);
-Result<Proposer> ParseProposer(const std::string& name);  // "policy", "random", "expert"
+Result<Proposer> ParseProposer(const std::string& name);  // "policy", "random", "expert", "cover"
 
 // A trial of the key measured in an earlier episode (the cache's measurements): the episode starts from it.
 struct PriorTrial {

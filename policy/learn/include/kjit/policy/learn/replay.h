@@ -29,6 +29,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -223,6 +224,43 @@ class ExpertThenRandomSearcher : public Searcher {
   int Propose(const ReplayEpisode& episode) override;
 
  private:
+  RandomSearcher random_;
+};
+
+// The search the datasets were measured with (kjit_tune_spaces --search), as a Searcher: the family's expert
+// default, then a pairwise cover of the task's points (every value of every knob, and every pair of values of
+// two knobs, at least once: PairwiseCoverOf), then hill-climbing rounds: every untried one-knob change of the
+// `climb_from` fastest verified points so far, until a round has none or `climb_rounds` rounds have run; then
+// uniform random untried points. Deterministic until the random phase. kjit_tune_spaces screens each batch
+// (ProposeBatch) at once; an online episode (Proposer::kCover) takes the points one at a time.
+class CoverThenClimbSearcher : public Searcher {
+ public:
+  explicit CoverThenClimbSearcher(int climb_rounds = 4, int climb_from = 2)
+      : climb_rounds_(climb_rounds), climb_from_(climb_from) {}
+  std::string name() const override { return "pairwise cover, then hill-climbing"; }
+  void BeginEpisode(const ReplayTask& task, uint64_t seed) override;
+  int Propose(const ReplayEpisode& episode) override;
+  bool stochastic() const override { return false; }
+  // The rest of the current batch (the cover, or this round's neighbours), refilled with the next round's
+  // when it is spent; empty once the climb has nothing more (only random points would follow). Every index
+  // is untried in `episode`. Proposing them is the caller's: Propose still returns them one by one.
+  std::vector<int> ProposeBatch(const ReplayEpisode& episode);
+  // "expert-default", "cover", "climb" or "random": the phase of the last proposal.
+  const char* phase() const { return phase_; }
+  int rounds() const { return round_; }
+
+ private:
+  void Refill(const ReplayEpisode& episode);
+
+  int climb_rounds_;
+  int climb_from_;
+  const ReplayTask* task_ = nullptr;
+  std::vector<int> batch_;  // the current batch, in order; spent from the front
+  size_t next_ = 0;
+  int round_ = 0;           // climb rounds started
+  bool climbing_done_ = false;
+  const char* phase_ = "cover";
+  std::map<std::vector<int>, int> by_values_;  // a point's value indices -> its index in the task
   RandomSearcher random_;
 };
 
