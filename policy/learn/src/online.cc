@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <optional>
+#include <memory>
 #include <random>
 
 #include <nlohmann/json.hpp>
@@ -132,12 +132,16 @@ Result<OnlineReport> RunOnlineEpisode(Agent* agent, const OpKey& key, LiveEvalua
     }
   }
   std::mt19937_64 rng(options.seed);
-  // Proposer::kCover's search, which keeps its own state (its batches); copied for compile-ahead guesses.
-  std::optional<CoverThenClimbSearcher> cover;
-  if (options.proposer == Proposer::kCover) {
-    cover.emplace();
-    cover->BeginEpisode(*task, options.seed);
+  // The baselines' searcher (replay.h), as replay and kjit_tune_spaces run it; cloned for compile-ahead guesses.
+  // The policy proposes through `agent` below, with the tuner's rules around it.
+  std::unique_ptr<Searcher> searcher;
+  switch (options.proposer) {
+    case Proposer::kRandom: searcher = std::make_unique<RandomSearcher>(); break;
+    case Proposer::kExpertThenRandom: searcher = std::make_unique<ExpertThenRandomSearcher>(); break;
+    case Proposer::kCover: searcher = std::make_unique<CoverThenClimbSearcher>(); break;
+    case Proposer::kPolicy: break;
   }
+  if (searcher) searcher->BeginEpisode(*task, options.seed);
 
   // The next point of `ep` and who proposed it: the policy, or where it has none (the baselines, or a
   // domain the policy never saw) the expert default (not for the random baseline), then random points.
@@ -145,24 +149,23 @@ Result<OnlineReport> RunOnlineEpisode(Agent* agent, const OpKey& key, LiveEvalua
     int index = -1;
     std::string proposer;
   };
-  auto propose = [&](const ReplayEpisode& ep, std::mt19937_64& r, int* fallbacks, CoverThenClimbSearcher* search) {
+  auto propose = [&](const ReplayEpisode& ep, std::mt19937_64& r, int* fallbacks, Searcher* search) {
     Proposal p{-1, report.policy_version};
     if (search != nullptr) {
       const int index = search->Propose(ep);
-      return Proposal{index, search->phase()};  // "expert-default", "cover", "climb" or "random"
+      return Proposal{index, search->ProposedBy()};
     }
-    if (options.proposer == Proposer::kPolicy && options.expert_first && task->expert_index >= 0 &&
-        !ep.tried(task->expert_index)) {
+    // The policy, the expert default first where the tuner asks for it.
+    if (options.expert_first && task->expert_index >= 0 && !ep.tried(task->expert_index)) {
       return Proposal{task->expert_index, "expert-default"};
     }
-    if (options.proposer == Proposer::kPolicy) {
-      if (auto proposed = agent->Propose(ep, options.greedy, r, options.revise_after); proposed.ok()) {
-        p.index = *proposed;
-        return p;
-      }
-      if (fallbacks != nullptr) ++*fallbacks;
+    if (auto proposed = agent->Propose(ep, options.greedy, r, options.revise_after); proposed.ok()) {
+      p.index = *proposed;
+      return p;
     }
-    if (options.proposer != Proposer::kRandom && task->expert_index >= 0 && !ep.tried(task->expert_index)) {
+    // No head for the space: as ExpertThenRandomSearcher, drawing from the policy's random state.
+    if (fallbacks != nullptr) ++*fallbacks;
+    if (task->expert_index >= 0 && !ep.tried(task->expert_index)) {
       return Proposal{task->expert_index, "expert-default"};
     }
     std::uniform_int_distribution<int> pick(0, ep.untried_count() - 1);
@@ -181,12 +184,12 @@ Result<OnlineReport> RunOnlineEpisode(Agent* agent, const OpKey& key, LiveEvalua
     std::vector<Candidate> out;
     ReplayEpisode guess = ep;
     std::mt19937_64 guess_rng = r;
-    std::optional<CoverThenClimbSearcher> guess_cover = cover;
+    std::unique_ptr<Searcher> guess_searcher = searcher ? searcher->Clone() : nullptr;
     const double slower = std::isfinite(ep.best_time_us()) ? ep.best_time_us() * 1.5 : baseline.baseline_us * 2;
     for (int k = 0; k < options.compile_ahead; ++k) {
       if (!guess.Observe(current, Outcome::kVerified, slower > 0 ? slower : 1.0).ok()) break;
       if (guess.done() || guess.untried_count() == 0) break;
-      const Proposal p = propose(guess, guess_rng, nullptr, guess_cover ? &*guess_cover : nullptr);
+      const Proposal p = propose(guess, guess_rng, nullptr, guess_searcher.get());
       if (p.index < 0) break;
       auto c = task->family->Generate(*task->problem, task->points[p.index].point, device);
       if (c.ok()) out.push_back(std::move(*c));
@@ -207,7 +210,7 @@ Result<OnlineReport> RunOnlineEpisode(Agent* agent, const OpKey& key, LiveEvalua
       break;
     }
     if (episode.untried_count() == 0) break;
-    const Proposal next = propose(episode, rng, &report.fallbacks, cover ? &*cover : nullptr);
+    const Proposal next = propose(episode, rng, &report.fallbacks, searcher.get());
     const int index = next.index;
     const std::string& proposer = next.proposer;
     const Point& point = task->points[index].point;

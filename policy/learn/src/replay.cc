@@ -601,7 +601,8 @@ void ExpertThenRandomSearcher::BeginEpisode(const ReplayTask& task, uint64_t see
 
 int ExpertThenRandomSearcher::Propose(const ReplayEpisode& episode) {
   const int expert = episode.task().expert_index;
-  if (episode.history().empty() && expert >= 0) return expert;
+  expert_last_ = expert >= 0 && !episode.tried(expert);
+  if (expert_last_) return expert;
   return random_.Propose(episode);
 }
 

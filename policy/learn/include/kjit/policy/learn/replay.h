@@ -203,6 +203,11 @@ class Searcher {
   virtual int Propose(const ReplayEpisode& episode) = 0;
   // Whether results depend on the seed (if not, evaluation runs one seed).
   virtual bool stochastic() const { return true; }
+  // Who proposed the last point, as trials record it ("random", "expert-default", ...; online episodes).
+  virtual std::string ProposedBy() const { return name(); }
+  // A copy in the same state, whose proposals continue where this one's would (online episodes guess the
+  // next candidates on a copy, to compile them ahead); nullptr where a searcher cannot be copied.
+  virtual std::unique_ptr<Searcher> Clone() const { return nullptr; }
 };
 
 // Uniform random search without replacement.
@@ -211,20 +216,25 @@ class RandomSearcher : public Searcher {
   std::string name() const override { return "random search"; }
   void BeginEpisode(const ReplayTask& task, uint64_t seed) override;
   int Propose(const ReplayEpisode& episode) override;
+  std::string ProposedBy() const override { return "random"; }
+  std::unique_ptr<Searcher> Clone() const override { return std::make_unique<RandomSearcher>(*this); }
 
  private:
   std::mt19937_64 rng_;
 };
 
-// The family's expert default first (when measured), then random search.
+// The family's expert default first (when measured, and not tried in an earlier episode), then random search.
 class ExpertThenRandomSearcher : public Searcher {
  public:
   std::string name() const override { return "expert default, then random"; }
   void BeginEpisode(const ReplayTask& task, uint64_t seed) override;
   int Propose(const ReplayEpisode& episode) override;
+  std::string ProposedBy() const override { return expert_last_ ? "expert-default" : "random"; }
+  std::unique_ptr<Searcher> Clone() const override { return std::make_unique<ExpertThenRandomSearcher>(*this); }
 
  private:
   RandomSearcher random_;
+  bool expert_last_ = false;
 };
 
 // The search the datasets were measured with (kjit_tune_spaces --search), as a Searcher: the family's expert
@@ -241,6 +251,8 @@ class CoverThenClimbSearcher : public Searcher {
   void BeginEpisode(const ReplayTask& task, uint64_t seed) override;
   int Propose(const ReplayEpisode& episode) override;
   bool stochastic() const override { return false; }
+  std::string ProposedBy() const override { return phase_; }
+  std::unique_ptr<Searcher> Clone() const override { return std::make_unique<CoverThenClimbSearcher>(*this); }
   // The rest of the current batch (the cover, or this round's neighbours), refilled with the next round's
   // when it is spent; empty once the climb has nothing more (only random points would follow). Every index
   // is untried in `episode`. Proposing them is the caller's: Propose still returns them one by one.
