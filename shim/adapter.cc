@@ -13,7 +13,8 @@
 //   the op's pre-filter declines it (PreFilterFor: a dtype or shape its family never
 //     serves, a cuDNN convolution that is not depthwise, a matmul of large K)
 //                                                             -> PyTorch's kernel, unkeyed
-//   autograd would record (grad mode on, an input requires grad) -> PyTorch's kernel
+//   autograd would record (grad mode on, an input requires grad) and the op's family has not
+//     declared that its kernels serve recorded calls (ServesRecordedCalls) -> PyTorch's kernel
 //   key the call (WriteCallKey), hash it, find its Entry (shim_core.h) for this device
 //     first sight   -> PyTorch's kernel; record its outputs' layouts; look the key up
 //                      in the disk cache once: a record -> load it (kLoaded), none -> kNegative
@@ -519,13 +520,14 @@ struct FoundEntry {
 
 template <bool kProfile, bool kAllNumerics>
 Decision TryServe(Adapter& a, const c10::OperatorHandle& op, const kjit::torch::CallKeyPlan& plan, PreFilter filter,
-                  ::torch::jit::Stack* stack, Stopwatch<kProfile>& clock, const FoundEntry* found) noexcept {
+                  bool serves_recorded, ::torch::jit::Stack* stack, Stopwatch<kProfile>& clock,
+                  const FoundEntry* found) noexcept {
   Decision d;
   try {
     auto args = ::torch::jit::last(*stack, plan.arg_count());
     if (found != nullptr) {
       d.device = found->entry->device();
-    } else if (!CheckCall(filter, args, &d.device)) {
+    } else if (!CheckCall(filter, args, &d.device, serves_recorded)) {
       return d;
     }
     DeviceSlot* slot = a.Device(d.device);
@@ -677,8 +679,8 @@ void ServeOrForward(Adapter& a, const c10::OperatorHandle& op, c10::DispatchKeyS
                     const FoundEntry* found = nullptr) {
   static constexpr PreFilter kFilter = PreFilterFor(kInterceptedOps[I]);
   Stopwatch<kProfile> clock(&a.profile);
-  const Decision d = TryServe<kProfile, KeysAllNumerics(kInterceptedOps[I])>(a, op, *a.ops[I].key_plan, kFilter,
-                                                                             stack, clock, found);
+  const Decision d = TryServe<kProfile, KeysAllNumerics(kInterceptedOps[I])>(
+      a, op, *a.ops[I].key_plan, kFilter, ServesRecordedCalls(kInterceptedOps[I]), stack, clock, found);
   if (d.served) {
     clock.Total();
     return;
@@ -788,7 +790,9 @@ struct Unboxed<I, R(Args...)> {
       static constexpr PreFilter kFilter = PreFilterFor(kInterceptedOps[I]);
       PrefetchTensorImpls(args...);
       int device = -1;
-      if (!CheckTypedCall<kFilter>(&device, args...)) return Path::kPyTorch;
+      if (!CheckTypedCall<kFilter, c10::DeviceType::CUDA, ServesRecordedCalls(kInterceptedOps[I])>(&device, args...)) {
+        return Path::kPyTorch;
+      }
       PrefetchStorages(args...);
       DeviceSlot* slot = a.Device(device);
       if (slot == nullptr) return Path::kPyTorch;

@@ -171,10 +171,12 @@ bool PassesPreFilterTyped(const Args&... args) {
 }
 
 // The device of a call's tensor arguments, fed one argument at a time (Visit), and whether
-// autograd would record the call. Shared by the boxed and the unboxed paths.
+// autograd would record the call (unless the op serves recorded calls: ServesRecordedCalls, whose
+// check is then skipped). Shared by the boxed and the unboxed paths.
 template <c10::DeviceType kDevice>
 struct DeviceScan {
-  bool grad_mode = c10::GradMode::is_enabled();
+  explicit DeviceScan(bool serves_recorded) : grad_mode(!serves_recorded && c10::GradMode::is_enabled()) {}
+  bool grad_mode;
   int found = -2;  // no tensor seen yet
   // False if autograd would record the call (stop there).
   bool Visit(const at::Tensor& t) {
@@ -202,10 +204,11 @@ struct DeviceScan {
 // call is left to PyTorch's kernel, which rejects it (or handles it) as it would without kjit:
 // served, it would fail the launch and blacklist the key on this device for the process, though
 // the kernel is sound. False if autograd would record the call (grad mode on and a tensor
-// argument requires grad): PyTorch's kernel too. One pass over the arguments for both.
+// argument requires grad) and the op does not serve recorded calls: PyTorch's kernel too. One
+// pass over the arguments for both.
 template <c10::DeviceType kDevice = c10::DeviceType::CUDA>
-bool DeviceWithoutAutograd(c10::ArrayRef<c10::IValue> args, int* device) {
-  DeviceScan<kDevice> scan;
+bool DeviceWithoutAutograd(c10::ArrayRef<c10::IValue> args, int* device, bool serves_recorded = false) {
+  DeviceScan<kDevice> scan(serves_recorded);
   for (const c10::IValue& v : args) {
     if (v.isTensor() && !scan.Visit(v.toTensor())) return false;
   }
@@ -213,11 +216,11 @@ bool DeviceWithoutAutograd(c10::ArrayRef<c10::IValue> args, int* device) {
   return true;
 }
 
-// The checks of a call before it is keyed: its op's pre-filter, autograd, its device. False:
-// PyTorch's kernel, unkeyed; true: *device is the call's.
+// The checks of a call before it is keyed: its op's pre-filter, autograd (unless the op serves
+// recorded calls), its device. False: PyTorch's kernel, unkeyed; true: *device is the call's.
 template <c10::DeviceType kDevice = c10::DeviceType::CUDA>
-bool CheckCall(PreFilter filter, c10::ArrayRef<c10::IValue> args, int* device) {
-  return PassesPreFilter(filter, args) && DeviceWithoutAutograd<kDevice>(args, device);
+bool CheckCall(PreFilter filter, c10::ArrayRef<c10::IValue> args, int* device, bool serves_recorded = false) {
+  return PassesPreFilter(filter, args) && DeviceWithoutAutograd<kDevice>(args, device, serves_recorded);
 }
 
 // The numerics a call is keyed with: KeysAllNumerics(op) (shim_core.h) as kAllNumerics.
@@ -268,10 +271,11 @@ void PrefetchStorages(const Args&... args) {
 }
 
 // CheckCall on a call given by its C++ arguments: the same checks, the same answer.
-template <PreFilter kFilter, c10::DeviceType kDevice = c10::DeviceType::CUDA, class... Args>
+template <PreFilter kFilter, c10::DeviceType kDevice = c10::DeviceType::CUDA, bool kServesRecorded = false,
+          class... Args>
 bool CheckTypedCall(int* device, const Args&... args) {
   if (!PassesPreFilterTyped<kFilter>(args...)) return false;
-  DeviceScan<kDevice> scan;
+  DeviceScan<kDevice> scan(kServesRecorded);
   if (!(scan.Visit(args) && ...)) return false;
   *device = scan.device();
   return true;

@@ -115,6 +115,26 @@ constexpr bool KeysAllNumerics(std::string_view op) {
   return false;
 }
 
+// The intercepted ops whose calls autograd records (grad mode on, a tensor argument that requires
+// grad) kjit may serve, from the registry's KJIT_SERVES_RECORDED lines: ops whose kernels write
+// every output the op returns (the evaluator verifies each as strictly as the first), so that the
+// backward finds what PyTorch's kernel would have saved for it. The other ops' recorded calls keep
+// PyTorch's kernel. The overrides sit below autograd (the CUDA dispatch key): autograd records the
+// call and saves its outputs whichever kernel made them.
+inline constexpr std::string_view kServesRecordedOps[] = {
+#define KJIT_SERVES_RECORDED(FAMILY, NAME) NAME,
+#include "kjit/intercepted_ops.inc"
+#undef KJIT_SERVES_RECORDED
+    "",  // so that the list is never empty
+};
+
+constexpr bool ServesRecordedCalls(std::string_view op) {
+  for (std::string_view name : kServesRecordedOps) {
+    if (!name.empty() && name == op) return true;
+  }
+  return false;
+}
+
 // aten::cudnn_convolution(self, weight, padding, stride, dilation, groups, ...): whether the call
 // can be the depthwise convolution policy/depthwise_conv serves: a 4-D input [N, C, H, W] with
 // C >= 2 and no empty dim, a 4-D weight [C, 1, kH, kW], groups == C (groups == in_channels ==

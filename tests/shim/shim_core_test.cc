@@ -4,6 +4,7 @@
 
 #include <fstream>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <map>
@@ -153,6 +154,24 @@ TEST(ShimOps, TheFamiliesOpsAreIntercepted) {
                               "bmm.out", "addmm", "matmul"}) {
     EXPECT_FALSE(listed(op)) << op;
   }
+}
+
+// The ops whose recorded calls (autograd) kjit serves are intercepted ops, and batch_norm's are not among them.
+TEST(ShimOps, RecordedCallsServedWhereTheFamiliesDeclareThem) {
+  size_t declared = 0;
+  for (std::string_view op : kServesRecordedOps) {
+    if (op.empty()) continue;
+    ++declared;
+    EXPECT_NE(std::find(std::begin(kInterceptedOps), std::end(kInterceptedOps), op), std::end(kInterceptedOps)) << op;
+  }
+  EXPECT_GT(declared, 0u);
+  static_assert(ServesRecordedCalls("_softmax"));
+  static_assert(ServesRecordedCalls("native_layer_norm"));
+  static_assert(ServesRecordedCalls("mm"));
+  static_assert(!ServesRecordedCalls("native_batch_norm"));
+  static_assert(!ServesRecordedCalls("cudnn_batch_norm"));
+  static_assert(!ServesRecordedCalls("gelu"));
+  static_assert(!ServesRecordedCalls(""));
 }
 
 TEST(ShimOps, PreFilters) {

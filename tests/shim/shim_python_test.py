@@ -19,6 +19,9 @@ libkjit_preload.so in LD_PRELOAD. One CASE per ctest test (label gpu):
                 each; kjit's FP32 FMA may be more accurate than eager's TF32: the float64
                 rule); hits return eager's (contiguous) strides; every case is served; and
                 products the family never serves (large K, float64) are never keyed
+  autograd      calls autograd records (grad mode on, inputs that require grad) of every family
+                that serves them (KJIT_SERVES_RECORDED): served, with eager's outputs and
+                gradients
   corrupt       records whose CUBIN bytes were changed on disk are refused
                 (quarantined), and the program's outputs are eager's
   load_failure  records that pass their checksums but cannot be loaded: the
@@ -324,6 +327,61 @@ def child_outputs(torch, calls, devices=(0,), part="part1"):
     return outputs
 
 
+def make_cases_autograd(torch):
+    """(case, fn, inputs(gen)) for the ops whose recorded calls kjit serves (KJIT_SERVES_RECORDED), called as
+    training calls them: grad mode on, float32 leaf inputs that require grad."""
+    F = torch.nn.functional
+
+    def leaf(*shape, gen, around=0.0, scale=1.0):
+        return (torch.randn(*shape, generator=gen) * scale + around).cuda().requires_grad_()
+
+    cases = [
+        ("softmax", lambda x: torch.softmax(x, dim=-1), lambda g: (leaf(96, 700, gen=g),)),
+        ("log_softmax", lambda x: F.log_softmax(x, dim=-1), lambda g: (leaf(96, 700, gen=g),)),
+        ("layer_norm", lambda x, w, b: F.layer_norm(x, (x.shape[-1],), w, b),
+         lambda g: (leaf(96, 700, gen=g), leaf(700, gen=g, around=1.0), leaf(700, gen=g))),
+        ("group_norm", lambda x, w, b: F.group_norm(x, 4, w, b),
+         lambda g: (leaf(6, 32, 12, 20, gen=g), leaf(32, gen=g, around=1.0), leaf(32, gen=g))),
+        ("cumsum", lambda x: torch.cumsum(x, dim=-1), lambda g: (leaf(64, 300, gen=g),)),
+        ("cumprod", lambda x: torch.cumprod(x, dim=-1), lambda g: (leaf(64, 40, gen=g, around=1.0, scale=0.05),)),
+        ("max_pool2d", lambda x: F.max_pool2d(x, 3, 2, 1), lambda g: (leaf(2, 8, 20, 20, gen=g),)),
+        ("avg_pool2d", lambda x: F.avg_pool2d(x, 3, 2, 1), lambda g: (leaf(2, 8, 20, 20, gen=g),)),
+        ("sum", lambda x: x.sum(1), lambda g: (leaf(64, 300, gen=g),)),
+        ("mean", lambda x: x.mean((-1, -2)), lambda g: (leaf(4, 16, 12, 12, gen=g),)),
+        ("amax", lambda x: x.amax(1), lambda g: (leaf(64, 300, gen=g),)),
+        ("prod", lambda x: x.prod(1), lambda g: (leaf(64, 16, gen=g, around=1.0, scale=0.05),)),
+        ("depthwise_conv", lambda x, w: F.conv2d(x, w, padding=1, groups=x.shape[1]),
+         lambda g: (leaf(2, 16, 20, 20, gen=g), leaf(16, 1, 3, 3, gen=g))),
+        ("mm", lambda a, b: a @ b, lambda g: (leaf(512, 32, gen=g), leaf(32, 256, gen=g))),
+        ("bmm", lambda a, b: torch.bmm(a, b), lambda g: (leaf(8, 64, 32, gen=g), leaf(8, 32, 64, gen=g))),
+    ]
+    if hasattr(F, "rms_norm"):
+        cases.append(("rms_norm", lambda x, w: F.rms_norm(x, (x.shape[-1],), w, 1e-6),
+                      lambda g: (leaf(96, 700, gen=g), leaf(700, gen=g, around=1.0))))
+    return cases
+
+
+def child_autograd(torch, calls):
+    """Every autograd case `calls` times (first sight, then hits), grad mode on; the last call's output and,
+    after a backward with a fixed upstream gradient, each input's gradient, on the CPU: "case", "case#grad0", ..."""
+    outputs = {}
+    assert torch.is_grad_enabled()
+    for case, fn, inputs in make_cases_autograd(torch):
+        gen = torch.Generator().manual_seed(zlib.crc32(case.encode()))
+        args = inputs(gen)
+        for _ in range(calls):
+            out = fn(*args)
+        if not out.requires_grad:
+            raise RuntimeError(f"{case}: autograd did not record the call")
+        upstream = torch.randn(out.shape, generator=gen).cuda()
+        out.backward(upstream)
+        outputs[case] = out.detach().cpu()
+        for i, a in enumerate(args):
+            outputs[f"{case}#grad{i}"] = a.grad.cpu()
+    torch.cuda.synchronize()
+    return outputs
+
+
 def child_switches(torch):
     """The benchmark switches (kjit_adapter_set_registered, kjit_adapter_set_passthrough): every
     case twice in each state; the outputs and the counters' change per state."""
@@ -358,6 +416,11 @@ def child(args):
     import torch
     if args.child == "switches":
         torch.save(child_switches(torch), args.out)
+        return 0
+    if args.child == "autograd":
+        outputs = child_autograd(torch, args.calls)
+        time.sleep(args.linger)
+        torch.save({"outputs": outputs, "counters": counters()}, args.out)
         return 0
     if args.child == "outputs":
         outputs = child_outputs(torch, args.calls, [int(d) for d in args.devices.split(",")], args.part)
@@ -590,6 +653,48 @@ def case_equivalence_matmul(e):
     expect_none_keyed(e, "declined.pt", "matmul-declined", "large-K and float64 products")
 
 
+def case_autograd(e):
+    """Calls autograd records, served: every family that declares KJIT_SERVES_RECORDED, forward and backward in
+    grad mode: outputs and gradients eager's within tolerance (gradients 1e-4: the backward's own reductions run
+    on kjit's outputs), with the records of each op loaded in the grad-mode process."""
+    import torch
+    reference, _ = e.program("autograd", os.path.join(e.work, "eager.pt"), shim=False, calls=1)
+    e.start_kjitd()
+    first, log = e.program("autograd", os.path.join(e.work, "first.pt"), calls=2, linger=2)
+    c = first["counters"]
+    if not c or not c.get("attached"):
+        fail(f"the PyTorch adapter did not attach in the program (counters {c}):\n{log[-3000:]}")
+    if not c.get("first_sights"):
+        fail(f"no recorded call was keyed (counters {c}): are recorded calls still left to PyTorch?\n{log[-3000:]}")
+    e.stop_kjitd()
+    if e.seed() == 0:
+        fail("no kernel could be made for any key the program missed (were the misses reported?)")
+    second, log = e.program("autograd", os.path.join(e.work, "second.pt"), calls=3)
+    c = second["counters"]
+    print(f"counters: {c}")
+    if not c["hits"]:
+        fail(f"no recorded call was served by a cached kernel:\n{log[-3000:]}")
+    if c["failures"]:
+        fail(f"{c['failures']} records failed in the shim:\n{log[-3000:]}")
+    problems = []
+    for case, want in reference["outputs"].items():
+        got = second["outputs"][case]
+        tol = 1e-4 if "#grad" in case else 1e-5
+        try:
+            torch.testing.assert_close(got, want, rtol=tol, atol=tol, equal_nan=True)
+        except AssertionError as err:
+            problems.append(f"{case}: {' '.join(str(err).split())[:300]}")
+    for p in problems[:30]:
+        print(f"  {p}")
+    if problems:
+        fail(f"{len(problems)} of {len(reference['outputs'])} outputs and gradients differ from eager's")
+    print(f"{len(reference['outputs'])} outputs and gradients: eager's within tolerance")
+    expect_records_loaded(log, ("aten::_softmax", "aten::_log_softmax", "aten::native_layer_norm",
+                                "aten::native_group_norm", "aten::cumsum", "aten::cumprod",
+                                "aten::max_pool2d_with_indices", "aten::avg_pool2d", "aten::sum", "aten::mean",
+                                "aten::amax", "aten::prod", "aten::mm", "aten::bmm"))
+
+
 def case_corrupt(e):
     import torch
     reference = first_run_and_seed(e)
@@ -771,7 +876,7 @@ def case_two_devices(e):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("case", nargs="?", choices=["equivalence", "equivalence_part2", "equivalence_matmul",
-                                                    "corrupt", "load_failure", "fault", "hotswap", "kill_kjitd",
+                                                    "autograd", "corrupt", "load_failure", "fault", "hotswap", "kill_kjitd",
                                                     "switches", "two_devices"])
     parser.add_argument("--kjit")
     parser.add_argument("--preload")

@@ -70,8 +70,9 @@ struct Both<I, R(P...)> {
     constexpr PreFilter kFilter = PreFilterFor(kInterceptedOps[I]);
     EXPECT_EQ(PassesPreFilter(kFilter, stack), (PassesPreFilterTyped<kFilter>(args...)));
     int boxed_device = -7, typed_device = -7;
-    const bool boxed_ok = CheckCall<c10::DeviceType::CPU>(kFilter, stack, &boxed_device);
-    const bool typed_ok = CheckTypedCall<kFilter, c10::DeviceType::CPU>(&typed_device, args...);
+    constexpr bool kRecorded = ServesRecordedCalls(kInterceptedOps[I]);
+    const bool boxed_ok = CheckCall<c10::DeviceType::CPU>(kFilter, stack, &boxed_device, kRecorded);
+    const bool typed_ok = CheckTypedCall<kFilter, c10::DeviceType::CPU, kRecorded>(&typed_device, args...);
     EXPECT_EQ(boxed_ok, typed_ok);
     EXPECT_EQ(typed_ok, expect_pass);
     if (boxed_ok && typed_ok) {
@@ -116,7 +117,8 @@ TEST(ShimUnboxed, TypedKeysAndChecksEqualTheBoxedOnesForEveryOp) {
   For<ops::_softmax>::Check(true, x, 1, false);
   For<ops::_softmax>::Check(true, h, -1, true);
   For<ops::_softmax>::Check(true, xt, 2, false);
-  For<ops::_softmax>::Check(false, grad, 0, false);  // autograd would record it
+  // Autograd would record it: served, as the softmax family declares (KJIT_SERVES_RECORDED).
+  For<ops::_softmax>::Check(true, grad, 0, false);
   For<ops::_log_softmax>::Check(true, x_offset, 0, false);
   {
     const auto shape = Sym({8});
@@ -150,6 +152,13 @@ TEST(ShimUnboxed, TypedKeysAndChecksEqualTheBoxedOnesForEveryOp) {
     For<ops::native_batch_norm>::Check(true, bn, F({6}), F({6}), F({6}), F({6}), false, 0.1, 1e-5);
     For<ops::native_batch_norm>::Check(true, bn, none, none, none, none, true, 0.1, 1e-5);
     For<ops::cudnn_batch_norm>::Check(true, bn, F({6}), F({6}), F({6}), F({6}), true, 0.1, 1e-5);
+    // Calls autograd records: left to PyTorch for batch_norm, which does not declare them.
+    const at::Tensor weight = F({6}).requires_grad_();
+    For<ops::native_batch_norm>::Check(false, bn, weight, F({6}), F({6}), F({6}), false, 0.1, 1e-5);
+    For<ops::cudnn_batch_norm>::Check(false, bn, weight, F({6}), F({6}), F({6}), true, 0.1, 1e-5);
+    // ... unless grad mode is off.
+    const c10::NoGradGuard no_grad;
+    For<ops::native_batch_norm>::Check(true, bn, weight, F({6}), F({6}), F({6}), false, 0.1, 1e-5);
   }
   For<ops::cumsum>::Check(true, x, 2, std::nullopt);
   For<ops::cumsum>::Check(true, x, 1, at::kDouble);
