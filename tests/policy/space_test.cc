@@ -207,7 +207,8 @@ TEST_P(SpaceTest, SampledSourcesArePinned) {
       {"pool", {6022, 0xc3c5293bdd37783bull}},  // pool.cuh: same PTX (see PoolSpace.OldPoints...)
       {"reduce", {1680, 0x1556f57f907b41fdull}},
       {"depthwise_conv", {6758, 0xe6766e40bd51a5e5ull}},  // depthwise_conv.cuh, macros for the splices: same PTX (245 cover points)
-      {"matmul", {154, 0x4f797759d95984edull}},  // #pragma unroll kUnrollBk...: same PTX (see MatmulSpace.OldPoints...)
+      {"matmul", {154, 0x4f797759d95984edull}},
+      {"softmax_backward", {6254, 0xb8f7788960fdca47ull}},  // #pragma unroll kUnrollBk...: same PTX (see MatmulSpace.OldPoints...)
   };
   const Family& f = *GetParam();
   const DeviceFacts device = DeviceFacts::H200();
@@ -275,8 +276,8 @@ TEST(OpRegistry, EachFamilyContributesExactlyItsOps) {
 // Families() in the positions the families' kjit_family() calls give: the policy's family features, which
 // stored checkpoints were trained with. A new family appends; moving one sets every checkpoint aside.
 TEST(FamilyRegistry, FamiliesKeepTheirPositions) {
-  const std::vector<std::string> expected = {"softmax", "layer_norm", "batch_norm", "group_norm", "scan",
-                                             "pool",    "reduce",     "depthwise_conv", "matmul"};
+  const std::vector<std::string> expected = {"softmax", "layer_norm", "batch_norm",     "group_norm", "scan",
+                                             "pool",    "reduce",     "depthwise_conv", "matmul",     "softmax_backward"};
   std::vector<std::string> names;
   for (const Family* f : Families()) names.emplace_back(f->name());
   ASSERT_GE(names.size(), expected.size()) << "a family is missing from the registry";

@@ -210,6 +210,14 @@ TEST(ShimUnboxed, TypedKeysAndChecksEqualTheBoxedOnesForEveryOp) {
     For<ops::bmm>::Check(true, F({3, 16, 8}), F({3, 8, 12}));
     For<ops::bmm>::Check(false, F({3, 16, 8}), F({2, 8, 12}));  // batch sizes differ
   }
+  {
+    const at::Tensor g = F({4, 6}), y = at::softmax(F({4, 6}), 1);
+    For<ops::_softmax_backward_data>::Check(true, g, y, 1, at::kFloat);
+    For<ops::_softmax_backward_data>::Check(true, g.t(), y.t(), 0, at::kFloat);
+    For<ops::_log_softmax_backward_data>::Check(true, g, y, -1, at::kFloat);
+    // In a double backward (create_graph) autograd records the backward op: left to PyTorch.
+    For<ops::_softmax_backward_data>::Check(false, F({4, 6}).requires_grad_(), y, 1, at::kFloat);
+  }
   EXPECT_EQ(Checked().size(), kOps) << "every intercepted op must have a sample above";
 }
 
