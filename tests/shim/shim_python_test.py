@@ -20,8 +20,8 @@ libkjit_preload.so in LD_PRELOAD. One CASE per ctest test (label gpu):
                 rule); hits return eager's (contiguous) strides; every case is served; and
                 products the family never serves (large K, float64) are never keyed
   autograd      calls autograd records (grad mode on, inputs that require grad) of every family
-                that serves them (KJIT_SERVES_RECORDED): served, with eager's outputs and
-                gradients
+                that serves them (KJIT_SERVES_RECORDED), and the softmax backward ops: served,
+                with eager's outputs and gradients
   corrupt       records whose CUBIN bytes were changed on disk are refused
                 (quarantined), and the program's outputs are eager's
   load_failure  records that pass their checksums but cannot be loaded: the
@@ -692,7 +692,9 @@ def case_autograd(e):
     expect_records_loaded(log, ("aten::_softmax", "aten::_log_softmax", "aten::native_layer_norm",
                                 "aten::native_group_norm", "aten::cumsum", "aten::cumprod",
                                 "aten::max_pool2d_with_indices", "aten::avg_pool2d", "aten::sum", "aten::mean",
-                                "aten::amax", "aten::prod", "aten::mm", "aten::bmm"))
+                                "aten::amax", "aten::prod", "aten::mm", "aten::bmm",
+                                # The backward ops kjit serves (softmax_backward), run in the backward pass.
+                                "aten::_softmax_backward_data", "aten::_log_softmax_backward_data"))
 
 
 def case_corrupt(e):
