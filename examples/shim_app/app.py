@@ -30,8 +30,8 @@ The ops (what eager PyTorch calls on CUDA, and kjit intercepts):
   bmm            per-head 64x64 products, fp32 aten::bmm (K <= 256 in fp32, <= 64 in fp16/bf16 only)
   mm_skinny      a rank-64 factor product, fp32  aten::mm (idem)
 
-Everything runs under torch.inference_mode(): kjit leaves calls that autograd
-records to PyTorch.
+Everything runs under torch.inference_mode(), as inference programs do (kjit
+serves calls that autograd records too: examples/training trains a model).
 """
 import argparse
 import json
