@@ -145,10 +145,11 @@ TEST(ShimOps, TheFamiliesOpsAreIntercepted) {
                               "native_batch_norm", "cudnn_batch_norm", "cumsum", "cumprod", "max_pool2d_with_indices",
                               "max_pool3d_with_indices", "avg_pool2d", "avg_pool3d", "sum.dim_IntList", "mean.dim",
                               "amax", "amin", "prod", "prod.dim_int", "argmax", "argmin", "_conv_depthwise2d",
-                              "cudnn_convolution", "mm", "bmm"}) {
+                              "cudnn_convolution", "mm", "bmm", "_softmax_backward_data",
+                              "_log_softmax_backward_data"}) {
     EXPECT_TRUE(listed(op)) << op;
   }
-  EXPECT_EQ(std::size(kInterceptedOps), 25u);
+  EXPECT_EQ(std::size(kInterceptedOps), 27u);
   // Overloads without CUDA kernels of their own, or that the families do not serve, are not listed.
   for (std::string_view op : {"sum", "mean", "max_pool2d", "cumsum_", "cumsum.out", "sum.IntList_out", "mm.out",
                               "bmm.out", "addmm", "matmul"}) {
