@@ -48,8 +48,7 @@ int64_t NextPow2(int64_t v) {
 
 bool Float(DType t) { return t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBFloat16; }
 
-// The kernels' CUDA, from matmul.cuh (kjit_embed_cuda): kBody, kSpanTiles, kSpanRepack, kSpanStore, kSpanAsync,
-// kBulkHead, kBulkTail, kRingTail, kRingSpan, kRingSpanIssue, kSpanBulkHead, kSpanBulk, kSpanInPlace.
+// The kernels' CUDA, from matmul.cuh (kjit_embed_cuda): kBody, kSpanRepack, kBulkBody, kEntry.
 #include "kjit/cuda/matmul.cuh.inc"
 class Matmul final : public Family {
  public:
@@ -232,8 +231,8 @@ class Matmul final : public Family {
     // version stayed. Codegen 6 changed the kernels of span points (stage 4, span 1 and 2: the span copies'
     // unchecked issue; span 2's own output scratch), and only theirs. Span 3 came as a new value (codegen 6
     // still); codegen 7 changed span 2 and 3's repack (rows to warps), so span points' kernels only again;
-    // codegen 8 their output store (two of a thread's rows a round, kSpanStore), again theirs only. Span 4 came
-    // as a new value (codegen 8 still).
+    // codegen 8 their output store (two of a thread's rows a round: matmul.cuh's SR4), again theirs only. Span 4
+    // came as a new value (codegen 8 still).
     s.absent_as = {{"ahead", 1}, {"span", 0}};
     return s;
   }
@@ -248,7 +247,7 @@ class Matmul final : public Family {
   // Tile4): rows along the operand's contiguous dim, padded by 16 bytes past the 16-byte rounded length.
   // Span copies: ahead + 1 span buffers (span 1), or ahead of them, one padded buffer their tiles are
   // repacked into and the warps' output scratch, threads_tn floats (threads x tn x the store's rows a round,
-  // kSpanStore's SR4) (span 2); span 3 as 2 and
+  // matmul.cuh's SR4) (span 2); span 3 as 2 and
   // an mbarrier (8 bytes) a landing buffer after the scratch (16-byte aligned there: every part before it is
   // a multiple of 16 bytes); span 4 as 3 with the landing buffer inside the padded tiles' region (the larger
   // of the two).
@@ -338,7 +337,7 @@ class Matmul final : public Family {
     if (stage == kBulk) return BulkBytes(p, pt.at("bm"), pt.at("bn"), Ahead(pt));
     if (stage == kRing) return RingBytes(p, pt.at("bm"), pt.at("bn"), pt.at("bpb") + Ahead(pt), SpanOf(pt));
     if (stage == kPipelined) {
-      // (span 2 and 3: the output scratch holds SR4 of a thread's rows, kSpanStore)
+      // (span 2 and 3: the output scratch holds SR4 of a thread's rows, matmul.cuh)
       return PipelinedBytes(p, pt.at("bm"), pt.at("bn"), Ahead(pt), SpanOf(pt),
                             Threads(pt.at("bm"), pt.at("bn"), pt.at("tm"), pt.at("tn")) * pt.at("tn") *
                                 (pt.at("tm") % 2 == 0 ? 2 : 1));
@@ -730,42 +729,6 @@ class Matmul final : public Family {
     return tries.back();
   }
 
-  // Span 4 from span 3's text (kSpanInPlace): false if an anchor is missing.
-  static bool SwapInPlace(std::string& body) {
-    const std::pair<const char*, const char*> swaps[] = {
-        {"// One item of span 2 or 3 whose spans landed in cur", nullptr},  // kSpanInPlace goes before it
-        {"  repack4<TA4, A_KCONT, BM, M_>(cur + SA4::offset(sa), m0, tiles);\n"
-         "  repack4<TB4, !B_NCONT, BN, N_>(cur + SA4::ELEMS + SB4::offset(sb), n0, tiles + TA4::ELEMS);\n"
-         "  // The tiles are whole, and every thread is done reading this landing buffer: it takes item + AHEAD's.\n"
-         "  __syncthreads();\n  refill();\n",
-         "  {  // span 4: A's span into registers, a barrier, A's tile over it; then B's\n"
-         "    Staged4<TA4, A_KCONT, BM, M_> r;\n    r.load(cur + SA4::offset(sa), m0);\n    __syncthreads();\n"
-         "    r.store(tiles);\n  }\n  {\n    Staged4<TB4, !B_NCONT, BN, N_> r;\n"
-         "    r.load(cur + SA4::ELEMS + SB4::offset(sb), n0);\n    __syncthreads();\n"
-         "    r.store(tiles + TA4::ELEMS);\n  }\n  __syncthreads();  // the tiles are whole\n"},
-        {"  if (WSTORE4) store_warp3(c + bt * (M_ * N_), m0, n0, scratch, ty, tx, acc);\n",
-         "  // Span 4: every thread done with the tiles (its accesses of the region ordered before the async\n"
-         "  // proxy's writes), the region takes item + AHEAD's spans during the stores.\n"
-         "  kjit_fence_async();\n  __syncthreads();\n  refill();\n"
-         "  if (WSTORE4) store_warp3(c + bt * (M_ * N_), m0, n0, scratch, ty, tx, acc);\n"},
-        {"  raw_t* tiles = smem4;          // BUF4: the current item's tiles, padded\n"
-         "  raw_t* land = smem4 + BUF4;    // AHEAD landing buffers of SBUF4, SR4 * THREADS * TN floats of output scratch, then\n"
-         "                                 // AHEAD mbarriers\n"
-         "  float* scratch = reinterpret_cast<float*>(land + AHEAD * SBUF4);\n",
-         "  raw_t* tiles = smem4;          // span 4: LBUF4, the current item's tiles, padded, over its landing buffer\n"
-         "  raw_t* land = smem4 + LOFF4;   // the landing buffer; after LBUF4, SR4 * THREADS * TN floats of output\n"
-         "                                 // scratch, then the mbarrier\n"
-         "  float* scratch = reinterpret_cast<float*>(smem4 + LBUF4);\n"},
-    };
-    for (const auto& [from, to] : swaps) {
-      const size_t at = body.find(from);
-      if (at == std::string::npos || body.find(from, at + 1) != std::string::npos) return false;
-      if (to) body.replace(at, std::string_view(from).size(), to);
-      else body.insert(at, kSpanInPlace);
-    }
-    return true;
-  }
-
   Result<Candidate> Generate(const Problem& problem, const Point& pt, const DeviceFacts& dev) const override {
     KJIT_RETURN_IF_ERROR(Check(problem, pt, dev));
     const auto& p = static_cast<const MatmulProblem&>(problem);
@@ -778,7 +741,8 @@ class Matmul final : public Family {
     std::ostringstream src;
     src << codegen::SourceHead(*this, p, pt, dev, "FP32 fused multiply-adds only (no TF32), ascending k from +0, rounded once.");
     src << "typedef " << CudaType(p.dtype) << " in_t;\ntypedef in_t out_t;\n";
-    src << "#define VEC " << vec << "\n#define HINT " << hint << "\n#define STAGE " << stage << "\n";
+    src << "#define VEC " << vec << "\n#define HINT " << hint << "\n#define STAGE " << stage << "\n#define SPAN "
+        << SpanOf(pt) << "\n";
     // Pipelined: the block's work items are blockIdx.x + j * GRID.
     const int64_t grid = stage == kRing ? RingGrid(p, pt, dev)
                          : stage == kPipelined || stage == kBulk ? PipelinedGrid(p, pt, dev)
@@ -792,124 +756,23 @@ class Matmul final : public Family {
         << ";\nconstexpr long long GRID = " << grid << ";\n";
     src << "constexpr bool A_KCONT = " << (p.a_kcont() ? "true" : "false")
         << ", B_NCONT = " << (p.b_ncont() ? "true" : "false") << ";\n";
+    // The span copies' bounds (SPAN != 0; matmul.cuh's EXT_A and kin): each operand's view, x[0, A_VIEW), which
+    // they read up to and no further, and whether every item's span starts 16-byte aligned in rows of 16 bytes.
+    const int64_t view_a = (p.batch - 1) * p.sab + (p.m - 1) * p.sam + (p.k - 1) * p.sak + 1;
+    const int64_t view_b = (p.batch - 1) * p.sbb + (p.k - 1) * p.sbk + (p.n - 1) * p.sbn + 1;
+    src << "#define A_VIEW " << view_a << "\n#define B_VIEW " << view_b << "\n#define A_ALIGNED "
+        << SpanAligned(p, p.a_kcont(), p.sab, p.m, p.a_align) << "\n#define B_ALIGNED "
+        << SpanAligned(p, !p.b_ncont(), p.sbb, p.n, p.b_align) << "\n";
     src << codegen::kElementAccess << codegen::kRawAccess;
     // The k loops' unrolling: a k slice (kUnrollBk), the resident stage's two k values an iteration
     // (kUnrollHalf), the pipelined, bulk and ring stages' four (kUnrollQuarter). Enumerators, not macros
     // (nvcc expands no macro in #pragma unroll) nor variables (which PTX would hold as globals).
     src << "enum : int { kUnrollBk = " << bk << ", kUnrollHalf = " << std::max<int64_t>(1, bk / 2)
         << ", kUnrollQuarter = " << std::max<int64_t>(1, bk / 4) << " };\n";
-    std::string body = kBody;
-    if (SpanOf(pt) != 0 && stage == kPipelined) {
-      // Span copies: Span4 for Tile4, the issue taking the view's start, the tiles read at their offsets.
-      auto swap = [&body](const std::string& from, const std::string& to) {
-        const size_t at = body.find(from);
-        if (at != std::string::npos) body.replace(at, from.size(), to);
-        return at != std::string::npos;
-      };
-      std::ostringstream tiles;
-      const int64_t ext_a = (p.batch - 1) * p.sab + (p.m - 1) * p.sam + (p.k - 1) * p.sak + 1;
-      const int64_t ext_b = (p.batch - 1) * p.sbb + (p.k - 1) * p.sbk + (p.n - 1) * p.sbn + 1;
-      tiles << "constexpr long long EXT_A = " << ext_a << ", EXT_B = " << ext_b << ";  // elements of the views\n"
-            << "constexpr bool ALIGNED_A = " << (SpanAligned(p, p.a_kcont(), p.sab, p.m, p.a_align) ? "true" : "false")
-            << ", ALIGNED_B = " << (SpanAligned(p, !p.b_ncont(), p.sbb, p.n, p.b_align) ? "true" : "false") << ";\n"
-            << kSpanTiles;
-      // Outputs leave through a warp's rows (WSTORE4) rather than the whole matrix's contiguous span (FLAT4):
-      // on the H200, 4095 x 63^3 f32 with span copies took 82 us so and 87 us through FLAT4's two barriers.
-      bool swapped =
-          swap("constexpr bool FLAT4 = TILES4 == 1 && SW == 1 && M_ * N_ * 4 <= (long long)BUF4 * sizeof(raw_t);",
-               "constexpr bool FLAT4 = false;  // span copies: WSTORE4");
-      if (SpanOf(pt) == 1) {
-        // Span4 for Tile4: the tiles read where they landed, at their offsets; the issue takes the views.
-        swapped = swapped &&
-                  swap("typedef Tile4<A_KCONT, BM, M_, SAM, SAK> TA4;\ntypedef Tile4<!B_NCONT, BN, N_, SBN, SBK> TB4;\n",
-                       tiles.str() + "typedef Span4<A_KCONT, BM, M_, EXT_A, ALIGNED_A> TA4;\n"
-                                     "typedef Span4<!B_NCONT, BN, N_, EXT_B, ALIGNED_B> TB4;\n") &&
-                  swap("  TA4::issue(a + bt * SAB, tile / TILES_N * BM, S);\n"
-                       "  TB4::issue(b + bt * SBB, tile % TILES_N * BN, S + TA4::ELEMS);",
-                       "  TA4::issue(a, a + bt * SAB, tile / TILES_N * BM, S);\n"
-                       "  TB4::issue(b, b + bt * SBB, tile % TILES_N * BN, S + TA4::ELEMS);") &&
-                  swap("    const raw_t* As = cur;\n    const raw_t* Bs = cur + TA4::ELEMS;",
-                       "    const long long sbt = item / TILES4, stile = item % TILES4;\n"
-                       "    const in_t* sa = a + sbt * SAB + TA4::first(stile / TILES_N * BM);\n"
-                       "    const in_t* sb = b + sbt * SBB + TB4::first(stile % TILES_N * BN);\n"
-                       "    const raw_t* As = cur + TA4::offset(sa);\n"
-                       "    const raw_t* Bs = cur + TA4::ELEMS + TB4::offset(sb);");
-      } else {
-        // Span 2: pipelined4s (after pipelined4, whose helpers it uses) in its place. Span 3: pipelined4b
-        // instead (the same helpers), with the bulk copies and the ring's span issue.
-        const std::string end4 = "    else store_tile3(c + bt * (M_ * N_), m0, n0, ty, tx, acc);\n  }\n}\n";
-        std::string spans = tiles.str() + kSpanRepack;
-        if (SpanOf(pt) >= 3) {
-          spans += std::string(codegen::kBulkCopy) + kSpanBulkHead + kRingSpan + kRingSpanIssue + kSpanBulk;
-        } else {
-          spans += kSpanAsync;
-        }
-        // Its output store: kSpanStore in place of store_warp3 (the whole function, which ends at the first
-        // closing brace at the start of a line).
-        const std::string store_head = "__device__ __forceinline__ void store_warp3(";
-        const size_t store_at = body.find(store_head), store_end = body.find("\n}\n", store_at);
-        swapped = swapped && store_at != std::string::npos && store_end != std::string::npos &&
-                  body.substr(store_at, store_end - store_at).find("// read before the next row is written") !=
-                      std::string::npos;
-        if (swapped) body.replace(store_at, store_end + 3 - store_at, kSpanStore);
-        swapped = swapped && swap(end4 + "#endif\n", end4 + spans + "#endif\n") &&
-                  swap("  pipelined4(a, b, c, reinterpret_cast<raw_t*>(smem));",
-                       SpanOf(pt) >= 3 ? "  pipelined4b(a, b, c, reinterpret_cast<raw_t*>(smem));"
-                                       : "  pipelined4s(a, b, c, reinterpret_cast<raw_t*>(smem));");
-        if (SpanOf(pt) == 4) swapped = swapped && SwapInPlace(body);
-      }
-      if (!swapped) return Internal("matmul: the span copies' anchors are missing from the kernel body");
-    }
-    if (stage == kBulk || stage == kRing) {
-      // Bulk: kBulkHead, kBulkCopy and kBulkTail before the kernel, which calls it (only this stage's sources
-      // change). Ring: the same helpers with their guard widened (in this stage's sources only), kRingTail, and
-      // the block's launch bounds (the groups and the producer warp, one block an SM).
-      const bool ring = stage == kRing;
-      std::string bulk = std::string(kBulkHead) + codegen::kBulkCopy + kBulkTail;
-      if (ring) {
-        const std::string guard5 = "#if STAGE == 5\n";
-        for (size_t at = bulk.find(guard5); at != std::string::npos; at = bulk.find(guard5, at + 1)) {
-          bulk.replace(at, guard5.size(), "#if STAGE >= 5\n");
-        }
-        bulk += kRingTail;
-        if (SpanOf(pt) == 1) {
-          // Span copies: Span6 for Tile5, its issue5, the tiles read at their offsets.
-          auto swap = [&bulk](const std::string& from, const std::string& to) {
-            const size_t at = bulk.find(from);
-            if (at != std::string::npos) bulk.replace(at, from.size(), to);
-            return at != std::string::npos;
-          };
-          const int64_t ext_a = (p.batch - 1) * p.sab + (p.m - 1) * p.sam + (p.k - 1) * p.sak + 1;
-          const int64_t ext_b = (p.batch - 1) * p.sbb + (p.k - 1) * p.sbk + (p.n - 1) * p.sbn + 1;
-          std::ostringstream tiles;
-          tiles << "constexpr long long EXT_A = " << ext_a << ", EXT_B = " << ext_b << ";  // elements of the views\n"
-                << kRingSpan;
-          const std::string issue_from = "// The item's two bulk copies into buffer S, counted by BAR (the calling thread only).\n";
-          const std::string issue_to = "// As chunk4, from the unpadded tiles.\n";
-          const size_t i0 = bulk.find(issue_from), i1 = bulk.find(issue_to);
-          bool swapped = i0 != std::string::npos && i1 != std::string::npos && i1 > i0;
-          if (swapped) bulk.replace(i0 + issue_from.size(), i1 - i0 - issue_from.size(), kRingSpanIssue);
-          swapped = swapped &&
-                    swap("typedef Tile5<A_KCONT, BM, M_> TA5;\ntypedef Tile5<!B_NCONT, BN, N_> TB5;\n", tiles.str()) &&
-                    swap("    const raw_t* As = bufs + s * BUF5;\n    const raw_t* Bs = As + TA5::ELEMS;\n",
-                         "    const long long sitem = (long long)blockIdx.x + j * GRID, sbt = sitem / TILES5, stile = sitem % TILES5;\n"
-                         "    const raw_t* As = bufs + s * BUF5 + TA5::offset(a + sbt * SAB + TA5::first(stile / TILES_N * BM));\n"
-                         "    const raw_t* Bs = bufs + s * BUF5 + TA5::ELEMS + TB5::offset(b + sbt * SBB + TB5::first(stile % TILES_N * BN));\n");
-          if (!swapped) return Internal("matmul: the ring's span anchors are missing from its sources");
-        }
-      }
-      const std::string entry = "extern \"C\" __global__ void __launch_bounds__(THREADS, MINB) kjit_matmul(";
-      const std::string call4 = "  pipelined4(a, b, c, reinterpret_cast<raw_t*>(smem));\n";
-      const size_t at_entry = body.find(entry), at_call = body.find(call4);
-      if (at_entry == std::string::npos || at_call == std::string::npos) {
-        return Internal("matmul: the bulk and ring strategies' anchors are missing from the kernel body");
-      }
-      body.insert(at_call + call4.size(), ring ? "#elif STAGE == 6\n  ring6(a, b, c, smem);\n"
-                                               : "#elif STAGE == 5\n  bulk5(a, b, c, smem);\n");
-      if (ring) body.replace(at_entry, entry.size(), "extern \"C\" __global__ void __launch_bounds__(BLOCK6, 1) kjit_matmul(");
-      body.insert(at_entry, bulk + "\n");
-    }
-    src << body;
+    // The kernel: the same sections for every point, its strategy's and span variant's parts selected by #if on
+    // STAGE and SPAN (matmul.cuh). The bulk copies (sm_90) sit inside the #if that ends kSpanRepack (and that
+    // kBulkBody closes), which only stages 5 and 6 and spans 3 and 4 take.
+    src << kBody << kSpanRepack << codegen::kBulkCopy << kBulkBody << kEntry;
     Candidate c;
     c.source = src.str();
     c.entry_point = "kjit_matmul";
