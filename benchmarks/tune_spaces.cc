@@ -792,7 +792,6 @@ int main(int argc, char** argv) {
         // run as the "cover" proposer): the expert default and a pairwise cover of the space (every value of
         // every knob and every pair of values at least once), then hill-climbing rounds on one-knob changes of
         // the best screened points, until a round finds none.
-        const std::vector<policy::Point> all = policy::ValidPoints(*f, *problem, device);
         const policy::Point def = f->ExpertDefault(*problem, device);
         auto spread = [&](std::vector<policy::Point> points) {
           if (max_points > 0 && points.size() > static_cast<size_t>(max_points)) {
@@ -802,13 +801,16 @@ int main(int argc, char** argv) {
           }
           return points;
         };
-        // The search's action set: the valid points with --points' knob values (and the expert default).
+        // The search's action set: the valid points (MakeLiveTask enumerates them) with --points' knob values
+        // (and the expert default).
         auto live = policy::learn::MakeLiveTask(key, device, 0, 0);
         if (!live.ok()) {
           std::printf("<!-- %s: %s -->\n", problem->description.c_str(), live.status().ToString().c_str());
           continue;
         }
         policy::learn::ReplayTask& task = *live;
+        std::vector<policy::Point> all;
+        for (const policy::learn::MeasuredPoint& mp : task.points) all.push_back(mp.point);
         std::erase_if(task.points, [&](const policy::learn::MeasuredPoint& mp) {
           return !PointHas(mp.point, want) && mp.point != def;
         });

@@ -135,18 +135,13 @@ class Scan final : public Family {
     if (x->dtype != DType::kFloat32 && x->dtype != DType::kFloat16 && x->dtype != DType::kBFloat16) {
       return InvalidArgument("dtype " + std::string(DTypeName(x->dtype)) + " is not served");
     }
-    const int64_t nd = static_cast<int64_t>(x->sizes.size());
-    if (nd == 0) return InvalidArgument("0-d inputs are left to PyTorch");
+    if (x->sizes.empty()) return InvalidArgument("0-d inputs are left to PyTorch");
     if (!x->is_contiguous()) return InvalidArgument("non-contiguous inputs are declined");
     if (x->numel() == 0) return codegen::DeclineEmpty();
-    const int64_t d = *dim < 0 ? *dim + nd : *dim;
-    if (d < 0 || d >= nd) return InvalidArgument("dim out of range");
-    for (int64_t i = 0; i < nd; ++i) {
-      if (i < d) p->outer *= x->sizes[i];
-      if (i == d) p->len = x->sizes[i];
-      if (i > d) p->inner *= x->sizes[i];
-    }
-    if (p->outer * p->len * p->inner > (int64_t{1} << 40)) return InvalidArgument("too large");
+    KJIT_ASSIGN_OR_RETURN(const codegen::AroundDim around, codegen::SplitAroundDim(x->sizes, *dim));
+    p->outer = around.outer;
+    p->len = around.len;
+    p->inner = around.inner;
     p->dtype = x->dtype;
     p->alignment = x->alignment;
     p->op = c.op;

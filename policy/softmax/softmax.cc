@@ -146,15 +146,10 @@ class Softmax final : public Family {
     if (*half_to_float && x->dtype == DType::kFloat32) return InvalidArgument("half_to_float needs a half input");
     if (!x->is_contiguous()) return InvalidArgument("non-contiguous inputs are declined");
     if (x->numel() == 0) return codegen::DeclineEmpty();
-    const int64_t nd = static_cast<int64_t>(x->sizes.size());
-    int64_t d = *dim < 0 ? *dim + std::max<int64_t>(nd, 1) : *dim;
-    if (d < 0 || d >= std::max<int64_t>(nd, 1)) return InvalidArgument("dim out of range");
-    for (int64_t i = 0; i < nd; ++i) {
-      if (i < d) p->outer *= x->sizes[i];
-      if (i == d) p->len = x->sizes[i];
-      if (i > d) p->inner *= x->sizes[i];
-    }
-    if (p->outer * p->len * p->inner > (int64_t{1} << 40)) return InvalidArgument("too large");
+    KJIT_ASSIGN_OR_RETURN(const codegen::AroundDim around, codegen::SplitAroundDim(x->sizes, *dim));
+    p->outer = around.outer;
+    p->len = around.len;
+    p->inner = around.inner;
     p->in = x->dtype;
     p->out = *half_to_float ? DType::kFloat32 : x->dtype;
     p->alignment = x->alignment;

@@ -102,15 +102,10 @@ class SoftmaxBackward final : public Family {
     }
     if (!grad->is_contiguous() || !output->is_contiguous()) return InvalidArgument("non-contiguous tensors are declined");
     if (grad->numel() == 0) return codegen::DeclineEmpty();
-    const int64_t nd = static_cast<int64_t>(grad->sizes.size());
-    const int64_t d = *dim < 0 ? *dim + std::max<int64_t>(nd, 1) : *dim;
-    if (d < 0 || d >= std::max<int64_t>(nd, 1)) return InvalidArgument("dim out of range");
-    for (int64_t i = 0; i < nd; ++i) {
-      if (i < d) p->outer *= grad->sizes[i];
-      if (i == d) p->len = grad->sizes[i];
-      if (i > d) p->inner *= grad->sizes[i];
-    }
-    if (p->outer * p->len * p->inner > (int64_t{1} << 40)) return InvalidArgument("too large");
+    KJIT_ASSIGN_OR_RETURN(const codegen::AroundDim around, codegen::SplitAroundDim(grad->sizes, *dim));
+    p->outer = around.outer;
+    p->len = around.len;
+    p->inner = around.inner;
     p->in = grad->dtype;
     p->out = *input_dtype;
     p->alignment = std::min(grad->alignment, output->alignment);

@@ -87,6 +87,20 @@ Result<std::vector<int64_t>> ExpandIntList(const Arg& arg, size_t n, const char*
   return *list;
 }
 
+Result<AroundDim> SplitAroundDim(const std::vector<int64_t>& sizes, int64_t dim) {
+  const int64_t nd = std::max<int64_t>(static_cast<int64_t>(sizes.size()), 1);
+  const int64_t d = dim < 0 ? dim + nd : dim;
+  if (d < 0 || d >= nd) return InvalidArgument("dim out of range");
+  AroundDim a;
+  for (int64_t i = 0; i < static_cast<int64_t>(sizes.size()); ++i) {
+    if (i < d) a.outer *= sizes[i];
+    if (i == d) a.len = sizes[i];
+    if (i > d) a.inner *= sizes[i];
+  }
+  if (a.outer * a.len * a.inner > (int64_t{1} << 40)) return InvalidArgument("too large");
+  return a;
+}
+
 int HeldPartials(int64_t held_floats, int64_t threads) {
   // 65536 registers per SM shared by the block, at most 255 per thread; the held values, their
   // addresses, the statistics and the partials must fit without spilling.

@@ -51,6 +51,14 @@ bool IsChannelsLast(const TensorDesc& t);
 Result<std::vector<int64_t>> ExpandIntList(const Arg& arg, size_t n, const char* what,
                                            const std::vector<int64_t>* empty_as);
 
+// A contiguous tensor of `sizes` seen as [outer, len, inner] around `dim` (negative counts from the end; a 0-d
+// tensor is one element along dim 0 or -1), for the families that reduce or scan along one dim (softmax, its
+// backward, scan). kInvalidArgument when dim is out of range or the tensor holds more than 2^40 elements.
+struct AroundDim {
+  int64_t outer = 1, len = 1, inner = 1;
+};
+Result<AroundDim> SplitAroundDim(const std::vector<int64_t>& sizes, int64_t dim);
+
 // K for held_sum<N, K> (kReductions) in a kernel of `threads` threads holding `held_floats`
 // values each: 4 partial sums, or 1 where the held values come close to the register cap.
 int HeldPartials(int64_t held_floats, int64_t threads);

@@ -578,15 +578,18 @@ def expect_none_keyed(e, out, part, what):
     print(f"{what}: counters {c}, none keyed")
 
 
-def first_run_and_seed(e, part="part1"):
-    """Eager reference (no shim); one run under the shim with kjitd to queue every key; kernels for them."""
+def first_run_and_seed(e, part="part1", mode="outputs"):
+    """Eager reference (no shim); one run under the shim with kjitd to queue every key; kernels for them.
+    `mode`: the child's ("outputs", or "autograd": grad mode on, gradients among the outputs)."""
     import torch
-    reference, _ = e.program("outputs", os.path.join(e.work, "eager.pt"), shim=False, calls=1, part=part)
+    reference, _ = e.program(mode, os.path.join(e.work, "eager.pt"), shim=False, calls=1, part=part)
     e.start_kjitd()
-    first, log = e.program("outputs", os.path.join(e.work, "first.pt"), calls=2, linger=2, part=part)
+    first, log = e.program(mode, os.path.join(e.work, "first.pt"), calls=2, linger=2, part=part)
     c = first["counters"]
     if not c or not c.get("attached"):
         fail(f"the PyTorch adapter did not attach in the program (counters {c}):\n{log[-3000:]}")
+    if not c.get("first_sights"):
+        fail(f"no call was keyed (counters {c}): were they all left to PyTorch?\n{log[-3000:]}")
     # The PyTorch built against exports every unboxed kernel (tests/shim/shim_unboxed_test.cc checks
     # the names on the CPU): each intercepted op must have the unboxed wrapper here.
     if not c.get("intercepted_ops") or c.get("unboxed_ops") != c.get("intercepted_ops"):
@@ -658,17 +661,7 @@ def case_autograd(e):
     grad mode: outputs and gradients eager's within tolerance (gradients 1e-4: the backward's own reductions run
     on kjit's outputs), with the records of each op loaded in the grad-mode process."""
     import torch
-    reference, _ = e.program("autograd", os.path.join(e.work, "eager.pt"), shim=False, calls=1)
-    e.start_kjitd()
-    first, log = e.program("autograd", os.path.join(e.work, "first.pt"), calls=2, linger=2)
-    c = first["counters"]
-    if not c or not c.get("attached"):
-        fail(f"the PyTorch adapter did not attach in the program (counters {c}):\n{log[-3000:]}")
-    if not c.get("first_sights"):
-        fail(f"no recorded call was keyed (counters {c}): are recorded calls still left to PyTorch?\n{log[-3000:]}")
-    e.stop_kjitd()
-    if e.seed() == 0:
-        fail("no kernel could be made for any key the program missed (were the misses reported?)")
+    reference = first_run_and_seed(e, mode="autograd")
     second, log = e.program("autograd", os.path.join(e.work, "second.pt"), calls=3)
     c = second["counters"]
     print(f"counters: {c}")
@@ -677,7 +670,7 @@ def case_autograd(e):
     if c["failures"]:
         fail(f"{c['failures']} records failed in the shim:\n{log[-3000:]}")
     problems = []
-    for case, want in reference["outputs"].items():
+    for case, want in reference.items():
         got = second["outputs"][case]
         tol = 1e-4 if "#grad" in case else 1e-5
         try:
@@ -687,8 +680,8 @@ def case_autograd(e):
     for p in problems[:30]:
         print(f"  {p}")
     if problems:
-        fail(f"{len(problems)} of {len(reference['outputs'])} outputs and gradients differ from eager's")
-    print(f"{len(reference['outputs'])} outputs and gradients: eager's within tolerance")
+        fail(f"{len(problems)} of {len(reference)} outputs and gradients differ from eager's")
+    print(f"{len(reference)} outputs and gradients: eager's within tolerance")
     expect_records_loaded(log, ("aten::_softmax", "aten::_log_softmax", "aten::native_layer_norm",
                                 "aten::native_group_norm", "aten::cumsum", "aten::cumprod",
                                 "aten::max_pool2d_with_indices", "aten::avg_pool2d", "aten::sum", "aten::mean",
