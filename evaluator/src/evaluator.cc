@@ -340,12 +340,20 @@ struct Evaluator::Impl {
     return outs;
   }
 
+  // An output the op leaves undefined (a backward's output_mask) is an empty GuardedTensor: a null pointer to
+  // the kernel, nothing to guard.
+  static bool OutputGuardsIntact(const GuardedTensor& g) { return !g.tensor.defined() || GuardsIntact(g); }
+
   // Guarded outputs laid out like `likes` (PyTorch's outputs, or their LayoutsOf), on this worker's GPU, for a
   // candidate to write; poisoned with `poison` if given.
   Result<std::vector<GuardedTensor>> GuardedOutputs(const std::vector<at::Tensor>& likes,
                                                     std::optional<Poison> poison) const {
     std::vector<GuardedTensor> outs;
     for (const at::Tensor& r : likes) {
+      if (!r.defined()) {  // an output the op leaves undefined (OutputGuardsIntact)
+        outs.emplace_back();
+        continue;
+      }
       KJIT_ASSIGN_OR_RETURN(GuardedTensor g, MakeGuarded(r, kDefaultGuardBytes, torch_device));
       if (poison) ResetGuarded(g, *poison);
       outs.push_back(std::move(g));
@@ -395,6 +403,9 @@ struct Evaluator::Impl {
   // float64 (compare.h), as verification judges; `judged_by_float64` says which.
   Comparison JudgeOutput(const Prepared& p, InputSet& set, size_t i, const at::Tensor& actual,
                          bool* judged_by_float64 = nullptr) {
+    if (judged_by_float64) *judged_by_float64 = false;
+    // An output the op leaves undefined (a backward's output_mask): the candidate has none either.
+    if (!set.reference[i].defined() || !actual.defined()) return Compare(actual, set.reference[i], Tolerance{});
     const Tolerance tol = OutputTolerance(set.reference[i], p.traits);
     Comparison cmp = Compare(actual, set.reference[i], tol);
     if (judged_by_float64) *judged_by_float64 = false;
@@ -461,7 +472,9 @@ struct Evaluator::Impl {
         values.push_back(0);
       }
     }
-    for (const GuardedTensor& g : outs) values.push_back(reinterpret_cast<CUdeviceptr>(g.tensor.data_ptr()));
+    for (const GuardedTensor& g : outs) {
+      values.push_back(g.tensor.defined() ? reinterpret_cast<CUdeviceptr>(g.tensor.data_ptr()) : CUdeviceptr{0});
+    }
     if (workspace != nullptr) values.push_back(reinterpret_cast<CUdeviceptr>(workspace->tensor.data_ptr()));
     return values;
   }
@@ -1016,7 +1029,7 @@ daemon::Verdict Evaluator::Evaluate(const daemon::EvaluateRequest& request, cons
       if (auto f = s.RunOnce(*fn, config, values, deadline)) return finish(f->outcome, f->reason + " on the screening set");
       if (auto f = s.CheckWorkspace(workspace, "on the screening set")) return finish(f->outcome, f->reason);
       for (size_t i = 0; i < outs.size(); ++i) {
-        if (!GuardsIntact(outs[i])) return finish(Outcome::kOutOfBounds, "wrote outside output " + std::to_string(i));
+        if (!Impl::OutputGuardsIntact(outs[i])) return finish(Outcome::kOutOfBounds, "wrote outside output " + std::to_string(i));
         const Comparison cmp = s.JudgeOutput(p, set, i, outs[i].tensor);
         if (!cmp.ok) return finish(Outcome::kWrongResult, "output " + std::to_string(i) + " on the screening set: " + cmp.reason);
       }
@@ -1124,10 +1137,10 @@ daemon::Verdict Evaluator::Evaluate(const daemon::EvaluateRequest& request, cons
           }
           if (auto f = s.CheckWorkspace(workspace, "on " + where)) return finish(f->outcome, f->reason);
           for (size_t i = 0; i < outs.size(); ++i) {
-            if (!GuardsIntact(outs[i])) {
+            if (!Impl::OutputGuardsIntact(outs[i])) {
               return finish(Outcome::kOutOfBounds, "wrote outside output " + std::to_string(i) + " on " + where);
             }
-            if (run == 0) first_run.push_back(outs[i].tensor.clone());
+            if (run == 0) first_run.push_back(outs[i].tensor.defined() ? outs[i].tensor.clone() : at::Tensor());
           }
         }
         const std::vector<at::Tensor> inputs = TensorsIn(set->args);
@@ -1150,6 +1163,7 @@ daemon::Verdict Evaluator::Evaluate(const daemon::EvaluateRequest& request, cons
       if (previous_digests && *previous_digests != digests) reference_changes = true;
       previous_digests = std::move(digests);
       for (size_t i = 0; i < outs.size(); ++i) {
+        if (!outs[i].tensor.defined()) continue;  // judged below: PyTorch's must be undefined too
         const Unwritten unwritten = FindUnwritten(first_run[i], outs[i].tensor);
         if (unwritten.count > 0) {
           return finish(Outcome::kUnwrittenOutput, std::to_string(unwritten.count) + " of " +
@@ -1167,6 +1181,11 @@ daemon::Verdict Evaluator::Evaluate(const daemon::EvaluateRequest& request, cons
       // and its copy is freed before the judging (which may make float64 copies).
       if (!p.traits.nondeterministic) first_run.clear();
       for (size_t i = 0; i < outs.size(); ++i) {
+        if (!outs[i].tensor.defined() || !set->reference[i].defined()) {
+          const Comparison cmp = s.JudgeOutput(p, *set, i, outs[i].tensor);
+          if (!cmp.ok) return finish(Outcome::kWrongResult, "output " + std::to_string(i) + " on " + where + ": " + cmp.reason);
+          continue;
+        }
         const Tolerance tol = Impl::OutputTolerance(set->reference[i], p.traits);
         std::vector<const at::Tensor*> judged;
         if (!first_run.empty()) judged.push_back(&first_run[i]);
@@ -1260,7 +1279,7 @@ daemon::Verdict Evaluator::Evaluate(const daemon::EvaluateRequest& request, cons
     s.FinishRoofline(v.roofline, v.timing.median_us);
     for (size_t i = 0; i < outs.size(); ++i) {
       const Comparison cmp = s.JudgeOutput(p, *set, i, outs[i].tensor);
-      if (!cmp.ok || !GuardsIntact(outs[i])) {
+      if (!cmp.ok || !Impl::OutputGuardsIntact(outs[i])) {
         return finish(Outcome::kStateful, "after " + std::to_string(v.timing.runs + s.options.warmup_runs) +
                                               " calls on unseen inputs (seed " + std::to_string(seed) +
                                               ") output " + std::to_string(i) + " no longer matches: " +

@@ -447,7 +447,19 @@ Result<c10::IValue> MakeArgument(const c10::Argument& formal, const Arg& arg, si
       KJIT_ASSIGN_OR_RETURN(const c10::ScalarType t, ScalarTypeOf(std::get<DType>(arg)));
       return c10::IValue(t);
     }
-    case ArgTag::kIntList: return c10::IValue(c10::List<int64_t>(std::get<IntList>(arg)));
+    case ArgTag::kIntList: {
+      const IntList& v = std::get<IntList>(arg);
+      // A bool[N] (a backward's output_mask) is keyed as 0s and 1s.
+      if (auto list = type->cast<c10::ListType>(); list && list->getElementType()->kind() == c10::TypeKind::BoolType) {
+        c10::List<bool> bools;
+        for (int64_t x : v) {
+          if (x != 0 && x != 1) return InvalidArgument("argument '" + formal.name() + "' is a bool list, keyed as 0s and 1s");
+          bools.push_back(x == 1);
+        }
+        return c10::IValue(std::move(bools));
+      }
+      return c10::IValue(c10::List<int64_t>(v));
+    }
     case ArgTag::kDoubleList: return c10::IValue(c10::List<double>(std::get<DoubleList>(arg)));
     case ArgTag::kTensor: {
       const TensorDesc& desc = std::get<TensorDesc>(arg);

@@ -476,6 +476,34 @@ TEST(MakeArguments, LayerNorm) {
   CallBoxed(int_eps, *args);
 }
 
+// A bool[N] (a backward's output_mask) is keyed as an int list of 0s and 1s and made back into a bool list;
+// the outputs it leaves out come back undefined.
+TEST(MakeArguments, BoolListsAreKeyedAsZerosAndOnes) {
+  const TensorDesc x = TensorDesc::Contiguous(DType::kFloat32, {4, 16});
+  const TensorDesc stats = TensorDesc::Contiguous(DType::kFloat32, {4, 1});
+  const TensorDesc w = TensorDesc::Contiguous(DType::kFloat32, {16});
+  const OpCall call{"aten::native_layer_norm_backward", "", {x, x, IntList{16}, stats, stats, w, w, IntList{1, 0, 1}}};
+  Built b = Build(call);
+  ASSERT_EQ(b.args.size(), 8u);
+  ASSERT_TRUE(b.args[7].isBoolList());
+  EXPECT_EQ(b.args[7].toBoolList().vec(), (std::vector<bool>{true, false, true}));
+  auto out = CallBoxed(call, b.args);
+  ASSERT_EQ(out.size(), 3u);
+  auto want = at::native_layer_norm_backward(b.args[0].toTensor(), b.args[1].toTensor(), {16}, b.args[3].toTensor(),
+                                             b.args[4].toTensor(), b.args[5].toTensor(), b.args[6].toTensor(),
+                                             {true, false, true});
+  ExpectSame(out[0], std::get<0>(want));
+  EXPECT_FALSE(out[1].toTensor().defined());
+  ExpectSame(out[2], std::get<2>(want));
+  // Only 0s and 1s stand for bools.
+  const OpCall bad{"aten::native_layer_norm_backward", "", {x, x, IntList{16}, stats, stats, w, w, IntList{1, 2, 1}}};
+  auto schema = FindSchema(bad);
+  ASSERT_TRUE(schema.ok());
+  auto args = MakeArguments(*schema, bad, DefaultOpTraits(), kCpu, InputKind::kNormal, 1);
+  ASSERT_FALSE(args.ok());
+  EXPECT_NE(args.status().message().find("bool list"), std::string::npos) << args.status().ToString();
+}
+
 TEST(MakeArguments, AddWithScalarAlpha) {
   const TensorDesc a = TensorDesc::Contiguous(DType::kBFloat16, {3, 7});
   const TensorDesc b = Desc(DType::kBFloat16, {3, 7}, {0, 1}, 1, 2);  // broadcast row

@@ -218,6 +218,19 @@ TEST(ShimUnboxed, TypedKeysAndChecksEqualTheBoxedOnesForEveryOp) {
     // In a double backward (create_graph) autograd records the backward op: left to PyTorch.
     For<ops::_softmax_backward_data>::Check(false, F({4, 6}).requires_grad_(), y, 1, at::kFloat);
   }
+  {
+    // output_mask, a std::array<bool, N>, is keyed as the int list the boxed bool list becomes.
+    const at::Tensor g = F({4, 8}), input = F({4, 8}), mean = F({4, 1}), rstd = F({4, 1});
+    const std::optional<at::Tensor> weight = F({8}), bias = F({8});
+    For<ops::native_layer_norm_backward>::Check(true, g, input, Sym({8}), mean, rstd, weight, bias,
+                                                std::array<bool, 3>{true, true, true});
+    For<ops::native_layer_norm_backward>::Check(true, g, input, Sym({8}), mean, rstd, none, none,
+                                                std::array<bool, 3>{true, false, false});
+    For<ops::_fused_rms_norm_backward>::Check(true, g, input, std::vector<int64_t>{8}, rstd, weight,
+                                              std::array<bool, 2>{true, true});
+    For<ops::_fused_rms_norm_backward>::Check(true, g, input, std::vector<int64_t>{8}, rstd, none,
+                                              std::array<bool, 2>{false, false});
+  }
   EXPECT_EQ(Checked().size(), kOps) << "every intercepted op must have a sample above";
 }
 

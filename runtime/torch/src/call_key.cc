@@ -76,6 +76,11 @@ bool WriteArg(KeyWriter& w, const CallKeyPlan& plan, size_t i, const c10::IValue
     c10::SmallVector<int64_t, 8> values;
     for (const c10::IValue& x : v.toListRef()) values.push_back(x.toInt());
     w.IntList(values);
+  } else if (v.isBoolList()) {
+    // bool[N] (a backward's output_mask) is keyed as an int list of 0s and 1s: the schema says which it is.
+    c10::SmallVector<int64_t, 8> values;
+    for (const c10::IValue& x : v.toListRef()) values.push_back(x.toBool() ? 1 : 0);
+    w.IntList(values);
   } else if (v.isDoubleList()) {
     c10::SmallVector<double, 8> values;
     for (const c10::IValue& x : v.toListRef()) values.push_back(x.toDouble());

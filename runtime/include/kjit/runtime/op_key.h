@@ -23,6 +23,7 @@
 //     Double: u64 IEEE-754 bits (every NaN encoded as 0x7ff8000000000000; -0.0 kept)
 //     String: string           ScalarType: u8 DType
 //     IntList: varint n, n zigzag varints      DoubleList: varint n, n u64
+//       (a bool[N] argument, such as a backward's output_mask, is an IntList of 0s and 1s)
 //     Tensor: u8 DType, varint ndim, ndim varint sizes, ndim zigzag strides,
 //             varint storage_offset, u8 alignment (1, 2, 4, 8 or 16)
 //     TensorList: varint n, n times (u8 ArgTag::kTensor, tensor payload)

@@ -27,6 +27,7 @@
 #include <c10/util/OptionalArrayRef.h>
 #include <c10/util/SmallVector.h>
 
+#include <array>
 #include <optional>
 #include <span>
 #include <string>
@@ -122,8 +123,8 @@ Status WriteCallKey(const CallKeyPlan& plan, std::span<const c10::IValue> args, 
 // WriteCallKey writes for the same call boxed as the dispatcher boxes it (c10::impl::boxArgs):
 // tests/shim/shim_unboxed_test.cc checks this for every op the shim intercepts. Each parameter type
 // maps as its IValue does: an undefined tensor or an empty optional is None, a concrete SymInt
-// (or SymInt[]) is an Int (IntList), a symbolic one is not keyed; a parameter type without an
-// overload below does not compile.
+// (or SymInt[]) is an Int (IntList), a symbolic one is not keyed, a bool[N] is an IntList of 0s and
+// 1s; a parameter type without an overload below does not compile.
 namespace typed {
 // The IValue path's tensor: dtype, sizes, strides, offset, alignment; undefined -> None.
 bool WriteTensorOrNone(KeyWriter& w, const at::Tensor& t, Status* error);
@@ -157,6 +158,14 @@ inline bool Write(KeyWriter& w, const c10::OptionalArrayRef<int64_t>& v, Status*
     return true;
   }
   return Write(w, *v, error);
+}
+// bool[N] (std::array<bool, N>): an int list of 0s and 1s, as WriteArg keys a boxed bool list.
+template <size_t N>
+bool Write(KeyWriter& w, const std::array<bool, N>& v, Status*) {
+  int64_t values[N];
+  for (size_t i = 0; i < N; ++i) values[i] = v[i] ? 1 : 0;
+  w.IntList(std::span<const int64_t>(values, N));
+  return true;
 }
 template <class T>
 bool Write(KeyWriter& w, const std::optional<T>& v, Status* error) {
