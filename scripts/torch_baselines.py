@@ -107,6 +107,52 @@ def cases(torch, family):
         add("matmul", f"mm f32 {m}x{k} @ {k}x{n}", f"aten::mm(f32[{m},{k}], f32[{k},{n}]) sm_90",
             lambda m=m, k=k, n=n: (torch.randn(m, k, device="cuda"), torch.randn(k, n, device="cuda")),
             lambda x, y: torch.mm(x, y))
+    # Backward ops, as the backward families' sample keys (policy/<family>/<family>.cc SampleKeys) call them:
+    # eager is the aten op itself; torch.compile compiles the same call (Inductor decomposes it and fuses the
+    # pieces). Gradients and saved outputs are made as autograd would hand them over.
+    aten = torch.ops.aten
+    for dt, shape, log, dim in [(f32, (4096, 1024), False, -1), (f32, (2048, 16384), False, -1),
+                                (bf16, (8192, 32000), True, -1), (f16, (16, 12, 128, 128), False, -1),
+                                (f32, (32, 1000, 64), False, 1)]:
+        op = aten._log_softmax_backward_data if log else aten._softmax_backward_data
+        name = "log_softmax" if log else "softmax"
+        add("softmax_backward", f"{name}_backward {str(dt)[6:]} {'x'.join(map(str, shape))} dim {dim}",
+            f"aten::_{name}_backward_data {str(dt)[6:]}{list(shape)} dim {dim}",
+            lambda s=shape, t=dt, d=dim, lg=log: (
+                torch.randn(*s, device="cuda", dtype=t),
+                (torch.log_softmax if lg else torch.softmax)(torch.randn(*s, device="cuda", dtype=t), d)),
+            lambda g, y, o=op, d=dim, t=dt: o(g, y, d, t))
+
+    def norm_stats(x, n, rms):
+        xf = x.float().reshape(-1, n)
+        rstd = torch.rsqrt(((xf * xf).mean(1) if rms else xf.var(1, unbiased=False)) + 1e-5)
+        shape = list(x.shape[:-1]) + [1]
+        return xf.mean(1).reshape(shape), rstd.reshape(shape)
+
+    for dt, shape, mask in [(f32, (8192, 768), (True, True, True)), (bf16, (16, 512, 1024), (True, True, True)),
+                            (f16, (4096, 4096), (True, True, True)), (f32, (2048, 1024), (True, False, False))]:
+        n = shape[-1]
+
+        def make_ln(s=shape, t=dt, n=n):
+            x = torch.randn(*s, device="cuda", dtype=t)
+            mean, rstd = norm_stats(x, n, False)
+            return (torch.randn(*s, device="cuda", dtype=t), x, mean, rstd, torch.randn(n, device="cuda", dtype=t),
+                    torch.randn(n, device="cuda", dtype=t))
+        add("layer_norm_backward",
+            f"layer_norm_backward {str(dt)[6:]} {'x'.join(map(str, shape))} grads {''.join('xwb'[i] for i in range(3) if mask[i])}",
+            f"aten::native_layer_norm_backward {str(dt)[6:]}{list(shape)} {list(map(int, mask))}", make_ln,
+            lambda g, x, mean, rstd, w, b, n=n, m=mask: aten.native_layer_norm_backward(g, x, [n], mean, rstd, w, b,
+                                                                                       list(m)))
+    for dt, shape in [(bf16, (8192, 4096))]:
+        n = shape[-1]
+
+        def make_rms(s=shape, t=dt, n=n):
+            x = torch.randn(*s, device="cuda", dtype=t)
+            _, rstd = norm_stats(x, n, True)
+            return (torch.randn(*s, device="cuda", dtype=t), x, rstd, torch.randn(n, device="cuda", dtype=t))
+        add("layer_norm_backward", f"rms_norm_backward {str(dt)[6:]} {'x'.join(map(str, shape))} grads xw",
+            f"aten::_fused_rms_norm_backward {str(dt)[6:]}{list(shape)} [1, 1]", make_rms,
+            lambda g, x, rstd, w, n=n: aten._fused_rms_norm_backward(g, x, [n], rstd, w, [True, True]))
     return out
 
 
@@ -137,7 +183,8 @@ def time_pair(torch, fns, args, runs, flush):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--family", help="only this family (softmax, layer_norm, group_norm, instance_norm, scan, pool, reduce, depthwise_conv, matmul)")
+    p.add_argument("--family", help="only this family (softmax, layer_norm, group_norm, instance_norm, scan, pool, "
+                   "reduce, depthwise_conv, matmul, softmax_backward, layer_norm_backward)")
     p.add_argument("--runs", type=int, default=100)
     p.add_argument("--cases-only", action="store_true",
                    help="only the headroom table's cases, not their neighbours (the first of each group of four)")
