@@ -210,6 +210,7 @@ TEST_P(SpaceTest, SampledSourcesArePinned) {
       {"matmul", {154, 0x04b32c6660d5346dull}},  // matmul.cuh's variants by #if, no text replaced: same PTX (475 + 418 cover points, sm_90 and sm_80)
       {"softmax_backward", {6254, 0xb8f7788960fdca47ull}},  // new family (codegen 1)
       {"layer_norm_backward", {11429, 0xaf27a94de9d16d3bull}},  // new family (codegen 1)
+      {"group_norm_backward", {8646, 0x6b0e82bb5d5a2ac0ull}},  // new family (codegen 1)
   };
   const Family& f = *GetParam();
   const DeviceFacts device = DeviceFacts::H200();
@@ -279,7 +280,7 @@ TEST(OpRegistry, EachFamilyContributesExactlyItsOps) {
 TEST(FamilyRegistry, FamiliesKeepTheirPositions) {
   const std::vector<std::string> expected = {"softmax", "layer_norm", "batch_norm",     "group_norm", "scan",
                                              "pool",    "reduce",     "depthwise_conv", "matmul",     "softmax_backward",
-                                             "layer_norm_backward"};
+                                             "layer_norm_backward", "group_norm_backward"};
   std::vector<std::string> names;
   for (const Family* f : Families()) names.emplace_back(f->name());
   ASSERT_GE(names.size(), expected.size()) << "a family is missing from the registry";

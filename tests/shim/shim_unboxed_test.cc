@@ -231,6 +231,14 @@ TEST(ShimUnboxed, TypedKeysAndChecksEqualTheBoxedOnesForEveryOp) {
     For<ops::_fused_rms_norm_backward>::Check(true, g, input, std::vector<int64_t>{8}, rstd, none,
                                               std::array<bool, 2>{false, false});
   }
+  {
+    const at::Tensor g = F({2, 6, 5}), input = F({2, 6, 5}), mean = F({2, 3}), rstd = F({2, 3});
+    const std::optional<at::Tensor> weight = F({6});
+    For<ops::native_group_norm_backward>::Check(true, g, input, mean, rstd, weight, c10::SymInt(2), c10::SymInt(6),
+                                                c10::SymInt(5), 3, std::array<bool, 3>{true, true, true});
+    For<ops::native_group_norm_backward>::Check(true, g, input, mean, rstd, none, c10::SymInt(2), c10::SymInt(6),
+                                                c10::SymInt(5), 3, std::array<bool, 3>{true, false, false});
+  }
   EXPECT_EQ(Checked().size(), kOps) << "every intercepted op must have a sample above";
 }
 
