@@ -153,6 +153,23 @@ def cases(torch, family):
         add("layer_norm_backward", f"rms_norm_backward {str(dt)[6:]} {'x'.join(map(str, shape))} grads xw",
             f"aten::_fused_rms_norm_backward {str(dt)[6:]}{list(shape)} [1, 1]", make_rms,
             lambda g, x, rstd, w, n=n: aten._fused_rms_norm_backward(g, x, [n], rstd, w, [True, True]))
+    for dt, shape, groups in [(f32, (16, 128, 64, 64), 32), (f16, (8, 320, 32, 32), 32), (bf16, (4, 64, 96, 96), 8)]:
+        n, c = shape[0], shape[1]
+        hxw = 1
+        for d in shape[2:]:
+            hxw *= d
+
+        def make_gn(s=shape, t=dt, g=groups):
+            x = torch.randn(*s, device="cuda", dtype=t)
+            xf = x.float().reshape(s[0], g, -1)
+            mean = xf.mean(2)
+            rstd = torch.rsqrt(xf.var(2, unbiased=False) + 1e-5)
+            return (torch.randn(*s, device="cuda", dtype=t), x, mean.to(t), rstd.to(t),
+                    torch.randn(s[1], device="cuda", dtype=t))
+        add("group_norm_backward", f"group_norm_backward {str(dt)[6:]} {'x'.join(map(str, shape))} g{groups} grads xwb",
+            f"aten::native_group_norm_backward {str(dt)[6:]}{list(shape)} {groups}", make_gn,
+            lambda g, x, mean, rstd, w, n=n, c=c, hw=hxw, gr=groups: aten.native_group_norm_backward(
+                g, x, mean, rstd, w, n, c, hw, gr, [True, True, True]))
     return out
 
 
@@ -184,7 +201,7 @@ def time_pair(torch, fns, args, runs, flush):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--family", help="only this family (softmax, layer_norm, group_norm, instance_norm, scan, pool, "
-                   "reduce, depthwise_conv, matmul, softmax_backward, layer_norm_backward)")
+                   "reduce, depthwise_conv, matmul, softmax_backward, layer_norm_backward, group_norm_backward)")
     p.add_argument("--runs", type=int, default=100)
     p.add_argument("--cases-only", action="store_true",
                    help="only the headroom table's cases, not their neighbours (the first of each group of four)")
