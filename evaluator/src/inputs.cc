@@ -403,13 +403,16 @@ Result<IntDomain> ResolveDomain(const OpCall& call, const IntDomain& d) {
   }
   const auto ndim = static_cast<int64_t>(ref->sizes.size());
   const int64_t dim = d.size_of_dim < 0 ? d.size_of_dim + ndim : d.size_of_dim;
-  if (dim < 0 || dim >= ndim) {
-    return InvalidArgument("integer domain refers to dim " + std::to_string(d.size_of_dim) + " of argument " +
-                           std::to_string(arg) + ", which has " + std::to_string(ndim));
+  if (d.size_of_dims < 1 || dim < 0 || dim + d.size_of_dims > ndim) {
+    return InvalidArgument("integer domain refers to dims " + std::to_string(d.size_of_dim) + " to " +
+                           std::to_string(d.size_of_dim + d.size_of_dims - 1) + " of argument " + std::to_string(arg) +
+                           ", which has " + std::to_string(ndim));
   }
   IntDomain out = d;
-  out.high = ref->sizes[static_cast<size_t>(dim)];
+  out.high = 1;
+  for (int64_t i = dim; i < dim + d.size_of_dims; ++i) out.high *= ref->sizes[static_cast<size_t>(i)];
   out.size_of_arg = -1;
+  out.size_of_dims = 1;
   return out;
 }
 

@@ -539,6 +539,33 @@ TEST(MakeArguments, GatherIndexDomain) {
   EXPECT_FALSE(MakeArguments(*schema, call, bad, kCpu, InputKind::kNormal, 1).ok());
 }
 
+// Flat indices into a plane: max pooling's backward reads indices in [0, H x W) of self's last two dims.
+TEST(MakeArguments, PlaneIndexDomain) {
+  OpTraits traits;
+  traits.int_domains[7] = IntDomain{0, 0, 1, -2, 2};  // [0, 5 x 7)
+  const TensorDesc grad = TensorDesc::Contiguous(DType::kFloat32, {2, 3, 3, 4});
+  const OpCall call{"aten::max_pool2d_with_indices_backward",
+                    "",
+                    {grad, TensorDesc::Contiguous(DType::kFloat32, {2, 3, 5, 7}), IntList{3, 3}, IntList{2, 2},
+                     IntList{1, 1}, IntList{1, 1}, false, TensorDesc::Contiguous(DType::kInt64, {2, 3, 3, 4})}};
+  Built b = Build(call, traits);
+  const at::Tensor indices = b.args[7].toTensor();
+  EXPECT_GE(indices.min().item<int64_t>(), 0);
+  EXPECT_LT(indices.max().item<int64_t>(), 35);
+  EXPECT_GE(indices.max().item<int64_t>(), 7);  // beyond one dim's size: the product
+  auto out = CallBoxed(call, b.args);
+  ExpectSame(out[0], at::max_pool2d_with_indices_backward(b.args[0].toTensor(), b.args[1].toTensor(), {3, 3}, {2, 2},
+                                                          {1, 1}, {1, 1}, false, indices));
+
+  auto schema = FindSchema(call);
+  ASSERT_TRUE(schema.ok());
+  OpTraits bad;
+  bad.int_domains[7] = IntDomain{0, 0, 1, -2, 3};  // past the last dim
+  EXPECT_FALSE(MakeArguments(*schema, call, bad, kCpu, InputKind::kNormal, 1).ok());
+  bad.int_domains[7] = IntDomain{0, 0, 1, -2, 0};  // no dims
+  EXPECT_FALSE(MakeArguments(*schema, call, bad, kCpu, InputKind::kNormal, 1).ok());
+}
+
 TEST(MakeArguments, NllLossClassIndices) {
   OpTraits traits;
   traits.int_domains[1] = IntDomain{0, 0, 0, 1};

@@ -21,12 +21,15 @@ namespace kjit::policy {
 // Integer tensor arguments with a restricted domain (class indices, gather
 // indices, masks) hold values in [low, high). `high` may refer to a size of
 // another argument: if size_of_arg >= 0, high = sizes of that argument at dim
-// size_of_dim (negative dims count from the end).
+// size_of_dim (negative dims count from the end), or with size_of_dims > 1 the
+// product of that many consecutive sizes from size_of_dim on (flat indices into
+// a plane: {0, 0, arg, -2, 2} is [0, H x W) of a [..., H, W] argument).
 struct IntDomain {
   int64_t low = 0;
   int64_t high = 2;
   int size_of_arg = -1;
   int size_of_dim = 0;
+  int size_of_dims = 1;
 };
 
 // How candidate outputs are compared with the reference's.
