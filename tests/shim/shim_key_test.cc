@@ -23,7 +23,7 @@ namespace kjit::shim {
 namespace {
 
 // The families whose ops have a pre-filter (PreFilterFor is not kNone).
-constexpr std::string_view kPreFilteredFamilies[] = {"scan", "pool", "reduce", "depthwise_conv", "matmul"};
+constexpr std::string_view kPreFilteredFamilies[] = {"scan", "pool", "reduce", "depthwise_conv", "matmul", "pool_backward"};
 
 // What the adapter's pre-filter of mm/bmm (PassesPreFilter, SmallMatmulArgsPass) computes from
 // the call's tensors.

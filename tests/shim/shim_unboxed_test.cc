@@ -239,6 +239,17 @@ TEST(ShimUnboxed, TypedKeysAndChecksEqualTheBoxedOnesForEveryOp) {
     For<ops::native_group_norm_backward>::Check(true, g, input, mean, rstd, none, c10::SymInt(2), c10::SymInt(6),
                                                 c10::SymInt(5), 3, std::array<bool, 3>{true, false, false});
   }
+  {
+    // Pooling's gradients: grad_output [2, 3, 5, 5] of self [2, 3, 9, 9] (k3 s2 p1), the indices int64.
+    const at::Tensor img = F({2, 3, 9, 9}), g = F({2, 3, 5, 5});
+    const at::Tensor indices = at::zeros({2, 3, 5, 5}, at::TensorOptions().dtype(at::kLong));
+    const std::vector<int64_t> k{3, 3}, s{2, 2}, p{1, 1}, d{1, 1}, none_list{};
+    For<ops::avg_pool2d_backward>::Check(true, g, img, k, s, p, false, true, std::nullopt);
+    For<ops::avg_pool2d_backward>::Check(true, g, img, k, none_list, p, true, false, 4);
+    For<ops::max_pool2d_with_indices_backward>::Check(true, g, img, k, s, p, d, false, indices);
+    For<ops::max_pool2d_with_indices_backward>::Check(false, F({0, 3, 5, 5}), F({0, 3, 9, 9}), k, s, p, d, false,
+                                                      indices);  // empty: pre-filter
+  }
   EXPECT_EQ(Checked().size(), kOps) << "every intercepted op must have a sample above";
 }
 

@@ -1,0 +1,132 @@
+// The CUDA of the pool_backward family's kernel, in a section that pool_backward.cc embeds (kjit_embed_cuda, at
+// build time) and writes after policy/src/cuda/common.cuh's kElementAccess, with the problem's sizes and the
+// design point's knobs defined ahead of it: in_t and out_t (the gradient's type), idx_t (int where every index
+// provably fits, else long long), VEC (= OUTS, for store_vec), HINT, IS_MAX, VEC_STORE, COUNT_INCLUDE_PAD,
+// USE_DIVISOR, ROUND_QUOTIENT (macros), PLANES, H, W, OH, OW, KH, KW, SH, SW, PH, PW, EXT_H, EXT_W, DIVISOR
+// (constants), THREADS, OUTS, ROWS, KJIT_PARAMS (the kernel ABI's parameters). Each section is embedded byte for
+// byte (a blank line after a marker is part of it); lines starting "//@" document it and are not embedded.
+//@section kKernel
+//@ A thread per ROWS x OUTS grad_input elements of one plane (ROWS consecutive rows, OUTS consecutive columns).
+//@ Each element gathers, ph outer and pw inner, over the outputs whose windows can hold it, into a float from 0,
+//@ rounded once. The thread walks the union of its elements' output ranges in that order, loading each
+//@ grad_output (and index) once, and adds it to every element whose own range holds it: each element still sees
+//@ its windows in PyTorch's order.
+
+constexpr idx_t GROUPS = (W + OUTS - 1) / OUTS;   // thread positions along a row
+constexpr idx_t ROW_BLOCKS = (H + ROWS - 1) / ROWS;
+constexpr idx_t ITEMS = PLANES * ROW_BLOCKS * GROUPS;
+
+__device__ __forceinline__ float load_one(const in_t* p) {
+  return Bits<in_t>::to_f(*reinterpret_cast<const typename Bits<in_t>::U*>(p));
+}
+__device__ __forceinline__ void store_one(out_t* p, float f) {
+  const typename Bits<out_t>::U u = Bits<out_t>::from_f(f);
+  if (HINT) __stcs(reinterpret_cast<typename Bits<out_t>::U*>(p), u);
+  else *reinterpret_cast<typename Bits<out_t>::U*>(p) = u;
+}
+// As a value of the gradient's dtype: c10's Half and BFloat16 round their quotients and int operands.
+__device__ __forceinline__ float as_dtype(float f) { return ROUND_QUOTIENT ? Bits<in_t>::to_f(Bits<in_t>::from_f(f)) : f; }
+// The first and one past the last output whose window (EXT elements from o * S - P) can hold position i.
+__device__ __forceinline__ idx_t first_window(idx_t i, idx_t pad, idx_t ext, idx_t stride) {
+  return i + pad < ext ? 0 : (i + pad - ext) / stride + 1;
+}
+__device__ __forceinline__ idx_t end_window(idx_t i, idx_t pad, idx_t pooled, idx_t stride) {
+  const idx_t e = (i + pad) / stride + 1;
+  return e < pooled ? e : pooled;
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS) kjit_pool_backward(KJIT_PARAMS) {
+  (void)x;  // only its shape matters: the key's
+  const idx_t item = (idx_t)blockIdx.x * THREADS + (idx_t)threadIdx.x;
+  if (item >= ITEMS) return;
+  const idx_t group = item % GROUPS;
+  const idx_t rest = item / GROUPS;
+  const idx_t h0 = (rest % ROW_BLOCKS) * ROWS, w0 = group * OUTS;
+  const idx_t plane = rest / ROW_BLOCKS;
+  const in_t* __restrict__ dyp = dy + plane * (OH * OW);
+#if IS_MAX
+  const long long* __restrict__ indp = ind + plane * (OH * OW);
+#endif
+  // Each element's range of outputs; rows and columns past the plane's have none.
+  idx_t phs[ROWS], phe[ROWS], pws[OUTS], pwe[OUTS];
+  idx_t ph_hi = 0, pw_hi = 0;
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r) {
+    const idx_t h = h0 + r;
+    phs[r] = h < H ? first_window(h, PH, EXT_H, SH) : 0;
+    phe[r] = h < H ? end_window(h, PH, OH, SH) : 0;
+    ph_hi = phe[r] > ph_hi ? phe[r] : ph_hi;
+  }
+#pragma unroll
+  for (int o = 0; o < OUTS; ++o) {
+    const idx_t w = w0 + o;
+    pws[o] = w < W ? first_window(w, PW, EXT_W, SW) : 0;
+    pwe[o] = w < W ? end_window(w, PW, OW, SW) : 0;
+    pw_hi = pwe[o] > pw_hi ? pwe[o] : pw_hi;
+  }
+  float acc[ROWS][OUTS];
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r) {
+#pragma unroll
+    for (int o = 0; o < OUTS; ++o) acc[r][o] = 0.f;
+  }
+  for (idx_t ph = phs[0]; ph < ph_hi; ++ph) {
+#if !IS_MAX
+    // The window's rows: its size within input + padding, then clipped to the input.
+    idx_t hstart = ph * SH - PH;
+    idx_t hend = hstart + KH < H + PH ? hstart + KH : H + PH;
+    const idx_t pool_h = hend - hstart;
+    hstart = hstart > 0 ? hstart : 0;
+    hend = hend < H ? hend : H;
+#endif
+    for (idx_t pw = pws[0]; pw < pw_hi; ++pw) {
+      const idx_t at = ph * OW + pw;
+#if IS_MAX
+      const float g = load_one(dyp + at);
+      const long long target = indp[at];
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r) {
+#pragma unroll
+        for (int o = 0; o < OUTS; ++o) {
+          if (ph >= phs[r] && ph < phe[r] && pw >= pws[o] && pw < pwe[o] &&
+              target == (long long)((h0 + r) * W + (w0 + o))) {
+            acc[r][o] += g;
+          }
+        }
+      }
+#else
+      idx_t wstart = pw * SW - PW;
+      idx_t wend = wstart + KW < W + PW ? wstart + KW : W + PW;
+      const idx_t pool_size = pool_h * (wend - wstart);
+      wstart = wstart > 0 ? wstart : 0;
+      wend = wend < W ? wend : W;
+      if (hstart >= hend || wstart >= wend) continue;
+      const idx_t factor = USE_DIVISOR ? (idx_t)DIVISOR : COUNT_INCLUDE_PAD ? pool_size : (hend - hstart) * (wend - wstart);
+      // float / int, as PyTorch's scalar_t / int: the int converted to the dtype (c10's Half and BFloat16
+      // operators), the quotient rounded to it before the float accumulator takes it.
+      const float q = as_dtype(load_one(dyp + at) / as_dtype((float)factor));
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r) {
+#pragma unroll
+        for (int o = 0; o < OUTS; ++o) {
+          if (ph >= phs[r] && ph < phe[r] && pw >= pws[o] && pw < pwe[o]) acc[r][o] += q;
+        }
+      }
+#endif
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r) {
+    const idx_t h = h0 + r;
+    if (h >= H) break;
+    out_t* __restrict__ row = dx + (plane * H + h) * W;
+#if VEC_STORE
+    store_vec(row + w0, acc[r]);  // OUTS divides W: the thread's columns are whole and aligned
+#else
+#pragma unroll
+    for (int o = 0; o < OUTS; ++o) {
+      if (w0 + o < W) store_one(row + w0 + o, acc[r][o]);
+    }
+#endif
+  }
+}
