@@ -170,6 +170,22 @@ def cases(torch, family):
             f"aten::native_group_norm_backward {str(dt)[6:]}{list(shape)} {groups}", make_gn,
             lambda g, x, mean, rstd, w, n=n, c=c, hw=hxw, gr=groups: aten.native_group_norm_backward(
                 g, x, mean, rstd, w, n, c, hw, gr, [True, True, True]))
+    # 2-D pooling's backward (pool_backward): a ResNet stem's max pool and a DenseNet transition's average pool.
+    for dt, shape in [(f32, (32, 64, 112, 112)), (f16, (32, 64, 112, 112))]:
+        def make_mp(s=shape, t=dt):
+            x = torch.randn(*s, device="cuda", dtype=t)
+            y, idx = F.max_pool2d(x, 3, 2, 1, return_indices=True)
+            return torch.randn_like(y), x, idx
+        add("pool_backward", f"max_pool2d_backward {str(dt)[6:]} {'x'.join(map(str, shape))} k3 s2 p1",
+            f"aten::max_pool2d_with_indices_backward {str(dt)[6:]}{list(shape)} k3 s2 p1", make_mp,
+            lambda g, x, idx: aten.max_pool2d_with_indices_backward(g, x, [3, 3], [2, 2], [1, 1], [1, 1], False, idx))
+    for dt, shape in [(f32, (32, 256, 56, 56)), (bf16, (32, 256, 56, 56))]:
+        def make_ap(s=shape, t=dt):
+            x = torch.randn(*s, device="cuda", dtype=t)
+            return torch.randn(s[0], s[1], s[2] // 2, s[3] // 2, device="cuda", dtype=t), x
+        add("pool_backward", f"avg_pool2d_backward {str(dt)[6:]} {'x'.join(map(str, shape))} k2 s2",
+            f"aten::avg_pool2d_backward {str(dt)[6:]}{list(shape)} k2 s2", make_ap,
+            lambda g, x: aten.avg_pool2d_backward(g, x, [2, 2], [2, 2], [0, 0], False, True, None))
     return out
 
 
@@ -201,7 +217,7 @@ def time_pair(torch, fns, args, runs, flush):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--family", help="only this family (softmax, layer_norm, group_norm, instance_norm, scan, pool, "
-                   "reduce, depthwise_conv, matmul, softmax_backward, layer_norm_backward, group_norm_backward)")
+                   "reduce, depthwise_conv, matmul, softmax_backward, layer_norm_backward, group_norm_backward, pool_backward)")
     p.add_argument("--runs", type=int, default=100)
     p.add_argument("--cases-only", action="store_true",
                    help="only the headroom table's cases, not their neighbours (the first of each group of four)")
