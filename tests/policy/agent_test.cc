@@ -221,7 +221,10 @@ TEST(Agent, GreedyRevisionsChangeOneKnobOfTheBest) {
     }
   }
   EXPECT_EQ(before_revising, 12);  // 3 trials on each of 4 keys
-  EXPECT_GT(revisions, 20);
+  // Revisions happen while the best has an untried neighbour; how often depends on the untrained agent's
+  // draws (its input widths grow with the family registry: over 20 with ten families, 17 with thirteen), so
+  // this only asks that the revising path ran many times over the 52 trials.
+  EXPECT_GT(revisions, 10);
 }
 
 TEST(Agent, CheckpointRoundTripsThroughTheCache) {

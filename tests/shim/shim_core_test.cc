@@ -148,10 +148,11 @@ TEST(ShimOps, TheFamiliesOpsAreIntercepted) {
                               "cudnn_convolution", "mm", "bmm", "_softmax_backward_data",
                               "_log_softmax_backward_data", "native_layer_norm_backward", "_fused_rms_norm_backward",
                               "native_group_norm_backward", "avg_pool2d_backward",
-                              "max_pool2d_with_indices_backward"}) {
+                              "max_pool2d_with_indices_backward", "native_batch_norm_backward",
+                              "cudnn_batch_norm_backward"}) {
     EXPECT_TRUE(listed(op)) << op;
   }
-  EXPECT_EQ(std::size(kInterceptedOps), 32u);
+  EXPECT_EQ(std::size(kInterceptedOps), 34u);
   // Overloads without CUDA kernels of their own, or that the families do not serve, are not listed.
   for (std::string_view op : {"sum", "mean", "max_pool2d", "cumsum_", "cumsum.out", "sum.IntList_out", "mm.out",
                               "bmm.out", "addmm", "matmul"}) {
@@ -182,7 +183,8 @@ TEST(ShimOps, PreFilters) {
   // The softmax and norm ops key every call, as before; the part-2 ops check dtype and emptiness
   // first; cudnn_convolution also that it is depthwise.
   for (std::string_view op : {"_softmax", "_log_softmax", "native_layer_norm", "_fused_rms_norm", "native_group_norm",
-                              "native_batch_norm", "cudnn_batch_norm"}) {
+                              "native_batch_norm", "cudnn_batch_norm", "native_batch_norm_backward",
+                              "cudnn_batch_norm_backward"}) {
     EXPECT_EQ(PreFilterFor(op), PreFilter::kNone) << op;
   }
   for (std::string_view op : {"cumsum", "cumprod", "max_pool2d_with_indices", "max_pool3d_with_indices", "avg_pool2d",

@@ -205,6 +205,21 @@ TEST(ShimKeys, EagerStyleCallsMatchTheirFamilies) {
                           {x.contiguous(at::MemoryFormat::ChannelsLast), w, p1, d1, d1, int64_t{64}, false, false,
                            true})),
             "depthwise_conv");
+  // A training-mode batch norm's gradients as autograd calls them (running statistics passed, float32 saved mean
+  // and inverse std; output_mask a bool[3]), and cuDNN's with its zero-byte reserve; eval mode stays PyTorch's.
+  const at::Tensor c = at::randn({64}), stats = at::rand({64}) + 0.5;
+  const at::Tensor reserve = at::empty({0}, at::TensorOptions().dtype(at::kByte));
+  const c10::List<bool> all({true, true, true});
+  EXPECT_EQ(family_of(key("aten::native_batch_norm_backward", "", {x, x, c, c, stats, c, stats, true, 1e-5, all})),
+            "batch_norm_backward");
+  EXPECT_EQ(family_of(key("aten::native_batch_norm_backward", "",
+                          {x, x, none, none, none, c, stats, true, 1e-5, c10::List<bool>({true, false, false})})),
+            "batch_norm_backward");
+  EXPECT_EQ(family_of(key("aten::cudnn_batch_norm_backward", "", {x, x, c, c, stats, c, stats, 1e-5, reserve})),
+            "batch_norm_backward");
+  EXPECT_NE(family_of(key("aten::native_batch_norm_backward", "", {x, x, c, c, stats, c, stats, false, 1e-5, all}))
+                .find("eval-mode"),
+            std::string::npos);
 }
 
 // mm and bmm as PyTorch calls them (x @ w, torch.matmul folding a 3-D input, attention's scores),

@@ -250,6 +250,18 @@ TEST(ShimUnboxed, TypedKeysAndChecksEqualTheBoxedOnesForEveryOp) {
     For<ops::max_pool2d_with_indices_backward>::Check(false, F({0, 3, 5, 5}), F({0, 3, 9, 9}), k, s, p, d, false,
                                                       indices);  // empty: pre-filter
   }
+  {
+    // Batch norm's gradients: [2, 4, 3, 3], float32 [C] saved statistics; cudnn's reserve is a uint8 tensor.
+    const at::Tensor g = F({2, 4, 3, 3}), input = F({2, 4, 3, 3}), weight = F({4}), mean = F({4}), invstd = F({4});
+    const at::Tensor reserve = at::empty({0}, at::TensorOptions().dtype(at::kByte));
+    const std::optional<at::Tensor> bn_weight = weight, bn_mean = mean, bn_invstd = invstd;
+    For<ops::native_batch_norm_backward>::Check(true, g, input, bn_weight, bn_mean, bn_invstd, bn_mean, bn_invstd,
+                                                true, 1e-5, std::array<bool, 3>{true, true, true});
+    For<ops::native_batch_norm_backward>::Check(true, g, input, none, none, none, bn_mean, bn_invstd, true, 1e-5,
+                                                std::array<bool, 3>{true, false, false});
+    For<ops::cudnn_batch_norm_backward>::Check(true, input, g, weight, bn_mean, bn_invstd, bn_mean, bn_invstd, 1e-5,
+                                               reserve);
+  }
   EXPECT_EQ(Checked().size(), kOps) << "every intercepted op must have a sample above";
 }
 
