@@ -47,6 +47,7 @@ double MsSince(Clock::time_point start) {
 }
 
 std::string DescribeTensorText(const at::Tensor& t) {
+  if (!t.defined()) return "undefined";  // an output the op leaves out (a backward's output_mask)
   auto dtype = kjit::torch::DTypeOf(t.scalar_type());
   std::string s = dtype.ok() ? std::string(DTypeName(*dtype)) : std::string(c10::toString(t.scalar_type()));
   s += "[";
@@ -550,6 +551,7 @@ struct Evaluator::Impl {
   }
 
   double BytesOf(const at::Tensor& t) const {
+    if (!t.defined()) return 0;  // an output the op leaves out
     // Storage elements a view can reach; an expanded (stride 0) input is read once.
     int64_t extent = t.numel() > 0 ? 1 : 0;
     if (t.numel() > 0) {
@@ -627,7 +629,7 @@ struct Evaluator::Impl {
   static uint64_t BytesHeld(const InputSet& set) {
     uint64_t bytes = 0;
     for (const at::Tensor& t : TensorsIn(set.args)) bytes += t.storage().nbytes();
-    for (const at::Tensor& t : set.reference) bytes += t.storage().nbytes();
+    for (const at::Tensor& t : set.reference) bytes += t.defined() ? t.storage().nbytes() : 0;
     return bytes;
   }
 

@@ -68,7 +68,12 @@ class BatchNormBackward final : public Family {
   OpTraits traits(std::string_view) const override {
     // Default assert_close tolerances per dtype; the channel sums run in another order than PyTorch's, and where
     // they nearly cancel the float64 second chance judges them (compare.h).
-    return OpTraits{};
+    OpTraits t;
+    // float16 and bfloat16 inputs of 2^13 and up make channel sums that overflow to +-Inf in one order and meet
+    // as inf - inf (NaN) in another: on the H200 (commit 8a7c03b) PyTorch's gradients were NaN where kjit's
+    // were -Inf on every element of such channels. No kernel summing in another order can match that.
+    t.no_large_inputs = {DType::kFloat16, DType::kBFloat16};
+    return t;
   }
 
   std::vector<OpKey> SampleKeys() const override {
@@ -107,7 +112,7 @@ class BatchNormBackward final : public Family {
         native(f16, {2, 32, 8, 12, 12}, w(f16, 32), true, {0, 1, 1}),
         // cuDNN's backward (every gradient, float32 parameters).
         cudnn(f32, {32, 64, 56, 56}),
-        cudnn(bf16, {8, 128, 28, 28}),
+        cudnn(f16, {8, 128, 28, 28}),
     };
   }
 
@@ -180,6 +185,12 @@ class BatchNormBackward final : public Family {
       }
       if (p->cudnn && t->dtype != DType::kFloat32) {
         return InvalidArgument("cudnn_batch_norm_backward with a weight other than float32 is not a call PyTorch makes");
+      }
+      // PyTorch's cudnn_batch_norm_backward takes a float32 weight only with a float32 or float16 input: with a
+      // bfloat16 input it refuses the call (seen on the H200, commit 8a7c03b: "Expected tensor for argument #1
+      // 'input' to have the same type as tensor for argument #3 'weight'").
+      if (p->cudnn && x->dtype == DType::kBFloat16) {
+        return InvalidArgument("cudnn_batch_norm_backward refuses a bfloat16 input with a float32 weight");
       }
       if (t->alignment < static_cast<int>(DTypeSize(t->dtype))) return InvalidArgument("weight unaligned");
       p->has_weight = true;
