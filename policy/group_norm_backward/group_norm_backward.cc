@@ -11,6 +11,7 @@
 namespace kjit::policy {
 namespace {
 
+using codegen::Align16;
 using codegen::CudaType;
 
 // The ABI (daemon/worker_protocol.h): one pointer per tensor argument (None as null), then the outputs (an
@@ -33,7 +34,6 @@ struct GroupNormBackwardProblem : Problem {
   bool columns() const { return dw || db; }
 };
 
-int64_t Align16(int64_t bytes) { return (bytes + 15) / 16 * 16; }
 // Per-sample weight and bias terms meet in the workspace when there is more than one sample.
 uint64_t WorkspaceBytes(const GroupNormBackwardProblem& p) {
   if (!p.columns() || p.n == 1) return 0;

@@ -12,6 +12,7 @@ namespace kjit::policy {
 namespace {
 
 using codegen::CeilDiv;
+using codegen::Align16;
 using codegen::CudaType;
 
 // The ABI (daemon/worker_protocol.h): one pointer per tensor argument (None as null), then the outputs (an
@@ -54,7 +55,6 @@ int64_t ColumnTiles(const NormBackwardProblem& p, int64_t col_vec) { return Ceil
 int64_t ColumnBlocks(const NormBackwardProblem& p, int64_t col_vec, int64_t chunks) {
   return p.columns() ? ColumnTiles(p, col_vec) * chunks : 0;
 }
-int64_t Align16(int64_t bytes) { return (bytes + 15) / 16 * 16; }
 uint64_t WorkspaceBytes(const NormBackwardProblem& p, int64_t col_vec, int64_t chunks) {
   if (!p.columns() || chunks == 1) return 0;
   const int64_t gradients = (p.dw ? 1 : 0) + (p.db ? 1 : 0);

@@ -10,6 +10,7 @@ namespace kjit::policy {
 namespace {
 
 using codegen::CeilDiv;
+using codegen::Align16;
 using codegen::CudaType;
 
 // The ABI (daemon/worker_protocol.h): (x, y); y contiguous, of the output dtype (int64 for
@@ -49,7 +50,6 @@ int64_t Chunks(const Point& pt) {
   return it == pt.end() ? 1 : it->second;
 }
 bool WideIndex(const ReduceProblem& p) { return p.len >= (int64_t{1} << 31) - 1; }
-int64_t Align16(int64_t n) { return (n + 15) / 16 * 16; }
 // The split strategy's workspace: a counter per row, then a partial per block (values, then, for
 // argmax/argmin, indices), each array 16-byte aligned.
 uint64_t WorkspaceBytes(const ReduceProblem& p, int64_t chunks) {

@@ -18,6 +18,7 @@ const char* CudaType(DType t) {
 }
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t Align16(int64_t bytes) { return (bytes + 15) / 16 * 16; }
 
 Status DeclineEmpty() { return InvalidArgument("empty inputs are left to PyTorch"); }
 

@@ -41,6 +41,8 @@ void FinishCandidate(const Family& family, const Point& point, Candidate& candid
 const char* CudaType(DType t);
 
 int64_t CeilDiv(int64_t a, int64_t b);
+// `bytes` rounded up to a multiple of 16: where each part of a kernel's workspace starts.
+int64_t Align16(int64_t bytes);
 
 // Key parsing the windowed families (pool, depthwise_conv) share.
 // As torch's is_contiguous(ChannelsLast / ChannelsLast3d): a 4-D or 5-D tensor dense in the order
