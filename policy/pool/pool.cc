@@ -67,15 +67,6 @@ struct PoolProblem : Problem {
   int64_t out_numel() const { return n * c * out[0] * out[1] * out[2]; }
 };
 
-// PyTorch's pooling_output_shape_pad_lr with equal padding (div_rtn: floor division).
-int64_t OutputSize(int64_t in, int64_t k, int64_t pad, int64_t stride, int64_t dilation, bool ceil_mode) {
-  const int64_t num = in + 2 * pad - dilation * (k - 1) - 1 + (ceil_mode ? stride - 1 : 0);
-  int64_t q = num / stride;
-  if ((num % stride != 0) && ((num < 0) != (stride < 0))) --q;
-  int64_t out = q + 1;
-  if (ceil_mode && (out - 1) * stride >= in + pad) --out;
-  return out;
-}
 
 // The kernels' CUDA, from pool.cuh (kjit_embed_cuda): kPrelude, kDirectKernel, kChannelsLastKernel,
 // kSlidingKernel, kStagedKernel.
@@ -215,7 +206,7 @@ class Pool final : public Family {
       p->pad[off + i] = pad[i];
       p->dil[off + i] = dil[i];
       p->in[off + i] = x->sizes[nd - dims + i];
-      p->out[off + i] = OutputSize(p->in[off + i], k[i], pad[i], s[i], dil[i], p->ceil_mode);
+      p->out[off + i] = codegen::PoolOutputSize(p->in[off + i], k[i], pad[i], s[i], dil[i], p->ceil_mode);
       if (p->out[off + i] < 1) return InvalidArgument("output size below 1: PyTorch rejects it");
     }
     if (p->k[0] * p->k[1] * p->k[2] > 4096) return InvalidArgument("windows over 4096 elements are left to PyTorch");

@@ -39,15 +39,6 @@ struct PoolBackwardProblem : Problem {
   int64_t ext_w() const { return (kw - 1) * dw + 1; }
 };
 
-// PyTorch's pooling_output_shape_pad_lr with equal padding (div_rtn: floor division), as pool.cc's.
-int64_t OutputSize(int64_t in, int64_t k, int64_t pad, int64_t stride, int64_t dilation, bool ceil_mode) {
-  const int64_t num = in + 2 * pad - dilation * (k - 1) - 1 + (ceil_mode ? stride - 1 : 0);
-  int64_t q = num / stride;
-  if ((num % stride != 0) && ((num < 0) != (stride < 0))) --q;
-  int64_t out = q + 1;
-  if (ceil_mode && (out - 1) * stride >= in + pad) --out;
-  return out;
-}
 
 // Whether every index the kernel forms fits a 32-bit int: thread items and plane offsets (at most the tensors'
 // elements plus a block), rows and columns past the plane's (a thread's last rows and columns: up to 4 each),
@@ -96,7 +87,7 @@ class PoolBackward final : public Family {
         const int64_t ss = s.empty() ? kk : s.size() == 1 ? s[0] : s[i];
         const int64_t pp = pad.size() == 1 ? pad[0] : pad[i];
         const int64_t dd = d.size() == 1 ? d[0] : d[i];
-        out[nd - 2 + i] = OutputSize(self[nd - 2 + i], kk, pp, ss, dd, ceil);
+        out[nd - 2 + i] = codegen::PoolOutputSize(self[nd - 2 + i], kk, pp, ss, dd, ceil);
       }
       return out;
     };
@@ -203,7 +194,7 @@ class PoolBackward final : public Family {
       if (k[i] <= 0 || s[i] <= 0 || dil[i] <= 0) return InvalidArgument("kernel, stride and dilation must be positive");
       if (pad[i] < 0 || pad[i] > k[i] / 2) return InvalidArgument("padding must be within half the kernel: PyTorch rejects it");
       if (k[i] > 1024 || s[i] > (1 << 20) || dil[i] > (1 << 20)) return InvalidArgument("kernel, stride or dilation too large");
-      out[i] = OutputSize(x->sizes[nd - 2 + i], k[i], pad[i], s[i], dil[i], p->ceil_mode);
+      out[i] = codegen::PoolOutputSize(x->sizes[nd - 2 + i], k[i], pad[i], s[i], dil[i], p->ceil_mode);
       if (out[i] < 1) return InvalidArgument("output size below 1: PyTorch rejects it");
     }
     if (k[0] * k[1] > 4096) return InvalidArgument("windows over 4096 elements are left to PyTorch");

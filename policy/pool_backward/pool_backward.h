@@ -16,7 +16,7 @@
 //        skipped); divide_factor = divisor_override, else pool_size (count_include_pad), else the clipped size;
 //        it adds grad_output / divide_factor, in float16/bfloat16 as c10 computes `scalar_t / int`: the int
 //        converted to the dtype, the quotient rounded to it, then added to the float accumulator.
-// Output sizes as the forward's (pool.cc's OutputSize, PyTorch's pooling_output_shape); grad_output (and the
+// Output sizes as the forward's (codegen::PoolOutputSize, PyTorch's pooling_output_shape); grad_output (and the
 // indices, int64) must have them.
 //
 // Served: batched [N, C, H, W] or unbatched [C, H, W] contiguous float32, float16 or bfloat16 `self` with a

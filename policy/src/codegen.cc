@@ -78,6 +78,15 @@ bool IsChannelsLast(const TensorDesc& t) {
   return true;
 }
 
+int64_t PoolOutputSize(int64_t in, int64_t k, int64_t pad, int64_t stride, int64_t dilation, bool ceil_mode) {
+  const int64_t num = in + 2 * pad - dilation * (k - 1) - 1 + (ceil_mode ? stride - 1 : 0);
+  int64_t q = num / stride;
+  if ((num % stride != 0) && ((num < 0) != (stride < 0))) --q;
+  int64_t out = q + 1;
+  if (ceil_mode && (out - 1) * stride >= in + pad) --out;
+  return out;
+}
+
 Result<std::vector<int64_t>> ExpandIntList(const Arg& arg, size_t n, const char* what,
                                            const std::vector<int64_t>* empty_as) {
   const auto* list = std::get_if<IntList>(&arg);

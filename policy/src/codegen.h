@@ -52,6 +52,9 @@ bool IsChannelsLast(const TensorDesc& t);
 // broadcast; `empty_as` (a pooling stride) stands in for an empty list; otherwise kInvalidArgument.
 Result<std::vector<int64_t>> ExpandIntList(const Arg& arg, size_t n, const char* what,
                                            const std::vector<int64_t>* empty_as);
+// A pooled dim's size: PyTorch's pooling_output_shape_pad_lr with equal padding (div_rtn: floor division), what
+// the pooling ops and their backward (pool, pool_backward) compute.
+int64_t PoolOutputSize(int64_t in, int64_t k, int64_t pad, int64_t stride, int64_t dilation, bool ceil_mode);
 
 // A contiguous tensor of `sizes` seen as [outer, len, inner] around `dim` (negative counts from the end; a 0-d
 // tensor is one element along dim 0 or -1), for the families that reduce or scan along one dim (softmax, its
