@@ -186,6 +186,22 @@ def cases(torch, family):
         add("pool_backward", f"avg_pool2d_backward {str(dt)[6:]} {'x'.join(map(str, shape))} k2 s2",
             f"aten::avg_pool2d_backward {str(dt)[6:]}{list(shape)} k2 s2", make_ap,
             lambda g, x: aten.avg_pool2d_backward(g, x, [2, 2], [2, 2], [0, 0], False, True, None))
+    # Elementwise chains (elementwise_chain's sample keys): eager runs each op as a kernel, torch.compile fuses.
+    import math
+    def gelu(x):  # minGPT's NewGELU
+        return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+    for dt, shape in [(f32, (8192, 3072)), (bf16, (8192, 3072)), (f16, (64, 1024, 768))]:
+        add("elementwise_chain", f"tanh-GELU (minGPT) {str(dt)[6:]} {'x'.join(map(str, shape))}",
+            f"gelu {str(dt)[6:]}{list(shape)}", lambda s=shape, t=dt: (torch.randn(*s, device="cuda", dtype=t),), gelu)
+    add("elementwise_chain", "SiLU as x * sigmoid(x) bf16 8192x4096", "silu bf16[8192, 4096]",
+        lambda: (torch.randn(8192, 4096, device="cuda", dtype=bf16),), lambda x: x * torch.sigmoid(x))
+    add("elementwise_chain", "RMS norm's tail w * (h.float() * r).to(bf16) 8192x4096", "rms tail bf16[8192, 4096]",
+        lambda: (torch.randn(8192, 4096, device="cuda", dtype=bf16), torch.randn(8192, 4096, device="cuda"),
+                 torch.randn(8192, 4096, device="cuda", dtype=bf16)),
+        lambda h, r, w: w * (h.to(torch.float32) * r).to(bf16))
+    add("elementwise_chain", "(x - 0.5 * y) / 3 f32 16777216", "axpy-div f32[16777216]",
+        lambda: (torch.randn(1 << 24, device="cuda"), torch.randn(1 << 24, device="cuda")),
+        lambda x, y: torch.sub(x, y, alpha=0.5) / 3)
     return out
 
 
@@ -217,7 +233,7 @@ def time_pair(torch, fns, args, runs, flush):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--family", help="only this family (softmax, layer_norm, group_norm, instance_norm, scan, pool, "
-                   "reduce, depthwise_conv, matmul, softmax_backward, layer_norm_backward, group_norm_backward, pool_backward)")
+                   "reduce, depthwise_conv, matmul, softmax_backward, layer_norm_backward, group_norm_backward, pool_backward, elementwise_chain)")
     p.add_argument("--runs", type=int, default=100)
     p.add_argument("--cases-only", action="store_true",
                    help="only the headroom table's cases, not their neighbours (the first of each group of four)")

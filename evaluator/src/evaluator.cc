@@ -297,10 +297,10 @@ struct Evaluator::Impl {
     std::vector<at::Tensor> magnitude;
   };
 
+  // The key as one boxed op (chain.h): a single call's op, or a chain of calls run one by one.
   struct Prepared {
     OpKey key;
-    c10::FunctionSchema schema;
-    c10::OperatorHandle handle;
+    BoxedOp op;
     OpTraits traits;
   };
   // The inputs of screen_only requests, for the last key screened.
@@ -308,26 +308,27 @@ struct Evaluator::Impl {
 
   Result<Prepared> Prepare(const std::string& key_bytes) {
     KJIT_ASSIGN_OR_RETURN(OpKey key, OpKey::Decode(key_bytes));
-    if (key.calls.size() != 1) return InvalidArgument("keys of several calls (fusion graphs) are not evaluated yet");
     if (key.arch != device.arch) {
       return InvalidArgument("the key is for sm_" + std::to_string(key.arch) + ", this GPU is sm_" +
                              std::to_string(device.arch));
     }
-    const OpCall& call = key.calls[0];
-    KJIT_ASSIGN_OR_RETURN(c10::FunctionSchema schema, FindSchema(call));
-    if (schema.is_mutable()) {
-      return InvalidArgument(call.op + " writes to its arguments; in-place and out= ops are not evaluated yet");
+    KJIT_ASSIGN_OR_RETURN(BoxedOp op, BoxedOpOf(key));
+    if (op.schema.is_mutable()) {
+      return InvalidArgument(op.call.op + " writes to its arguments; in-place and out= ops are not evaluated yet");
     }
-    auto handle = c10::Dispatcher::singleton().findSchema({call.op, call.overload});
-    if (!handle) return NotFound("no operator " + call.op + "." + call.overload);
-    OpTraits traits = TraitsFor(call.op);
+    OpTraits traits = TraitsFor(op.call.op);
+    if (op.chain) {
+      // A chain's traits are its family's (a fused elementwise chain's tolerances are not any one op's).
+      auto match = policy::FindFamily(key);
+      traits = match.ok() ? match->family->traits(kChainOp) : DefaultOpTraits();
+    }
     if (options.bitwise) traits.compare = ComparePolicy::kBitwise;
-    return Prepared{std::move(key), std::move(schema), *handle, std::move(traits)};
+    return Prepared{std::move(key), std::move(op), std::move(traits)};
   }
 
   std::vector<at::Tensor> CallReference(const Prepared& p, const std::vector<c10::IValue>& args) {
     std::vector<c10::IValue> stack(args.begin(), args.end());
-    p.handle.callBoxed(&stack);
+    p.op.run(&stack);
     std::vector<at::Tensor> outs;
     for (const c10::IValue& v : stack) {
       if (v.isTensor()) {
@@ -377,7 +378,7 @@ struct Evaluator::Impl {
     std::vector<c10::IValue> wide;
     std::vector<at::Tensor> widened;
     for (const c10::IValue& v : args) {
-      if (v.isTensor() && at::isFloatingType(v.toTensor().scalar_type())) {
+      if (v.isTensor() && !IsWrappedNumber(v) && at::isFloatingType(v.toTensor().scalar_type())) {
         // A dense copy, so that abs_ below writes no element twice through an expanded view.
         widened.push_back(v.toTensor().to(at::kDouble, /*non_blocking=*/false, /*copy=*/true));
         wide.emplace_back(widened.back());
@@ -433,7 +434,7 @@ struct Evaluator::Impl {
     InputSet set;
     set.kind = kind;
     set.seed = seed;
-    KJIT_ASSIGN_OR_RETURN(set.args, MakeArguments(p.schema, p.key.calls[0], p.traits, torch_device, kind, seed));
+    KJIT_ASSIGN_OR_RETURN(set.args, MakeArguments(p.op.schema, p.op.call, p.traits, torch_device, kind, seed));
     if (with_reference) set.reference = CallReference(p, set.args);
     return set;
   }
@@ -456,14 +457,15 @@ struct Evaluator::Impl {
   }
 
   // The kernel's parameter values (ABI v2, worker_protocol.h): input tensor
-  // pointers in argument order, null for absent optional tensors, then outputs,
-  // then the workspace when the candidate has one.
+  // pointers in argument order (a chain's external arguments, wrapped numbers left out: chain.h), null for
+  // absent optional tensors, then outputs, then the workspace when the candidate has one.
   std::vector<CUdeviceptr> Params(const Prepared& p, const std::vector<c10::IValue>& args,
                                   const std::vector<GuardedTensor>& outs, const GuardedTensor* workspace) {
     std::vector<CUdeviceptr> values;
     for (size_t i = 0; i < args.size(); ++i) {
       const c10::IValue& v = args[i];
-      const auto& type = p.schema.arguments()[i].type();
+      const auto& type = p.op.schema.arguments()[i].type();
+      if (IsWrappedNumber(v)) continue;
       if (v.isTensor()) {
         values.push_back(reinterpret_cast<CUdeviceptr>(v.toTensor().data_ptr()));
       } else if (v.isTensorList()) {
@@ -584,7 +586,7 @@ struct Evaluator::Impl {
 
   // The peak device memory of one input set of the key (memory.h), before any is allocated.
   Result<WorkingSet> WorkingSetOf(const Prepared& p) const {
-    return EstimateWorkingSet(p.handle, p.schema, p.key.calls[0], p.traits, options.bitwise);
+    return EstimateWorkingSet(p.op.run, p.op.schema, p.op.call, p.traits, options.bitwise);
   }
 
   // `working` against this GPU and `memory_cap` (the request's; 0: none). `held`:
@@ -1052,7 +1054,7 @@ daemon::Verdict Evaluator::Evaluate(const daemon::EvaluateRequest& request, cons
     std::vector<std::pair<InputKind, std::string>> kinds;
     bool any_float_input = false, large_order_dependent = false, special_order_dependent = false;
     bool non_contiguous = false, unaligned = false, empty = false;
-    for (const Arg& a : p.key.calls[0].args) {
+    for (const Arg& a : p.op.call.args) {
       if (const auto* t = std::get_if<TensorDesc>(&a)) {
         any_float_input |= IsFloatingPoint(t->dtype);
         large_order_dependent |= p.traits.no_large_inputs.count(t->dtype) > 0;

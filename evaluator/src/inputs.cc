@@ -435,6 +435,21 @@ Result<c10::IValue> MakeArgument(const c10::Argument& formal, const Arg& arg, si
     KJIT_ASSIGN_OR_RETURN(resolved, ResolveDomain(call, it->second));
     domain = &resolved;
   }
+  // A Python scalar operand of a chain's op (0.5 * x): the wrapped-number tensor PyTorch's argument parser makes
+  // of it (a 0-d CPU tensor of float64, int64 or bool), which TensorIterator treats as a CPU scalar (chain.h).
+  if (type->kind() == c10::TypeKind::TensorType &&
+      (std::holds_alternative<double>(arg) || std::holds_alternative<int64_t>(arg) || std::holds_alternative<bool>(arg))) {
+    at::Tensor t;
+    if (const auto* d = std::get_if<double>(&arg)) {
+      t = at::scalar_tensor(*d, at::TensorOptions().dtype(at::kDouble));
+    } else if (const auto* i = std::get_if<int64_t>(&arg)) {
+      t = at::scalar_tensor(*i, at::TensorOptions().dtype(at::kLong));
+    } else {
+      t = at::scalar_tensor(std::get<bool>(arg), at::TensorOptions().dtype(at::kBool));
+    }
+    t.unsafeGetTensorImpl()->set_wrapped_number(true);
+    return c10::IValue(std::move(t));
+  }
   switch (TagOf(arg)) {
     case ArgTag::kNone: return c10::IValue();
     case ArgTag::kBool: return c10::IValue(std::get<bool>(arg));
@@ -509,6 +524,11 @@ at::Tensor CloneTensor(const at::Tensor& t) {
 c10::IValue CloneValue(const c10::IValue& v) {
   if (v.isTensor()) {
     const at::Tensor& t = v.toTensor();
+    if (t.defined() && t.unsafeGetTensorImpl()->is_wrapped_number()) {
+      at::Tensor copy = t.clone();
+      copy.unsafeGetTensorImpl()->set_wrapped_number(true);
+      return copy;
+    }
     return t.defined() ? c10::IValue(CloneTensor(t)) : v;
   }
   if (v.isTensorList()) {

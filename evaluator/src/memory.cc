@@ -19,10 +19,10 @@ uint64_t StorageBytesOf(const at::Tensor& t) {
 
 // The op's outputs for `args` (meta tensors), or nothing where the op has no
 // meta kernel or returns something other than tensors.
-std::optional<std::vector<at::Tensor>> MetaOutputs(const c10::OperatorHandle& op, const std::vector<c10::IValue>& args) {
+std::optional<std::vector<at::Tensor>> MetaOutputs(const BoxedCall& op, const std::vector<c10::IValue>& args) {
   try {
     std::vector<c10::IValue> stack(args.begin(), args.end());
-    op.callBoxed(&stack);
+    op(&stack);
     std::vector<at::Tensor> outs;
     for (const c10::IValue& v : stack) {
       if (v.isTensor()) {
@@ -58,7 +58,7 @@ std::string WorkingSet::ToString() const {
   return s + ")";
 }
 
-Result<WorkingSet> EstimateWorkingSet(const c10::OperatorHandle& op, const c10::FunctionSchema& schema,
+Result<WorkingSet> EstimateWorkingSet(const BoxedCall& op, const c10::FunctionSchema& schema,
                                       const OpCall& call, const policy::OpTraits& traits, bool bitwise) {
   const c10::Device meta(c10::kMeta);
   KJIT_ASSIGN_OR_RETURN(std::vector<c10::IValue> args,
@@ -102,7 +102,8 @@ Result<WorkingSet> EstimateWorkingSet(const c10::OperatorHandle& op, const c10::
     std::vector<c10::IValue> wide;
     try {
       for (const c10::IValue& v : args) {
-        const bool float_tensor = v.isTensor() && at::isFloatingType(v.toTensor().scalar_type());
+        const bool float_tensor =
+            v.isTensor() && !IsWrappedNumber(v) && at::isFloatingType(v.toTensor().scalar_type());
         wide.push_back(float_tensor ? c10::IValue(v.toTensor().to(at::kDouble)) : v);
       }
     } catch (const std::exception&) {

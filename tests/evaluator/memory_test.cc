@@ -24,7 +24,7 @@ WorkingSet Estimate(const OpCall& call, bool bitwise = false, const OpTraits& tr
   auto schema = FindSchema(call);
   EXPECT_TRUE(schema.ok()) << schema.status().ToString();
   auto op = c10::Dispatcher::singleton().findSchemaOrThrow(call.op.c_str(), call.overload.c_str());
-  auto w = EstimateWorkingSet(op, *schema, call, traits, bitwise);
+  auto w = EstimateWorkingSet([op](std::vector<c10::IValue>* s) { op.callBoxed(s); }, *schema, call, traits, bitwise);
   EXPECT_TRUE(w.ok()) << w.status().ToString();
   return w.ok() ? *w : WorkingSet{};
 }

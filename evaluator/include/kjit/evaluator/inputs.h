@@ -95,8 +95,11 @@ Result<at::Tensor> MakeTensor(const TensorDesc& desc, c10::Device device, InputK
 // derived from `seed` and its argument index; integer tensor domains come from
 // `traits` (traits.special_values is the caller's to act on: `kind` is used as
 // given). An integer where the schema wants a float becomes a float, and a
-// tensor list for a Tensor?[] parameter a list of optional tensors. A call with
-// a ValueRef argument (fusion graphs) is kInvalidArgument here.
+// tensor list for a Tensor?[] parameter a list of optional tensors. A Double,
+// Int or Bool where the schema wants a Tensor (a Python scalar operand in a
+// chain, chain.h) becomes the 0-d CPU wrapped-number tensor PyTorch makes of it.
+// A call with a ValueRef argument (fusion graphs) is kInvalidArgument here: a
+// chain's arguments come from its BoxedOp (chain.h).
 Result<std::vector<c10::IValue>> MakeArguments(const c10::FunctionSchema& schema, const OpCall& call,
                                                const OpTraits& traits, c10::Device device, InputKind kind,
                                                uint64_t seed);

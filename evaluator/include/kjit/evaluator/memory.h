@@ -37,6 +37,7 @@
 #include <string>
 #include <vector>
 
+#include "kjit/evaluator/chain.h"
 #include "kjit/policy/op_traits.h"
 #include "kjit/runtime/op_key.h"
 #include "kjit/runtime/status.h"
@@ -65,11 +66,11 @@ struct WorkingSet {
   std::string ToString() const;
 };
 
-// The working set of one input set of `call` (whose op is `op`, of `schema`),
-// without a candidate's workspace. `bitwise`: every output is compared
+// The working set of one input set of `call` (run by `op`, of `schema`: an op's callBoxed, or a chain's
+// BoxedOp, chain.h), without a candidate's workspace. `bitwise`: every output is compared
 // bitwise (no float64 second chance). Needs no GPU: outputs are learnt on the
 // meta device. Errors only where the key's own arguments are invalid.
-Result<WorkingSet> EstimateWorkingSet(const c10::OperatorHandle& op, const c10::FunctionSchema& schema,
+Result<WorkingSet> EstimateWorkingSet(const BoxedCall& op, const c10::FunctionSchema& schema,
                                       const OpCall& call, const policy::OpTraits& traits, bool bitwise);
 
 // The working set once PyTorch's `outputs` for a set are known (where

@@ -1,0 +1,415 @@
+#include "elementwise_chain/elementwise_chain.h"
+
+#include "src/codegen.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <optional>
+#include <sstream>
+
+namespace kjit::policy {
+namespace {
+
+using codegen::CeilDiv;
+using codegen::CudaType;
+
+// The name a chain's traits are declared under (evaluator/chain.h kChainOp).
+constexpr const char* kChainOp = "kjit::chain";
+constexpr const char* kLiveOp = "kjit::live";
+
+enum class Op { kMul, kAdd, kSub, kDiv, kPow2, kPow3, kSqrt, kRsqrt, kReciprocal, kTanh, kExp, kNeg, kAbs, kSigmoid, kCast };
+
+struct Operand {
+  enum Kind { kInput, kValue, kScalar } kind = kInput;
+  int64_t index = 0;  // kInput: the external tensor's parameter index; kValue: the call
+  double scalar = 0;  // kScalar: the wrapped number
+};
+
+struct Node {
+  Op op = Op::kMul;
+  std::vector<Operand> in;
+  double alpha = 1;  // add, sub
+  DType out = DType::kFloat32;
+};
+
+struct ChainProblem : Problem {
+  std::vector<DType> inputs;  // the external tensors' dtypes, in parameter order
+  std::vector<int> input_alignment;
+  std::vector<Node> nodes;
+  std::vector<int> live;  // node indices whose outputs are written, in order
+  std::vector<int64_t> sizes;
+  int64_t numel = 0;
+  int64_t widest = 1;  // the widest element of any tensor, in bytes
+};
+
+// Input elements and output values a thread may hold (items x vec of each).
+constexpr int64_t kMaxHeldValues = 64;
+
+bool IsServedFloat(DType t) { return t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBFloat16; }
+
+DType Promote(DType a, DType b) { return a == b ? a : DType::kFloat32; }
+
+const char* Short(Op op) {
+  switch (op) {
+    case Op::kMul: return "mul";
+    case Op::kAdd: return "add";
+    case Op::kSub: return "sub";
+    case Op::kDiv: return "div";
+    case Op::kPow2: return "pow2";
+    case Op::kPow3: return "pow3";
+    case Op::kSqrt: return "sqrt";
+    case Op::kRsqrt: return "rsqrt";
+    case Op::kReciprocal: return "reciprocal";
+    case Op::kTanh: return "tanh";
+    case Op::kExp: return "exp";
+    case Op::kNeg: return "neg";
+    case Op::kAbs: return "abs";
+    case Op::kSigmoid: return "sigmoid";
+    case Op::kCast: return "cast";
+  }
+  return "?";
+}
+
+std::optional<double> NumberOf(const Arg& a) {
+  if (const auto* d = std::get_if<double>(&a)) return *d;
+  if (const auto* i = std::get_if<int64_t>(&a)) return static_cast<double>(*i);
+  return std::nullopt;
+}
+
+// A float constant by its bits: exactly the float PyTorch converts the double to.
+std::string FloatLiteral(float f) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "__int_as_float(0x%08x)", std::bit_cast<uint32_t>(f));
+  return buf;
+}
+
+#include "kjit/cuda/elementwise_chain.cuh.inc"
+
+class ElementwiseChain final : public Family {
+ public:
+  std::string_view name() const override { return "elementwise_chain"; }
+  int codegen_version() const override { return 1; }
+  // Chains are recorded from calls the other families' ops and PyTorch's own elementwise ops make: this family
+  // intercepts no op of its own.
+  std::vector<std::string> ops() const override { return {}; }
+
+  OpTraits traits(std::string_view) const override { return OpTraits{}; }
+
+  std::vector<OpKey> SampleKeys() const override {
+    constexpr DType f32 = DType::kFloat32, f16 = DType::kFloat16, bf16 = DType::kBFloat16;
+    auto call = [](const char* op, const char* overload, std::vector<Arg> args) {
+      return OpCall{op, overload, std::move(args)};
+    };
+    auto key = [](std::vector<OpCall> calls) {
+      OpKey k;
+      k.calls = std::move(calls);
+      k.arch = 90;
+      return k;
+    };
+    // minGPT's tanh-GELU: 0.5 * x * (1.0 + tanh(sqrt(2 / pi) * (x + 0.044715 * pow(x, 3.0)))).
+    auto gelu = [&](const TensorDesc& x, bool live_tanh) {
+      std::vector<OpCall> calls = {
+          call("aten::mul", "Tensor", {x, 0.5}),
+          call("aten::pow", "Tensor_Scalar", {x, 3.0}),
+          call("aten::mul", "Tensor", {ValueRef{1, 0}, 0.044715}),
+          call("aten::add", "Tensor", {x, ValueRef{2, 0}, int64_t{1}}),
+          call("aten::mul", "Tensor", {ValueRef{3, 0}, std::sqrt(2.0 / M_PI)}),
+          call("aten::tanh", "", {ValueRef{4, 0}}),
+          call("aten::add", "Tensor", {ValueRef{5, 0}, 1.0, int64_t{1}}),
+          call("aten::mul", "Tensor", {ValueRef{0, 0}, ValueRef{6, 0}}),
+      };
+      if (live_tanh) calls.push_back(call(kLiveOp, "", {IntList{5, 7}}));
+      return key(std::move(calls));
+    };
+    auto cast = [&](const Arg& x, DType to) {
+      return call("aten::_to_copy", "", {x, to, NoneArg{}, NoneArg{}, NoneArg{}, false, NoneArg{}});
+    };
+    TensorDesc unaligned = TensorDesc::Contiguous(f32, {4097, 1001});
+    unaligned.storage_offset = 1;
+    unaligned.alignment = 4;
+    const TensorDesc wide = TensorDesc::Contiguous(bf16, {8192, 4096});
+    return {
+        gelu(TensorDesc::Contiguous(f32, {8192, 3072}), false),
+        gelu(TensorDesc::Contiguous(bf16, {8192, 3072}), false),
+        gelu(TensorDesc::Contiguous(f16, {64, 1024, 768}), true),
+        // An odd size off a 16-byte boundary: scalar accesses and the tail.
+        gelu(unaligned, false),
+        // SiLU as x * torch.sigmoid(x), bfloat16.
+        key({call("aten::sigmoid", "", {wide}), call("aten::mul", "Tensor", {wide, ValueRef{0, 0}})}),
+        // The tail of Llama's RMS norm, per element: weight * (h.to(f32) * r).to(bf16), r a float32 tensor.
+        key({cast(wide, f32), call("aten::mul", "Tensor", {ValueRef{0, 0}, TensorDesc::Contiguous(f32, {8192, 4096})}),
+             cast(ValueRef{1, 0}, bf16), call("aten::mul", "Tensor", {wide, ValueRef{2, 0}})}),
+        // A scaled residual with alpha: x - 0.5 * y, then / 3 (a division by a wrapped number).
+        key({call("aten::sub", "Tensor", {TensorDesc::Contiguous(f32, {1 << 24}), TensorDesc::Contiguous(f32, {1 << 24}), 0.5}),
+             call("aten::div", "Tensor", {ValueRef{0, 0}, int64_t{3}})}),
+    };
+  }
+
+  Result<std::unique_ptr<Problem>> Match(const OpKey& key) const override {
+    auto p = std::make_unique<ChainProblem>();
+    size_t calls = key.calls.size();
+    if (calls > 0 && key.calls.back().op == kLiveOp) {
+      --calls;
+      const auto* list = key.calls.back().args.size() == 1 ? std::get_if<IntList>(&key.calls.back().args[0]) : nullptr;
+      if (list == nullptr || list->empty()) return InvalidArgument("kjit::live takes a non-empty list of calls");
+      for (int64_t c : *list) {
+        if (c < 0 || static_cast<size_t>(c) >= calls || (!p->live.empty() && c <= p->live.back())) {
+          return InvalidArgument("kjit::live lists calls in increasing order");
+        }
+        p->live.push_back(static_cast<int>(c));
+      }
+    }
+    if (calls < 2) return InvalidArgument("a chain of at least two calls is needed");
+    if (p->live.empty()) p->live.push_back(static_cast<int>(calls - 1));
+    int alignment = 16;
+    for (size_t i = 0; i < calls; ++i) {
+      const OpCall& c = key.calls[i];
+      Node node;
+      // A tensor operand: an external tensor of the chain's shape, an earlier call's output, or a wrapped number.
+      auto operand = [&](const Arg& a, bool scalar_allowed) -> Status {
+        if (const auto* t = std::get_if<TensorDesc>(&a)) {
+          if (!IsServedFloat(t->dtype)) return InvalidArgument("dtype " + std::string(DTypeName(t->dtype)) + " is not served");
+          if (!t->is_contiguous()) return InvalidArgument("non-contiguous tensors are declined");
+          if (p->inputs.empty()) p->sizes = t->sizes;  // the first tensor's shape is the chain's
+          if (t->sizes != p->sizes) return InvalidArgument("tensors of different shapes (broadcasting) are declined");
+          node.in.push_back(Operand{Operand::kInput, static_cast<int64_t>(p->inputs.size()), 0});
+          p->inputs.push_back(t->dtype);
+          p->input_alignment.push_back(t->alignment);
+          alignment = std::min<int>(alignment, t->alignment);
+          return Status::Ok();
+        }
+        if (const auto* r = std::get_if<ValueRef>(&a)) {
+          if (r->call >= i || r->output != 0) return InvalidArgument("a reference to no earlier call's output");
+          node.in.push_back(Operand{Operand::kValue, static_cast<int64_t>(r->call), 0});
+          return Status::Ok();
+        }
+        if (auto v = NumberOf(a); v && scalar_allowed) {
+          node.in.push_back(Operand{Operand::kScalar, 0, *v});
+          return Status::Ok();
+        }
+        return InvalidArgument("an operand that is no tensor, earlier output or number");
+      };
+      auto dtype_of = [&](const Operand& o) -> std::optional<DType> {
+        if (o.kind == Operand::kInput) return p->inputs[static_cast<size_t>(o.index)];
+        if (o.kind == Operand::kValue) return p->nodes[static_cast<size_t>(o.index)].out;
+        return std::nullopt;
+      };
+      const std::string name = c.op + (c.overload.empty() ? "" : "." + c.overload);
+      static const std::map<std::string, Op> kUnary = {
+          {"aten::tanh", Op::kTanh},   {"aten::exp", Op::kExp},         {"aten::neg", Op::kNeg},
+          {"aten::abs", Op::kAbs},     {"aten::sqrt", Op::kSqrt},       {"aten::rsqrt", Op::kRsqrt},
+          {"aten::sigmoid", Op::kSigmoid}, {"aten::reciprocal", Op::kReciprocal}};
+      if (name == "aten::mul.Tensor" || name == "aten::div.Tensor" || name == "aten::add.Tensor" ||
+          name == "aten::sub.Tensor") {
+        const bool with_alpha = c.op == "aten::add" || c.op == "aten::sub";
+        if (c.args.size() != (with_alpha ? 3u : 2u)) return InvalidArgument(name + ": unexpected arguments");
+        node.op = c.op == "aten::mul" ? Op::kMul : c.op == "aten::div" ? Op::kDiv : c.op == "aten::add" ? Op::kAdd : Op::kSub;
+        KJIT_RETURN_IF_ERROR(operand(c.args[0], node.op != Op::kDiv));
+        KJIT_RETURN_IF_ERROR(operand(c.args[1], true));
+        if (with_alpha) {
+          auto alpha = NumberOf(c.args[2]);
+          if (!alpha) return InvalidArgument(name + ": alpha is not a number");
+          node.alpha = *alpha;
+        }
+        auto a = dtype_of(node.in[0]), b = dtype_of(node.in[1]);
+        if (!a && !b) return InvalidArgument(name + " of two numbers");
+        node.out = a && b ? Promote(*a, *b) : a ? *a : *b;
+      } else if (name == "aten::pow.Tensor_Scalar") {
+        if (c.args.size() != 2) return InvalidArgument(name + ": unexpected arguments");
+        KJIT_RETURN_IF_ERROR(operand(c.args[0], false));
+        auto e = NumberOf(c.args[1]);
+        if (!e) return InvalidArgument("pow's exponent is not a number");
+        if (*e == 2) node.op = Op::kPow2;
+        else if (*e == 3) node.op = Op::kPow3;
+        else if (*e == 0.5) node.op = Op::kSqrt;
+        else if (*e == -0.5) node.op = Op::kRsqrt;
+        else if (*e == -1) node.op = Op::kReciprocal;
+        else return InvalidArgument("pow's exponent is not 2, 3, 0.5, -0.5 or -1");
+        node.out = *dtype_of(node.in[0]);
+      } else if (auto u = kUnary.find(name); u != kUnary.end()) {
+        if (c.args.size() != 1) return InvalidArgument(name + ": unexpected arguments");
+        node.op = u->second;
+        KJIT_RETURN_IF_ERROR(operand(c.args[0], false));
+        node.out = *dtype_of(node.in[0]);
+      } else if (name == "aten::_to_copy") {
+        if (c.args.size() != 7) return InvalidArgument("_to_copy: unexpected arguments");
+        const auto* to = std::get_if<DType>(&c.args[1]);
+        const bool plain = std::holds_alternative<NoneArg>(c.args[2]) && std::holds_alternative<NoneArg>(c.args[3]) &&
+                           std::holds_alternative<NoneArg>(c.args[4]) && std::holds_alternative<bool>(c.args[5]) &&
+                           !std::get<bool>(c.args[5]) && std::holds_alternative<NoneArg>(c.args[6]);
+        if (to == nullptr || !plain) return InvalidArgument("_to_copy other than a dtype cast");
+        if (!IsServedFloat(*to)) return InvalidArgument("a cast to " + std::string(DTypeName(*to)) + " is not served");
+        node.op = Op::kCast;
+        KJIT_RETURN_IF_ERROR(operand(c.args[0], false));
+        node.out = *to;
+      } else {
+        return InvalidArgument(name + " is not an elementwise op this family fuses");
+      }
+      p->nodes.push_back(std::move(node));
+    }
+    if (p->inputs.empty()) return InvalidArgument("a chain with no tensor input");
+    p->numel = 1;
+    for (int64_t s : p->sizes) p->numel *= s;
+    if (p->numel == 0) return codegen::DeclineEmpty();
+    if (p->numel > (int64_t{1} << 40)) return InvalidArgument("too large");
+    p->widest = 1;
+    for (DType t : p->inputs) p->widest = std::max<int64_t>(p->widest, static_cast<int64_t>(DTypeSize(t)));
+    for (int l : p->live) p->widest = std::max<int64_t>(p->widest, static_cast<int64_t>(DTypeSize(p->nodes[l].out)));
+    p->op = kChainOp;
+    std::ostringstream desc;
+    desc << "elementwise_chain n=" << p->numel << " inputs=" << p->inputs.size() << " [";
+    for (size_t i = 0; i < p->nodes.size(); ++i) desc << (i ? " " : "") << Short(p->nodes[i].op) << ":" << DTypeName(p->nodes[i].out);
+    desc << "] live=";
+    for (size_t i = 0; i < p->live.size(); ++i) desc << (i ? "," : "") << p->live[i];
+    desc << " align=" << alignment;
+    p->description = desc.str();
+    return std::unique_ptr<Problem>(std::move(p));
+  }
+
+  Space MakeSpace(const Problem&, const DeviceFacts&) const override {
+    Space s;
+    s.family = "elementwise_chain";
+    s.knobs = {
+        {"threads", {64, 128, 256, 512, 1024}, "threads per block"},
+        {"vec", {1, 2, 4, 8}, "consecutive elements a thread loads, computes and stores as one vector"},
+        {"items", {1, 2, 4}, "vectors a thread has in flight, THREADS x VEC elements apart"},
+        {"hint", {0, 1}, "1: evict-first loads and stores (data used once)"},
+    };
+    return s;
+  }
+
+  Status Check(const Problem& problem, const Point& pt, const DeviceFacts& dev) const override {
+    const auto& p = static_cast<const ChainProblem&>(problem);
+    const int64_t threads = pt.at("threads"), vec = pt.at("vec"), items = pt.at("items"), hint = pt.at("hint");
+    if (hint != 0 && hint != 1) return InvalidArgument("hint is 0 or 1");
+    if (items < 1) return InvalidArgument("items is at least 1");
+    // Every input element and output value a thread holds is a register across the loads, the chain and the
+    // stores: past 64 of them, fewer threads fit an SM (or they spill) with no more bytes in flight.
+    const int64_t held = items * vec * static_cast<int64_t>(p.inputs.size() + p.live.size());
+    if (held > kMaxHeldValues) {
+      return InvalidArgument("holds " + std::to_string(held) + " values a thread (inputs and outputs), over " +
+                             std::to_string(kMaxHeldValues));
+    }
+    KJIT_RETURN_IF_ERROR(codegen::CheckThreadsAndVector(threads, vec, p.widest, dev));
+    for (size_t i = 0; i < p.inputs.size(); ++i) {
+      KJIT_RETURN_IF_ERROR(codegen::CheckVectorAligned(vec, static_cast<int64_t>(DTypeSize(p.inputs[i])),
+                                                       p.input_alignment[i], "an input"));
+    }
+    if (vec > 1 && p.numel < vec) return InvalidArgument("fewer elements than one vector");
+    if (CeilDiv(p.numel, threads * vec * items) > int64_t{2147483647}) return InvalidArgument("grid");
+    return Status::Ok();
+  }
+
+  Point ExpertDefault(const Problem& problem, const DeviceFacts& dev) const override {
+    // The widest vector every tensor's alignment allows (16-byte accesses where it can), 256 threads, plain
+    // caching: a memory-bound stream whose every byte is read or written once.
+    return codegen::WidestValid(*this, problem, dev, {{"threads", 256}, {"vec", 1}, {"items", 1}, {"hint", 0}});
+  }
+
+  Result<Candidate> Generate(const Problem& problem, const Point& pt, const DeviceFacts& dev) const override {
+    KJIT_RETURN_IF_ERROR(Check(problem, pt, dev));
+    const auto& p = static_cast<const ChainProblem&>(problem);
+    const int64_t threads = pt.at("threads"), vec = pt.at("vec"), items = pt.at("items"), hint = pt.at("hint");
+    std::ostringstream src;
+    src << codegen::SourceHead(*this, p, pt, dev);
+    src << "typedef __half in_t;\ntypedef __half out_t;\n";
+    src << "#define VEC " << vec << "\n#define ITEMS " << items << "\n#define HINT " << hint << "\n";
+    src << "constexpr int THREADS = " << threads << ";\nconstexpr long long N = " << p.numel << "LL;\n";
+    src << "#define CHAIN_PARAMS ";
+    for (size_t i = 0; i < p.inputs.size(); ++i) {
+      src << "const " << CudaType(p.inputs[i]) << "* __restrict__ in" << i << ", ";
+    }
+    for (size_t o = 0; o < p.live.size(); ++o) {
+      src << (o ? ", " : "") << CudaType(p.nodes[static_cast<size_t>(p.live[o])].out) << "* __restrict__ out" << o;
+    }
+    src << "\n" << codegen::kElementAccess << kAccess << kHead;
+    for (size_t i = 0; i < p.inputs.size(); ++i) src << "  float x" << i << "[ITEMS][VEC];\n";
+    src << "#pragma unroll\n  for (int k = 0; k < ITEMS; ++k) {\n"
+        << "    const long long base = tile + (long long)k * THREADS * VEC;\n    if (base + VEC <= N) {\n";
+    for (size_t i = 0; i < p.inputs.size(); ++i) src << "      load_any(in" << i << " + base, x" << i << "[k]);\n";
+    src << "    } else {\n#pragma unroll\n      for (int e = 0; e < VEC; ++e) {\n";
+    for (size_t i = 0; i < p.inputs.size(); ++i) {
+      src << "        x" << i << "[k][e] = base + e < N ? load_one(in" << i << " + base + e) : 0.f;\n";
+    }
+    src << "      }\n    }\n  }\n";
+    for (size_t o = 0; o < p.live.size(); ++o) src << "  float y" << o << "[ITEMS][VEC];\n";
+    src << "#pragma unroll\n  for (int k = 0; k < ITEMS; ++k) {\n#pragma unroll\n    for (int e = 0; e < VEC; ++e) {\n";
+    for (size_t n = 0; n < p.nodes.size(); ++n) {
+      src << "      const float v" << n << " = " << Expression(p.nodes[n]) << ";\n";
+    }
+    for (size_t o = 0; o < p.live.size(); ++o) src << "      y" << o << "[k][e] = v" << p.live[o] << ";\n";
+    src << "    }\n  }\n";
+    src << "#pragma unroll\n  for (int k = 0; k < ITEMS; ++k) {\n"
+        << "    const long long base = tile + (long long)k * THREADS * VEC;\n    if (base + VEC <= N) {\n";
+    for (size_t o = 0; o < p.live.size(); ++o) src << "      store_any(out" << o << " + base, y" << o << "[k]);\n";
+    src << "    } else {\n#pragma unroll\n      for (int e = 0; e < VEC; ++e) {\n        if (base + e < N) {\n";
+    for (size_t o = 0; o < p.live.size(); ++o) src << "          store_one(out" << o << " + base + e, y" << o << "[k][e]);\n";
+    src << "        }\n      }\n    }\n  }\n" << kTail;
+    Candidate c;
+    c.entry_point = "kjit_elementwise_chain";
+    c.launch.block[0] = static_cast<uint32_t>(threads);
+    c.launch.grid[0] = static_cast<uint32_t>(CeilDiv(p.numel, threads * vec * items));
+    c.source = src.str();
+    codegen::FinishCandidate(*this, pt, c);
+    return c;
+  }
+
+ private:
+  // One node's value for element e, in float, rounded to its dtype.
+  static std::string Expression(const Node& node) {
+    auto in = [&](size_t k) -> std::string {
+      const Operand& o = node.in[k];
+      if (o.kind == Operand::kInput) return "x" + std::to_string(o.index) + "[k][e]";
+      if (o.kind == Operand::kValue) return "v" + std::to_string(o.index);
+      return FloatLiteral(static_cast<float>(o.scalar));
+    };
+    const std::string a = in(0);
+    const std::string as = std::string("as_dtype<") + CudaType(node.out) + ">";
+    std::string value;
+    switch (node.op) {
+      case Op::kMul: value = "op_mul(" + a + ", " + in(1) + ")"; break;
+      case Op::kAdd:
+      case Op::kSub: {
+        const double alpha = node.op == Op::kSub ? -node.alpha : node.alpha;
+        if (node.alpha == 1) {
+          value = std::string(node.op == Op::kAdd ? "op_add(" : "op_sub(") + a + ", " + in(1) + ")";
+        } else {
+          value = "op_axpy(" + a + ", " + FloatLiteral(static_cast<float>(alpha)) + ", " + in(1) + ")";
+        }
+        break;
+      }
+      case Op::kDiv:
+        if (node.in[1].kind == Operand::kScalar) {
+          // PyTorch's div_true kernel multiplies by the divisor's reciprocal, computed in float on the host.
+          value = "op_mul(" + a + ", " + FloatLiteral(1.0f / static_cast<float>(node.in[1].scalar)) + ")";
+        } else {
+          value = "op_div(" + a + ", " + in(1) + ")";
+        }
+        break;
+      case Op::kPow2: value = "op_mul(" + a + ", " + a + ")"; break;
+      case Op::kPow3: value = "op_mul(" + as + "(op_mul(" + a + ", " + a + ")), " + a + ")"; break;
+      case Op::kSqrt: value = "__fsqrt_rn(" + a + ")"; break;
+      case Op::kRsqrt: value = "rsqrtf(" + a + ")"; break;
+      case Op::kReciprocal: value = "op_div(1.0f, " + a + ")"; break;
+      case Op::kTanh: value = "tanhf(" + a + ")"; break;
+      case Op::kExp: value = "expf(" + a + ")"; break;
+      case Op::kNeg: value = "-(" + a + ")"; break;
+      case Op::kAbs: value = "fabsf(" + a + ")"; break;
+      case Op::kSigmoid: value = "op_sigmoid(" + a + ")"; break;
+      case Op::kCast: value = a; break;
+    }
+    return as + "(" + value + ")";
+  }
+};
+
+}  // namespace
+
+const Family* ElementwiseChainFamily() {
+  static const ElementwiseChain family;
+  return &family;
+}
+
+}  // namespace kjit::policy
