@@ -227,6 +227,28 @@ TEST(ShimOps, CudnnPreFilterPassesDepthwiseConvolutionsOnly) {
   EXPECT_FALSE(depthwise({4, 16, 0, 10}, {16, 1, 3, 3}, 16));
 }
 
+// convolution_backward is every convolution's backward: only a depthwise one's (1-D or 2-D) is keyed.
+TEST(ShimOps, ConvolutionBackwardPreFilterPassesDepthwiseConvolutionsOnly) {
+  using V = std::vector<int64_t>;
+  auto depthwise = [](V x, V w, int64_t groups, bool transposed = false) {
+    return ConvBackwardMayBeDepthwise(x, w, groups, transposed);
+  };
+  // F.conv2d and F.conv1d with groups=C: [C, 1, kH, kW] and [C, 1, k] weights.
+  EXPECT_TRUE(depthwise({32, 128, 56, 56}, {128, 1, 3, 3}, 128));
+  EXPECT_TRUE(depthwise({8, 256, 1024}, {256, 1, 4}, 256));
+  // Transposed, ordinary, grouped, channel-multiplier and single-channel convolutions.
+  EXPECT_FALSE(depthwise({32, 128, 56, 56}, {128, 1, 3, 3}, 128, true));
+  EXPECT_FALSE(depthwise({32, 128, 56, 56}, {256, 128, 3, 3}, 1));
+  EXPECT_FALSE(depthwise({32, 128, 56, 56}, {128, 4, 3, 3}, 32));
+  EXPECT_FALSE(depthwise({32, 128, 56, 56}, {256, 1, 3, 3}, 128));
+  EXPECT_FALSE(depthwise({32, 1, 56, 56}, {1, 1, 3, 3}, 1));
+  // 3-D convolutions, mismatched ranks, empty inputs.
+  EXPECT_FALSE(depthwise({8, 16, 4, 10, 10}, {16, 1, 3, 3, 3}, 16));
+  EXPECT_FALSE(depthwise({8, 16, 10, 10}, {16, 1, 3}, 16));
+  EXPECT_FALSE(depthwise({0, 16, 10, 10}, {16, 1, 3, 3}, 16));
+  EXPECT_FALSE(depthwise({4, 16, 0}, {16, 1, 3}, 16));
+}
+
 TEST(ShimOps, MatmulPreFilterPassesSmallInnerDimensionsOnly) {
   using V = std::vector<int64_t>;
   // Contiguous strides of `sizes`.
