@@ -213,6 +213,7 @@ TEST_P(SpaceTest, SampledSourcesArePinned) {
       {"group_norm_backward", {8646, 0x6b0e82bb5d5a2ac0ull}},  // new family (codegen 1)
       {"pool_backward", {36477, 0x3affe0fa57a3c287ull}},  // new family (codegen 1)
       {"batch_norm_backward", {13778, 0xbe2522bbf199f8c0ull}},  // new family (codegen 1)
+      {"depthwise_conv_backward", {20263, 0x90cb1bc1f6e60fd7ull}},  // new family (codegen 1)
   };
   const Family& f = *GetParam();
   const DeviceFacts device = DeviceFacts::H200();
@@ -283,7 +284,7 @@ TEST(FamilyRegistry, FamiliesKeepTheirPositions) {
   const std::vector<std::string> expected = {"softmax", "layer_norm", "batch_norm",     "group_norm", "scan",
                                              "pool",    "reduce",     "depthwise_conv", "matmul",     "softmax_backward",
                                              "layer_norm_backward", "group_norm_backward", "pool_backward",
-                                             "batch_norm_backward"};
+                                             "batch_norm_backward", "depthwise_conv_backward"};
   std::vector<std::string> names;
   for (const Family* f : Families()) names.emplace_back(f->name());
   ASSERT_GE(names.size(), expected.size()) << "a family is missing from the registry";

@@ -149,10 +149,10 @@ TEST(ShimOps, TheFamiliesOpsAreIntercepted) {
                               "_log_softmax_backward_data", "native_layer_norm_backward", "_fused_rms_norm_backward",
                               "native_group_norm_backward", "avg_pool2d_backward",
                               "max_pool2d_with_indices_backward", "native_batch_norm_backward",
-                              "cudnn_batch_norm_backward"}) {
+                              "cudnn_batch_norm_backward", "convolution_backward"}) {
     EXPECT_TRUE(listed(op)) << op;
   }
-  EXPECT_EQ(std::size(kInterceptedOps), 34u);
+  EXPECT_EQ(std::size(kInterceptedOps), 35u);
   // Overloads without CUDA kernels of their own, or that the families do not serve, are not listed.
   for (std::string_view op : {"sum", "mean", "max_pool2d", "cumsum_", "cumsum.out", "sum.IntList_out", "mm.out",
                               "bmm.out", "addmm", "matmul"}) {
@@ -176,6 +176,7 @@ TEST(ShimOps, RecordedCallsServedWhereTheFamiliesDeclareThem) {
   static_assert(!ServesRecordedCalls("cudnn_batch_norm"));
   static_assert(!ServesRecordedCalls("gelu"));
   static_assert(!ServesRecordedCalls("native_layer_norm_backward"));  // a double backward's: left to PyTorch
+  static_assert(!ServesRecordedCalls("convolution_backward"));
   static_assert(!ServesRecordedCalls(""));
 }
 
@@ -194,6 +195,7 @@ TEST(ShimOps, PreFilters) {
     EXPECT_EQ(PreFilterFor(op), PreFilter::kServedFloat) << op;
   }
   EXPECT_EQ(PreFilterFor("cudnn_convolution"), PreFilter::kDepthwiseConv);
+  EXPECT_EQ(PreFilterFor("convolution_backward"), PreFilter::kDepthwiseConvBackward);
   EXPECT_EQ(PreFilterFor("mm"), PreFilter::kSmallMatmul);
   EXPECT_EQ(PreFilterFor("bmm"), PreFilter::kSmallBatchedMatmul);
   EXPECT_EQ(PreFilterFor("gelu"), PreFilter::kNone);
