@@ -186,6 +186,22 @@ def cases(torch, family):
         add("pool_backward", f"avg_pool2d_backward {str(dt)[6:]} {'x'.join(map(str, shape))} k2 s2",
             f"aten::avg_pool2d_backward {str(dt)[6:]}{list(shape)} k2 s2", make_ap,
             lambda g, x: aten.avg_pool2d_backward(g, x, [2, 2], [2, 2], [0, 0], False, True, None))
+    # A depthwise convolution's backward (depthwise_conv_backward): MobileNet's 3x3 (padding 1, every gradient) and a
+    # conv1d's causal 4-tap kernel (padding 3), through aten::convolution_backward as autograd calls it.
+    for dt, shape, k, pad in [(f32, (32, 128, 128, 128), (3, 3), (1, 1)), (bf16, (32, 128, 128, 128), (3, 3), (1, 1)),
+                              (f32, (8, 256, 1024), (4,), (3,))]:
+        c = shape[1]
+        out_shape = shape[:2] + tuple(s + 2 * p - kk + 1 for s, p, kk in zip(shape[2:], pad, k))
+
+        def make_dw(s=shape, t=dt, c=c, k=k, o=out_shape):
+            return (torch.randn(*o, device="cuda", dtype=t), torch.randn(*s, device="cuda", dtype=t),
+                    torch.randn(c, 1, *k, device="cuda", dtype=t))
+        ones, zeros = [1] * len(k), [0] * len(k)
+        add("depthwise_conv_backward",
+            f"depthwise_conv_backward {str(dt)[6:]} {'x'.join(map(str, shape))} k{'x'.join(map(str, k))} grads xwb",
+            f"aten::convolution_backward {str(dt)[6:]}{list(shape)} k{list(k)}", make_dw,
+            lambda g, x, wt, c=c, p=list(pad), o=ones, z=zeros: aten.convolution_backward(
+                g, x, wt, [c], o, p, o, False, z, c, [True, True, True]))
     # Elementwise chains (elementwise_chain's sample keys): eager runs each op as a kernel, torch.compile fuses.
     import math
     def gelu(x):  # minGPT's NewGELU
@@ -233,7 +249,8 @@ def time_pair(torch, fns, args, runs, flush):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--family", help="only this family (softmax, layer_norm, group_norm, instance_norm, scan, pool, "
-                   "reduce, depthwise_conv, matmul, softmax_backward, layer_norm_backward, group_norm_backward, pool_backward, elementwise_chain)")
+                   "reduce, depthwise_conv, matmul, softmax_backward, layer_norm_backward, group_norm_backward, pool_backward, "
+                   "depthwise_conv_backward, elementwise_chain)")
     p.add_argument("--runs", type=int, default=100)
     p.add_argument("--cases-only", action="store_true",
                    help="only the headroom table's cases, not their neighbours (the first of each group of four)")

@@ -65,13 +65,23 @@ inline bool SmallMatmulArgsPass(bool batched, const at::Tensor& self, const at::
 }
 
 // What a pre-filter reads of a call, however it was passed (boxed or as C++ arguments): the first
-// argument if it is a tensor; the second if it is one (mm, bmm, cudnn_convolution's weight);
-// cudnn_convolution's groups (argument 5) if it is an int. Null where the call has none.
+// argument if it is a tensor; the second if it is one (mm, bmm, cudnn_convolution's weight,
+// convolution_backward's input); the third if it is one (convolution_backward's weight); the groups
+// (cudnn_convolution's argument 5, convolution_backward's 9) if an int, convolution_backward's transposed
+// (argument 7) if a bool. Null where the call has none.
 struct PreFilterArgs {
   const at::Tensor* first = nullptr;
   const at::Tensor* second = nullptr;
+  const at::Tensor* third = nullptr;
   const int64_t* groups = nullptr;
+  const bool* transposed = nullptr;
 };
+
+// The position of the groups argument a pre-filter reads (cudnn_convolution's 5, convolution_backward's 9);
+// -1: none.
+constexpr int PreFilterGroupsArg(PreFilter filter) {
+  return filter == PreFilter::kDepthwiseConv ? 5 : filter == PreFilter::kDepthwiseConvBackward ? 9 : -1;
+}
 
 // The op's pre-filter (shim_core.h): true if the call may be one its family serves and is to be
 // keyed. Reads tensor metadata only; no allocation, no exception for any arguments.
@@ -97,6 +107,20 @@ inline bool PassesPreFilter(PreFilter filter, const PreFilterArgs& args) {
     return CudnnConvMayBeDepthwise(std::span<const int64_t>(sizes.data(), sizes.size()),
                                    std::span<const int64_t>(w_sizes.data(), w_sizes.size()), *args.groups);
   }
+  if (filter == PreFilter::kDepthwiseConvBackward) {
+    // convolution_backward(grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed,
+    // output_padding, groups, output_mask): grad_output's dtype checked above, the input's shape here.
+    if (args.second == nullptr || args.third == nullptr || args.groups == nullptr || args.transposed == nullptr) {
+      return false;
+    }
+    const at::Tensor& input = *args.second;
+    const at::Tensor& w = *args.third;
+    if (!input.defined() || !w.defined()) return false;
+    const auto in_sizes = input.sizes(), w_sizes = w.sizes();
+    return ConvBackwardMayBeDepthwise(std::span<const int64_t>(in_sizes.data(), in_sizes.size()),
+                                      std::span<const int64_t>(w_sizes.data(), w_sizes.size()), *args.groups,
+                                      *args.transposed);
+  }
   // 0-d and empty inputs: every family of a filtered op leaves them to PyTorch.
   if (sizes.empty()) return false;
   for (int64_t n : sizes) {
@@ -107,7 +131,7 @@ inline bool PassesPreFilter(PreFilter filter, const PreFilterArgs& args) {
 
 // The argument count of the op a pre-filter reads by position: mm(self, mat2), bmm(self, mat2),
 // cudnn_convolution(self, weight, padding, stride, dilation, groups, benchmark, deterministic,
-// allow_tf32); 0: any. A call of another count is declined.
+// allow_tf32), convolution_backward's 11; 0: any. A call of another count is declined.
 constexpr size_t PreFilterArgCount(PreFilter filter) {
   switch (filter) {
     case PreFilter::kSmallMatmul:
@@ -115,6 +139,8 @@ constexpr size_t PreFilterArgCount(PreFilter filter) {
       return 2;
     case PreFilter::kDepthwiseConv:
       return 9;
+    case PreFilter::kDepthwiseConvBackward:
+      return 11;
     default:
       return 0;
   }
@@ -127,10 +153,16 @@ inline bool PassesPreFilter(PreFilter filter, c10::ArrayRef<c10::IValue> args) {
   if (!args.empty() && args[0].isTensor()) p.first = &args[0].toTensor();
   if (const size_t count = PreFilterArgCount(filter); count != 0 && args.size() != count) return false;
   if (args.size() > 1 && args[1].isTensor()) p.second = &args[1].toTensor();
+  if (args.size() > 2 && args[2].isTensor()) p.third = &args[2].toTensor();
   int64_t groups = 0;
-  if (filter == PreFilter::kDepthwiseConv && args[5].isInt()) {
-    groups = args[5].toInt();
+  if (const int g = PreFilterGroupsArg(filter); g >= 0 && args[g].isInt()) {
+    groups = args[g].toInt();
     p.groups = &groups;
+  }
+  bool transposed = false;
+  if (filter == PreFilter::kDepthwiseConvBackward && args[7].isBool()) {
+    transposed = args[7].toBool();
+    p.transposed = &transposed;
   }
   return PassesPreFilter(filter, p);
 }
@@ -152,18 +184,29 @@ bool PassesPreFilterTyped(const Args&... args) {
     if constexpr (n > 1) {
       if constexpr (std::is_same_v<std::tuple_element_t<1, Types>, at::Tensor>) p.second = &std::get<1>(refs);
     }
+    if constexpr (n > 2) {
+      if constexpr (std::is_same_v<std::tuple_element_t<2, Types>, at::Tensor>) p.third = &std::get<2>(refs);
+    }
     int64_t groups = 0;
-    if constexpr (kFilter == PreFilter::kDepthwiseConv) {
-      using Groups = std::tuple_element_t<5, Types>;
+    constexpr int kGroups = PreFilterGroupsArg(kFilter);
+    if constexpr (kGroups >= 0) {
+      using Groups = std::tuple_element_t<kGroups, Types>;
       if constexpr (std::is_same_v<Groups, int64_t>) {
-        groups = std::get<5>(refs);
+        groups = std::get<kGroups>(refs);
         p.groups = &groups;
       } else if constexpr (std::is_same_v<Groups, c10::SymInt>) {
         // A symbolic groups boxes as a SymInt, not an int: the boxed pre-filter declines it too.
-        if (const std::optional<int64_t> g = std::get<5>(refs).maybe_as_int()) {
+        if (const std::optional<int64_t> g = std::get<kGroups>(refs).maybe_as_int()) {
           groups = *g;
           p.groups = &groups;
         }
+      }
+    }
+    bool transposed = false;
+    if constexpr (kFilter == PreFilter::kDepthwiseConvBackward) {
+      if constexpr (std::is_same_v<std::tuple_element_t<7, Types>, bool>) {
+        transposed = std::get<7>(refs);
+        p.transposed = &transposed;
       }
     }
     return PassesPreFilter(kFilter, p);

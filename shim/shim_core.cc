@@ -57,6 +57,16 @@ bool CudnnConvMayBeDepthwise(std::span<const int64_t> input_sizes, std::span<con
   return std::all_of(input_sizes.begin(), input_sizes.end(), [](int64_t n) { return n > 0; });
 }
 
+bool ConvBackwardMayBeDepthwise(std::span<const int64_t> input_sizes, std::span<const int64_t> weight_sizes,
+                                int64_t groups, bool transposed) {
+  const size_t rank = input_sizes.size();
+  if (transposed || (rank != 3 && rank != 4) || weight_sizes.size() != rank) return false;
+  const int64_t c = input_sizes[1];
+  if (c < 2 || groups != c) return false;
+  if (weight_sizes[0] != c || weight_sizes[1] != 1) return false;
+  return std::all_of(input_sizes.begin(), input_sizes.end(), [](int64_t n) { return n > 0; });
+}
+
 bool SmallMatmulMayBeServed(bool batched, DType dtype, MatmulOperand self, MatmulOperand mat2) {
   const size_t rank = batched ? 3 : 2;
   if (self.sizes.size() != rank || mat2.sizes.size() != rank || self.strides.size() != rank ||

@@ -79,6 +79,8 @@ enum class PreFilter : uint8_t {
                    // no empty one (scan, pool, reduce and depthwise_conv serve those dtypes only, and
                    // neither 0-d nor empty inputs)
   kDepthwiseConv,  // kServedFloat, and a depthwise convolution (CudnnConvMayBeDepthwise)
+  kDepthwiseConvBackward,  // kServedFloat (grad_output), and a depthwise convolution's backward
+                           // (ConvBackwardMayBeDepthwise): every other convolution's stays PyTorch's, unkeyed
   kSmallMatmul,         // aten::mm of a small inner dimension (SmallMatmulMayBeServed, 2-D)
   kSmallBatchedMatmul,  // aten::bmm of a small inner dimension (SmallMatmulMayBeServed, 3-D)
 };
@@ -142,6 +144,14 @@ constexpr bool ServesRecordedCalls(std::string_view op) {
 // dtypes, layouts, strides, padding and the output size on the key.
 bool CudnnConvMayBeDepthwise(std::span<const int64_t> input_sizes, std::span<const int64_t> weight_sizes,
                              int64_t groups);
+
+// aten::convolution_backward(grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed,
+// output_padding, groups, output_mask): whether the call can be the backward of a depthwise convolution
+// policy/depthwise_conv_backward serves: not transposed, a 3-D or 4-D input [N, C, (H,) W] with C >= 2 and no
+// empty dim, a weight of its rank [C, 1, (kH,) kW], groups == C. Necessary, not sufficient: the family also
+// checks dtypes, layouts, strides, padding and grad_output's shape on the key.
+bool ConvBackwardMayBeDepthwise(std::span<const int64_t> input_sizes, std::span<const int64_t> weight_sizes,
+                                int64_t groups, bool transposed);
 
 // aten::mm(self, mat2) (batched false) or aten::bmm(self, mat2) (true) of two tensors of `dtype`
 // (the adapter has checked that both are strided and of the same dtype): whether the call can be

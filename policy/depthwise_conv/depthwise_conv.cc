@@ -12,7 +12,9 @@ namespace {
 
 using codegen::CeilDiv;
 using codegen::CudaType;
+using codegen::DenseDepthwiseWeight;
 using codegen::IsChannelsLast;
+using codegen::StridesLikeChannelsLast;
 
 // The ABI (daemon/worker_protocol.h): _conv_depthwise2d: (x, weight, bias or null, out);
 // cudnn_convolution: (x, weight, out).
@@ -41,32 +43,6 @@ struct ConvProblem : Problem {
   int64_t numel_out() const { return n * c * oh * ow; }
   int64_t elem() const { return static_cast<int64_t>(DTypeSize(dtype)); }
 };
-
-// As c10's is_channels_last_strides_2d (what suggest_memory_format reads for a 4-D tensor): strides
-// non-decreasing in the order C, W, H, N, with its rules for size-1 dims (an N111 tensor and a
-// permuted 1C1W are not channels_last).
-bool StridesLikeChannelsLast(const TensorDesc& t) {
-  if (t.sizes.size() != 4 || t.strides.size() != 4 || t.strides[1] == 0) return false;
-  int64_t min = 0;
-  for (size_t d : {size_t{1}, size_t{3}, size_t{2}, size_t{0}}) {
-    if (t.sizes[d] == 0 || t.strides[d] < min) return false;
-    if (d == 0 && min == t.strides[1]) return false;
-    min = t.strides[d];
-    if (t.sizes[d] > 1) min *= t.sizes[d];
-  }
-  return true;
-}
-
-// A depthwise weight [C, 1, KH, KW] whose elements lie at c*KH*KW + i*KW + j: contiguous, or
-// channels_last (the same bytes: its channel dim has size 1), or any strides of size-1 dims.
-bool DenseDepthwiseWeight(const TensorDesc& w) {
-  if (w.sizes.size() != 4 || w.strides.size() != 4) return false;
-  const int64_t expected[4] = {w.sizes[2] * w.sizes[3], w.sizes[2] * w.sizes[3], w.sizes[3], 1};
-  for (size_t d = 0; d < 4; ++d) {
-    if (w.sizes[d] != 1 && w.strides[d] != expected[d]) return false;
-  }
-  return true;
-}
 
 bool Float(DType t) { return t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBFloat16; }
 

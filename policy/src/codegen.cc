@@ -78,6 +78,29 @@ bool IsChannelsLast(const TensorDesc& t) {
   return true;
 }
 
+bool StridesLikeChannelsLast(const TensorDesc& t) {
+  if (t.sizes.size() != 4 || t.strides.size() != 4 || t.strides[1] == 0) return false;
+  int64_t min = 0;
+  for (size_t d : {size_t{1}, size_t{3}, size_t{2}, size_t{0}}) {
+    if (t.sizes[d] == 0 || t.strides[d] < min) return false;
+    if (d == 0 && min == t.strides[1]) return false;
+    min = t.strides[d];
+    if (t.sizes[d] > 1) min *= t.sizes[d];
+  }
+  return true;
+}
+
+bool DenseDepthwiseWeight(const TensorDesc& w) {
+  const size_t nd = w.sizes.size();
+  if ((nd != 3 && nd != 4) || w.strides.size() != nd) return false;
+  int64_t expected = 1;  // the product of the sizes after d
+  for (size_t d = nd; d-- > 0;) {
+    if (w.sizes[d] != 1 && w.strides[d] != expected) return false;
+    expected *= w.sizes[d];
+  }
+  return true;
+}
+
 int64_t PoolOutputSize(int64_t in, int64_t k, int64_t pad, int64_t stride, int64_t dilation, bool ceil_mode) {
   const int64_t num = in + 2 * pad - dilation * (k - 1) - 1 + (ceil_mode ? stride - 1 : 0);
   int64_t q = num / stride;

@@ -48,6 +48,13 @@ int64_t Align16(int64_t bytes);
 // As torch's is_contiguous(ChannelsLast / ChannelsLast3d): a 4-D or 5-D tensor dense in the order
 // C, W, H, (D), N; size-1 dims' strides do not matter.
 bool IsChannelsLast(const TensorDesc& t);
+// As c10's is_channels_last_strides_2d (what suggest_memory_format reads for a 4-D tensor, and so what picks
+// cuDNN for a depthwise convolution): strides non-decreasing in the order C, W, H, N, with its rules for size-1
+// dims (an N111 tensor and a permuted 1C1W are not channels_last). depthwise_conv and its backward.
+bool StridesLikeChannelsLast(const TensorDesc& t);
+// A depthwise weight [C, 1, KH, KW] (or a 1-D convolution's [C, 1, K]) whose elements lie at c*KH*KW + i*KW + j:
+// contiguous, or channels_last (the same bytes: its channel dim has size 1), or any strides of size-1 dims.
+bool DenseDepthwiseWeight(const TensorDesc& w);
 // An int-list argument (kernel_size, stride, padding, dilation) expanded to `n` values: one value is
 // broadcast; `empty_as` (a pooling stride) stands in for an empty list; otherwise kInvalidArgument.
 Result<std::vector<int64_t>> ExpandIntList(const Arg& arg, size_t n, const char* what,

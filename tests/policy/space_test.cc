@@ -214,6 +214,7 @@ TEST_P(SpaceTest, SampledSourcesArePinned) {
       {"pool_backward", {36477, 0x3affe0fa57a3c287ull}},  // new family (codegen 1)
       {"batch_norm_backward", {13778, 0xbe2522bbf199f8c0ull}},  // new family (codegen 1)
       {"elementwise_chain", {20273, 0x9ea232b004f4ec2aull}},  // new family (codegen 1)
+      {"depthwise_conv_backward", {20263, 0x90cb1bc1f6e60fd7ull}},  // new family (codegen 1)
   };
   const Family& f = *GetParam();
   const DeviceFacts device = DeviceFacts::H200();
@@ -284,7 +285,7 @@ TEST(FamilyRegistry, FamiliesKeepTheirPositions) {
   const std::vector<std::string> expected = {"softmax", "layer_norm", "batch_norm",     "group_norm", "scan",
                                              "pool",    "reduce",     "depthwise_conv", "matmul",     "softmax_backward",
                                              "layer_norm_backward", "group_norm_backward", "pool_backward",
-                                             "batch_norm_backward", "elementwise_chain"};
+                                             "batch_norm_backward", "elementwise_chain", "depthwise_conv_backward"};
   std::vector<std::string> names;
   for (const Family* f : Families()) names.emplace_back(f->name());
   ASSERT_GE(names.size(), expected.size()) << "a family is missing from the registry";

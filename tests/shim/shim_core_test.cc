@@ -149,10 +149,10 @@ TEST(ShimOps, TheFamiliesOpsAreIntercepted) {
                               "_log_softmax_backward_data", "native_layer_norm_backward", "_fused_rms_norm_backward",
                               "native_group_norm_backward", "avg_pool2d_backward",
                               "max_pool2d_with_indices_backward", "native_batch_norm_backward",
-                              "cudnn_batch_norm_backward"}) {
+                              "cudnn_batch_norm_backward", "convolution_backward"}) {
     EXPECT_TRUE(listed(op)) << op;
   }
-  EXPECT_EQ(std::size(kInterceptedOps), 34u);
+  EXPECT_EQ(std::size(kInterceptedOps), 35u);
   // Overloads without CUDA kernels of their own, or that the families do not serve, are not listed.
   for (std::string_view op : {"sum", "mean", "max_pool2d", "cumsum_", "cumsum.out", "sum.IntList_out", "mm.out",
                               "bmm.out", "addmm", "matmul"}) {
@@ -176,6 +176,7 @@ TEST(ShimOps, RecordedCallsServedWhereTheFamiliesDeclareThem) {
   static_assert(!ServesRecordedCalls("cudnn_batch_norm"));
   static_assert(!ServesRecordedCalls("gelu"));
   static_assert(!ServesRecordedCalls("native_layer_norm_backward"));  // a double backward's: left to PyTorch
+  static_assert(!ServesRecordedCalls("convolution_backward"));
   static_assert(!ServesRecordedCalls(""));
 }
 
@@ -194,6 +195,7 @@ TEST(ShimOps, PreFilters) {
     EXPECT_EQ(PreFilterFor(op), PreFilter::kServedFloat) << op;
   }
   EXPECT_EQ(PreFilterFor("cudnn_convolution"), PreFilter::kDepthwiseConv);
+  EXPECT_EQ(PreFilterFor("convolution_backward"), PreFilter::kDepthwiseConvBackward);
   EXPECT_EQ(PreFilterFor("mm"), PreFilter::kSmallMatmul);
   EXPECT_EQ(PreFilterFor("bmm"), PreFilter::kSmallBatchedMatmul);
   EXPECT_EQ(PreFilterFor("gelu"), PreFilter::kNone);
@@ -225,6 +227,28 @@ TEST(ShimOps, CudnnPreFilterPassesDepthwiseConvolutionsOnly) {
   // Empty inputs are left to PyTorch.
   EXPECT_FALSE(depthwise({0, 16, 10, 10}, {16, 1, 3, 3}, 16));
   EXPECT_FALSE(depthwise({4, 16, 0, 10}, {16, 1, 3, 3}, 16));
+}
+
+// convolution_backward is every convolution's backward: only a depthwise one's (1-D or 2-D) is keyed.
+TEST(ShimOps, ConvolutionBackwardPreFilterPassesDepthwiseConvolutionsOnly) {
+  using V = std::vector<int64_t>;
+  auto depthwise = [](V x, V w, int64_t groups, bool transposed = false) {
+    return ConvBackwardMayBeDepthwise(x, w, groups, transposed);
+  };
+  // F.conv2d and F.conv1d with groups=C: [C, 1, kH, kW] and [C, 1, k] weights.
+  EXPECT_TRUE(depthwise({32, 128, 56, 56}, {128, 1, 3, 3}, 128));
+  EXPECT_TRUE(depthwise({8, 256, 1024}, {256, 1, 4}, 256));
+  // Transposed, ordinary, grouped, channel-multiplier and single-channel convolutions.
+  EXPECT_FALSE(depthwise({32, 128, 56, 56}, {128, 1, 3, 3}, 128, true));
+  EXPECT_FALSE(depthwise({32, 128, 56, 56}, {256, 128, 3, 3}, 1));
+  EXPECT_FALSE(depthwise({32, 128, 56, 56}, {128, 4, 3, 3}, 32));
+  EXPECT_FALSE(depthwise({32, 128, 56, 56}, {256, 1, 3, 3}, 128));
+  EXPECT_FALSE(depthwise({32, 1, 56, 56}, {1, 1, 3, 3}, 1));
+  // 3-D convolutions, mismatched ranks, empty inputs.
+  EXPECT_FALSE(depthwise({8, 16, 4, 10, 10}, {16, 1, 3, 3, 3}, 16));
+  EXPECT_FALSE(depthwise({8, 16, 10, 10}, {16, 1, 3}, 16));
+  EXPECT_FALSE(depthwise({0, 16, 10, 10}, {16, 1, 3, 3}, 16));
+  EXPECT_FALSE(depthwise({4, 16, 0}, {16, 1, 3}, 16));
 }
 
 TEST(ShimOps, MatmulPreFilterPassesSmallInnerDimensionsOnly) {

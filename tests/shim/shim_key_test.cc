@@ -23,7 +23,8 @@ namespace kjit::shim {
 namespace {
 
 // The families whose ops have a pre-filter (PreFilterFor is not kNone).
-constexpr std::string_view kPreFilteredFamilies[] = {"scan", "pool", "reduce", "depthwise_conv", "matmul", "pool_backward"};
+constexpr std::string_view kPreFilteredFamilies[] = {"scan", "pool", "reduce", "depthwise_conv", "matmul", "pool_backward",
+                                                      "depthwise_conv_backward"};
 
 // What the adapter's pre-filter of mm/bmm (PassesPreFilter, SmallMatmulArgsPass) computes from
 // the call's tensors.
@@ -151,6 +152,14 @@ TEST(ShimKeys, SampleKeysOfThePreFilteredFamiliesAreTheShimsKeys) {
                                             std::span<const int64_t>(ws.data(), ws.size()), args[5].toInt()))
             << text;
       }
+      if (filter == PreFilter::kDepthwiseConvBackward) {
+        const auto xs = args[1].toTensor().sizes();
+        const auto ws = args[2].toTensor().sizes();
+        EXPECT_TRUE(ConvBackwardMayBeDepthwise(std::span<const int64_t>(xs.data(), xs.size()),
+                                               std::span<const int64_t>(ws.data(), ws.size()), args[9].toInt(),
+                                               args[7].toBool()))
+            << text;
+      }
       if (filter == PreFilter::kSmallMatmul || filter == PreFilter::kSmallBatchedMatmul) {
         EXPECT_TRUE(MatmulPreFilterPasses(filter == PreFilter::kSmallBatchedMatmul, x, args[1].toTensor())) << text;
       }
@@ -219,6 +228,21 @@ TEST(ShimKeys, EagerStyleCallsMatchTheirFamilies) {
             "batch_norm_backward");
   EXPECT_NE(family_of(key("aten::native_batch_norm_backward", "", {x, x, c, c, stats, c, stats, false, 1e-5, all}))
                 .find("eval-mode"),
+            std::string::npos);
+  // F.conv2d(x, w, b, padding=1, groups=64)'s and F.conv1d(..., padding=3, groups=64)'s backward as autograd calls
+  // it (bias_sizes [C] or None, output_padding 0, output_mask a bool[3]); an ordinary convolution's stays PyTorch's.
+  const std::vector<int64_t> one_d{1}, p3{3}, p0_1d{0};
+  EXPECT_EQ(family_of(key("aten::convolution_backward", "",
+                          {x, x, w, std::vector<int64_t>{64}, d1, p1, d1, false, p0, int64_t{64}, all})),
+            "depthwise_conv_backward");
+  EXPECT_EQ(family_of(key("aten::convolution_backward", "",
+                          {at::randn({4, 64, 103}), at::randn({4, 64, 100}), at::randn({64, 1, 4}), none, one_d, p3,
+                           one_d, false, p0_1d, int64_t{64}, c10::List<bool>({true, true, false})})),
+            "depthwise_conv_backward");
+  EXPECT_NE(family_of(key("aten::convolution_backward", "",
+                          {at::randn({8, 32, 14, 14}), x, at::randn({32, 64, 3, 3}), none, d1, p1, d1, false, p0,
+                           int64_t{1}, all}))
+                .find("not depthwise"),
             std::string::npos);
 }
 
@@ -361,6 +385,13 @@ TEST(ShimKeys, WhatThePreFiltersDeclineTheFamiliesDecline) {
   EXPECT_FALSE(CudnnConvMayBeDepthwise(std::vector<int64_t>{2, 16, 10, 10}, std::vector<int64_t>{16, 4, 3, 3}, 4));
   EXPECT_TRUE(declined("aten::cudnn_convolution", "", {x, at::randn({16, 4, 3, 3}), one, one, one, int64_t{4}, false,
                                                        false, true}));
+  // An ordinary convolution's backward (every convolution's goes through convolution_backward).
+  const c10::List<bool> all({true, true, true});
+  EXPECT_FALSE(ConvBackwardMayBeDepthwise(std::vector<int64_t>{2, 16, 10, 10}, std::vector<int64_t>{32, 16, 3, 3}, 1,
+                                          false));
+  EXPECT_TRUE(declined("aten::convolution_backward", "",
+                       {at::randn({2, 32, 8, 8}), x, at::randn({32, 16, 3, 3}), none, one, std::vector<int64_t>{0, 0},
+                        one, false, std::vector<int64_t>{0, 0}, int64_t{1}, all}));
   // Other dtypes, empty and 0-d inputs (PreFilter::kServedFloat).
   EXPECT_TRUE(declined("aten::cumsum", "", {at::ones({4, 8}, at::kLong), int64_t{1}, none}));
   EXPECT_TRUE(declined("aten::sum", "dim_IntList", {at::ones({4, 8}, at::kBool), std::vector<int64_t>{1}, false, none}));

@@ -262,6 +262,23 @@ TEST(ShimUnboxed, TypedKeysAndChecksEqualTheBoxedOnesForEveryOp) {
     For<ops::cudnn_batch_norm_backward>::Check(true, input, g, weight, bn_mean, bn_invstd, bn_mean, bn_invstd, 1e-5,
                                                reserve);
   }
+  {
+    // A depthwise convolution's backward (2-D with a bias, 1-D without), and an ordinary one's, which the
+    // pre-filter declines both ways, as it does a transposed depthwise one.
+    const auto one = Sym({1, 1}), zero = Sym({0, 0}), pad = Sym({1, 1});
+    const auto bias_sizes = Sym({4});
+    const std::array<bool, 3> all{true, true, true};
+    const at::Tensor in = F({2, 4, 9, 9}), g = F({2, 4, 9, 9});
+    For<ops::convolution_backward>::Check(true, g, in, F({4, 1, 3, 3}), at::OptionalSymIntArrayRef(bias_sizes), one,
+                                          pad, one, false, zero, c10::SymInt(4), all);
+    For<ops::convolution_backward>::Check(true, F({2, 4, 12}), F({2, 4, 9}), F({4, 1, 4}), std::nullopt, Sym({1}),
+                                          Sym({3}), Sym({1}), false, Sym({0}), c10::SymInt(4),
+                                          std::array<bool, 3>{true, true, false});
+    For<ops::convolution_backward>::Check(false, F({2, 8, 9, 9}), in, F({8, 4, 3, 3}), std::nullopt, one, pad, one,
+                                          false, zero, c10::SymInt(1), all);
+    For<ops::convolution_backward>::Check(false, g, in, F({4, 1, 3, 3}), std::nullopt, one, pad, one, true, zero,
+                                          c10::SymInt(4), all);
+  }
   EXPECT_EQ(Checked().size(), kOps) << "every intercepted op must have a sample above";
 }
 

@@ -75,6 +75,11 @@ inline float __shfl_up_sync(unsigned, float v, int d) {
   return emu_exchange(v, lane >= d ? lane - d : lane);
 }
 inline float __shfl_sync(unsigned, float v, int src) { return emu_exchange(v, src); }
+// As the hardware's: a lane whose source lane + d lies past the warp keeps its own value.
+inline float __shfl_down_sync(unsigned, float v, int d) {
+  const int lane = threadIdx.x % 32;
+  return emu_exchange(v, lane + d < 32 ? lane + d : lane);
+}
 // Raw bits (the depthwise_conv family's slide strategy shuffles elements as unsigned): exactly unsigned,
 // so calls with other types still take the float overload above.
 template <typename T> requires std::is_same_v<T, unsigned>

@@ -159,6 +159,13 @@ inline bool Write(KeyWriter& w, const c10::OptionalArrayRef<int64_t>& v, Status*
   }
   return Write(w, *v, error);
 }
+inline bool Write(KeyWriter& w, const c10::OptionalArrayRef<c10::SymInt>& v, Status* error) {
+  if (!v.has_value()) {
+    w.None();
+    return true;
+  }
+  return Write(w, *v, error);
+}
 // bool[N] (std::array<bool, N>): an int list of 0s and 1s, as WriteArg keys a boxed bool list.
 template <size_t N>
 bool Write(KeyWriter& w, const std::array<bool, N>& v, Status*) {
