@@ -39,7 +39,7 @@ std::string StateOfTask(const std::string& task_state) {
 std::string OpOf(const std::string& key_bytes) {
   auto key = OpKey::Decode(key_bytes);
   if (!key.ok() || key->calls.empty()) return "";
-  return key->calls[0].op;
+  return key->OpName();
 }
 
 std::string OpOfText(const std::string& key_text) { return key_text.substr(0, key_text.find('(')); }

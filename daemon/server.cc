@@ -775,13 +775,18 @@ ipc::Body Server::Impl::OpenEpisode(const ipc::OpenEpisode& r) {
     ipc::Observation o;
     o.episode_id = episode_id;
     o.key_text = ep.key.ToString();
-    o.op = ep.key.calls[0].op;
-    for (const Arg& a : ep.key.calls[0].args) {
-      OpKey one = OpKey::Single("x", "", {a}, ep.key.arch);
-      std::string text = one.ToString();
-      const size_t open = text.find('('), close = text.rfind(')');
-      o.inputs.push_back(open != std::string::npos && close != std::string::npos ? text.substr(open + 1, close - open - 1)
-                                                                                : text);
+    o.op = ep.key.OpName();
+    // A chain's inputs are its calls' arguments that are no earlier call's output, in order.
+    for (const OpCall& call : ep.key.calls) {
+      for (const Arg& a : call.args) {
+        if (std::holds_alternative<ValueRef>(a)) continue;
+        OpKey one = OpKey::Single("x", "", {a}, ep.key.arch);
+        std::string text = one.ToString();
+        const size_t open = text.find('('), close = text.rfind(')');
+        o.inputs.push_back(open != std::string::npos && close != std::string::npos
+                               ? text.substr(open + 1, close - open - 1)
+                               : text);
+      }
     }
     o.baseline_us = b.timing.median_us;
     o.device["baseline_spread_us"] = std::to_string(b.timing.spread_us);

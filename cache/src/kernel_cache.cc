@@ -547,7 +547,7 @@ Result<int64_t> KernelCache::Impl::InsertLocked(KernelRecord r, bool keep_checks
   KJIT_ASSIGN_OR_RETURN(OpKey key, OpKey::Decode(r.key_bytes));
   r.key_hash = key.Hash();
   r.key_text = key.ToString();
-  r.op = key.calls.front().op;
+  r.op = key.OpName();
   r.arch = key.arch;
   const int64_t now = NowMs();
   if (r.created_unix_ms == 0) r.created_unix_ms = now;

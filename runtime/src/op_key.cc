@@ -446,6 +446,19 @@ Result<OpKey> OpKey::Decode(std::string_view bytes) {
 
 Hash128 OpKey::Hash() const { return HashBytes(Encode()); }
 
+std::string OpKey::OpName() const {
+  if (calls.size() == 1) return calls[0].op;
+  std::string out = "chain(";
+  bool first = true;
+  for (const OpCall& c : calls) {
+    if (c.op == "kjit::live") continue;
+    out += first ? "" : ",";
+    first = false;
+    out += c.op.rfind("aten::", 0) == 0 ? c.op.substr(6) : c.op;
+  }
+  return out + ")";
+}
+
 std::string OpKey::ToString() const {
   std::string out;
   const bool graph = calls.size() > 1;

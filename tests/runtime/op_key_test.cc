@@ -249,6 +249,14 @@ TEST(OpKey, TextForm) {
             " sm_90 tf32 deterministic");
 }
 
+TEST(OpKey, OpNameIsTheOpOrTheChainsOps) {
+  EXPECT_EQ(SoftmaxKey().OpName(), "aten::_softmax");
+  EXPECT_EQ(KitchenSinkKey().OpName(), "chain(pow,mean,custom)");
+  OpKey live = KitchenSinkKey();
+  live.calls.push_back(OpCall{"kjit::live", "", {IntList{1, 2}}});
+  EXPECT_EQ(live.OpName(), "chain(pow,mean,custom)");
+}
+
 TEST(OpKey, TextShowsStridesOfSizeOneDimsThatDifferFromRowMajor) {
   // A channels_last depthwise weight [C,1,3,3] is contiguous to torch (size-1 dims' strides do not count)
   // but hashes differently from the row-major one: two keys must never share a text.

@@ -687,10 +687,11 @@ def case_autograd(e):
                                 "aten::max_pool2d_with_indices", "aten::avg_pool2d", "aten::sum", "aten::mean",
                                 "aten::amax", "aten::prod", "aten::mm", "aten::bmm",
                                 # The backward ops kjit serves, run in the backward pass (softmax_backward,
-                                # layer_norm_backward, group_norm_backward, pool_backward).
+                                # layer_norm_backward, group_norm_backward, pool_backward, depthwise_conv_backward).
                                 "aten::_softmax_backward_data", "aten::_log_softmax_backward_data",
                                 "aten::native_layer_norm_backward", "aten::native_group_norm_backward",
-                                "aten::max_pool2d_with_indices_backward", "aten::avg_pool2d_backward"))
+                                "aten::max_pool2d_with_indices_backward", "aten::avg_pool2d_backward",
+                                "aten::convolution_backward"))
 
 
 def case_corrupt(e):

@@ -168,6 +168,9 @@ struct OpKey {
   // "aten::_softmax(f32[64,1048576], -1, False) sm_90". Not parsed back: use
   // Encode/Decode (or the hash) to move keys around.
   std::string ToString() const;
+  // What the key runs, for listings: the op of a single call ("aten::_softmax"); for a chain, its ops without
+  // the "aten::" prefix and without the trailing kjit::live: "chain(mul,pow,mul,add,mul,tanh,add,mul)".
+  std::string OpName() const;
 
   friend bool operator==(const OpKey&, const OpKey&);
 };
