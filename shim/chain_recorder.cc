@@ -1,0 +1,109 @@
+#include "chain_recorder.h"
+
+#include <algorithm>
+#include <unordered_map>
+#include <utility>
+
+namespace kjit::shim {
+
+void ChainRecorder::Add(CallRecord record) {
+  const uint64_t seq = ++records_;
+  // The open chains this call reads from.
+  std::vector<size_t> producers;
+  for (size_t c = 0; c < open_.size(); ++c) {
+    bool reads = false;
+    for (const Member& m : open_[c].members) {
+      for (uint64_t id : record.input_ids) reads |= id != 0 && id == m.record.output_id;
+    }
+    if (reads) producers.push_back(c);
+  }
+  // Several producers' chains meet here: one chain, its members kept in program order.
+  Open joined{{}, seq};
+  for (size_t k = producers.size(); k-- > 0;) {
+    Open& other = open_[producers[k]];
+    joined.members.insert(joined.members.end(), std::make_move_iterator(other.members.begin()),
+                          std::make_move_iterator(other.members.end()));
+    open_.erase(open_.begin() + static_cast<std::ptrdiff_t>(producers[k]));
+  }
+  std::sort(joined.members.begin(), joined.members.end(),
+            [](const Member& a, const Member& b) { return a.seq < b.seq; });
+  joined.members.push_back(Member{seq, std::move(record)});
+  open_.push_back(std::move(joined));
+  CloseStale();
+}
+
+void ChainRecorder::CloseStale() {
+  for (size_t c = 0; c < open_.size();) {
+    if (records_ - open_[c].last >= window_) {
+      Close(open_[c]);
+      open_.erase(open_.begin() + static_cast<std::ptrdiff_t>(c));
+    } else {
+      ++c;
+    }
+  }
+}
+
+void ChainRecorder::Flush() {
+  for (Open& chain : open_) Close(chain);
+  open_.clear();
+}
+
+void ChainRecorder::Close(Open& chain) {
+  if (chain.members.size() < 2) return;
+  std::vector<const CallRecord*> members;
+  for (const Member& m : chain.members) members.push_back(&m.record);
+  OpKey key = KeyOf(members);
+  Seen& seen = seen_[key.Hash()];
+  if (seen.count == 0) seen.key = std::move(key);
+  ++seen.count;
+}
+
+OpKey ChainRecorder::KeyOf(const std::vector<const CallRecord*>& members) {
+  OpKey key;
+  if (members.empty()) return key;
+  key.arch = members[0]->arch;
+  key.numerics = members[0]->numerics;
+  std::unordered_map<uint64_t, uint32_t> producer;  // output id -> the latest member that wrote it
+  std::vector<bool> read(members.size(), false);
+  for (size_t i = 0; i < members.size(); ++i) {
+    OpCall call = members[i]->call;
+    for (size_t a = 0; a < call.args.size() && a < members[i]->input_ids.size(); ++a) {
+      const uint64_t id = members[i]->input_ids[a];
+      if (id == 0) continue;
+      if (auto it = producer.find(id); it != producer.end()) {
+        call.args[a] = ValueRef{it->second, 0};
+        read[it->second] = true;
+      }
+    }
+    key.calls.push_back(std::move(call));
+    if (members[i]->output_id != 0) producer[members[i]->output_id] = static_cast<uint32_t>(i);
+  }
+  IntList live;
+  for (size_t i = 0; i < members.size(); ++i) {
+    if (!read[i]) live.push_back(static_cast<int64_t>(i));
+  }
+  key.calls.push_back(OpCall{"kjit::live", "", {live}});
+  return key;
+}
+
+std::vector<RecordedChain> ChainRecorder::TakeRepeated(uint64_t min_count) {
+  std::vector<RecordedChain> out;
+  for (auto& [hash, seen] : seen_) {
+    if (seen.taken || seen.count < min_count) continue;
+    seen.taken = true;
+    out.push_back(RecordedChain{seen.key, seen.count});
+  }
+  std::sort(out.begin(), out.end(), [](const RecordedChain& a, const RecordedChain& b) { return a.count > b.count; });
+  return out;
+}
+
+std::vector<RecordedChain> ChainRecorder::Chains() const {
+  std::vector<RecordedChain> out;
+  for (const auto& [hash, seen] : seen_) out.push_back(RecordedChain{seen.key, seen.count});
+  std::sort(out.begin(), out.end(), [](const RecordedChain& a, const RecordedChain& b) {
+    return a.count != b.count ? a.count > b.count : a.key.ToString() < b.key.ToString();
+  });
+  return out;
+}
+
+}  // namespace kjit::shim

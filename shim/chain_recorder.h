@@ -1,0 +1,92 @@
+// ChainRecorder: the recording half of shim/FUSION.md's design (b), torch-free. A thread's wrappers of fusible
+// ops append one CallRecord per call; the recorder groups the records into chains by dataflow, builds each
+// chain's key and counts how often the program repeats it, so that the chains worth fusing can be reported to
+// kjitd as misses are today.
+//
+// Grouping. Records are taken in program order. Two records are in one chain when one reads a tensor the other
+// wrote (an input id equal to an earlier record's output id), transitively: the connected components of the
+// dataflow, not single paths (minGPT's GELU computes `0.5 * x` first, and it joins the rest of the chain only
+// through the last multiply). A record joins only chains still open: a chain closes once `window` records have
+// passed its last member (a tensor written long before is an input of a chain, not part of it), and Flush()
+// closes every chain.
+//
+// The chain key. Its calls are the members' one-call keys' calls in program order; a tensor argument whose id is
+// an earlier member's output becomes ValueRef{that member, 0}; then kjit::live(IntList) lists the members whose
+// outputs no member reads (the chain's results). Outputs that a member reads and something outside the recorded
+// ops may also read (Python, a view, autograd) cannot be seen here: a server of the chain checks those at run
+// time (FUSION.md, "Serving", step 3). Chains of one call are not chains and are dropped.
+//
+// Ids are the caller's: a tensor's identity while it lives (its TensorImpl address mixed with its data pointer,
+// say). An id reused after a tensor died can join two unrelated calls; the key is then of a graph the program
+// does not run, which is verified like any other and never matches at serve time.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "kjit/runtime/hash.h"
+#include "kjit/runtime/op_key.h"
+
+namespace kjit::shim {
+
+struct CallRecord {
+  OpCall call;                     // the call as its one-call key holds it
+  std::vector<uint64_t> input_ids;  // per argument of `call`: the tensor's id, 0 for an argument that is no tensor
+  uint64_t output_id = 0;          // the call's (single) output tensor's id
+  uint16_t arch = 0;
+  uint32_t numerics = 0;
+};
+
+struct RecordedChain {
+  OpKey key;
+  uint64_t count = 0;  // times the program ran it
+};
+
+class ChainRecorder {
+ public:
+  // `window`: how many records back a call may find a producer, and how long a chain stays open.
+  explicit ChainRecorder(size_t window = 16) : window_(window == 0 ? 1 : window) {}
+
+  void Add(CallRecord record);
+  // Closes every open chain (at a synchronisation, or before reading the counts).
+  void Flush();
+
+  // Chains seen at least `min_count` times and not returned before, most frequent first.
+  std::vector<RecordedChain> TakeRepeated(uint64_t min_count);
+  // Every distinct chain closed so far, with its count (tests and `kjit report`).
+  std::vector<RecordedChain> Chains() const;
+  uint64_t records() const { return records_; }
+
+  // The key of `members` (records in program order), as described above. Exposed for tests.
+  static OpKey KeyOf(const std::vector<const CallRecord*>& members);
+
+ private:
+  struct Member {
+    uint64_t seq = 0;  // the record's place in the thread's calls
+    CallRecord record;
+  };
+  struct Open {
+    std::vector<Member> members;  // in program order
+    uint64_t last = 0;            // seq of its last member
+  };
+  struct Seen {
+    OpKey key;
+    uint64_t count = 0;
+    bool taken = false;
+  };
+  void Close(Open& chain);
+  void CloseStale();
+
+  size_t window_;
+  uint64_t records_ = 0;
+  // Chains still open: a handful at most (each closes `window` records after its last member), so a new record
+  // finds its producers by scanning them.
+  std::deque<Open> open_;
+  std::unordered_map<Hash128, Seen, Hash128Hasher> seen_;
+};
+
+}  // namespace kjit::shim

@@ -1,0 +1,121 @@
+// ChainRecorder (shim/chain_recorder.h): chains found by dataflow from a thread's recorded calls, their keys, and
+// how often a program repeats them. The calls are minGPT's tanh-GELU as the CUDA key sees it, with tensor ids
+// standing in for TensorImpls.
+#include "chain_recorder.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+namespace kjit::shim {
+namespace {
+
+const TensorDesc kX = TensorDesc::Contiguous(DType::kFloat32, {64, 3072});
+
+CallRecord Rec(std::string op, std::string overload, std::vector<Arg> args, std::vector<uint64_t> inputs,
+               uint64_t output) {
+  return CallRecord{OpCall{std::move(op), std::move(overload), std::move(args)}, std::move(inputs), output, 90, 0};
+}
+
+// One GELU of input id `x`, its intermediates and result ids from `base` on: 0.5 * x * (1 + tanh(k * (x + 0.044715
+// * x^3))).
+std::vector<CallRecord> Gelu(uint64_t x, uint64_t base) {
+  const double k = std::sqrt(2.0 / M_PI);
+  return {
+      Rec("aten::mul", "Tensor", {kX, 0.5}, {x, 0}, base + 0),
+      Rec("aten::pow", "Tensor_Scalar", {kX, 3.0}, {x, 0}, base + 1),
+      Rec("aten::mul", "Tensor", {kX, 0.044715}, {base + 1, 0}, base + 2),
+      Rec("aten::add", "Tensor", {kX, kX, int64_t{1}}, {x, base + 2, 0}, base + 3),
+      Rec("aten::mul", "Tensor", {kX, k}, {base + 3, 0}, base + 4),
+      Rec("aten::tanh", "", {kX}, {base + 4}, base + 5),
+      Rec("aten::add", "Tensor", {kX, 1.0, int64_t{1}}, {base + 5, 0, 0}, base + 6),
+      Rec("aten::mul", "Tensor", {kX, kX}, {base + 0, base + 6}, base + 7),
+  };
+}
+
+TEST(ChainRecorder, FindsAChainByItsDataflowAndKeysItWithValueRefs) {
+  ChainRecorder recorder;
+  for (CallRecord& r : Gelu(1, 100)) recorder.Add(std::move(r));
+  recorder.Flush();
+  const auto chains = recorder.Chains();
+  ASSERT_EQ(chains.size(), 1u);
+  const OpKey& key = chains[0].key;
+  // The first multiply joins the rest only through the last one: one chain of eight calls and kjit::live.
+  ASSERT_EQ(key.calls.size(), 9u);
+  EXPECT_EQ(key.OpName(), "chain(mul,pow,mul,add,mul,tanh,add,mul)");
+  EXPECT_EQ(key.calls[2].args[0], Arg(ValueRef{1, 0}));
+  EXPECT_EQ(key.calls[3].args[0], Arg(kX));  // x itself: an input of the chain
+  EXPECT_EQ(key.calls[3].args[1], Arg(ValueRef{2, 0}));
+  EXPECT_EQ(key.calls[7].args[0], Arg(ValueRef{0, 0}));
+  EXPECT_EQ(key.calls[7].args[1], Arg(ValueRef{6, 0}));
+  EXPECT_EQ(key.calls[8].op, "kjit::live");
+  EXPECT_EQ(key.calls[8].args[0], Arg(IntList{7}));  // only the result is read by no member
+  EXPECT_EQ(chains[0].count, 1u);
+}
+
+TEST(ChainRecorder, CountsRepeatsAndReportsEachChainOnce) {
+  ChainRecorder recorder;
+  for (uint64_t layer = 0; layer < 5; ++layer) {
+    for (CallRecord& r : Gelu(10 + layer, 1000 * (layer + 1))) recorder.Add(std::move(r));
+  }
+  // The same chain on new tensors each time: one key, five runs (all but the last closed by the window).
+  recorder.Flush();
+  EXPECT_TRUE(recorder.TakeRepeated(6).empty());
+  auto repeated = recorder.TakeRepeated(3);
+  ASSERT_EQ(repeated.size(), 1u);
+  EXPECT_EQ(repeated[0].count, 5u);
+  EXPECT_TRUE(recorder.TakeRepeated(1).empty()) << "a chain is reported once";
+  EXPECT_EQ(recorder.records(), 40u);
+}
+
+TEST(ChainRecorder, UnrelatedCallsAndSingleCallsMakeNoChain) {
+  ChainRecorder recorder(4);
+  // Calls on separate tensors, each read by nothing recorded: no chain.
+  for (uint64_t i = 0; i < 10; ++i) recorder.Add(Rec("aten::tanh", "", {kX}, {i + 1}, 100 + i));
+  recorder.Flush();
+  EXPECT_TRUE(recorder.Chains().empty());
+}
+
+TEST(ChainRecorder, AProducerOutsideTheWindowIsAnInput) {
+  ChainRecorder recorder(2);
+  recorder.Add(Rec("aten::exp", "", {kX}, {1}, 50));
+  // Two unrelated calls pass: the exp's chain closes (alone, so no chain).
+  recorder.Add(Rec("aten::tanh", "", {kX}, {2}, 60));
+  recorder.Add(Rec("aten::tanh", "", {kX}, {3}, 70));
+  recorder.Add(Rec("aten::neg", "", {kX}, {50}, 80));
+  recorder.Add(Rec("aten::abs", "", {kX}, {80}, 90));
+  recorder.Flush();
+  const auto chains = recorder.Chains();
+  ASSERT_EQ(chains.size(), 1u);
+  EXPECT_EQ(chains[0].key.OpName(), "chain(neg,abs)");
+  EXPECT_EQ(chains[0].key.calls[0].args[0], Arg(kX));
+}
+
+TEST(ChainRecorder, TwoBranchesReadByNothingAreBothLive) {
+  ChainRecorder recorder;
+  recorder.Add(Rec("aten::exp", "", {kX}, {1}, 10));
+  recorder.Add(Rec("aten::neg", "", {kX}, {10}, 11));
+  recorder.Add(Rec("aten::abs", "", {kX}, {10}, 12));
+  recorder.Flush();
+  const auto chains = recorder.Chains();
+  ASSERT_EQ(chains.size(), 1u);
+  EXPECT_EQ(chains[0].key.calls.back().args[0], Arg(IntList{1, 2}));
+}
+
+TEST(ChainRecorder, InterleavedChainsStaySeparate) {
+  ChainRecorder recorder;
+  // Two independent chains whose calls alternate (two streams of work in one thread's order).
+  recorder.Add(Rec("aten::exp", "", {kX}, {1}, 10));
+  recorder.Add(Rec("aten::tanh", "", {kX}, {2}, 20));
+  recorder.Add(Rec("aten::neg", "", {kX}, {10}, 11));
+  recorder.Add(Rec("aten::abs", "", {kX}, {20}, 21));
+  recorder.Flush();
+  const auto chains = recorder.Chains();
+  ASSERT_EQ(chains.size(), 2u);
+  EXPECT_EQ(chains[0].key.OpName(), "chain(exp,neg)");
+  EXPECT_EQ(chains[1].key.OpName(), "chain(tanh,abs)");
+}
+
+}  // namespace
+}  // namespace kjit::shim
