@@ -377,7 +377,19 @@ struct Evaluator::Impl {
                                           std::vector<at::Tensor>* magnitude = nullptr) {
     std::vector<c10::IValue> wide;
     std::vector<at::Tensor> widened;
-    for (const c10::IValue& v : args) {
+    for (size_t i = 0; i < args.size(); ++i) {
+      const c10::IValue& v = args[i];
+      // A dtype argument naming a float type (a softmax backward's input_dtype, a sum's dtype) names float64
+      // here, or PyTorch refuses float64 tensors beside it (or rounds the exact result back).
+      if (v.isInt() && i < p.op.schema.arguments().size()) {
+        c10::TypePtr type = p.op.schema.arguments()[i].real_type();
+        if (auto opt = type->cast<c10::OptionalType>()) type = opt->getElementType();
+        if (type->kind() == c10::TypeKind::ScalarTypeType &&
+            at::isFloatingType(static_cast<c10::ScalarType>(v.toInt()))) {
+          wide.emplace_back(static_cast<int64_t>(at::kDouble));
+          continue;
+        }
+      }
       if (v.isTensor() && !IsWrappedNumber(v) && at::isFloatingType(v.toTensor().scalar_type())) {
         // A dense copy, so that abs_ below writes no element twice through an expanded view.
         widened.push_back(v.toTensor().to(at::kDouble, /*non_blocking=*/false, /*copy=*/true));

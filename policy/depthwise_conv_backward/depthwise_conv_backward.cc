@@ -79,6 +79,10 @@ class DepthwiseConvBackward final : public Family {
     // nor NaN alone (a NaN weight at a padding tap may reach cuDNN's edge outputs and not PyTorch's kernel's).
     t.no_special_inputs = {DType::kFloat16};
     t.nan_values = false;
+    // float16's large inputs (2^10 to 2^14) make products past its range, whose sums reach +-Inf, or meet as
+    // inf - inf, in the order of whichever kernel sums them: on the H100 (commit a717c4e) PyTorch's gradients
+    // were NaN where kjit's were -Inf, and finite sums differed by a float16 ulp of the rounding.
+    t.no_large_inputs = {DType::kFloat16};
     return t;
   }
 
@@ -183,9 +187,10 @@ class DepthwiseConvBackward final : public Family {
     for (int64_t op : output_padding) {
       if (op != 0) return InvalidArgument("output_padding of a non-transposed convolution: PyTorch rejects it");
     }
-    // bias_sizes only shapes an empty convolution's grad_bias: None, or [C] as autograd passes it.
+    // bias_sizes only shapes grad_bias: None, or [C] as autograd passes it with a bias. Without a bias autograd
+    // passes [0] (seen on the GPU, PyTorch 2.11) and asks for no grad_bias: any list is then unread.
     if (const auto* b = std::get_if<IntList>(&call.args[3])) {
-      if (*b != IntList{p->c}) return InvalidArgument("bias_sizes is not [C]");
+      if (p->want_bias && *b != IntList{p->c}) return InvalidArgument("bias_sizes is not [C]");
     } else if (!std::holds_alternative<NoneArg>(call.args[3])) {
       return InvalidArgument("bias_sizes is neither an int list nor None");
     }
