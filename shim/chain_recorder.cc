@@ -63,7 +63,27 @@ OpKey ChainRecorder::KeyOf(const std::vector<const CallRecord*>& members) {
   if (members.empty()) return key;
   key.arch = members[0]->arch;
   key.numerics = members[0]->numerics;
+  // Tensors from outside the chain that several arguments use: one kjit::input each, first use first.
   std::unordered_map<uint64_t, uint32_t> producer;  // output id -> the latest member that wrote it
+  std::unordered_map<uint64_t, int> uses;
+  std::vector<std::pair<uint64_t, Arg>> outside;  // in first-use order
+  for (size_t i = 0; i < members.size(); ++i) {
+    const CallRecord& m = *members[i];
+    for (size_t a = 0; a < m.call.args.size() && a < m.input_ids.size(); ++a) {
+      const uint64_t id = m.input_ids[a];
+      if (id == 0 || producer.count(id) > 0) continue;
+      if (uses[id]++ == 0) outside.emplace_back(id, m.call.args[a]);
+    }
+    if (m.output_id != 0) producer[m.output_id] = static_cast<uint32_t>(i);
+  }
+  std::unordered_map<uint64_t, uint32_t> input_call;
+  for (const auto& [id, desc] : outside) {
+    if (uses[id] < 2) continue;
+    input_call[id] = static_cast<uint32_t>(key.calls.size());
+    key.calls.push_back(OpCall{"kjit::input", "", {desc}});
+  }
+  const auto offset = static_cast<uint32_t>(key.calls.size());
+  producer.clear();
   std::vector<bool> read(members.size(), false);
   for (size_t i = 0; i < members.size(); ++i) {
     OpCall call = members[i]->call;
@@ -71,8 +91,10 @@ OpKey ChainRecorder::KeyOf(const std::vector<const CallRecord*>& members) {
       const uint64_t id = members[i]->input_ids[a];
       if (id == 0) continue;
       if (auto it = producer.find(id); it != producer.end()) {
-        call.args[a] = ValueRef{it->second, 0};
+        call.args[a] = ValueRef{offset + it->second, 0};
         read[it->second] = true;
+      } else if (auto in = input_call.find(id); in != input_call.end()) {
+        call.args[a] = ValueRef{in->second, 0};
       }
     }
     key.calls.push_back(std::move(call));
@@ -80,7 +102,7 @@ OpKey ChainRecorder::KeyOf(const std::vector<const CallRecord*>& members) {
   }
   IntList live;
   for (size_t i = 0; i < members.size(); ++i) {
-    if (!read[i]) live.push_back(static_cast<int64_t>(i));
+    if (!read[i]) live.push_back(static_cast<int64_t>(offset + i));
   }
   key.calls.push_back(OpCall{"kjit::live", "", {live}});
   return key;

@@ -10,9 +10,10 @@
 // passed its last member (a tensor written long before is an input of a chain, not part of it), and Flush()
 // closes every chain.
 //
-// The chain key. Its calls are the members' one-call keys' calls in program order; a tensor argument whose id is
-// an earlier member's output becomes ValueRef{that member, 0}; then kjit::live(IntList) lists the members whose
-// outputs no member reads (the chain's results). Outputs that a member reads and something outside the recorded
+// The chain key. First a kjit::input(Tensor) for each tensor from outside the chain that several arguments use
+// (first use first); then the members' one-call keys' calls in program order, where a tensor argument whose id is
+// an earlier member's output becomes ValueRef{that member's call, 0} and one with a kjit::input a ValueRef to it;
+// then kjit::live(IntList) lists the members whose outputs no member reads (the chain's results). Outputs that a member reads and something outside the recorded
 // ops may also read (Python, a view, autograd) cannot be seen here: a server of the chain checks those at run
 // time (FUSION.md, "Serving", step 3). Chains of one call are not chains and are dropped.
 //

@@ -3,6 +3,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/Tensor.h>
 
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -22,7 +23,7 @@ struct Source {
 };
 
 struct Step {
-  c10::OperatorHandle handle;
+  std::optional<c10::OperatorHandle> handle;  // none for kjit::input: its output is its one argument
   std::vector<Source> sources;
 };
 
@@ -51,7 +52,11 @@ void RunChain(const ChainPlan& plan, std::vector<c10::IValue>* stack) {
         call_stack.push_back((*stack)[s.external]);
       }
     }
-    step.handle.callBoxed(&call_stack);
+    if (!step.handle) {
+      results[i].push_back(call_stack.at(0).toTensor());
+      continue;
+    }
+    step.handle->callBoxed(&call_stack);
     CollectOutputs(call_stack, results[i]);
   }
   stack->clear();
@@ -106,9 +111,22 @@ Result<BoxedOp> BoxedOpOf(const OpKey& key) {
              true, {}};
   std::vector<c10::Argument> arguments, returns;
   std::vector<size_t> outputs_of(real_calls, 0);
-  std::vector<const c10::FunctionSchema*> schemas;
   for (size_t i = 0; i < real_calls; ++i) {
     const OpCall& call = key.calls[i];
+    if (call.op == kInputOp) {
+      if (call.args.size() != 1 || !std::holds_alternative<TensorDesc>(call.args[0])) {
+        return InvalidArgument("kjit::input takes one tensor");
+      }
+      for (uint32_t c : live) {
+        if (c == i) return InvalidArgument("kjit::live names kjit::input " + std::to_string(i) + ", which is no result");
+      }
+      outputs_of[i] = 1;
+      plan->steps.push_back(Step{std::nullopt, {Source{false, op.call.args.size(), {}}}});
+      op.call.args.push_back(call.args[0]);
+      op.call_of_argument.push_back(static_cast<uint32_t>(i));
+      arguments.emplace_back("c" + std::to_string(i) + "_input", c10::TensorType::get());
+      continue;
+    }
     auto handle = c10::Dispatcher::singleton().findSchema({call.op, call.overload});
     if (!handle) return NotFound("no operator " + CallName(call) + " (call " + std::to_string(i) + " of the chain)");
     const c10::FunctionSchema& schema = handle->schema();
@@ -142,7 +160,6 @@ Result<BoxedOp> BoxedOpOf(const OpKey& key) {
       arguments.emplace_back("c" + std::to_string(i) + "_" + formal.name(), formal.type(), formal.real_type(),
                              formal.N());
     }
-    schemas.push_back(&schema);
     plan->steps.push_back(std::move(step));
   }
   for (uint32_t c : live) {

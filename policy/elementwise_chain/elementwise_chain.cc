@@ -20,7 +20,7 @@ using codegen::CudaType;
 constexpr const char* kChainOp = "kjit::chain";
 constexpr const char* kLiveOp = "kjit::live";
 
-enum class Op { kMul, kAdd, kSub, kDiv, kPow2, kPow3, kSqrt, kRsqrt, kReciprocal, kTanh, kExp, kNeg, kAbs, kSigmoid, kCast };
+enum class Op { kInput, kMul, kAdd, kSub, kDiv, kPow2, kPow3, kSqrt, kRsqrt, kReciprocal, kTanh, kExp, kNeg, kAbs, kSigmoid, kCast };
 
 struct Operand {
   enum Kind { kInput, kValue, kScalar } kind = kInput;
@@ -54,6 +54,7 @@ DType Promote(DType a, DType b) { return a == b ? a : DType::kFloat32; }
 
 const char* Short(Op op) {
   switch (op) {
+    case Op::kInput: return "input";
     case Op::kMul: return "mul";
     case Op::kAdd: return "add";
     case Op::kSub: return "sub";
@@ -109,19 +110,24 @@ class ElementwiseChain final : public Family {
       k.arch = 90;
       return k;
     };
-    // minGPT's tanh-GELU: 0.5 * x * (1.0 + tanh(sqrt(2 / pi) * (x + 0.044715 * pow(x, 3.0)))).
-    auto gelu = [&](const TensorDesc& x, bool live_tanh) {
-      std::vector<OpCall> calls = {
-          call("aten::mul", "Tensor", {x, 0.5}),
-          call("aten::pow", "Tensor_Scalar", {x, 3.0}),
-          call("aten::mul", "Tensor", {ValueRef{1, 0}, 0.044715}),
-          call("aten::add", "Tensor", {x, ValueRef{2, 0}, int64_t{1}}),
-          call("aten::mul", "Tensor", {ValueRef{3, 0}, std::sqrt(2.0 / M_PI)}),
-          call("aten::tanh", "", {ValueRef{4, 0}}),
-          call("aten::add", "Tensor", {ValueRef{5, 0}, 1.0, int64_t{1}}),
-          call("aten::mul", "Tensor", {ValueRef{0, 0}, ValueRef{6, 0}}),
-      };
-      if (live_tanh) calls.push_back(call(kLiveOp, "", {IntList{5, 7}}));
+    // minGPT's tanh-GELU: 0.5 * x * (1.0 + tanh(sqrt(2 / pi) * (x + 0.044715 * pow(x, 3.0)))). `shared`: x is one
+    // tensor (kjit::input, read once) as the shim records it; else each use is an argument of its own.
+    auto gelu = [&](const TensorDesc& x, bool live_tanh, bool shared = true) {
+      const uint32_t s = shared ? 1 : 0;  // the calls' offset
+      const Arg in = shared ? Arg(ValueRef{0, 0}) : Arg(x);
+      std::vector<OpCall> calls;
+      if (shared) calls.push_back(call("kjit::input", "", {x}));
+      for (OpCall c : {call("aten::mul", "Tensor", {in, 0.5}),
+                       call("aten::pow", "Tensor_Scalar", {in, 3.0}),
+                       call("aten::mul", "Tensor", {ValueRef{s + 1, 0}, 0.044715}),
+                       call("aten::add", "Tensor", {in, ValueRef{s + 2, 0}, int64_t{1}}),
+                       call("aten::mul", "Tensor", {ValueRef{s + 3, 0}, std::sqrt(2.0 / M_PI)}),
+                       call("aten::tanh", "", {ValueRef{s + 4, 0}}),
+                       call("aten::add", "Tensor", {ValueRef{s + 5, 0}, 1.0, int64_t{1}}),
+                       call("aten::mul", "Tensor", {ValueRef{s + 0, 0}, ValueRef{s + 6, 0}})}) {
+        calls.push_back(std::move(c));
+      }
+      if (live_tanh) calls.push_back(call(kLiveOp, "", {IntList{s + 5, s + 7}}));
       return key(std::move(calls));
     };
     auto cast = [&](const Arg& x, DType to) {
@@ -136,9 +142,10 @@ class ElementwiseChain final : public Family {
         gelu(TensorDesc::Contiguous(bf16, {8192, 3072}), false),
         gelu(TensorDesc::Contiguous(f16, {64, 1024, 768}), true),
         // An odd size off a 16-byte boundary: scalar accesses and the tail.
-        gelu(unaligned, false),
+        gelu(unaligned, false, /*shared=*/false),
         // SiLU as x * torch.sigmoid(x), bfloat16.
-        key({call("aten::sigmoid", "", {wide}), call("aten::mul", "Tensor", {wide, ValueRef{0, 0}})}),
+        key({call("kjit::input", "", {wide}), call("aten::sigmoid", "", {ValueRef{0, 0}}),
+             call("aten::mul", "Tensor", {ValueRef{0, 0}, ValueRef{1, 0}})}),
         // The tail of Llama's RMS norm, per element: weight * (h.to(f32) * r).to(bf16), r a float32 tensor.
         key({cast(wide, f32), call("aten::mul", "Tensor", {ValueRef{0, 0}, TensorDesc::Contiguous(f32, {8192, 4096})}),
              cast(ValueRef{1, 0}, bf16), call("aten::mul", "Tensor", {wide, ValueRef{2, 0}})}),
@@ -202,7 +209,18 @@ class ElementwiseChain final : public Family {
           {"aten::tanh", Op::kTanh},   {"aten::exp", Op::kExp},         {"aten::neg", Op::kNeg},
           {"aten::abs", Op::kAbs},     {"aten::sqrt", Op::kSqrt},       {"aten::rsqrt", Op::kRsqrt},
           {"aten::sigmoid", Op::kSigmoid}, {"aten::reciprocal", Op::kReciprocal}};
-      if (name == "aten::mul.Tensor" || name == "aten::div.Tensor" || name == "aten::add.Tensor" ||
+      if (c.op == "kjit::input") {
+        // One tensor several calls use: one parameter, read once (evaluator/chain.h).
+        if (c.args.size() != 1 || !std::holds_alternative<TensorDesc>(c.args[0])) {
+          return InvalidArgument("kjit::input takes one tensor");
+        }
+        if (std::find(p->live.begin(), p->live.end(), static_cast<int>(i)) != p->live.end()) {
+          return InvalidArgument("kjit::live names a kjit::input");
+        }
+        node.op = Op::kInput;
+        KJIT_RETURN_IF_ERROR(operand(c.args[0], false));
+        node.out = *dtype_of(node.in[0]);
+      } else if (name == "aten::mul.Tensor" || name == "aten::div.Tensor" || name == "aten::add.Tensor" ||
           name == "aten::sub.Tensor") {
         const bool with_alpha = c.op == "aten::add" || c.op == "aten::sub";
         if (c.args.size() != (with_alpha ? 3u : 2u)) return InvalidArgument(name + ": unexpected arguments");
@@ -299,6 +317,12 @@ class ElementwiseChain final : public Family {
                                                        p.input_alignment[i], "an input"));
     }
     if (vec > 1 && p.numel < vec) return InvalidArgument("fewer elements than one vector");
+    // A block's registers: the held values and about 32 more a thread (addresses, indices, the chain's
+    // temporaries) must fit the register file, or the launch fails.
+    if (threads * (held + 32) > dev.registers_per_sm) {
+      return InvalidArgument(std::to_string(threads) + " threads holding " + std::to_string(held) +
+                             " values each need more registers than an SM has");
+    }
     if (CeilDiv(p.numel, threads * vec * items) > int64_t{2147483647}) return InvalidArgument("grid");
     return Status::Ok();
   }
@@ -399,7 +423,8 @@ class ElementwiseChain final : public Family {
       case Op::kNeg: value = "-(" + a + ")"; break;
       case Op::kAbs: value = "fabsf(" + a + ")"; break;
       case Op::kSigmoid: value = "op_sigmoid(" + a + ")"; break;
-      case Op::kCast: value = a; break;
+      case Op::kCast:
+      case Op::kInput: value = a; break;
     }
     return as + "(" + value + ")";
   }

@@ -451,7 +451,7 @@ std::string OpKey::OpName() const {
   std::string out = "chain(";
   bool first = true;
   for (const OpCall& c : calls) {
-    if (c.op == "kjit::live") continue;
+    if (c.op == "kjit::live" || c.op == "kjit::input") continue;
     out += first ? "" : ",";
     first = false;
     out += c.op.rfind("aten::", 0) == 0 ? c.op.substr(6) : c.op;

@@ -87,6 +87,23 @@ TEST(Chain, RunsCallByCallAsEagerAndReturnsTheLiveCallsOutputs) {
   EXPECT_TRUE(at::equal(stack[1].toTensor(), y));
 }
 
+TEST(Chain, AKjitInputIsOneArgumentThatEveryUseReads) {
+  const TensorDesc x = TensorDesc::Contiguous(DType::kFloat32, {4, 33});
+  // SiLU as x * sigmoid(x): x one tensor.
+  auto op = BoxedOpOf(Chain({Call("kjit::input", "", {x}), Call("aten::sigmoid", "", {ValueRef{0, 0}}),
+                             Call("aten::mul", "Tensor", {ValueRef{0, 0}, ValueRef{1, 0}})}));
+  ASSERT_TRUE(op.ok()) << op.status().ToString();
+  ASSERT_EQ(op->call.args.size(), 1u);
+  EXPECT_EQ(op->schema.arguments()[0].name(), "c0_input");
+  auto args = MakeArguments(op->schema, op->call, DefaultOpTraits(), c10::Device(c10::kCPU), InputKind::kNormal, 5);
+  ASSERT_TRUE(args.ok()) << args.status().ToString();
+  std::vector<c10::IValue> stack = *args;
+  op->run(&stack);
+  ASSERT_EQ(stack.size(), 1u);
+  const at::Tensor in = (*args)[0].toTensor();
+  EXPECT_TRUE(at::equal(stack[0].toTensor(), in * at::sigmoid(in)));
+}
+
 TEST(Chain, ScalarOperandsKeepFloat32Arithmetic) {
   // A wrapped number takes no part in type promotion beyond its category: f32 * 0.1 stays float32.
   const TensorDesc x = TensorDesc::Contiguous(DType::kFloat32, {8});
@@ -161,6 +178,13 @@ TEST(Chain, MalformedChainsAreRefusedWithTheReason) {
   EXPECT_NE(reason(Chain({Call("aten::tanh", "", {x}), Call("kjit::live", "", {IntList{1}})})).find("increasing"),
             std::string::npos);
   EXPECT_NE(reason(Chain({Call("kjit::live", "", {IntList{0}})})).find("no call"), std::string::npos);
+  // kjit::input: one tensor, and no result.
+  EXPECT_NE(reason(Chain({Call("kjit::input", "", {1.0}), Call("aten::neg", "", {ValueRef{0, 0}})})).find("one tensor"),
+            std::string::npos);
+  EXPECT_NE(reason(Chain({Call("kjit::input", "", {x}), Call("aten::neg", "", {ValueRef{0, 0}}),
+                          Call("kjit::live", "", {IntList{0, 1}})}))
+                .find("no result"),
+            std::string::npos);
   // A call that writes its arguments, and an op that does not exist.
   EXPECT_NE(reason(Chain({Call("aten::tanh_", "", {x}), Call("aten::neg", "", {ValueRef{0, 0}})})).find("writes"),
             std::string::npos);

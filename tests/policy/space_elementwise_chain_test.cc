@@ -84,6 +84,21 @@ TEST(ElementwiseChainSpace, ParametersAreTheInputsInKeyOrderThenTheLiveOutputs) 
   EXPECT_TRUE(Has(c->source, "y1[k][e] = v2;"));
 }
 
+TEST(ElementwiseChainSpace, AKjitInputIsOneParameter) {
+  const TensorDesc x = TensorDesc::Contiguous(bf16, {4096});
+  OpKey key = Chain({Call("kjit::input", "", {x}), Call("aten::sigmoid", "", {ValueRef{0, 0}}),
+                     Call("aten::mul", "Tensor", {ValueRef{0, 0}, ValueRef{1, 0}})});
+  auto c = Default(key);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(Has(c->source, "#define CHAIN_PARAMS const __nv_bfloat16* __restrict__ in0, __nv_bfloat16* __restrict__ out0\n"))
+      << c->source;
+  EXPECT_TRUE(Has(c->source, "const float v0 = as_dtype<__nv_bfloat16>(x0[k][e]);"));
+  EXPECT_TRUE(Has(c->source, "const float v2 = as_dtype<__nv_bfloat16>(op_mul(v0, v1));"));
+  // It is no result.
+  key.calls.push_back(Call("kjit::live", "", {IntList{0, 2}}));
+  EXPECT_TRUE(Has(Reason(key), "names a kjit::input"));
+}
+
 TEST(ElementwiseChainSpace, ScalarsAreTheirFloatBitsAndEagersRulesAreKept) {
   const TensorDesc x = TensorDesc::Contiguous(f16, {4096});
   OpKey key = Chain({Call("aten::pow", "Tensor_Scalar", {x, 3.0}),
@@ -129,6 +144,9 @@ TEST(ElementwiseChainSpace, VectorsFollowEveryInputsAlignment) {
   ASSERT_TRUE(five.ok());
   EXPECT_TRUE(f.Check(**five, {{"threads", 256}, {"vec", 4}, {"items", 2}, {"hint", 0}}, dev).ok());
   EXPECT_TRUE(Has(f.Check(**five, {{"threads", 256}, {"vec", 4}, {"items", 4}, {"hint", 0}}, dev).message(), "holds 80"));
+  // A block's registers: 1024 threads holding 40 values each (and about 32 more) exceed the SM's 65536.
+  EXPECT_TRUE(Has(f.Check(**five, {{"threads", 1024}, {"vec", 4}, {"items", 2}, {"hint", 0}}, dev).message(),
+                  "more registers than an SM has"));
 }
 
 TEST(ElementwiseChainSpace, LaunchCoversEveryElementOnce) {

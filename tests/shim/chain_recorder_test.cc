@@ -41,16 +41,21 @@ TEST(ChainRecorder, FindsAChainByItsDataflowAndKeysItWithValueRefs) {
   const auto chains = recorder.Chains();
   ASSERT_EQ(chains.size(), 1u);
   const OpKey& key = chains[0].key;
-  // The first multiply joins the rest only through the last one: one chain of eight calls and kjit::live.
-  ASSERT_EQ(key.calls.size(), 9u);
+  // The first multiply joins the rest only through the last one: one chain of eight calls, after a kjit::input
+  // for x (used by mul, pow and add) and before kjit::live.
+  ASSERT_EQ(key.calls.size(), 10u);
   EXPECT_EQ(key.OpName(), "chain(mul,pow,mul,add,mul,tanh,add,mul)");
-  EXPECT_EQ(key.calls[2].args[0], Arg(ValueRef{1, 0}));
-  EXPECT_EQ(key.calls[3].args[0], Arg(kX));  // x itself: an input of the chain
-  EXPECT_EQ(key.calls[3].args[1], Arg(ValueRef{2, 0}));
-  EXPECT_EQ(key.calls[7].args[0], Arg(ValueRef{0, 0}));
-  EXPECT_EQ(key.calls[7].args[1], Arg(ValueRef{6, 0}));
-  EXPECT_EQ(key.calls[8].op, "kjit::live");
-  EXPECT_EQ(key.calls[8].args[0], Arg(IntList{7}));  // only the result is read by no member
+  EXPECT_EQ(key.calls[0].op, "kjit::input");
+  EXPECT_EQ(key.calls[0].args[0], Arg(kX));
+  EXPECT_EQ(key.calls[1].args[0], Arg(ValueRef{0, 0}));
+  EXPECT_EQ(key.calls[2].args[0], Arg(ValueRef{0, 0}));
+  EXPECT_EQ(key.calls[3].args[0], Arg(ValueRef{2, 0}));
+  EXPECT_EQ(key.calls[4].args[0], Arg(ValueRef{0, 0}));  // x itself, through its kjit::input
+  EXPECT_EQ(key.calls[4].args[1], Arg(ValueRef{3, 0}));
+  EXPECT_EQ(key.calls[8].args[0], Arg(ValueRef{1, 0}));
+  EXPECT_EQ(key.calls[8].args[1], Arg(ValueRef{7, 0}));
+  EXPECT_EQ(key.calls[9].op, "kjit::live");
+  EXPECT_EQ(key.calls[9].args[0], Arg(IntList{8}));  // only the result is read by no member
   EXPECT_EQ(chains[0].count, 1u);
 }
 
@@ -101,6 +106,28 @@ TEST(ChainRecorder, TwoBranchesReadByNothingAreBothLive) {
   const auto chains = recorder.Chains();
   ASSERT_EQ(chains.size(), 1u);
   EXPECT_EQ(chains[0].key.calls.back().args[0], Arg(IntList{1, 2}));
+}
+
+TEST(ChainRecorder, OnlyTensorsUsedTwiceGetAKjitInput) {
+  ChainRecorder recorder;
+  const TensorDesc y = TensorDesc::Contiguous(DType::kBFloat16, {64, 3072});
+  // SiLU as x * sigmoid(x) on x (id 1, used twice), then a multiply by y (id 2, used once).
+  recorder.Add(Rec("aten::sigmoid", "", {y}, {1}, 10));
+  recorder.Add(Rec("aten::mul", "Tensor", {y, y}, {1, 10}, 11));
+  recorder.Add(Rec("aten::mul", "Tensor", {y, y}, {11, 2}, 12));
+  recorder.Flush();
+  const auto chains = recorder.Chains();
+  ASSERT_EQ(chains.size(), 1u);
+  const OpKey& key = chains[0].key;
+  ASSERT_EQ(key.calls.size(), 5u);
+  EXPECT_EQ(key.calls[0].op, "kjit::input");
+  EXPECT_EQ(key.calls[1].args[0], Arg(ValueRef{0, 0}));
+  EXPECT_EQ(key.calls[2].args[0], Arg(ValueRef{0, 0}));
+  EXPECT_EQ(key.calls[2].args[1], Arg(ValueRef{1, 0}));
+  EXPECT_EQ(key.calls[3].args[0], Arg(ValueRef{2, 0}));
+  EXPECT_EQ(key.calls[3].args[1], Arg(y));  // used once: an argument as it is
+  EXPECT_EQ(key.calls[4].args[0], Arg(IntList{3}));
+  EXPECT_EQ(key.OpName(), "chain(sigmoid,mul,mul)");
 }
 
 TEST(ChainRecorder, InterleavedChainsStaySeparate) {

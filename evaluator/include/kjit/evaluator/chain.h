@@ -8,6 +8,10 @@
 // a trailing pseudo-call kjit::live(IntList) lists, in increasing order, the calls whose outputs a fused kernel
 // writes (every output of each, in order; shim/FUSION.md "Liveness"); without one, the last call's.
 //
+// One tensor used by several calls (x in minGPT's GELU: by mul, pow and add) is a leading pseudo-call
+// kjit::input(Tensor) that the calls refer to by ValueRef: its output is its argument, one external argument, so
+// that a fused kernel reads it once. kjit::live may not name it (it is no result).
+//
 // A Python scalar operand (`0.5 * x`) reaches an op's Tensor argument as a wrapped-number tensor, and a key holds
 // its value (a Double, Int or Bool), so that every constant has its own key. MakeArguments (inputs.h) gives such
 // an argument as the 0-d CPU wrapped-number tensor PyTorch makes of it, and a kernel's parameters leave it out
@@ -30,6 +34,8 @@ namespace kjit::eval {
 
 // The trailing pseudo-call of a chain key that names the live calls.
 inline constexpr std::string_view kLiveOp = "kjit::live";
+// A chain's pseudo-call for one tensor several calls use.
+inline constexpr std::string_view kInputOp = "kjit::input";
 // The op name a chain's traits are declared and looked up under (its family's traits(kChainOp)).
 inline constexpr std::string_view kChainOp = "kjit::chain";
 
