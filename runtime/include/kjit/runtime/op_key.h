@@ -169,7 +169,8 @@ struct OpKey {
   // Encode/Decode (or the hash) to move keys around.
   std::string ToString() const;
   // What the key runs, for listings: the op of a single call ("aten::_softmax"); for a chain, its ops without
-  // the "aten::" prefix and without the trailing kjit::live: "chain(mul,pow,mul,add,mul,tanh,add,mul)".
+  // the "aten::" prefix and without the kjit::input and kjit::live pseudo-calls:
+  // "chain(mul,pow,mul,add,mul,tanh,add,mul)".
   std::string OpName() const;
 
   friend bool operator==(const OpKey&, const OpKey&);
