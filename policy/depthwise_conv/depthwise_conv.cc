@@ -185,12 +185,7 @@ class DepthwiseConv final : public Family {
     p->pw = padding[1];
     p->dh = dilation[0];
     p->dw = dilation[1];
-    if (p->sh <= 0 || p->sw <= 0 || p->dh <= 0 || p->dw <= 0) return InvalidArgument("stride and dilation must be positive");
-    if (p->ph < 0 || p->pw < 0) return InvalidArgument("negative padding: PyTorch rejects it");
-    if (p->sh > (1 << 16) || p->sw > (1 << 16) || p->dh > (1 << 16) || p->dw > (1 << 16) || p->ph > (1 << 16) ||
-        p->pw > (1 << 16)) {
-      return InvalidArgument("stride, padding or dilation too large");
-    }
+    KJIT_RETURN_IF_ERROR(codegen::CheckConvolutionWindow(p->sh, p->sw, p->ph, p->pw, p->dh, p->dw));
     if (p->kh * p->kw > kMaxKernelTaps) return InvalidArgument("kernels over 2048 taps are left to PyTorch");
     p->oh = (p->ih + 2 * p->ph - p->dh * (p->kh - 1) - 1) / p->sh + 1;
     p->ow = (p->iw + 2 * p->pw - p->dw * (p->kw - 1) - 1) / p->sw + 1;

@@ -101,6 +101,15 @@ bool DenseDepthwiseWeight(const TensorDesc& w) {
   return true;
 }
 
+Status CheckConvolutionWindow(int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw) {
+  if (sh <= 0 || sw <= 0 || dh <= 0 || dw <= 0) return InvalidArgument("stride and dilation must be positive");
+  if (ph < 0 || pw < 0) return InvalidArgument("negative padding: PyTorch rejects it");
+  for (int64_t v : {sh, sw, ph, pw, dh, dw}) {
+    if (v > (1 << 16)) return InvalidArgument("stride, padding or dilation too large");
+  }
+  return Status::Ok();
+}
+
 int64_t PoolOutputSize(int64_t in, int64_t k, int64_t pad, int64_t stride, int64_t dilation, bool ceil_mode) {
   const int64_t num = in + 2 * pad - dilation * (k - 1) - 1 + (ceil_mode ? stride - 1 : 0);
   int64_t q = num / stride;

@@ -59,6 +59,9 @@ bool DenseDepthwiseWeight(const TensorDesc& w);
 // broadcast; `empty_as` (a pooling stride) stands in for an empty list; otherwise kInvalidArgument.
 Result<std::vector<int64_t>> ExpandIntList(const Arg& arg, size_t n, const char* what,
                                            const std::vector<int64_t>* empty_as);
+// A 2-D convolution's stride, padding and dilation as the depthwise families take them: stride and dilation
+// positive, padding not negative (PyTorch rejects the rest), each at most 2^16 (larger ones are declined).
+Status CheckConvolutionWindow(int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw);
 // A pooled dim's size: PyTorch's pooling_output_shape_pad_lr with equal padding (div_rtn: floor division), what
 // the pooling ops and their backward (pool, pool_backward) compute.
 int64_t PoolOutputSize(int64_t in, int64_t k, int64_t pad, int64_t stride, int64_t dilation, bool ceil_mode);
