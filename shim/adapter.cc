@@ -40,7 +40,9 @@
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
+#include <ATen/core/grad_mode.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/SmallVector.h>
 #include <dlfcn.h>
 #include <unistd.h>
@@ -65,6 +67,8 @@
 #include "activity.h"
 #include "announcements.h"
 #include "call_path.h"
+#include "chain_recorder.h"
+#include "chain_server.h"
 #include "kjit/cache/kernel_cache.h"
 #include "kjit/cache/launch_journal.h"
 #include "kjit/ipc/client.h"
@@ -137,6 +141,25 @@ struct InterceptedOp {
   // OpType<I>::ptr_schema; null: the op has the boxed wrapper only.
   void* unboxed = nullptr;
   std::optional<c10::OperatorHandle> handle;  // set with pytorch: the boxed path's, from the unboxed wrapper
+  // A kChainMember op's out= overload (mul.out, pow.Tensor_Scalar_out): a deferred call of a chain that is not
+  // run fused is run with it, by PyTorch's kernel, into the output already returned. Unset: never deferred.
+  std::optional<c10::OperatorHandle> out_variant;
+};
+
+// A chain the process may serve (KJIT_FUSION=serve): its plan, and its key's entry on one device, whose kernel
+// the announcements hot-swap like any key's. Never destroyed.
+struct ServedChain {
+  ChainPlan plan;
+  Entry* entry = nullptr;
+  int device = 0;
+  std::vector<int64_t> sizes;               // every tensor's of the chain (elementwise_chain: one shape)
+  std::vector<c10::ScalarType> out_dtype;   // per member: its output's dtype, as PyTorch promotes it
+};
+
+// The served chains by the kInterceptedOps index of their first call's op: a thread's fusible call looks here
+// before it is keyed. Replaced whole when a chain is added; old tables are kept (a reader may hold one).
+struct StartTable {
+  std::vector<std::vector<const ServedChain*>> by_first_op;
 };
 
 // The fields a call reads come first (diagnostics, the table's handle, the ops), so that they
@@ -157,6 +180,15 @@ class Adapter final : public KernelSource, public ActivitySink {
   std::atomic<uint64_t> hits{0};         // calls served by kjit's kernels
   std::atomic<uint64_t> first_sights{0};  // keys resolved (PyTorch's kernel ran)
   std::atomic<uint64_t> failures{0};     // entries blacklisted with a record (each reported once)
+  std::atomic<uint64_t> chain_records{0};    // fusible calls recorded into chains (KJIT_FUSION=record)
+  std::atomic<uint64_t> chains_reported{0};  // repeated chains reported to kjitd (once per chain and thread)
+  std::atomic<uint64_t> chains_fused{0};     // served chains run as their fused kernel (KJIT_FUSION=serve)
+  std::atomic<uint64_t> chains_replayed{0};  // deferred chains run call by call with PyTorch's kernels instead
+  std::atomic<const StartTable*> start_table{nullptr};  // null: no chain is served
+  std::mutex chains_mutex;  // guards the two below (never taken on a call's path)
+  std::vector<std::unique_ptr<ServedChain>> served_chains;
+  std::vector<std::unique_ptr<StartTable>> start_tables;
+  std::unique_ptr<::torch::Library> chain_fallback;  // the catch-all's registration (KJIT_FUSION=serve)
   StageProfile profile;                  // KJIT_PROFILE (settings.profile)
   // The overrides' registrations: destroying the Library deregisters them, and the dispatcher
   // calls PyTorch's kernels directly again (kjit_adapter_set_registered, a benchmark aid).
@@ -388,6 +420,77 @@ class FirstLaunch {
   bool keep_ = false;
 };
 
+// Launches a loaded kernel with its pointer parameters (kernel ABI v2: inputs, outputs; the workspace added here
+// if it takes one) on PyTorch's current stream of the device, its first launch in the process guarded.
+Status LaunchOnCurrentStream(Adapter& a, const LoadedKernel& kernel, DeviceSlot& slot, int device_index,
+                             c10::SmallVectorImpl<CUdeviceptr>& values) {
+  const c10::Device device(c10::kCUDA, static_cast<c10::DeviceIndex>(device_index));
+  const auto stream = static_cast<CUstream>(a.cuda_guard->getStream(device).native_handle());
+  // PyTorch's threads have the device's primary context current; a thread that has never
+  // touched CUDA through the runtime may have none, and then kjit makes it current.
+  CUcontext current = nullptr;
+  const auto& api = slot.context->driver().api();
+  std::optional<ContextGuard> guard;
+  if (api.cuCtxGetCurrent(&current) != CUDA_SUCCESS || current != slot.context->get()) {
+    KJIT_ASSIGN_OR_RETURN(ContextGuard g, ContextGuard::Push(*slot.context));
+    guard.emplace(std::move(g));
+  }
+  c10::SmallVector<void*, 17> params(values.size() + 1);  // + the workspace, if any
+  for (size_t i = 0; i < values.size(); ++i) params[i] = &values[i];
+  // The record's first launch in this process is guarded (cache/launch_journal.h): a journal entry, the
+  // launch, a wait for the stream, the entry removed. Not while the stream is captured into a CUDA graph
+  // (nothing runs then, and waiting would end the capture): a later launch outside a capture guards it.
+  std::optional<FirstLaunch> first;
+  if (!kernel.first_launch_taken.load(std::memory_order_acquire)) {
+    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (api.cuStreamIsCapturing(stream, &capture) == CUDA_SUCCESS && capture == CU_STREAM_CAPTURE_STATUS_NONE &&
+        !kernel.first_launch_taken.exchange(true, std::memory_order_acq_rel)) {
+      // An error already on the stream (PyTorch's earlier kernels) is not this kernel's: not blamed on it.
+      if (CUresult r = api.cuStreamSynchronize(stream); r != CUDA_SUCCESS) {
+        kernel.first_launch_taken.store(false, std::memory_order_release);
+        return InvalidArgument("the stream had failed before the kernel's first launch: " +
+                               DescribeCuResult(&slot.context->driver(), r));
+      }
+      first.emplace(a, kernel.record_id);
+    }
+  }
+  if (kernel.workspace_bytes == 0) {
+    KJIT_RETURN_IF_ERROR(kernel.function->Launch(kernel.launch, stream, params.data()));
+  } else {
+    // Kernel ABI v2: the workspace pointer after the outputs.
+    CUdeviceptr workspace = 0;
+    params[values.size()] = &workspace;
+    auto launch = [&](CUdeviceptr ptr) {
+      workspace = ptr;
+      return kernel.function->Launch(kernel.launch, stream, params.data());
+    };
+    // A stream whose capture state cannot be read (the legacy stream while another is captured
+    // in global mode) is treated as captured: the per-launch path, which fails as PyTorch's would.
+    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (api.cuStreamIsCapturing(stream, &capture) != CUDA_SUCCESS) capture = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+    if (capture == CU_STREAM_CAPTURE_STATUS_NONE) {
+      KJIT_RETURN_IF_ERROR(a.workspaces.Run(device_index, stream, kernel.workspace_bytes, launch));
+    } else {
+      // Being captured into a CUDA graph: nothing runs now, so no buffer can be zeroed
+      // for later launches. A fresh one from the graph's pool, zeroed by a memset that
+      // the graph replays before the kernel each time (worker_protocol.h).
+      KJIT_ASSIGN_OR_RETURN(WorkspacePool::Buffer b, a.AllocateWorkspace(device_index, stream, kernel.workspace_bytes));
+      KJIT_RETURN_IF_ERROR(launch(b.ptr));
+    }
+  }
+  if (first) {
+    if (CUresult r = api.cuStreamSynchronize(stream); r != CUDA_SUCCESS) {
+      // A fault: the context is likely lost, and the process with it. The entry stays, so that whoever
+      // looks next (kjitd, this program's next run) knows which record did it.
+      first->KeepEntry();
+      return Status(StatusCode::kCudaError, "record " + std::to_string(kernel.record_id) +
+                                                "'s first launch in this process failed: " +
+                                                DescribeCuResult(&slot.context->driver(), r));
+    }
+  }
+  return Status::Ok();
+}
+
 // Runs a loaded kernel for the call: allocates outputs like the first call's,
 // launches on PyTorch's current stream, and on success replaces the arguments
 // on the stack by the outputs. On failure the stack is untouched.
@@ -443,69 +546,7 @@ Status Launch(Adapter& a, const Entry& entry, const LoadedKernel& kernel, Device
     values.push_back(reinterpret_cast<CUdeviceptr>(outputs.back().data_ptr()));
   }
   clock.Lap(Stage::kAllocate);
-  const auto stream = static_cast<CUstream>(a.cuda_guard->getStream(device).native_handle());
-  // PyTorch's threads have the device's primary context current; a thread that has never
-  // touched CUDA through the runtime may have none, and then kjit makes it current.
-  CUcontext current = nullptr;
-  const auto& api = slot.context->driver().api();
-  std::optional<ContextGuard> guard;
-  if (api.cuCtxGetCurrent(&current) != CUDA_SUCCESS || current != slot.context->get()) {
-    KJIT_ASSIGN_OR_RETURN(ContextGuard g, ContextGuard::Push(*slot.context));
-    guard.emplace(std::move(g));
-  }
-  c10::SmallVector<void*, 17> params(values.size() + 1);  // + the workspace, if any
-  for (size_t i = 0; i < values.size(); ++i) params[i] = &values[i];
-  // The record's first launch in this process is guarded (cache/launch_journal.h): a journal entry, the
-  // launch, a wait for the stream, the entry removed. Not while the stream is captured into a CUDA graph
-  // (nothing runs then, and waiting would end the capture): a later launch outside a capture guards it.
-  std::optional<FirstLaunch> first;
-  if (!kernel.first_launch_taken.load(std::memory_order_acquire)) {
-    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
-    if (api.cuStreamIsCapturing(stream, &capture) == CUDA_SUCCESS && capture == CU_STREAM_CAPTURE_STATUS_NONE &&
-        !kernel.first_launch_taken.exchange(true, std::memory_order_acq_rel)) {
-      // An error already on the stream (PyTorch's earlier kernels) is not this kernel's: not blamed on it.
-      if (CUresult r = api.cuStreamSynchronize(stream); r != CUDA_SUCCESS) {
-        kernel.first_launch_taken.store(false, std::memory_order_release);
-        return InvalidArgument("the stream had failed before the kernel's first launch: " +
-                               DescribeCuResult(&slot.context->driver(), r));
-      }
-      first.emplace(a, kernel.record_id);
-    }
-  }
-  if (kernel.workspace_bytes == 0) {
-    KJIT_RETURN_IF_ERROR(kernel.function->Launch(kernel.launch, stream, params.data()));
-  } else {
-    // Kernel ABI v2: the workspace pointer after the outputs.
-    CUdeviceptr workspace = 0;
-    params[values.size()] = &workspace;
-    auto launch = [&](CUdeviceptr ptr) {
-      workspace = ptr;
-      return kernel.function->Launch(kernel.launch, stream, params.data());
-    };
-    // A stream whose capture state cannot be read (the legacy stream while another is captured
-    // in global mode) is treated as captured: the per-launch path, which fails as PyTorch's would.
-    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
-    if (api.cuStreamIsCapturing(stream, &capture) != CUDA_SUCCESS) capture = CU_STREAM_CAPTURE_STATUS_ACTIVE;
-    if (capture == CU_STREAM_CAPTURE_STATUS_NONE) {
-      KJIT_RETURN_IF_ERROR(a.workspaces.Run(entry.device(), stream, kernel.workspace_bytes, launch));
-    } else {
-      // Being captured into a CUDA graph: nothing runs now, so no buffer can be zeroed
-      // for later launches. A fresh one from the graph's pool, zeroed by a memset that
-      // the graph replays before the kernel each time (worker_protocol.h).
-      KJIT_ASSIGN_OR_RETURN(WorkspacePool::Buffer b, a.AllocateWorkspace(entry.device(), stream, kernel.workspace_bytes));
-      KJIT_RETURN_IF_ERROR(launch(b.ptr));
-    }
-  }
-  if (first) {
-    if (CUresult r = api.cuStreamSynchronize(stream); r != CUDA_SUCCESS) {
-      // A fault: the context is likely lost, and the process with it. The entry stays, so that whoever
-      // looks next (kjitd, this program's next run) knows which record did it.
-      first->KeepEntry();
-      return Status(StatusCode::kCudaError, "record " + std::to_string(kernel.record_id) +
-                                                "'s first launch in this process failed: " +
-                                                DescribeCuResult(&slot.context->driver(), r));
-    }
-  }
+  KJIT_RETURN_IF_ERROR(LaunchOnCurrentStream(a, kernel, slot, entry.device(), values));
   ::torch::jit::drop(*stack, n_args);
   for (at::Tensor& t : outputs) stack->emplace_back(std::move(t));
   return Status::Ok();
@@ -674,6 +715,385 @@ void ResolveFirstSight(Adapter& a, const c10::OperatorHandle& op, const Decision
   }
 }
 
+// ---- Chains (KJIT_FUSION=record; shim/FUSION.md, design (b)'s recording). A fusible op's call (PreFilter
+// kChainMember) always runs PyTorch's kernel; the thread's gate picks the calls to record (RecordingGate: a key per
+// recorded call, about a miss's cost, on a sample of the calls), and the chains a thread repeats are reported to
+// kjitd as misses of their chain keys, which kjitd tunes like any key. Chains are not served yet.
+
+void AddServedChain(Adapter& a, const OpKey& key, int device, int arch);
+std::optional<at::Tensor> TryDefer(Adapter& a, size_t op_index, std::span<const c10::IValue> args) noexcept;
+
+ThreadChains& ThisThreadsChains() {
+  static thread_local ThreadChains chains;
+  return chains;
+}
+
+// Records one call of a fusible op, after PyTorch's kernel made `out`. Never throws: a call that cannot be recorded
+// (an argument no chain holds, a device kjit cannot use) is left out.
+void RecordChainCall(Adapter& a, const c10::FunctionSchema& schema, std::span<const c10::IValue> args,
+                     const at::Tensor& out) noexcept {
+  try {
+    if (!out.defined() || !out.is_cuda()) return;
+    const DeviceSlot* slot = a.Device(out.get_device());
+    if (slot == nullptr) return;
+    auto call = kjit::torch::ChainMemberCall(schema, args);
+    if (!call.ok()) return;
+    CallRecord record;
+    record.call = std::move(*call);
+    record.input_ids.reserve(args.size());
+    for (const c10::IValue& v : args) {
+      record.input_ids.push_back(v.isTensor() ? kjit::torch::TensorId(v.toTensor()) : 0);
+    }
+    record.output_id = kjit::torch::TensorId(out);
+    record.arch = static_cast<uint16_t>(slot->arch);
+    record.numerics = kjit::torch::CurrentDeterminismNumerics();
+    a.chain_records.fetch_add(1, std::memory_order_relaxed);
+    for (const RecordedChain& chain : ThisThreadsChains().Add(std::move(record))) {
+      a.chains_reported.fetch_add(1, std::memory_order_relaxed);
+      a.Log("chain seen ", std::to_string(chain.count), " times: ", chain.key.OpName(), " ", chain.key.Hash().ToHex());
+      // Its calls as the recorder counted them (a sample of the program's); no host time: the evaluator times the
+      // unfused chain itself.
+      a.Client().ReportMiss(chain.key.Encode(), chain.count, 0.0);
+      if (a.settings.fusion_serve) AddServedChain(a, chain.key, out.get_device(), slot->arch);
+    }
+  } catch (...) {
+    // A hint lost (out of memory): the program is not affected.
+  }
+}
+
+// The boxed form: the arguments are on the stack; PyTorch's kernel leaves the output there.
+template <size_t I>
+void ChainMemberBoxed(Adapter& a, const c10::OperatorHandle& op, c10::DispatchKeySet keys, ::torch::jit::Stack* stack) {
+  if (a.settings.fusion_serve) {
+    const size_t n = op.schema().arguments().size();
+    if (stack->size() >= n) {
+      std::span<const c10::IValue> args(stack->data() + (stack->size() - n), n);
+      if (std::optional<at::Tensor> deferred = TryDefer(a, I, args)) {
+        ::torch::jit::drop(*stack, n);
+        stack->emplace_back(std::move(*deferred));
+        return;
+      }
+    }
+  }
+  if (!ThisThreadsChains().ShouldRecord()) {
+    a.ops[I].pytorch->callBoxed(op, keys, stack);
+    return;
+  }
+  const size_t n = op.schema().arguments().size();
+  std::vector<c10::IValue> args;
+  if (stack->size() >= n) args.assign(stack->end() - static_cast<std::ptrdiff_t>(n), stack->end());
+  a.ops[I].pytorch->callBoxed(op, keys, stack);
+  if (args.size() == n && !stack->empty() && stack->back().isTensor()) {
+    RecordChainCall(a, op.schema(), args, stack->back().toTensor());
+  }
+}
+
+// ---- Serving chains (KJIT_FUSION=serve; shim/FUSION.md, design (b), "Serving"). A thread's fusible call that
+// is the first call of a served chain (one whose key has a verified kernel) opens a window: the call is not run,
+// its output is allocated and returned unwritten, and a catch-all (a boxed fallback on kChainModeKey, put in the
+// thread's included dispatch keys) sees every later dispatcher call of the thread. The chain's next calls, checked
+// by ChainMatch, are deferred the same way. Anything else closes the window first: once the chain is complete, the
+// fused kernel runs if it writes every output something still holds (FusedKernelCovers), and otherwise, or on any
+// divergence, the deferred calls run in order with PyTorch's own out= kernels into the outputs already returned
+// (eager's values, bit for bit). Not deferred: calls autograd records (their backward may run on another thread,
+// which no catch-all of this one sees), calls on a stream being captured into a CUDA graph.
+
+constexpr c10::DispatchKey kChainModeKey = c10::DispatchKey::TESTING_ONLY_GenericMode;
+
+// The kInterceptedOps index of a call's op, or kOpCount.
+size_t OpIndexOf(const OpCall& call) {
+  for (size_t i = 0; i < kOpCount; ++i) {
+    const OpName parts = SplitOpName(kInterceptedOps[i]);
+    if (call.op.size() == 6 + parts.name.size() && call.op.compare(6, std::string::npos, parts.name) == 0 &&
+        call.op.compare(0, 6, "aten::") == 0 && call.overload == parts.overload) {
+      return i;
+    }
+  }
+  return kOpCount;
+}
+
+// Adds a chain the process reported to the served chains of `device`, with its cache record if it has one (a
+// later one arrives by announcement). A chain that cannot be deferred (an op without its out= overload here,
+// tensors of several shapes) is left out.
+void AddServedChain(Adapter& a, const OpKey& key, int device, int arch) {
+  auto plan = ChainPlan::Of(key);
+  if (!plan.ok()) return;
+  auto chain = std::make_unique<ServedChain>();
+  chain->device = device;
+  for (size_t m = 0; m < plan->members().size(); ++m) {
+    const OpCall& call = plan->member(m);
+    const size_t op = OpIndexOf(call);
+    if (op == kOpCount || !a.ops[op].out_variant.has_value()) return;
+    std::optional<c10::ScalarType> dtype;
+    for (const Arg& arg : call.args) {
+      std::optional<c10::ScalarType> t;
+      if (const auto* d = std::get_if<TensorDesc>(&arg)) {
+        if (chain->sizes.empty()) chain->sizes = d->sizes;
+        if (d->sizes != chain->sizes) return;
+        auto st = kjit::torch::ScalarTypeOf(d->dtype);
+        if (!st.ok()) return;
+        t = *st;
+      } else if (const auto* r = std::get_if<ValueRef>(&arg)) {
+        const int source = plan->MemberOf(r->call);
+        if (source < 0) {
+          const auto& input = std::get<TensorDesc>(key.calls[r->call].args[0]);
+          if (chain->sizes.empty()) chain->sizes = input.sizes;
+          if (input.sizes != chain->sizes) return;
+          auto st = kjit::torch::ScalarTypeOf(input.dtype);
+          if (!st.ok()) return;
+          t = *st;
+        } else {
+          t = chain->out_dtype[static_cast<size_t>(source)];
+        }
+      }
+      if (t) dtype = dtype ? c10::promoteTypes(*dtype, *t) : *t;
+    }
+    if (!dtype || !c10::isFloatingType(*dtype)) return;
+    chain->out_dtype.push_back(*dtype);
+  }
+  const std::string bytes = key.Encode();
+  const Hash128 hash = HashBytes(bytes);
+  bool created = false;
+  chain->entry = a.table.FindOrCreate(hash, device, bytes, &created);
+  if (created) {
+    auto served = a.LookupRecord(hash, device, arch);
+    std::unique_ptr<LoadedKernel> kernel;
+    if (served.ok()) {
+      auto loaded = a.Load(device, *served);
+      if (loaded.ok()) kernel = std::move(*loaded);
+    }
+    if (kernel) {
+      chain->entry->ResolveLoaded({}, std::move(kernel));
+      a.Log("serving chain ", key.OpName(), " ", hash.ToHex(), " (record ", std::to_string(served->id), ")");
+    } else {
+      chain->entry->ResolveNegative({});
+    }
+  }
+  const size_t first = OpIndexOf(plan->member(0));
+  chain->plan = std::move(*plan);
+  std::lock_guard<std::mutex> lock(a.chains_mutex);
+  for (const auto& served : a.served_chains) {
+    if (served->entry == chain->entry) return;  // another thread's report added it
+  }
+  auto table = std::make_unique<StartTable>();
+  if (const StartTable* old = a.start_table.load(std::memory_order_acquire)) *table = *old;
+  table->by_first_op.resize(kOpCount);
+  table->by_first_op[first].push_back(chain.get());
+  a.served_chains.push_back(std::move(chain));
+  a.start_table.store(table.get(), std::memory_order_release);
+  a.start_tables.push_back(std::move(table));
+}
+
+struct PendingCall {
+  size_t op = 0;
+  std::vector<c10::IValue> args;
+  at::Tensor out;
+};
+
+// A thread's open window: the chain it follows, the calls deferred so far.
+struct ChainWindow {
+  const ServedChain* chain = nullptr;
+  std::optional<ChainMatch> match;
+  std::vector<PendingCall> pending;
+  c10::Stream stream = c10::Stream(c10::Stream::DEFAULT, c10::Device(c10::kCUDA, 0));
+};
+
+std::optional<ChainWindow>& ThisThreadsWindow() {
+  static thread_local std::optional<ChainWindow> window;
+  return window;
+}
+
+// The tensor a kjit::input of the window's key stands for: the argument of its first use.
+const at::Tensor* InputTensor(const ChainWindow& w, uint32_t input_call) {
+  const ChainPlan& plan = w.chain->plan;
+  for (size_t m = 0; m < w.pending.size(); ++m) {
+    const OpCall& call = plan.member(m);
+    for (size_t j = 0; j < call.args.size(); ++j) {
+      const auto* r = std::get_if<ValueRef>(&call.args[j]);
+      if (r != nullptr && r->call == input_call && w.pending[m].args[j].isTensor()) {
+        return &w.pending[m].args[j].toTensor();
+      }
+    }
+  }
+  return nullptr;
+}
+
+// The fused kernel for a complete window: its external tensors in the key's order, then the outputs it writes.
+Status LaunchChain(Adapter& a, const ChainWindow& w) {
+  const LoadedKernel* kernel = w.chain->entry->kernel();
+  if (kernel == nullptr) return NotFound("the chain's kernel is gone");
+  DeviceSlot* slot = a.Device(w.chain->device);
+  if (slot == nullptr) return Status(StatusCode::kNoDevice, "the chain's device is not usable");
+  const ChainPlan& plan = w.chain->plan;
+  const OpKey& key = plan.key();
+  c10::SmallVector<CUdeviceptr, 16> values;
+  const size_t calls = key.calls.back().op == kChainLiveOp ? key.calls.size() - 1 : key.calls.size();
+  for (uint32_t c = 0; c < calls; ++c) {
+    const OpCall& call = key.calls[c];
+    const int member = plan.MemberOf(c);
+    for (size_t j = 0; j < call.args.size(); ++j) {
+      if (!std::holds_alternative<TensorDesc>(call.args[j])) continue;  // ValueRefs and scalars are no parameters
+      const at::Tensor* t =
+          member < 0 ? InputTensor(w, c) : &w.pending[static_cast<size_t>(member)].args[j].toTensor();
+      if (t == nullptr || !t->defined()) return InvalidArgument("a chain input is missing");
+      values.push_back(reinterpret_cast<CUdeviceptr>(t->data_ptr()));
+    }
+  }
+  for (uint32_t m : plan.written()) values.push_back(reinterpret_cast<CUdeviceptr>(w.pending[m].out.data_ptr()));
+  return LaunchOnCurrentStream(a, *kernel, *slot, w.chain->device, values);
+}
+
+// Closes the thread's window: the fused kernel if the chain is complete and its kernel writes every output still
+// held, else the deferred calls one by one (PyTorch's out= kernels). On the window's stream. Never throws.
+void FinishWindow(Adapter& a) noexcept {
+  std::optional<ChainWindow>& slot = ThisThreadsWindow();
+  if (!slot) return;
+  c10::impl::tls_set_dispatch_key_included(kChainModeKey, false);
+  ChainWindow w = std::move(*slot);
+  slot.reset();
+  try {
+    const c10::Stream previous = a.cuda_guard->exchangeStream(w.stream);
+    bool fused = false;
+    if (w.match && w.match->complete()) {
+      const size_t n = w.pending.size();
+      std::vector<long> holders(n), window_refs(n, 1);
+      for (size_t m = 0; m < n; ++m) {
+        holders[m] = static_cast<long>(w.pending[m].out.use_count());
+        for (size_t later = m + 1; later < n; ++later) {
+          for (const c10::IValue& v : w.pending[later].args) {
+            if (v.isTensor() && v.toTensor().unsafeGetTensorImpl() == w.pending[m].out.unsafeGetTensorImpl()) {
+              ++window_refs[m];
+            }
+          }
+        }
+      }
+      if (FusedKernelCovers(w.chain->plan, holders, window_refs)) {
+        const Status launched = LaunchChain(a, w);
+        fused = launched.ok();
+        if (fused) {
+          w.chain->entry->CountHit();
+          a.chains_fused.fetch_add(1, std::memory_order_relaxed);
+        } else {
+          a.Log("chain ", w.chain->plan.key().OpName(), ": the fused kernel did not launch (", launched.ToString(),
+                "): its calls run one by one");
+        }
+      }
+    }
+    if (!fused) {
+      for (PendingCall& p : w.pending) {
+        ::torch::jit::Stack stack(p.args.begin(), p.args.end());
+        stack.emplace_back(p.out);
+        a.ops[p.op].out_variant->callBoxed(&stack);
+      }
+      a.chains_replayed.fetch_add(1, std::memory_order_relaxed);
+    }
+    a.cuda_guard->exchangeStream(previous);
+  } catch (const std::exception& e) {
+    a.Log("chain ", w.chain->plan.key().OpName(), ": closing its window failed: ", e.what());
+  } catch (...) {
+    a.Log("chain ", w.chain->plan.key().OpName(), ": closing its window failed");
+  }
+}
+
+// Whether a call may be deferred at all: not recorded by autograd, on the device's current stream, which is not
+// being captured.
+bool MayDefer(Adapter& a, std::span<const c10::IValue> args, const at::Tensor& first, c10::Stream* stream) {
+  const bool grad = at::GradMode::is_enabled();
+  for (const c10::IValue& v : args) {
+    if (v.isTensor() && grad && v.toTensor().requires_grad()) return false;
+  }
+  *stream = a.cuda_guard->getStream(first.device());
+  DeviceSlot* slot = a.Device(first.get_device());
+  if (slot == nullptr) return false;
+  CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+  const auto& api = slot->context->driver().api();
+  return api.cuStreamIsCapturing(static_cast<CUstream>(stream->native_handle()), &capture) == CUDA_SUCCESS &&
+         capture == CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+// A fusible call under KJIT_FUSION=serve: deferred (its unwritten output returned) if it continues the thread's
+// window or starts a served chain; otherwise nothing (the caller runs it), after closing a window it diverged
+// from. Never throws.
+std::optional<at::Tensor> TryDefer(Adapter& a, size_t op_index, std::span<const c10::IValue> args) noexcept {
+  std::optional<ChainWindow>& window = ThisThreadsWindow();
+  try {
+    const at::Tensor* first = nullptr;
+    for (const c10::IValue& v : args) {
+      if (v.isTensor() && v.toTensor().defined() && !v.toTensor().unsafeGetTensorImpl()->is_wrapped_number()) {
+        first = &v.toTensor();
+        break;
+      }
+    }
+    if (first == nullptr || !first->is_cuda()) {
+      if (window) FinishWindow(a);
+      return std::nullopt;
+    }
+    auto call = kjit::torch::ChainMemberCall(a.ops[op_index].handle->schema(), args);
+    if (!call.ok()) {
+      if (window) FinishWindow(a);
+      return std::nullopt;
+    }
+    std::vector<uint64_t> ids;
+    ids.reserve(args.size());
+    for (const c10::IValue& v : args) ids.push_back(v.isTensor() ? kjit::torch::TensorId(v.toTensor()) : 0);
+    c10::Stream stream = c10::Stream(c10::Stream::DEFAULT, first->device());
+    const bool may = MayDefer(a, args, *first, &stream);
+    auto defer = [&](ChainWindow& w) {
+      const ServedChain& chain = *w.chain;
+      const size_t m = w.match->matched();
+      at::Tensor out = at::empty(chain.sizes, at::TensorOptions().dtype(chain.out_dtype[m]).device(first->device()));
+      w.match->Bind(kjit::torch::TensorId(out));
+      w.pending.push_back(PendingCall{op_index, std::vector<c10::IValue>(args.begin(), args.end()), out});
+      return out;
+    };
+    if (window) {
+      if (may && stream == window->stream && first->get_device() == window->chain->device &&
+          window->match->Next(*call, ids)) {
+        return defer(*window);
+      }
+      FinishWindow(a);  // diverged
+    }
+    if (!may) return std::nullopt;
+    const StartTable* table = a.start_table.load(std::memory_order_acquire);
+    if (table == nullptr || op_index >= table->by_first_op.size()) return std::nullopt;
+    for (const ServedChain* chain : table->by_first_op[op_index]) {
+      if (chain->device != first->get_device() || chain->entry->kernel() == nullptr) continue;
+      ChainWindow w;
+      w.chain = chain;
+      w.match.emplace(chain->plan);
+      w.stream = stream;
+      if (!w.match->Next(*call, ids)) continue;
+      at::Tensor out = defer(w);
+      window = std::move(w);
+      c10::impl::tls_set_dispatch_key_included(kChainModeKey, true);
+      return out;
+    }
+  } catch (...) {
+    if (window) FinishWindow(a);
+  }
+  return std::nullopt;
+}
+
+// The catch-all while a window is open: the chain's own ops pass on to their wrappers (which check them);
+// anything else closes the window before it runs.
+void ChainCatchAll(const c10::OperatorHandle& op, c10::DispatchKeySet keys, ::torch::jit::Stack* stack) {
+  const c10::DispatchKeySet below = keys & c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER, kChainModeKey);
+  Adapter& a = *g_adapter;
+  std::optional<ChainWindow>& window = ThisThreadsWindow();
+  if (window && !window->match->complete()) {
+    for (size_t i = 0; i < kOpCount; ++i) {
+      if (a.ops[i].out_variant.has_value() && a.ops[i].handle.has_value() && *a.ops[i].handle == op) {
+        // What it dispatches inside (allocations) is kjit's own: not caught.
+        c10::impl::ExcludeDispatchKeyGuard guard(kChainModeKey);
+        op.redispatchBoxed(below, stack);
+        return;
+      }
+    }
+  }
+  FinishWindow(a);
+  op.redispatchBoxed(below, stack);
+}
+
 template <size_t I, bool kProfile>
 void ServeOrForward(Adapter& a, const c10::OperatorHandle& op, c10::DispatchKeySet keys, ::torch::jit::Stack* stack,
                     const FoundEntry* found = nullptr) {
@@ -718,6 +1138,10 @@ void ServeOrForward(Adapter& a, const c10::OperatorHandle& op, c10::DispatchKeyS
 template <size_t I>
 void Wrapper(const c10::OperatorHandle& op, c10::DispatchKeySet keys, ::torch::jit::Stack* stack) {
   Adapter& a = *g_adapter;
+  if constexpr (PreFilterFor(kInterceptedOps[I]) == PreFilter::kChainMember) {
+    ChainMemberBoxed<I>(a, op, keys, stack);
+    return;
+  }
   if (__builtin_expect(a.diagnostics.load(std::memory_order_relaxed), false)) {
     if (a.passthrough.load(std::memory_order_relaxed)) {
       // Profiled too: PyTorch's kernel's host time as the wrapper sees it, to set against a hit's.
@@ -754,32 +1178,54 @@ struct Unboxed<I, R(Args...)> {
     Adapter& a = *g_adapter;
     InterceptedOp& op = a.ops[I];
     const Kernel pytorch = reinterpret_cast<Kernel>(op.unboxed);
-    if (__builtin_expect(a.diagnostics.load(std::memory_order_relaxed), false)) {
-      if (a.passthrough.load(std::memory_order_relaxed) && !a.settings.profile) return pytorch(args...);
-      return Boxed(a, keys, nullptr, args...);
-    }
-    FoundEntry found;
-    switch (Look(a, &found, args...)) {
-      case Path::kPyTorch:
-        return pytorch(args...);
-      case Path::kFirstSight:
-        return Boxed(a, keys, nullptr, args...);
-      case Path::kLoaded:
-        return Boxed(a, keys, &found, args...);  // a hit: launched from the boxed arguments (Launch)
-      case Path::kNegative:
-        break;
-    }
-    Entry* negative = found.entry;
-    // A known miss, as ServeOrForward counts one: PyTorch's exceptions are the user's to see.
-    if (!negative->TimeThisMiss()) {
+    if constexpr (PreFilterFor(kInterceptedOps[I]) == PreFilter::kChainMember) {
+      // A fusible op: deferred into a served chain (KJIT_FUSION=serve), or PyTorch's kernel, and on the thread's
+      // sample of calls a record (RecordChainCall).
+      (void)keys;
+      if constexpr (std::is_same_v<std::decay_t<R>, at::Tensor>) {
+        if (a.settings.fusion_serve) {
+          const StartTable* table = a.start_table.load(std::memory_order_relaxed);
+          if (ThisThreadsWindow() || (table != nullptr && !table->by_first_op[I].empty())) {
+            ::torch::jit::Stack boxed = c10::impl::boxArgs<Args...>(args...);
+            if (std::optional<at::Tensor> deferred = TryDefer(a, I, boxed)) return std::move(*deferred);
+          }
+        }
+      }
+      if (!ThisThreadsChains().ShouldRecord()) return pytorch(args...);
+      ::torch::jit::Stack boxed = c10::impl::boxArgs<Args...>(args...);  // copies: the arguments stay the caller's
       R out = pytorch(args...);
-      negative->CountUntimedMiss();  // reported later, with a timed miss
+      if constexpr (std::is_same_v<std::decay_t<R>, at::Tensor>) {
+        RecordChainCall(a, op.handle->schema(), boxed, out);
+      }
+      return out;
+    } else {
+      if (__builtin_expect(a.diagnostics.load(std::memory_order_relaxed), false)) {
+        if (a.passthrough.load(std::memory_order_relaxed) && !a.settings.profile) return pytorch(args...);
+        return Boxed(a, keys, nullptr, args...);
+      }
+      FoundEntry found;
+      switch (Look(a, &found, args...)) {
+        case Path::kPyTorch:
+          return pytorch(args...);
+        case Path::kFirstSight:
+          return Boxed(a, keys, nullptr, args...);
+        case Path::kLoaded:
+          return Boxed(a, keys, &found, args...);  // a hit: launched from the boxed arguments (Launch)
+        case Path::kNegative:
+          break;
+      }
+      Entry* negative = found.entry;
+      // A known miss, as ServeOrForward counts one: PyTorch's exceptions are the user's to see.
+      if (!negative->TimeThisMiss()) {
+        R out = pytorch(args...);
+        negative->CountUntimedMiss();  // reported later, with a timed miss
+        return out;
+      }
+      const auto start = std::chrono::steady_clock::now();
+      R out = pytorch(args...);
+      CountMiss(a, *negative, start, std::chrono::steady_clock::now());
       return out;
     }
-    const auto start = std::chrono::steady_clock::now();
-    R out = pytorch(args...);
-    CountMiss(a, *negative, start, std::chrono::steady_clock::now());
-    return out;
   }
 
  private:
@@ -928,6 +1374,10 @@ void Attach() noexcept {
     auto* a = new Adapter();  // never destroyed: see the file comment
     a->settings = std::move(settings);
     for (const std::string& op : a->settings.unknown_ops) a->Log("KJIT_OPS: ", op, " is not an op kjit intercepts");
+    if (!a->settings.unknown_fusion.empty()) {
+      a->Log("KJIT_FUSION=", a->settings.unknown_fusion, " is not a setting (record, serve, 1, 0 or off): chains are not recorded");
+    }
+    if (a->settings.fusion_record) a->Log("KJIT_FUSION=record: the fusible ops' calls are sampled into chains");
     a->cuda_guard = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
     const TorchCudaSymbols torch_cuda;
     a->empty_strided_cuda = FindEmptyStridedCuda(torch_cuda);
@@ -954,8 +1404,33 @@ void Attach() noexcept {
       a->ops[i].pytorch.emplace(handle->getComputedKernelForDispatchKey(c10::DispatchKey::CUDA));
       a->ops[i].handle.emplace(*handle);
       a->ops[i].unboxed = torch_cuda.Find(UnboxedSymbols()[i]);  // PyTorch's unboxed kernel (unboxed_kernels.h)
+      if (a->settings.fusion_serve && PreFilterFor(kInterceptedOps[i]) == PreFilter::kChainMember) {
+        // mul.Tensor -> mul.out, pow.Tensor_Scalar -> pow.Tensor_Scalar_out, tanh -> tanh.out.
+        const std::string out =
+            parts.overload.empty() || parts.overload == "Tensor" ? "out" : std::string(parts.overload) + "_out";
+        auto out_handle =
+            c10::Dispatcher::singleton().findSchema(c10::OperatorName("aten::" + std::string(parts.name), out));
+        if (out_handle.has_value()) {
+          a->ops[i].out_variant.emplace(*out_handle);
+        } else {
+          a->Log("aten::", std::string(parts.name), ".", out, " not found: calls of aten::", name, " are not deferred");
+        }
+      }
       RegisterOverride(*a, *a->library, i);
       a->Log("intercepting aten::", name, a->ops[i].unboxed != nullptr ? " (unboxed)" : " (boxed: PyTorch's unboxed kernel not found)");
+    }
+    if (a->settings.fusion_serve) {
+      try {
+        a->chain_fallback =
+            std::make_unique<::torch::Library>(::torch::Library::IMPL, "_", kChainModeKey, __FILE__, __LINE__);
+        a->chain_fallback->fallback(::torch::CppFunction::makeFromBoxedFunction<&ChainCatchAll>());
+        a->Log("KJIT_FUSION=serve: chains with a verified kernel are served (experimental)");
+      } catch (const std::exception& e) {
+        a->chain_fallback.reset();
+        a->settings.fusion_serve = false;
+        a->Log("KJIT_FUSION=serve: the catch-all could not be registered (", e.what(),
+               "): chains are recorded, not served");
+      }
     }
   } catch (const std::exception& e) {
     // A partial registration is still consistent: each overridden op has its captured kernel.
@@ -981,6 +1456,10 @@ AdapterStats CurrentAdapterStats() {
   s.first_sights = g_adapter->first_sights.load();
   s.misses = g_adapter->table.misses();
   s.failures = g_adapter->failures.load();
+  s.chain_records = g_adapter->chain_records.load();
+  s.chains_reported = g_adapter->chains_reported.load();
+  s.chains_fused = g_adapter->chains_fused.load();
+  s.chains_replayed = g_adapter->chains_replayed.load();
   return s;
 }
 
@@ -994,13 +1473,17 @@ extern "C" const void* kjit_adapter_stats() {
 }
 
 // For programs in other languages (Python's ctypes, in tests and benchmarks/shim_overhead.py):
-// the adapter's counters as plain integers. Writes min(n, 7) of: attached (0/1), hits,
-// first sights, misses, failures, intercepted ops, of those unboxed; returns how many it wrote.
+// the adapter's counters as plain integers. Writes min(n, 11) of: attached (0/1), hits,
+// first sights, misses, failures, intercepted ops, of those unboxed, fusible calls recorded into
+// chains, chains reported (KJIT_FUSION=record), chains run fused, deferred chains run call by
+// call (KJIT_FUSION=serve); returns how many it wrote.
 extern "C" __attribute__((visibility("default"))) int kjit_adapter_counters(uint64_t* out, int n);
 extern "C" int kjit_adapter_counters(uint64_t* out, int n) {
   const kjit::shim::AdapterStats s = kjit::shim::CurrentAdapterStats();
   const uint64_t values[] = {s.attached ? 1u : 0u, s.hits,     s.first_sights,         s.misses,
-                             s.failures,          s.intercepted_ops.size(), s.unboxed_ops.size()};
+                             s.failures,          s.intercepted_ops.size(), s.unboxed_ops.size(),
+                             s.chain_records,     s.chains_reported,       s.chains_fused,
+                             s.chains_replayed};
   int written = 0;
   for (; written < n && written < static_cast<int>(std::size(values)); ++written) out[written] = values[written];
   return written;

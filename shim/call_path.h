@@ -87,6 +87,7 @@ constexpr int PreFilterGroupsArg(PreFilter filter) {
 // keyed. Reads tensor metadata only; no allocation, no exception for any arguments.
 inline bool PassesPreFilter(PreFilter filter, const PreFilterArgs& args) {
   if (filter == PreFilter::kNone) return true;
+  if (filter == PreFilter::kChainMember) return false;  // recorded into chains, never keyed alone
   if (args.first == nullptr) return false;
   const at::Tensor& x = *args.first;
   if (!x.defined() || x.layout() != c10::kStrided) return false;
@@ -149,6 +150,7 @@ constexpr size_t PreFilterArgCount(PreFilter filter) {
 // The same on a boxed call.
 inline bool PassesPreFilter(PreFilter filter, c10::ArrayRef<c10::IValue> args) {
   if (filter == PreFilter::kNone) return true;
+  if (filter == PreFilter::kChainMember) return false;
   PreFilterArgs p;
   if (!args.empty() && args[0].isTensor()) p.first = &args[0].toTensor();
   if (const size_t count = PreFilterArgCount(filter); count != 0 && args.size() != count) return false;
@@ -174,7 +176,7 @@ bool PassesPreFilterTyped(const Args&... args) {
   constexpr size_t count = PreFilterArgCount(kFilter);
   if constexpr (kFilter == PreFilter::kNone) {
     return true;
-  } else if constexpr ((count != 0 && n != count) || n == 0) {
+  } else if constexpr (kFilter == PreFilter::kChainMember || (count != 0 && n != count) || n == 0) {
     return false;
   } else {
     using Types = std::tuple<std::decay_t<Args>...>;

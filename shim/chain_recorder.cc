@@ -53,7 +53,9 @@ void ChainRecorder::Close(Open& chain) {
   std::vector<const CallRecord*> members;
   for (const Member& m : chain.members) members.push_back(&m.record);
   OpKey key = KeyOf(members);
-  Seen& seen = seen_[key.Hash()];
+  const Hash128 hash = key.Hash();
+  if (seen_.size() >= max_chains_ && seen_.find(hash) == seen_.end()) return;
+  Seen& seen = seen_[hash];
   if (seen.count == 0) seen.key = std::move(key);
   ++seen.count;
 }
@@ -80,7 +82,7 @@ OpKey ChainRecorder::KeyOf(const std::vector<const CallRecord*>& members) {
   for (const auto& [id, desc] : outside) {
     if (uses[id] < 2) continue;
     input_call[id] = static_cast<uint32_t>(key.calls.size());
-    key.calls.push_back(OpCall{"kjit::input", "", {desc}});
+    key.calls.push_back(OpCall{std::string(kChainInputOp), "", {desc}});
   }
   const auto offset = static_cast<uint32_t>(key.calls.size());
   producer.clear();
@@ -104,7 +106,7 @@ OpKey ChainRecorder::KeyOf(const std::vector<const CallRecord*>& members) {
   for (size_t i = 0; i < members.size(); ++i) {
     if (!read[i]) live.push_back(static_cast<int64_t>(offset + i));
   }
-  key.calls.push_back(OpCall{"kjit::live", "", {live}});
+  key.calls.push_back(OpCall{std::string(kChainLiveOp), "", {live}});
   return key;
 }
 

@@ -28,6 +28,7 @@
 #include <string>
 #include <unordered_map>
 #include <vector>
+#include <utility>
 
 #include "kjit/runtime/hash.h"
 #include "kjit/runtime/op_key.h"
@@ -50,7 +51,10 @@ struct RecordedChain {
 class ChainRecorder {
  public:
   // `window`: how many records back a call may find a producer, and how long a chain stays open.
-  explicit ChainRecorder(size_t window = 16) : window_(window == 0 ? 1 : window) {}
+  // `max_chains`: distinct chains counted at most (a program that makes ever new shapes makes ever new keys:
+  // the ones after the first `max_chains` are not counted).
+  explicit ChainRecorder(size_t window = 16, size_t max_chains = 4096)
+      : window_(window == 0 ? 1 : window), max_chains_(max_chains) {}
 
   void Add(CallRecord record);
   // Closes every open chain (at a synchronisation, or before reading the counts).
@@ -83,11 +87,65 @@ class ChainRecorder {
   void CloseStale();
 
   size_t window_;
+  size_t max_chains_;
   uint64_t records_ = 0;
   // Chains still open: a handful at most (each closes `window` records after its last member), so a new record
   // finds its producers by scanning them.
   std::deque<Open> open_;
   std::unordered_map<Hash128, Seen, Hash128Hasher> seen_;
+};
+
+// Which of a thread's fusible calls are recorded. Recording a call keys it (about what a miss costs), so a
+// thread records its first `learn` fusible calls, then bursts of `burst` consecutive calls once every `period`:
+// in its steady state a program pays for burst/period of its fusible calls (1/64 by default), and a chain,
+// much shorter than a burst, is seen whole in each burst but the ones it straddles.
+class RecordingGate {
+ public:
+  RecordingGate(uint64_t learn = 8192, uint64_t burst = 1024, uint64_t period = 65536)
+      : learn_(learn), burst_(burst), period_(period == 0 ? 1 : period) {}
+  // Whether the next call is recorded. *burst_ended: the call before it was the last one recorded for a while
+  // (the recorder is flushed then: ids do not carry across the gap).
+  bool Next(bool* burst_ended) {
+    const uint64_t n = calls_++;
+    const bool record = n < learn_ || n % period_ < burst_;
+    *burst_ended = recording_ && !record;
+    recording_ = record;
+    return record;
+  }
+
+ private:
+  uint64_t learn_, burst_, period_;
+  uint64_t calls_ = 0;
+  bool recording_ = false;
+};
+
+// A thread's recording: its gate, its recorder, and when its repeated chains are reported. Torch-free; the
+// adapter keeps one per thread and makes the records.
+class ThreadChains {
+ public:
+  // A chain is reported once it was seen `report_after` times; the recorder is asked every `check_every` records.
+  explicit ThreadChains(RecordingGate gate = RecordingGate(), uint64_t report_after = 3, uint64_t check_every = 64)
+      : gate_(gate), report_after_(report_after), check_every_(check_every == 0 ? 1 : check_every) {}
+
+  // Whether the thread's next fusible call is recorded (the gate; flushes the recorder after a burst).
+  bool ShouldRecord() {
+    bool ended = false;
+    const bool record = gate_.Next(&ended);
+    if (ended) recorder_.Flush();
+    return record;
+  }
+  // Adds a recorded call; returns the chains due for a report now (each chain once per thread).
+  std::vector<RecordedChain> Add(CallRecord record) {
+    recorder_.Add(std::move(record));
+    if (recorder_.records() % check_every_ != 0) return {};
+    return recorder_.TakeRepeated(report_after_);
+  }
+  const ChainRecorder& recorder() const { return recorder_; }
+
+ private:
+  RecordingGate gate_;
+  ChainRecorder recorder_;
+  uint64_t report_after_, check_every_;
 };
 
 }  // namespace kjit::shim

@@ -19,6 +19,10 @@ struct AdapterStats {
   uint64_t first_sights = 0;                // keys resolved after their first call
   uint64_t misses = 0;                      // calls of keys without a kernel, first sights included
   uint64_t failures = 0;                    // records blacklisted and reported to kjitd
+  uint64_t chain_records = 0;               // fusible calls recorded into chains (KJIT_FUSION=record)
+  uint64_t chains_reported = 0;             // repeated chains reported to kjitd as misses
+  uint64_t chains_fused = 0;                // served chains run as one fused kernel (KJIT_FUSION=serve)
+  uint64_t chains_replayed = 0;             // deferred chains run call by call with PyTorch's kernels
 };
 
 AdapterStats CurrentAdapterStats();

@@ -99,10 +99,25 @@ Settings ReadSettings(const std::function<const char*(const char*)>& getenv) {
     s.profile = true;
     if (*profile != "1") s.profile_path = std::string(*profile);
   }
+  if (auto fusion = set("KJIT_FUSION")) {
+    if (*fusion == "record" || *fusion == "1") {
+      s.fusion_record = true;
+    } else if (*fusion == "serve") {
+      s.fusion_record = true;
+      s.fusion_serve = true;
+    } else if (*fusion != "0" && *fusion != "off") {
+      s.unknown_fusion = std::string(*fusion);
+    }
+  }
   if (auto ops = set("KJIT_OPS")) {
     s.ops = ParseOpList(*ops, &s.unknown_ops);
   } else {
     for (std::string_view op : kInterceptedOps) s.ops.emplace_back(op);
+  }
+  // The chains' ops are wrapped only while chains are recorded: otherwise every elementwise call of the program
+  // would pass through a wrapper for nothing.
+  if (!s.fusion_record) {
+    std::erase_if(s.ops, [](const std::string& op) { return PreFilterFor(op) == PreFilter::kChainMember; });
   }
   return s;
 }

@@ -83,6 +83,9 @@ enum class PreFilter : uint8_t {
                            // (ConvBackwardMayBeDepthwise): every other convolution's stays PyTorch's, unkeyed
   kSmallMatmul,         // aten::mm of a small inner dimension (SmallMatmulMayBeServed, 2-D)
   kSmallBatchedMatmul,  // aten::bmm of a small inner dimension (SmallMatmulMayBeServed, 3-D)
+  kChainMember,  // a fusible elementwise op (policy/elementwise_chain): never keyed or served alone; with
+                 // KJIT_FUSION=record, some of its calls are recorded into chains (chain_recorder.h). Not
+                 // intercepted at all otherwise.
 };
 
 // Each intercepted op's pre-filter and numerics, from the registry; an op not in it: kNone, false.
@@ -179,7 +182,16 @@ struct Settings {
   // KJIT_PASSTHROUGH=1, a benchmark aid: the intercepted ops' wrappers only forward to PyTorch's
   // kernels (no key, no table, no report), which measures what the boxed override itself costs.
   bool passthrough = false;
-  std::vector<std::string> ops;    // KJIT_OPS, else every op of kInterceptedOps
+  std::vector<std::string> ops;    // KJIT_OPS, else every op of kInterceptedOps; kChainMember ops only with fusion_record
+  // KJIT_FUSION=record (or 1): the fusible ops' calls are sampled into chains and the chains a thread repeats
+  // are reported to kjitd as misses (shim/FUSION.md, design (b)'s recording; chains are not served yet).
+  // Unset, 0 or off: the fusible ops are not intercepted.
+  bool fusion_record = false;
+  // KJIT_FUSION=serve: record, and serve the recorded chains that have a verified fused kernel (chain_server.h):
+  // a chain's calls are deferred and run as one kernel. Experimental: a reader of a deferred output that does not
+  // pass through the dispatcher (a DLPack consumer, a custom extension reading data_ptr) can see it unwritten.
+  bool fusion_serve = false;
+  std::string unknown_fusion;      // a KJIT_FUSION value that is none of the above (ignored, logged)
   std::vector<std::string> unknown_ops;  // KJIT_OPS entries that are not in kInterceptedOps (ignored)
 };
 

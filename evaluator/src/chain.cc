@@ -74,27 +74,11 @@ bool IsWrappedNumber(const c10::IValue& v) {
 }
 
 Result<BoxedOp> BoxedOpOf(const OpKey& key) {
-  if (key.calls.empty()) return InvalidArgument("the key has no call");
-  size_t real_calls = key.calls.size();
-  std::vector<uint32_t> live;
-  if (key.calls.back().op == kLiveOp) {
-    const OpCall& marker = key.calls.back();
-    real_calls -= 1;
-    if (real_calls == 0) return InvalidArgument("the key has no call but kjit::live");
-    const IntList* list = marker.args.size() == 1 ? std::get_if<IntList>(&marker.args[0]) : nullptr;
-    if (list == nullptr || list->empty()) return InvalidArgument("kjit::live takes one non-empty list of call indices");
-    for (int64_t c : *list) {
-      if (c < 0 || static_cast<size_t>(c) >= real_calls || (!live.empty() && c <= static_cast<int64_t>(live.back()))) {
-        return InvalidArgument("kjit::live lists calls in increasing order below " + std::to_string(real_calls));
-      }
-      live.push_back(static_cast<uint32_t>(c));
-    }
-  }
-  if (real_calls == 0) return InvalidArgument("the key has no call but kjit::live");
-  for (size_t i = 0; i < real_calls; ++i) {
-    if (key.calls[i].op == kLiveOp) return InvalidArgument("kjit::live may only end a key");
-  }
-  if (real_calls == 1 && live.empty()) {
+  KJIT_ASSIGN_OR_RETURN(ChainLive chain, ChainLiveOf(key));
+  const size_t real_calls = chain.calls;
+  const bool has_live = real_calls < key.calls.size();
+  std::vector<uint32_t> live = std::move(chain.live);
+  if (real_calls == 1 && !has_live) {
     const OpCall& call = key.calls[0];
     KJIT_ASSIGN_OR_RETURN(c10::FunctionSchema schema, FindSchema(call));
     auto handle = c10::Dispatcher::singleton().findSchema({call.op, call.overload});
@@ -103,8 +87,6 @@ Result<BoxedOp> BoxedOpOf(const OpKey& key) {
                std::vector<uint32_t>(call.args.size(), 0)};
     return op;
   }
-  if (live.empty()) live.push_back(static_cast<uint32_t>(real_calls - 1));
-
   auto plan = std::make_shared<ChainPlan>();
   plan->live = live;
   BoxedOp op{c10::FunctionSchema(std::string(kChainOp), "", {}, {}), OpCall{std::string(kChainOp), "", {}}, nullptr,
@@ -113,13 +95,7 @@ Result<BoxedOp> BoxedOpOf(const OpKey& key) {
   std::vector<size_t> outputs_of(real_calls, 0);
   for (size_t i = 0; i < real_calls; ++i) {
     const OpCall& call = key.calls[i];
-    if (call.op == kInputOp) {
-      if (call.args.size() != 1 || !std::holds_alternative<TensorDesc>(call.args[0])) {
-        return InvalidArgument("kjit::input takes one tensor");
-      }
-      for (uint32_t c : live) {
-        if (c == i) return InvalidArgument("kjit::live names kjit::input " + std::to_string(i) + ", which is no result");
-      }
+    if (call.op == kChainInputOp) {  // (its rules checked by ChainLiveOf)
       outputs_of[i] = 1;
       plan->steps.push_back(Step{std::nullopt, {Source{false, op.call.args.size(), {}}}});
       op.call.args.push_back(call.args[0]);

@@ -1087,7 +1087,12 @@ daemon::Verdict Evaluator::Evaluate(const daemon::EvaluateRequest& request, cons
     // constant tensors: a variance of exactly 0, every element a tie.
     const bool edge_sets = any_float_input && !s.options.sanitizer_target;
     if (edge_sets) {
-      kinds.push_back({InputKind::kStructured, "ties_outliers"});
+      // The outliers (x16 to x128) are large values too: where those are order-dependent, ties alone.
+      if (large_order_dependent) {
+        kinds.push_back({InputKind::kTies, "ties"});
+      } else {
+        kinds.push_back({InputKind::kStructured, "ties_outliers"});
+      }
       kinds.push_back({InputKind::kConstant, "constant"});
     }
     if (p.traits.special_values && !special_order_dependent && edge_sets) {

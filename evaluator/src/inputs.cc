@@ -13,6 +13,8 @@
 #include <string>
 #include <utility>
 
+#include "kjit/torch/call_key.h"
+
 namespace kjit::eval {
 
 at::Tensor StorageBytes(const at::Tensor& t) {
@@ -30,28 +32,7 @@ Status FromTorchError(const c10::Error& e, std::string_view what) {
   return Internal(std::move(message));
 }
 
-Result<c10::ScalarType> ScalarTypeOf(DType t) {
-  switch (t) {
-    case DType::kBool: return c10::ScalarType::Bool;
-    case DType::kUInt8: return c10::ScalarType::Byte;
-    case DType::kInt8: return c10::ScalarType::Char;
-    case DType::kInt16: return c10::ScalarType::Short;
-    case DType::kInt32: return c10::ScalarType::Int;
-    case DType::kInt64: return c10::ScalarType::Long;
-    case DType::kFloat16: return c10::ScalarType::Half;
-    case DType::kBFloat16: return c10::ScalarType::BFloat16;
-    case DType::kFloat32: return c10::ScalarType::Float;
-    case DType::kFloat64: return c10::ScalarType::Double;
-    case DType::kComplex64: return c10::ScalarType::ComplexFloat;
-    case DType::kComplex128: return c10::ScalarType::ComplexDouble;
-    case DType::kFloat8E4M3FN: return c10::ScalarType::Float8_e4m3fn;
-    case DType::kFloat8E5M2: return c10::ScalarType::Float8_e5m2;
-    case DType::kUInt16: return c10::ScalarType::UInt16;
-    case DType::kUInt32: return c10::ScalarType::UInt32;
-    case DType::kUInt64: return c10::ScalarType::UInt64;
-  }
-  return InvalidArgument("unknown dtype code " + std::to_string(static_cast<int>(t)));
-}
+using kjit::torch::ScalarTypeOf;
 
 // The representable range of an integer dtype, clipped to int64 (domains are int64).
 std::pair<int64_t, int64_t> IntRange(DType t) {
@@ -292,6 +273,8 @@ Result<at::Tensor> FloatValues(const TensorDesc& desc, int64_t extent, int64_t f
     case InputKind::kUniform: return at::empty({count}, opts).uniform_(-1, 1, gen);
     case InputKind::kLarge: return RandomMagnitudes(count, r.large_min, r.large_max, gen, device);
     case InputKind::kSmall: return RandomMagnitudes(count, r.small_min, r.small_max, gen, device);
+    case InputKind::kTies:
+      return at::randn({count}, gen, opts).mul_(4).round_().clamp_(-8, 8).div_(4);
     case InputKind::kStructured: {
       at::Tensor v = at::randn({count}, gen, opts).mul_(4).round_().clamp_(-8, 8).div_(4);
       const at::Tensor position = at::arange(first, first + count, at::TensorOptions().dtype(at::kLong).device(device));
@@ -559,6 +542,7 @@ std::string_view InputKindName(InputKind kind) {
     case InputKind::kStructured: return "structured";
     case InputKind::kConstant: return "constant";
     case InputKind::kNaN: return "nan";
+    case InputKind::kTies: return "ties";
   }
   return "unknown";
 }

@@ -18,7 +18,6 @@ using codegen::CudaType;
 
 // The name a chain's traits are declared under (evaluator/chain.h kChainOp).
 constexpr const char* kChainOp = "kjit::chain";
-constexpr const char* kLiveOp = "kjit::live";
 
 enum class Op { kInput, kMul, kAdd, kSub, kDiv, kPow2, kPow3, kSqrt, kRsqrt, kReciprocal, kTanh, kExp, kNeg, kAbs, kSigmoid, kCast };
 
@@ -93,16 +92,20 @@ class ElementwiseChain final : public Family {
  public:
   std::string_view name() const override { return "elementwise_chain"; }
   int codegen_version() const override { return 1; }
-  // Chains are recorded from calls the other families' ops and PyTorch's own elementwise ops make: this family
-  // intercepts no op of its own.
+  // A single call of an elementwise op is PyTorch's: the family serves chains only, of these ops (intercept.inc:
+  // the shim records their calls into chains) and of the casts and abs, which chains written by hand hold.
   std::vector<std::string> ops() const override { return {}; }
+  std::vector<std::string> chain_ops() const override {
+    return {"aten::mul", "aten::add", "aten::sub", "aten::div", "aten::pow", "aten::tanh",
+            "aten::exp", "aten::neg", "aten::sqrt", "aten::rsqrt", "aten::reciprocal", "aten::sigmoid"};
+  }
 
   OpTraits traits(std::string_view) const override { return OpTraits{}; }
 
   std::vector<OpKey> SampleKeys() const override {
     constexpr DType f32 = DType::kFloat32, f16 = DType::kFloat16, bf16 = DType::kBFloat16;
-    auto call = [](const char* op, const char* overload, std::vector<Arg> args) {
-      return OpCall{op, overload, std::move(args)};
+    auto call = [](std::string_view op, const char* overload, std::vector<Arg> args) {
+      return OpCall{std::string(op), overload, std::move(args)};
     };
     auto key = [](std::vector<OpCall> calls) {
       OpKey k;
@@ -116,7 +119,7 @@ class ElementwiseChain final : public Family {
       const uint32_t s = shared ? 1 : 0;  // the calls' offset
       const Arg in = shared ? Arg(ValueRef{0, 0}) : Arg(x);
       std::vector<OpCall> calls;
-      if (shared) calls.push_back(call("kjit::input", "", {x}));
+      if (shared) calls.push_back(call(kChainInputOp, "", {x}));
       for (OpCall c : {call("aten::mul", "Tensor", {in, 0.5}),
                        call("aten::pow", "Tensor_Scalar", {in, 3.0}),
                        call("aten::mul", "Tensor", {ValueRef{s + 1, 0}, 0.044715}),
@@ -127,7 +130,7 @@ class ElementwiseChain final : public Family {
                        call("aten::mul", "Tensor", {ValueRef{s + 0, 0}, ValueRef{s + 6, 0}})}) {
         calls.push_back(std::move(c));
       }
-      if (live_tanh) calls.push_back(call(kLiveOp, "", {IntList{s + 5, s + 7}}));
+      if (live_tanh) calls.push_back(call(kChainLiveOp, "", {IntList{s + 5, s + 7}}));
       return key(std::move(calls));
     };
     auto cast = [&](const Arg& x, DType to) {
@@ -144,7 +147,7 @@ class ElementwiseChain final : public Family {
         // An odd size off a 16-byte boundary: scalar accesses and the tail.
         gelu(unaligned, false, /*shared=*/false),
         // SiLU as x * torch.sigmoid(x), bfloat16.
-        key({call("kjit::input", "", {wide}), call("aten::sigmoid", "", {ValueRef{0, 0}}),
+        key({call(kChainInputOp, "", {wide}), call("aten::sigmoid", "", {ValueRef{0, 0}}),
              call("aten::mul", "Tensor", {ValueRef{0, 0}, ValueRef{1, 0}})}),
         // The tail of Llama's RMS norm, per element: weight * (h.to(f32) * r).to(bf16), r a float32 tensor.
         key({cast(wide, f32), call("aten::mul", "Tensor", {ValueRef{0, 0}, TensorDesc::Contiguous(f32, {8192, 4096})}),
@@ -157,20 +160,10 @@ class ElementwiseChain final : public Family {
 
   Result<std::unique_ptr<Problem>> Match(const OpKey& key) const override {
     auto p = std::make_unique<ChainProblem>();
-    size_t calls = key.calls.size();
-    if (calls > 0 && key.calls.back().op == kLiveOp) {
-      --calls;
-      const auto* list = key.calls.back().args.size() == 1 ? std::get_if<IntList>(&key.calls.back().args[0]) : nullptr;
-      if (list == nullptr || list->empty()) return InvalidArgument("kjit::live takes a non-empty list of calls");
-      for (int64_t c : *list) {
-        if (c < 0 || static_cast<size_t>(c) >= calls || (!p->live.empty() && c <= p->live.back())) {
-          return InvalidArgument("kjit::live lists calls in increasing order");
-        }
-        p->live.push_back(static_cast<int>(c));
-      }
-    }
+    KJIT_ASSIGN_OR_RETURN(ChainLive chain, ChainLiveOf(key));
+    const size_t calls = chain.calls;
     if (calls < 2) return InvalidArgument("a chain of at least two calls is needed");
-    if (p->live.empty()) p->live.push_back(static_cast<int>(calls - 1));
+    p->live.assign(chain.live.begin(), chain.live.end());
     int alignment = 16;
     for (size_t i = 0; i < calls; ++i) {
       const OpCall& c = key.calls[i];
@@ -209,14 +202,8 @@ class ElementwiseChain final : public Family {
           {"aten::tanh", Op::kTanh},   {"aten::exp", Op::kExp},         {"aten::neg", Op::kNeg},
           {"aten::abs", Op::kAbs},     {"aten::sqrt", Op::kSqrt},       {"aten::rsqrt", Op::kRsqrt},
           {"aten::sigmoid", Op::kSigmoid}, {"aten::reciprocal", Op::kReciprocal}};
-      if (c.op == "kjit::input") {
-        // One tensor several calls use: one parameter, read once (evaluator/chain.h).
-        if (c.args.size() != 1 || !std::holds_alternative<TensorDesc>(c.args[0])) {
-          return InvalidArgument("kjit::input takes one tensor");
-        }
-        if (std::find(p->live.begin(), p->live.end(), static_cast<int>(i)) != p->live.end()) {
-          return InvalidArgument("kjit::live names a kjit::input");
-        }
+      if (c.op == kChainInputOp) {
+        // One tensor several calls use: one parameter, read once (its rules checked by ChainLiveOf).
         node.op = Op::kInput;
         KJIT_RETURN_IF_ERROR(operand(c.args[0], false));
         node.out = *dtype_of(node.in[0]);

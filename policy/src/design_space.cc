@@ -130,11 +130,10 @@ Result<Match> FindFamily(const OpKey& key) {
     auto problem = f->Match(key);
     if (problem.ok()) return Match{f, std::move(*problem)};
     const auto ops = f->ops();
-    // A single call: the reasons of the families that serve its op; a chain: those of the chain families
-    // (which intercept no op of their own).
+    // A single call: the reasons of the families that serve its op; a chain: those of the chain families.
     const bool concerned = key.calls.size() == 1
                                ? std::find(ops.begin(), ops.end(), key.calls[0].op) != ops.end()
-                               : ops.empty();
+                               : !f->chain_ops().empty();
     if (concerned) {
       reasons += std::string(reasons.empty() ? "" : "; ") + std::string(f->name()) + ": " + problem.status().message();
     }

@@ -400,6 +400,14 @@ OpKey OpKey::Single(std::string op, std::string overload, std::vector<Arg> args,
   return k;
 }
 
+OpKey OpKey::Chain(std::vector<OpCall> calls, uint16_t arch, uint32_t numerics) {
+  OpKey k;
+  k.calls = std::move(calls);
+  k.arch = arch;
+  k.numerics = numerics;
+  return k;
+}
+
 std::string OpKey::Encode() const {
   std::string out;
   {
@@ -446,12 +454,49 @@ Result<OpKey> OpKey::Decode(std::string_view bytes) {
 
 Hash128 OpKey::Hash() const { return HashBytes(Encode()); }
 
+Result<ChainLive> ChainLiveOf(const OpKey& key) {
+  ChainLive out;
+  out.calls = key.calls.size();
+  if (out.calls > 0 && key.calls.back().op == kChainLiveOp) {
+    out.calls -= 1;
+    if (out.calls == 0) return InvalidArgument("the key has no call but kjit::live");
+    const OpCall& marker = key.calls.back();
+    const IntList* list = marker.args.size() == 1 ? std::get_if<IntList>(&marker.args[0]) : nullptr;
+    if (list == nullptr || list->empty()) return InvalidArgument("kjit::live takes one non-empty list of call indices");
+    for (int64_t c : *list) {
+      if (c < 0 || static_cast<size_t>(c) >= out.calls || (!out.live.empty() && c <= static_cast<int64_t>(out.live.back()))) {
+        return InvalidArgument("kjit::live lists calls in increasing order below " + std::to_string(out.calls));
+      }
+      out.live.push_back(static_cast<uint32_t>(c));
+    }
+  }
+  if (out.calls == 0) return InvalidArgument(key.calls.empty() ? "the key has no call" : "the key has no call but kjit::live");
+  for (size_t i = 0; i < out.calls; ++i) {
+    const OpCall& c = key.calls[i];
+    if (c.op == kChainLiveOp) return InvalidArgument("kjit::live may only end a key");
+    if (c.op != kChainInputOp) continue;
+    if (c.args.size() != 1 || !std::holds_alternative<TensorDesc>(c.args[0])) {
+      return InvalidArgument("kjit::input takes one tensor");
+    }
+    for (uint32_t l : out.live) {
+      if (l == i) {
+        return InvalidArgument("kjit::live names a kjit::input (call " + std::to_string(i) + "), which is no result");
+      }
+    }
+  }
+  if (out.live.empty()) {
+    if (key.calls[out.calls - 1].op == kChainInputOp) return InvalidArgument("the last call is a kjit::input, which is no result");
+    out.live.push_back(static_cast<uint32_t>(out.calls - 1));
+  }
+  return out;
+}
+
 std::string OpKey::OpName() const {
   if (calls.size() == 1) return calls[0].op;
   std::string out = "chain(";
   bool first = true;
   for (const OpCall& c : calls) {
-    if (c.op == "kjit::live" || c.op == "kjit::input") continue;
+    if (c.op == kChainLiveOp || c.op == kChainInputOp) continue;
     out += first ? "" : ",";
     first = false;
     out += c.op.rfind("aten::", 0) == 0 ? c.op.substr(6) : c.op;

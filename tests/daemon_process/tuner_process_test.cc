@@ -145,6 +145,41 @@ TEST(KjitdTuner, AMissBecomesAStoredAnnouncedKernelWithNoOtherCommand) {
   EXPECT_NE(log.find("\"event\":\"tuner_round\""), std::string::npos) << log;
 }
 
+// A chain key (what the shim reports under KJIT_FUSION=record: minGPT's GELU, x read once through kjit::input)
+// is tuned like any key: the elementwise_chain family's expert default first, a stored kernel, its op a chain's.
+TEST(KjitdTuner, AChainKeysMissIsTunedLikeAnyKey) {
+  KjitdHarness h(KJIT_KJITD, TunerFlags("2", "2"));
+  ASSERT_TRUE(h.Start()) << ReadFile(h.log_path());
+  const TensorDesc x = TensorDesc::Contiguous(DType::kFloat32, {8192, 3072});
+  const std::string key =
+      OpKey::Chain({OpCall{std::string(kChainInputOp), "", {x}},
+                    OpCall{"aten::mul", "Tensor", {ValueRef{0, 0}, 0.5}},
+                    OpCall{"aten::pow", "Tensor_Scalar", {ValueRef{0, 0}, 3.0}},
+                    OpCall{"aten::mul", "Tensor", {ValueRef{2, 0}, 0.044715}},
+                    OpCall{"aten::add", "Tensor", {ValueRef{0, 0}, ValueRef{3, 0}, int64_t{1}}},
+                    OpCall{"aten::mul", "Tensor", {ValueRef{4, 0}, 0.7978845608028654}},
+                    OpCall{"aten::tanh", "", {ValueRef{5, 0}}},
+                    OpCall{"aten::add", "Tensor", {ValueRef{6, 0}, 1.0, int64_t{1}}},
+                    OpCall{"aten::mul", "Tensor", {ValueRef{1, 0}, ValueRef{7, 0}}},
+                    OpCall{std::string(kChainLiveOp), "", {IntList{8}}}},
+                   90)
+          .Encode();
+  ReportMiss(h, key, 3, 0.0);
+  auto task = WaitForTask(h, key, [](const cache::Task& t) { return t.state == "done"; });
+  ASSERT_TRUE(task.ok()) << task.status().ToString();
+  EXPECT_GT(task->record_id, 0);
+  EXPECT_LT(task->best_us, task->baseline_us);
+  auto cache = OpenCache(h);
+  ASSERT_TRUE(cache.ok());
+  auto measurements = (*cache)->measurements().ListMeasurements("elementwise_chain");
+  ASSERT_TRUE(measurements.ok());
+  ASSERT_FALSE(measurements->empty());
+  EXPECT_EQ((*measurements)[0].design.policy_version, "expert-default");
+  auto best = (*cache)->Get(task->record_id);
+  ASSERT_TRUE(best.ok());
+  EXPECT_EQ(best->op, "chain(mul,pow,mul,add,mul,tanh,add,mul)");
+}
+
 TEST(KjitdTuner, UnfitIsMarkedOnceAndAWaitingKeyDoesNotStallTheQueue) {
   const std::string unfit = SoftmaxKey(8192, 1 << 20), waiting = SoftmaxKey(128, 8192), plain = SoftmaxKey(64, 1024);
   ScopedEnv env({{"FAKE_EVALUATOR_UNFIT_KEYS", "f32[8192,1048576]"}, {"FAKE_EVALUATOR_WAIT_KEYS", "f32[128,8192]"}});

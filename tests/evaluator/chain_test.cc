@@ -13,32 +13,21 @@
 namespace kjit::eval {
 namespace {
 
-OpCall Call(std::string op, std::string overload, std::vector<Arg> args) {
-  return OpCall{std::move(op), std::move(overload), std::move(args)};
-}
-
-OpKey Chain(std::vector<OpCall> calls) {
-  OpKey key;
-  key.calls = std::move(calls);
-  key.arch = 90;
-  return key;
-}
-
 // minGPT's tanh-GELU as the CUDA key sees it: 0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3))).
 OpKey Gelu(const TensorDesc& x, bool with_live) {
   const double k = std::sqrt(2.0 / M_PI);
   std::vector<OpCall> calls = {
-      Call("aten::mul", "Tensor", {x, 0.5}),                      // 0: 0.5 * x
-      Call("aten::pow", "Tensor_Scalar", {x, 3.0}),               // 1: x^3
-      Call("aten::mul", "Tensor", {ValueRef{1, 0}, 0.044715}),    // 2
-      Call("aten::add", "Tensor", {x, ValueRef{2, 0}, int64_t{1}}),  // 3
-      Call("aten::mul", "Tensor", {ValueRef{3, 0}, k}),           // 4
-      Call("aten::tanh", "", {ValueRef{4, 0}}),                   // 5
-      Call("aten::add", "Tensor", {ValueRef{5, 0}, 1.0, int64_t{1}}),  // 6
-      Call("aten::mul", "Tensor", {ValueRef{0, 0}, ValueRef{6, 0}}),   // 7
+      OpCall{"aten::mul", "Tensor", {x, 0.5}},                      // 0: 0.5 * x
+      OpCall{"aten::pow", "Tensor_Scalar", {x, 3.0}},               // 1: x^3
+      OpCall{"aten::mul", "Tensor", {ValueRef{1, 0}, 0.044715}},    // 2
+      OpCall{"aten::add", "Tensor", {x, ValueRef{2, 0}, int64_t{1}}},  // 3
+      OpCall{"aten::mul", "Tensor", {ValueRef{3, 0}, k}},           // 4
+      OpCall{"aten::tanh", "", {ValueRef{4, 0}}},                   // 5
+      OpCall{"aten::add", "Tensor", {ValueRef{5, 0}, 1.0, int64_t{1}}},  // 6
+      OpCall{"aten::mul", "Tensor", {ValueRef{0, 0}, ValueRef{6, 0}}},   // 7
   };
-  if (with_live) calls.push_back(Call("kjit::live", "", {IntList{5, 7}}));
-  return Chain(std::move(calls));
+  if (with_live) calls.push_back(OpCall{"kjit::live", "", {IntList{5, 7}}});
+  return OpKey::Chain(std::move(calls), 90);
 }
 
 TEST(Chain, ExternalArgumentsAreEveryArgumentThatIsNoValueRefInCallOrder) {
@@ -90,8 +79,8 @@ TEST(Chain, RunsCallByCallAsEagerAndReturnsTheLiveCallsOutputs) {
 TEST(Chain, AKjitInputIsOneArgumentThatEveryUseReads) {
   const TensorDesc x = TensorDesc::Contiguous(DType::kFloat32, {4, 33});
   // SiLU as x * sigmoid(x): x one tensor.
-  auto op = BoxedOpOf(Chain({Call("kjit::input", "", {x}), Call("aten::sigmoid", "", {ValueRef{0, 0}}),
-                             Call("aten::mul", "Tensor", {ValueRef{0, 0}, ValueRef{1, 0}})}));
+  auto op = BoxedOpOf(OpKey::Chain({OpCall{"kjit::input", "", {x}}, OpCall{"aten::sigmoid", "", {ValueRef{0, 0}}},
+                             OpCall{"aten::mul", "Tensor", {ValueRef{0, 0}, ValueRef{1, 0}}}}, 90));
   ASSERT_TRUE(op.ok()) << op.status().ToString();
   ASSERT_EQ(op->call.args.size(), 1u);
   EXPECT_EQ(op->schema.arguments()[0].name(), "c0_input");
@@ -107,7 +96,7 @@ TEST(Chain, AKjitInputIsOneArgumentThatEveryUseReads) {
 TEST(Chain, ScalarOperandsKeepFloat32Arithmetic) {
   // A wrapped number takes no part in type promotion beyond its category: f32 * 0.1 stays float32.
   const TensorDesc x = TensorDesc::Contiguous(DType::kFloat32, {8});
-  auto op = BoxedOpOf(Chain({Call("aten::mul", "Tensor", {x, 0.1}), Call("aten::neg", "", {ValueRef{0, 0}})}));
+  auto op = BoxedOpOf(OpKey::Chain({OpCall{"aten::mul", "Tensor", {x, 0.1}}, OpCall{"aten::neg", "", {ValueRef{0, 0}}}}, 90));
   ASSERT_TRUE(op.ok()) << op.status().ToString();
   auto args = MakeArguments(op->schema, op->call, DefaultOpTraits(), c10::Device(c10::kCPU), InputKind::kNormal, 1);
   ASSERT_TRUE(args.ok());
@@ -120,7 +109,7 @@ TEST(Chain, ScalarOperandsKeepFloat32Arithmetic) {
 
 TEST(Chain, ClonedWrappedNumbersStayWrapped) {
   const TensorDesc x = TensorDesc::Contiguous(DType::kFloat32, {8});
-  auto op = BoxedOpOf(Chain({Call("aten::mul", "Tensor", {x, 2.0}), Call("aten::neg", "", {ValueRef{0, 0}})}));
+  auto op = BoxedOpOf(OpKey::Chain({OpCall{"aten::mul", "Tensor", {x, 2.0}}, OpCall{"aten::neg", "", {ValueRef{0, 0}}}}, 90));
   ASSERT_TRUE(op.ok());
   auto args = MakeArguments(op->schema, op->call, DefaultOpTraits(), c10::Device(c10::kCPU), InputKind::kNormal, 1);
   ASSERT_TRUE(args.ok());
@@ -146,7 +135,7 @@ TEST(Chain, TheWorkingSetCountsTheLiveOutputs) {
 
 TEST(Chain, OneCallIsTheOpItself) {
   const TensorDesc x = TensorDesc::Contiguous(DType::kFloat32, {8});
-  auto op = BoxedOpOf(Chain({Call("aten::tanh", "", {x})}));
+  auto op = BoxedOpOf(OpKey::Chain({OpCall{"aten::tanh", "", {x}}}, 90));
   ASSERT_TRUE(op.ok());
   EXPECT_FALSE(op->chain);
   EXPECT_EQ(op->call.op, "aten::tanh");
@@ -160,35 +149,35 @@ TEST(Chain, MalformedChainsAreRefusedWithTheReason) {
     return op.ok() ? std::string("accepted") : op.status().message();
   };
   // A reference forward, to itself, or to an output the call does not have.
-  EXPECT_NE(reason(Chain({Call("aten::tanh", "", {ValueRef{1, 0}}), Call("aten::neg", "", {x})})).find("earlier"),
+  EXPECT_NE(reason(OpKey::Chain({OpCall{"aten::tanh", "", {ValueRef{1, 0}}}, OpCall{"aten::neg", "", {x}}}, 90)).find("earlier"),
             std::string::npos);
-  EXPECT_NE(reason(Chain({Call("aten::tanh", "", {x}), Call("aten::neg", "", {ValueRef{1, 0}})})).find("earlier"),
+  EXPECT_NE(reason(OpKey::Chain({OpCall{"aten::tanh", "", {x}}, OpCall{"aten::neg", "", {ValueRef{1, 0}}}}, 90)).find("earlier"),
             std::string::npos);
-  EXPECT_NE(reason(Chain({Call("aten::tanh", "", {x}), Call("aten::neg", "", {ValueRef{0, 1}})})).find("earlier"),
+  EXPECT_NE(reason(OpKey::Chain({OpCall{"aten::tanh", "", {x}}, OpCall{"aten::neg", "", {ValueRef{0, 1}}}}, 90)).find("earlier"),
             std::string::npos);
   // kjit::live: last only, increasing, in range, not alone.
-  EXPECT_NE(reason(Chain({Call("aten::tanh", "", {x}), Call("kjit::live", "", {IntList{0}}),
-                          Call("aten::neg", "", {ValueRef{0, 0}})}))
+  EXPECT_NE(reason(OpKey::Chain({OpCall{"aten::tanh", "", {x}}, OpCall{"kjit::live", "", {IntList{0}}},
+                          OpCall{"aten::neg", "", {ValueRef{0, 0}}}}, 90))
                 .find("only end"),
             std::string::npos);
-  EXPECT_NE(reason(Chain({Call("aten::tanh", "", {x}), Call("aten::neg", "", {ValueRef{0, 0}}),
-                          Call("kjit::live", "", {IntList{1, 0}})}))
+  EXPECT_NE(reason(OpKey::Chain({OpCall{"aten::tanh", "", {x}}, OpCall{"aten::neg", "", {ValueRef{0, 0}}},
+                          OpCall{"kjit::live", "", {IntList{1, 0}}}}, 90))
                 .find("increasing"),
             std::string::npos);
-  EXPECT_NE(reason(Chain({Call("aten::tanh", "", {x}), Call("kjit::live", "", {IntList{1}})})).find("increasing"),
+  EXPECT_NE(reason(OpKey::Chain({OpCall{"aten::tanh", "", {x}}, OpCall{"kjit::live", "", {IntList{1}}}}, 90)).find("increasing"),
             std::string::npos);
-  EXPECT_NE(reason(Chain({Call("kjit::live", "", {IntList{0}})})).find("no call"), std::string::npos);
+  EXPECT_NE(reason(OpKey::Chain({OpCall{"kjit::live", "", {IntList{0}}}}, 90)).find("no call"), std::string::npos);
   // kjit::input: one tensor, and no result.
-  EXPECT_NE(reason(Chain({Call("kjit::input", "", {1.0}), Call("aten::neg", "", {ValueRef{0, 0}})})).find("one tensor"),
+  EXPECT_NE(reason(OpKey::Chain({OpCall{"kjit::input", "", {1.0}}, OpCall{"aten::neg", "", {ValueRef{0, 0}}}}, 90)).find("one tensor"),
             std::string::npos);
-  EXPECT_NE(reason(Chain({Call("kjit::input", "", {x}), Call("aten::neg", "", {ValueRef{0, 0}}),
-                          Call("kjit::live", "", {IntList{0, 1}})}))
+  EXPECT_NE(reason(OpKey::Chain({OpCall{"kjit::input", "", {x}}, OpCall{"aten::neg", "", {ValueRef{0, 0}}},
+                          OpCall{"kjit::live", "", {IntList{0, 1}}}}, 90))
                 .find("no result"),
             std::string::npos);
   // A call that writes its arguments, and an op that does not exist.
-  EXPECT_NE(reason(Chain({Call("aten::tanh_", "", {x}), Call("aten::neg", "", {ValueRef{0, 0}})})).find("writes"),
+  EXPECT_NE(reason(OpKey::Chain({OpCall{"aten::tanh_", "", {x}}, OpCall{"aten::neg", "", {ValueRef{0, 0}}}}, 90)).find("writes"),
             std::string::npos);
-  EXPECT_NE(reason(Chain({Call("aten::no_such_op", "", {x}), Call("aten::neg", "", {ValueRef{0, 0}})})).find("no operator"),
+  EXPECT_NE(reason(OpKey::Chain({OpCall{"aten::no_such_op", "", {x}}, OpCall{"aten::neg", "", {ValueRef{0, 0}}}}, 90)).find("no operator"),
             std::string::npos);
 }
 

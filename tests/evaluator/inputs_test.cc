@@ -110,7 +110,8 @@ TEST(MakeTensor, DeterministicPerSeed) {
   // Holes and an offset: the bytes outside the view must be reproducible too.
   const TensorDesc desc = Desc(DType::kFloat32, {8, 5}, {1, 9}, 2, 8);
   for (InputKind kind : {InputKind::kNormal, InputKind::kUniform, InputKind::kLarge, InputKind::kSmall,
-                         InputKind::kSpecial, InputKind::kStructured, InputKind::kConstant, InputKind::kNaN}) {
+                         InputKind::kSpecial, InputKind::kStructured, InputKind::kConstant, InputKind::kNaN,
+                         InputKind::kTies}) {
     SCOPED_TRACE(std::string(InputKindName(kind)));
     EXPECT_EQ(StorageBytes(Make(desc, kind, 42)), StorageBytes(Make(desc, kind, 42)));
     EXPECT_NE(StorageBytes(Make(desc, kind, 42)), StorageBytes(Make(desc, kind, 43)));
@@ -133,6 +134,7 @@ TEST(MakeTensor, KindNames) {
   EXPECT_EQ(InputKindName(InputKind::kStructured), "structured");
   EXPECT_EQ(InputKindName(InputKind::kConstant), "constant");
   EXPECT_EQ(InputKindName(InputKind::kNaN), "nan");
+  EXPECT_EQ(InputKindName(InputKind::kTies), "ties");
 }
 
 TEST(MakeTensor, NormalAndUniform) {
@@ -218,6 +220,19 @@ TEST(MakeTensor, StructuredHasTiesAndOutliers) {
   at::Tensor tr = Make(Desc(DType::kFloat32, {100, 16}, {1, 100}), InputKind::kStructured).to(at::kDouble);
   EXPECT_TRUE(tr.select(0, 0).abs().ge(16).all().item<bool>());
   EXPECT_TRUE(tr.narrow(0, 1, 99).abs().le(2).all().item<bool>());
+}
+
+// kStructured's ties without its outliers (for keys that take no large values): multiples of 1/4 within [-2, 2]
+// everywhere, repeated maxima kept.
+TEST(MakeTensor, TiesHaveNoOutliers) {
+  for (DType dtype : {DType::kFloat16, DType::kBFloat16, DType::kFloat32}) {
+    SCOPED_TRACE(std::string(DTypeName(dtype)));
+    at::Tensor t = Make(TensorDesc::Contiguous(dtype, {16, 100}), InputKind::kTies).to(at::kDouble);
+    EXPECT_TRUE(t.mul(4).eq(t.mul(4).round()).all().item<bool>()) << "multiples of 1/4";
+    EXPECT_TRUE(t.abs().le(2).all().item<bool>()) << "no outlier";
+    const at::Tensor row_max = std::get<0>(t.max(1, true));
+    EXPECT_GT(t.eq(row_max).sum(1).gt(1).sum().item<int64_t>(), 8);
+  }
 }
 
 TEST(MakeTensor, SpecialValues) {

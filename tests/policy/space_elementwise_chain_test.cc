@@ -14,15 +14,6 @@ namespace {
 
 constexpr DType f32 = DType::kFloat32, f16 = DType::kFloat16, bf16 = DType::kBFloat16;
 
-OpCall Call(std::string op, std::string overload, std::vector<Arg> args) {
-  return OpCall{std::move(op), std::move(overload), std::move(args)};
-}
-OpKey Chain(std::vector<OpCall> calls) {
-  OpKey k;
-  k.calls = std::move(calls);
-  k.arch = 90;
-  return k;
-}
 const Family& ChainFamily() {
   for (const Family* f : Families()) {
     if (f->name() == "elementwise_chain") return *f;
@@ -44,34 +35,34 @@ bool Has(const std::string& s, const std::string& part) { return s.find(part) !=
 
 TEST(ElementwiseChainSpace, FusesChainsOfElementwiseOps) {
   const TensorDesc x = TensorDesc::Contiguous(bf16, {64, 128});
-  EXPECT_EQ(Reason(Chain({Call("aten::sigmoid", "", {x}), Call("aten::mul", "Tensor", {x, ValueRef{0, 0}})})),
+  EXPECT_EQ(Reason(OpKey::Chain({OpCall{"aten::sigmoid", "", {x}}, OpCall{"aten::mul", "Tensor", {x, ValueRef{0, 0}}}}, 90)),
             "served by elementwise_chain");
   // One call is a single op's key, not a chain.
-  EXPECT_NE(Reason(Chain({Call("aten::sigmoid", "", {x})})), "served by elementwise_chain");
+  EXPECT_NE(Reason(OpKey::Chain({OpCall{"aten::sigmoid", "", {x}}}, 90)), "served by elementwise_chain");
 }
 
 TEST(ElementwiseChainSpace, DeclinesWhatItCannotServe) {
   const TensorDesc x = TensorDesc::Contiguous(f32, {64, 128});
-  auto two = [&](OpCall first) { return Chain({std::move(first), Call("aten::neg", "", {ValueRef{0, 0}})}); };
-  EXPECT_TRUE(Has(Reason(two(Call("aten::mul", "Tensor", {x, TensorDesc::Contiguous(f32, {128})}))), "broadcasting"));
-  EXPECT_TRUE(Has(Reason(two(Call("aten::neg", "", {TensorDesc::Contiguous(DType::kFloat64, {8})}))), "not served"));
-  EXPECT_TRUE(Has(Reason(two(Call("aten::neg", "", {TensorDesc{f32, {8, 8}, {1, 8}, 0, 16}}))), "non-contiguous"));
-  EXPECT_TRUE(Has(Reason(two(Call("aten::pow", "Tensor_Scalar", {x, 1.5}))), "exponent"));
-  EXPECT_TRUE(Has(Reason(two(Call("aten::log", "", {x}))), "not an elementwise op"));
-  EXPECT_TRUE(Has(Reason(two(Call("aten::div", "Tensor", {2.0, x}))), "no tensor"));
-  EXPECT_TRUE(Has(Reason(two(Call("aten::neg", "", {TensorDesc::Contiguous(f32, {0, 8})}))), "empty"));
-  EXPECT_TRUE(Has(Reason(two(Call("aten::_to_copy", "", {x, f16, NoneArg{}, NoneArg{}, NoneArg{}, true, NoneArg{}}))),
+  auto two = [&](OpCall first) { return OpKey::Chain({std::move(first), OpCall{"aten::neg", "", {ValueRef{0, 0}}}}, 90); };
+  EXPECT_TRUE(Has(Reason(two(OpCall{"aten::mul", "Tensor", {x, TensorDesc::Contiguous(f32, {128})}})), "broadcasting"));
+  EXPECT_TRUE(Has(Reason(two(OpCall{"aten::neg", "", {TensorDesc::Contiguous(DType::kFloat64, {8})}})), "not served"));
+  EXPECT_TRUE(Has(Reason(two(OpCall{"aten::neg", "", {TensorDesc{f32, {8, 8}, {1, 8}, 0, 16}}})), "non-contiguous"));
+  EXPECT_TRUE(Has(Reason(two(OpCall{"aten::pow", "Tensor_Scalar", {x, 1.5}})), "exponent"));
+  EXPECT_TRUE(Has(Reason(two(OpCall{"aten::log", "", {x}})), "not an elementwise op"));
+  EXPECT_TRUE(Has(Reason(two(OpCall{"aten::div", "Tensor", {2.0, x}})), "no tensor"));
+  EXPECT_TRUE(Has(Reason(two(OpCall{"aten::neg", "", {TensorDesc::Contiguous(f32, {0, 8})}})), "empty"));
+  EXPECT_TRUE(Has(Reason(two(OpCall{"aten::_to_copy", "", {x, f16, NoneArg{}, NoneArg{}, NoneArg{}, true, NoneArg{}}})),
                   "dtype cast"));
-  EXPECT_TRUE(Has(Reason(Chain({Call("aten::neg", "", {x}), Call("aten::neg", "", {ValueRef{0, 1}})})), "earlier"));
+  EXPECT_TRUE(Has(Reason(OpKey::Chain({OpCall{"aten::neg", "", {x}}, OpCall{"aten::neg", "", {ValueRef{0, 1}}}}, 90)), "earlier"));
 }
 
 TEST(ElementwiseChainSpace, ParametersAreTheInputsInKeyOrderThenTheLiveOutputs) {
   const TensorDesc a = TensorDesc::Contiguous(bf16, {1024});
   const TensorDesc b = TensorDesc::Contiguous(f32, {1024});
-  OpKey key = Chain({Call("aten::mul", "Tensor", {a, b}),         // 0: bf16 * f32 -> f32
-                     Call("aten::_to_copy", "", {ValueRef{0, 0}, f16, NoneArg{}, NoneArg{}, NoneArg{}, false, NoneArg{}}),
-                     Call("aten::add", "Tensor", {ValueRef{1, 0}, a, int64_t{1}}),  // f16 + bf16 -> f32
-                     Call("kjit::live", "", {IntList{1, 2}})});
+  OpKey key = OpKey::Chain({OpCall{"aten::mul", "Tensor", {a, b}},         // 0: bf16 * f32 -> f32
+                     OpCall{"aten::_to_copy", "", {ValueRef{0, 0}, f16, NoneArg{}, NoneArg{}, NoneArg{}, false, NoneArg{}}},
+                     OpCall{"aten::add", "Tensor", {ValueRef{1, 0}, a, int64_t{1}}},  // f16 + bf16 -> f32
+                     OpCall{"kjit::live", "", {IntList{1, 2}}}}, 90);
   auto c = Default(key);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_TRUE(Has(c->source, "#define CHAIN_PARAMS const __nv_bfloat16* __restrict__ in0, const float* __restrict__ in1, "
@@ -86,8 +77,8 @@ TEST(ElementwiseChainSpace, ParametersAreTheInputsInKeyOrderThenTheLiveOutputs) 
 
 TEST(ElementwiseChainSpace, AKjitInputIsOneParameter) {
   const TensorDesc x = TensorDesc::Contiguous(bf16, {4096});
-  OpKey key = Chain({Call("kjit::input", "", {x}), Call("aten::sigmoid", "", {ValueRef{0, 0}}),
-                     Call("aten::mul", "Tensor", {ValueRef{0, 0}, ValueRef{1, 0}})});
+  OpKey key = OpKey::Chain({OpCall{"kjit::input", "", {x}}, OpCall{"aten::sigmoid", "", {ValueRef{0, 0}}},
+                     OpCall{"aten::mul", "Tensor", {ValueRef{0, 0}, ValueRef{1, 0}}}}, 90);
   auto c = Default(key);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_TRUE(Has(c->source, "#define CHAIN_PARAMS const __nv_bfloat16* __restrict__ in0, __nv_bfloat16* __restrict__ out0\n"))
@@ -95,16 +86,16 @@ TEST(ElementwiseChainSpace, AKjitInputIsOneParameter) {
   EXPECT_TRUE(Has(c->source, "const float v0 = as_dtype<__nv_bfloat16>(x0[k][e]);"));
   EXPECT_TRUE(Has(c->source, "const float v2 = as_dtype<__nv_bfloat16>(op_mul(v0, v1));"));
   // It is no result.
-  key.calls.push_back(Call("kjit::live", "", {IntList{0, 2}}));
+  key.calls.push_back(OpCall{"kjit::live", "", {IntList{0, 2}}});
   EXPECT_TRUE(Has(Reason(key), "names a kjit::input"));
 }
 
 TEST(ElementwiseChainSpace, ScalarsAreTheirFloatBitsAndEagersRulesAreKept) {
   const TensorDesc x = TensorDesc::Contiguous(f16, {4096});
-  OpKey key = Chain({Call("aten::pow", "Tensor_Scalar", {x, 3.0}),
-                     Call("aten::div", "Tensor", {ValueRef{0, 0}, int64_t{3}}),
-                     Call("aten::sub", "Tensor", {ValueRef{1, 0}, x, 0.5}),
-                     Call("aten::mul", "Tensor", {ValueRef{2, 0}, 0.1})});
+  OpKey key = OpKey::Chain({OpCall{"aten::pow", "Tensor_Scalar", {x, 3.0}},
+                     OpCall{"aten::div", "Tensor", {ValueRef{0, 0}, int64_t{3}}},
+                     OpCall{"aten::sub", "Tensor", {ValueRef{1, 0}, x, 0.5}},
+                     OpCall{"aten::mul", "Tensor", {ValueRef{2, 0}, 0.1}}}, 90);
   auto c = Default(key);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   // float16 x^3 rounds b * b to float16 before the second product, as PyTorch's b * b * b on at::Half does.
@@ -121,7 +112,7 @@ TEST(ElementwiseChainSpace, VectorsFollowEveryInputsAlignment) {
   TensorDesc off = TensorDesc::Contiguous(f32, {1000});
   off.storage_offset = 2;
   off.alignment = 8;
-  OpKey key = Chain({Call("aten::exp", "", {off}), Call("aten::neg", "", {ValueRef{0, 0}})});
+  OpKey key = OpKey::Chain({OpCall{"aten::exp", "", {off}}, OpCall{"aten::neg", "", {ValueRef{0, 0}}}}, 90);
   const Family& f = ChainFamily();
   auto p = f.Match(key);
   ASSERT_TRUE(p.ok());
@@ -130,17 +121,17 @@ TEST(ElementwiseChainSpace, VectorsFollowEveryInputsAlignment) {
   EXPECT_TRUE(Has(f.Check(**p, {{"threads", 256}, {"vec", 4}, {"items", 1}, {"hint", 0}}, dev).message(), "aligned"));
   EXPECT_EQ(f.ExpertDefault(**p, dev).at("vec"), 2);
   // Eight bfloat16 elements are 16 bytes; eight float32 ones are not a vector.
-  OpKey mixed = Chain({Call("aten::_to_copy", "", {TensorDesc::Contiguous(bf16, {4096}), f32, NoneArg{}, NoneArg{},
-                                                   NoneArg{}, false, NoneArg{}}),
-                       Call("aten::neg", "", {ValueRef{0, 0}})});
+  OpKey mixed = OpKey::Chain({OpCall{"aten::_to_copy", "", {TensorDesc::Contiguous(bf16, {4096}), f32, NoneArg{}, NoneArg{},
+                                                   NoneArg{}, false, NoneArg{}}},
+                       OpCall{"aten::neg", "", {ValueRef{0, 0}}}}, 90);
   auto m = f.Match(mixed);
   ASSERT_TRUE(m.ok());
   EXPECT_EQ(f.ExpertDefault(**m, dev).at("vec"), 4);
   // Held values: items x vec x (inputs + outputs) at most 64.
   EXPECT_TRUE(f.Check(**m, {{"threads", 256}, {"vec", 4}, {"items", 4}, {"hint", 0}}, dev).ok());
   const TensorDesc a = TensorDesc::Contiguous(f32, {4096});
-  auto five = f.Match(Chain({Call("aten::mul", "Tensor", {a, a}), Call("aten::add", "Tensor", {ValueRef{0, 0}, a, 1.0}),
-                             Call("kjit::live", "", {IntList{0, 1}})}));
+  auto five = f.Match(OpKey::Chain({OpCall{"aten::mul", "Tensor", {a, a}}, OpCall{"aten::add", "Tensor", {ValueRef{0, 0}, a, 1.0}},
+                             OpCall{"kjit::live", "", {IntList{0, 1}}}}, 90));
   ASSERT_TRUE(five.ok());
   EXPECT_TRUE(f.Check(**five, {{"threads", 256}, {"vec", 4}, {"items", 2}, {"hint", 0}}, dev).ok());
   EXPECT_TRUE(Has(f.Check(**five, {{"threads", 256}, {"vec", 4}, {"items", 4}, {"hint", 0}}, dev).message(), "holds 80"));
@@ -151,7 +142,7 @@ TEST(ElementwiseChainSpace, VectorsFollowEveryInputsAlignment) {
 
 TEST(ElementwiseChainSpace, LaunchCoversEveryElementOnce) {
   const TensorDesc x = TensorDesc::Contiguous(f32, {1001});
-  auto c = Default(Chain({Call("aten::tanh", "", {x}), Call("aten::neg", "", {ValueRef{0, 0}})}));
+  auto c = Default(OpKey::Chain({OpCall{"aten::tanh", "", {x}}, OpCall{"aten::neg", "", {ValueRef{0, 0}}}}, 90));
   ASSERT_TRUE(c.ok());
   // 1001 elements, 4 a thread, 256 threads a block: 251 threads, one block; the last thread's one element
   // goes through the tail.

@@ -257,6 +257,37 @@ TEST(OpKey, OpNameIsTheOpOrTheChainsOps) {
   EXPECT_EQ(live.OpName(), "chain(pow,mean,custom)");
 }
 
+TEST(OpKey, ChainLiveOfChecksThePseudoCalls) {
+  const TensorDesc x = TensorDesc::Contiguous(DType::kFloat32, {8});
+  const OpCall tanh{"aten::tanh", "", {ValueRef{0, 0}}}, neg{"aten::neg", "", {ValueRef{1, 0}}};
+  const OpCall input{std::string(kChainInputOp), "", {x}};
+  auto live = [](std::vector<int64_t> calls) { return OpCall{std::string(kChainLiveOp), "", {IntList(calls)}}; };
+  // Without kjit::live, the last call is the result; a single call is {1, {0}}.
+  auto single = ChainLiveOf(OpKey::Single("aten::neg", "", {x}, 90));
+  ASSERT_TRUE(single.ok());
+  EXPECT_EQ(single->calls, 1u);
+  EXPECT_EQ(single->live, std::vector<uint32_t>{0});
+  auto chain = ChainLiveOf(OpKey::Chain({input, tanh, neg, live({1, 2})}, 90));
+  ASSERT_TRUE(chain.ok()) << chain.status().ToString();
+  EXPECT_EQ(chain->calls, 3u);
+  EXPECT_EQ(chain->live, (std::vector<uint32_t>{1, 2}));
+  auto reason = [](const OpKey& key) {
+    auto r = ChainLiveOf(key);
+    return r.ok() ? std::string("accepted") : r.status().message();
+  };
+  EXPECT_NE(reason(OpKey::Chain({}, 90)).find("no call"), std::string::npos);
+  EXPECT_NE(reason(OpKey::Chain({live({0})}, 90)).find("no call"), std::string::npos);
+  EXPECT_NE(reason(OpKey::Chain({input, live({0}), tanh}, 90)).find("only end"), std::string::npos);
+  EXPECT_NE(reason(OpKey::Chain({input, tanh, neg, live({2, 1})}, 90)).find("increasing"), std::string::npos);
+  EXPECT_NE(reason(OpKey::Chain({input, tanh, live({2})}, 90)).find("below 2"), std::string::npos);
+  EXPECT_NE(reason(OpKey::Chain({input, tanh, OpCall{std::string(kChainLiveOp), "", {IntList{}}}}, 90)).find("non-empty"),
+            std::string::npos);
+  EXPECT_NE(reason(OpKey::Chain({input, tanh, live({0, 1})}, 90)).find("no result"), std::string::npos);
+  EXPECT_NE(reason(OpKey::Chain({input}, 90)).find("no result"), std::string::npos);
+  EXPECT_NE(reason(OpKey::Chain({OpCall{std::string(kChainInputOp), "", {1.0}}, tanh}, 90)).find("one tensor"),
+            std::string::npos);
+}
+
 TEST(OpKey, TextShowsStridesOfSizeOneDimsThatDifferFromRowMajor) {
   // A channels_last depthwise weight [C,1,3,3] is contiguous to torch (size-1 dims' strides do not count)
   // but hashes differently from the row-major one: two keys must never share a text.

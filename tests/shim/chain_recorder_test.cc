@@ -74,6 +74,59 @@ TEST(ChainRecorder, CountsRepeatsAndReportsEachChainOnce) {
   EXPECT_EQ(recorder.records(), 40u);
 }
 
+// The gate records a thread's first calls, then one burst a period; the end of a burst is said once.
+TEST(RecordingGate, LearnsThenRecordsABurstEachPeriod) {
+  RecordingGate gate(/*learn=*/10, /*burst=*/4, /*period=*/100);
+  std::vector<uint64_t> recorded, ended;
+  for (uint64_t n = 0; n < 350; ++n) {
+    bool burst_ended = false;
+    if (gate.Next(&burst_ended)) recorded.push_back(n);
+    if (burst_ended) ended.push_back(n);
+  }
+  std::vector<uint64_t> want;
+  for (uint64_t n = 0; n < 10; ++n) want.push_back(n);
+  for (uint64_t start : {100u, 200u, 300u}) {
+    for (uint64_t n = start; n < start + 4; ++n) want.push_back(n);
+  }
+  EXPECT_EQ(recorded, want);
+  EXPECT_EQ(ended, (std::vector<uint64_t>{10, 104, 204, 304}));
+}
+
+// A thread's chains: recorded calls of a repeated chain are reported once it was seen `report_after` times, at
+// the recorder's next check; the gate's gaps flush the recorder, so a chain never spans a gap.
+TEST(ThreadChains, ReportsARepeatedChainOnceAtACheck) {
+  ThreadChains chains(RecordingGate(/*learn=*/1000, /*burst=*/0, /*period=*/1000), /*report_after=*/3,
+                      /*check_every=*/8);
+  std::vector<RecordedChain> reported;
+  for (uint64_t layer = 0; layer < 6; ++layer) {
+    for (CallRecord& r : Gelu(10 + layer, 1000 * (layer + 1))) {
+      ASSERT_TRUE(chains.ShouldRecord());
+      for (RecordedChain& c : chains.Add(std::move(r))) reported.push_back(std::move(c));
+    }
+  }
+  // Chains close `window` (16) records after their last call: by the 48th record, three had closed.
+  ASSERT_EQ(reported.size(), 1u);
+  EXPECT_GE(reported[0].count, 3u);
+  EXPECT_EQ(reported[0].key.OpName(), "chain(mul,pow,mul,add,mul,tanh,add,mul)");
+  // Past `learn`, nothing is recorded; the first call after the burst flushed the open chains.
+  for (int i = 0; i < 1000 - 48; ++i) (void)chains.ShouldRecord();
+  EXPECT_FALSE(chains.ShouldRecord());
+  EXPECT_EQ(chains.recorder().Chains().size(), 1u);
+  EXPECT_EQ(chains.recorder().Chains()[0].count, 6u);
+}
+
+TEST(ChainRecorder, CountsAtMostMaxChainsDistinctChains) {
+  ChainRecorder recorder(/*window=*/16, /*max_chains=*/2);
+  for (uint64_t i = 0; i < 4; ++i) {
+    // Four distinct two-call chains (tanh then exp, neg, sqrt or rsqrt).
+    const char* second[] = {"aten::exp", "aten::neg", "aten::sqrt", "aten::rsqrt"};
+    recorder.Add(Rec("aten::tanh", "", {kX}, {1}, 100 + 2 * i));
+    recorder.Add(Rec(second[i], "", {kX}, {100 + 2 * i}, 101 + 2 * i));
+    recorder.Flush();
+  }
+  EXPECT_EQ(recorder.Chains().size(), 2u);
+}
+
 TEST(ChainRecorder, UnrelatedCallsAndSingleCallsMakeNoChain) {
   ChainRecorder recorder(4);
   // Calls on separate tensors, each read by nothing recorded: no chain.

@@ -27,11 +27,46 @@ Settings FromEnv(std::map<std::string, std::string> env) {
   });
 }
 
-TEST(ShimSettings, DefaultsInterceptEveryOp) {
+size_t ChainMemberOps() {
+  size_t n = 0;
+  for (std::string_view op : kInterceptedOps) n += PreFilterFor(op) == PreFilter::kChainMember ? 1 : 0;
+  return n;
+}
+
+TEST(ShimSettings, DefaultsInterceptEveryOpButTheChainsOps) {
   Settings s = FromEnv({});
   EXPECT_FALSE(s.disabled);
   EXPECT_FALSE(s.log);
-  EXPECT_EQ(s.ops.size(), std::size(kInterceptedOps));
+  EXPECT_FALSE(s.fusion_record);
+  ASSERT_GT(ChainMemberOps(), 0u);
+  EXPECT_EQ(s.ops.size(), std::size(kInterceptedOps) - ChainMemberOps());
+  for (const std::string& op : s.ops) EXPECT_NE(PreFilterFor(op), PreFilter::kChainMember) << op;
+}
+
+// KJIT_FUSION=record wraps the fusible ops too (their calls are sampled into chains); other values leave them
+// alone, and a value that means nothing is kept for the adapter's log line.
+TEST(ShimSettings, FusionRecordInterceptsTheChainsOps) {
+  for (const char* on : {"record", "1"}) {
+    const Settings s = FromEnv({{"KJIT_FUSION", on}});
+    EXPECT_TRUE(s.fusion_record) << on;
+    EXPECT_EQ(s.ops.size(), std::size(kInterceptedOps)) << on;
+  }
+  for (const char* off : {"0", "off", ""}) {
+    const Settings s = FromEnv({{"KJIT_FUSION", off}});
+    EXPECT_FALSE(s.fusion_record) << off;
+    EXPECT_TRUE(s.unknown_fusion.empty()) << off;
+  }
+  const Settings serve = FromEnv({{"KJIT_FUSION", "serve"}});
+  EXPECT_TRUE(serve.fusion_record);
+  EXPECT_TRUE(serve.fusion_serve);
+  EXPECT_FALSE(FromEnv({{"KJIT_FUSION", "record"}}).fusion_serve);
+  const Settings odd = FromEnv({{"KJIT_FUSION", "fuse"}});
+  EXPECT_FALSE(odd.fusion_record);
+  EXPECT_EQ(odd.unknown_fusion, "fuse");
+  EXPECT_EQ(odd.ops.size(), std::size(kInterceptedOps) - ChainMemberOps());
+  // KJIT_OPS names a fusible op: still not intercepted without KJIT_FUSION.
+  EXPECT_TRUE(FromEnv({{"KJIT_OPS", "mul.Tensor"}}).ops.empty());
+  EXPECT_EQ(FromEnv({{"KJIT_OPS", "mul.Tensor"}, {"KJIT_FUSION", "record"}}).ops, std::vector<std::string>{"mul.Tensor"});
 }
 
 TEST(ShimSettings, DisableAndLog) {

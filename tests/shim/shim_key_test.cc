@@ -16,6 +16,7 @@
 
 #include "kjit/policy/design_space.h"
 #include "kjit/op_limits.h"
+#include "chain_recorder.h"
 #include "kjit/torch/call_key.h"
 #include "shim_core.h"
 
@@ -169,8 +170,69 @@ TEST(ShimKeys, SampleKeysOfThePreFilteredFamiliesAreTheShimsKeys) {
   EXPECT_GE(keys, 50u);
   // Every pre-filtered op the shim intercepts has a sample key: each is checked above.
   for (std::string_view entry : kInterceptedOps) {
-    if (PreFilterFor(entry) == PreFilter::kNone) continue;
+    // (kChainMember ops are never keyed alone: ChainMembersRecordedFromEagerCallsAreChainKeys has them.)
+    if (PreFilterFor(entry) == PreFilter::kNone || PreFilterFor(entry) == PreFilter::kChainMember) continue;
     EXPECT_TRUE(covered.contains(std::string(entry))) << entry << " has no sample key in its family";
+  }
+}
+
+// The fusible ops' calls as the adapter records them under KJIT_FUSION=record (kjit::torch::ChainMemberCall and
+// TensorId on the call's arguments and output, ChainRecorder grouping them): minGPT's tanh-GELU run eagerly on
+// CPU tensors, three times, is one chain whose key reads x once (kjit::input), holds the Python floats as values,
+// and is the elementwise_chain family's; its ops are exactly what the shim intercepts for the family.
+TEST(ShimKeys, ChainMembersRecordedFromEagerCallsAreChainKeys) {
+  ChainRecorder recorder;
+  auto record = [&](const char* op, const char* overload, std::vector<c10::IValue> args) {
+    const c10::OperatorHandle handle = c10::Dispatcher::singleton().findSchemaOrThrow(op, overload);
+    const std::string entry = std::string(op).substr(6) + (*overload != '\0' ? "." + std::string(overload) : "");
+    EXPECT_EQ(PreFilterFor(entry), PreFilter::kChainMember) << entry;
+    std::vector<c10::IValue> stack = args;
+    handle.callBoxed(stack);
+    const at::Tensor out = stack.back().toTensor();
+    auto call = kjit::torch::ChainMemberCall(handle.schema(), std::span<const c10::IValue>(args.data(), args.size()));
+    EXPECT_TRUE(call.ok()) << call.status().ToString();
+    CallRecord r;
+    r.call = *call;
+    for (const c10::IValue& v : args) r.input_ids.push_back(v.isTensor() ? kjit::torch::TensorId(v.toTensor()) : 0);
+    r.output_id = kjit::torch::TensorId(out);
+    r.arch = 90;
+    recorder.Add(std::move(r));
+    return out;
+  };
+  // What Python makes of `0.5 * x`: a wrapped-number tensor for the float.
+  auto number = [](double v) {
+    at::Tensor t = at::scalar_tensor(v, at::kDouble);
+    t.unsafeGetTensorImpl()->set_wrapped_number(true);
+    return t;
+  };
+  const at::Tensor x = at::randn({4, 64});
+  at::Tensor y;
+  for (int round = 0; round < 3; ++round) {
+    const at::Tensor half = record("aten::mul", "Tensor", {x, number(0.5)});
+    const at::Tensor cube = record("aten::pow", "Tensor_Scalar", {x, 3.0});
+    const at::Tensor scaled = record("aten::mul", "Tensor", {cube, number(0.044715)});
+    const at::Tensor inner = record("aten::add", "Tensor", {x, scaled, 1});
+    const at::Tensor arg = record("aten::mul", "Tensor", {inner, number(0.7978845608028654)});
+    const at::Tensor t = record("aten::tanh", "", {arg});
+    const at::Tensor one_plus = record("aten::add", "Tensor", {t, number(1.0), 1});
+    y = record("aten::mul", "Tensor", {half, one_plus});
+    recorder.Flush();
+  }
+  const std::vector<RecordedChain> chains = recorder.TakeRepeated(3);
+  ASSERT_EQ(chains.size(), 1u);
+  const OpKey& key = chains[0].key;
+  EXPECT_EQ(chains[0].count, 3u);
+  EXPECT_EQ(key.OpName(), "chain(mul,pow,mul,add,mul,tanh,add,mul)");
+  ASSERT_EQ(key.calls.front().op, kChainInputOp) << key.ToString();  // x, which four arguments read
+  // The Python floats are the key's values, not 0-d tensors.
+  EXPECT_EQ(std::get<double>(key.calls[1].args[1]), 0.5) << key.ToString();
+  auto match = policy::FindFamily(key);
+  ASSERT_TRUE(match.ok()) << key.ToString() << ": " << match.status().ToString();
+  EXPECT_EQ(match->family->name(), "elementwise_chain");
+  const std::vector<std::string> ops = match->family->chain_ops();
+  for (const OpCall& c : key.calls) {
+    if (c.op == kChainInputOp || c.op == kChainLiveOp) continue;
+    EXPECT_NE(std::find(ops.begin(), ops.end(), c.op), ops.end()) << c.op;
   }
 }
 

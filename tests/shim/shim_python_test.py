@@ -281,10 +281,10 @@ def counters():
         adapter = ctypes.CDLL("libkjit_torch_adapter.so", mode=os.RTLD_NOLOAD | os.RTLD_LOCAL)
     except OSError:
         return None
-    values = (ctypes.c_uint64 * 7)()
-    n = adapter.kjit_adapter_counters(values, 7)
-    return dict(zip(["attached", "hits", "first_sights", "misses", "failures", "intercepted_ops", "unboxed_ops"],
-                    list(values)[:n]))
+    values = (ctypes.c_uint64 * 11)()
+    n = adapter.kjit_adapter_counters(values, 11)
+    return dict(zip(["attached", "hits", "first_sights", "misses", "failures", "intercepted_ops", "unboxed_ops",
+                     "chain_records", "chains_reported", "chains_fused", "chains_replayed"], list(values)[:n]))
 
 
 def child_outputs(torch, calls, devices=(0,), part="part1"):
@@ -412,8 +412,24 @@ def child_switches(torch):
     return {"states": states, "previous": previous}
 
 
+def child_chains(torch, calls):
+    """minGPT's tanh-GELU, as its MLP writes it, `calls` times on one tensor: eight fusible calls a time."""
+    import math
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    x = torch.randn(64, 3072, device="cuda", generator=gen)
+    out = None
+    for _ in range(calls):
+        out = 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+    return {"gelu": out.cpu()}
+
+
 def child(args):
     import torch
+    if args.child == "chains":
+        outputs = child_chains(torch, args.calls)
+        time.sleep(args.linger)
+        torch.save({"outputs": outputs, "counters": counters()}, args.out)
+        return 0
     if args.child == "switches":
         torch.save(child_switches(torch), args.out)
         return 0
@@ -849,6 +865,68 @@ def case_switches(e):
         compare_all(torch, r["outputs"], reference, state)
 
 
+def case_chains(e):
+    """KJIT_FUSION=record: the GELU's eight fusible calls are recorded into one chain, which is reported to kjitd
+    and queued as a task of its chain key; the outputs stay eager's bit for bit (PyTorch's kernels ran). Without
+    KJIT_FUSION the fusible ops are not intercepted: nothing is recorded."""
+    import torch
+    reference, _ = e.program("chains", os.path.join(e.work, "eager.pt"), shim=False, calls=20)
+    plain, _ = e.program("chains", os.path.join(e.work, "plain.pt"), calls=20)
+    if plain["counters"]["chain_records"] or plain["counters"]["chains_reported"]:
+        fail(f"without KJIT_FUSION, chains were recorded: {plain['counters']}")
+    e.start_kjitd()
+    e.env["KJIT_FUSION"] = "record"
+    try:
+        run, log = e.program("chains", os.path.join(e.work, "record.pt"), calls=20, linger=1.0)
+    finally:
+        e.env.pop("KJIT_FUSION")
+    c = run["counters"]
+    print(f"counters with KJIT_FUSION=record: {c}")
+    if c["chain_records"] < 8 * 20 or c["chains_reported"] < 1:
+        fail(f"the GELU's calls were not recorded, or no chain was reported (counters {c}):\n{log[-3000:]}")
+    for name, want in reference["outputs"].items():
+        if not torch.equal(run["outputs"][name], want):
+            fail(f"{name}: the output under KJIT_FUSION=record differs from eager's")
+    deadline = time.monotonic() + 20
+    while True:
+        texts = [t.get("key_text", "") for t in json.loads(e.kjit("tasks", "--json").stdout or "[]")]
+        if any("aten::tanh" in t and "kjit::input" in t for t in texts) or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    if not any("aten::tanh" in t and "kjit::input" in t for t in texts):
+        fail(f"no task of the GELU's chain key in kjitd's queue; tasks: {texts}\n{log[-3000:]}")
+
+
+def case_chains_serve(e):
+    """KJIT_FUSION=serve: once the GELU's chain key has a kernel in the cache (kjit_seed_defaults --direct stores
+    the elementwise_chain family's expert default for the queued chain task), a program that repeats the GELU
+    records the chain, finds its kernel and runs later GELUs as that one kernel; the outputs equal eager's."""
+    import torch
+    reference, _ = e.program("chains", os.path.join(e.work, "eager.pt"), shim=False, calls=40)
+    e.start_kjitd()
+    e.env["KJIT_FUSION"] = "record"
+    try:
+        e.program("chains", os.path.join(e.work, "record.pt"), calls=20, linger=1.0)
+    finally:
+        e.env.pop("KJIT_FUSION")
+    seed_once_queued(e)
+    if not any("aten::tanh" in (text or "") for _, _, _, text in e.records()):
+        fail(f"no kernel of the GELU's chain was stored: {e.records()}")
+    e.env["KJIT_FUSION"] = "serve"
+    try:
+        run, log = e.program("chains", os.path.join(e.work, "serve.pt"), calls=40, linger=0.5)
+    finally:
+        e.env.pop("KJIT_FUSION")
+    c = run["counters"]
+    print(f"counters with KJIT_FUSION=serve: {c}")
+    if c["chains_fused"] < 1:
+        fail(f"no GELU ran as its fused kernel (counters {c}):\n{log[-4000:]}")
+    for name, want in reference["outputs"].items():
+        problem = compare(torch, name, run["outputs"][name], want)
+        if problem:
+            fail(f"{name}: under KJIT_FUSION=serve: {problem}")
+
+
 def case_two_devices(e):
     import torch
     if torch.cuda.device_count() < 2:
@@ -876,7 +954,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("case", nargs="?", choices=["equivalence", "equivalence_part2", "equivalence_matmul",
                                                     "autograd", "corrupt", "load_failure", "fault", "hotswap", "kill_kjitd",
-                                                    "switches", "two_devices"])
+                                                    "switches", "two_devices", "chains", "chains_serve"])
     parser.add_argument("--kjit")
     parser.add_argument("--preload")
     parser.add_argument("--seed")

@@ -279,6 +279,24 @@ TEST(ShimUnboxed, TypedKeysAndChecksEqualTheBoxedOnesForEveryOp) {
     For<ops::convolution_backward>::Check(false, g, in, F({4, 1, 3, 3}), std::nullopt, one, pad, one, true, zero,
                                           c10::SymInt(4), all);
   }
+  {
+    // The fusible elementwise ops (kChainMember): keyed alike both ways, and never served alone (the checks
+    // decline them both ways; under KJIT_FUSION their calls are recorded into chains instead).
+    const at::Tensor u = F({4, 8}), v = F({4, 8});
+    const c10::Scalar half(0.5), one(int64_t{1}), three(3.0);
+    For<ops::mul_Tensor>::Check(false, u, v);
+    For<ops::add_Tensor>::Check(false, u, v, one);
+    For<ops::sub_Tensor>::Check(false, u, v, half);
+    For<ops::div_Tensor>::Check(false, u, v);
+    For<ops::pow_Tensor_Scalar>::Check(false, u, three);
+    For<ops::tanh>::Check(false, u);
+    For<ops::exp>::Check(false, u);
+    For<ops::neg>::Check(false, u);
+    For<ops::sqrt>::Check(false, u);
+    For<ops::rsqrt>::Check(false, u);
+    For<ops::reciprocal>::Check(false, u);
+    For<ops::sigmoid>::Check(false, u);
+  }
   EXPECT_EQ(Checked().size(), kOps) << "every intercepted op must have a sample above";
 }
 

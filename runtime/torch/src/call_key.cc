@@ -237,4 +237,80 @@ Result<OpKey> CallKey(const c10::FunctionSchema& schema, std::span<const c10::IV
   return OpKey::Decode(bytes);
 }
 
+Result<c10::ScalarType> ScalarTypeOf(DType t) {
+  switch (t) {
+    case DType::kBool: return c10::ScalarType::Bool;
+    case DType::kUInt8: return c10::ScalarType::Byte;
+    case DType::kInt8: return c10::ScalarType::Char;
+    case DType::kInt16: return c10::ScalarType::Short;
+    case DType::kInt32: return c10::ScalarType::Int;
+    case DType::kInt64: return c10::ScalarType::Long;
+    case DType::kFloat16: return c10::ScalarType::Half;
+    case DType::kBFloat16: return c10::ScalarType::BFloat16;
+    case DType::kFloat32: return c10::ScalarType::Float;
+    case DType::kFloat64: return c10::ScalarType::Double;
+    case DType::kComplex64: return c10::ScalarType::ComplexFloat;
+    case DType::kComplex128: return c10::ScalarType::ComplexDouble;
+    case DType::kFloat8E4M3FN: return c10::ScalarType::Float8_e4m3fn;
+    case DType::kFloat8E5M2: return c10::ScalarType::Float8_e5m2;
+    case DType::kUInt16: return c10::ScalarType::UInt16;
+    case DType::kUInt32: return c10::ScalarType::UInt32;
+    case DType::kUInt64: return c10::ScalarType::UInt64;
+  }
+  return InvalidArgument("unknown dtype code " + std::to_string(static_cast<int>(t)));
+}
+
+Result<OpCall> ChainMemberCall(const c10::FunctionSchema& schema, std::span<const c10::IValue> args) {
+  if (args.size() != schema.arguments().size()) {
+    return InvalidArgument(schema.name() + ": " + std::to_string(args.size()) + " arguments for a schema of " +
+                           std::to_string(schema.arguments().size()));
+  }
+  OpCall call;
+  call.op = schema.name();
+  call.overload = schema.overload_name();
+  call.args.reserve(args.size());
+  for (const c10::IValue& v : args) {
+    if (v.isTensor()) {
+      const at::Tensor& t = v.toTensor();
+      if (t.defined() && t.unsafeGetTensorImpl()->is_wrapped_number()) {
+        const c10::Scalar s = t.item();
+        if (s.isBoolean()) {
+          call.args.emplace_back(s.toBool());
+        } else if (s.isIntegral(false)) {
+          call.args.emplace_back(s.toLong());
+        } else if (s.isFloatingPoint()) {
+          call.args.emplace_back(s.toDouble());
+        } else {
+          return InvalidArgument(call.op + ": a wrapped number of type " + std::string(c10::toString(t.scalar_type())));
+        }
+        continue;
+      }
+      if (!t.defined()) {
+        call.args.emplace_back(NoneArg{});
+        continue;
+      }
+      KJIT_ASSIGN_OR_RETURN(TensorDesc d, DescribeTensor(t));
+      call.args.emplace_back(std::move(d));
+    } else if (v.isDouble()) {
+      call.args.emplace_back(v.toDouble());
+    } else if (v.isInt()) {
+      call.args.emplace_back(v.toInt());
+    } else if (v.isBool()) {
+      call.args.emplace_back(v.toBool());
+    } else if (v.isNone()) {
+      call.args.emplace_back(NoneArg{});
+    } else {
+      return InvalidArgument(call.op + ": an argument of kind " + v.tagKind() + " is no chain member's");
+    }
+  }
+  return call;
+}
+
+uint64_t TensorId(const at::Tensor& t) {
+  if (!t.defined() || t.unsafeGetTensorImpl()->is_wrapped_number()) return 0;
+  const auto impl = reinterpret_cast<uintptr_t>(t.unsafeGetTensorImpl());
+  const auto data = reinterpret_cast<uintptr_t>(FirstElement(t));
+  return static_cast<uint64_t>(impl) ^ (static_cast<uint64_t>(data) * 0x9E3779B97F4A7C15ull);
+}
+
 }  // namespace kjit::torch

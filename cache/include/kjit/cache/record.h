@@ -119,7 +119,7 @@ struct KernelRecord {
   std::string key_bytes;
   Hash128 key_hash;
   std::string key_text;
-  std::string op;  // the first call's op name, for filtering
+  std::string op;  // OpKey::OpName(): the op of a single call, "chain(mul,tanh,...)" of a chain; for filtering
   int arch = 0;    // the key's arch, for filtering
 
   // The kernel.

@@ -32,10 +32,7 @@
 
 namespace kjit::eval {
 
-// The trailing pseudo-call of a chain key that names the live calls.
-inline constexpr std::string_view kLiveOp = "kjit::live";
-// A chain's pseudo-call for one tensor several calls use.
-inline constexpr std::string_view kInputOp = "kjit::input";
+// (The pseudo-calls kjit::live and kjit::input, and their rules: kjit/runtime/op_key.h, ChainLiveOf.)
 // The op name a chain's traits are declared and looked up under (its family's traits(kChainOp)).
 inline constexpr std::string_view kChainOp = "kjit::chain";
 

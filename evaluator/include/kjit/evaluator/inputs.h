@@ -57,8 +57,11 @@ enum class InputKind {
   kNaN,       // normal values with NaN and -0.0 scattered in (as kSpecial, each present if the view
               // covers 2 distinct elements) but no Inf: for ops whose result on an Inf depends on
               // PyTorch's own order while a NaN propagates the same in any (OpTraits::nan_values)
+  kTies,      // kStructured without its outliers: multiples of 1/4 in [-2, 2] only, for keys whose PyTorch
+              // result on large values depends on its own order (OpTraits::no_large_inputs): a float16
+              // channel sum of 128-valued outliers overflows in one order and not in another
 };
-// "normal", "uniform", "large", "small", "special", "structured", "constant", "nan"
+// "normal", "uniform", "large", "small", "special", "structured", "constant", "nan", "ties"
 std::string_view InputKindName(InputKind kind);
 
 // Elements of a tensor's storage whose values are drawn at once (MakeTensor).

@@ -100,6 +100,9 @@ class Family {
   virtual int codegen_version() const = 0;
   // The aten ops (schema names) this family can serve.
   virtual std::vector<std::string> ops() const = 0;
+  // The aten ops whose calls this family fuses in chains (keys of several calls): the shim records their calls
+  // into chains (PreFilter kChainMember) and never keys one alone. Empty for the one-op families.
+  virtual std::vector<std::string> chain_ops() const { return {}; }
   // What the evaluator must know about those ops (domains, tolerances).
   virtual OpTraits traits(std::string_view op) const;
   // Keys the family serves, covering its strategies and dtypes: what CI

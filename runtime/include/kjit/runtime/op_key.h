@@ -161,6 +161,8 @@ struct OpKey {
 
   static OpKey Single(std::string op, std::string overload, std::vector<Arg> args, uint16_t arch,
                       uint32_t numerics = kNumericsDefault);
+  // A key of several calls (a chain: ValueRefs between them, the pseudo-calls below).
+  static OpKey Chain(std::vector<OpCall> calls, uint16_t arch, uint32_t numerics = kNumericsDefault);
 
   std::string Encode() const;                         // canonical bytes
   static Result<OpKey> Decode(std::string_view bytes);  // inverse of Encode; strict
@@ -175,6 +177,24 @@ struct OpKey {
 
   friend bool operator==(const OpKey&, const OpKey&);
 };
+
+// Chain keys (several calls; shim/FUSION.md, "Chain keys") carry two pseudo-calls that no dispatcher runs:
+//   kjit::input(Tensor)  one tensor from outside the chain that several arguments use; they refer to it by
+//                        ValueRef, so that a fused kernel reads it once. Its "output" is its argument.
+//   kjit::live(IntList)  last, if present: the calls whose outputs the chain must write, in increasing order
+//                        (absent: only the last call's). It may not name a kjit::input.
+inline constexpr std::string_view kChainInputOp = "kjit::input";
+inline constexpr std::string_view kChainLiveOp = "kjit::live";
+
+// A key's calls without its trailing kjit::live, and the calls whose outputs it must write.
+struct ChainLive {
+  size_t calls = 0;            // calls before kjit::live (all of them when it is absent)
+  std::vector<uint32_t> live;  // increasing; never empty: {calls - 1} when kjit::live is absent
+};
+// Checks the pseudo-calls' rules above (kjit::live last, its list non-empty, increasing, below `calls`, naming
+// no kjit::input; kjit::input with one tensor argument) and that at least one call is left; InvalidArgument
+// says which rule a key breaks. A single call's key gives {1, {0}}.
+Result<ChainLive> ChainLiveOf(const OpKey& key);
 
 // The key encoding's integer and float mappings: signed ints zigzag-encoded (then varints),
 // doubles as their bits with every NaN one canonical NaN.

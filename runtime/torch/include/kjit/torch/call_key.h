@@ -22,6 +22,7 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/core/function_schema.h>
 #include <ATen/core/ivalue.h>
+#include <c10/core/Scalar.h>
 #include <c10/core/ScalarType.h>
 #include <c10/core/SymInt.h>
 #include <c10/util/OptionalArrayRef.h>
@@ -41,6 +42,8 @@ namespace kjit::torch {
 
 // kjit's dtype for a PyTorch scalar type; kInvalidArgument for types kjit does not key (quantized, ...).
 Result<DType> DTypeOf(c10::ScalarType type);
+// The inverse: PyTorch's scalar type of a kjit dtype (every DType has one).
+Result<c10::ScalarType> ScalarTypeOf(DType type);
 // DTypeOf without a Result, for hot paths: false (and *out untouched) where DTypeOf would fail. Its
 // Status (a string) was built and destroyed per keyed tensor. Inline: called per keyed tensor.
 inline bool ToDType(c10::ScalarType type, DType* out) {
@@ -146,6 +149,21 @@ inline bool Write(KeyWriter& w, double v, Status*) {
   return true;
 }
 inline bool Write(KeyWriter& w, const c10::SymInt& v, Status* error) { return WriteSymInt(w, v, error); }
+// A Scalar boxes to a Bool, Int or Double IValue (a complex or symbolic one to kinds that are not keyed).
+inline bool Write(KeyWriter& w, const c10::Scalar& v, Status* error) {
+  if (v.isSymbolic() || v.isComplex()) {
+    *error = InvalidArgument("a complex or symbolic scalar, which kjit does not key");
+    return false;
+  }
+  if (v.isBoolean()) {
+    w.Bool(v.toBool());
+  } else if (v.isIntegral(false)) {
+    w.Int(v.toLong());
+  } else {
+    w.Double(v.toDouble());
+  }
+  return true;
+}
 inline bool Write(KeyWriter& w, c10::ScalarType v, Status* error) { return WriteScalarType(w, v, error); }
 inline bool Write(KeyWriter& w, c10::IntArrayRef v, Status*) {
   w.IntList(std::span<const int64_t>(v.data(), v.size()));
@@ -226,5 +244,16 @@ Status HashTypedCallKey(const CallKeyPlan& plan, uint16_t arch, uint32_t numeric
 // The same key as an OpKey, for inspection and tests.
 Result<OpKey> CallKey(const c10::FunctionSchema& schema, std::span<const c10::IValue> args, uint16_t arch,
                       uint32_t numerics);
+
+// ---- Calls of a chain (shim/FUSION.md, "Chain keys"): what the shim's chain recorder holds of one call of a
+// fusible elementwise op. As CallKey's call, except that a wrapped number (the 0-d CPU tensor PyTorch makes of
+// a Python scalar: `0.5 * x`) is its value, a Double, Int or Bool, so that every constant of a chain is in its
+// key; and only tensors, scalars and None are taken (what the fusible ops have): anything else is
+// kInvalidArgument, and the call is not recorded.
+Result<OpCall> ChainMemberCall(const c10::FunctionSchema& schema, std::span<const c10::IValue> args);
+// A tensor's identity while it lives, for the recorder's dataflow: its TensorImpl's address mixed with its data's
+// (a view shares the data but not the TensorImpl: it is another value to the recorder). 0 for an undefined tensor
+// or a wrapped number (which is no dataflow).
+uint64_t TensorId(const at::Tensor& t);
 
 }  // namespace kjit::torch
