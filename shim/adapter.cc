@@ -952,7 +952,12 @@ void FinishWindow(Adapter& a) noexcept {
   ChainWindow w = std::move(*slot);
   slot.reset();
   try {
-    const c10::Stream previous = a.cuda_guard->exchangeStream(w.stream);
+    // The window's stream is current while its work is launched, and the caller's again after, also on an error.
+    struct StreamGuard {
+      const c10::impl::DeviceGuardImplInterface* guard;
+      c10::Stream previous;
+      ~StreamGuard() { guard->exchangeStream(previous); }
+    } stream_guard{a.cuda_guard, a.cuda_guard->exchangeStream(w.stream)};
     bool fused = false;
     if (w.match && w.match->complete()) {
       const size_t n = w.pending.size();
@@ -987,7 +992,6 @@ void FinishWindow(Adapter& a) noexcept {
       }
       a.chains_replayed.fetch_add(1, std::memory_order_relaxed);
     }
-    a.cuda_guard->exchangeStream(previous);
   } catch (const std::exception& e) {
     a.Log("chain ", w.chain->plan.key().OpName(), ": closing its window failed: ", e.what());
   } catch (...) {

@@ -186,8 +186,15 @@ TEST(ShimOps, TheFamiliesOpsAreIntercepted) {
                               "max_pool2d_with_indices_backward", "native_batch_norm_backward",
                               "cudnn_batch_norm_backward", "convolution_backward"}) {
     EXPECT_TRUE(listed(op)) << op;
+    EXPECT_NE(PreFilterFor(op), PreFilter::kChainMember) << op;
   }
-  EXPECT_EQ(std::size(kInterceptedOps), 35u);
+  // The chains' ops (elementwise_chain), wrapped only under KJIT_FUSION.
+  for (std::string_view op : {"mul.Tensor", "add.Tensor", "sub.Tensor", "div.Tensor", "pow.Tensor_Scalar", "tanh",
+                              "exp", "neg", "sqrt", "rsqrt", "reciprocal", "sigmoid"}) {
+    EXPECT_TRUE(listed(op)) << op;
+    EXPECT_EQ(PreFilterFor(op), PreFilter::kChainMember) << op;
+  }
+  EXPECT_EQ(std::size(kInterceptedOps), 35u + 12u);
   // Overloads without CUDA kernels of their own, or that the families do not serve, are not listed.
   for (std::string_view op : {"sum", "mean", "max_pool2d", "cumsum_", "cumsum.out", "sum.IntList_out", "mm.out",
                               "bmm.out", "addmm", "matmul"}) {
