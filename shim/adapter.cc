@@ -853,6 +853,7 @@ void AddServedChain(Adapter& a, const OpKey& key, int device, int arch) {
   }
   const std::string bytes = key.Encode();
   const Hash128 hash = HashBytes(bytes);
+  a.StartAnnouncements();  // so that a kernel kjitd stores later is swapped in
   bool created = false;
   chain->entry = a.table.FindOrCreate(hash, device, bytes, &created);
   if (created) {
