@@ -60,9 +60,13 @@ if ((sanitize)); then
   # -L is a regular expression: anchored, so that tests labelled cpu_release stay out.
   # Not the NVRTC compile sweeps (EveryPointCompilesFor*): their time is NVRTC's, which the sanitizers do not
   # check, and the release run above compiles the same covers; SampledSourcesArePinned still runs each family's
-  # Generate here on 4,000 drawn points a key.
+  # Generate here on 4,000 drawn points a key. Not the tests whose every process loads the repository's
+  # datasets (Replay.*, Agent.*, Online.SubmitCarries...: 70-150 s each here, 20 minutes in all): one of them,
+  # run on its own after the others, keeps the loader under the sanitizers; the release run has them all.
   (cd build-asan && ASAN_OPTIONS=detect_leaks=1 KJIT_SPACE_SWEEP=cover ctest --output-on-failure -j "$jobs" -L '^cpu$' --timeout 600 \
-    -E 'EveryPointCompilesFor')
+    -E 'EveryPointCompilesFor|^Replay[.]|^Agent[.]|^Online[.]SubmitCarriesTheLaunchShapeAndWorkspace$')
+  (cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -L '^cpu$' --timeout 600 \
+    -R '^Replay[.]EveryDatasetKeyBecomesATask$')
 fi
 phase "done"
 
