@@ -723,6 +723,14 @@ void ResolveFirstSight(Adapter& a, const c10::OperatorHandle& op, const Decision
 void AddServedChain(Adapter& a, const OpKey& key, int device, int arch);
 std::optional<at::Tensor> TryDefer(Adapter& a, size_t op_index, std::span<const c10::IValue> args) noexcept;
 
+// Per argument, its TensorId (0 for what is no tensor): the ids the chain recorder and ChainMatch compare.
+std::vector<uint64_t> ArgumentIds(std::span<const c10::IValue> args) {
+  std::vector<uint64_t> ids;
+  ids.reserve(args.size());
+  for (const c10::IValue& v : args) ids.push_back(v.isTensor() ? kjit::torch::TensorId(v.toTensor()) : 0);
+  return ids;
+}
+
 ThreadChains& ThisThreadsChains() {
   static thread_local ThreadChains chains;
   return chains;
@@ -740,10 +748,7 @@ void RecordChainCall(Adapter& a, const c10::FunctionSchema& schema, std::span<co
     if (!call.ok()) return;
     CallRecord record;
     record.call = std::move(*call);
-    record.input_ids.reserve(args.size());
-    for (const c10::IValue& v : args) {
-      record.input_ids.push_back(v.isTensor() ? kjit::torch::TensorId(v.toTensor()) : 0);
-    }
+    record.input_ids = ArgumentIds(args);
     record.output_id = kjit::torch::TensorId(out);
     record.arch = static_cast<uint16_t>(slot->arch);
     record.numerics = kjit::torch::CurrentDeterminismNumerics();
@@ -1038,9 +1043,7 @@ std::optional<at::Tensor> TryDefer(Adapter& a, size_t op_index, std::span<const 
       if (window) FinishWindow(a);
       return std::nullopt;
     }
-    std::vector<uint64_t> ids;
-    ids.reserve(args.size());
-    for (const c10::IValue& v : args) ids.push_back(v.isTensor() ? kjit::torch::TensorId(v.toTensor()) : 0);
+    const std::vector<uint64_t> ids = ArgumentIds(args);
     c10::Stream stream = c10::Stream(c10::Stream::DEFAULT, first->device());
     const bool may = MayDefer(a, args, *first, &stream);
     auto defer = [&](ChainWindow& w) {

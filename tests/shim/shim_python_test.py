@@ -511,8 +511,9 @@ class Env:
                         KJITD_TUNER="off")
         self.kjitd_pid = None
 
-    def program(self, mode, out, shim=True, background=False, **extra):
+    def program(self, mode, out, shim=True, background=False, env_extra=None, **extra):
         env = dict(self.env)
+        env.update(env_extra or {})
         if shim:
             env["LD_PRELOAD"] = self.args.preload
         cmd = [sys.executable, os.path.abspath(__file__), "--child", mode, "--out", out]
@@ -875,11 +876,8 @@ def case_chains(e):
     if plain["counters"]["chain_records"] or plain["counters"]["chains_reported"]:
         fail(f"without KJIT_FUSION, chains were recorded: {plain['counters']}")
     e.start_kjitd()
-    e.env["KJIT_FUSION"] = "record"
-    try:
-        run, log = e.program("chains", os.path.join(e.work, "record.pt"), calls=20, linger=1.0)
-    finally:
-        e.env.pop("KJIT_FUSION")
+    run, log = e.program("chains", os.path.join(e.work, "record.pt"), calls=20, linger=1.0,
+                         env_extra={"KJIT_FUSION": "record"})
     c = run["counters"]
     print(f"counters with KJIT_FUSION=record: {c}")
     if c["chain_records"] < 8 * 20 or c["chains_reported"] < 1:
@@ -904,19 +902,12 @@ def case_chains_serve(e):
     import torch
     reference, _ = e.program("chains", os.path.join(e.work, "eager.pt"), shim=False, calls=40)
     e.start_kjitd()
-    e.env["KJIT_FUSION"] = "record"
-    try:
-        e.program("chains", os.path.join(e.work, "record.pt"), calls=20, linger=1.0)
-    finally:
-        e.env.pop("KJIT_FUSION")
+    e.program("chains", os.path.join(e.work, "record.pt"), calls=20, linger=1.0, env_extra={"KJIT_FUSION": "record"})
     seed_once_queued(e)
     if not any("aten::tanh" in (text or "") for _, _, _, text in e.records()):
         fail(f"no kernel of the GELU's chain was stored: {e.records()}")
-    e.env["KJIT_FUSION"] = "serve"
-    try:
-        run, log = e.program("chains", os.path.join(e.work, "serve.pt"), calls=40, linger=0.5)
-    finally:
-        e.env.pop("KJIT_FUSION")
+    run, log = e.program("chains", os.path.join(e.work, "serve.pt"), calls=40, linger=0.5,
+                         env_extra={"KJIT_FUSION": "serve"})
     c = run["counters"]
     print(f"counters with KJIT_FUSION=serve: {c}")
     if c["chains_fused"] < 1:
