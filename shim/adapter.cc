@@ -750,6 +750,7 @@ void RecordChainCall(Adapter& a, const c10::FunctionSchema& schema, std::span<co
     record.call = std::move(*call);
     record.input_ids = ArgumentIds(args);
     record.output_id = kjit::torch::TensorId(out);
+    record.pins = kjit::torch::PinTensorIds(args, out);
     record.arch = static_cast<uint16_t>(slot->arch);
     record.numerics = kjit::torch::CurrentDeterminismNumerics();
     a.chain_records.fetch_add(1, std::memory_order_relaxed);

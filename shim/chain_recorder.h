@@ -18,13 +18,15 @@
 // time (FUSION.md, "Serving", step 3). Chains of one call are not chains and are dropped.
 //
 // Ids are the caller's: a tensor's identity while it lives (its TensorImpl address mixed with its data pointer,
-// say). An id reused after a tensor died can join two unrelated calls; the key is then of a graph the program
-// does not run, which is verified like any other and never matches at serve time.
+// say). An id reused after a tensor died would join two unrelated calls (eager PyTorch frees a temporary as soon
+// as Python drops it, and its allocator hands the same memory to the next one): CallRecord::pins keeps a
+// record's ids unique while the recorder holds it, i.e. while its chain is open.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -41,6 +43,10 @@ struct CallRecord {
   uint64_t output_id = 0;          // the call's (single) output tensor's id
   uint16_t arch = 0;
   uint32_t numerics = 0;
+  // Whatever keeps the ids above from being reused while the recorder holds this record (the adapter's:
+  // kjit::torch::PinTensorIds). Without it, a temporary that died and a new one made at its address would join
+  // unrelated calls.
+  std::shared_ptr<const void> pins;
 };
 
 struct RecordedChain {

@@ -313,4 +313,15 @@ uint64_t TensorId(const at::Tensor& t) {
   return static_cast<uint64_t>(impl) ^ (static_cast<uint64_t>(data) * 0x9E3779B97F4A7C15ull);
 }
 
+std::shared_ptr<const void> PinTensorIds(std::span<const c10::IValue> args, const at::Tensor& out) {
+  using WeakImpl = c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>;
+  auto pins = std::make_shared<std::vector<WeakImpl>>();
+  pins->reserve(args.size() + 1);
+  for (const c10::IValue& v : args) {
+    if (v.isTensor() && v.toTensor().defined()) pins->emplace_back(v.toTensor().getIntrusivePtr());
+  }
+  if (out.defined()) pins->emplace_back(out.getIntrusivePtr());
+  return pins;
+}
+
 }  // namespace kjit::torch

@@ -29,6 +29,7 @@
 #include <c10/util/SmallVector.h>
 
 #include <array>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -255,5 +256,10 @@ Result<OpCall> ChainMemberCall(const c10::FunctionSchema& schema, std::span<cons
 // (a view shares the data but not the TensorImpl: it is another value to the recorder). 0 for an undefined tensor
 // or a wrapped number (which is no dataflow).
 uint64_t TensorId(const at::Tensor& t);
+// Keeps the TensorIds of a call's tensors (`args`' and `out`'s) from being taken by other tensors while the result
+// is held: weak references, and a TensorImpl that has one is not freed, so no new tensor is made at its address.
+// Eager PyTorch frees a temporary as soon as Python drops it and reuses its memory for the next one: without
+// this, a recorder holding ids across calls joins unrelated calls.
+std::shared_ptr<const void> PinTensorIds(std::span<const c10::IValue> args, const at::Tensor& out);
 
 }  // namespace kjit::torch

@@ -1,0 +1,153 @@
+#!/usr/bin/env python3
+"""Times minGPT's tanh-GELU (eight elementwise PyTorch calls) per call, round after round, in one long-running
+process: kjit (the shim, with KJIT_FUSION=serve) against PyTorch eager (the shim's kernels unregistered in the
+same process: kjit_adapter_set_registered(0)) and torch.compile, with the memory floor (read x once, write the
+result once, at this process's measured copy bandwidth).
+
+Started against a cold cache, the first rounds run eagerly while the shim records the chain and reports it to
+kjitd; kjitd tunes the chain key by itself, the shim is told of the kernel (hot swap), and later rounds run the
+eight calls as one fused kernel. No other command is needed:
+
+    KJIT_FUSION=serve build/bin/kjit run -- python3 benchmarks/fusion_gelu.py --rounds 12 --pause 10
+
+Without the shim loaded it times eager and torch.compile only. Each sample: L2 flushed (a 256 MiB write), CUDA
+events around one GELU and a view of its result (a dispatcher call: the shim launches a complete chain at the
+thread's next PyTorch call, and a CUDA event is none), median over --samples. Prints a markdown table, one row a
+round; --json writes the rows.
+"""
+import argparse
+import ctypes
+import json
+import math
+import os
+import statistics
+import sys
+import time
+
+
+def gelu(torch, x):
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+
+
+COUNTERS = ["attached", "hits", "first_sights", "misses", "failures", "intercepted_ops", "unboxed_ops",
+            "chain_records", "chains_reported", "chains_fused", "chains_replayed"]
+
+
+def adapter():
+    try:
+        return ctypes.CDLL("libkjit_torch_adapter.so", mode=os.RTLD_NOLOAD | os.RTLD_LOCAL)
+    except OSError:
+        return None
+
+
+def counters(lib):
+    if lib is None:
+        return {}
+    values = (ctypes.c_uint64 * len(COUNTERS))()
+    lib.kjit_adapter_counters.restype = ctypes.c_int
+    n = lib.kjit_adapter_counters(values, len(COUNTERS))
+    return dict(zip(COUNTERS, list(values)[:max(n, 0)]))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shape", type=int, nargs="+", default=[8192, 3072], help="x's shape (default 8192 3072)")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
+    ap.add_argument("--rounds", type=int, default=12, help="rounds of timing (default 12)")
+    ap.add_argument("--samples", type=int, default=50, help="timed calls per mode and round (default 50)")
+    ap.add_argument("--pause", type=float, default=10.0,
+                    help="seconds between rounds, calling the GELU meanwhile as a program would (default 10)")
+    ap.add_argument("--no-compile", action="store_true", help="leave torch.compile out")
+    ap.add_argument("--json", help="write the rows here")
+    args = ap.parse_args()
+
+    import torch
+    if not torch.cuda.is_available():
+        print("fusion_gelu: no CUDA device: nothing to time", file=sys.stderr)
+        return 1
+    dtype = getattr(torch, args.dtype)
+    x = torch.randn(*args.shape, device="cuda", dtype=dtype)
+    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    lib = adapter()
+    compiled = None if args.no_compile else torch.compile(lambda t: gelu(torch, t))
+
+    def median_us(fn):
+        for _ in range(5):
+            fn(x).view(-1)
+        times = []
+        for _ in range(args.samples):
+            flush.zero_()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn(x).view(-1)
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) * 1000.0)
+        return statistics.median(times)
+
+    # The floor: x read once, the result written once, at a 256 MiB device-to-device copy's bandwidth.
+    src = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    copies = []
+    for _ in range(11):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        dst.copy_(src)
+        end.record()
+        end.synchronize()
+        copies.append(start.elapsed_time(end) / 1000.0)
+    bandwidth = 2 * src.numel() / statistics.median(copies)  # bytes/s, read + write
+    floor_us = 2 * x.numel() * x.element_size() / bandwidth * 1e6
+    del src, dst
+
+    eager_fn = lambda t: gelu(torch, t)  # noqa: E731
+    reference = gelu(torch, x).float()
+    rows = []
+    print(f"tanh-GELU on {args.dtype}{list(args.shape)}; floor {floor_us:.1f} us "
+          f"({bandwidth / 1e12:.2f} TB/s); shim {'loaded' if lib is not None else 'not loaded'}")
+    print("| round | t (s) | eager (us) | kjit (us) | torch.compile (us) | floor (us) | speedup | kjit/floor "
+          "| chains fused | max abs err |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    t0 = time.monotonic()
+    for r in range(args.rounds):
+        row = {"round": r, "t_s": round(time.monotonic() - t0, 1), "floor_us": floor_us}
+        with torch.no_grad():
+            if lib is not None:
+                lib.kjit_adapter_set_registered(0)
+            row["eager_us"] = median_us(eager_fn)
+            if lib is not None:
+                lib.kjit_adapter_set_registered(1)
+                before = counters(lib).get("chains_fused", 0)
+                row["kjit_us"] = median_us(eager_fn)
+                row["chains_fused"] = counters(lib).get("chains_fused", 0) - before
+                out = gelu(torch, x)
+                out.view(-1)
+                row["max_abs_err"] = (out.float() - reference).abs().max().item()
+            if compiled is not None:
+                row["compile_us"] = median_us(compiled)
+            # A program's steady state between rounds: the GELU called (kjitd tunes meanwhile).
+            until = time.monotonic() + args.pause
+            while time.monotonic() < until:
+                for _ in range(20):
+                    gelu(torch, x).view(-1)
+                torch.cuda.synchronize()
+        rows.append(row)
+
+        def fmt(key, digits=1):
+            return f"{row[key]:.{digits}f}" if key in row else "-"
+        kjit_eager = f"{row['eager_us'] / row['kjit_us']:.2f}x" if "kjit_us" in row else "-"
+        kjit_floor = f"{row['kjit_us'] / floor_us:.2f}" if "kjit_us" in row else "-"
+        err = f"{row['max_abs_err']:.2e}" if "max_abs_err" in row else "-"
+        print(f"| {r} | {row['t_s']} | {fmt('eager_us')} | {fmt('kjit_us')} | {fmt('compile_us')} | {floor_us:.1f} "
+              f"| {kjit_eager} | {kjit_floor} | {row.get('chains_fused', '-')} | {err} |", flush=True)
+    final = counters(lib)
+    if final:
+        print(f"shim counters: {final}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"shape": args.shape, "dtype": args.dtype, "counters": final, "rows": rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
