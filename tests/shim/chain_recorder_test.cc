@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
 #include <string>
 
 namespace kjit::shim {
@@ -15,7 +16,7 @@ const TensorDesc kX = TensorDesc::Contiguous(DType::kFloat32, {64, 3072});
 
 CallRecord Rec(std::string op, std::string overload, std::vector<Arg> args, std::vector<uint64_t> inputs,
                uint64_t output) {
-  return CallRecord{OpCall{std::move(op), std::move(overload), std::move(args)}, std::move(inputs), output, 90, 0};
+  return CallRecord{OpCall{std::move(op), std::move(overload), std::move(args)}, std::move(inputs), output, 90, 0, nullptr};
 }
 
 // One GELU of input id `x`, its intermediates and result ids from `base` on: 0.5 * x * (1 + tanh(k * (x + 0.044715
@@ -125,6 +126,22 @@ TEST(ChainRecorder, CountsAtMostMaxChainsDistinctChains) {
     recorder.Flush();
   }
   EXPECT_EQ(recorder.Chains().size(), 2u);
+}
+
+// A record's pins (the adapter's weak references, which keep its tensors' ids unique) are held while its chain is
+// open and let go when it closes, so the recorder keeps no tensor's memory past its window.
+TEST(ChainRecorder, HoldsARecordsPinsWhileItsChainIsOpen) {
+  ChainRecorder recorder(/*window=*/4);
+  auto pin = std::make_shared<int>(0);
+  const std::weak_ptr<int> watch = pin;
+  CallRecord first = Rec("aten::tanh", "", {kX}, {1}, 100);
+  first.pins = std::move(pin);
+  recorder.Add(std::move(first));
+  recorder.Add(Rec("aten::exp", "", {kX}, {100}, 101));
+  EXPECT_FALSE(watch.expired()) << "let go while the chain is open: its ids could be reused";
+  for (uint64_t i = 0; i < 4; ++i) recorder.Add(Rec("aten::neg", "", {kX}, {200 + i}, 300 + i));
+  EXPECT_TRUE(watch.expired()) << "held after the chain closed";
+  EXPECT_EQ(recorder.Chains().size(), 1u);
 }
 
 TEST(ChainRecorder, UnrelatedCallsAndSingleCallsMakeNoChain) {
