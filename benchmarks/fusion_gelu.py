@@ -5,7 +5,7 @@ same process: kjit_adapter_set_registered(0)) and torch.compile, with the memory
 result once, at this process's measured copy bandwidth).
 
 Started against a cold cache, the first rounds run eagerly while the shim records the chain and reports it to
-kjitd; kjitd tunes the chain key by itself, the shim is told of the kernel (hot swap), and later rounds run the
+kjitd; in the pauses between rounds (the GPU idle) kjitd tunes the chain key by itself, the shim is told of the kernel (hot swap), and later rounds run the
 eight calls as one fused kernel. No other command is needed:
 
     KJIT_FUSION=serve build/bin/kjit run -- python3 benchmarks/fusion_gelu.py --rounds 12 --pause 10
@@ -56,7 +56,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=12, help="rounds of timing (default 12)")
     ap.add_argument("--samples", type=int, default=50, help="timed calls per mode and round (default 50)")
     ap.add_argument("--pause", type=float, default=10.0,
-                    help="seconds between rounds, calling the GELU meanwhile as a program would (default 10)")
+                    help="seconds between rounds, the GPU left idle (kjitd tunes on idle GPU time; default 10)")
+    ap.add_argument("--busy", action="store_true",
+                    help="call the GELU during the pauses instead: a program that never leaves the GPU idle")
     ap.add_argument("--no-compile", action="store_true", help="leave torch.compile out")
     ap.add_argument("--json", help="write the rows here")
     args = ap.parse_args()
@@ -125,9 +127,10 @@ def main():
                 row["max_abs_err"] = (out.float() - reference).abs().max().item()
             if compiled is not None:
                 row["compile_us"] = median_us(compiled)
-            # A program's steady state between rounds: the GELU called (kjitd tunes meanwhile).
             until = time.monotonic() + args.pause
-            while time.monotonic() < until:
+            if not args.busy:
+                time.sleep(args.pause)
+            while args.busy and time.monotonic() < until:
                 for _ in range(20):
                     gelu(torch, x).view(-1)
                 torch.cuda.synchronize()

@@ -43,6 +43,8 @@
 #include <ATen/core/grad_mode.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
+#include <c10/core/impl/PyInterpreter.h>
+#include <c10/core/impl/PyObjectSlot.h>
 #include <c10/util/SmallVector.h>
 #include <dlfcn.h>
 #include <unistd.h>
@@ -154,6 +156,7 @@ struct ServedChain {
   int device = 0;
   std::vector<int64_t> sizes;               // every tensor's of the chain (elementwise_chain: one shape)
   std::vector<c10::ScalarType> out_dtype;   // per member: its output's dtype, as PyTorch promotes it
+  mutable std::atomic<int> replays_logged{0};  // why a window was replayed, logged for the first few only
 };
 
 // The served chains by the kInterceptedOps index of their first call's op: a thread's fusible call looks here
@@ -952,6 +955,27 @@ Status LaunchChain(Adapter& a, const ChainWindow& w) {
 
 // Closes the thread's window: the fused kernel if the chain is complete and its kernel writes every output still
 // held, else the deferred calls one by one (PyTorch's out= kernels). On the window's stream. Never throws.
+// Whether anything but the window holds `t`, of which the window holds `window_refs` references. A tensor that
+// was returned to Python has a PyObject; since PyTorch 2.10 that PyObject holds one C++ reference while it lives,
+// and while the C++ count is 2 or more the TensorImpl holds a reference to the PyObject, which so outlives the
+// program's last Python reference (intrusive_ptr.h, has_pyobject): count neither as the program's. (Py_REFCNT is
+// read without the GIL, which PyTorch releases around an op: another thread's reference may be seen late, as
+// any other thread's use of a window's tensors may be: shim/FUSION.md, "Known gaps".)
+bool HeldOutsideWindow(const at::Tensor& t, long window_refs) {
+  long cpp = static_cast<long>(t.use_count());
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 10)
+  const c10::impl::PyObjectSlot* slot = t.unsafeGetTensorImpl()->pyobj_slot();
+  PyObject* object = slot->load_pyobj();
+  c10::impl::PyInterpreter* interpreter = slot->pyobj_interpreter();
+  if (object != nullptr && interpreter != nullptr) {
+    const size_t tensor_side = cpp >= 2 ? 1 : 0;  // the TensorImpl's own reference to its PyObject
+    if ((*interpreter)->refcnt(object) > tensor_side) return true;
+    cpp -= 1;  // the PyObject's reference to the tensor
+  }
+#endif
+  return cpp > window_refs;
+}
+
 void FinishWindow(Adapter& a) noexcept {
   std::optional<ChainWindow>& slot = ThisThreadsWindow();
   if (!slot) return;
@@ -970,7 +994,6 @@ void FinishWindow(Adapter& a) noexcept {
       const size_t n = w.pending.size();
       std::vector<long> holders(n), window_refs(n, 1);
       for (size_t m = 0; m < n; ++m) {
-        holders[m] = static_cast<long>(w.pending[m].out.use_count());
         for (size_t later = m + 1; later < n; ++later) {
           for (const c10::IValue& v : w.pending[later].args) {
             if (v.isTensor() && v.toTensor().unsafeGetTensorImpl() == w.pending[m].out.unsafeGetTensorImpl()) {
@@ -978,8 +1001,18 @@ void FinishWindow(Adapter& a) noexcept {
             }
           }
         }
+        holders[m] = HeldOutsideWindow(w.pending[m].out, window_refs[m]) ? window_refs[m] + 1 : window_refs[m];
       }
-      if (FusedKernelCovers(w.chain->plan, holders, window_refs)) {
+      const bool covers = FusedKernelCovers(w.chain->plan, holders, window_refs);
+      if (!covers && w.chain->replays_logged.fetch_add(1, std::memory_order_relaxed) < 3) {
+        std::string held;
+        for (size_t m = 0; m < n; ++m) {
+          if (holders[m] > window_refs[m]) held += (held.empty() ? "" : ", ") + std::to_string(m);
+        }
+        a.Log("chain ", w.chain->plan.key().OpName(), ": the program still holds the outputs of members ", held,
+              ", which the fused kernel does not write: its calls run one by one");
+      }
+      if (covers) {
         const Status launched = LaunchChain(a, w);
         fused = launched.ok();
         if (fused) {
