@@ -8,7 +8,7 @@ Started against a cold cache, the first rounds run eagerly while the shim record
 kjitd; in the pauses between rounds (the GPU idle) kjitd tunes the chain key by itself, the shim is told of the kernel (hot swap), and later rounds run the
 eight calls as one fused kernel. No other command is needed:
 
-    KJIT_FUSION=serve build/bin/kjit run -- python3 benchmarks/fusion_gelu.py --rounds 12 --pause 10
+    KJIT_FUSION=serve build/bin/kjit run -- python3 benchmarks/fusion_gelu.py --rounds 12 --pause 10 --kjit build/bin/kjit
 
 Without the shim loaded it times eager and torch.compile only. Each sample: L2 flushed (a 256 MiB write), CUDA
 events around one GELU and a view of its result (a dispatcher call: the shim launches a complete chain at the
@@ -49,6 +49,26 @@ def counters(lib):
     return dict(zip(COUNTERS, list(values)[:max(n, 0)]))
 
 
+def chain_tasks(kjit):
+    """kjitd's tasks whose keys are chains, as `kjit tasks --json` lists them: one line each."""
+    import subprocess
+    try:
+        r = subprocess.run([kjit, "tasks", "--json"], capture_output=True, text=True, timeout=30)
+        tasks = json.loads(r.stdout or "[]")
+    except (OSError, ValueError, subprocess.TimeoutExpired) as e:
+        return [f"kjit tasks: {e}"]
+    lines = []
+    for t in tasks:
+        text = t.get("key_text", "")
+        if "kjit::live" not in text:
+            continue
+        ops = [c.split("(")[0].split("= ")[-1] for c in text.split("; ")]
+        speedup = f"{t['speedup']:.2f}x" if "speedup" in t else "-"
+        lines.append(f"task {t.get('id')} {t.get('state')}: trials {t.get('trials', 0)}, best {speedup}, "
+                     f"{len(ops) - 1} calls from {ops[0]}..{ops[-2] if len(ops) > 1 else ''}; {t.get('detail', '')}")
+    return lines or ["no task of a chain key"]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shape", type=int, nargs="+", default=[8192, 3072], help="x's shape (default 8192 3072)")
@@ -61,6 +81,8 @@ def main():
                     help="call the GELU during the pauses instead: a program that never leaves the GPU idle")
     ap.add_argument("--no-compile", action="store_true", help="leave torch.compile out")
     ap.add_argument("--json", help="write the rows here")
+    ap.add_argument("--kjit", help="the kjit CLI (e.g. build/bin/kjit): after each round, print kjitd's tasks of "
+                    "chain keys (state, trials, best speedup, detail)")
     args = ap.parse_args()
 
     import torch
@@ -143,6 +165,9 @@ def main():
         err = f"{row['max_abs_err']:.2e}" if "max_abs_err" in row else "-"
         print(f"| {r} | {row['t_s']} | {fmt('eager_us')} | {fmt('kjit_us')} | {fmt('compile_us')} | {floor_us:.1f} "
               f"| {kjit_eager} | {kjit_floor} | {row.get('chains_fused', '-')} | {err} |", flush=True)
+        if args.kjit:
+            for line in chain_tasks(args.kjit):
+                print(f"  {line}", flush=True)
     final = counters(lib)
     if final:
         print(f"shim counters: {final}")
