@@ -48,8 +48,15 @@ void ChainRecorder::Flush() {
   open_.clear();
 }
 
+void ChainRecorder::BeginBurst(bool after_gap) {
+  open_.clear();
+  uncertain_until_ = after_gap ? records_ + window_ : records_;
+}
+
+void ChainRecorder::Discard() { open_.clear(); }
+
 void ChainRecorder::Close(Open& chain) {
-  if (chain.members.size() < 2) return;
+  if (chain.members.size() < 2 || chain.members.front().seq <= uncertain_until_) return;
   std::vector<const CallRecord*> members;
   for (const Member& m : chain.members) members.push_back(&m.record);
   OpKey key = KeyOf(members);

@@ -65,6 +65,14 @@ class ChainRecorder {
   void Add(CallRecord record);
   // Closes every open chain (at a synchronisation, or before reading the counts).
   void Flush();
+  // Sampling's edges. A burst of recorded calls that starts after calls went unrecorded may start inside a chain,
+  // and one that ends may end inside one: a chain whose first record is among a burst's first `window` records
+  // (after_gap: the thread made fusible calls before that were not recorded), or that is still open when the
+  // burst ends, may lack members, and is not counted (only whole chains are keyed: a program's partial chains
+  // would be tuned, and served in the way of the whole ones).
+  void BeginBurst(bool after_gap);
+  // Drops the open chains uncounted (a burst's end).
+  void Discard();
 
   // Chains seen at least `min_count` times and not returned before, most frequent first.
   std::vector<RecordedChain> TakeRepeated(uint64_t min_count);
@@ -95,6 +103,7 @@ class ChainRecorder {
   size_t window_;
   size_t max_chains_;
   uint64_t records_ = 0;
+  uint64_t uncertain_until_ = 0;  // chains whose first record's seq is at most this may lack their head
   // Chains still open: a handful at most (each closes `window` records after its last member), so a new record
   // finds its producers by scanning them.
   std::deque<Open> open_;
@@ -110,11 +119,13 @@ class RecordingGate {
   RecordingGate(uint64_t learn = 8192, uint64_t burst = 1024, uint64_t period = 65536)
       : learn_(learn), burst_(burst), period_(period == 0 ? 1 : period) {}
   // Whether the next call is recorded. *burst_ended: the call before it was the last one recorded for a while
-  // (the recorder is flushed then: ids do not carry across the gap).
-  bool Next(bool* burst_ended) {
+  // (the recorder drops its open chains then: ids do not carry across the gap). *burst_started (if given): this
+  // call is the first of a burst that follows unrecorded calls.
+  bool Next(bool* burst_ended, bool* burst_started = nullptr) {
     const uint64_t n = calls_++;
     const bool record = n < learn_ || n % period_ < burst_;
     *burst_ended = recording_ && !record;
+    if (burst_started != nullptr) *burst_started = record && !recording_ && n > 0;
     recording_ = record;
     return record;
   }
@@ -135,9 +146,10 @@ class ThreadChains {
 
   // Whether the thread's next fusible call is recorded (the gate; flushes the recorder after a burst).
   bool ShouldRecord() {
-    bool ended = false;
-    const bool record = gate_.Next(&ended);
-    if (ended) recorder_.Flush();
+    bool ended = false, started = false;
+    const bool record = gate_.Next(&ended, &started);
+    if (ended) recorder_.Discard();
+    if (started) recorder_.BeginBurst(/*after_gap=*/true);
     return record;
   }
   // Adds a recorded call; returns the chains due for a report now (each chain once per thread).
