@@ -54,6 +54,9 @@ const std::vector<std::pair<std::string, std::string>>& ConfigKeys() {
       {"idle_settle_ms", "... and both have held for this long"},
       {"idle_client_hold_ms", "a program kjit serves that reports running ops on a GPU keeps it busy this long (0: ignore "
                               "such reports)"},
+      {"idle_yields_per_trial", "a trial gives the GPU back to another process at most this many times (running "
+                                "again from its start once the GPU is idle), then runs to its end: a program "
+                                "that is never idle for a whole trial still gets kernels (0: never give it back)"},
       {"memory_cap_fraction", "a trial may use at most this fraction of the GPU's free memory; 'auto': 0.9 with "
                               "when = idle (nobody else is using the GPU), 0.5 with when = always (other work may be)"},
       {"compare", "how candidate outputs are compared: close (torch.testing.assert_close) or bitwise"},
@@ -132,6 +135,7 @@ Result<DaemonConfig> LoadConfig(const std::string& file, bool file_required,
   set("idle_min_free_memory", "0.25", "default");
   set("idle_settle_ms", "2000", "default");
   set("idle_client_hold_ms", "1500", "default");
+  set("idle_yields_per_trial", "3", "default");
   set("memory_cap_fraction", "auto", "default");
   set("compare", "close", "default");
   set("tuner", "auto", "default");
@@ -202,12 +206,14 @@ Result<DaemonConfig> LoadConfig(const std::string& file, bool file_required,
     return InvalidArgument("compare must be close or bitwise, not '" + c.values["compare"].value + "'");
   }
   for (const char* key :
-       {"idle_max_utilization", "idle_min_free_memory", "memory_cap_fraction", "idle_settle_ms", "idle_client_hold_ms"}) {
+       {"idle_max_utilization", "idle_min_free_memory", "memory_cap_fraction", "idle_settle_ms", "idle_client_hold_ms",
+        "idle_yields_per_trial"}) {
     const std::string& v = c.values[key].value;
     if (std::string(key) == "memory_cap_fraction" && v == "auto") continue;  // the `when` mode's default (idle.h)
     char* end = nullptr;
     const double x = std::strtod(v.c_str(), &end);
-    const bool ms = std::string(key) == "idle_settle_ms" || std::string(key) == "idle_client_hold_ms";
+    const bool ms = std::string(key) == "idle_settle_ms" || std::string(key) == "idle_client_hold_ms" ||
+                    std::string(key) == "idle_yields_per_trial";
     const double most = std::string(key) == "idle_max_utilization" ? 100 : ms ? 1e9 : 1;
     if (v.empty() || end == nullptr || *end != '\0' || !(x >= 0) || x > most) {
       return InvalidArgument(std::string(key) + " must be a number from 0 to " + (most == 1 ? "1" : most == 100 ? "100" : "1e9") +

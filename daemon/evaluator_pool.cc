@@ -67,6 +67,7 @@ Result<PoolOptions> PoolOptionsFromConfig(const DaemonConfig& config) {
   if (const std::string& cap = config.Get("memory_cap_fraction"); cap != "auto") o.idle.memory_cap_fraction = std::stod(cap);
   o.idle.settle_ms = static_cast<int>(std::stod(config.Get("idle_settle_ms")));
   o.idle.client_hold_ms = static_cast<int>(std::stod(config.Get("idle_client_hold_ms")));
+  o.idle.yields_per_trial = static_cast<int>(std::stod(config.Get("idle_yields_per_trial")));
   o.worker_args = {"--compare", config.Get("compare")};
   KJIT_ASSIGN_OR_RETURN(o.devices, ParseDevices(config.Get("devices")));
   if (!o.devices.empty()) return o;
@@ -91,7 +92,8 @@ std::string VisibleDevicesNote() {
 struct EvaluatorPool::Job {
   uint64_t id = 0;
   int arch = 0;
-  int backoffs = 0;               // times the GPU was short of memory for it
+  int backoffs = 0;               // times it was put back in the queue: memory short, or the GPU given back
+  int yields = 0;                 // times it gave the GPU back to another process (--when idle)
   int redeliveries = 0;           // times its worker died before starting it
   Clock::time_point not_before;  // after a backoff, when to try again
   std::optional<BaselineRequest> baseline;
@@ -144,6 +146,8 @@ struct EvaluatorPool::Worker {
   // The newest report_activity that named this GPU (a program kjit serves ran ops on it): when, and whose.
   std::optional<Clock::time_point> client_active_at;
   uint32_t client_pid = 0;
+  bool yield_asked = false;   // the job in flight was asked to give the GPU back
+  bool kept_running = false;  // ... and was let run to its end instead (logged once a job)
 
   static const char* Name(State s) {
     switch (s) {
@@ -388,7 +392,9 @@ void EvaluatorPool::Handle(Worker& w, const WorkerMessage& message) {
     w.state = v->worker_exits ? Worker::State::kExiting : Worker::State::kReady;
     ++w.jobs;
     if (v->unfit) counters_["jobs_unfit"] += 1;
-    if (v->retry_later && !v->unfit && Requeue(job)) return;
+    const bool yielded = v->retry_later && w.yield_asked;
+    if (yielded) ++job->yields;
+    if (v->retry_later && !v->unfit && Requeue(job, yielded)) return;
     counters_["trials"] += 1;
     counters_["trials_" + v->outcome] += 1;
     job->verdict_done(*v, w.info ? *w.info : WorkerDevice{});
@@ -409,13 +415,14 @@ void EvaluatorPool::Retire(Worker& w, const Worker& keeper, const std::string& u
   w.deadline = Clock::now() + std::chrono::seconds(5);
 }
 
-bool EvaluatorPool::Requeue(std::unique_ptr<Job>& job) {
+bool EvaluatorPool::Requeue(std::unique_ptr<Job>& job, bool yielded) {
   // Memory that is short now is usually back in seconds: retry for about a minute.
-  // (A job whose working set can never fit the GPU, `unfit`, is never requeued.)
+  // (A job whose working set can never fit the GPU, `unfit`, is never requeued.) A job that gave the GPU back
+  // may run again as soon as the idle gate lets it: the program's next gap may be short.
   constexpr int kMostBackoffs = 12;
   if (job->backoffs >= kMostBackoffs) return false;
   ++job->backoffs;
-  job->not_before = Clock::now() + std::chrono::seconds(5);
+  job->not_before = Clock::now() + (yielded ? std::chrono::seconds(0) : std::chrono::seconds(5));
   counters_["jobs_backed_off"] += 1;
   queue_.push_back(std::move(job));
   return true;
@@ -550,9 +557,20 @@ void EvaluatorPool::YieldIfWanted(Worker& w, Clock::time_point now) {
     if (!sample.ok() || sample->others_utilization_percent <= options_.idle.max_utilization_percent) return;
     why["others_utilization_percent"] = std::to_string(static_cast<int>(sample->others_utilization_percent));
   }
+  // A job that gave the GPU back yields_per_trial times already runs to its end.
+  if (w.job && w.job->yields >= options_.idle.yields_per_trial) {
+    if (!w.kept_running) {
+      w.kept_running = true;
+      counters_["trials_kept_running"] += 1;
+      why["yields"] = std::to_string(w.job->yields);
+      log_.Write("info", "evaluator_keeps_running", why);
+    }
+    return;
+  }
   // Someone else's kernels run on this GPU: the job in flight stops at its next timed batch or input set and
   // answers retry_later, and runs again once the GPU is idle. Sent again at each check: a request that
   // reached the worker just before its job started is cleared by the job.
+  w.yield_asked = true;
   kill(w.pid, SIGUSR1);
   counters_["trials_preempted_requests"] += 1;
   log_.Write("info", "evaluator_yields", why);
@@ -599,6 +617,8 @@ void EvaluatorPool::Dispatch() {
     chosen->last_dispatch = Clock::now();
     const std::string frame = job.baseline ? EncodeWorkerMessage(*job.baseline) : EncodeWorkerMessage(*job.evaluate);
     chosen->job = std::move(*it);
+    chosen->yield_asked = false;
+    chosen->kept_running = false;
     it = queue_.erase(it);
     chosen->state = Worker::State::kBusy;
     chosen->phase = kQueuedInWorker;

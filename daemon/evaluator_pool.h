@@ -124,9 +124,9 @@ class EvaluatorPool {
   void Reap(Worker& w);
   // Stops `w` for good: it names the GPU `keeper` already serves.
   void Retire(Worker& w, const Worker& keeper, const std::string& uuid);
-  // Puts a job that met a resource backoff back in the queue for later; false
-  // (and the job untouched) once it has waited long enough.
-  bool Requeue(std::unique_ptr<Job>& job);
+  // Puts a job that met a resource backoff back in the queue for later (at once when it `yielded` the GPU to
+  // another process); false (and the job untouched) once it has waited long enough.
+  bool Requeue(std::unique_ptr<Job>& job, bool yielded = false);
   void Dispatch();
   bool GpuIdle(Worker& w, uint64_t* memory_cap);
   // NVML sampling options that leave out kjit's workers and the processes they start.

@@ -635,9 +635,10 @@ int64_t SteadyNs(std::chrono::steady_clock::time_point t) {
 }
 
 void CountMiss(Adapter& a, Entry& entry, std::chrono::steady_clock::time_point start,
-               std::chrono::steady_clock::time_point end) noexcept {
+               std::chrono::steady_clock::time_point end, bool timed = true) noexcept {
   const auto host_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(end - start).count();
-  const Entry::MissReport report = entry.CountMiss(static_cast<uint64_t>(std::max<int64_t>(host_ns, 0)), SteadyNs(end));
+  const Entry::MissReport report =
+      entry.CountMiss(static_cast<uint64_t>(std::max<int64_t>(host_ns, 0)), SteadyNs(end), timed);
   try {
     a.ReportMiss(entry, report);
   } catch (...) {
@@ -686,16 +687,16 @@ void ResolveFirstSight(Adapter& a, const c10::OperatorHandle& op, const Decision
       if (served.status().code() != StatusCode::kNotFound) a.Log("cache: ", served.status().ToString());
       entry.ResolveNegative(std::move(outputs));
       a.Log("miss ", schema.name(), " ", d.hash.ToHex());
-      // The first call's time includes PyTorch's own first-use work (module loading): it is
-      // one call against the many a hot key reports later.
-      CountMiss(a, entry, start, end);
+      // Counted, not timed: the first call's time is mostly PyTorch's own first-use work (module loading,
+      // cuDNN's and cuBLAS's set-up), which would rank the key in kjitd's queue.
+      CountMiss(a, entry, start, end, /*timed=*/false);
       return;
     }
     if (const std::string differs = OutputsMismatch(outputs, served->outputs); !differs.empty()) {
       // Served as verified or not at all: PyTorch's kernel runs, and the key is reported as a miss.
       a.Log("record ", std::to_string(served->id), " not served for ", schema.name(), ": ", differs);
       entry.ResolveNegative(std::move(outputs));
-      CountMiss(a, entry, start, end);
+      CountMiss(a, entry, start, end, /*timed=*/false);
       return;
     }
     auto loaded = a.Load(d.device, *served);
@@ -1342,7 +1343,22 @@ const std::array<const char*, kOpCount>& UnboxedSymbols() {
 
 void Adapter::FlushUsesAtExit() {
   if (g_adapter == nullptr || g_adapter->activity_ == nullptr) return;
-  if (g_adapter->activity_->FlushUses()) (void)g_adapter->Client().Flush(std::chrono::milliseconds(200));
+  // The misses since each key's last report (reports go out at most once a second a key: a program shorter
+  // than that told kjitd of one call a key, and its queue ranked keys by their first calls alone).
+  bool sent = false;
+  try {
+    const int64_t now = SteadyNs(std::chrono::steady_clock::now());
+    g_adapter->table.ForEachEntry([&](Entry& e) {
+      if (e.state() != EntryState::kNegative) return;
+      const Entry::MissReport report = e.TakeMissReport(now);
+      if (report.calls == 0) return;
+      g_adapter->ReportMiss(e, report);
+      sent = true;
+    });
+  } catch (...) {
+    // Hints lost (out of memory): the program ends as it would.
+  }
+  if (g_adapter->activity_->FlushUses() || sent) (void)g_adapter->Client().Flush(std::chrono::milliseconds(200));
 }
 
 // Prints the stage profile: on stderr, or appended to KJIT_PROFILE's file.

@@ -175,15 +175,22 @@ std::string Entry::failure() const {
   return failure_;
 }
 
-Entry::MissReport Entry::CountMiss(uint64_t host_ns, int64_t now_ns) {
+Entry::MissReport Entry::CountMiss(uint64_t host_ns, int64_t now_ns, bool timed) {
   // Time first, then the call: a report that takes this call also takes its time.
-  pending_ns_.fetch_add(host_ns, std::memory_order_relaxed);
-  pending_timed_.fetch_add(1, std::memory_order_relaxed);
+  if (timed) {
+    pending_ns_.fetch_add(host_ns, std::memory_order_relaxed);
+    pending_timed_.fetch_add(1, std::memory_order_relaxed);
+  }
   misses_.fetch_add(1, std::memory_order_acq_rel);
   int64_t last = last_report_ns_.load(std::memory_order_relaxed);
   if (last != kNeverReported && now_ns - last < kMissReportIntervalNs) return {};
   // One thread wins the report; the others carry on.
   if (!last_report_ns_.compare_exchange_strong(last, now_ns, std::memory_order_acq_rel)) return {};
+  return TakeMissReport(now_ns);
+}
+
+Entry::MissReport Entry::TakeMissReport(int64_t now_ns) {
+  last_report_ns_.store(now_ns, std::memory_order_relaxed);
   MissReport report;
   // The calls since the last report. Only moved forward: a report that raced with a later one
   // (its thread held up past the next interval) takes what that one left, if anything.
@@ -221,7 +228,7 @@ struct EntryTable::Impl {
   tbb::concurrent_hash_map<TableKey, std::unique_ptr<Entry>, TableKeyCompare> map;
   // The entries again, for misses(): the map cannot be walked while other threads insert.
   mutable std::mutex mutex;
-  std::vector<const Entry*> entries;
+  std::vector<Entry*> entries;
 };
 
 namespace {
@@ -300,6 +307,11 @@ std::vector<std::pair<int, uint64_t>> EntryTable::CallsByDevice() const {
 void EntryTable::ForEachEntry(const std::function<void(const Entry&)>& fn) const {
   std::lock_guard lock(impl_->mutex);
   for (const Entry* e : impl_->entries) fn(*e);
+}
+
+void EntryTable::ForEachEntry(const std::function<void(Entry&)>& fn) {
+  std::lock_guard lock(impl_->mutex);
+  for (Entry* e : impl_->entries) fn(*e);
 }
 
 std::string RetimeDetail(const std::string& model, const std::string& timed_on) {

@@ -288,7 +288,12 @@ class alignas(64) Entry {
   static constexpr int64_t kMissReportIntervalNs = 1'000'000'000;
   static constexpr uint64_t kMissTimingStride = 16;
   bool TimeThisMiss() const { return misses_.load(std::memory_order_relaxed) % kMissTimingStride == 0; }
-  MissReport CountMiss(uint64_t host_ns, int64_t now_ns);
+  // `timed` false: the call is counted but its time is not one of the report's (a key's first call, whose time is
+  // mostly PyTorch's own first-use work: cuDNN's and cuBLAS's set-up took 0.1-1 s there on an H100, and as the
+  // mean of a short program's few reports it ranked those keys first in kjitd's queue).
+  MissReport CountMiss(uint64_t host_ns, int64_t now_ns, bool timed = true);
+  // The misses counted since the last report, as a report, whether or not one is due (the process is ending).
+  MissReport TakeMissReport(int64_t now_ns);
   // One atomic add: a report's calls are the misses counted since the last report's.
   void CountUntimedMiss() { misses_.fetch_add(1, std::memory_order_relaxed); }
   uint64_t misses() const { return misses_.load(std::memory_order_relaxed); }
@@ -344,6 +349,7 @@ class EntryTable {
   // Calls `fn` with every entry, in creation order, holding the table's list lock (not the map's): `fn`
   // must not create entries.
   void ForEachEntry(const std::function<void(const Entry&)>& fn) const;
+  void ForEachEntry(const std::function<void(Entry&)>& fn);
 
  private:
   Entry* FindLocked(const Hash128& hash, int device) const;

@@ -439,6 +439,28 @@ TEST(ShimEntry, MissesReportedFirstThenOncePerInterval) {
   EXPECT_EQ(e.misses(), 100'004u);
 }
 
+// A key's first call is counted but not timed (its time is PyTorch's first-use work): its report says one call
+// and no time; the misses a process made since a key's last report are taken at exit (TakeMissReport), due or
+// not, with their timed calls' mean, once.
+TEST(ShimEntry, TheFirstCallIsNotTimedAndTheLastCallsAreTakenAtExit) {
+  Entry e("key", 0);
+  constexpr int64_t kSecond = Entry::kMissReportIntervalNs;
+  const Entry::MissReport first = e.CountMiss(/*host_ns=*/900'000'000, kSecond, /*timed=*/false);
+  EXPECT_EQ(first.calls, 1u);
+  EXPECT_EQ(first.mean_host_us, 0.0) << "the first call's time is not the key's";
+  for (int i = 0; i < 20; ++i) {
+    if (e.TimeThisMiss()) {
+      EXPECT_EQ(e.CountMiss(3000, kSecond + 1 + i).calls, 0u) << "within the interval";
+    } else {
+      e.CountUntimedMiss();
+    }
+  }
+  const Entry::MissReport last = e.TakeMissReport(kSecond + 100);
+  EXPECT_EQ(last.calls, 20u) << "every call since the first report";
+  EXPECT_DOUBLE_EQ(last.mean_host_us, 3.0);
+  EXPECT_EQ(e.TakeMissReport(kSecond + 200).calls, 0u) << "taken once";
+}
+
 // The adapter times one miss in kMissTimingStride (and a key's first): the untimed ones
 // are counted and reported with the next timed one that is due, and do not enter the mean.
 TEST(ShimEntry, UntimedMissesAreCountedAndReportedWithTheNextTimedOne) {

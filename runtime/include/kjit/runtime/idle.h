@@ -68,6 +68,10 @@ struct IdleThresholds {
   std::optional<double> memory_cap_fraction;
   int settle_ms = 2000;                    // how long "idle" must hold before running
   int client_hold_ms = 1500;               // a kjit client's report of its ops keeps the GPU busy this long
+  // A trial gives the GPU back (and runs again from its start once the GPU is idle) at most this many times;
+  // then it runs to its end though another process uses the GPU: a program whose idle gaps are all shorter
+  // than a trial would otherwise never get a kernel.
+  int yields_per_trial = 3;
 };
 
 // The latest report of ops run on the GPU by a program kjit serves (ipc report_activity).
