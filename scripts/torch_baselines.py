@@ -186,6 +186,15 @@ def cases(torch, family):
         add("pool_backward", f"avg_pool2d_backward {str(dt)[6:]} {'x'.join(map(str, shape))} k2 s2",
             f"aten::avg_pool2d_backward {str(dt)[6:]}{list(shape)} k2 s2", make_ap,
             lambda g, x: aten.avg_pool2d_backward(g, x, [2, 2], [2, 2], [0, 0], False, True, None))
+    # 3-D average pooling's backward: a video network's k2 s2 (no overlap) and an overlapping k3 s2 p1.
+    for dt, shape, k, st, pad in [(f32, (4, 64, 8, 28, 28), 2, 2, 0), (f16, (4, 64, 8, 28, 28), 3, 2, 1)]:
+        def make_ap3(s=shape, t=dt, k=k, st=st, pad=pad):
+            x = torch.randn(*s, device="cuda", dtype=t)
+            return torch.randn_like(F.avg_pool3d(x, k, st, pad)), x
+        add("pool_backward", f"avg_pool3d_backward {str(dt)[6:]} {'x'.join(map(str, shape))} k{k} s{st} p{pad}",
+            f"aten::avg_pool3d_backward {str(dt)[6:]}{list(shape)} k{k} s{st} p{pad}", make_ap3,
+            lambda g, x, k=k, st=st, pad=pad: aten.avg_pool3d_backward(g, x, [k] * 3, [st] * 3, [pad] * 3, False, True,
+                                                                       None))
     # A depthwise convolution's backward (depthwise_conv_backward): MobileNet's 3x3 (padding 1, every gradient) and a
     # conv1d's causal 4-tap kernel (padding 3), through aten::convolution_backward as autograd calls it.
     for dt, shape, k, pad in [(f32, (32, 128, 128, 128), (3, 3), (1, 1)), (bf16, (32, 128, 128, 128), (3, 3), (1, 1)),

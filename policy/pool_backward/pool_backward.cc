@@ -17,24 +17,35 @@ using codegen::CudaType;
 // The ABI (daemon/worker_protocol.h): one pointer per tensor argument, then the output:
 //   avg: (grad_output, self, grad_input)   max: (grad_output, self, indices, grad_input)
 // self's pointer is passed but never read: only its shape (the key's) matters.
+//
+// avg_pool3d_backward takes the same arguments with three values a list. PyTorch 2.11's CUDA kernel scatters
+// where windows overlap (AvgPool3d.cu: each grad_output element added to its window's inputs with atomics in
+// the gradient's dtype), so its sums have no fixed order; this family gathers each element's sum in float in a
+// fixed order (pd, ph, pw) and rounds once, which verification judges with the dtype's tolerance like any other.
+// max_pool3d_with_indices_backward is not served: PyTorch scatters each gradient to its index wherever that is
+// (DilatedMaxPool3d.cu), while a gather like this one reads only the windows that hold an element; the two agree
+// on the indices a forward max pool makes, but the evaluator's random indices lie anywhere in the volume.
 
 constexpr const char* kAvgBackward = "aten::avg_pool2d_backward";
 constexpr const char* kMaxBackward = "aten::max_pool2d_with_indices_backward";
+constexpr const char* kAvg3dBackward = "aten::avg_pool3d_backward";
 constexpr int64_t kMaxOutputsPerThread = 8;  // rows x outs accumulators a thread holds
 
 struct PoolBackwardProblem : Problem {
   bool max = true;
+  bool three_d = false;  // the depth fields below are 1 (padding 0) for 2-D pooling
   DType dtype = DType::kFloat32;
   int64_t n = 1, c = 1;
-  int64_t h = 1, w = 1, oh = 1, ow = 1;
-  int64_t kh = 1, kw = 1, sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1;
+  int64_t d = 1, h = 1, w = 1, od = 1, oh = 1, ow = 1;
+  int64_t kd = 1, kh = 1, kw = 1, sd = 1, sh = 1, sw = 1, pd = 0, ph = 0, pw = 0, dd = 1, dh = 1, dw = 1;
   bool ceil_mode = false;
   bool count_include_pad = true;
   int64_t divisor = 0;  // 0: none
   int64_t planes() const { return n * c; }
-  int64_t in_numel() const { return n * c * h * w; }
-  int64_t out_numel() const { return n * c * oh * ow; }
-  // The extent of a window along H and W: (k - 1) * dilation + 1.
+  int64_t in_numel() const { return n * c * d * h * w; }
+  int64_t out_numel() const { return n * c * od * oh * ow; }
+  // The extent of a window along D, H and W: (k - 1) * dilation + 1.
+  int64_t ext_d() const { return (kd - 1) * dd + 1; }
   int64_t ext_h() const { return (kh - 1) * dh + 1; }
   int64_t ext_w() const { return (kw - 1) * dw + 1; }
 };
@@ -49,12 +60,14 @@ bool Wide(const PoolBackwardProblem& p) {
   const int64_t tensors = std::max(p.in_numel(), p.out_numel()) + 4 * (p.w + p.h + p.ow) + 1024 * 4;
   const int64_t along_h = p.h + 4 + 2 * p.ph + p.ext_h() + p.kh + p.sh + p.oh * p.sh;
   const int64_t along_w = p.w + 4 + 2 * p.pw + p.ext_w() + p.kw + p.sw + p.ow * p.sw;
-  return tensors >= limit || along_h >= limit || along_w >= limit || p.kh * p.kw >= limit;
+  const int64_t along_d = p.d + 2 * p.pd + p.ext_d() + p.kd + p.sd + p.od * p.sd;
+  return tensors >= limit || along_h >= limit || along_w >= limit || along_d >= limit ||
+         p.kd * p.kh * p.kw >= limit;
 }
 
-// Thread items: a thread per rows x outs elements of a plane.
+// Thread items: a thread per rows x outs elements of a plane's depth slice.
 int64_t Items(const PoolBackwardProblem& p, int64_t rows, int64_t outs) {
-  return p.planes() * CeilDiv(p.h, rows) * CeilDiv(p.w, outs);
+  return p.planes() * p.d * CeilDiv(p.h, rows) * CeilDiv(p.w, outs);
 }
 
 // The kernel's CUDA, from pool_backward.cuh (kjit_embed_cuda): kKernel.
@@ -63,7 +76,7 @@ class PoolBackward final : public Family {
  public:
   std::string_view name() const override { return "pool_backward"; }
   int codegen_version() const override { return 1; }
-  std::vector<std::string> ops() const override { return {kAvgBackward, kMaxBackward}; }
+  std::vector<std::string> ops() const override { return {kAvgBackward, kMaxBackward, kAvg3dBackward}; }
 
   OpTraits traits(std::string_view op) const override {
     OpTraits t;
@@ -79,17 +92,29 @@ class PoolBackward final : public Family {
   std::vector<OpKey> SampleKeys() const override {
     constexpr DType f32 = DType::kFloat32, f16 = DType::kFloat16, bf16 = DType::kBFloat16;
     // The pooled shape of self (batched or not) for these arguments, as the keys' grad_output and indices.
-    auto pooled = [](const std::vector<int64_t>& self, IntList k, IntList s, IntList pad, IntList d, bool ceil) {
+    auto pooled_dims = [](size_t dims, const std::vector<int64_t>& self, IntList k, IntList s, IntList pad, IntList d,
+                          bool ceil) {
       std::vector<int64_t> out = self;
       const size_t nd = self.size();
-      for (size_t i = 0; i < 2; ++i) {
+      for (size_t i = 0; i < dims; ++i) {
         const int64_t kk = k.size() == 1 ? k[0] : k[i];
         const int64_t ss = s.empty() ? kk : s.size() == 1 ? s[0] : s[i];
         const int64_t pp = pad.size() == 1 ? pad[0] : pad[i];
         const int64_t dd = d.size() == 1 ? d[0] : d[i];
-        out[nd - 2 + i] = codegen::PoolOutputSize(self[nd - 2 + i], kk, pp, ss, dd, ceil);
+        out[nd - dims + i] = codegen::PoolOutputSize(self[nd - dims + i], kk, pp, ss, dd, ceil);
       }
       return out;
+    };
+    auto pooled = [&](const std::vector<int64_t>& self, IntList k, IntList s, IntList pad, IntList d, bool ceil) {
+      return pooled_dims(2, self, k, s, pad, d, ceil);
+    };
+    auto avg3 = [&](DType dt, std::vector<int64_t> self, IntList k, IntList s, IntList pad, bool ceil, bool include,
+                    Arg div) {
+      const std::vector<int64_t> out = pooled_dims(3, self, k, s, pad, {1}, ceil);
+      return OpKey::Single(kAvg3dBackward, "",
+                           {TensorDesc::Contiguous(dt, out), TensorDesc::Contiguous(dt, self), k, s, pad, ceil, include,
+                            std::move(div)},
+                           90);
     };
     auto max = [&](DType dt, std::vector<int64_t> self, IntList k, IntList s, IntList pad, IntList d, bool ceil) {
       const std::vector<int64_t> out = pooled(self, k, s, pad, d, ceil);
@@ -131,6 +156,13 @@ class PoolBackward final : public Family {
         // avg_pool1d's unsqueezed view, odd length; unbatched float32 with overlapping windows.
         avg(f16, one_d(f16, 16, 32, 4097), {1, 3}, {1, 2}, {0, 1}, true, true, NoneArg{}),
         avg(f32, contiguous(f32, {16, 9, 11}), {3, 3}, {1, 1}, {1, 1}, false, false, NoneArg{}),
+        // 3-D average pooling: non-overlapping (k2 s2) over a video network's 8 x 28 x 28, float32; a window of
+        // three overlapping along every dim, ceil_mode; stride 1 with padding left out of the count, bfloat16;
+        // unbatched with a divisor, float16.
+        avg3(f32, {4, 64, 8, 28, 28}, {2}, {2}, {0}, false, true, NoneArg{}),
+        avg3(f32, {2, 16, 9, 17, 19}, {3, 3, 2}, {2, 2, 1}, {1, 1, 0}, true, true, NoneArg{}),
+        avg3(bf16, {2, 8, 7, 9, 11}, {3}, {1}, {1}, false, false, NoneArg{}),
+        avg3(f16, {4, 6, 10, 10}, {2, 3, 3}, {2, 2, 2}, {1, 1, 1}, true, true, int64_t{7}),
     };
   }
 
@@ -140,11 +172,13 @@ class PoolBackward final : public Family {
     auto p = std::make_unique<PoolBackwardProblem>();
     if (call.op == kMaxBackward) {
       p->max = true;
-    } else if (call.op == kAvgBackward) {
+    } else if (call.op == kAvgBackward || call.op == kAvg3dBackward) {
       p->max = false;
     } else {
-      return InvalidArgument("not a 2-D pooling backward");
+      return InvalidArgument("not a 2-D or 3-D pooling backward");
     }
+    p->three_d = call.op == kAvg3dBackward;
+    const size_t dims = p->three_d ? 3 : 2;
     // avg: (grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
     // max: (grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices)
     if (!call.overload.empty() || call.args.size() != 8) return InvalidArgument("unexpected overload or arguments");
@@ -156,18 +190,21 @@ class PoolBackward final : public Family {
     }
     if (dy->dtype != x->dtype) return InvalidArgument("grad_output's dtype differs from self's");
     const size_t nd = x->sizes.size();
-    if (nd != 3 && nd != 4) return InvalidArgument("self is neither [N, C, H, W] nor [C, H, W]");
-    const bool batched = nd == 4;
+    if (nd != dims + 1 && nd != dims + 2) {
+      return InvalidArgument(p->three_d ? "self is neither [N, C, D, H, W] nor [C, D, H, W]"
+                                        : "self is neither [N, C, H, W] nor [C, H, W]");
+    }
+    const bool batched = nd == dims + 2;
     for (size_t i = batched ? 1 : 0; i < nd; ++i) {
       if (x->sizes[i] <= 0) return InvalidArgument("empty non-batch dims: PyTorch rejects them");
     }
     if (x->numel() == 0) return codegen::DeclineEmpty();
-    KJIT_ASSIGN_OR_RETURN(std::vector<int64_t> k, codegen::ExpandIntList(call.args[2], 2, "kernel_size", nullptr));
-    KJIT_ASSIGN_OR_RETURN(std::vector<int64_t> s, codegen::ExpandIntList(call.args[3], 2, "stride", &k));
-    KJIT_ASSIGN_OR_RETURN(std::vector<int64_t> pad, codegen::ExpandIntList(call.args[4], 2, "padding", nullptr));
-    std::vector<int64_t> dil(2, 1);
+    KJIT_ASSIGN_OR_RETURN(std::vector<int64_t> k, codegen::ExpandIntList(call.args[2], dims, "kernel_size", nullptr));
+    KJIT_ASSIGN_OR_RETURN(std::vector<int64_t> s, codegen::ExpandIntList(call.args[3], dims, "stride", &k));
+    KJIT_ASSIGN_OR_RETURN(std::vector<int64_t> pad, codegen::ExpandIntList(call.args[4], dims, "padding", nullptr));
+    std::vector<int64_t> dil(dims, 1);
     if (p->max) {
-      KJIT_ASSIGN_OR_RETURN(dil, codegen::ExpandIntList(call.args[5], 2, "dilation", nullptr));
+      KJIT_ASSIGN_OR_RETURN(dil, codegen::ExpandIntList(call.args[5], dims, "dilation", nullptr));
       const auto* ceil = std::get_if<bool>(&call.args[6]);
       if (!ceil) return InvalidArgument("ceil_mode is not a bool");
       p->ceil_mode = *ceil;
@@ -189,25 +226,27 @@ class PoolBackward final : public Family {
         return InvalidArgument("divisor_override is neither an int nor None");
       }
     }
-    int64_t out[2];
-    for (size_t i = 0; i < 2; ++i) {
+    std::vector<int64_t> out(dims);
+    int64_t window = 1;
+    for (size_t i = 0; i < dims; ++i) {
       if (k[i] <= 0 || s[i] <= 0 || dil[i] <= 0) return InvalidArgument("kernel, stride and dilation must be positive");
       if (pad[i] < 0 || pad[i] > k[i] / 2) return InvalidArgument("padding must be within half the kernel: PyTorch rejects it");
       if (k[i] > 1024 || s[i] > (1 << 20) || dil[i] > (1 << 20)) return InvalidArgument("kernel, stride or dilation too large");
-      out[i] = codegen::PoolOutputSize(x->sizes[nd - 2 + i], k[i], pad[i], s[i], dil[i], p->ceil_mode);
+      out[i] = codegen::PoolOutputSize(x->sizes[nd - dims + i], k[i], pad[i], s[i], dil[i], p->ceil_mode);
       if (out[i] < 1) return InvalidArgument("output size below 1: PyTorch rejects it");
+      window *= k[i];
     }
-    if (k[0] * k[1] > 4096) return InvalidArgument("windows over 4096 elements are left to PyTorch");
+    if (window > 4096) return InvalidArgument("windows over 4096 elements are left to PyTorch");
     // Layout, as PyTorch picks its kernel (suggest_memory_format): its NCHW kernels for contiguous tensors.
     if (!x->is_contiguous()) {
-      if (batched && codegen::IsChannelsLast(*x)) {
+      if (batched && !p->three_d && codegen::IsChannelsLast(*x)) {
         return InvalidArgument("channels_last: PyTorch's NHWC kernel, left to PyTorch: declined");
       }
-      return InvalidArgument("self neither contiguous nor channels_last: declined");
+      return InvalidArgument(p->three_d ? "self not contiguous: declined"
+                                        : "self neither contiguous nor channels_last: declined");
     }
     std::vector<int64_t> pooled = x->sizes;
-    pooled[nd - 2] = out[0];
-    pooled[nd - 1] = out[1];
+    for (size_t i = 0; i < dims; ++i) pooled[nd - dims + i] = out[i];
     if (dy->sizes != pooled) return InvalidArgument("grad_output is not self's pooled shape");
     if (!dy->is_contiguous()) return InvalidArgument("non-contiguous grad_output is declined");
     if (dy->alignment < static_cast<int>(DTypeSize(x->dtype))) return InvalidArgument("grad_output unaligned");
@@ -224,23 +263,38 @@ class PoolBackward final : public Family {
     p->c = x->sizes[batched ? 1 : 0];
     p->h = x->sizes[nd - 2];
     p->w = x->sizes[nd - 1];
-    p->oh = out[0];
-    p->ow = out[1];
-    p->kh = k[0];
-    p->kw = k[1];
-    p->sh = s[0];
-    p->sw = s[1];
-    p->ph = pad[0];
-    p->pw = pad[1];
-    p->dh = dil[0];
-    p->dw = dil[1];
+    p->oh = out[dims - 2];
+    p->ow = out[dims - 1];
+    p->kh = k[dims - 2];
+    p->kw = k[dims - 1];
+    p->sh = s[dims - 2];
+    p->sw = s[dims - 1];
+    p->ph = pad[dims - 2];
+    p->pw = pad[dims - 1];
+    p->dh = dil[dims - 2];
+    p->dw = dil[dims - 1];
+    if (p->three_d) {
+      p->d = x->sizes[nd - 3];
+      p->od = out[0];
+      p->kd = k[0];
+      p->sd = s[0];
+      p->pd = pad[0];
+      p->dd = dil[0];
+    }
     if (p->in_numel() > (int64_t{1} << 40) || p->out_numel() > (int64_t{1} << 40)) return InvalidArgument("too large");
     p->op = call.op;
     std::ostringstream desc;
-    desc << (p->max ? "max_pool2d_backward " : "avg_pool2d_backward ") << DTypeName(p->dtype) << (batched ? "" : " unbatched")
-         << " N=" << p->n << " C=" << p->c << " in=" << p->h << "x" << p->w << " out=" << p->oh << "x" << p->ow
-         << " k=" << p->kh << "x" << p->kw << " s=" << p->sh << "x" << p->sw << " p=" << p->ph << "x" << p->pw;
-    if (p->max) desc << " d=" << p->dh << "x" << p->dw;
+    const char* name = p->three_d ? "avg_pool3d_backward " : p->max ? "max_pool2d_backward " : "avg_pool2d_backward ";
+    desc << name << DTypeName(p->dtype) << (batched ? "" : " unbatched") << " N=" << p->n << " C=" << p->c;
+    if (p->three_d) {
+      desc << " in=" << p->d << "x" << p->h << "x" << p->w << " out=" << p->od << "x" << p->oh << "x" << p->ow
+           << " k=" << p->kd << "x" << p->kh << "x" << p->kw << " s=" << p->sd << "x" << p->sh << "x" << p->sw
+           << " p=" << p->pd << "x" << p->ph << "x" << p->pw;
+    } else {
+      desc << " in=" << p->h << "x" << p->w << " out=" << p->oh << "x" << p->ow << " k=" << p->kh << "x" << p->kw
+           << " s=" << p->sh << "x" << p->sw << " p=" << p->ph << "x" << p->pw;
+      if (p->max) desc << " d=" << p->dh << "x" << p->dw;
+    }
     if (p->ceil_mode) desc << " ceil";
     if (!p->max) desc << (p->count_include_pad ? " include_pad" : " exclude_pad");
     if (p->divisor) desc << " divisor=" << p->divisor;
@@ -309,6 +363,12 @@ class PoolBackward final : public Family {
         << "\n#define VEC_STORE " << (p.w % outs == 0 ? 1 : 0) << "\n#define COUNT_INCLUDE_PAD "
         << (p.count_include_pad ? 1 : 0) << "\n#define USE_DIVISOR " << (p.divisor != 0 ? 1 : 0)
         << "\n#define ROUND_QUOTIENT " << (p.dtype == DType::kFloat32 ? 0 : 1) << "\n";
+    if (p.three_d) {
+      src << "#define DIMS3 1\nconstexpr idx_t D = " << p.d << ", OD = " << p.od << ", KD = " << p.kd << ", SD = " << p.sd
+          << ", PD = " << p.pd << ", EXT_D = " << p.ext_d() << ";\n";
+    } else {
+      src << "#define DIMS3 0\n";
+    }
     src << "constexpr idx_t PLANES = " << p.planes() << ", H = " << p.h << ", W = " << p.w << ", OH = " << p.oh
         << ", OW = " << p.ow << ";\n";
     src << "constexpr idx_t KH = " << p.kh << ", KW = " << p.kw << ", SH = " << p.sh << ", SW = " << p.sw

@@ -2,11 +2,14 @@
 // build time) and writes after policy/src/cuda/common.cuh's kElementAccess, with the problem's sizes and the
 // design point's knobs defined ahead of it: in_t and out_t (the gradient's type), idx_t (int where every index
 // provably fits, else long long), VEC (= OUTS, for store_vec), HINT, IS_MAX, VEC_STORE, COUNT_INCLUDE_PAD,
-// USE_DIVISOR, ROUND_QUOTIENT (macros), PLANES, H, W, OH, OW, KH, KW, SH, SW, PH, PW, EXT_H, EXT_W, DIVISOR
-// (constants), THREADS, OUTS, ROWS, KJIT_PARAMS (the kernel ABI's parameters). Each section is embedded byte for
+// USE_DIVISOR, ROUND_QUOTIENT, DIMS3 (macros), PLANES, H, W, OH, OW, KH, KW, SH, SW, PH, PW, EXT_H, EXT_W, DIVISOR,
+// and with DIMS3 also D, OD, KD, SD, PD, EXT_D (constants), THREADS, OUTS, ROWS, KJIT_PARAMS (the kernel ABI's
+// parameters). DIMS3 (avg_pool3d's backward; never with IS_MAX) adds the depth: a thread's elements lie in one
+// depth slice, and the windows are walked pd outer, ph, pw inner; without it the source is 2-D pooling's. Each section is embedded byte for
 // byte (a blank line after a marker is part of it); lines starting "//@" document it and are not embedded.
 //@section kKernel
-//@ A thread per ROWS x OUTS grad_input elements of one plane (ROWS consecutive rows, OUTS consecutive columns).
+//@ A thread per ROWS x OUTS grad_input elements of one plane (ROWS consecutive rows, OUTS consecutive columns; of
+//@ one depth slice under DIMS3).
 //@ Each element gathers, ph outer and pw inner, over the outputs whose windows can hold it, into a float from 0,
 //@ rounded once. The thread walks the union of its elements' output ranges in that order, loading each
 //@ grad_output (and index) once, and adds it to every element whose own range holds it: each element still sees
@@ -14,7 +17,11 @@
 
 constexpr idx_t GROUPS = (W + OUTS - 1) / OUTS;   // thread positions along a row
 constexpr idx_t ROW_BLOCKS = (H + ROWS - 1) / ROWS;
+#if DIMS3
+constexpr idx_t ITEMS = PLANES * D * ROW_BLOCKS * GROUPS;
+#else
 constexpr idx_t ITEMS = PLANES * ROW_BLOCKS * GROUPS;
+#endif
 
 __device__ __forceinline__ float load_one(const in_t* p) {
   return Bits<in_t>::to_f(*reinterpret_cast<const typename Bits<in_t>::U*>(p));
@@ -42,10 +49,16 @@ extern "C" __global__ void __launch_bounds__(THREADS) kjit_pool_backward(KJIT_PA
   const idx_t group = item % GROUPS;
   const idx_t rest = item / GROUPS;
   const idx_t h0 = (rest % ROW_BLOCKS) * ROWS, w0 = group * OUTS;
+#if DIMS3
+  const idx_t d = (rest / ROW_BLOCKS) % D;
+  const idx_t plane = rest / ROW_BLOCKS / D;
+  const in_t* __restrict__ dyp = dy + plane * (OD * OH * OW);
+#else
   const idx_t plane = rest / ROW_BLOCKS;
   const in_t* __restrict__ dyp = dy + plane * (OH * OW);
 #if IS_MAX
   const long long* __restrict__ indp = ind + plane * (OH * OW);
+#endif
 #endif
   // Each element's range of outputs; rows and columns past the plane's have none.
   idx_t phs[ROWS], phe[ROWS], pws[OUTS], pwe[OUTS];
@@ -70,6 +83,16 @@ extern "C" __global__ void __launch_bounds__(THREADS) kjit_pool_backward(KJIT_PA
 #pragma unroll
     for (int o = 0; o < OUTS; ++o) acc[r][o] = 0.f;
   }
+#if DIMS3
+  const idx_t pd_end = end_window(d, PD, OD, SD);
+  for (idx_t pd = first_window(d, PD, EXT_D, SD); pd < pd_end; ++pd) {
+  // The window's frames, as its rows below.
+  idx_t dstart = pd * SD - PD;
+  idx_t dend = dstart + KD < D + PD ? dstart + KD : D + PD;
+  const idx_t pool_d = dend - dstart;
+  dstart = dstart > 0 ? dstart : 0;
+  dend = dend < D ? dend : D;
+#endif
   for (idx_t ph = phs[0]; ph < ph_hi; ++ph) {
 #if !IS_MAX
     // The window's rows: its size within input + padding, then clipped to the input.
@@ -80,7 +103,11 @@ extern "C" __global__ void __launch_bounds__(THREADS) kjit_pool_backward(KJIT_PA
     hend = hend < H ? hend : H;
 #endif
     for (idx_t pw = pws[0]; pw < pw_hi; ++pw) {
+#if DIMS3
+      const idx_t at = (pd * OH + ph) * OW + pw;
+#else
       const idx_t at = ph * OW + pw;
+#endif
 #if IS_MAX
       const float g = load_one(dyp + at);
       const long long target = indp[at];
@@ -97,11 +124,22 @@ extern "C" __global__ void __launch_bounds__(THREADS) kjit_pool_backward(KJIT_PA
 #else
       idx_t wstart = pw * SW - PW;
       idx_t wend = wstart + KW < W + PW ? wstart + KW : W + PW;
+#if DIMS3
+      const idx_t pool_size = pool_d * pool_h * (wend - wstart);
+#else
       const idx_t pool_size = pool_h * (wend - wstart);
+#endif
       wstart = wstart > 0 ? wstart : 0;
       wend = wend < W ? wend : W;
+#if DIMS3
+      if (dstart >= dend || hstart >= hend || wstart >= wend) continue;
+      const idx_t factor = USE_DIVISOR ? (idx_t)DIVISOR
+                           : COUNT_INCLUDE_PAD ? pool_size
+                                               : (dend - dstart) * (hend - hstart) * (wend - wstart);
+#else
       if (hstart >= hend || wstart >= wend) continue;
       const idx_t factor = USE_DIVISOR ? (idx_t)DIVISOR : COUNT_INCLUDE_PAD ? pool_size : (hend - hstart) * (wend - wstart);
+#endif
       // float / int, as PyTorch's scalar_t / int: the int converted to the dtype (c10's Half and BFloat16
       // operators), the quotient rounded to it before the float accumulator takes it.
       const float q = as_dtype(load_one(dyp + at) / as_dtype((float)factor));
@@ -115,11 +153,18 @@ extern "C" __global__ void __launch_bounds__(THREADS) kjit_pool_backward(KJIT_PA
 #endif
     }
   }
+#if DIMS3
+  }
+#endif
 #pragma unroll
   for (int r = 0; r < ROWS; ++r) {
     const idx_t h = h0 + r;
     if (h >= H) break;
+#if DIMS3
+    out_t* __restrict__ row = dx + ((plane * D + d) * H + h) * W;
+#else
     out_t* __restrict__ row = dx + (plane * H + h) * W;
+#endif
 #if VEC_STORE
     store_vec(row + w0, acc[r]);  // OUTS divides W: the thread's columns are whole and aligned
 #else

@@ -171,5 +171,66 @@ TEST(PoolBackwardSpace, SourcesAreSpecialisedOnTheOpAndTheSizes) {
   EXPECT_EQ(block.launch.grid[0], 32u * 64u * 56u * 28u / 128u);
 }
 
+// avg_pool3d_backward: the same space over [N, C, D, H, W] (or [C, D, H, W]) with a depth loop (DIMS3); what it
+// declines; max_pool3d_with_indices_backward is not the family's (PyTorch scatters to any index there).
+OpKey Avg3dBackward(DType dt, std::vector<int64_t> self, std::vector<int64_t> out, IntList k, IntList s, IntList p,
+                    bool ceil, bool include, Arg div) {
+  return OpKey::Single("aten::avg_pool3d_backward", "",
+                       {TensorDesc::Contiguous(dt, out), TensorDesc::Contiguous(dt, self), k, s, p, ceil, include,
+                        std::move(div)},
+                       90);
+}
+
+TEST(PoolBackwardSpace, AvgPool3dBackwardAddsTheDepth) {
+  const DeviceFacts dev = DeviceFacts::H200();
+  // A video network's k2 s2 over 8 x 28 x 28.
+  const OpKey video = Avg3dBackward(f32, {4, 64, 8, 28, 28}, {4, 64, 4, 14, 14}, {2}, {2}, {0}, false, true, NoneArg{});
+  auto found = FindFamily(video);
+  ASSERT_TRUE(found.ok()) << found.status().ToString();
+  EXPECT_EQ(found->family->name(), "pool_backward");
+  EXPECT_NE(found->problem->description.find("avg_pool3d_backward f32 N=4 C=64 in=8x28x28 out=4x14x14 k=2x2x2 s=2x2x2 p=0x0x0 include_pad"),
+            std::string::npos)
+      << found->problem->description;
+  const Point p = found->family->ExpertDefault(*found->problem, dev);
+  auto c = found->family->Generate(*found->problem, p, dev);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_NE(c->source.find("#define DIMS3 1"), std::string::npos);
+  EXPECT_NE(c->source.find("D = 8, OD = 4, KD = 2, SD = 2, PD = 0, EXT_D = 2;"), std::string::npos);
+  // A thread per 2 elements of a row of one depth slice: 4 x 64 planes x 8 slices x 28 rows x 14 pairs; 7 MB of
+  // tensors: no streaming stores.
+  EXPECT_EQ(PointToString(p), PointToString(P(256, 2, 1, 0)));
+  EXPECT_EQ(c->launch.grid[0], (4u * 64u * 8u * 28u * 14u + 255u) / 256u);
+  // 2-D keys say so, and their kernels have no depth.
+  auto two_d = FindFamily(Stem());
+  ASSERT_TRUE(two_d.ok());
+  auto stem = two_d->family->Generate(*two_d->problem, two_d->family->ExpertDefault(*two_d->problem, dev), dev);
+  ASSERT_TRUE(stem.ok());
+  EXPECT_NE(stem->source.find("#define DIMS3 0"), std::string::npos);
+  EXPECT_EQ(stem->source.find("constexpr idx_t D ="), std::string::npos);
+  // Unbatched, lists of one value, a divisor; the pooled shape along D checked too.
+  EXPECT_TRUE(FindFamily(Avg3dBackward(f16, {4, 6, 10, 10}, {4, 4, 6, 6}, {2, 3, 3}, {2, 2, 2}, {1, 1, 1}, true, true,
+                                       int64_t{7}))
+                  .ok());
+  EXPECT_NE(Reason(Avg3dBackward(f32, {4, 64, 8, 28, 28}, {4, 64, 5, 14, 14}, {2}, {2}, {0}, false, true, NoneArg{}))
+                .find("pooled shape"),
+            std::string::npos);
+  EXPECT_NE(Reason(Avg3dBackward(f32, {64, 8, 28}, {64, 4, 14}, {2}, {2}, {0}, false, true, NoneArg{}))
+                .find("[C, D, H, W]"),
+            std::string::npos);
+  EXPECT_NE(Reason(Avg3dBackward(f32, {2, 3, 20, 20, 20}, {2, 3, 1, 1, 1}, {17}, {17}, {0}, false, true, NoneArg{}))
+                .find("4096"),
+            std::string::npos);  // 17^3 elements a window
+  OpKey cl = video;
+  cl.calls[0].args[1] = TensorDesc{f32, {4, 64, 8, 28, 28}, {64 * 8 * 28 * 28, 1, 28 * 28 * 64, 28 * 64, 64}, 0, 16};
+  EXPECT_NE(Reason(cl).find("not contiguous"), std::string::npos) << Reason(cl);
+  // PyTorch's 3-D max pooling backward adds each gradient at its index wherever it lies: not this family's.
+  OpKey max3 = OpKey::Single("aten::max_pool3d_with_indices_backward", "",
+                             {TensorDesc::Contiguous(f32, {2, 3, 4, 4, 4}), TensorDesc::Contiguous(f32, {2, 3, 8, 8, 8}),
+                              IntList{2}, IntList{2}, IntList{0}, IntList{1}, false,
+                              TensorDesc::Contiguous(DType::kInt64, {2, 3, 4, 4, 4})},
+                             90);
+  EXPECT_FALSE(FindFamily(max3).ok());
+}
+
 }  // namespace
 }  // namespace kjit::policy
