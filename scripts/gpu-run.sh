@@ -18,6 +18,13 @@
 # "tuner policy expert": tuner is the expert default first, then the policy, as kjitd runs it; add "random" for
 # uniform random search) (online.tar.gz).
 # KJIT_GPU_RUN_NVML_PROBE=1 records what NVML reports while another process computes (nvml-probe.txt).
+# KJIT_GPU_RUN_FUSION=1 runs benchmarks/fusion_gelu.py under `kjit run` with KJIT_FUSION=serve against an empty
+# cache, kjitd tuning the GELU's chain by itself (KJIT_FUSION_ROUNDS, KJIT_FUSION_PAUSE_S; fusion.tar.gz: the
+# table, the chain tasks each round, kjitd's log, `kjit tasks`).
+# KJIT_GPU_RUN_EXAMPLE=1 runs scripts/run.sh (the example twice, kjitd tuning between, KJIT_RUN_TUNE_S) on the
+# build above (run.sh builds in build/: pass KJIT_GPU_RUN_BUILD_DIR=build KJIT_GPU_RUN_BUILD_TYPE=RelWithDebInfo)
+# against an empty cache (example.tar.gz: its output, `kjit report --run last --markdown`, `kjit
+# tasks`, kjitd's log with one line per trial).
 # Pass KJIT_COMMIT=<this machine's `git rev-parse --short HEAD`>: on the device machine `git rev-parse` in the copied
 # tree has reported an older commit than the tree held (2026-12-01), and the summary's commit is what RESULTS.md cites.
 # One device call is at most 10 minutes: split the work over calls, e.g.
@@ -279,6 +286,34 @@ if [[ "${KJIT_GPU_RUN_ONLINE:-0}" == 1 ]]; then
   "$build/bin/kjit" daemon stop > /dev/null 2>&1 || pkill -f "$build/bin/kjitd" || true
   unset KJIT_CACHE KJIT_RUNTIME_DIR XDG_CACHE_HOME KJITD_TUNER
   tar -C /tmp -czf "$OUT/online.tar.gz" --exclude='kjit-online/run' kjit-online
+fi
+if [[ "${KJIT_GPU_RUN_FUSION:-0}" == 1 ]]; then
+  fu=/tmp/kjit-fusion; rm -rf "$fu"; mkdir -p "$fu/run"
+  export KJIT_CACHE="$fu/cache.db" KJIT_RUNTIME_DIR="$fu/run" XDG_CACHE_HOME="$fu/xdg"
+  KJIT_FUSION=serve timeout "${KJIT_FUSION_S:-300}" "$build/bin/kjit" run -- python3 benchmarks/fusion_gelu.py \
+    --rounds "${KJIT_FUSION_ROUNDS:-12}" --pause "${KJIT_FUSION_PAUSE_S:-10}" --kjit "$build/bin/kjit" \
+    --json "$fu/gelu.json" > "$fu/gelu.md" 2>&1
+  note "fusion: fusion_gelu under kjit run, KJIT_FUSION=serve: rc=$?"
+  grep -E '^\|' "$fu/gelu.md" | tail -6 | tee -a "$summary"
+  grep -E '^shim counters' "$fu/gelu.md" | tee -a "$summary"
+  "$build/bin/kjit" tasks > "$fu/tasks.txt" 2>&1
+  cp "$fu/xdg/kjit/kjitd.log" "$fu/" 2>/dev/null
+  "$build/bin/kjit" daemon stop > /dev/null 2>&1 || true
+  unset KJIT_CACHE KJIT_RUNTIME_DIR XDG_CACHE_HOME
+  tar -C /tmp -czf "$OUT/fusion.tar.gz" --exclude='kjit-fusion/run' kjit-fusion
+fi
+if [[ "${KJIT_GPU_RUN_EXAMPLE:-0}" == 1 ]]; then
+  ex=/tmp/kjit-example; rm -rf "$ex"; mkdir -p "$ex/run"
+  export KJIT_CACHE="$ex/cache.db" KJIT_RUNTIME_DIR="$ex/run" XDG_CACHE_HOME="$ex/xdg"
+  KJIT_SKIP_SETUP=1 KJIT_RUN_TUNE_S="${KJIT_RUN_TUNE_S:-180}" timeout 560 bash scripts/run.sh > "$ex/run.txt" 2>&1
+  note "example: scripts/run.sh rc=$?"
+  grep -E 'ops faster|with a kernel|first verified' "$ex/run.txt" | tail -4 | tee -a "$summary"
+  "$build/bin/kjit" report --run last --markdown > "$ex/report.md" 2>&1
+  "$build/bin/kjit" tasks > "$ex/tasks.txt" 2>&1
+  cp "$ex/xdg/kjit/kjitd.log" "$ex/" 2>/dev/null
+  "$build/bin/kjit" daemon stop > /dev/null 2>&1 || true
+  unset KJIT_CACHE KJIT_RUNTIME_DIR XDG_CACHE_HOME
+  tar -C /tmp -czf "$OUT/example.tar.gz" --exclude='kjit-example/run' kjit-example
 fi
 # KJIT_GPU_RUN_PACK=1: everything in $OUT but summary.txt goes into one results.tar.gz, so that several runs
 # of this script in one device call (OUT=$O/a, OUT=$O/b, ...) stay within the 8 files that come back.
