@@ -195,6 +195,15 @@ def cases(torch, family):
             f"aten::avg_pool3d_backward {str(dt)[6:]}{list(shape)} k{k} s{st} p{pad}", make_ap3,
             lambda g, x, k=k, st=st, pad=pad: aten.avg_pool3d_backward(g, x, [k] * 3, [st] * 3, [pad] * 3, False, True,
                                                                        None))
+    for dt, shape in [(f32, (8, 32, 16, 56, 56)), (f16, (8, 32, 16, 56, 56))]:
+        def make_mp3(s=shape, t=dt):
+            x = torch.randn(*s, device="cuda", dtype=t)
+            y, idx = F.max_pool3d(x, 3, 2, 1, return_indices=True)
+            return torch.randn_like(y), x, idx
+        add("pool_backward", f"max_pool3d_backward {str(dt)[6:]} {'x'.join(map(str, shape))} k3 s2 p1",
+            f"aten::max_pool3d_with_indices_backward {str(dt)[6:]}{list(shape)} k3 s2 p1", make_mp3,
+            lambda g, x, idx: aten.max_pool3d_with_indices_backward(g, x, [3] * 3, [2] * 3, [1] * 3, [1] * 3, False,
+                                                                    idx))
     # A depthwise convolution's backward (depthwise_conv_backward): MobileNet's 3x3 (padding 1, every gradient) and a
     # conv1d's causal 4-tap kernel (padding 3), through aten::convolution_backward as autograd calls it.
     for dt, shape, k, pad in [(f32, (32, 128, 128, 128), (3, 3), (1, 1)), (bf16, (32, 128, 128, 128), (3, 3), (1, 1)),

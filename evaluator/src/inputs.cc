@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "kjit/torch/call_key.h"
 
@@ -556,6 +558,42 @@ Result<at::Tensor> MakeTensor(const TensorDesc& desc, c10::Device device, InputK
   }
 }
 
+namespace {
+
+// Makes argument `index` as `derived` says: `derived.op` called on the other arguments, its output copied into the
+// tensor already made for the argument (which keeps the key's layout). Throws c10::Error as the op does.
+Status MakeDerivedInput(const c10::FunctionSchema& schema, const DerivedInput& derived, size_t index,
+                        std::vector<c10::IValue>* args) {
+  if (index >= args->size() || !(*args)[index].isTensor()) {
+    return InvalidArgument("a derived input must be a tensor argument of " + schema.name());
+  }
+  const std::string name = derived.op.rfind("aten::", 0) == 0 ? derived.op : "aten::" + derived.op;
+  const auto handle = c10::Dispatcher::singleton().findSchema({name, ""});
+  if (!handle) return NotFound("no operator " + name + " makes the derived input");
+  ::torch::jit::Stack stack;
+  for (int a : derived.args) {
+    if (a < 0 || static_cast<size_t>(a) >= args->size()) return InvalidArgument("a derived input's argument is out of range");
+    stack.push_back((*args)[static_cast<size_t>(a)]);
+  }
+  if (stack.size() != handle->schema().arguments().size()) {
+    return InvalidArgument(name + " takes " + std::to_string(handle->schema().arguments().size()) + " arguments, " +
+                           std::to_string(stack.size()) + " given");
+  }
+  handle->callBoxed(stack);
+  if (derived.output < 0 || static_cast<size_t>(derived.output) >= stack.size() || !stack[derived.output].isTensor()) {
+    return InvalidArgument(name + " has no tensor output " + std::to_string(derived.output));
+  }
+  const at::Tensor made = stack[static_cast<size_t>(derived.output)].toTensor();
+  at::Tensor target = (*args)[index].toTensor();
+  if (made.sizes() != target.sizes() || made.scalar_type() != target.scalar_type()) {
+    return InvalidArgument(name + "'s output " + std::to_string(derived.output) + " is not the argument's dtype and sizes");
+  }
+  target.copy_(made);
+  return Status::Ok();
+}
+
+}  // namespace
+
 Result<std::vector<c10::IValue>> MakeArguments(const c10::FunctionSchema& schema, const OpCall& call,
                                                const OpTraits& traits, c10::Device device, InputKind kind,
                                                uint64_t seed) {
@@ -571,6 +609,11 @@ Result<std::vector<c10::IValue>> MakeArguments(const c10::FunctionSchema& schema
       auto v = MakeArgument(formals[i], call.args[i], i, call, traits, device, kind, seed);
       if (!v.ok()) return v.status().WithContext(schema.name() + " argument " + std::to_string(i));
       out.push_back(std::move(v).value());
+    }
+    for (const auto& [index, derived] : traits.derived_inputs) {
+      if (Status s = MakeDerivedInput(schema, derived, static_cast<size_t>(index), &out); !s.ok()) {
+        return s.WithContext(schema.name() + " argument " + std::to_string(index));
+      }
     }
   } catch (const c10::Error& e) {
     return FromTorchError(e, "making the arguments of " + schema.name());

@@ -22,13 +22,15 @@ using codegen::CudaType;
 // where windows overlap (AvgPool3d.cu: each grad_output element added to its window's inputs with atomics in
 // the gradient's dtype), so its sums have no fixed order; this family gathers each element's sum in float in a
 // fixed order (pd, ph, pw) and rounds once, which verification judges with the dtype's tolerance like any other.
-// max_pool3d_with_indices_backward is not served: PyTorch scatters each gradient to its index wherever that is
-// (DilatedMaxPool3d.cu), while a gather like this one reads only the windows that hold an element; the two agree
-// on the indices a forward max pool makes, but the evaluator's random indices lie anywhere in the volume.
+// max_pool3d_with_indices_backward likewise, though PyTorch scatters each gradient to its index wherever that is
+// (DilatedMaxPool3d.cu) while this gather reads only the windows that hold an element: the two agree on the
+// indices a forward max pool makes, so the evaluator makes them so (OpTraits::derived_inputs: the key's
+// max_pool3d_with_indices on the generated self), not at random as for 2-D (whose PyTorch kernel gathers too).
 
 constexpr const char* kAvgBackward = "aten::avg_pool2d_backward";
 constexpr const char* kMaxBackward = "aten::max_pool2d_with_indices_backward";
 constexpr const char* kAvg3dBackward = "aten::avg_pool3d_backward";
+constexpr const char* kMax3dBackward = "aten::max_pool3d_with_indices_backward";
 constexpr int64_t kMaxOutputsPerThread = 8;  // rows x outs accumulators a thread holds
 
 struct PoolBackwardProblem : Problem {
@@ -76,7 +78,7 @@ class PoolBackward final : public Family {
  public:
   std::string_view name() const override { return "pool_backward"; }
   int codegen_version() const override { return 1; }
-  std::vector<std::string> ops() const override { return {kAvgBackward, kMaxBackward, kAvg3dBackward}; }
+  std::vector<std::string> ops() const override { return {kAvgBackward, kMaxBackward, kAvg3dBackward, kMax3dBackward}; }
 
   OpTraits traits(std::string_view op) const override {
     OpTraits t;
@@ -85,6 +87,10 @@ class PoolBackward final : public Family {
     if (op == kMaxBackward) {
       // indices (argument 7) are flat positions within self's plane: [0, H x W) of self's last two dims.
       t.int_domains[7] = IntDomain{0, 0, 1, -2, 2};
+    } else if (op == kMax3dBackward) {
+      // indices as the forward op makes them from self: max_pool3d_with_indices(self, kernel_size, stride,
+      // padding, dilation, ceil_mode)'s second output.
+      t.derived_inputs[7] = DerivedInput{"aten::max_pool3d_with_indices", {1, 2, 3, 4, 5, 6}, 1};
     }
     return t;
   }
@@ -107,6 +113,13 @@ class PoolBackward final : public Family {
     };
     auto pooled = [&](const std::vector<int64_t>& self, IntList k, IntList s, IntList pad, IntList d, bool ceil) {
       return pooled_dims(2, self, k, s, pad, d, ceil);
+    };
+    auto max3 = [&](DType dt, std::vector<int64_t> self, IntList k, IntList s, IntList pad, IntList d, bool ceil) {
+      const std::vector<int64_t> out = pooled_dims(3, self, k, s, pad, d, ceil);
+      return OpKey::Single(kMax3dBackward, "",
+                           {TensorDesc::Contiguous(dt, out), TensorDesc::Contiguous(dt, self), k, s, pad, d, ceil,
+                            TensorDesc::Contiguous(DType::kInt64, out)},
+                           90);
     };
     auto avg3 = [&](DType dt, std::vector<int64_t> self, IntList k, IntList s, IntList pad, bool ceil, bool include,
                     Arg div) {
@@ -163,6 +176,10 @@ class PoolBackward final : public Family {
         avg3(f32, {2, 16, 9, 17, 19}, {3, 3, 2}, {2, 2, 1}, {1, 1, 0}, true, true, NoneArg{}),
         avg3(bf16, {2, 8, 7, 9, 11}, {3}, {1}, {1}, false, false, NoneArg{}),
         avg3(f16, {4, 6, 10, 10}, {2, 3, 3}, {2, 2, 2}, {1, 1, 1}, true, true, int64_t{7}),
+        // 3-D max pooling: a video network's k3 s2 p1 over 16 x 56 x 56, float32; odd sizes, dilation along W,
+        // ceil_mode, float16.
+        max3(f32, {8, 32, 16, 56, 56}, {3}, {2}, {1}, {1}, false),
+        max3(f16, {2, 16, 9, 17, 19}, {3, 2, 3}, {2, 1, 2}, {1, 0, 1}, {1, 1, 2}, true),
     };
   }
 
@@ -170,14 +187,14 @@ class PoolBackward final : public Family {
     if (key.calls.size() != 1) return InvalidArgument("a single call is needed");
     const OpCall& call = key.calls[0];
     auto p = std::make_unique<PoolBackwardProblem>();
-    if (call.op == kMaxBackward) {
+    if (call.op == kMaxBackward || call.op == kMax3dBackward) {
       p->max = true;
     } else if (call.op == kAvgBackward || call.op == kAvg3dBackward) {
       p->max = false;
     } else {
       return InvalidArgument("not a 2-D or 3-D pooling backward");
     }
-    p->three_d = call.op == kAvg3dBackward;
+    p->three_d = call.op == kAvg3dBackward || call.op == kMax3dBackward;
     const size_t dims = p->three_d ? 3 : 2;
     // avg: (grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
     // max: (grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices)
@@ -284,12 +301,14 @@ class PoolBackward final : public Family {
     if (p->in_numel() > (int64_t{1} << 40) || p->out_numel() > (int64_t{1} << 40)) return InvalidArgument("too large");
     p->op = call.op;
     std::ostringstream desc;
-    const char* name = p->three_d ? "avg_pool3d_backward " : p->max ? "max_pool2d_backward " : "avg_pool2d_backward ";
+    const char* name = p->three_d ? (p->max ? "max_pool3d_backward " : "avg_pool3d_backward ")
+                                  : (p->max ? "max_pool2d_backward " : "avg_pool2d_backward ");
     desc << name << DTypeName(p->dtype) << (batched ? "" : " unbatched") << " N=" << p->n << " C=" << p->c;
     if (p->three_d) {
       desc << " in=" << p->d << "x" << p->h << "x" << p->w << " out=" << p->od << "x" << p->oh << "x" << p->ow
            << " k=" << p->kd << "x" << p->kh << "x" << p->kw << " s=" << p->sd << "x" << p->sh << "x" << p->sw
            << " p=" << p->pd << "x" << p->ph << "x" << p->pw;
+      if (p->max) desc << " d=" << p->dd << "x" << p->dh << "x" << p->dw;
     } else {
       desc << " in=" << p->h << "x" << p->w << " out=" << p->oh << "x" << p->ow << " k=" << p->kh << "x" << p->kw
            << " s=" << p->sh << "x" << p->sw << " p=" << p->ph << "x" << p->pw;

@@ -4,8 +4,9 @@
 // provably fits, else long long), VEC (= OUTS, for store_vec), HINT, IS_MAX, VEC_STORE, COUNT_INCLUDE_PAD,
 // USE_DIVISOR, ROUND_QUOTIENT, DIMS3 (macros), PLANES, H, W, OH, OW, KH, KW, SH, SW, PH, PW, EXT_H, EXT_W, DIVISOR,
 // and with DIMS3 also D, OD, KD, SD, PD, EXT_D (constants), THREADS, OUTS, ROWS, KJIT_PARAMS (the kernel ABI's
-// parameters). DIMS3 (avg_pool3d's backward; never with IS_MAX) adds the depth: a thread's elements lie in one
-// depth slice, and the windows are walked pd outer, ph, pw inner; without it the source is 2-D pooling's. Each section is embedded byte for
+// parameters). DIMS3 (3-D pooling's backward) adds the depth: a thread's elements lie in one depth slice, and the
+// windows are walked pd outer, ph, pw inner (a max index is then a flat position in the plane's volume); without
+// it the source is 2-D pooling's. Each section is embedded byte for
 // byte (a blank line after a marker is part of it); lines starting "//@" document it and are not embedded.
 //@section kKernel
 //@ A thread per ROWS x OUTS grad_input elements of one plane (ROWS consecutive rows, OUTS consecutive columns; of
@@ -53,6 +54,9 @@ extern "C" __global__ void __launch_bounds__(THREADS) kjit_pool_backward(KJIT_PA
   const idx_t d = (rest / ROW_BLOCKS) % D;
   const idx_t plane = rest / ROW_BLOCKS / D;
   const in_t* __restrict__ dyp = dy + plane * (OD * OH * OW);
+#if IS_MAX
+  const long long* __restrict__ indp = ind + plane * (OD * OH * OW);
+#endif
 #else
   const idx_t plane = rest / ROW_BLOCKS;
   const in_t* __restrict__ dyp = dy + plane * (OH * OW);
@@ -86,12 +90,14 @@ extern "C" __global__ void __launch_bounds__(THREADS) kjit_pool_backward(KJIT_PA
 #if DIMS3
   const idx_t pd_end = end_window(d, PD, OD, SD);
   for (idx_t pd = first_window(d, PD, EXT_D, SD); pd < pd_end; ++pd) {
+#if !IS_MAX
   // The window's frames, as its rows below.
   idx_t dstart = pd * SD - PD;
   idx_t dend = dstart + KD < D + PD ? dstart + KD : D + PD;
   const idx_t pool_d = dend - dstart;
   dstart = dstart > 0 ? dstart : 0;
   dend = dend < D ? dend : D;
+#endif
 #endif
   for (idx_t ph = phs[0]; ph < ph_hi; ++ph) {
 #if !IS_MAX
@@ -115,8 +121,13 @@ extern "C" __global__ void __launch_bounds__(THREADS) kjit_pool_backward(KJIT_PA
       for (int r = 0; r < ROWS; ++r) {
 #pragma unroll
         for (int o = 0; o < OUTS; ++o) {
+#if DIMS3
+          if (ph >= phs[r] && ph < phe[r] && pw >= pws[o] && pw < pwe[o] &&
+              target == (long long)((d * H + h0 + r) * W + (w0 + o))) {
+#else
           if (ph >= phs[r] && ph < phe[r] && pw >= pws[o] && pw < pwe[o] &&
               target == (long long)((h0 + r) * W + (w0 + o))) {
+#endif
             acc[r][o] += g;
           }
         }

@@ -581,6 +581,39 @@ TEST(MakeArguments, PlaneIndexDomain) {
   EXPECT_FALSE(MakeArguments(*schema, call, bad, kCpu, InputKind::kNormal, 1).ok());
 }
 
+// An input made by another op (OpTraits::derived_inputs): 3-D max pooling's backward reads the indices its forward
+// made, which PyTorch's kernel adds gradients at wherever they point: made by max_pool3d_with_indices on the
+// generated self, copied into the key's tensor (its layout kept: here unaligned by 8 bytes).
+TEST(MakeArguments, DerivedInputsAreMadeByTheirOp) {
+  OpTraits traits;
+  traits.derived_inputs[7] = DerivedInput{"aten::max_pool3d_with_indices", {1, 2, 3, 4, 5, 6}, 1};
+  TensorDesc indices_desc = TensorDesc::Contiguous(DType::kInt64, {2, 3, 3, 4, 4});
+  indices_desc.alignment = 8;
+  const OpCall call{"aten::max_pool3d_with_indices_backward",
+                    "",
+                    {TensorDesc::Contiguous(DType::kFloat32, {2, 3, 3, 4, 4}),
+                     TensorDesc::Contiguous(DType::kFloat32, {2, 3, 5, 7, 7}), IntList{3, 3, 3}, IntList{2, 2, 2},
+                     IntList{1, 1, 1}, IntList{1, 1, 1}, false, indices_desc}};
+  Built b = Build(call, traits);
+  const at::Tensor indices = b.args[7].toTensor();
+  const auto want = at::max_pool3d_with_indices(b.args[1].toTensor(), {3, 3, 3}, {2, 2, 2}, {1, 1, 1}, {1, 1, 1}, false);
+  EXPECT_TRUE(at::equal(indices, std::get<1>(want)));
+  EXPECT_GE(indices.max().item<int64_t>(), 49);  // positions in the volume, past one depth slice
+  auto out = CallBoxed(call, b.args);
+  ExpectSame(out[0], at::max_pool3d_with_indices_backward(b.args[0].toTensor(), b.args[1].toTensor(), {3, 3, 3},
+                                                          {2, 2, 2}, {1, 1, 1}, {1, 1, 1}, false, indices));
+
+  auto schema = FindSchema(call);
+  ASSERT_TRUE(schema.ok());
+  OpTraits bad;
+  bad.derived_inputs[7] = DerivedInput{"aten::no_such_op", {1}, 1};
+  EXPECT_EQ(MakeArguments(*schema, call, bad, kCpu, InputKind::kNormal, 1).status().code(), StatusCode::kNotFound);
+  bad.derived_inputs[7] = DerivedInput{"aten::max_pool3d_with_indices", {1, 2, 3}, 1};  // too few arguments
+  EXPECT_FALSE(MakeArguments(*schema, call, bad, kCpu, InputKind::kNormal, 1).ok());
+  bad.derived_inputs[7] = DerivedInput{"aten::max_pool3d_with_indices", {1, 2, 3, 4, 5, 6}, 0};  // float, not int64
+  EXPECT_FALSE(MakeArguments(*schema, call, bad, kCpu, InputKind::kNormal, 1).ok());
+}
+
 TEST(MakeArguments, NllLossClassIndices) {
   OpTraits traits;
   traits.int_domains[1] = IntDomain{0, 0, 0, 1};

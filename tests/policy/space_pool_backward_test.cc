@@ -171,8 +171,8 @@ TEST(PoolBackwardSpace, SourcesAreSpecialisedOnTheOpAndTheSizes) {
   EXPECT_EQ(block.launch.grid[0], 32u * 64u * 56u * 28u / 128u);
 }
 
-// avg_pool3d_backward: the same space over [N, C, D, H, W] (or [C, D, H, W]) with a depth loop (DIMS3); what it
-// declines; max_pool3d_with_indices_backward is not the family's (PyTorch scatters to any index there).
+// 3-D pooling's backward: the same space over [N, C, D, H, W] (or [C, D, H, W]) with a depth loop (DIMS3); what
+// it declines; max pooling's indices made by the forward op.
 OpKey Avg3dBackward(DType dt, std::vector<int64_t> self, std::vector<int64_t> out, IntList k, IntList s, IntList p,
                     bool ceil, bool include, Arg div) {
   return OpKey::Single("aten::avg_pool3d_backward", "",
@@ -181,7 +181,7 @@ OpKey Avg3dBackward(DType dt, std::vector<int64_t> self, std::vector<int64_t> ou
                        90);
 }
 
-TEST(PoolBackwardSpace, AvgPool3dBackwardAddsTheDepth) {
+TEST(PoolBackwardSpace, Pool3dBackwardAddsTheDepth) {
   const DeviceFacts dev = DeviceFacts::H200();
   // A video network's k2 s2 over 8 x 28 x 28.
   const OpKey video = Avg3dBackward(f32, {4, 64, 8, 28, 28}, {4, 64, 4, 14, 14}, {2}, {2}, {0}, false, true, NoneArg{});
@@ -223,13 +223,26 @@ TEST(PoolBackwardSpace, AvgPool3dBackwardAddsTheDepth) {
   OpKey cl = video;
   cl.calls[0].args[1] = TensorDesc{f32, {4, 64, 8, 28, 28}, {64 * 8 * 28 * 28, 1, 28 * 28 * 64, 28 * 64, 64}, 0, 16};
   EXPECT_NE(Reason(cl).find("not contiguous"), std::string::npos) << Reason(cl);
-  // PyTorch's 3-D max pooling backward adds each gradient at its index wherever it lies: not this family's.
+  // 3-D max pooling's backward: the index compared is a flat position in the plane's volume; PyTorch adds each
+  // gradient at its index wherever it lies, so the evaluator makes the indices with the forward op.
   OpKey max3 = OpKey::Single("aten::max_pool3d_with_indices_backward", "",
                              {TensorDesc::Contiguous(f32, {2, 3, 4, 4, 4}), TensorDesc::Contiguous(f32, {2, 3, 8, 8, 8}),
                               IntList{2}, IntList{2}, IntList{0}, IntList{1}, false,
                               TensorDesc::Contiguous(DType::kInt64, {2, 3, 4, 4, 4})},
                              90);
-  EXPECT_FALSE(FindFamily(max3).ok());
+  auto max3_found = FindFamily(max3);
+  ASSERT_TRUE(max3_found.ok()) << max3_found.status().ToString();
+  auto max3_source = max3_found->family->Generate(
+      *max3_found->problem, max3_found->family->ExpertDefault(*max3_found->problem, dev), dev);
+  ASSERT_TRUE(max3_source.ok());
+  EXPECT_NE(max3_source->source.find("#define IS_MAX 1"), std::string::npos);
+  EXPECT_NE(max3_source->source.find("#define DIMS3 1"), std::string::npos);
+  const OpTraits t = TraitsFor("aten::max_pool3d_with_indices_backward");
+  ASSERT_EQ(t.derived_inputs.count(7), 1u);
+  EXPECT_EQ(t.derived_inputs.at(7).op, "aten::max_pool3d_with_indices");
+  EXPECT_EQ(t.derived_inputs.at(7).args, (std::vector<int>{1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(t.derived_inputs.at(7).output, 1);
+  EXPECT_TRUE(t.int_domains.empty());
 }
 
 }  // namespace

@@ -183,7 +183,8 @@ TEST(ShimOps, TheFamiliesOpsAreIntercepted) {
                               "cudnn_convolution", "mm", "bmm", "_softmax_backward_data",
                               "_log_softmax_backward_data", "native_layer_norm_backward", "_fused_rms_norm_backward",
                               "native_group_norm_backward", "avg_pool2d_backward",
-                              "max_pool2d_with_indices_backward", "avg_pool3d_backward", "native_batch_norm_backward",
+                              "max_pool2d_with_indices_backward", "avg_pool3d_backward",
+                              "max_pool3d_with_indices_backward", "native_batch_norm_backward",
                               "cudnn_batch_norm_backward", "convolution_backward"}) {
     EXPECT_TRUE(listed(op)) << op;
     EXPECT_NE(PreFilterFor(op), PreFilter::kChainMember) << op;
@@ -194,7 +195,7 @@ TEST(ShimOps, TheFamiliesOpsAreIntercepted) {
     EXPECT_TRUE(listed(op)) << op;
     EXPECT_EQ(PreFilterFor(op), PreFilter::kChainMember) << op;
   }
-  EXPECT_EQ(std::size(kInterceptedOps), 36u + 12u);
+  EXPECT_EQ(std::size(kInterceptedOps), 37u + 12u);
   // Overloads without CUDA kernels of their own, or that the families do not serve, are not listed.
   for (std::string_view op : {"sum", "mean", "max_pool2d", "cumsum_", "cumsum.out", "sum.IntList_out", "mm.out",
                               "bmm.out", "addmm", "matmul"}) {
@@ -233,7 +234,8 @@ TEST(ShimOps, PreFilters) {
   for (std::string_view op : {"cumsum", "cumprod", "max_pool2d_with_indices", "max_pool3d_with_indices", "avg_pool2d",
                               "avg_pool3d", "sum.dim_IntList", "mean.dim", "amax", "amin", "prod", "prod.dim_int",
                               "argmax", "argmin", "_conv_depthwise2d", "avg_pool2d_backward",
-                              "max_pool2d_with_indices_backward", "avg_pool3d_backward"}) {
+                              "max_pool2d_with_indices_backward", "avg_pool3d_backward",
+                              "max_pool3d_with_indices_backward"}) {
     EXPECT_EQ(PreFilterFor(op), PreFilter::kServedFloat) << op;
   }
   EXPECT_EQ(PreFilterFor("cudnn_convolution"), PreFilter::kDepthwiseConv);

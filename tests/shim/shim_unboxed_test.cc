@@ -249,10 +249,13 @@ TEST(ShimUnboxed, TypedKeysAndChecksEqualTheBoxedOnesForEveryOp) {
     For<ops::max_pool2d_with_indices_backward>::Check(true, g, img, k, s, p, d, false, indices);
     For<ops::max_pool2d_with_indices_backward>::Check(false, F({0, 3, 5, 5}), F({0, 3, 9, 9}), k, s, p, d, false,
                                                       indices);  // empty: pre-filter
-    // 3-D average pooling's: grad_output [2, 3, 3, 5, 5] of self [2, 3, 5, 9, 9] (k3 s2 p1).
+    // 3-D pooling's: grad_output [2, 3, 3, 5, 5] of self [2, 3, 5, 9, 9] (k3 s2 p1).
     const std::vector<int64_t> k3{3, 3, 3}, s3{2, 2, 2}, p3{1, 1, 1};
     For<ops::avg_pool3d_backward>::Check(true, F({2, 3, 3, 5, 5}), F({2, 3, 5, 9, 9}), k3, s3, p3, false, true,
                                          std::nullopt);
+    const std::vector<int64_t> d3{1, 1, 1};
+    For<ops::max_pool3d_with_indices_backward>::Check(true, F({2, 3, 3, 5, 5}), F({2, 3, 5, 9, 9}), k3, s3, p3, d3,
+                                                      false, at::zeros({2, 3, 3, 5, 5}, at::TensorOptions().dtype(at::kLong)));
   }
   {
     // Batch norm's gradients: [2, 4, 3, 3], float32 [C] saved statistics; cudnn's reserve is a uint8 tensor.

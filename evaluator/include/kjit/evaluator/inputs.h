@@ -26,6 +26,7 @@ namespace kjit::eval {
 using policy::ComparePolicy;
 using policy::DeclareOpTraits;
 using policy::DefaultOpTraits;
+using policy::DerivedInput;
 using policy::IntDomain;
 using policy::OpTraits;
 using policy::TraitsFor;

@@ -13,6 +13,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "kjit/runtime/op_key.h"
 
@@ -38,9 +39,21 @@ enum class ComparePolicy {
   kBitwise,  // every byte equal
 };
 
+// An input argument that only another op makes as a program would have it: the evaluator makes it by calling
+// `op` (an aten op, "aten::max_pool3d_with_indices") boxed on the call's own arguments `args` (indices into the
+// call, in the op's order) and taking its output `output`, then copies it into the argument's tensor (the key's
+// sizes, strides and alignment). For instance a max pooling backward's indices, which PyTorch's 3-D kernel adds
+// at wherever they point: random ones would test what no program does.
+struct DerivedInput {
+  std::string op;
+  std::vector<int> args;
+  int output = 0;
+};
+
 struct OpTraits {
   // Per argument index of the (first) call.
   std::map<int, IntDomain> int_domains;
+  std::map<int, DerivedInput> derived_inputs;  // made after the others, from them
   // NaN, +-Inf and -0.0 are meaningful inputs (false for ops whose PyTorch
   // kernel's result on them is unspecified).
   bool special_values = true;
