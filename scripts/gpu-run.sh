@@ -287,33 +287,39 @@ if [[ "${KJIT_GPU_RUN_ONLINE:-0}" == 1 ]]; then
   unset KJIT_CACHE KJIT_RUNTIME_DIR XDG_CACHE_HOME KJITD_TUNER
   tar -C /tmp -czf "$OUT/online.tar.gz" --exclude='kjit-online/run' kjit-online
 fi
+# A step of its own kjit state (/tmp/kjit-NAME: cache, runtime dir, kjitd and its log), left in $OUT/NAME.tar.gz
+# with `kjit tasks` and kjitd's log by end_fresh_kjit.
+begin_fresh_kjit() {
+  local dir=/tmp/kjit-$1
+  rm -rf "$dir"; mkdir -p "$dir/run"
+  export KJIT_CACHE="$dir/cache.db" KJIT_RUNTIME_DIR="$dir/run" XDG_CACHE_HOME="$dir/xdg"
+}
+end_fresh_kjit() {
+  local dir=/tmp/kjit-$1
+  "$build/bin/kjit" tasks > "$dir/tasks.txt" 2>&1
+  cp "$dir/xdg/kjit/kjitd.log" "$dir/" 2>/dev/null
+  "$build/bin/kjit" daemon stop > /dev/null 2>&1 || true
+  unset KJIT_CACHE KJIT_RUNTIME_DIR XDG_CACHE_HOME
+  tar -C /tmp -czf "$OUT/$1.tar.gz" --exclude="kjit-$1/run" "kjit-$1"
+}
 if [[ "${KJIT_GPU_RUN_FUSION:-0}" == 1 ]]; then
-  fu=/tmp/kjit-fusion; rm -rf "$fu"; mkdir -p "$fu/run"
-  export KJIT_CACHE="$fu/cache.db" KJIT_RUNTIME_DIR="$fu/run" XDG_CACHE_HOME="$fu/xdg"
+  begin_fresh_kjit fusion
   KJIT_FUSION=serve timeout "${KJIT_FUSION_S:-300}" "$build/bin/kjit" run -- python3 benchmarks/fusion_gelu.py \
     --rounds "${KJIT_FUSION_ROUNDS:-12}" --pause "${KJIT_FUSION_PAUSE_S:-10}" --kjit "$build/bin/kjit" \
-    --json "$fu/gelu.json" > "$fu/gelu.md" 2>&1
+    --json /tmp/kjit-fusion/gelu.json > /tmp/kjit-fusion/gelu.md 2>&1
   note "fusion: fusion_gelu under kjit run, KJIT_FUSION=serve: rc=$?"
-  grep -E '^\|' "$fu/gelu.md" | tail -6 | tee -a "$summary"
-  grep -E '^shim counters' "$fu/gelu.md" | tee -a "$summary"
-  "$build/bin/kjit" tasks > "$fu/tasks.txt" 2>&1
-  cp "$fu/xdg/kjit/kjitd.log" "$fu/" 2>/dev/null
-  "$build/bin/kjit" daemon stop > /dev/null 2>&1 || true
-  unset KJIT_CACHE KJIT_RUNTIME_DIR XDG_CACHE_HOME
-  tar -C /tmp -czf "$OUT/fusion.tar.gz" --exclude='kjit-fusion/run' kjit-fusion
+  grep -E '^\|' /tmp/kjit-fusion/gelu.md | tail -6 | tee -a "$summary"
+  grep -E '^shim counters' /tmp/kjit-fusion/gelu.md | tee -a "$summary"
+  end_fresh_kjit fusion
 fi
 if [[ "${KJIT_GPU_RUN_EXAMPLE:-0}" == 1 ]]; then
-  ex=/tmp/kjit-example; rm -rf "$ex"; mkdir -p "$ex/run"
-  export KJIT_CACHE="$ex/cache.db" KJIT_RUNTIME_DIR="$ex/run" XDG_CACHE_HOME="$ex/xdg"
-  KJIT_SKIP_SETUP=1 KJIT_RUN_TUNE_S="${KJIT_RUN_TUNE_S:-180}" timeout 560 bash scripts/run.sh > "$ex/run.txt" 2>&1
+  begin_fresh_kjit example
+  KJIT_SKIP_SETUP=1 KJIT_RUN_TUNE_S="${KJIT_RUN_TUNE_S:-180}" timeout 560 bash scripts/run.sh \
+    > /tmp/kjit-example/run.txt 2>&1
   note "example: scripts/run.sh rc=$?"
-  grep -E 'ops faster|with a kernel|first verified' "$ex/run.txt" | tail -4 | tee -a "$summary"
-  "$build/bin/kjit" report --run last --markdown > "$ex/report.md" 2>&1
-  "$build/bin/kjit" tasks > "$ex/tasks.txt" 2>&1
-  cp "$ex/xdg/kjit/kjitd.log" "$ex/" 2>/dev/null
-  "$build/bin/kjit" daemon stop > /dev/null 2>&1 || true
-  unset KJIT_CACHE KJIT_RUNTIME_DIR XDG_CACHE_HOME
-  tar -C /tmp -czf "$OUT/example.tar.gz" --exclude='kjit-example/run' kjit-example
+  grep -E 'ops faster|with a kernel|first verified' /tmp/kjit-example/run.txt | tail -4 | tee -a "$summary"
+  "$build/bin/kjit" report --run last --markdown > /tmp/kjit-example/report.md 2>&1
+  end_fresh_kjit example
 fi
 # KJIT_GPU_RUN_PACK=1: everything in $OUT but summary.txt goes into one results.tar.gz, so that several runs
 # of this script in one device call (OUT=$O/a, OUT=$O/b, ...) stay within the 8 files that come back.

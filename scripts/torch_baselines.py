@@ -170,15 +170,21 @@ def cases(torch, family):
             f"aten::native_group_norm_backward {str(dt)[6:]}{list(shape)} {groups}", make_gn,
             lambda g, x, mean, rstd, w, n=n, c=c, hw=hxw, gr=groups: aten.native_group_norm_backward(
                 g, x, mean, rstd, w, n, c, hw, gr, [True, True, True]))
-    # 2-D pooling's backward (pool_backward): a ResNet stem's max pool and a DenseNet transition's average pool.
-    for dt, shape in [(f32, (32, 64, 112, 112)), (f16, (32, 64, 112, 112))]:
-        def make_mp(s=shape, t=dt):
+    # Pooling's backward (pool_backward): a ResNet stem's max pool, a video network's 3-D max pool (k3 s2 p1 over
+    # 16 x 56 x 56), a DenseNet transition's average pool.
+    for dt, shape in [(f32, (32, 64, 112, 112)), (f16, (32, 64, 112, 112)), (f32, (8, 32, 16, 56, 56)),
+                      (f16, (8, 32, 16, 56, 56))]:
+        nd = len(shape) - 2
+        pool, backward = (F.max_pool3d, aten.max_pool3d_with_indices_backward) if nd == 3 else \
+            (F.max_pool2d, aten.max_pool2d_with_indices_backward)
+
+        def make_mp(s=shape, t=dt, pool=pool):
             x = torch.randn(*s, device="cuda", dtype=t)
-            y, idx = F.max_pool2d(x, 3, 2, 1, return_indices=True)
+            y, idx = pool(x, 3, 2, 1, return_indices=True)
             return torch.randn_like(y), x, idx
-        add("pool_backward", f"max_pool2d_backward {str(dt)[6:]} {'x'.join(map(str, shape))} k3 s2 p1",
-            f"aten::max_pool2d_with_indices_backward {str(dt)[6:]}{list(shape)} k3 s2 p1", make_mp,
-            lambda g, x, idx: aten.max_pool2d_with_indices_backward(g, x, [3, 3], [2, 2], [1, 1], [1, 1], False, idx))
+        add("pool_backward", f"max_pool{nd}d_backward {str(dt)[6:]} {'x'.join(map(str, shape))} k3 s2 p1",
+            f"aten::max_pool{nd}d_with_indices_backward {str(dt)[6:]}{list(shape)} k3 s2 p1", make_mp,
+            lambda g, x, idx, b=backward, nd=nd: b(g, x, [3] * nd, [2] * nd, [1] * nd, [1] * nd, False, idx))
     for dt, shape in [(f32, (32, 256, 56, 56)), (bf16, (32, 256, 56, 56))]:
         def make_ap(s=shape, t=dt):
             x = torch.randn(*s, device="cuda", dtype=t)
@@ -195,15 +201,6 @@ def cases(torch, family):
             f"aten::avg_pool3d_backward {str(dt)[6:]}{list(shape)} k{k} s{st} p{pad}", make_ap3,
             lambda g, x, k=k, st=st, pad=pad: aten.avg_pool3d_backward(g, x, [k] * 3, [st] * 3, [pad] * 3, False, True,
                                                                        None))
-    for dt, shape in [(f32, (8, 32, 16, 56, 56)), (f16, (8, 32, 16, 56, 56))]:
-        def make_mp3(s=shape, t=dt):
-            x = torch.randn(*s, device="cuda", dtype=t)
-            y, idx = F.max_pool3d(x, 3, 2, 1, return_indices=True)
-            return torch.randn_like(y), x, idx
-        add("pool_backward", f"max_pool3d_backward {str(dt)[6:]} {'x'.join(map(str, shape))} k3 s2 p1",
-            f"aten::max_pool3d_with_indices_backward {str(dt)[6:]}{list(shape)} k3 s2 p1", make_mp3,
-            lambda g, x, idx: aten.max_pool3d_with_indices_backward(g, x, [3] * 3, [2] * 3, [1] * 3, [1] * 3, False,
-                                                                    idx))
     # A depthwise convolution's backward (depthwise_conv_backward): MobileNet's 3x3 (padding 1, every gradient) and a
     # conv1d's causal 4-tap kernel (padding 3), through aten::convolution_backward as autograd calls it.
     for dt, shape, k, pad in [(f32, (32, 128, 128, 128), (3, 3), (1, 1)), (bf16, (32, 128, 128, 128), (3, 3), (1, 1)),

@@ -48,9 +48,9 @@ void ChainRecorder::Flush() {
   open_.clear();
 }
 
-void ChainRecorder::BeginBurst(bool after_gap) {
+void ChainRecorder::BeginBurst() {
   open_.clear();
-  uncertain_until_ = after_gap ? records_ + window_ : records_;
+  uncertain_until_ = records_ + window_;
 }
 
 void ChainRecorder::Discard() { open_.clear(); }

@@ -66,11 +66,11 @@ class ChainRecorder {
   // Closes every open chain (at a synchronisation, or before reading the counts).
   void Flush();
   // Sampling's edges. A burst of recorded calls that starts after calls went unrecorded may start inside a chain,
-  // and one that ends may end inside one: a chain whose first record is among a burst's first `window` records
-  // (after_gap: the thread made fusible calls before that were not recorded), or that is still open when the
-  // burst ends, may lack members, and is not counted (only whole chains are keyed: a program's partial chains
-  // would be tuned, and served in the way of the whole ones).
-  void BeginBurst(bool after_gap);
+  // and one that ends may end inside one: a chain whose first record is among such a burst's first `window`
+  // records, or that is still open when the burst ends, may lack members, and is not counted (only whole chains
+  // are keyed: a program's partial chains would be tuned, and served in the way of the whole ones). BeginBurst:
+  // the thread's next record follows fusible calls that were not recorded.
+  void BeginBurst();
   // Drops the open chains uncounted (a burst's end).
   void Discard();
 
@@ -149,7 +149,7 @@ class ThreadChains {
     bool ended = false, started = false;
     const bool record = gate_.Next(&ended, &started);
     if (ended) recorder_.Discard();
-    if (started) recorder_.BeginBurst(/*after_gap=*/true);
+    if (started) recorder_.BeginBurst();
     return record;
   }
   // Adds a recorded call; returns the chains due for a report now (each chain once per thread).

@@ -567,7 +567,7 @@ Status MakeDerivedInput(const c10::FunctionSchema& schema, const DerivedInput& d
   if (index >= args->size() || !(*args)[index].isTensor()) {
     return InvalidArgument("a derived input must be a tensor argument of " + schema.name());
   }
-  const std::string name = derived.op.rfind("aten::", 0) == 0 ? derived.op : "aten::" + derived.op;
+  const std::string& name = derived.op;
   const auto handle = c10::Dispatcher::singleton().findSchema({name, ""});
   if (!handle) return NotFound("no operator " + name + " makes the derived input");
   ::torch::jit::Stack stack;

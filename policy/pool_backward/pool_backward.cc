@@ -111,36 +111,34 @@ class PoolBackward final : public Family {
       }
       return out;
     };
-    auto pooled = [&](const std::vector<int64_t>& self, IntList k, IntList s, IntList pad, IntList d, bool ceil) {
-      return pooled_dims(2, self, k, s, pad, d, ceil);
-    };
-    auto max3 = [&](DType dt, std::vector<int64_t> self, IntList k, IntList s, IntList pad, IntList d, bool ceil) {
-      const std::vector<int64_t> out = pooled_dims(3, self, k, s, pad, d, ceil);
-      return OpKey::Single(kMax3dBackward, "",
+    // Keys of 2-D (dims 2) or 3-D (dims 3) pooling's backward.
+    auto max_of = [&](size_t dims, DType dt, std::vector<int64_t> self, IntList k, IntList s, IntList pad, IntList d,
+                      bool ceil) {
+      const std::vector<int64_t> out = pooled_dims(dims, self, k, s, pad, d, ceil);
+      return OpKey::Single(dims == 3 ? kMax3dBackward : kMaxBackward, "",
                            {TensorDesc::Contiguous(dt, out), TensorDesc::Contiguous(dt, self), k, s, pad, d, ceil,
                             TensorDesc::Contiguous(DType::kInt64, out)},
                            90);
     };
-    auto avg3 = [&](DType dt, std::vector<int64_t> self, IntList k, IntList s, IntList pad, bool ceil, bool include,
-                    Arg div) {
-      const std::vector<int64_t> out = pooled_dims(3, self, k, s, pad, {1}, ceil);
-      return OpKey::Single(kAvg3dBackward, "",
-                           {TensorDesc::Contiguous(dt, out), TensorDesc::Contiguous(dt, self), k, s, pad, ceil, include,
-                            std::move(div)},
+    auto avg_of = [&](size_t dims, DType dt, TensorDesc self, IntList k, IntList s, IntList pad, bool ceil,
+                      bool include, Arg div) {
+      const std::vector<int64_t> out = pooled_dims(dims, self.sizes, k, s, pad, {1}, ceil);
+      return OpKey::Single(dims == 3 ? kAvg3dBackward : kAvgBackward, "",
+                           {TensorDesc::Contiguous(dt, out), std::move(self), k, s, pad, ceil, include, std::move(div)},
                            90);
     };
     auto max = [&](DType dt, std::vector<int64_t> self, IntList k, IntList s, IntList pad, IntList d, bool ceil) {
-      const std::vector<int64_t> out = pooled(self, k, s, pad, d, ceil);
-      return OpKey::Single(kMaxBackward, "",
-                           {TensorDesc::Contiguous(dt, out), TensorDesc::Contiguous(dt, self), k, s, pad, d, ceil,
-                            TensorDesc::Contiguous(DType::kInt64, out)},
-                           90);
+      return max_of(2, dt, std::move(self), k, s, pad, d, ceil);
+    };
+    auto max3 = [&](DType dt, std::vector<int64_t> self, IntList k, IntList s, IntList pad, IntList d, bool ceil) {
+      return max_of(3, dt, std::move(self), k, s, pad, d, ceil);
     };
     auto avg = [&](DType dt, TensorDesc self, IntList k, IntList s, IntList pad, bool ceil, bool include, Arg div) {
-      const std::vector<int64_t> out = pooled(self.sizes, k, s, pad, {1}, ceil);
-      return OpKey::Single(kAvgBackward, "",
-                           {TensorDesc::Contiguous(dt, out), std::move(self), k, s, pad, ceil, include, std::move(div)},
-                           90);
+      return avg_of(2, dt, std::move(self), k, s, pad, ceil, include, std::move(div));
+    };
+    auto avg3 = [&](DType dt, std::vector<int64_t> self, IntList k, IntList s, IntList pad, bool ceil, bool include,
+                    Arg div) {
+      return avg_of(3, dt, TensorDesc::Contiguous(dt, std::move(self)), k, s, pad, ceil, include, std::move(div));
     };
     // avg_pool1d's view: [N, C, L] unsqueezed at -2 keeps L's stride for the new dim (contiguous all the same).
     auto one_d = [](DType dt, int64_t n, int64_t c, int64_t l) {

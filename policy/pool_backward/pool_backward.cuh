@@ -43,6 +43,18 @@ __device__ __forceinline__ idx_t end_window(idx_t i, idx_t pad, idx_t pooled, id
   return e < pooled ? e : pooled;
 }
 
+// Output o's window along a dim of n inputs (an average pool's: no dilation): [*start, *end) clipped to the
+// input; returns its size within input + padding (count_include_pad's count along the dim).
+__device__ __forceinline__ idx_t window_of(idx_t o, idx_t stride, idx_t pad, idx_t k, idx_t n, idx_t* start,
+                                           idx_t* end) {
+  const idx_t s = o * stride - pad;
+  const idx_t e = s + k < n + pad ? s + k : n + pad;
+  const idx_t size = e - s;
+  *start = s > 0 ? s : 0;
+  *end = e < n ? e : n;
+  return size;
+}
+
 extern "C" __global__ void __launch_bounds__(THREADS) kjit_pool_backward(KJIT_PARAMS) {
   (void)x;  // only its shape matters: the key's
   const idx_t item = (idx_t)blockIdx.x * THREADS + (idx_t)threadIdx.x;
@@ -91,22 +103,14 @@ extern "C" __global__ void __launch_bounds__(THREADS) kjit_pool_backward(KJIT_PA
   const idx_t pd_end = end_window(d, PD, OD, SD);
   for (idx_t pd = first_window(d, PD, EXT_D, SD); pd < pd_end; ++pd) {
 #if !IS_MAX
-  // The window's frames, as its rows below.
-  idx_t dstart = pd * SD - PD;
-  idx_t dend = dstart + KD < D + PD ? dstart + KD : D + PD;
-  const idx_t pool_d = dend - dstart;
-  dstart = dstart > 0 ? dstart : 0;
-  dend = dend < D ? dend : D;
+  idx_t dstart, dend;
+  const idx_t pool_d = window_of(pd, SD, PD, KD, D, &dstart, &dend);
 #endif
 #endif
   for (idx_t ph = phs[0]; ph < ph_hi; ++ph) {
 #if !IS_MAX
-    // The window's rows: its size within input + padding, then clipped to the input.
-    idx_t hstart = ph * SH - PH;
-    idx_t hend = hstart + KH < H + PH ? hstart + KH : H + PH;
-    const idx_t pool_h = hend - hstart;
-    hstart = hstart > 0 ? hstart : 0;
-    hend = hend < H ? hend : H;
+    idx_t hstart, hend;
+    const idx_t pool_h = window_of(ph, SH, PH, KH, H, &hstart, &hend);
 #endif
     for (idx_t pw = pws[0]; pw < pw_hi; ++pw) {
 #if DIMS3
@@ -133,15 +137,12 @@ extern "C" __global__ void __launch_bounds__(THREADS) kjit_pool_backward(KJIT_PA
         }
       }
 #else
-      idx_t wstart = pw * SW - PW;
-      idx_t wend = wstart + KW < W + PW ? wstart + KW : W + PW;
+      idx_t wstart, wend;
 #if DIMS3
-      const idx_t pool_size = pool_d * pool_h * (wend - wstart);
+      const idx_t pool_size = pool_d * pool_h * window_of(pw, SW, PW, KW, W, &wstart, &wend);
 #else
-      const idx_t pool_size = pool_h * (wend - wstart);
+      const idx_t pool_size = pool_h * window_of(pw, SW, PW, KW, W, &wstart, &wend);
 #endif
-      wstart = wstart > 0 ? wstart : 0;
-      wend = wend < W ? wend : W;
 #if DIMS3
       if (dstart >= dend || hstart >= hend || wstart >= wend) continue;
       const idx_t factor = USE_DIVISOR ? (idx_t)DIVISOR

@@ -23,8 +23,8 @@ OpKey MaxBackward(DType dt, std::vector<int64_t> self, std::vector<int64_t> out,
                        90);
 }
 OpKey AvgBackward(DType dt, std::vector<int64_t> self, std::vector<int64_t> out, IntList k, IntList s, IntList p,
-                  bool ceil, bool include, Arg div) {
-  return OpKey::Single("aten::avg_pool2d_backward", "",
+                  bool ceil, bool include, Arg div, const char* op = "aten::avg_pool2d_backward") {
+  return OpKey::Single(op, "",
                        {TensorDesc::Contiguous(dt, out), TensorDesc::Contiguous(dt, self), k, s, p, ceil, include,
                         std::move(div)},
                        90);
@@ -175,10 +175,8 @@ TEST(PoolBackwardSpace, SourcesAreSpecialisedOnTheOpAndTheSizes) {
 // it declines; max pooling's indices made by the forward op.
 OpKey Avg3dBackward(DType dt, std::vector<int64_t> self, std::vector<int64_t> out, IntList k, IntList s, IntList p,
                     bool ceil, bool include, Arg div) {
-  return OpKey::Single("aten::avg_pool3d_backward", "",
-                       {TensorDesc::Contiguous(dt, out), TensorDesc::Contiguous(dt, self), k, s, p, ceil, include,
-                        std::move(div)},
-                       90);
+  return AvgBackward(dt, std::move(self), std::move(out), k, s, p, ceil, include, std::move(div),
+                     "aten::avg_pool3d_backward");
 }
 
 TEST(PoolBackwardSpace, Pool3dBackwardAddsTheDepth) {

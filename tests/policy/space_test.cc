@@ -201,7 +201,7 @@ TEST_P(SpaceTest, SampledSourcesArePinned) {
       {"softmax_backward", {6254, 0xb8f7788960fdca47ull}},  // new family (codegen 1)
       {"layer_norm_backward", {11429, 0xaf27a94de9d16d3bull}},  // new family (codegen 1)
       {"group_norm_backward", {8646, 0x6b0e82bb5d5a2ac0ull}},  // new family (codegen 1)
-      {"pool_backward", {57513, 0x870664f2576749cfull}},  // 3-D avg and max added (DIMS3): the 2-D kernels' PTX unchanged
+      {"pool_backward", {57513, 0x186ef78743ddb431ull}},  // 3-D avg and max (DIMS3), window_of: the 2-D kernels' PTX unchanged
       {"batch_norm_backward", {13778, 0xbe2522bbf199f8c0ull}},  // new family (codegen 1)
       {"elementwise_chain", {21202, 0x03c84e19e021e944ull}},  // new family (codegen 1); kjit::input in its GELU and SiLU keys
       {"depthwise_conv_backward", {20263, 0x90cb1bc1f6e60fd7ull}},  // new family (codegen 1)
