@@ -367,7 +367,10 @@ Status DeviceBuffer::CopyFromHost(const void* src, size_t bytes) const {
                                              std::to_string(bytes_) + "-byte buffer");
   if (bytes == 0) return Status::Ok();
   KJIT_ASSIGN_OR_RETURN(ContextGuard guard, ContextGuard::Push(*driver_, context_));
-  return driver_->Check(driver_->api().cuMemcpyHtoD(ptr_, src, bytes), "cuMemcpyHtoD");
+  KJIT_RETURN_IF_ERROR(driver_->Check(driver_->api().cuMemcpyHtoD(ptr_, src, bytes), "cuMemcpyHtoD"));
+  // From pageable memory cuMemcpyHtoD may return before its DMA lands, and the legacy stream it runs on does
+  // not order against kjit's non-blocking streams: a kernel launched next could read the old bytes.
+  return driver_->Check(driver_->api().cuStreamSynchronize(nullptr), "cuStreamSynchronize");
 }
 
 Status DeviceBuffer::CopyToHost(void* dst, size_t bytes) const {
@@ -382,7 +385,11 @@ Status DeviceBuffer::Fill32(uint32_t pattern) const {
   if (bytes_ % 4 != 0) return InvalidArgument("Fill32 needs a buffer size divisible by 4");
   if (bytes_ == 0) return Status::Ok();
   KJIT_ASSIGN_OR_RETURN(ContextGuard guard, ContextGuard::Push(*driver_, context_));
-  return driver_->Check(driver_->api().cuMemsetD32(ptr_, pattern, bytes_ / 4), "cuMemsetD32");
+  KJIT_RETURN_IF_ERROR(driver_->Check(driver_->api().cuMemsetD32(ptr_, pattern, bytes_ / 4), "cuMemsetD32"));
+  // cuMemsetD32 is asynchronous on the legacy stream, which a non-blocking stream does not wait for: without
+  // this, a kernel launched next on Stream::Create's stream races the fill (seen on an H100 while another
+  // process used the GPU: the poison landed after the kernel's output, 1047136 of 1048576 elements wrong).
+  return driver_->Check(driver_->api().cuStreamSynchronize(nullptr), "cuStreamSynchronize");
 }
 
 }  // namespace kjit

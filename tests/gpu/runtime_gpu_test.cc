@@ -163,6 +163,29 @@ TEST_F(GpuTest, LaunchOnNonDefaultStream) {
   EXPECT_EQ(wrong_full, 0u);
 }
 
+// A fill or an upload has landed when it returns: Stream::Create's streams do not wait for the legacy stream
+// cuMemsetD32 runs on, so a kernel launched right after a fill read the old bytes (an H100 on 2026-12-07: the
+// example's poison landed after its kernel's output). 256 MiB: the fill takes far longer than a launch.
+TEST_F(GpuTest, AFillHasLandedWhenItReturns) {
+  const size_t n = size_t{64} << 20;
+  DeviceBuffer dx = Poisoned(n);
+  DeviceBuffer dy = Poisoned(n);
+  ASSERT_TRUE(dx.Fill32(std::bit_cast<uint32_t>(1.0f)).ok());
+  ASSERT_TRUE(context_->driver().Check(context_->driver().api().cuCtxSynchronize(), "sync").ok());
+  ASSERT_TRUE(dx.Fill32(std::bit_cast<uint32_t>(3.0f)).ok());
+  auto stream = Stream::Create(*context_);
+  ASSERT_TRUE(stream.ok()) << stream.status().ToString();
+  Function f = Get("affine");
+  ASSERT_TRUE(f.LaunchWith(LaunchConfig{{1024, 1, 1}, {256, 1, 1}, 0}, stream->get(), dx.get(), dy.get(), 1.0f,
+                           0.0f, static_cast<unsigned>(n))
+                  .ok());
+  ASSERT_TRUE(stream->Synchronize().ok());
+  const auto y = Download(dy);
+  size_t old = 0;
+  for (float v : y) old += v != 3.0f;
+  EXPECT_EQ(old, 0u) << "elements the kernel read before the fill landed";
+}
+
 TEST_F(GpuTest, DynamicSharedAboveDefaultIsOptedIn) {
   auto acc = DeviceBuffer::Allocate(*context_, sizeof(float));
   ASSERT_TRUE(acc.ok());

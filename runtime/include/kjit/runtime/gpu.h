@@ -204,6 +204,8 @@ class DeviceBuffer {
 
   CUdeviceptr get() const { return ptr_; }
   size_t size() const { return bytes_; }
+  // Each of these has finished on the GPU when it returns, so a kernel launched next on any stream sees its
+  // bytes. CopyToHost waits for the legacy stream only: synchronize a non-blocking stream writing the buffer first.
   Status CopyFromHost(const void* src, size_t bytes) const;
   Status CopyToHost(void* dst, size_t bytes) const;
   // Fills every 32-bit word with `pattern` (e.g. a NaN bit pattern, to poison outputs).
