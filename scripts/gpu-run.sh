@@ -304,12 +304,13 @@ end_fresh_kjit() {
 }
 if [[ "${KJIT_GPU_RUN_FUSION:-0}" == 1 ]]; then
   begin_fresh_kjit fusion
-  KJIT_FUSION=serve timeout "${KJIT_FUSION_S:-300}" "$build/bin/kjit" run -- python3 benchmarks/fusion_gelu.py \
+  KJIT_FUSION=serve KJIT_LOG=1 timeout "${KJIT_FUSION_S:-300}" "$build/bin/kjit" run -- python3 benchmarks/fusion_gelu.py \
     --rounds "${KJIT_FUSION_ROUNDS:-12}" --pause "${KJIT_FUSION_PAUSE_S:-10}" --kjit "$build/bin/kjit" \
     --json /tmp/kjit-fusion/gelu.json > /tmp/kjit-fusion/gelu.md 2>&1
   note "fusion: fusion_gelu under kjit run, KJIT_FUSION=serve: rc=$?"
   grep -E '^\|' /tmp/kjit-fusion/gelu.md | tail -6 | tee -a "$summary"
   grep -E '^shim counters' /tmp/kjit-fusion/gelu.md | tee -a "$summary"
+  grep -E "announcement|chain" /tmp/kjit-fusion/gelu.md | grep "^kjit:" | head -8 | tee -a "$summary"
   end_fresh_kjit fusion
 fi
 if [[ "${KJIT_GPU_RUN_EXAMPLE:-0}" == 1 ]]; then

@@ -861,6 +861,21 @@ void AddServedChain(Adapter& a, const OpKey& key, int device, int arch) {
     if (!dtype || !c10::isFloatingType(*dtype)) return;
     chain->out_dtype.push_back(*dtype);
   }
+  // The outputs the fused kernel writes, as the window allocates them (contiguous, at::empty): a record verified
+  // with other layouts is not served, here or when an announcement brings it (AnnouncementListener::Handle
+  // compares them; an entry with none listed was refused every chain record, so a chain tuned while its program
+  // ran was never swapped in: the GELU program on an H100, 2026-12-07).
+  std::vector<OutputLayout> outputs;
+  for (uint32_t m : plan->written()) {
+    OutputLayout layout;
+    layout.scalar_type = static_cast<int8_t>(chain->out_dtype[m]);
+    layout.sizes = chain->sizes;
+    layout.strides.assign(chain->sizes.size(), 1);
+    for (size_t d = chain->sizes.size(); d-- > 1;) {
+      layout.strides[d - 1] = layout.strides[d] * std::max<int64_t>(chain->sizes[d], 1);
+    }
+    outputs.push_back(std::move(layout));
+  }
   const std::string bytes = key.Encode();
   const Hash128 hash = HashBytes(bytes);
   a.StartAnnouncements();  // so that a kernel kjitd stores later is swapped in
@@ -870,14 +885,17 @@ void AddServedChain(Adapter& a, const OpKey& key, int device, int arch) {
     auto served = a.LookupRecord(hash, device, arch);
     std::unique_ptr<LoadedKernel> kernel;
     if (served.ok()) {
-      auto loaded = a.Load(device, *served);
-      if (loaded.ok()) kernel = std::move(*loaded);
+      if (const std::string differs = OutputsMismatch(outputs, served->outputs); !differs.empty()) {
+        a.Log("chain ", hash.ToHex(), ": record ", std::to_string(served->id), " not served: ", differs);
+      } else if (auto loaded = a.Load(device, *served); loaded.ok()) {
+        kernel = std::move(*loaded);
+      }
     }
     if (kernel) {
-      chain->entry->ResolveLoaded({}, std::move(kernel));
+      chain->entry->ResolveLoaded(std::move(outputs), std::move(kernel));
       a.Log("serving chain ", key.OpName(), " ", hash.ToHex(), " (record ", std::to_string(served->id), ")");
     } else {
-      chain->entry->ResolveNegative({});
+      chain->entry->ResolveNegative(std::move(outputs));
     }
   }
   const size_t first = OpIndexOf(plan->member(0));
