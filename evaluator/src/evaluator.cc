@@ -18,6 +18,7 @@
 #include <mutex>
 #include <random>
 #include <regex>
+#include <future>
 #include <thread>
 
 #include "kjit/evaluator/compare.h"
@@ -263,11 +264,22 @@ struct Evaluator::Impl {
     if (!written || n <= 0) return {State::kNotRun, "compute-sanitizer not run: cannot hand the request to a child"};
     std::vector<std::string> tools = {"memcheck"};
     if (uses_shared) tools.push_back("racecheck");
+    // The tools run side by side, each in a process of its own: most of a check is the child's start (the
+    // sanitizer, CUDA and PyTorch loading) and a key's first verified kernel waits for the slower tool, not
+    // for both in turn. Their verdicts are read in the order above.
+    std::vector<std::future<Result<ProcessResult>>> runs;
     for (const std::string& tool : tools) {
-      const auto argv = SanitizerCommand(options.sanitizer, tool, request.candidate.entry_point, self,
-                                         {"--sanitize-request", path, "--device", std::to_string(options.device)});
-      auto run = RunForSanitizer(argv, options.sanitizer_timeout,
-                                 [] { return g_yield.load(std::memory_order_relaxed); });
+      auto argv = SanitizerCommand(options.sanitizer, tool, request.candidate.entry_point, self,
+                                   {"--sanitize-request", path, "--device", std::to_string(options.device)});
+      runs.push_back(std::async(std::launch::async, [argv = std::move(argv), timeout = options.sanitizer_timeout] {
+        return RunForSanitizer(argv, timeout, [] { return g_yield.load(std::memory_order_relaxed); });
+      }));
+    }
+    std::vector<Result<ProcessResult>> results;
+    for (auto& run : runs) results.push_back(run.get());  // every child is reaped before the file goes
+    for (size_t t = 0; t < tools.size(); ++t) {
+      const std::string& tool = tools[t];
+      auto& run = results[t];
       if (!run.ok()) return {State::kNotRun, "compute-sanitizer not run: " + run.status().ToString()};
       if (run->stopped) return {State::kYielded, kPreempted};
       const SanitizerReport report = ParseSanitizerOutput(run->output, run->exit_code);
