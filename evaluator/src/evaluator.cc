@@ -242,9 +242,9 @@ struct Evaluator::Impl {
 
   const Driver& driver() const { return context->driver(); }
 
-  // Runs `request`'s candidate under compute-sanitizer (sanitizer.h): memcheck, and racecheck where the
-  // kernel uses shared memory; the first tool to find an error decides.
-  SanitizerVerdict Sanitize(const daemon::EvaluateRequest& request, bool uses_shared) {
+  // Runs `request`'s candidate under compute-sanitizer (sanitizer.h): memcheck, and racecheck where asked (a
+  // kernel with shared memory, of a key not too large for it); the first tool to find an error decides.
+  SanitizerVerdict Sanitize(const daemon::EvaluateRequest& request, bool racecheck) {
     using State = SanitizerVerdict::State;
     char path[] = "/tmp/kjit-sanitize-request-XXXXXX";
     const int fd = mkstemp(path);
@@ -263,7 +263,7 @@ struct Evaluator::Impl {
     const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
     if (!written || n <= 0) return {State::kNotRun, "compute-sanitizer not run: cannot hand the request to a child"};
     std::vector<std::string> tools = {"memcheck"};
-    if (uses_shared) tools.push_back("racecheck");
+    if (racecheck) tools.push_back("racecheck");
     // The tools run side by side, each in a process of its own: most of a check is the child's start (the
     // sanitizer, CUDA and PyTorch loading) and a key's first verified kernel waits for the slower tool, not
     // for both in turn. Their verdicts are read in the order above.
@@ -1343,7 +1343,11 @@ daemon::Verdict Evaluator::Evaluate(const daemon::EvaluateRequest& request, cons
       } else {
         progress("sanitize", s.options.sanitizer_timeout * 2 + std::chrono::seconds(30));
         const bool uses_shared = limits.static_shared_bytes > 0 || config.dynamic_shared_bytes > 0;
-        verdict = s.Sanitize(request, uses_shared);
+        const bool racecheck = uses_shared && working->inputs + working->outputs <= s.options.racecheck_max_bytes;
+        verdict = s.Sanitize(request, racecheck);
+        if (uses_shared && !racecheck && verdict.state == State::kClean) {
+          verdict.text += "; racecheck not run: inputs and outputs over " + FormatBytes(s.options.racecheck_max_bytes);
+        }
         if (s.sanitized.size() >= 4096) s.sanitized.clear();
         if (verdict.state == State::kClean || verdict.state == State::kFound) s.sanitized[memo] = verdict;
       }
