@@ -93,6 +93,9 @@ except ValueError:
     print("waiting for kjitd"); sys.exit(1)
 states = {}
 for t in tasks:
+    # A queued key that holds a kernel waits for a search round; counted with the kernels, not as queued.
+    if t.get("record_id", 0) > 0 and t["state"] == "queued":
+        continue
     states[t["state"]] = states.get(t["state"], 0) + 1
 kernels = sum(1 for t in tasks if t.get("record_id", 0) > 0)
 settled = sum(1 for t in tasks if t.get("record_id", 0) > 0 or t["state"] in ("done", "unfit", "failed"))
