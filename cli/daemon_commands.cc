@@ -342,6 +342,20 @@ Probe ProbeDaemon(const Options& o) {
 
 std::string PidText(int64_t pid) { return pid > 0 ? "pid " + std::to_string(pid) : "pid unknown"; }
 
+// A detached kjitd logs nowhere unless told: without a log_file in the user's kjitd.conf (or a --log-file among
+// `extra` flags), its log goes into kjit's state directory. Returns the file, empty when kjitd's own setting holds.
+std::string DefaultLogFile(const Options& o, const std::vector<std::string>& extra) {
+  for (const auto& arg : extra) {
+    if (arg == "--log-file" || arg.rfind("--log-file=", 0) == 0 || arg == "--config" || arg.rfind("--config=", 0) == 0) {
+      return "";
+    }
+  }
+  auto config = daemon::LoadConfig(daemon::DefaultConfigFile(), false, {{"endpoint", Endpoint(o)}});
+  if (config.ok() && !config->Get("log_file").empty()) return "";
+  const std::string dir = CacheDir();
+  return MakeDirectories(dir, 0700).ok() ? dir + "/kjitd.log" : "";
+}
+
 int CmdStart(const Options& o) {
   for (const auto& arg : o.kjitd_args) {
     // kjit passes these itself; kjitd would refuse them twice, in its own words.
@@ -379,6 +393,8 @@ int CmdStart(const Options& o) {
   };
   if (const Probe probe = ProbeDaemon(o); probe.answers) return already_running(probe);
   args.push_back("--detach");
+  const std::string log_file = DefaultLogFile(o, o.kjitd_args);
+  if (!log_file.empty()) args.insert(args.end(), {"--log-file", log_file});
   args.insert(args.end(), o.kjitd_args.begin(), o.kjitd_args.end());
   constexpr auto kReadyTimeout = std::chrono::seconds(30);
   auto run = RunCaptured(args, kReadyTimeout);
@@ -394,7 +410,10 @@ int CmdStart(const Options& o) {
   }
   std::cout << run->out;
   std::cerr << run->err;
-  if (run->exit_code == 0) return 0;
+  if (run->exit_code == 0) {
+    if (!log_file.empty()) std::cout << "its log: " << log_file << "\n";
+    return 0;
+  }
   if (run->exit_code != 1 || (run->out.empty() && run->err.empty())) {
     // Not kjitd's own failure status: its flags were refused (CLI11's codes), or it crashed.
     std::cerr << "kjit: " << *kjitd << " exited with status " << run->exit_code
@@ -880,17 +899,12 @@ void EnsureKjitd(const Options& o) {
   auto kjitd = FindKjitd();
   if (!kjitd.ok()) return warn(kjitd.status().message());
   std::vector<std::string> args = {*kjitd, "--endpoint", Endpoint(o), "--detach"};
-  // A detached kjitd logs nowhere unless told: without a log_file of the user's
-  // own, its log goes into kjit's state directory.
-  std::string log_file;
-  auto config = daemon::LoadConfig(daemon::DefaultConfigFile(), false, {{"endpoint", Endpoint(o)}});
-  if (config.ok()) log_file = config->Get("log_file");
-  if (log_file.empty()) {
-    const std::string dir = CacheDir();
-    if (MakeDirectories(dir, 0700).ok()) {
-      log_file = dir + "/kjitd.log";
-      args.insert(args.end(), {"--log-file", log_file});
-    }
+  std::string log_file = DefaultLogFile(o, {});
+  if (!log_file.empty()) {
+    args.insert(args.end(), {"--log-file", log_file});
+  } else if (auto config = daemon::LoadConfig(daemon::DefaultConfigFile(), false, {{"endpoint", Endpoint(o)}});
+             config.ok()) {
+    log_file = config->Get("log_file");
   }
   auto started = RunCaptured(args, std::chrono::seconds(30));
   if (!started.ok()) return warn(started.status().ToString());

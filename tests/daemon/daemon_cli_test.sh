@@ -116,7 +116,13 @@ wait_gone() {
 start_daemon() {
   run 0 "$kjit" daemon start "$@"
   expect "$out" "^kjitd started in the background \(pid [0-9]+, $(literal "$endpoint")\)$"
-  daemon_pid=$(sed -E 's/.*\(pid ([0-9]+),.*/\1/' <<<"$out")
+  daemon_pid=$(head -1 <<<"$out" | sed -E 's/.*\(pid ([0-9]+),.*/\1/')
+  if [[ " $* " != *" --log-file "* ]]; then
+    # Without a log_file of the user's, a detached kjitd logs into kjit's cache directory, and says where.
+    expect "$out" "^its log: $(literal "$KJIT_CACHE_DIR/kjitd.log")$"
+    for _ in $(seq 50); do [[ -s $KJIT_CACHE_DIR/kjitd.log ]] && break; sleep 0.1; done
+    grep -q '"event":"started"' "$KJIT_CACHE_DIR/kjitd.log" || fail "kjitd wrote no start to $KJIT_CACHE_DIR/kjitd.log"
+  fi
   started_pids+=("$daemon_pid")
   [[ -f $pid_file ]] || fail "no pid file $pid_file after start"
   [[ $(cat "$pid_file") == "$daemon_pid" ]] || fail "pid file says $(cat "$pid_file"), kjit said $daemon_pid"
