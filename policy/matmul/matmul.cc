@@ -638,14 +638,11 @@ class Matmul final : public Family {
       // point was the best or within 1.5% of it at all three sizes: 35.1 / 60.9 / 114.4 us against stage 4's
       // default at 40.6 / 68.4 / 128.2 (1.42 / 1.23 / 1.17x the memory floor). Half-matrix row tiles (bm 32,
       // B's whole matrix a tile), 8x4 a thread, 4 items a block, plain stores.
-      // The ring (stage 6) where measured: float32 64x64 outputs, through the evaluator on the H200 (a2df7d8,
-      // benchmarks/RESULTS.md): 4 groups of 8x8 a thread on whole matrices, 5 buffers, 33.6 / 58.5 / 108.4 us
-      // at 2048 / 4096 / 8192 matrices against this stage-5 point's 34.6 / 60.8 / 114.4 in the same runs.
-      if (p.dtype == DType::kFloat32 && p.m == 64 && p.n == 64) {
-        Point pt{{"stage", kRing}, {"bm", 64}, {"bn", 64}, {"bk", 16}, {"tm", 8}, {"tn", 8}, {"vec", 1},
-                 {"bpb", 4}, {"hint", 0}, {"minb", 1}, {"ahead", 1}, {"span", 0}};
-        if (Check(problem, pt, dev).ok()) return pt;
-      }
+      // Not the ring (stage 6), though it measured 1-5% faster for float32 64x64 outputs on the H200 (a2df7d8:
+      // 33.6 / 58.5 / 108.4 us at 2048 / 4096 / 8192 matrices against this point's 34.6 / 60.8 / 114.4):
+      // compute-sanitizer's racecheck reports hazards in its mbarrier handoff (H100, cc78a6f and 9af708d), so
+      // kjitd never serves it and, as the default, it cost each such key a first trial and a 21 s check. On
+      // the H100 this point served the 4096 x 64^3 key at 78.9 us against the ring's 79.9.
       {
         Point pt{{"stage", kBulk}, {"bm", std::min<int64_t>(bm, 32)}, {"bn", bn}, {"bk", 16}, {"tm", 8}, {"tn", 4},
                  {"vec", 1}, {"bpb", 4}, {"hint", 0}, {"minb", 1}, {"ahead", 1}, {"span", 0}};
