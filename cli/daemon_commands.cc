@@ -342,18 +342,23 @@ Probe ProbeDaemon(const Options& o) {
 
 std::string PidText(int64_t pid) { return pid > 0 ? "pid " + std::to_string(pid) : "pid unknown"; }
 
-// A detached kjitd logs nowhere unless told: without a log_file in the user's kjitd.conf (or a --log-file among
-// `extra` flags), its log goes into kjit's state directory. Returns the file, empty when kjitd's own setting holds.
-std::string DefaultLogFile(const Options& o, const std::vector<std::string>& extra) {
+// Where a detached kjitd logs, which logs nowhere unless told: the log_file of the user's kjitd.conf, else kjit's
+// state directory's kjitd.log, which kjit then passes (`pass`). Nothing when `extra` flags name a log or config.
+struct KjitdLog {
+  std::string file;
+  bool pass = false;
+};
+KjitdLog KjitdLogFile(const Options& o, const std::vector<std::string>& extra) {
   for (const auto& arg : extra) {
     if (arg == "--log-file" || arg.rfind("--log-file=", 0) == 0 || arg == "--config" || arg.rfind("--config=", 0) == 0) {
-      return "";
+      return {};
     }
   }
   auto config = daemon::LoadConfig(daemon::DefaultConfigFile(), false, {{"endpoint", Endpoint(o)}});
-  if (config.ok() && !config->Get("log_file").empty()) return "";
+  if (config.ok() && !config->Get("log_file").empty()) return {config->Get("log_file"), false};
   const std::string dir = CacheDir();
-  return MakeDirectories(dir, 0700).ok() ? dir + "/kjitd.log" : "";
+  if (!MakeDirectories(dir, 0700).ok()) return {};
+  return {dir + "/kjitd.log", true};
 }
 
 int CmdStart(const Options& o) {
@@ -393,8 +398,8 @@ int CmdStart(const Options& o) {
   };
   if (const Probe probe = ProbeDaemon(o); probe.answers) return already_running(probe);
   args.push_back("--detach");
-  const std::string log_file = DefaultLogFile(o, o.kjitd_args);
-  if (!log_file.empty()) args.insert(args.end(), {"--log-file", log_file});
+  const KjitdLog log = KjitdLogFile(o, o.kjitd_args);
+  if (log.pass) args.insert(args.end(), {"--log-file", log.file});
   args.insert(args.end(), o.kjitd_args.begin(), o.kjitd_args.end());
   constexpr auto kReadyTimeout = std::chrono::seconds(30);
   auto run = RunCaptured(args, kReadyTimeout);
@@ -411,7 +416,7 @@ int CmdStart(const Options& o) {
   std::cout << run->out;
   std::cerr << run->err;
   if (run->exit_code == 0) {
-    if (!log_file.empty()) std::cout << "its log: " << log_file << "\n";
+    if (log.pass) std::cout << "its log: " << log.file << "\n";
     return 0;
   }
   if (run->exit_code != 1 || (run->out.empty() && run->err.empty())) {
@@ -899,13 +904,8 @@ void EnsureKjitd(const Options& o) {
   auto kjitd = FindKjitd();
   if (!kjitd.ok()) return warn(kjitd.status().message());
   std::vector<std::string> args = {*kjitd, "--endpoint", Endpoint(o), "--detach"};
-  std::string log_file = DefaultLogFile(o, {});
-  if (!log_file.empty()) {
-    args.insert(args.end(), {"--log-file", log_file});
-  } else if (auto config = daemon::LoadConfig(daemon::DefaultConfigFile(), false, {{"endpoint", Endpoint(o)}});
-             config.ok()) {
-    log_file = config->Get("log_file");
-  }
+  const KjitdLog log = KjitdLogFile(o, {});
+  if (log.pass) args.insert(args.end(), {"--log-file", log.file});
   auto started = RunCaptured(args, std::chrono::seconds(30));
   if (!started.ok()) return warn(started.status().ToString());
   if (started->exit_code != 0) {
@@ -918,7 +918,7 @@ void EnsureKjitd(const Options& o) {
   std::string line = started->out;
   while (!line.empty() && line.back() == '\n') line.pop_back();
   std::cerr << "kjit: " << (line.empty() ? std::string("kjitd started in the background") : line)
-            << (log_file.empty() ? "" : "; its log: " + log_file) << "\n";
+            << (log.file.empty() ? "" : "; its log: " + log.file) << "\n";
   // kjitd is shared by every program of the user, but inherits this one's environment: with
   // devices = all it evaluates only on the GPUs this program may see.
   if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES"); visible != nullptr) {

@@ -922,10 +922,7 @@ def case_chains_serve(e):
     print(f"counters with KJIT_FUSION=serve: {c}")
     if c["chains_fused"] < 1:
         fail(f"no GELU ran as its fused kernel (counters {c}):\n{log[-4000:]}")
-    for name, want in reference["outputs"].items():
-        problem = compare(torch, name, run["outputs"][name], want)
-        if problem:
-            fail(f"{name}: under KJIT_FUSION=serve: {problem}")
+    compare_all(torch, run["outputs"], reference["outputs"], "under KJIT_FUSION=serve")
 
 
 def case_chains_hotswap(e):
@@ -946,10 +943,7 @@ def case_chains_hotswap(e):
     print(f"counters with KJIT_FUSION=serve, the kernel stored while the program ran: {c}")
     if c["chains_fused"] < 1:
         fail(f"the chain's kernel was not swapped in while the program ran (counters {c}):\n{log[-4000:]}")
-    for name, want in reference["outputs"].items():
-        problem = compare(torch, name, run["outputs"][name], want)
-        if problem:
-            fail(f"{name}: after the chain's kernel was swapped in: {problem}")
+    compare_all(torch, run["outputs"], reference["outputs"], "after the chain's kernel was swapped in")
 
 
 def case_two_devices(e):
