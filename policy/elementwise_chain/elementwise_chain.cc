@@ -1,12 +1,10 @@
 #include "elementwise_chain/elementwise_chain.h"
 
+#include "src/chain_ops.h"
 #include "src/codegen.h"
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
-#include <cstdio>
-#include <map>
 #include <optional>
 #include <sstream>
 
@@ -16,23 +14,13 @@ namespace {
 using codegen::CeilDiv;
 using codegen::CudaType;
 
-// The name a chain's traits are declared under (evaluator/chain.h kChainOp).
-constexpr const char* kChainOp = "kjit::chain";
-
-enum class Op { kInput, kMul, kAdd, kSub, kDiv, kPow2, kPow3, kSqrt, kRsqrt, kReciprocal, kTanh, kExp, kNeg, kAbs, kSigmoid, kCast };
-
-struct Operand {
-  enum Kind { kInput, kValue, kScalar } kind = kInput;
-  int64_t index = 0;  // kInput: the external tensor's parameter index; kValue: the call
-  double scalar = 0;  // kScalar: the wrapped number
-};
-
-struct Node {
-  Op op = Op::kMul;
-  std::vector<Operand> in;
-  double alpha = 1;  // add, sub
-  DType out = DType::kFloat32;
-};
+using chain::FloatLiteral;
+using chain::kChainOp;
+using chain::IsServedFloat;
+using chain::Node;
+using chain::Op;
+using chain::Operand;
+using chain::Short;
 
 struct ChainProblem : Problem {
   std::vector<DType> inputs;  // the external tensors' dtypes, in parameter order
@@ -46,45 +34,6 @@ struct ChainProblem : Problem {
 
 // Input elements and output values a thread may hold (items x vec of each).
 constexpr int64_t kMaxHeldValues = 64;
-
-bool IsServedFloat(DType t) { return t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBFloat16; }
-
-DType Promote(DType a, DType b) { return a == b ? a : DType::kFloat32; }
-
-const char* Short(Op op) {
-  switch (op) {
-    case Op::kInput: return "input";
-    case Op::kMul: return "mul";
-    case Op::kAdd: return "add";
-    case Op::kSub: return "sub";
-    case Op::kDiv: return "div";
-    case Op::kPow2: return "pow2";
-    case Op::kPow3: return "pow3";
-    case Op::kSqrt: return "sqrt";
-    case Op::kRsqrt: return "rsqrt";
-    case Op::kReciprocal: return "reciprocal";
-    case Op::kTanh: return "tanh";
-    case Op::kExp: return "exp";
-    case Op::kNeg: return "neg";
-    case Op::kAbs: return "abs";
-    case Op::kSigmoid: return "sigmoid";
-    case Op::kCast: return "cast";
-  }
-  return "?";
-}
-
-std::optional<double> NumberOf(const Arg& a) {
-  if (const auto* d = std::get_if<double>(&a)) return *d;
-  if (const auto* i = std::get_if<int64_t>(&a)) return static_cast<double>(*i);
-  return std::nullopt;
-}
-
-// A float constant by its bits: exactly the float PyTorch converts the double to.
-std::string FloatLiteral(float f) {
-  char buf[48];
-  std::snprintf(buf, sizeof buf, "__int_as_float(0x%08x)", std::bit_cast<uint32_t>(f));
-  return buf;
-}
 
 #include "kjit/cuda/elementwise_chain.cuh.inc"
 
@@ -167,9 +116,8 @@ class ElementwiseChain final : public Family {
     int alignment = 16;
     for (size_t i = 0; i < calls; ++i) {
       const OpCall& c = key.calls[i];
-      Node node;
       // A tensor operand: an external tensor of the chain's shape, an earlier call's output, or a wrapped number.
-      auto operand = [&](const Arg& a, bool scalar_allowed) -> Status {
+      auto operand = [&](const Arg& a, bool scalar_allowed, Node& node) -> Status {
         if (const auto* t = std::get_if<TensorDesc>(&a)) {
           if (!IsServedFloat(t->dtype)) return InvalidArgument("dtype " + std::string(DTypeName(t->dtype)) + " is not served");
           if (!t->is_contiguous()) return InvalidArgument("non-contiguous tensors are declined");
@@ -186,7 +134,7 @@ class ElementwiseChain final : public Family {
           node.in.push_back(Operand{Operand::kValue, static_cast<int64_t>(r->call), 0});
           return Status::Ok();
         }
-        if (auto v = NumberOf(a); v && scalar_allowed) {
+        if (auto v = chain::NumberOf(a); v && scalar_allowed) {
           node.in.push_back(Operand{Operand::kScalar, 0, *v});
           return Status::Ok();
         }
@@ -198,62 +146,9 @@ class ElementwiseChain final : public Family {
         return std::nullopt;
       };
       const std::string name = c.op + (c.overload.empty() ? "" : "." + c.overload);
-      static const std::map<std::string, Op> kUnary = {
-          {"aten::tanh", Op::kTanh},   {"aten::exp", Op::kExp},         {"aten::neg", Op::kNeg},
-          {"aten::abs", Op::kAbs},     {"aten::sqrt", Op::kSqrt},       {"aten::rsqrt", Op::kRsqrt},
-          {"aten::sigmoid", Op::kSigmoid}, {"aten::reciprocal", Op::kReciprocal}};
-      if (c.op == kChainInputOp) {
-        // One tensor several calls use: one parameter, read once (its rules checked by ChainLiveOf).
-        node.op = Op::kInput;
-        KJIT_RETURN_IF_ERROR(operand(c.args[0], false));
-        node.out = *dtype_of(node.in[0]);
-      } else if (name == "aten::mul.Tensor" || name == "aten::div.Tensor" || name == "aten::add.Tensor" ||
-          name == "aten::sub.Tensor") {
-        const bool with_alpha = c.op == "aten::add" || c.op == "aten::sub";
-        if (c.args.size() != (with_alpha ? 3u : 2u)) return InvalidArgument(name + ": unexpected arguments");
-        node.op = c.op == "aten::mul" ? Op::kMul : c.op == "aten::div" ? Op::kDiv : c.op == "aten::add" ? Op::kAdd : Op::kSub;
-        KJIT_RETURN_IF_ERROR(operand(c.args[0], node.op != Op::kDiv));
-        KJIT_RETURN_IF_ERROR(operand(c.args[1], true));
-        if (with_alpha) {
-          auto alpha = NumberOf(c.args[2]);
-          if (!alpha) return InvalidArgument(name + ": alpha is not a number");
-          node.alpha = *alpha;
-        }
-        auto a = dtype_of(node.in[0]), b = dtype_of(node.in[1]);
-        if (!a && !b) return InvalidArgument(name + " of two numbers");
-        node.out = a && b ? Promote(*a, *b) : a ? *a : *b;
-      } else if (name == "aten::pow.Tensor_Scalar") {
-        if (c.args.size() != 2) return InvalidArgument(name + ": unexpected arguments");
-        KJIT_RETURN_IF_ERROR(operand(c.args[0], false));
-        auto e = NumberOf(c.args[1]);
-        if (!e) return InvalidArgument("pow's exponent is not a number");
-        if (*e == 2) node.op = Op::kPow2;
-        else if (*e == 3) node.op = Op::kPow3;
-        else if (*e == 0.5) node.op = Op::kSqrt;
-        else if (*e == -0.5) node.op = Op::kRsqrt;
-        else if (*e == -1) node.op = Op::kReciprocal;
-        else return InvalidArgument("pow's exponent is not 2, 3, 0.5, -0.5 or -1");
-        node.out = *dtype_of(node.in[0]);
-      } else if (auto u = kUnary.find(name); u != kUnary.end()) {
-        if (c.args.size() != 1) return InvalidArgument(name + ": unexpected arguments");
-        node.op = u->second;
-        KJIT_RETURN_IF_ERROR(operand(c.args[0], false));
-        node.out = *dtype_of(node.in[0]);
-      } else if (name == "aten::_to_copy") {
-        if (c.args.size() != 7) return InvalidArgument("_to_copy: unexpected arguments");
-        const auto* to = std::get_if<DType>(&c.args[1]);
-        const bool plain = std::holds_alternative<NoneArg>(c.args[2]) && std::holds_alternative<NoneArg>(c.args[3]) &&
-                           std::holds_alternative<NoneArg>(c.args[4]) && std::holds_alternative<bool>(c.args[5]) &&
-                           !std::get<bool>(c.args[5]) && std::holds_alternative<NoneArg>(c.args[6]);
-        if (to == nullptr || !plain) return InvalidArgument("_to_copy other than a dtype cast");
-        if (!IsServedFloat(*to)) return InvalidArgument("a cast to " + std::string(DTypeName(*to)) + " is not served");
-        node.op = Op::kCast;
-        KJIT_RETURN_IF_ERROR(operand(c.args[0], false));
-        node.out = *to;
-      } else {
-        return InvalidArgument(name + " is not an elementwise op this family fuses");
-      }
-      p->nodes.push_back(std::move(node));
+      auto node = chain::ParseElementwise(c, name, operand, dtype_of);
+      if (!node.ok()) return InvalidArgument(node.status().message());
+      p->nodes.push_back(std::move(*node));
     }
     if (p->inputs.empty()) return InvalidArgument("a chain with no tensor input");
     p->numel = 1;
@@ -336,7 +231,7 @@ class ElementwiseChain final : public Family {
     for (size_t o = 0; o < p.live.size(); ++o) {
       src << (o ? ", " : "") << CudaType(p.nodes[static_cast<size_t>(p.live[o])].out) << "* __restrict__ out" << o;
     }
-    src << "\n" << codegen::kElementAccess << kAccess << kHead;
+    src << "\n" << codegen::kElementAccess << chain::kChainAccess << kHead;
     for (size_t i = 0; i < p.inputs.size(); ++i) src << "  float x" << i << "[ITEMS][VEC];\n";
     src << "#pragma unroll\n  for (int k = 0; k < ITEMS; ++k) {\n"
         << "    const long long base = tile + (long long)k * THREADS * VEC;\n    if (base + VEC <= N) {\n";
@@ -371,49 +266,11 @@ class ElementwiseChain final : public Family {
  private:
   // One node's value for element e, in float, rounded to its dtype.
   static std::string Expression(const Node& node) {
-    auto in = [&](size_t k) -> std::string {
-      const Operand& o = node.in[k];
+    return chain::Expression(node, [](const Operand& o) -> std::string {
       if (o.kind == Operand::kInput) return "x" + std::to_string(o.index) + "[k][e]";
       if (o.kind == Operand::kValue) return "v" + std::to_string(o.index);
       return FloatLiteral(static_cast<float>(o.scalar));
-    };
-    const std::string a = in(0);
-    const std::string as = std::string("as_dtype<") + CudaType(node.out) + ">";
-    std::string value;
-    switch (node.op) {
-      case Op::kMul: value = "op_mul(" + a + ", " + in(1) + ")"; break;
-      case Op::kAdd:
-      case Op::kSub: {
-        const double alpha = node.op == Op::kSub ? -node.alpha : node.alpha;
-        if (node.alpha == 1) {
-          value = std::string(node.op == Op::kAdd ? "op_add(" : "op_sub(") + a + ", " + in(1) + ")";
-        } else {
-          value = "op_axpy(" + a + ", " + FloatLiteral(static_cast<float>(alpha)) + ", " + in(1) + ")";
-        }
-        break;
-      }
-      case Op::kDiv:
-        if (node.in[1].kind == Operand::kScalar) {
-          // PyTorch's div_true kernel multiplies by the divisor's reciprocal, computed in float on the host.
-          value = "op_mul(" + a + ", " + FloatLiteral(1.0f / static_cast<float>(node.in[1].scalar)) + ")";
-        } else {
-          value = "op_div(" + a + ", " + in(1) + ")";
-        }
-        break;
-      case Op::kPow2: value = "op_mul(" + a + ", " + a + ")"; break;
-      case Op::kPow3: value = "op_mul(" + as + "(op_mul(" + a + ", " + a + ")), " + a + ")"; break;
-      case Op::kSqrt: value = "__fsqrt_rn(" + a + ")"; break;
-      case Op::kRsqrt: value = "rsqrtf(" + a + ")"; break;
-      case Op::kReciprocal: value = "op_div(1.0f, " + a + ")"; break;
-      case Op::kTanh: value = "tanhf(" + a + ")"; break;
-      case Op::kExp: value = "expf(" + a + ")"; break;
-      case Op::kNeg: value = "-(" + a + ")"; break;
-      case Op::kAbs: value = "fabsf(" + a + ")"; break;
-      case Op::kSigmoid: value = "op_sigmoid(" + a + ")"; break;
-      case Op::kCast:
-      case Op::kInput: value = a; break;
-    }
-    return as + "(" + value + ")";
+    });
   }
 };
 
