@@ -219,6 +219,7 @@ TEST_P(SpaceTest, SampledSourcesArePinned) {
       {"batch_norm_backward", {13778, 0xbe2522bbf199f8c0ull}},  // new family (codegen 1)
       {"elementwise_chain", {21202, 0x03c84e19e021e944ull}},  // new family (codegen 1); kjit::input in its GELU and SiLU keys
       {"depthwise_conv_backward", {20263, 0x90cb1bc1f6e60fd7ull}},  // new family (codegen 1)
+      {"row_chain", {8891, 0x8aa453448e243452ull}},  // new family (codegen 1)
   };
   const Family& f = *GetParam();
   const DeviceFacts device = DeviceFacts::H200();
@@ -261,28 +262,42 @@ TEST_P(SpaceTest, SampledSourcesArePinned) {
 // The op registry (policy/<family>/intercept.inc, gathered into kjit/intercepted_ops.inc) lists what each
 // family serves under the family's own name, and nothing of a family that does not exist: the shim intercepts
 // exactly the ops the families declare (several overloads of one op, such as prod and prod.dim_int, are one op
-// to a family).
+// to a family). A chain family may fuse ops another family intercepts (row_chain: elementwise_chain's ops, and the
+// reductions, which join chains: KJIT_JOINS_CHAINS): every op a family fuses is intercepted by some family.
 TEST(OpRegistry, EachFamilyContributesExactlyItsOps) {
-  std::map<std::string, std::set<std::string>> registry;
-  std::set<std::string> names;
+  std::map<std::string, std::set<std::string>> registry, joins;
+  std::set<std::string> names, intercepted;
   auto add = [&](const std::string& family, std::string_view name) {
     EXPECT_TRUE(names.insert(std::string(name)).second) << name << " is registered twice";
     registry[family].insert("aten::" + std::string(name.substr(0, name.find('.'))));
+    intercepted.insert("aten::" + std::string(name.substr(0, name.find('.'))));
+  };
+  auto join = [&](const std::string& family, std::string_view name) {
+    EXPECT_TRUE(names.count(std::string(name))) << name << " joins chains but is not intercepted";
+    joins[family].insert("aten::" + std::string(name.substr(0, name.find('.'))));
   };
 #define KJIT_INTERCEPT(FAMILY, OP, NAME, FILTER, ALL_NUMERICS, FN, SYMBOL, SIGNATURE) add(#FAMILY, NAME);
+#define KJIT_JOINS_CHAINS(FAMILY, NAME) join(#FAMILY, NAME);
 #include "kjit/intercepted_ops.inc"
+#undef KJIT_JOINS_CHAINS
 #undef KJIT_INTERCEPT
   std::set<std::string> families;
   for (const Family* f : Families()) {
     const std::string name(f->name());
     families.insert(name);
-    std::set<std::string> ops;
-    for (const std::string& op : f->ops()) ops.insert(op);
-    for (const std::string& op : f->chain_ops()) ops.insert(op);  // recorded into chains, not served alone
-    EXPECT_EQ(registry[name], ops) << "family " << name;
+    std::set<std::string> own, fused;
+    for (const std::string& op : f->ops()) own.insert(op);
+    for (const std::string& op : f->chain_ops()) fused.insert(op);  // recorded into chains, not served alone
+    for (const std::string& op : own) EXPECT_TRUE(registry[name].count(op)) << name << " serves " << op << ", not intercepted";
+    for (const std::string& op : registry[name]) {
+      EXPECT_TRUE(own.count(op) || fused.count(op)) << name << " intercepts " << op << ", which it neither serves nor fuses";
+    }
+    for (const std::string& op : fused) EXPECT_TRUE(intercepted.count(op)) << name << " fuses " << op << ", not intercepted";
+    for (const std::string& op : joins[name]) EXPECT_TRUE(fused.count(op)) << name << " joins " << op << " to chains, not fused";
     std::printf("[ registry ] %s: %zu ops\n", name.c_str(), registry[name].size());
   }
   for (const auto& [family, ops] : registry) EXPECT_TRUE(families.count(family)) << "no family " << family;
+  for (const auto& [family, ops] : joins) EXPECT_TRUE(families.count(family)) << "no family " << family;
 }
 
 // Families() in the positions the families' kjit_family() calls give: the policy's family features, which
@@ -291,7 +306,8 @@ TEST(FamilyRegistry, FamiliesKeepTheirPositions) {
   const std::vector<std::string> expected = {"softmax", "layer_norm", "batch_norm",     "group_norm", "scan",
                                              "pool",    "reduce",     "depthwise_conv", "matmul",     "softmax_backward",
                                              "layer_norm_backward", "group_norm_backward", "pool_backward",
-                                             "batch_norm_backward", "elementwise_chain", "depthwise_conv_backward"};
+                                             "batch_norm_backward", "elementwise_chain", "depthwise_conv_backward",
+                                             "row_chain"};
   std::vector<std::string> names;
   for (const Family* f : Families()) names.emplace_back(f->name());
   ASSERT_GE(names.size(), expected.size()) << "a family is missing from the registry";
