@@ -610,7 +610,9 @@ Result<std::vector<c10::IValue>> MakeArguments(const c10::FunctionSchema& schema
       if (!v.ok()) return v.status().WithContext(schema.name() + " argument " + std::to_string(i));
       out.push_back(std::move(v).value());
     }
-    for (const auto& [index, derived] : traits.derived_inputs) {
+    // On the meta device an argument is its layout alone, which the key gives: a derived input's op need not run
+    // (max_pool3d_with_indices has no meta kernel; the working set's estimate runs here, memory.h).
+    for (const auto& [index, derived] : device.is_meta() ? decltype(traits.derived_inputs){} : traits.derived_inputs) {
       if (Status s = MakeDerivedInput(schema, derived, static_cast<size_t>(index), &out); !s.ok()) {
         return s.WithContext(schema.name() + " argument " + std::to_string(index));
       }

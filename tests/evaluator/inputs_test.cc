@@ -574,6 +574,12 @@ TEST(MakeArguments, PlaneIndexDomain) {
 
   auto schema = FindSchema(call);
   ASSERT_TRUE(schema.ok());
+  // On the meta device (the working set's estimate) the derived input is its layout: max_pool3d_with_indices has
+  // no meta kernel, and a key of this op was refused on an H100 before (2026-12-07).
+  auto meta = MakeArguments(*schema, call, traits, c10::Device(c10::kMeta), InputKind::kNormal, 1);
+  ASSERT_TRUE(meta.ok()) << meta.status().ToString();
+  EXPECT_TRUE((*meta)[7].toTensor().is_meta());
+  EXPECT_EQ((*meta)[7].toTensor().sizes(), indices.sizes());
   OpTraits bad;
   bad.int_domains[7] = IntDomain{0, 0, 1, -2, 3};  // past the last dim
   EXPECT_FALSE(MakeArguments(*schema, call, bad, kCpu, InputKind::kNormal, 1).ok());
@@ -605,6 +611,12 @@ TEST(MakeArguments, DerivedInputsAreMadeByTheirOp) {
 
   auto schema = FindSchema(call);
   ASSERT_TRUE(schema.ok());
+  // On the meta device (the working set's estimate) the derived input is its layout: max_pool3d_with_indices has
+  // no meta kernel, and a key of this op was refused on an H100 before (2026-12-07).
+  auto meta = MakeArguments(*schema, call, traits, c10::Device(c10::kMeta), InputKind::kNormal, 1);
+  ASSERT_TRUE(meta.ok()) << meta.status().ToString();
+  EXPECT_TRUE((*meta)[7].toTensor().is_meta());
+  EXPECT_EQ((*meta)[7].toTensor().sizes(), indices.sizes());
   OpTraits bad;
   bad.derived_inputs[7] = DerivedInput{"aten::no_such_op", {1}, 1};
   EXPECT_EQ(MakeArguments(*schema, call, bad, kCpu, InputKind::kNormal, 1).status().code(), StatusCode::kNotFound);
