@@ -18,9 +18,9 @@
 # "tuner policy expert": tuner is the expert default first, then the policy, as kjitd runs it; add "random" for
 # uniform random search) (online.tar.gz).
 # KJIT_GPU_RUN_NVML_PROBE=1 records what NVML reports while another process computes (nvml-probe.txt).
-# KJIT_GPU_RUN_FUSION=1 runs benchmarks/fusion_gelu.py under `kjit run` with KJIT_FUSION=serve against an empty
-# cache, kjitd tuning the GELU's chain by itself (KJIT_FUSION_ROUNDS, KJIT_FUSION_PAUSE_S; fusion.tar.gz: the
-# table, the chain tasks each round, kjitd's log, `kjit tasks`).
+# KJIT_GPU_RUN_FUSION=1 runs benchmarks/fusion_chain.py (KJIT_FUSION_CHAIN: gelu, the default, or rms_norm) under
+# `kjit run` with KJIT_FUSION=serve against an empty cache, kjitd tuning the chain by itself (KJIT_FUSION_ROUNDS,
+# KJIT_FUSION_PAUSE_S; fusion.tar.gz: the table, the chain tasks each round, kjitd's log, `kjit tasks`).
 # KJIT_GPU_RUN_EXAMPLE=1 runs scripts/run.sh (the example twice, kjitd tuning between, KJIT_RUN_TUNE_S) on the
 # build above (run.sh builds in build/: pass KJIT_GPU_RUN_BUILD_DIR=build KJIT_GPU_RUN_BUILD_TYPE=RelWithDebInfo)
 # against an empty cache (example.tar.gz: its output, `kjit report --run last --markdown`, `kjit
@@ -304,13 +304,14 @@ end_fresh_kjit() {
 }
 if [[ "${KJIT_GPU_RUN_FUSION:-0}" == 1 ]]; then
   begin_fresh_kjit fusion
-  KJIT_FUSION=serve KJIT_LOG=1 timeout "${KJIT_FUSION_S:-300}" "$build/bin/kjit" run -- python3 benchmarks/fusion_gelu.py \
-    --rounds "${KJIT_FUSION_ROUNDS:-12}" --pause "${KJIT_FUSION_PAUSE_S:-10}" --kjit "$build/bin/kjit" \
-    --json /tmp/kjit-fusion/gelu.json > /tmp/kjit-fusion/gelu.md 2>&1
-  note "fusion: fusion_gelu under kjit run, KJIT_FUSION=serve: rc=$?"
-  grep -E '^\|' /tmp/kjit-fusion/gelu.md | tail -6 | tee -a "$summary"
-  grep -E '^shim counters' /tmp/kjit-fusion/gelu.md | tee -a "$summary"
-  grep -E "announcement|chain" /tmp/kjit-fusion/gelu.md | grep "^kjit:" | head -8 | tee -a "$summary"
+  chain="${KJIT_FUSION_CHAIN:-gelu}"
+  KJIT_FUSION=serve KJIT_LOG=1 timeout "${KJIT_FUSION_S:-300}" "$build/bin/kjit" run -- python3 benchmarks/fusion_chain.py \
+    --chain "$chain" --rounds "${KJIT_FUSION_ROUNDS:-12}" --pause "${KJIT_FUSION_PAUSE_S:-10}" --kjit "$build/bin/kjit" \
+    --json "/tmp/kjit-fusion/$chain.json" > "/tmp/kjit-fusion/$chain.md" 2>&1
+  note "fusion: fusion_chain --chain $chain under kjit run, KJIT_FUSION=serve: rc=$?"
+  grep -E '^\|' "/tmp/kjit-fusion/$chain.md" | tail -6 | tee -a "$summary"
+  grep -E '^shim counters' "/tmp/kjit-fusion/$chain.md" | tee -a "$summary"
+  grep -E "announcement|chain" "/tmp/kjit-fusion/$chain.md" | grep "^kjit:" | head -8 | tee -a "$summary"
   end_fresh_kjit fusion
 fi
 if [[ "${KJIT_GPU_RUN_EXAMPLE:-0}" == 1 ]]; then

@@ -154,7 +154,7 @@ struct ServedChain {
   ChainPlan plan;
   Entry* entry = nullptr;
   int device = 0;
-  std::vector<int64_t> sizes;               // every tensor's of the chain (elementwise_chain: one shape)
+  std::vector<std::vector<int64_t>> out_sizes;  // per member: its output's sizes, as PyTorch broadcasts or reduces
   std::vector<c10::ScalarType> out_dtype;   // per member: its output's dtype, as PyTorch promotes it
   mutable std::atomic<int> replays_logged{0};  // why a window was replayed, logged for the first few only
 };
@@ -824,7 +824,7 @@ size_t OpIndexOf(const OpCall& call) {
 
 // Adds a chain the process reported to the served chains of `device`, with its cache record if it has one (a
 // later one arrives by announcement). A chain that cannot be deferred (an op without its out= overload here,
-// tensors of several shapes) is left out.
+// tensors that do not broadcast, a reduction with a dtype) is left out.
 void AddServedChain(Adapter& a, const OpKey& key, int device, int arch) {
   auto plan = ChainPlan::Of(key);
   if (!plan.ok()) return;
@@ -834,32 +834,55 @@ void AddServedChain(Adapter& a, const OpKey& key, int device, int arch) {
     const OpCall& call = plan->member(m);
     const size_t op = OpIndexOf(call);
     if (op == kOpCount || !a.ops[op].out_variant.has_value()) return;
+    // The output's dtype (the tensor operands' promoted one) and sizes (theirs broadcast), as PyTorch's
+    // TensorIterator makes them; wrapped numbers take part in neither.
     std::optional<c10::ScalarType> dtype;
+    std::optional<std::vector<int64_t>> sizes;
     for (const Arg& arg : call.args) {
+      const TensorDesc* desc = std::get_if<TensorDesc>(&arg);
       std::optional<c10::ScalarType> t;
-      if (const auto* d = std::get_if<TensorDesc>(&arg)) {
-        if (chain->sizes.empty()) chain->sizes = d->sizes;
-        if (d->sizes != chain->sizes) return;
-        auto st = kjit::torch::ScalarTypeOf(d->dtype);
-        if (!st.ok()) return;
-        t = *st;
-      } else if (const auto* r = std::get_if<ValueRef>(&arg)) {
+      std::vector<int64_t> s;
+      if (const auto* r = std::get_if<ValueRef>(&arg)) {
         const int source = plan->MemberOf(r->call);
         if (source < 0) {
-          const auto& input = std::get<TensorDesc>(key.calls[r->call].args[0]);
-          if (chain->sizes.empty()) chain->sizes = input.sizes;
-          if (input.sizes != chain->sizes) return;
-          auto st = kjit::torch::ScalarTypeOf(input.dtype);
-          if (!st.ok()) return;
-          t = *st;
+          desc = &std::get<TensorDesc>(key.calls[r->call].args[0]);  // a kjit::input
         } else {
           t = chain->out_dtype[static_cast<size_t>(source)];
+          s = chain->out_sizes[static_cast<size_t>(source)];
         }
       }
-      if (t) dtype = dtype ? c10::promoteTypes(*dtype, *t) : *t;
+      if (desc != nullptr) {
+        auto st = kjit::torch::ScalarTypeOf(desc->dtype);
+        if (!st.ok()) return;
+        t = *st;
+        s = desc->sizes;
+      }
+      if (!t) continue;
+      dtype = dtype ? c10::promoteTypes(*dtype, *t) : *t;
+      sizes = sizes ? at::infer_size(*sizes, s) : s;  // throws where they do not broadcast: the chain is left out
     }
-    if (!dtype || !c10::isFloatingType(*dtype)) return;
+    if (!dtype || !c10::isFloatingType(*dtype) || !sizes) return;
+    if (JoinsChains(kInterceptedOps[op])) {
+      // A reduction (self, dims, keepdim, dtype): the dims reduced to 1 (keepdim) or dropped; no dtype of its own.
+      const auto* dims = call.args.size() == 4 ? std::get_if<IntList>(&call.args[1]) : nullptr;
+      const auto* keep = call.args.size() == 4 ? std::get_if<bool>(&call.args[2]) : nullptr;
+      if (dims == nullptr || dims->empty() || keep == nullptr || !std::holds_alternative<NoneArg>(call.args[3])) return;
+      const auto rank = static_cast<int64_t>(sizes->size());
+      std::vector<bool> reduced(sizes->size(), false);
+      for (int64_t d : *dims) {
+        const int64_t at = d < 0 ? d + rank : d;
+        if (at < 0 || at >= rank) return;
+        reduced[static_cast<size_t>(at)] = true;
+      }
+      std::vector<int64_t> out;
+      for (size_t d = 0; d < sizes->size(); ++d) {
+        if (!reduced[d]) out.push_back((*sizes)[d]);
+        else if (*keep) out.push_back(1);
+      }
+      sizes = std::move(out);
+    }
     chain->out_dtype.push_back(*dtype);
+    chain->out_sizes.push_back(std::move(*sizes));
   }
   // The outputs the fused kernel writes, as the window allocates them (contiguous, at::empty): a record verified
   // with other layouts is not served, here or when an announcement brings it (AnnouncementListener::Handle
@@ -869,10 +892,10 @@ void AddServedChain(Adapter& a, const OpKey& key, int device, int arch) {
   for (uint32_t m : plan->written()) {
     OutputLayout layout;
     layout.scalar_type = static_cast<int8_t>(chain->out_dtype[m]);
-    layout.sizes = chain->sizes;
-    layout.strides.assign(chain->sizes.size(), 1);
-    for (size_t d = chain->sizes.size(); d-- > 1;) {
-      layout.strides[d - 1] = layout.strides[d] * std::max<int64_t>(chain->sizes[d], 1);
+    layout.sizes = chain->out_sizes[m];
+    layout.strides.assign(layout.sizes.size(), 1);
+    for (size_t d = layout.sizes.size(); d-- > 1;) {
+      layout.strides[d - 1] = layout.strides[d] * std::max<int64_t>(layout.sizes[d], 1);
     }
     outputs.push_back(std::move(layout));
   }
@@ -1102,7 +1125,7 @@ std::optional<at::Tensor> TryDefer(Adapter& a, size_t op_index, std::span<const 
     auto defer = [&](ChainWindow& w) {
       const ServedChain& chain = *w.chain;
       const size_t m = w.match->matched();
-      at::Tensor out = at::empty(chain.sizes, at::TensorOptions().dtype(chain.out_dtype[m]).device(first->device()));
+      at::Tensor out = at::empty(chain.out_sizes[m], at::TensorOptions().dtype(chain.out_dtype[m]).device(first->device()));
       w.match->Bind(kjit::torch::TensorId(out));
       w.pending.push_back(PendingCall{op_index, std::vector<c10::IValue>(args.begin(), args.end()), out});
       return out;
@@ -1197,12 +1220,42 @@ void ServeOrForward(Adapter& a, const c10::OperatorHandle& op, c10::DispatchKeyS
 }
 
 template <size_t I>
+void WrapperAlone(Adapter& a, const c10::OperatorHandle& op, c10::DispatchKeySet keys, ::torch::jit::Stack* stack);
+
+template <size_t I>
 void Wrapper(const c10::OperatorHandle& op, c10::DispatchKeySet keys, ::torch::jit::Stack* stack) {
   Adapter& a = *g_adapter;
   if constexpr (PreFilterFor(kInterceptedOps[I]) == PreFilter::kChainMember) {
     ChainMemberBoxed<I>(a, op, keys, stack);
     return;
   }
+  if constexpr (JoinsChains(kInterceptedOps[I])) {
+    // Inside a served chain's window every call arrives boxed (the catch-all redispatches it): a reduction that
+    // joins chains is checked and deferred here; on the thread's sample it is recorded after it ran.
+    if (a.settings.fusion_record) {
+      const size_t n = op.schema().arguments().size();
+      if (a.settings.fusion_serve && stack->size() >= n) {
+        std::span<const c10::IValue> args(stack->data() + (stack->size() - n), n);
+        if (std::optional<at::Tensor> deferred = TryDefer(a, I, args)) {
+          ::torch::jit::drop(*stack, n);
+          stack->emplace_back(std::move(*deferred));
+          return;
+        }
+      }
+      if (ThisThreadsChains().ShouldRecord() && stack->size() >= n) {
+        std::vector<c10::IValue> args(stack->end() - static_cast<std::ptrdiff_t>(n), stack->end());
+        WrapperAlone<I>(a, op, keys, stack);
+        if (!stack->empty() && stack->back().isTensor()) RecordChainCall(a, op.schema(), args, stack->back().toTensor());
+        return;
+      }
+    }
+  }
+  WrapperAlone<I>(a, op, keys, stack);
+}
+
+// The boxed wrapper of an op served alone: a hit, or PyTorch's kernel (timed where it is a miss to report).
+template <size_t I>
+void WrapperAlone(Adapter& a, const c10::OperatorHandle& op, c10::DispatchKeySet keys, ::torch::jit::Stack* stack) {
   if (__builtin_expect(a.diagnostics.load(std::memory_order_relaxed), false)) {
     if (a.passthrough.load(std::memory_order_relaxed)) {
       // Profiled too: PyTorch's kernel's host time as the wrapper sees it, to set against a hit's.
@@ -1260,37 +1313,65 @@ struct Unboxed<I, R(Args...)> {
       }
       return out;
     } else {
-      if (__builtin_expect(a.diagnostics.load(std::memory_order_relaxed), false)) {
-        if (a.passthrough.load(std::memory_order_relaxed) && !a.settings.profile) return pytorch(args...);
-        return Boxed(a, keys, nullptr, args...);
+      (void)pytorch;
+      (void)op;
+      if constexpr (JoinsChains(kInterceptedOps[I]) && std::is_same_v<std::decay_t<R>, at::Tensor>) {
+        // A reduction a chain family fuses (KJIT_JOINS_CHAINS): under KJIT_FUSION it joins the thread's chains as
+        // a fusible call does (deferred into a served chain's window, or recorded on the thread's sample), and is
+        // served alone otherwise.
+        if (a.settings.fusion_record) {
+          if (a.settings.fusion_serve) {
+            const StartTable* table = a.start_table.load(std::memory_order_relaxed);
+            if (ThisThreadsWindow() || (table != nullptr && !table->by_first_op[I].empty())) {
+              ::torch::jit::Stack boxed = c10::impl::boxArgs<Args...>(args...);
+              if (std::optional<at::Tensor> deferred = TryDefer(a, I, boxed)) return std::move(*deferred);
+            }
+          }
+          if (ThisThreadsChains().ShouldRecord()) {
+            ::torch::jit::Stack boxed = c10::impl::boxArgs<Args...>(args...);
+            R out = Single(a, keys, args...);
+            RecordChainCall(a, op.handle->schema(), boxed, out);
+            return out;
+          }
+        }
       }
-      FoundEntry found;
-      switch (Look(a, &found, args...)) {
-        case Path::kPyTorch:
-          return pytorch(args...);
-        case Path::kFirstSight:
-          return Boxed(a, keys, nullptr, args...);
-        case Path::kLoaded:
-          return Boxed(a, keys, &found, args...);  // a hit: launched from the boxed arguments (Launch)
-        case Path::kNegative:
-          break;
-      }
-      Entry* negative = found.entry;
-      // A known miss, as ServeOrForward counts one: PyTorch's exceptions are the user's to see.
-      if (!negative->TimeThisMiss()) {
-        R out = pytorch(args...);
-        negative->CountUntimedMiss();  // reported later, with a timed miss
-        return out;
-      }
-      const auto start = std::chrono::steady_clock::now();
-      R out = pytorch(args...);
-      CountMiss(a, *negative, start, std::chrono::steady_clock::now());
-      return out;
+      return Single(a, keys, args...);
     }
   }
 
  private:
   enum class Path { kPyTorch, kNegative, kLoaded, kFirstSight };
+
+  // One call served alone (a hit), or PyTorch's kernel.
+  static R Single(Adapter& a, c10::DispatchKeySet keys, Args... args) {
+    const Kernel pytorch = reinterpret_cast<Kernel>(a.ops[I].unboxed);
+    if (__builtin_expect(a.diagnostics.load(std::memory_order_relaxed), false)) {
+      if (a.passthrough.load(std::memory_order_relaxed) && !a.settings.profile) return pytorch(args...);
+      return Boxed(a, keys, nullptr, args...);
+    }
+    FoundEntry found;
+    switch (Look(a, &found, args...)) {
+      case Path::kPyTorch:
+        return pytorch(args...);
+      case Path::kFirstSight:
+        return Boxed(a, keys, nullptr, args...);
+      case Path::kLoaded:
+        return Boxed(a, keys, &found, args...);  // a hit: launched from the boxed arguments (Launch)
+      case Path::kNegative:
+        break;
+    }
+    Entry* negative = found.entry;
+    // A known miss, as ServeOrForward counts one: PyTorch's exceptions are the user's to see.
+    if (!negative->TimeThisMiss()) {
+      R out = pytorch(args...);
+      negative->CountUntimedMiss();  // reported later, with a timed miss
+      return out;
+    }
+    const auto start = std::chrono::steady_clock::now();
+    R out = pytorch(args...);
+    CountMiss(a, *negative, start, std::chrono::steady_clock::now());
+    return out;
+  }
 
   static Path Look(Adapter& a, FoundEntry* found, const Args&... args) noexcept {
     try {
@@ -1480,10 +1561,15 @@ void Attach() noexcept {
       a->ops[i].pytorch.emplace(handle->getComputedKernelForDispatchKey(c10::DispatchKey::CUDA));
       a->ops[i].handle.emplace(*handle);
       a->ops[i].unboxed = torch_cuda.Find(UnboxedSymbols()[i]);  // PyTorch's unboxed kernel (unboxed_kernels.h)
-      if (a->settings.fusion_serve && PreFilterFor(kInterceptedOps[i]) == PreFilter::kChainMember) {
-        // mul.Tensor -> mul.out, pow.Tensor_Scalar -> pow.Tensor_Scalar_out, tanh -> tanh.out.
-        const std::string out =
+      const bool joins = JoinsChains(kInterceptedOps[i]);
+      if (a->settings.fusion_serve && (PreFilterFor(kInterceptedOps[i]) == PreFilter::kChainMember || joins)) {
+        // mul.Tensor -> mul.out, pow.Tensor_Scalar -> pow.Tensor_Scalar_out, tanh -> tanh.out; an op that joins
+        // chains names its own (mean.dim -> mean.out).
+        std::string out =
             parts.overload.empty() || parts.overload == "Tensor" ? "out" : std::string(parts.overload) + "_out";
+        for (const ChainJoiner& j : kChainJoiners) {
+          if (joins && j.name == kInterceptedOps[i]) out = std::string(j.out_overload);
+        }
         auto out_handle =
             c10::Dispatcher::singleton().findSchema(c10::OperatorName("aten::" + std::string(parts.name), out));
         if (out_handle.has_value()) {

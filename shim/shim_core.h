@@ -140,6 +140,28 @@ constexpr bool ServesRecordedCalls(std::string_view op) {
   return false;
 }
 
+// The intercepted ops served alone that a chain family also fuses, from the registry's KJIT_JOINS_CHAINS lines
+// (row_chain's sum and mean over the last dim), with the overload of their out= form. Under KJIT_FUSION their
+// calls join the thread's chains as the kChainMember ops' do: recorded beside them, and deferred inside a served
+// chain's window (run with the out= form, PyTorch's kernel, where the window is not run fused).
+struct ChainJoiner {
+  std::string_view name;
+  std::string_view out_overload;
+};
+inline constexpr ChainJoiner kChainJoiners[] = {
+#define KJIT_JOINS_CHAINS(FAMILY, NAME, OUT) {NAME, OUT},
+#include "kjit/intercepted_ops.inc"
+#undef KJIT_JOINS_CHAINS
+    {"", ""},  // so that the list is never empty
+};
+
+constexpr bool JoinsChains(std::string_view op) {
+  for (const ChainJoiner& j : kChainJoiners) {
+    if (!j.name.empty() && j.name == op) return true;
+  }
+  return false;
+}
+
 // aten::cudnn_convolution(self, weight, padding, stride, dilation, groups, ...): whether the call
 // can be the depthwise convolution policy/depthwise_conv serves: a 4-D input [N, C, H, W] with
 // C >= 2 and no empty dim, a 4-D weight [C, 1, kH, kW], groups == C (groups == in_channels ==

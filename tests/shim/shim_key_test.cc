@@ -182,13 +182,15 @@ TEST(ShimKeys, SampleKeysOfThePreFilteredFamiliesAreTheShimsKeys) {
 // allocator hands its memory to the next one), is one chain, reported once, whose key reads x once
 // (kjit::input), holds the Python floats as values, and is the elementwise_chain family's; its ops are exactly
 // what the shim intercepts for the family.
-TEST(ShimKeys, ChainMembersRecordedFromEagerCallsAreChainKeys) {
+// A thread's calls recorded as the adapter records them (ChainMemberCall, TensorId, PinTensorIds, ThreadChains).
+struct EagerRecorder {
   ThreadChains chains;
   std::vector<RecordedChain> reported;
-  auto record = [&](const char* op, const char* overload, std::vector<c10::IValue> args) {
+
+  at::Tensor Record(const char* op, const char* overload, std::vector<c10::IValue> args) {
     const c10::OperatorHandle handle = c10::Dispatcher::singleton().findSchemaOrThrow(op, overload);
     const std::string entry = std::string(op).substr(6) + (*overload != '\0' ? "." + std::string(overload) : "");
-    EXPECT_EQ(PreFilterFor(entry), PreFilter::kChainMember) << entry;
+    EXPECT_TRUE(PreFilterFor(entry) == PreFilter::kChainMember || JoinsChains(entry)) << entry;
     EXPECT_TRUE(chains.ShouldRecord());
     std::vector<c10::IValue> stack = args;
     handle.callBoxed(stack);
@@ -204,7 +206,16 @@ TEST(ShimKeys, ChainMembersRecordedFromEagerCallsAreChainKeys) {
     r.arch = 90;
     for (RecordedChain& c : chains.Add(std::move(r))) reported.push_back(std::move(c));
     return out;
+  }
+};
+
+TEST(ShimKeys, ChainMembersRecordedFromEagerCallsAreChainKeys) {
+  EagerRecorder recorder;
+  auto record = [&](const char* op, const char* overload, std::vector<c10::IValue> args) {
+    return recorder.Record(op, overload, std::move(args));
   };
+  ThreadChains& chains = recorder.chains;
+  std::vector<RecordedChain>& reported = recorder.reported;
   // What Python makes of `0.5 * x`: a wrapped-number tensor for the float.
   auto number = [](double v) {
     at::Tensor t = at::scalar_tensor(v, at::kDouble);
@@ -247,6 +258,41 @@ TEST(ShimKeys, ChainMembersRecordedFromEagerCallsAreChainKeys) {
     if (c.op == kChainInputOp || c.op == kChainLiveOp) continue;
     EXPECT_NE(std::find(ops.begin(), ops.end(), c.op), ops.end()) << c.op;
   }
+}
+
+// A chain with a reduction: Hugging Face's LlamaRMSNorm on a float32 tensor (`x.pow(2).mean(-1, keepdim=True)`,
+// `x * torch.rsqrt(variance + eps)`, `weight * h`) run eagerly on CPU tensors with Python's lifetimes. The mean
+// (served alone by the reduce family, KJIT_JOINS_CHAINS) joins the chain with its dims as an int list; the key is
+// the row_chain family's and reads x once.
+TEST(ShimKeys, AReductionJoinsItsChainAsTheRowChainFamilysKey) {
+  EagerRecorder recorder;
+  auto number = [](double v) {
+    at::Tensor t = at::scalar_tensor(v, at::kDouble);
+    t.unsafeGetTensorImpl()->set_wrapped_number(true);
+    return t;
+  };
+  const at::Tensor x = at::randn({8, 256});
+  const at::Tensor weight = at::rand({256});
+  at::Tensor y;
+  for (int round = 0; round < 20; ++round) {
+    at::Tensor variance = recorder.Record("aten::pow", "Tensor_Scalar", {x, int64_t{2}});
+    variance = recorder.Record("aten::mean", "dim", {variance, c10::IValue(std::vector<int64_t>{-1}), true, c10::IValue()});
+    at::Tensor h = recorder.Record("aten::add", "Tensor", {variance, number(1e-6), 1});
+    h = recorder.Record("aten::rsqrt", "", {h});
+    h = recorder.Record("aten::mul", "Tensor", {x, h});
+    at::Tensor out = recorder.Record("aten::mul", "Tensor", {weight, h});
+    variance.reset();
+    h.reset();
+    y = std::move(out);
+  }
+  ASSERT_EQ(recorder.reported.size(), 1u) << "the twenty RMS norms are not one repeated chain";
+  const OpKey& key = recorder.reported[0].key;
+  EXPECT_EQ(key.OpName(), "chain(pow,mean,add,rsqrt,mul,mul)");
+  ASSERT_EQ(key.calls.front().op, kChainInputOp) << key.ToString();  // x, read by pow and the first mul
+  EXPECT_EQ(std::get<IntList>(key.calls[2].args[1]), IntList{-1}) << key.ToString();
+  auto match = policy::FindFamily(key);
+  ASSERT_TRUE(match.ok()) << key.ToString() << ": " << match.status().ToString();
+  EXPECT_EQ(match->family->name(), "row_chain");
 }
 
 // Calls as PyTorch makes them, keyed from real CPU tensors (not from sample keys): the families

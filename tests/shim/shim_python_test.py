@@ -423,8 +423,33 @@ def child_chains(torch, calls):
     return {"gelu": out.cpu()}
 
 
+def child_rms_chains(torch, calls):
+    """Hugging Face's LlamaRMSNorm, as its forward writes it, on a float32 tensor `calls` times: pow, mean, add,
+    rsqrt, mul, mul (the casts to float32 and back are no calls on a float32 tensor)."""
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    x = torch.randn(256, 4096, device="cuda", generator=gen)
+    weight = torch.rand(4096, device="cuda", generator=gen) + 0.5
+
+    def rms_norm(hidden_states, eps=1e-6):
+        input_dtype = hidden_states.dtype
+        hidden_states = hidden_states.to(torch.float32)
+        variance = hidden_states.pow(2).mean(-1, keepdim=True)
+        hidden_states = hidden_states * torch.rsqrt(variance + eps)
+        return weight * hidden_states.to(input_dtype)
+
+    out = None
+    for _ in range(calls):
+        out = rms_norm(x)
+    return {"rms_norm": out.cpu()}
+
+
 def child(args):
     import torch
+    if args.child == "rms_chains":
+        outputs = child_rms_chains(torch, args.calls)
+        time.sleep(args.linger)
+        torch.save({"outputs": outputs, "counters": counters()}, args.out)
+        return 0
     if args.child == "chains":
         outputs = child_chains(torch, args.calls)
         time.sleep(args.linger)
@@ -946,6 +971,40 @@ def case_chains_hotswap(e):
     compare_all(torch, run["outputs"], reference["outputs"], "after the chain's kernel was swapped in")
 
 
+def case_rms_chains_serve(e):
+    """A chain with a reduction in it: Hugging Face's RMS norm on a float32 tensor. Under KJIT_FUSION=record its six
+    calls (the mean, which the reduce family serves alone, among them) are recorded into one chain and queued as a
+    task of its chain key; once the row_chain family's expert default for it is stored (kjit_seed_defaults
+    --direct), a program under KJIT_FUSION=serve runs later RMS norms as that one kernel, its outputs equal to
+    eager's within tolerance (the kernel sums a row in its own order)."""
+    import torch
+    reference, _ = e.program("rms_chains", os.path.join(e.work, "eager.pt"), shim=False, calls=40)
+    e.start_kjitd()
+    run, log = e.program("rms_chains", os.path.join(e.work, "record.pt"), calls=20, linger=1.0,
+                         env_extra={"KJIT_FUSION": "record"})
+    if not torch.equal(run["outputs"]["rms_norm"], reference["outputs"]["rms_norm"]):
+        fail("the output under KJIT_FUSION=record differs from eager's (PyTorch's kernels ran)")
+    texts = []
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        texts = [t.get("key_text", "") for t in json.loads(e.kjit("tasks", "--json").stdout or "[]")]
+        if any("aten::mean" in t and "aten::rsqrt" in t for t in texts):
+            break
+        time.sleep(0.5)
+    if not any("aten::mean" in t and "aten::rsqrt" in t for t in texts):
+        fail(f"no task of the RMS norm's chain key in kjitd's queue; tasks: {texts}\n{log[-3000:]}")
+    seed_once_queued(e)
+    if not any("aten::mean" in (text or "") and "aten::rsqrt" in (text or "") for _, _, _, text in e.records()):
+        fail(f"no kernel of the RMS norm's chain was stored: {e.records()}")
+    run, log = e.program("rms_chains", os.path.join(e.work, "serve.pt"), calls=40, linger=0.5,
+                         env_extra={"KJIT_FUSION": "serve"})
+    c = run["counters"]
+    print(f"counters with KJIT_FUSION=serve: {c}")
+    if c["chains_fused"] < 1:
+        fail(f"no RMS norm ran as its fused kernel (counters {c}):\n{log[-4000:]}")
+    compare_all(torch, run["outputs"], reference["outputs"], "under KJIT_FUSION=serve")
+
+
 def case_two_devices(e):
     import torch
     if torch.cuda.device_count() < 2:
@@ -973,7 +1032,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("case", nargs="?", choices=["equivalence", "equivalence_part2", "equivalence_matmul",
                                                     "autograd", "corrupt", "load_failure", "fault", "hotswap", "kill_kjitd",
-                                                    "switches", "two_devices", "chains", "chains_serve", "chains_hotswap"])
+                                                    "switches", "two_devices", "chains", "chains_serve", "chains_hotswap",
+                                                    "rms_chains_serve"])
     parser.add_argument("--kjit")
     parser.add_argument("--preload")
     parser.add_argument("--seed")

@@ -299,6 +299,8 @@ Result<OpCall> ChainMemberCall(const c10::FunctionSchema& schema, std::span<cons
       call.args.emplace_back(v.toBool());
     } else if (v.isNone()) {
       call.args.emplace_back(NoneArg{});
+    } else if (v.isIntList()) {
+      call.args.emplace_back(IntList(v.toIntVector()));  // a reduction's dims (mean.dim joins chains)
     } else {
       return InvalidArgument(call.op + ": an argument of kind " + v.tagKind() + " is no chain member's");
     }

@@ -249,8 +249,8 @@ Result<OpKey> CallKey(const c10::FunctionSchema& schema, std::span<const c10::IV
 // ---- Calls of a chain (shim/FUSION.md, "Chain keys"): what the shim's chain recorder holds of one call of a
 // fusible elementwise op. As CallKey's call, except that a wrapped number (the 0-d CPU tensor PyTorch makes of
 // a Python scalar: `0.5 * x`) is its value, a Double, Int or Bool, so that every constant of a chain is in its
-// key; and only tensors, scalars and None are taken (what the fusible ops have): anything else is
-// kInvalidArgument, and the call is not recorded.
+// key; and only tensors, scalars, int lists (a reduction's dims) and None are taken (what the fusible ops and the
+// reductions that join chains have): anything else is kInvalidArgument, and the call is not recorded.
 Result<OpCall> ChainMemberCall(const c10::FunctionSchema& schema, std::span<const c10::IValue> args);
 // A tensor's identity while it lives, for the recorder's dataflow: its TensorImpl's address mixed with its data's
 // (a view shares the data but not the TensorImpl: it is another value to the recorder). 0 for an undefined tensor

@@ -1,17 +1,18 @@
 #!/usr/bin/env python3
-"""Times minGPT's tanh-GELU (eight elementwise PyTorch calls) per call, round after round, in one long-running
-process: kjit (the shim, with KJIT_FUSION=serve) against PyTorch eager (the shim's kernels unregistered in the
-same process: kjit_adapter_set_registered(0)) and torch.compile, with the memory floor (read x once, write the
-result once, at this process's measured copy bandwidth).
+"""Times a chain of PyTorch calls that kjit fuses, per call, round after round, in one long-running process:
+minGPT's tanh-GELU (eight elementwise calls; --chain gelu) or Hugging Face's LlamaRMSNorm on a float32 tensor (pow,
+mean, add, rsqrt, mul, mul; --chain rms_norm). kjit (the shim, with KJIT_FUSION=serve) against PyTorch eager (the
+shim's kernels unregistered in the same process: kjit_adapter_set_registered(0)) and torch.compile, with the
+memory floor (read x once, write the result once, at this process's measured copy bandwidth).
 
 Started against a cold cache, the first rounds run eagerly while the shim records the chain and reports it to
-kjitd; in the pauses between rounds (the GPU idle) kjitd tunes the chain key by itself, the shim is told of the kernel (hot swap), and later rounds run the
-eight calls as one fused kernel. No other command is needed:
+kjitd; in the pauses between rounds (the GPU idle) kjitd tunes the chain key by itself, the shim is told of the
+kernel (hot swap), and later rounds run the chain's calls as one fused kernel. No other command is needed:
 
-    KJIT_FUSION=serve build/bin/kjit run -- python3 benchmarks/fusion_gelu.py --rounds 12 --pause 10 --kjit build/bin/kjit
+    KJIT_FUSION=serve build/bin/kjit run -- python3 benchmarks/fusion_chain.py --chain rms_norm --rounds 12 --pause 10 --kjit build/bin/kjit
 
 Without the shim loaded it times eager and torch.compile only. Each sample: L2 flushed (a 256 MiB write), CUDA
-events around one GELU and a view of its result (a dispatcher call: the shim launches a complete chain at the
+events around one chain and a view of its result (a dispatcher call: the shim launches a complete chain at the
 thread's next PyTorch call, and a CUDA event is none), median over --samples. Prints a markdown table, one row a
 round; --json writes the rows.
 """
@@ -27,6 +28,19 @@ import time
 
 def gelu(torch, x):
     return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+
+
+def rms_norm(torch, x, weight, eps=1e-6):
+    """LlamaRMSNorm.forward as Hugging Face writes it (on a float32 x its casts are no calls)."""
+    input_dtype = x.dtype
+    hidden_states = x.to(torch.float32)
+    variance = hidden_states.pow(2).mean(-1, keepdim=True)
+    hidden_states = hidden_states * torch.rsqrt(variance + eps)
+    return weight * hidden_states.to(input_dtype)
+
+
+# Per chain: its title and the shape of x by default.
+CHAINS = {"gelu": ("tanh-GELU (minGPT)", [8192, 3072]), "rms_norm": ("RMS norm (Hugging Face's Llama)", [8192, 4096])}
 
 
 COUNTERS = ["attached", "hits", "first_sights", "misses", "failures", "intercepted_ops", "unboxed_ops",
@@ -71,14 +85,16 @@ def chain_tasks(kjit):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--shape", type=int, nargs="+", default=[8192, 3072], help="x's shape (default 8192 3072)")
+    ap.add_argument("--chain", default="gelu", choices=sorted(CHAINS), help="the chain timed (default gelu)")
+    ap.add_argument("--shape", type=int, nargs="+",
+                    help="x's shape (default 8192 3072 for gelu, 8192 4096 for rms_norm: rows of the last dim)")
     ap.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
     ap.add_argument("--rounds", type=int, default=12, help="rounds of timing (default 12)")
     ap.add_argument("--samples", type=int, default=50, help="timed calls per mode and round (default 50)")
     ap.add_argument("--pause", type=float, default=10.0,
                     help="seconds between rounds, the GPU left idle (kjitd tunes on idle GPU time; default 10)")
     ap.add_argument("--busy", action="store_true",
-                    help="call the GELU during the pauses instead: a program that never leaves the GPU idle")
+                    help="call the chain during the pauses instead: a program that never leaves the GPU idle")
     ap.add_argument("--no-compile", action="store_true", help="leave torch.compile out")
     ap.add_argument("--json", help="write the rows here")
     ap.add_argument("--kjit", help="the kjit CLI (e.g. build/bin/kjit): after each round, print kjitd's tasks of "
@@ -87,13 +103,20 @@ def main():
 
     import torch
     if not torch.cuda.is_available():
-        print("fusion_gelu: no CUDA device: nothing to time", file=sys.stderr)
+        print("fusion_chain: no CUDA device: nothing to time", file=sys.stderr)
         return 1
     dtype = getattr(torch, args.dtype)
-    x = torch.randn(*args.shape, device="cuda", dtype=dtype)
+    title, default_shape = CHAINS[args.chain]
+    shape = args.shape or default_shape
+    x = torch.randn(*shape, device="cuda", dtype=dtype)
+    if args.chain == "gelu":
+        chain = lambda t: gelu(torch, t)  # noqa: E731
+    else:
+        weight = torch.rand(shape[-1], device="cuda", dtype=dtype) + 0.5
+        chain = lambda t: rms_norm(torch, t, weight)  # noqa: E731
     flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
     lib = adapter()
-    compiled = None if args.no_compile else torch.compile(lambda t: gelu(torch, t))
+    compiled = None if args.no_compile else torch.compile(chain)
 
     def median_us(fn):
         for _ in range(5):
@@ -124,10 +147,10 @@ def main():
     floor_us = 2 * x.numel() * x.element_size() / bandwidth * 1e6
     del src, dst
 
-    eager_fn = lambda t: gelu(torch, t)  # noqa: E731
-    reference = gelu(torch, x).float()
+    eager_fn = chain
+    reference = chain(x).float()
     rows = []
-    print(f"tanh-GELU on {args.dtype}{list(args.shape)}; floor {floor_us:.1f} us "
+    print(f"{title} on {args.dtype}{list(shape)}; floor {floor_us:.1f} us "
           f"({bandwidth / 1e12:.2f} TB/s); shim {'loaded' if lib is not None else 'not loaded'}")
     print("| round | t (s) | eager (us) | kjit (us) | torch.compile (us) | floor (us) | speedup | kjit/floor "
           "| chains fused | max abs err |")
@@ -144,7 +167,7 @@ def main():
                 before = counters(lib).get("chains_fused", 0)
                 row["kjit_us"] = median_us(eager_fn)
                 row["chains_fused"] = counters(lib).get("chains_fused", 0) - before
-                out = gelu(torch, x)
+                out = chain(x)
                 out.view(-1)
                 row["max_abs_err"] = (out.float() - reference).abs().max().item()
             if compiled is not None:
@@ -154,7 +177,7 @@ def main():
                 time.sleep(args.pause)
             while args.busy and time.monotonic() < until:
                 for _ in range(20):
-                    gelu(torch, x).view(-1)
+                    chain(x).view(-1)
                 torch.cuda.synchronize()
         rows.append(row)
 
@@ -173,7 +196,8 @@ def main():
         print(f"shim counters: {final}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"shape": args.shape, "dtype": args.dtype, "counters": final, "rows": rows}, f, indent=1)
+            json.dump({"chain": args.chain, "shape": shape, "dtype": args.dtype, "counters": final, "rows": rows}, f,
+                      indent=1)
     return 0
 
 
