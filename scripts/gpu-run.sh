@@ -17,6 +17,7 @@
 # online policy episodes on the example's keys against the expert default then random (KJIT_ONLINE_PROPOSERS
 # "tuner policy expert": tuner is the expert default first, then the policy, as kjitd runs it; add "random" for
 # uniform random search) (online.tar.gz).
+# KJIT_GPU_RUN_TARGETS="kjit kjitd ..." builds only those targets (a short call: the tests run must need no more).
 # KJIT_GPU_RUN_NVML_PROBE=1 records what NVML reports while another process computes (nvml-probe.txt).
 # KJIT_GPU_RUN_FUSION=1 runs benchmarks/fusion_chain.py (KJIT_FUSION_CHAIN: gelu, the default, or rms_norm) under
 # `kjit run` with KJIT_FUSION=serve against an empty cache, kjitd tuning the chain by itself (KJIT_FUSION_ROUNDS,
@@ -61,7 +62,7 @@ t0=$(date +%s)
 {
   cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE="${KJIT_GPU_RUN_BUILD_TYPE:-Release}" -DKJIT_WERROR=OFF \
     -DCMAKE_PREFIX_PATH="$prefix/usr;$prefix/usr/lib/x86_64-linux-gnu/cmake;$prefix/usr/share/cmake;$torch_prefix" \
-    -DCMAKE_INCLUDE_PATH="$prefix/usr/include" && cmake --build "$build" -j "$(nproc)"
+    -DCMAKE_INCLUDE_PATH="$prefix/usr/include" && cmake --build "$build" -j "$(nproc)" ${KJIT_GPU_RUN_TARGETS:+--target $KJIT_GPU_RUN_TARGETS}
 } > "$OUT/build.log" 2>&1
 rc=$?
 note "build: rc=$rc in $(( $(date +%s) - t0 )) s; warnings: $(grep -c 'warning:' "$OUT/build.log")"
