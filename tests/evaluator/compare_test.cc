@@ -123,6 +123,25 @@ TEST(CompareAccuracy, WithinASmallFactorOfPyTorchsError) {
   EXPECT_NE(no.reason.find("float64"), std::string::npos) << no.reason;
 }
 
+// Where PyTorch's result is an infinity but the float64 result is finite and within the dtype's range, PyTorch
+// overflowed in an intermediate (a float16 batch norm backward on an H100: -Inf everywhere, truly -120): a finite
+// candidate within the tolerance of the truth passes; one that is not, or an infinity the truth also has, or a
+// candidate infinity where PyTorch is finite, does not.
+TEST(CompareAccuracy, AFiniteResultWherePyTorchOverflowedAndTheTruthDidNot) {
+  const Tolerance tol = DefaultTolerance(DType::kFloat16);
+  const double inf = std::numeric_limits<double>::infinity();
+  const at::Tensor exact = Values({-120.0, 2.0, 1e6}, at::kDouble);
+  const at::Tensor pytorch = Values({-inf, 2.0, inf}).to(at::kHalf);
+  const Comparison ok = CompareAccuracy(Values({-120.0, 2.0, inf}).to(at::kHalf), pytorch, exact, tol);
+  EXPECT_TRUE(ok.ok) << ok.reason;
+  // Far from the truth where PyTorch overflowed.
+  EXPECT_FALSE(CompareAccuracy(Values({-100.0, 2.0, inf}).to(at::kHalf), pytorch, exact, tol).ok);
+  // 1e6 is beyond float16's range: PyTorch's infinity is the right rounding there, and a finite value is not.
+  EXPECT_FALSE(CompareAccuracy(Values({-120.0, 2.0, 60000.0}).to(at::kHalf), pytorch, exact, tol).ok);
+  // An infinity of the candidate's where PyTorch's is finite.
+  EXPECT_FALSE(CompareAccuracy(Values({-120.0, inf, inf}).to(at::kHalf), pytorch, exact, tol).ok);
+}
+
 // Near cancellation a float32 sum of products in another order than PyTorch's may be off by thousands of
 // tolerance units while PyTorch's happens to be close: with the op's magnitudes (sum |a||b|) the rule allows
 // the error any float32 order may make, and still rejects a dropped term.

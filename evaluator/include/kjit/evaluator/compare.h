@@ -81,7 +81,10 @@ Comparison Compare(const at::Tensor& actual, const at::Tensor& expected, const T
 // differ by far more than assert_close allows, and neither is the truth.
 // `exact` is the op computed in float64 on the same inputs. The candidate
 // passes if NaN and infinities appear exactly where PyTorch's result has them
-// (as in Compare) and, against `exact`:
+// (as in Compare; but where PyTorch's is an infinity and `exact` is finite and
+// within the output dtype's range, PyTorch overflowed in an intermediate: a
+// finite candidate within the tolerance of `exact` passes there) and, against
+// `exact`:
 //   - its root-mean-square error is at most 4x PyTorch's (or within the
 //     tolerance's own RMS): a different reduction order or tree shape changes
 //     float32 error by a small factor, a wrong formula (one-pass variance) or
