@@ -22,6 +22,8 @@
 # KJIT_GPU_RUN_FUSION=1 runs benchmarks/fusion_chain.py (KJIT_FUSION_CHAIN: gelu, the default, or rms_norm) under
 # `kjit run` with KJIT_FUSION=serve against an empty cache, kjitd tuning the chain by itself (KJIT_FUSION_ROUNDS,
 # KJIT_FUSION_PAUSE_S; fusion.tar.gz: the table, the chain tasks each round, kjitd's log, `kjit tasks`).
+# KJIT_GPU_RUN_BLOCK=1 runs benchmarks/transformer_block.py (an eager GPT-2-style block) the same way
+# (KJIT_BLOCK_ROUNDS, KJIT_BLOCK_PAUSE_S; block.tar.gz).
 # KJIT_GPU_RUN_EXAMPLE=1 runs scripts/run.sh (the example twice, kjitd tuning between, KJIT_RUN_TUNE_S) on the
 # build above (run.sh builds in build/: pass KJIT_GPU_RUN_BUILD_DIR=build KJIT_GPU_RUN_BUILD_TYPE=RelWithDebInfo)
 # against an empty cache (example.tar.gz: its output, `kjit report --run last --markdown`, `kjit
@@ -314,6 +316,16 @@ if [[ "${KJIT_GPU_RUN_FUSION:-0}" == 1 ]]; then
   grep -E '^shim counters' "/tmp/kjit-fusion/$chain.md" | tee -a "$summary"
   grep -E "announcement|chain" "/tmp/kjit-fusion/$chain.md" | grep "^kjit:" | head -8 | tee -a "$summary"
   end_fresh_kjit fusion
+fi
+if [[ "${KJIT_GPU_RUN_BLOCK:-0}" == 1 ]]; then
+  begin_fresh_kjit block
+  KJIT_FUSION=serve KJIT_LOG=1 timeout "${KJIT_BLOCK_S:-400}" "$build/bin/kjit" run -- python3 benchmarks/transformer_block.py \
+    --rounds "${KJIT_BLOCK_ROUNDS:-12}" --pause "${KJIT_BLOCK_PAUSE_S:-10}" --kjit "$build/bin/kjit" \
+    --json /tmp/kjit-block/block.json > /tmp/kjit-block/block.md 2>&1
+  note "block: transformer_block under kjit run, KJIT_FUSION=serve: rc=$?"
+  grep -E '^\|' /tmp/kjit-block/block.md | tail -6 | tee -a "$summary"
+  grep -E '^shim counters' /tmp/kjit-block/block.md | tee -a "$summary"
+  end_fresh_kjit block
 fi
 if [[ "${KJIT_GPU_RUN_EXAMPLE:-0}" == 1 ]]; then
   begin_fresh_kjit example
