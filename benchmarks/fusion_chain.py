@@ -31,7 +31,7 @@ def gelu(torch, x):
 
 
 def rms_norm(torch, x, weight, eps=1e-6):
-    """LlamaRMSNorm.forward as Hugging Face writes it (on a float32 x its casts are no calls)."""
+    """LlamaRMSNorm.forward as Hugging Face writes it (on a float32 x its casts return x itself)."""
     input_dtype = x.dtype
     hidden_states = x.to(torch.float32)
     variance = hidden_states.pow(2).mean(-1, keepdim=True)

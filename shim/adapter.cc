@@ -1158,8 +1158,23 @@ std::optional<at::Tensor> TryDefer(Adapter& a, size_t op_index, std::span<const 
   return std::nullopt;
 }
 
-// The catch-all while a window is open: the chain's own ops pass on to their wrappers (which check them);
-// anything else closes the window before it runs.
+// Whether a call is aten::to.dtype returning its argument itself (the same dtype, copy=False, no memory format
+// but preserve: PyTorch's to_will_alias): it reads nothing, and Hugging Face's RMS norm makes one inside its chain
+// (`weight * hidden_states.to(input_dtype)` on a float32 tensor). One that would copy reads its argument.
+bool IsAliasingTo(const c10::OperatorHandle& op, const ::torch::jit::Stack& stack) {
+  const c10::FunctionSchema& schema = op.schema();
+  if (schema.name() != "aten::to" || schema.overload_name() != "dtype" || schema.arguments().size() != 5 ||
+      stack.size() < 5) {
+    return false;
+  }
+  const c10::IValue* args = stack.data() + (stack.size() - 5);
+  if (!args[0].isTensor() || !args[1].isInt() || !args[3].isBool() || args[3].toBool()) return false;
+  if (args[0].toTensor().scalar_type() != args[1].toScalarType()) return false;
+  return args[4].isNone() || args[4].toMemoryFormat() == c10::MemoryFormat::Preserve;
+}
+
+// The catch-all while a window is open: the chain's own ops pass on to their wrappers (which check them), and a
+// cast to the dtype a tensor already has passes as the no-op it is; anything else closes the window before it runs.
 void ChainCatchAll(const c10::OperatorHandle& op, c10::DispatchKeySet keys, ::torch::jit::Stack* stack) {
   const c10::DispatchKeySet below = keys & c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER, kChainModeKey);
   Adapter& a = *g_adapter;
@@ -1172,6 +1187,11 @@ void ChainCatchAll(const c10::OperatorHandle& op, c10::DispatchKeySet keys, ::to
         op.redispatchBoxed(below, stack);
         return;
       }
+    }
+    if (IsAliasingTo(op, *stack)) {
+      c10::impl::ExcludeDispatchKeyGuard guard(kChainModeKey);
+      op.redispatchBoxed(below, stack);
+      return;
     }
   }
   FinishWindow(a);

@@ -425,7 +425,8 @@ def child_chains(torch, calls):
 
 def child_rms_chains(torch, calls):
     """Hugging Face's LlamaRMSNorm, as its forward writes it, on a float32 tensor `calls` times: pow, mean, add,
-    rsqrt, mul, mul (the casts to float32 and back are no calls on a float32 tensor)."""
+    rsqrt, mul, mul (its casts to float32 and back return the tensor itself on a float32 tensor: aten::to calls
+    that launch nothing, one of them inside the chain's window)."""
     gen = torch.Generator(device="cuda").manual_seed(5)
     x = torch.randn(256, 4096, device="cuda", generator=gen)
     weight = torch.rand(4096, device="cuda", generator=gen) + 0.5
