@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Times a chain of PyTorch calls that kjit fuses, per call, round after round, in one long-running process:
-minGPT's tanh-GELU (eight elementwise calls; --chain gelu) or Hugging Face's LlamaRMSNorm on a float32 tensor (pow,
-mean, add, rsqrt, mul, mul; --chain rms_norm). kjit (the shim, with KJIT_FUSION=serve) against PyTorch eager (the
+minGPT's tanh-GELU (eight elementwise calls; --chain gelu), Hugging Face's LlamaRMSNorm on a float32 tensor (pow,
+mean, add, rsqrt, mul, mul; --chain rms_norm) or a masked cumsum (torch.cumsum(x * mask, -1); --chain masked_cumsum). kjit (the shim, with KJIT_FUSION=serve) against PyTorch eager (the
 shim's kernels unregistered in the same process: kjit_adapter_set_registered(0)) and torch.compile, with the
-memory floor (read x once, write the result once, at this process's measured copy bandwidth).
+memory floor (read x (and the mask) once, write the result once, at this process's measured copy bandwidth).
 
 Started against a cold cache, the first rounds run eagerly while the shim records the chain and reports it to
 kjitd; in the pauses between rounds (the GPU idle) kjitd tunes the chain key by itself, the shim is told of the
@@ -39,8 +39,9 @@ def rms_norm(torch, x, weight, eps=1e-6):
     return weight * hidden_states.to(input_dtype)
 
 
-# Per chain: its title and the shape of x by default.
-CHAINS = {"gelu": ("tanh-GELU (minGPT)", [8192, 3072]), "rms_norm": ("RMS norm (Hugging Face's Llama)", [8192, 4096])}
+# Per chain: its title, the shape of x by default, and the tensors of x's size its floor moves (read or written).
+CHAINS = {"gelu": ("tanh-GELU (minGPT)", [8192, 3072], 2), "rms_norm": ("RMS norm (Hugging Face's Llama)", [8192, 4096], 2),
+          "masked_cumsum": ("masked cumsum, torch.cumsum(x * mask, -1)", [4096, 8192], 3)}
 
 
 COUNTERS = ["attached", "hits", "first_sights", "misses", "failures", "intercepted_ops", "unboxed_ops",
@@ -87,7 +88,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--chain", default="gelu", choices=sorted(CHAINS), help="the chain timed (default gelu)")
     ap.add_argument("--shape", type=int, nargs="+",
-                    help="x's shape (default 8192 3072 for gelu, 8192 4096 for rms_norm: rows of the last dim)")
+                    help="x's shape (default 8192 3072 for gelu, 8192 4096 for rms_norm, 4096 8192 for masked_cumsum: "
+                    "rows of the last dim)")
     ap.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
     ap.add_argument("--rounds", type=int, default=12, help="rounds of timing (default 12)")
     ap.add_argument("--samples", type=int, default=50, help="timed calls per mode and round (default 50)")
@@ -106,11 +108,14 @@ def main():
         print("fusion_chain: no CUDA device: nothing to time", file=sys.stderr)
         return 1
     dtype = getattr(torch, args.dtype)
-    title, default_shape = CHAINS[args.chain]
+    title, default_shape, moved = CHAINS[args.chain]
     shape = args.shape or default_shape
     x = torch.randn(*shape, device="cuda", dtype=dtype)
     if args.chain == "gelu":
         chain = lambda t: gelu(torch, t)  # noqa: E731
+    elif args.chain == "masked_cumsum":
+        mask = (torch.rand(*shape, device="cuda") < 0.5).to(dtype)
+        chain = lambda t: torch.cumsum(t * mask, -1)  # noqa: E731
     else:
         weight = torch.rand(shape[-1], device="cuda", dtype=dtype) + 0.5
         chain = lambda t: rms_norm(torch, t, weight)  # noqa: E731
@@ -132,7 +137,7 @@ def main():
             times.append(start.elapsed_time(end) * 1000.0)
         return statistics.median(times)
 
-    # The floor: x read once, the result written once, at a 256 MiB device-to-device copy's bandwidth.
+    # The floor: x (and the mask) read once, the result written once, at a 256 MiB device-to-device copy's bandwidth.
     src = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
     dst = torch.empty_like(src)
     copies = []
@@ -144,7 +149,7 @@ def main():
         end.synchronize()
         copies.append(start.elapsed_time(end) / 1000.0)
     bandwidth = 2 * src.numel() / statistics.median(copies)  # bytes/s, read + write
-    floor_us = 2 * x.numel() * x.element_size() / bandwidth * 1e6
+    floor_us = moved * x.numel() * x.element_size() / bandwidth * 1e6
     del src, dst
 
     eager_fn = chain

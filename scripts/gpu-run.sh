@@ -19,7 +19,7 @@
 # uniform random search) (online.tar.gz).
 # KJIT_GPU_RUN_TARGETS="kjit kjitd ..." builds only those targets (a short call: the tests run must need no more).
 # KJIT_GPU_RUN_NVML_PROBE=1 records what NVML reports while another process computes (nvml-probe.txt).
-# KJIT_GPU_RUN_FUSION=1 runs benchmarks/fusion_chain.py (KJIT_FUSION_CHAIN: gelu, the default, or rms_norm) under
+# KJIT_GPU_RUN_FUSION=1 runs benchmarks/fusion_chain.py (KJIT_FUSION_CHAIN: gelu, the default, rms_norm, masked_cumsum) under
 # `kjit run` with KJIT_FUSION=serve against an empty cache, kjitd tuning the chain by itself (KJIT_FUSION_ROUNDS,
 # KJIT_FUSION_PAUSE_S; fusion.tar.gz: the table, the chain tasks each round, kjitd's log, `kjit tasks`).
 # KJIT_GPU_RUN_BLOCK=1 runs benchmarks/transformer_block.py (an eager GPT-2-style block) the same way

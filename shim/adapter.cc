@@ -862,7 +862,10 @@ void AddServedChain(Adapter& a, const OpKey& key, int device, int arch) {
       sizes = sizes ? at::infer_size(*sizes, s) : s;  // throws where they do not broadcast: the chain is left out
     }
     if (!dtype || !c10::isFloatingType(*dtype) || !sizes) return;
-    if (JoinsChains(kInterceptedOps[op])) {
+    if (JoinsChains(kInterceptedOps[op]) && call.args.size() == 3) {
+      // A scan (self, dim, dtype): its input's sizes; no dtype of its own.
+      if (!std::holds_alternative<int64_t>(call.args[1]) || !std::holds_alternative<NoneArg>(call.args[2])) return;
+    } else if (JoinsChains(kInterceptedOps[op])) {
       // A reduction (self, dims, keepdim, dtype): the dims reduced to 1 (keepdim) or dropped; no dtype of its own.
       const auto* dims = call.args.size() == 4 ? std::get_if<IntList>(&call.args[1]) : nullptr;
       const auto* keep = call.args.size() == 4 ? std::get_if<bool>(&call.args[2]) : nullptr;

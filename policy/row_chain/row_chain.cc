@@ -39,8 +39,9 @@ struct RowProblem : Problem {
   std::vector<Node> nodes;  // per call; the reduction's is an Op::kInput of its operand
   std::vector<Shape> shape;  // per node
   std::vector<bool> post;    // per node: computed from the reduction's result
-  int reduction = -1;
+  int reduction = -1;  // the sum's, mean's or cumsum's node
   bool mean = false;
+  bool scan = false;  // the reduction is a cumsum: a [.., LEN] value, each element the row's sum up to it
   float mean_factor = 1.f;
   std::vector<int> live;  // node indices whose outputs are written, in order
   std::vector<int64_t> sizes;  // the [.., LEN] tensors'
@@ -65,12 +66,20 @@ class RowChain final : public Family {
   // reductions' calls are keyed alone too (the reduce family serves them), and join chains where they are
   // recorded (intercept.inc: KJIT_JOINS_CHAINS).
   std::vector<std::string> chain_ops() const override {
-    return {"aten::mean", "aten::sum", "aten::mul", "aten::add", "aten::sub", "aten::div", "aten::pow",
-            "aten::tanh", "aten::exp", "aten::neg", "aten::sqrt", "aten::rsqrt", "aten::reciprocal",
+    return {"aten::mean", "aten::sum", "aten::cumsum", "aten::mul", "aten::add", "aten::sub", "aten::div",
+            "aten::pow", "aten::tanh", "aten::exp", "aten::neg", "aten::sqrt", "aten::rsqrt", "aten::reciprocal",
             "aten::sigmoid"};
   }
 
-  OpTraits traits(std::string_view) const override { return OpTraits{}; }
+  OpTraits traits(std::string_view) const override {
+    // As the scan family's cumsum (scan.cc): two correct float32 scans or sums in different orders differ by a
+    // few ulps of the largest running value, not of the element; float16 partial sums of large inputs overflow
+    // to Inf wherever PyTorch's tree puts them, which no other order can match.
+    OpTraits t;
+    t.tolerance_by_dtype[DType::kFloat32] = {1e-5, 1e-5};
+    t.no_large_inputs.insert(DType::kFloat16);
+    return t;
+  }
 
   std::vector<OpKey> SampleKeys() const override {
     constexpr DType f32 = DType::kFloat32, f16 = DType::kFloat16, bf16 = DType::kBFloat16;
@@ -112,6 +121,11 @@ class RowChain final : public Family {
         key({call(kChainInputOp, "", {summed}), call("aten::mul", "Tensor", {ValueRef{0, 0}, ValueRef{0, 0}}),
              reduce("aten::sum", "dim_IntList", ValueRef{1, 0}), call("aten::rsqrt", "", {ValueRef{2, 0}}),
              call("aten::mul", "Tensor", {ValueRef{0, 0}, ValueRef{3, 0}})}),
+        // A masked cumsum, torch.cumsum(x * mask, -1), float32 and float16.
+        key({call("aten::mul", "Tensor", {TensorDesc::Contiguous(f32, {4096, 8192}), TensorDesc::Contiguous(f32, {4096, 8192})}),
+             call("aten::cumsum", "", {ValueRef{0, 0}, int64_t{-1}, NoneArg{}})}),
+        key({call("aten::mul", "Tensor", {TensorDesc::Contiguous(f16, {8192, 2048}), TensorDesc::Contiguous(f16, {8192, 2048})}),
+             call("aten::cumsum", "", {ValueRef{0, 0}, int64_t{1}, NoneArg{}})}),
     };
   }
 
@@ -203,6 +217,24 @@ class RowChain final : public Family {
         p->post.push_back(true);
         continue;
       }
+      if (name == "aten::cumsum") {
+        if (p->reduction >= 0) return InvalidArgument("a second reduction (one a chain)");
+        if (c.args.size() != 3) return InvalidArgument(name + ": unexpected arguments");
+        const auto* dim = std::get_if<int64_t>(&c.args[1]);
+        if (dim == nullptr || (*dim != -1 && *dim != rank - 1)) return InvalidArgument(name + " over another dim than the last");
+        if (!std::holds_alternative<NoneArg>(c.args[2])) return InvalidArgument(name + " with a dtype");
+        Node node;
+        node.op = Op::kInput;
+        KJIT_RETURN_IF_ERROR(operand(c.args[0], false, node));
+        if (shape_of(node.in[0]) != Shape::kFull) return InvalidArgument(name + " of a value that is not [.., LEN]");
+        node.out = *dtype_of(node.in[0]);
+        p->reduction = static_cast<int>(i);
+        p->scan = true;
+        p->nodes.push_back(std::move(node));
+        p->shape.push_back(Shape::kFull);
+        p->post.push_back(true);
+        continue;
+      }
       auto node = chain::ParseElementwise(c, name, operand, dtype_of);
       if (!node.ok()) {
         if (node.status().code() == StatusCode::kNotFound) {
@@ -220,7 +252,7 @@ class RowChain final : public Family {
       p->shape.push_back(s);
       p->post.push_back(post);
     }
-    if (p->reduction < 0) return InvalidArgument("no sum or mean over the last dim (elementwise_chain's, if any)");
+    if (p->reduction < 0) return InvalidArgument("no sum, mean or cumsum over the last dim (elementwise_chain's, if any)");
     bool reaches = false;
     for (int l : p->live) {
       if (p->shape[static_cast<size_t>(l)] != Shape::kFull) {
@@ -240,12 +272,14 @@ class RowChain final : public Family {
     p->widest = 1;
     for (DType t : p->inputs) p->widest = std::max<int64_t>(p->widest, static_cast<int64_t>(DTypeSize(t)));
     for (int l : p->live) p->widest = std::max<int64_t>(p->widest, static_cast<int64_t>(DTypeSize(p->nodes[l].out)));
-    p->held_tensors = static_cast<int64_t>(p->inputs.size());
+    // A scan holds its running sums too.
+    p->held_tensors = static_cast<int64_t>(p->inputs.size()) + (p->scan ? 1 : 0);
     p->op = kChainOp;
     std::ostringstream desc;
     desc << "row_chain rows=" << p->rows << " len=" << p->len << " inputs=" << p->inputs.size() << " [";
     for (size_t i = 0; i < p->nodes.size(); ++i) {
-      desc << (i ? " " : "") << (static_cast<int>(i) == p->reduction ? (p->mean ? "mean" : "sum") : Short(p->nodes[i].op))
+      desc << (i ? " " : "")
+           << (static_cast<int>(i) == p->reduction ? (p->scan ? "cumsum" : p->mean ? "mean" : "sum") : Short(p->nodes[i].op))
            << ":" << DTypeName(p->nodes[i].out);
     }
     desc << "] live=";
@@ -335,7 +369,7 @@ class RowChain final : public Family {
     for (size_t o = 0; o < p.live.size(); ++o) {
       src << (o ? ", " : "") << CudaType(p.nodes[static_cast<size_t>(p.live[o])].out) << "* __restrict__ out" << o;
     }
-    src << "\n" << codegen::kElementAccess << chain::kChainAccess << kRowAccess << kRowSum << kHead;
+    src << "\n" << codegen::kElementAccess << chain::kChainAccess << kRowAccess << (p.scan ? kRowScan : kRowSum) << kHead;
     // A thread's pieces of each input: x<i> of a [.., LEN] tensor (its row), c<i> of a [LEN] one.
     auto held = [&](size_t i) { return std::string(p.input_shape[i] == Shape::kFull ? "x" : "c") + std::to_string(i); };
     for (size_t i = 0; i < p.inputs.size(); ++i) src << "  float " << held(i) << "[ITEMS][VEC];\n";
@@ -362,15 +396,33 @@ class RowChain final : public Family {
     auto element_nodes = [&](bool with_post) {
       for (size_t n = 0; n < p.nodes.size(); ++n) {
         if (p.shape[n] == Shape::kRow || (p.post[n] && !with_post)) continue;
+        if (static_cast<int>(n) == p.reduction) {  // a scan's element: its running sum, rounded to its dtype
+          src << "        const float v" << n << " = as_dtype<" << CudaType(p.nodes[n].out) << ">(s[k][e]);\n";
+          continue;
+        }
         src << "        const float v" << n << " = " << chain::Expression(p.nodes[n], text) << ";\n";
       }
     };
-    // 1. The row's sum of the reduction's operand, in float: a thread's own terms in order, then row_sum.
     const Node& reduced = p.nodes[static_cast<size_t>(p.reduction)];
-    src << "  float acc = 0.f;\n#pragma unroll\n  for (int k = 0; k < ITEMS; ++k) {\n#pragma unroll\n"
-        << "    for (int e = 0; e < VEC; ++e) {\n      if (active && (k * ROW_THREADS + lane) * VEC + e < LEN) {\n";
-    element_nodes(false);
-    src << "        acc += " << text(reduced.in[0]) << ";\n      }\n    }\n  }\n  acc = row_sum(acc, red);\n";
+    if (p.scan) {
+      // 1. The scan's operand per element, held; then the row's running sums in float, a piece of ROW_THREADS x
+      // VEC elements at a time: a thread's own in order, the threads before it, the pieces before.
+      src << "  float s[ITEMS][VEC];\n#pragma unroll\n  for (int k = 0; k < ITEMS; ++k) {\n#pragma unroll\n"
+          << "    for (int e = 0; e < VEC; ++e) {\n      s[k][e] = 0.f;\n"
+          << "      if (active && (k * ROW_THREADS + lane) * VEC + e < LEN) {\n";
+      element_nodes(false);
+      src << "        s[k][e] = " << text(reduced.in[0]) << ";\n      }\n    }\n  }\n";
+      src << "  float carry = 0.f;\n#pragma unroll\n  for (int k = 0; k < ITEMS; ++k) {\n    float run = 0.f;\n"
+          << "#pragma unroll\n    for (int e = 0; e < VEC; ++e) {\n      run += s[k][e];\n      s[k][e] = run;\n    }\n"
+          << "    float total;\n    const float before = carry + row_exclusive_scan(run, red, &total);\n"
+          << "#pragma unroll\n    for (int e = 0; e < VEC; ++e) s[k][e] += before;\n    carry += total;\n  }\n";
+    } else {
+      // 1. The row's sum of the reduction's operand, in float: a thread's own terms in order, then row_sum.
+      src << "  float acc = 0.f;\n#pragma unroll\n  for (int k = 0; k < ITEMS; ++k) {\n#pragma unroll\n"
+          << "    for (int e = 0; e < VEC; ++e) {\n      if (active && (k * ROW_THREADS + lane) * VEC + e < LEN) {\n";
+      element_nodes(false);
+      src << "        acc += " << text(reduced.in[0]) << ";\n      }\n    }\n  }\n  acc = row_sum(acc, red);\n";
+    }
     // 2. The per-row values: the reduction's, rounded to its dtype, and the ops of per-row values.
     for (size_t n = 0; n < p.nodes.size(); ++n) {
       if (p.shape[n] != Shape::kRow) continue;

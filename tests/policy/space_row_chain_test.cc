@@ -78,7 +78,7 @@ TEST(RowChainSpace, DeclinesWhatItCannotServe) {
   EXPECT_TRUE(Has(Reason(OpKey::Chain({mean(x), Call("aten::exp", "", {x}), Call("kjit::live", "", {IntList{1}})}, 90)),
                   "reaches no written value"));
   EXPECT_TRUE(Has(Reason(OpKey::Chain({Call("aten::exp", "", {x}), Call("aten::mul", "Tensor", {ValueRef{0, 0}, TensorDesc::Contiguous(f32, {128})})}, 90)),
-                  "no sum or mean"));
+                  "no sum, mean or cumsum"));
 }
 
 TEST(RowChainSpace, RmsNormsKernelReadsTheRowOnceAndTheWeightPerColumn) {
@@ -111,6 +111,27 @@ TEST(RowChainSpace, SumAndBFloat16RoundEachOpsResult) {
   // x is read twice in the key (two parameters), both held: the sum's and the division's.
   EXPECT_TRUE(Has(c->source, "acc += x0[k][e];"));
   EXPECT_TRUE(Has(c->source, "const float v1 = as_dtype<__nv_bfloat16>(op_div(x1[k][e], v0));"));
+}
+
+// A masked cumsum, torch.cumsum(x * mask, -1): the products held per element, the row's running sums a piece at a
+// time (row_exclusive_scan), every element written.
+TEST(RowChainSpace, AMaskedCumsumScansTheRowsProducts) {
+  const TensorDesc x = TensorDesc::Contiguous(f32, {512, 4096});
+  auto cumsum = [&](std::vector<Arg> args) {
+    std::vector<Arg> all = {ValueRef{0, 0}};
+    all.insert(all.end(), args.begin(), args.end());
+    return OpKey::Chain({Call("aten::mul", "Tensor", {x, x}), Call("aten::cumsum", "", std::move(all))}, 90);
+  };
+  EXPECT_EQ(Reason(cumsum({int64_t{-1}, NoneArg{}})), "served by row_chain");
+  EXPECT_TRUE(Has(Reason(cumsum({int64_t{0}, NoneArg{}})), "another dim than the last"));
+  EXPECT_TRUE(Has(Reason(cumsum({int64_t{-1}, f32})), "with a dtype"));
+  auto c = Generate(cumsum({int64_t{1}, NoneArg{}}));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(Has(c->source, "s[k][e] = v0;")) << c->source;
+  EXPECT_TRUE(Has(c->source, "row_exclusive_scan(run, red, &total)"));
+  EXPECT_FALSE(Has(c->source, "row_sum("));
+  EXPECT_TRUE(Has(c->source, "const float v1 = as_dtype<float>(s[k][e]);"));
+  EXPECT_TRUE(Has(c->source, "y0[e] = v1;"));
 }
 
 TEST(RowChainSpace, EveryRowAndElementIsCoveredOnce) {

@@ -263,7 +263,7 @@ TEST(ShimKeys, ChainMembersRecordedFromEagerCallsAreChainKeys) {
 // A chain with a reduction: Hugging Face's LlamaRMSNorm on a float32 tensor (`x.pow(2).mean(-1, keepdim=True)`,
 // `x * torch.rsqrt(variance + eps)`, `weight * h`) run eagerly on CPU tensors with Python's lifetimes. The mean
 // (served alone by the reduce family, KJIT_JOINS_CHAINS) joins the chain with its dims as an int list; the key is
-// the row_chain family's and reads x once.
+// the row_chain family's and reads x once. A masked cumsum likewise (the scan family's cumsum joins).
 TEST(ShimKeys, AReductionJoinsItsChainAsTheRowChainFamilysKey) {
   EagerRecorder recorder;
   auto number = [](double v) {
@@ -293,6 +293,21 @@ TEST(ShimKeys, AReductionJoinsItsChainAsTheRowChainFamilysKey) {
   auto match = policy::FindFamily(key);
   ASSERT_TRUE(match.ok()) << key.ToString() << ": " << match.status().ToString();
   EXPECT_EQ(match->family->name(), "row_chain");
+
+  // A masked cumsum, torch.cumsum(x * mask, -1): the scan joins its chain with its dim as an int.
+  EagerRecorder scans;
+  const at::Tensor mask = at::rand({8, 256}).round();
+  for (int round = 0; round < 40; ++round) {  // two records a round: past ThreadChains' first check, at 64
+    at::Tensor masked = scans.Record("aten::mul", "Tensor", {x, mask});
+    at::Tensor out = scans.Record("aten::cumsum", "", {masked, int64_t{-1}, c10::IValue()});
+    masked.reset();
+    y = std::move(out);
+  }
+  ASSERT_EQ(scans.reported.size(), 1u) << "the forty masked cumsums are not one repeated chain";
+  EXPECT_EQ(scans.reported[0].key.OpName(), "chain(mul,cumsum)");
+  auto scan_match = policy::FindFamily(scans.reported[0].key);
+  ASSERT_TRUE(scan_match.ok()) << scans.reported[0].key.ToString() << ": " << scan_match.status().ToString();
+  EXPECT_EQ(scan_match->family->name(), "row_chain");
 }
 
 // Calls as PyTorch makes them, keyed from real CPU tensors (not from sample keys): the families
