@@ -1436,7 +1436,8 @@ struct Unboxed<I, R(Args...)> {
     if (found != nullptr) {
       ServeOrForward<I, false>(a, *a.ops[I].handle, keys, &stack, found);
     } else {
-      Wrapper<I>(*a.ops[I].handle, keys, &stack);
+      // The op's boxed path without the chains' part (Call did that already for an op that joins chains).
+      WrapperAlone<I>(a, *a.ops[I].handle, keys, &stack);
     }
     return c10::impl::PopResult<R>::call(stack);
   }
