@@ -31,11 +31,7 @@ cache::DesignPoint ToDesignPoint(const std::string& family, const Point& point, 
 
 OpTraits Family::traits(std::string_view) const { return DefaultOpTraits(); }
 
-namespace {
-
-// Calls `visit` on every point of the cross product, in odometer order (last knob fastest).
-template <typename Visit>
-void ForEachPoint(const Space& space, Visit&& visit) {
+void ForEachPoint(const Space& space, const std::function<bool(const Point&)>& visit) {
   if (space.knobs.empty()) return;
   std::vector<size_t> index(space.knobs.size(), 0);
   // One point whose values are rewritten in place: a new map per point (string keys, an allocation
@@ -55,8 +51,6 @@ void ForEachPoint(const Space& space, Visit&& visit) {
     }
   }
 }
-
-}  // namespace
 
 std::vector<Point> ValidPoints(const Family& family, const Problem& problem, const DeviceFacts& device, size_t limit) {
   const Space space = family.MakeSpace(problem, device);

@@ -115,20 +115,10 @@ TEST_P(SpaceTest, InvalidPointsAreRefusedWithAReason) {
     // 6.2 million points a key, a walk of two minutes in the release build and longer than the time limit
     // under the sanitizers).
     bool seen_valid = f.Check(**problem, f.ExpertDefault(**problem, device), device).ok(), seen_invalid = false;
-    Point walk;
-    std::vector<size_t> at(space.knobs.size(), 0);
-    for (bool more = !space.knobs.empty(); more && !(seen_valid && seen_invalid);) {
-      for (size_t k = 0; k < space.knobs.size(); ++k) walk[space.knobs[k].name] = space.knobs[k].values[at[k]];
-      (f.Check(**problem, walk, device).ok() ? seen_valid : seen_invalid) = true;
-      more = false;
-      for (size_t k = space.knobs.size(); k-- > 0;) {  // the next point, last knob fastest
-        if (++at[k] < space.knobs[k].values.size()) {
-          more = true;
-          break;
-        }
-        at[k] = 0;
-      }
-    }
+    ForEachPoint(space, [&](const Point& point) {
+      (f.Check(**problem, point, device).ok() ? seen_valid : seen_invalid) = true;
+      return !(seen_valid && seen_invalid);
+    });
     EXPECT_TRUE(seen_valid) << (*problem)->description;
     EXPECT_TRUE(seen_invalid) << (*problem)->description << ": a space with no invalid point has no rules";
     // Walk the cross product once more: a refused point says why, and Generate refuses it too.

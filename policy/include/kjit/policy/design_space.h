@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <memory>
@@ -118,6 +119,10 @@ class Family {
   // The kernel for a valid point.
   virtual Result<Candidate> Generate(const Problem& problem, const Point& point, const DeviceFacts& device) const = 0;
 };
+
+// Calls `visit` on every point of the space's cross product, in odometer order (the last knob fastest), until
+// it returns false. The point is rewritten in place between calls: copy it to keep it.
+void ForEachPoint(const Space& space, const std::function<bool(const Point&)>& visit);
 
 // Every valid point of the space, in a fixed order (the cross product,
 // filtered by Check). `limit` stops early (0: no limit).
