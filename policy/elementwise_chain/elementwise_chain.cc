@@ -118,33 +118,19 @@ class ElementwiseChain final : public Family {
       const OpCall& c = key.calls[i];
       // A tensor operand: an external tensor of the chain's shape, an earlier call's output, or a wrapped number.
       auto operand = [&](const Arg& a, bool scalar_allowed, Node& node) -> Status {
-        if (const auto* t = std::get_if<TensorDesc>(&a)) {
-          if (!IsServedFloat(t->dtype)) return InvalidArgument("dtype " + std::string(DTypeName(t->dtype)) + " is not served");
-          if (!t->is_contiguous()) return InvalidArgument("non-contiguous tensors are declined");
-          if (p->inputs.empty()) p->sizes = t->sizes;  // the first tensor's shape is the chain's
-          if (t->sizes != p->sizes) return InvalidArgument("tensors of different shapes (broadcasting) are declined");
-          node.in.push_back(Operand{Operand::kInput, static_cast<int64_t>(p->inputs.size()), 0});
-          p->inputs.push_back(t->dtype);
-          p->input_alignment.push_back(t->alignment);
-          alignment = std::min<int>(alignment, t->alignment);
+        return chain::ResolveOperand(a, i, scalar_allowed, node, [&](const TensorDesc& t, Node& n) -> Status {
+          if (!IsServedFloat(t.dtype)) return InvalidArgument("dtype " + std::string(DTypeName(t.dtype)) + " is not served");
+          if (!t.is_contiguous()) return InvalidArgument("non-contiguous tensors are declined");
+          if (p->inputs.empty()) p->sizes = t.sizes;  // the first tensor's shape is the chain's
+          if (t.sizes != p->sizes) return InvalidArgument("tensors of different shapes (broadcasting) are declined");
+          n.in.push_back(Operand{Operand::kInput, static_cast<int64_t>(p->inputs.size()), 0});
+          p->inputs.push_back(t.dtype);
+          p->input_alignment.push_back(t.alignment);
+          alignment = std::min<int>(alignment, t.alignment);
           return Status::Ok();
-        }
-        if (const auto* r = std::get_if<ValueRef>(&a)) {
-          if (r->call >= i || r->output != 0) return InvalidArgument("a reference to no earlier call's output");
-          node.in.push_back(Operand{Operand::kValue, static_cast<int64_t>(r->call), 0});
-          return Status::Ok();
-        }
-        if (auto v = chain::NumberOf(a); v && scalar_allowed) {
-          node.in.push_back(Operand{Operand::kScalar, 0, *v});
-          return Status::Ok();
-        }
-        return InvalidArgument("an operand that is no tensor, earlier output or number");
+        });
       };
-      auto dtype_of = [&](const Operand& o) -> std::optional<DType> {
-        if (o.kind == Operand::kInput) return p->inputs[static_cast<size_t>(o.index)];
-        if (o.kind == Operand::kValue) return p->nodes[static_cast<size_t>(o.index)].out;
-        return std::nullopt;
-      };
+      auto dtype_of = [&](const Operand& o) { return chain::DTypeOfOperand(o, p->inputs, p->nodes); };
       const std::string name = c.op + (c.overload.empty() ? "" : "." + c.overload);
       auto node = chain::ParseElementwise(c, name, operand, dtype_of);
       if (!node.ok()) return InvalidArgument(node.status().message());

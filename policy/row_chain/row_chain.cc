@@ -154,46 +154,46 @@ class RowChain final : public Family {
     for (size_t i = 0; i < calls; ++i) {
       const OpCall& c = key.calls[i];
       auto operand = [&](const Arg& a, bool scalar_allowed, Node& node) -> Status {
-        if (const auto* t = std::get_if<TensorDesc>(&a)) {
-          if (!IsServedFloat(t->dtype)) return InvalidArgument("dtype " + std::string(DTypeName(t->dtype)) + " is not served");
-          if (!t->is_contiguous()) return InvalidArgument("non-contiguous tensors are declined");
+        return chain::ResolveOperand(a, i, scalar_allowed, node, [&](const TensorDesc& t, Node& n) -> Status {
+          if (!IsServedFloat(t.dtype)) return InvalidArgument("dtype " + std::string(DTypeName(t.dtype)) + " is not served");
+          if (!t.is_contiguous()) return InvalidArgument("non-contiguous tensors are declined");
           Shape s;
-          if (t->sizes == p->sizes) {
+          if (t.sizes == p->sizes) {
             s = Shape::kFull;
-          } else if (t->sizes == std::vector<int64_t>{p->len}) {
+          } else if (t.sizes == std::vector<int64_t>{p->len}) {
             s = Shape::kCol;
           } else {
             return InvalidArgument("a tensor that is neither [.., LEN] nor [LEN] (other broadcasts are declined)");
           }
-          node.in.push_back(Operand{Operand::kInput, static_cast<int64_t>(p->inputs.size()), 0});
-          p->inputs.push_back(t->dtype);
+          n.in.push_back(Operand{Operand::kInput, static_cast<int64_t>(p->inputs.size()), 0});
+          p->inputs.push_back(t.dtype);
           p->input_shape.push_back(s);
-          p->input_alignment.push_back(t->alignment);
-          alignment = std::min<int>(alignment, t->alignment);
+          p->input_alignment.push_back(t.alignment);
+          alignment = std::min<int>(alignment, t.alignment);
           return Status::Ok();
-        }
-        if (const auto* r = std::get_if<ValueRef>(&a)) {
-          if (r->call >= i || r->output != 0) return InvalidArgument("a reference to no earlier call's output");
-          node.in.push_back(Operand{Operand::kValue, static_cast<int64_t>(r->call), 0});
-          return Status::Ok();
-        }
-        if (auto v = chain::NumberOf(a); v && scalar_allowed) {
-          node.in.push_back(Operand{Operand::kScalar, 0, *v});
-          return Status::Ok();
-        }
-        return InvalidArgument("an operand that is no tensor, earlier output or number");
+        });
       };
-      auto dtype_of = [&](const Operand& o) -> std::optional<DType> {
-        if (o.kind == Operand::kInput) return p->inputs[static_cast<size_t>(o.index)];
-        if (o.kind == Operand::kValue) return p->nodes[static_cast<size_t>(o.index)].out;
-        return std::nullopt;
-      };
+      auto dtype_of = [&](const Operand& o) { return chain::DTypeOfOperand(o, p->inputs, p->nodes); };
       auto shape_of = [&](const Operand& o) -> std::optional<Shape> {
         if (o.kind == Operand::kInput) return p->input_shape[static_cast<size_t>(o.index)];
         if (o.kind == Operand::kValue) return p->shape[static_cast<size_t>(o.index)];
         return std::nullopt;
       };
       const std::string name = c.op + (c.overload.empty() ? "" : "." + c.overload);
+      // The chain's one reduction or scan, of a [.., LEN] value: a node passing its operand on, whose value the
+      // kernel makes (a per-row sum, or per element the running sum: `out`).
+      auto reduction = [&](Shape out) -> Status {
+        Node node;
+        node.op = Op::kInput;
+        KJIT_RETURN_IF_ERROR(operand(c.args[0], false, node));
+        if (shape_of(node.in[0]) != Shape::kFull) return InvalidArgument(name + " of a value that is not [.., LEN]");
+        node.out = *dtype_of(node.in[0]);
+        p->reduction = static_cast<int>(i);
+        p->nodes.push_back(std::move(node));
+        p->shape.push_back(out);
+        p->post.push_back(true);
+        return Status::Ok();
+      };
       if (name == "aten::mean.dim" || name == "aten::sum.dim_IntList") {
         if (p->reduction >= 0) return InvalidArgument("a second reduction (one a chain)");
         if (c.args.size() != 4) return InvalidArgument(name + ": unexpected arguments");
@@ -205,16 +205,8 @@ class RowChain final : public Family {
           return InvalidArgument(name + " without keepdim");
         }
         if (!std::holds_alternative<NoneArg>(c.args[3])) return InvalidArgument(name + " with a dtype");
-        Node node;
-        node.op = Op::kInput;
-        KJIT_RETURN_IF_ERROR(operand(c.args[0], false, node));
-        if (shape_of(node.in[0]) != Shape::kFull) return InvalidArgument(name + " of a value that is not [.., LEN]");
-        node.out = *dtype_of(node.in[0]);
-        p->reduction = static_cast<int>(i);
+        KJIT_RETURN_IF_ERROR(reduction(Shape::kRow));
         p->mean = c.op == "aten::mean";
-        p->nodes.push_back(std::move(node));
-        p->shape.push_back(Shape::kRow);
-        p->post.push_back(true);
         continue;
       }
       if (name == "aten::cumsum") {
@@ -223,16 +215,8 @@ class RowChain final : public Family {
         const auto* dim = std::get_if<int64_t>(&c.args[1]);
         if (dim == nullptr || (*dim != -1 && *dim != rank - 1)) return InvalidArgument(name + " over another dim than the last");
         if (!std::holds_alternative<NoneArg>(c.args[2])) return InvalidArgument(name + " with a dtype");
-        Node node;
-        node.op = Op::kInput;
-        KJIT_RETURN_IF_ERROR(operand(c.args[0], false, node));
-        if (shape_of(node.in[0]) != Shape::kFull) return InvalidArgument(name + " of a value that is not [.., LEN]");
-        node.out = *dtype_of(node.in[0]);
-        p->reduction = static_cast<int>(i);
+        KJIT_RETURN_IF_ERROR(reduction(Shape::kFull));
         p->scan = true;
-        p->nodes.push_back(std::move(node));
-        p->shape.push_back(Shape::kFull);
-        p->post.push_back(true);
         continue;
       }
       auto node = chain::ParseElementwise(c, name, operand, dtype_of);

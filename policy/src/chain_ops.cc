@@ -52,6 +52,27 @@ std::string FloatLiteral(float f) {
   return buf;
 }
 
+Status ResolveOperand(const Arg& a, size_t call, bool scalar_allowed, Node& node,
+                      const std::function<Status(const TensorDesc&, Node&)>& tensor) {
+  if (const auto* t = std::get_if<TensorDesc>(&a)) return tensor(*t, node);
+  if (const auto* r = std::get_if<ValueRef>(&a)) {
+    if (r->call >= call || r->output != 0) return InvalidArgument("a reference to no earlier call's output");
+    node.in.push_back(Operand{Operand::kValue, static_cast<int64_t>(r->call), 0});
+    return Status::Ok();
+  }
+  if (auto v = NumberOf(a); v && scalar_allowed) {
+    node.in.push_back(Operand{Operand::kScalar, 0, *v});
+    return Status::Ok();
+  }
+  return InvalidArgument("an operand that is no tensor, earlier output or number");
+}
+
+std::optional<DType> DTypeOfOperand(const Operand& o, const std::vector<DType>& inputs, const std::vector<Node>& nodes) {
+  if (o.kind == Operand::kInput) return inputs[static_cast<size_t>(o.index)];
+  if (o.kind == Operand::kValue) return nodes[static_cast<size_t>(o.index)].out;
+  return std::nullopt;
+}
+
 Result<Node> ParseElementwise(const OpCall& c, const std::string& name, const OperandOf& operand,
                               const DTypeOf& dtype_of) {
   Node node;

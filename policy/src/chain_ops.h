@@ -55,6 +55,14 @@ using OperandOf = std::function<Status(const Arg& arg, bool scalar_allowed, Node
 // The dtype of an operand already resolved (none for a wrapped number).
 using DTypeOf = std::function<std::optional<DType>(const Operand& operand)>;
 
+// The common part of an OperandOf: appends to `node.in` an earlier call's output (a ValueRef to a call before
+// `call`, its only output) or, where `scalar_allowed`, a wrapped number; a tensor goes to `tensor`, the family's own
+// rules (its shapes, dtypes and layouts); anything else is declined.
+Status ResolveOperand(const Arg& a, size_t call, bool scalar_allowed, Node& node,
+                      const std::function<Status(const TensorDesc&, Node&)>& tensor);
+// An operand's dtype: an external tensor's (`inputs`, by parameter index), an earlier node's, none for a number.
+std::optional<DType> DTypeOfOperand(const Operand& o, const std::vector<DType>& inputs, const std::vector<Node>& nodes);
+
 // Call `c` (its name `name`, op.overload) as an elementwise node: kjit::input, mul/add/sub/div.Tensor,
 // pow.Tensor_Scalar of exponent 2, 3, 0.5, -0.5 or -1, the unary ops, or a _to_copy dtype cast. kNotFound where
 // the op is none of these (a family may read it as something else), kInvalidArgument where it is one of them
