@@ -771,31 +771,27 @@ void RecordChainCall(Adapter& a, const c10::FunctionSchema& schema, std::span<co
   }
 }
 
-// The boxed form: the arguments are on the stack; PyTorch's kernel leaves the output there.
-template <size_t I>
-void ChainMemberBoxed(Adapter& a, const c10::OperatorHandle& op, c10::DispatchKeySet keys, ::torch::jit::Stack* stack) {
-  if (a.settings.fusion_serve) {
-    const size_t n = op.schema().arguments().size();
-    if (stack->size() >= n) {
-      std::span<const c10::IValue> args(stack->data() + (stack->size() - n), n);
-      if (std::optional<at::Tensor> deferred = TryDefer(a, I, args)) {
-        ::torch::jit::drop(*stack, n);
-        stack->emplace_back(std::move(*deferred));
-        return;
-      }
+// The boxed form of a call that takes part in chains (a kChainMember op, or one that joins chains): the arguments
+// are on the stack. Deferred into a served chain (KJIT_FUSION=serve); otherwise `run` runs it (PyTorch's kernel, or
+// the op's own serving), leaving the output on the stack, and on the thread's sample it is recorded.
+template <size_t I, class Run>
+void ChainCallBoxed(Adapter& a, const c10::OperatorHandle& op, ::torch::jit::Stack* stack, Run&& run) {
+  const size_t n = op.schema().arguments().size();
+  if (a.settings.fusion_serve && stack->size() >= n) {
+    std::span<const c10::IValue> args(stack->data() + (stack->size() - n), n);
+    if (std::optional<at::Tensor> deferred = TryDefer(a, I, args)) {
+      ::torch::jit::drop(*stack, n);
+      stack->emplace_back(std::move(*deferred));
+      return;
     }
   }
-  if (!ThisThreadsChains().ShouldRecord()) {
-    a.ops[I].pytorch->callBoxed(op, keys, stack);
+  if (!ThisThreadsChains().ShouldRecord() || stack->size() < n) {
+    run();
     return;
   }
-  const size_t n = op.schema().arguments().size();
-  std::vector<c10::IValue> args;
-  if (stack->size() >= n) args.assign(stack->end() - static_cast<std::ptrdiff_t>(n), stack->end());
-  a.ops[I].pytorch->callBoxed(op, keys, stack);
-  if (args.size() == n && !stack->empty() && stack->back().isTensor()) {
-    RecordChainCall(a, op.schema(), args, stack->back().toTensor());
-  }
+  std::vector<c10::IValue> args(stack->end() - static_cast<std::ptrdiff_t>(n), stack->end());
+  run();
+  if (!stack->empty() && stack->back().isTensor()) RecordChainCall(a, op.schema(), args, stack->back().toTensor());
 }
 
 // ---- Serving chains (KJIT_FUSION=serve; shim/FUSION.md, design (b), "Serving"). A thread's fusible call that
@@ -1249,28 +1245,15 @@ template <size_t I>
 void Wrapper(const c10::OperatorHandle& op, c10::DispatchKeySet keys, ::torch::jit::Stack* stack) {
   Adapter& a = *g_adapter;
   if constexpr (PreFilterFor(kInterceptedOps[I]) == PreFilter::kChainMember) {
-    ChainMemberBoxed<I>(a, op, keys, stack);
+    ChainCallBoxed<I>(a, op, stack, [&] { a.ops[I].pytorch->callBoxed(op, keys, stack); });
     return;
   }
   if constexpr (JoinsChains(kInterceptedOps[I])) {
-    // Inside a served chain's window every call arrives boxed (the catch-all redispatches it): a reduction that
-    // joins chains is checked and deferred here; on the thread's sample it is recorded after it ran.
+    // Inside a served chain's window every call arrives boxed (the catch-all redispatches it): an op that joins
+    // chains is checked and deferred here, or served alone and, on the thread's sample, recorded.
     if (a.settings.fusion_record) {
-      const size_t n = op.schema().arguments().size();
-      if (a.settings.fusion_serve && stack->size() >= n) {
-        std::span<const c10::IValue> args(stack->data() + (stack->size() - n), n);
-        if (std::optional<at::Tensor> deferred = TryDefer(a, I, args)) {
-          ::torch::jit::drop(*stack, n);
-          stack->emplace_back(std::move(*deferred));
-          return;
-        }
-      }
-      if (ThisThreadsChains().ShouldRecord() && stack->size() >= n) {
-        std::vector<c10::IValue> args(stack->end() - static_cast<std::ptrdiff_t>(n), stack->end());
-        WrapperAlone<I>(a, op, keys, stack);
-        if (!stack->empty() && stack->back().isTensor()) RecordChainCall(a, op.schema(), args, stack->back().toTensor());
-        return;
-      }
+      ChainCallBoxed<I>(a, op, stack, [&] { WrapperAlone<I>(a, op, keys, stack); });
+      return;
     }
   }
   WrapperAlone<I>(a, op, keys, stack);
@@ -1313,13 +1296,12 @@ struct Unboxed<I, R(Args...)> {
 
   static R Call(c10::DispatchKeySet keys, Args... args) {
     Adapter& a = *g_adapter;
-    InterceptedOp& op = a.ops[I];
-    const Kernel pytorch = reinterpret_cast<Kernel>(op.unboxed);
-    if constexpr (PreFilterFor(kInterceptedOps[I]) == PreFilter::kChainMember) {
-      // A fusible op: deferred into a served chain (KJIT_FUSION=serve), or PyTorch's kernel, and on the thread's
-      // sample of calls a record (RecordChainCall).
-      (void)keys;
-      if constexpr (std::is_same_v<std::decay_t<R>, at::Tensor>) {
+    constexpr bool kMember = PreFilterFor(kInterceptedOps[I]) == PreFilter::kChainMember;
+    if constexpr ((kMember || JoinsChains(kInterceptedOps[I])) && std::is_same_v<std::decay_t<R>, at::Tensor>) {
+      // A call that takes part in chains (a fusible op, intercepted only under KJIT_FUSION; or one that joins
+      // chains, such as a reduction, under KJIT_FUSION): deferred into a served chain (KJIT_FUSION=serve), else
+      // run, and on the thread's sample of calls recorded (RecordChainCall).
+      if (kMember || a.settings.fusion_record) {
         if (a.settings.fusion_serve) {
           const StartTable* table = a.start_table.load(std::memory_order_relaxed);
           if (ThisThreadsWindow() || (table != nullptr && !table->by_first_op[I].empty())) {
@@ -1327,73 +1309,55 @@ struct Unboxed<I, R(Args...)> {
             if (std::optional<at::Tensor> deferred = TryDefer(a, I, boxed)) return std::move(*deferred);
           }
         }
-      }
-      if (!ThisThreadsChains().ShouldRecord()) return pytorch(args...);
-      ::torch::jit::Stack boxed = c10::impl::boxArgs<Args...>(args...);  // copies: the arguments stay the caller's
-      R out = pytorch(args...);
-      if constexpr (std::is_same_v<std::decay_t<R>, at::Tensor>) {
-        RecordChainCall(a, op.handle->schema(), boxed, out);
-      }
-      return out;
-    } else {
-      (void)pytorch;
-      (void)op;
-      if constexpr (JoinsChains(kInterceptedOps[I]) && std::is_same_v<std::decay_t<R>, at::Tensor>) {
-        // A reduction a chain family fuses (KJIT_JOINS_CHAINS): under KJIT_FUSION it joins the thread's chains as
-        // a fusible call does (deferred into a served chain's window, or recorded on the thread's sample), and is
-        // served alone otherwise.
-        if (a.settings.fusion_record) {
-          if (a.settings.fusion_serve) {
-            const StartTable* table = a.start_table.load(std::memory_order_relaxed);
-            if (ThisThreadsWindow() || (table != nullptr && !table->by_first_op[I].empty())) {
-              ::torch::jit::Stack boxed = c10::impl::boxArgs<Args...>(args...);
-              if (std::optional<at::Tensor> deferred = TryDefer(a, I, boxed)) return std::move(*deferred);
-            }
-          }
-          if (ThisThreadsChains().ShouldRecord()) {
-            ::torch::jit::Stack boxed = c10::impl::boxArgs<Args...>(args...);
-            R out = Single(a, keys, args...);
-            RecordChainCall(a, op.handle->schema(), boxed, out);
-            return out;
-          }
+        if (ThisThreadsChains().ShouldRecord()) {
+          ::torch::jit::Stack boxed = c10::impl::boxArgs<Args...>(args...);  // copies: the arguments stay the caller's
+          R out = Run(a, keys, args...);
+          RecordChainCall(a, a.ops[I].handle->schema(), boxed, out);
+          return out;
         }
       }
-      return Single(a, keys, args...);
     }
+    return Run(a, keys, args...);
   }
 
  private:
   enum class Path { kPyTorch, kNegative, kLoaded, kFirstSight };
 
-  // One call served alone (a hit), or PyTorch's kernel.
-  static R Single(Adapter& a, c10::DispatchKeySet keys, Args... args) {
+  // The call itself: a fusible op's is PyTorch's kernel (never keyed alone); any other op's is served alone (a
+  // hit) or PyTorch's kernel.
+  static R Run(Adapter& a, c10::DispatchKeySet keys, Args... args) {
     const Kernel pytorch = reinterpret_cast<Kernel>(a.ops[I].unboxed);
-    if (__builtin_expect(a.diagnostics.load(std::memory_order_relaxed), false)) {
-      if (a.passthrough.load(std::memory_order_relaxed) && !a.settings.profile) return pytorch(args...);
-      return Boxed(a, keys, nullptr, args...);
-    }
-    FoundEntry found;
-    switch (Look(a, &found, args...)) {
-      case Path::kPyTorch:
-        return pytorch(args...);
-      case Path::kFirstSight:
+    if constexpr (PreFilterFor(kInterceptedOps[I]) == PreFilter::kChainMember) {
+      (void)keys;
+      return pytorch(args...);
+    } else {
+      if (__builtin_expect(a.diagnostics.load(std::memory_order_relaxed), false)) {
+        if (a.passthrough.load(std::memory_order_relaxed) && !a.settings.profile) return pytorch(args...);
         return Boxed(a, keys, nullptr, args...);
-      case Path::kLoaded:
-        return Boxed(a, keys, &found, args...);  // a hit: launched from the boxed arguments (Launch)
-      case Path::kNegative:
-        break;
-    }
-    Entry* negative = found.entry;
-    // A known miss, as ServeOrForward counts one: PyTorch's exceptions are the user's to see.
-    if (!negative->TimeThisMiss()) {
+      }
+      FoundEntry found;
+      switch (Look(a, &found, args...)) {
+        case Path::kPyTorch:
+          return pytorch(args...);
+        case Path::kFirstSight:
+          return Boxed(a, keys, nullptr, args...);
+        case Path::kLoaded:
+          return Boxed(a, keys, &found, args...);  // a hit: launched from the boxed arguments (Launch)
+        case Path::kNegative:
+          break;
+      }
+      Entry* negative = found.entry;
+      // A known miss, as ServeOrForward counts one: PyTorch's exceptions are the user's to see.
+      if (!negative->TimeThisMiss()) {
+        R out = pytorch(args...);
+        negative->CountUntimedMiss();  // reported later, with a timed miss
+        return out;
+      }
+      const auto start = std::chrono::steady_clock::now();
       R out = pytorch(args...);
-      negative->CountUntimedMiss();  // reported later, with a timed miss
+      CountMiss(a, *negative, start, std::chrono::steady_clock::now());
       return out;
     }
-    const auto start = std::chrono::steady_clock::now();
-    R out = pytorch(args...);
-    CountMiss(a, *negative, start, std::chrono::steady_clock::now());
-    return out;
   }
 
   static Path Look(Adapter& a, FoundEntry* found, const Args&... args) noexcept {
