@@ -64,6 +64,24 @@ def counters(lib):
     return dict(zip(COUNTERS, list(values)[:max(n, 0)]))
 
 
+def timed_median_us(torch, fn, x, flush, samples, warmup):
+    """fn(x)'s median time in us over `samples` calls after `warmup`: each with L2 flushed (`flush` zeroed), CUDA
+    events around the call and a view of its result (a dispatcher call: the shim launches a complete chain at the
+    thread's next PyTorch call, and a CUDA event is none)."""
+    for _ in range(warmup):
+        fn(x).view(-1)
+    times = []
+    for _ in range(samples):
+        flush.zero_()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn(x).view(-1)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1000.0)
+    return statistics.median(times)
+
+
 def chain_tasks(kjit):
     """kjitd's tasks whose keys are chains, as `kjit tasks --json` lists them: one line each."""
     import subprocess
@@ -124,18 +142,7 @@ def main():
     compiled = None if args.no_compile else torch.compile(chain)
 
     def median_us(fn):
-        for _ in range(5):
-            fn(x).view(-1)
-        times = []
-        for _ in range(args.samples):
-            flush.zero_()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn(x).view(-1)
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) * 1000.0)
-        return statistics.median(times)
+        return timed_median_us(torch, fn, x, flush, args.samples, warmup=5)
 
     # The floor: x (and the mask) read once, the result written once, at a 256 MiB device-to-device copy's bandwidth.
     src = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")

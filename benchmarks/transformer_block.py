@@ -19,12 +19,11 @@ import argparse
 import json
 import math
 import os
-import statistics
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from fusion_chain import adapter, chain_tasks, counters  # noqa: E402
+from fusion_chain import adapter, chain_tasks, counters, timed_median_us  # noqa: E402
 
 
 def gelu(torch, x):
@@ -99,18 +98,7 @@ def main():
     compiled = None if args.no_compile else torch.compile(lambda t: block(t))  # a function: block is no nn.Module
 
     def median_us(fn):
-        for _ in range(3):
-            fn(x).view(-1)
-        times = []
-        for _ in range(args.samples):
-            flush.zero_()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn(x).view(-1)
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) * 1000.0)
-        return statistics.median(times)
+        return timed_median_us(torch, fn, x, flush, args.samples, warmup=3)
 
     with torch.no_grad():
         if lib is not None:

@@ -902,6 +902,31 @@ def case_switches(e):
         compare_all(torch, r["outputs"], reference, state)
 
 
+def wait_for_chain_task(e, has_ops, what, log):
+    """Waits up to 20 s for a task in kjitd's queue whose key text `has_ops` accepts: `what` chain's key."""
+    deadline = time.monotonic() + 20
+    while True:
+        texts = [t.get("key_text", "") for t in json.loads(e.kjit("tasks", "--json").stdout or "[]")]
+        if any(has_ops(t) for t in texts) or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    if not any(has_ops(t) for t in texts):
+        fail(f"no task of {what} chain key in kjitd's queue; tasks: {texts}\n{log[-3000:]}")
+
+
+def serve_fused(e, child, reference, what):
+    """The `child` program under KJIT_FUSION=serve, its chain's kernel stored: at least one `what` ran as the fused
+    kernel, and the outputs equal eager's within tolerance."""
+    import torch
+    run, log = e.program(child, os.path.join(e.work, "serve.pt"), calls=40, linger=0.5,
+                         env_extra={"KJIT_FUSION": "serve"})
+    c = run["counters"]
+    print(f"counters with KJIT_FUSION=serve: {c}")
+    if c["chains_fused"] < 1:
+        fail(f"no {what} ran as its fused kernel (counters {c}):\n{log[-4000:]}")
+    compare_all(torch, run["outputs"], reference["outputs"], "under KJIT_FUSION=serve")
+
+
 def case_chains(e):
     """KJIT_FUSION=record: the GELU's eight fusible calls are recorded into one chain, which is reported to kjitd
     and queued as a task of its chain key; the outputs stay eager's bit for bit (PyTorch's kernels ran). Without
@@ -921,34 +946,20 @@ def case_chains(e):
     for name, want in reference["outputs"].items():
         if not torch.equal(run["outputs"][name], want):
             fail(f"{name}: the output under KJIT_FUSION=record differs from eager's")
-    deadline = time.monotonic() + 20
-    while True:
-        texts = [t.get("key_text", "") for t in json.loads(e.kjit("tasks", "--json").stdout or "[]")]
-        if any("aten::tanh" in t and "kjit::input" in t for t in texts) or time.monotonic() > deadline:
-            break
-        time.sleep(0.5)
-    if not any("aten::tanh" in t and "kjit::input" in t for t in texts):
-        fail(f"no task of the GELU's chain key in kjitd's queue; tasks: {texts}\n{log[-3000:]}")
+    wait_for_chain_task(e, lambda t: "aten::tanh" in t and "kjit::input" in t, "the GELU's", log)
 
 
 def case_chains_serve(e):
     """KJIT_FUSION=serve: once the GELU's chain key has a kernel in the cache (kjit_seed_defaults --direct stores
     the elementwise_chain family's expert default for the queued chain task), a program that repeats the GELU
     records the chain, finds its kernel and runs later GELUs as that one kernel; the outputs equal eager's."""
-    import torch
     reference, _ = e.program("chains", os.path.join(e.work, "eager.pt"), shim=False, calls=40)
     e.start_kjitd()
     e.program("chains", os.path.join(e.work, "record.pt"), calls=20, linger=1.0, env_extra={"KJIT_FUSION": "record"})
     seed_once_queued(e)
     if not any("aten::tanh" in (text or "") for _, _, _, text in e.records()):
         fail(f"no kernel of the GELU's chain was stored: {e.records()}")
-    run, log = e.program("chains", os.path.join(e.work, "serve.pt"), calls=40, linger=0.5,
-                         env_extra={"KJIT_FUSION": "serve"})
-    c = run["counters"]
-    print(f"counters with KJIT_FUSION=serve: {c}")
-    if c["chains_fused"] < 1:
-        fail(f"no GELU ran as its fused kernel (counters {c}):\n{log[-4000:]}")
-    compare_all(torch, run["outputs"], reference["outputs"], "under KJIT_FUSION=serve")
+    serve_fused(e, "chains", reference, "GELU")
 
 
 def case_chains_hotswap(e):
@@ -985,25 +996,12 @@ def case_rms_chains_serve(e):
                          env_extra={"KJIT_FUSION": "record"})
     if not torch.equal(run["outputs"]["rms_norm"], reference["outputs"]["rms_norm"]):
         fail("the output under KJIT_FUSION=record differs from eager's (PyTorch's kernels ran)")
-    texts = []
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        texts = [t.get("key_text", "") for t in json.loads(e.kjit("tasks", "--json").stdout or "[]")]
-        if any("aten::mean" in t and "aten::rsqrt" in t for t in texts):
-            break
-        time.sleep(0.5)
-    if not any("aten::mean" in t and "aten::rsqrt" in t for t in texts):
-        fail(f"no task of the RMS norm's chain key in kjitd's queue; tasks: {texts}\n{log[-3000:]}")
+    rms_ops = lambda t: "aten::mean" in (t or "") and "aten::rsqrt" in (t or "")  # noqa: E731
+    wait_for_chain_task(e, rms_ops, "the RMS norm's", log)
     seed_once_queued(e)
-    if not any("aten::mean" in (text or "") and "aten::rsqrt" in (text or "") for _, _, _, text in e.records()):
+    if not any(rms_ops(text) for _, _, _, text in e.records()):
         fail(f"no kernel of the RMS norm's chain was stored: {e.records()}")
-    run, log = e.program("rms_chains", os.path.join(e.work, "serve.pt"), calls=40, linger=0.5,
-                         env_extra={"KJIT_FUSION": "serve"})
-    c = run["counters"]
-    print(f"counters with KJIT_FUSION=serve: {c}")
-    if c["chains_fused"] < 1:
-        fail(f"no RMS norm ran as its fused kernel (counters {c}):\n{log[-4000:]}")
-    compare_all(torch, run["outputs"], reference["outputs"], "under KJIT_FUSION=serve")
+    serve_fused(e, "rms_chains", reference, "RMS norm")
 
 
 def case_two_devices(e):
